@@ -1,0 +1,186 @@
+//! The public error and decision types: why a call was downgraded, bad point names.
+
+use std::fmt;
+
+/// Why a call was downgraded: the rule that tripped.
+///
+/// Rules are checked in SDS order (visits, token bucket, concurrency, timeouts,
+/// exceptions, exception rate) and the first one that trips is the reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Reason {
+    /// Too many admitted visits in the sliding window.
+    Visits,
+    /// The token bucket was empty.
+    TokenBucket,
+    /// Too many calls in flight.
+    Concurrency,
+    /// Too many slow calls in the sliding window.
+    Timeouts,
+    /// Too many exceptions in the sliding window.
+    Exceptions,
+    /// The exception rate in the sliding window was too high.
+    ExceptionRate,
+    /// The point is inside a downgrade delay started by an earlier trip.
+    Delay,
+}
+
+impl Reason {
+    /// Every reason, in SDS check order (with [`Reason::Delay`] last).
+    pub const ALL: [Reason; 7] = [
+        Reason::Visits,
+        Reason::TokenBucket,
+        Reason::Concurrency,
+        Reason::Timeouts,
+        Reason::Exceptions,
+        Reason::ExceptionRate,
+        Reason::Delay,
+    ];
+
+    /// A stable snake-case name, used in stats and metrics labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reason::Visits => "visits",
+            Reason::TokenBucket => "token_bucket",
+            Reason::Concurrency => "concurrency",
+            Reason::Timeouts => "timeouts",
+            Reason::Exceptions => "exceptions",
+            Reason::ExceptionRate => "exception_rate",
+            Reason::Delay => "delay",
+        }
+    }
+
+    pub(crate) const fn index(self) -> usize {
+        self as usize
+    }
+
+    pub(crate) fn from_index(i: u8) -> Option<Reason> {
+        Reason::ALL.get(usize::from(i)).copied()
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A call was not run because its point is downgraded.
+///
+/// Returned by [`Point::enter`](crate::Point::enter) and, for `#[downgrade]` functions
+/// without a fallback, converted into the function's error type with `From`.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::{registry, Policy, Reason};
+///
+/// let point = registry().point("docs.error.kill").unwrap();
+/// registry().set_policy("docs.error.kill", Policy::builder().max_visits(0).build().unwrap()).unwrap();
+/// let err = point.enter().unwrap_err();
+/// assert_eq!(err.reason(), Reason::Visits);
+/// assert_eq!(err.to_string(), "point `docs.error.kill` is downgraded (visits)");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Downgraded {
+    pub(crate) point: &'static str,
+    pub(crate) reason: Reason,
+}
+
+impl Downgraded {
+    /// The point's name.
+    pub fn point(&self) -> &'static str {
+        self.point
+    }
+
+    /// The rule that tripped.
+    pub fn reason(&self) -> Reason {
+        self.reason
+    }
+}
+
+impl fmt::Display for Downgraded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "point `{}` is downgraded ({})", self.point, self.reason)
+    }
+}
+
+impl std::error::Error for Downgraded {}
+
+/// A point name was rejected: names are non-empty, not only whitespace, and free of
+/// control characters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PointNameError {
+    pub(crate) name: String,
+    pub(crate) problem: &'static str,
+}
+
+impl PointNameError {
+    /// The rejected name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl fmt::Display for PointNameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid point name {:?}: {}", self.name, self.problem)
+    }
+}
+
+impl std::error::Error for PointNameError {}
+
+pub(crate) fn check_point_name(name: &str) -> Result<(), PointNameError> {
+    let problem = if name.is_empty() {
+        Some("a point name must not be empty")
+    } else if name.trim().is_empty() {
+        Some("a point name must not be only whitespace")
+    } else if name.chars().any(char::is_control) {
+        Some("a point name must not contain control characters")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(PointNameError {
+            name: name.to_owned(),
+            problem,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The global registry was already created, so its clock can no longer be chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AlreadyInitialized;
+
+impl fmt::Display for AlreadyInitialized {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the global registry is already initialised")
+    }
+}
+
+impl std::error::Error for AlreadyInitialized {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(check_point_name("order.create").is_ok());
+        assert_eq!(
+            check_point_name("").unwrap_err().to_string(),
+            "invalid point name \"\": a point name must not be empty"
+        );
+        assert!(check_point_name(" \t").is_err());
+        assert!(check_point_name("a\nb").is_err());
+    }
+
+    #[test]
+    fn reason_indexes_round_trip() {
+        for r in Reason::ALL {
+            assert_eq!(Reason::from_index(r.index() as u8), Some(r));
+        }
+        assert_eq!(Reason::from_index(200), None);
+    }
+}

@@ -1,0 +1,946 @@
+//! Points: the per-name state of the registry and the guard API around a call.
+//!
+//! A [`Point`] owns the cumulative counters, the sliding window, the concurrency count,
+//! the token bucket, the delay state and the current policy of one point name. Policies
+//! live in a seqlock of plain words, so reading one costs a handful of loads and a
+//! policy change never resets any of the state next to it.
+
+use crate::clock::Clock;
+use crate::error::{Downgraded, Reason};
+use crate::listener::{DowngradeEvent, Dispatcher};
+use crate::policy::{Policy, WindowConfig};
+use crate::stats::{CycleStats, PointStats, ReasonCounts, Totals, WindowCounts};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+use crate::window::{self, Ring, TRACKED};
+use crossbeam_utils::CachePadded;
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const REASONS: usize = Reason::ALL.len();
+/// Length of a statistics cycle: 10 s, aligned to wall-clock boundaries like SDS.
+pub(crate) const CYCLE_NS: u64 = 10_000_000_000;
+/// Marks a probe slot as taken.
+const PROBE_TAKEN: u64 = u64::MAX;
+const NO_CAUSE: u8 = u8::MAX;
+
+// Rule bits of a compiled policy. `ACTIVE` is set whenever a policy is present, so a
+// word of zero means "no policy" and selects the fast path.
+const ACTIVE: u64 = 1 << 0;
+const R_VISITS: u64 = 1 << 1;
+const R_TOKENS: u64 = 1 << 2;
+const R_CONCURRENCY: u64 = 1 << 3;
+const R_TIMEOUTS: u64 = 1 << 4;
+const R_EXCEPTIONS: u64 = 1 << 5;
+const R_RATE: u64 = 1 << 6;
+const R_DELAY: u64 = 1 << 7;
+
+/// A policy flattened into words for the seqlock.
+#[derive(Clone, Copy, Debug, Default)]
+struct Compiled {
+    rules: u64,
+    max_visits: u64,
+    max_concurrency: u64,
+    max_exceptions: u64,
+    rate: f64,
+    rate_floor: u64,
+    timeout_ns: u64,
+    timeout_count: u64,
+    token_interval_ns: u64,
+    token_burst_ns: u64,
+    percentage: u64,
+    delay_ns: u64,
+    retry_ns: u64,
+    ring: usize,
+}
+
+const WORDS: usize = 14;
+
+impl Compiled {
+    fn from_policy(p: &Policy, ring: *const Ring) -> Compiled {
+        let mut c = Compiled {
+            rules: ACTIVE,
+            percentage: u64::from(p.downgrade_percentage),
+            ring: ring as usize,
+            ..Compiled::default()
+        };
+        if let Some(v) = p.max_visits {
+            c.rules |= R_VISITS;
+            c.max_visits = v;
+        }
+        if let Some(v) = p.max_concurrency {
+            c.rules |= R_CONCURRENCY;
+            c.max_concurrency = u64::from(v);
+        }
+        if let Some(v) = p.max_exceptions {
+            c.rules |= R_EXCEPTIONS;
+            c.max_exceptions = v;
+        }
+        if let Some(r) = p.exception_rate {
+            c.rules |= R_RATE;
+            c.rate = r.rate;
+            c.rate_floor = r.min_visits;
+        }
+        if let Some(t) = p.timeouts {
+            c.rules |= R_TIMEOUTS;
+            c.timeout_ns = nanos(t.threshold);
+            c.timeout_count = t.max_count;
+        }
+        if let Some(tb) = p.token_bucket {
+            c.rules |= R_TOKENS;
+            // GCRA: one token every `interval`; a burst of `capacity` tokens is a
+            // tolerance of `capacity * interval`. Rate 0 keeps interval 0 = admit none.
+            if tb.rate > 0.0 {
+                let interval = (1e9 / tb.rate).round().max(1.0) as u64;
+                c.token_interval_ns = interval;
+                c.token_burst_ns = interval.saturating_mul(tb.capacity);
+            }
+        }
+        if let Some(d) = p.delay {
+            c.rules |= R_DELAY;
+            c.delay_ns = nanos(d.duration);
+            c.retry_ns = d.retry_interval.map_or(0, nanos);
+        }
+        c
+    }
+
+    fn to_words(self) -> [u64; WORDS] {
+        [
+            self.rules,
+            self.max_visits,
+            self.max_concurrency,
+            self.max_exceptions,
+            self.rate.to_bits(),
+            self.rate_floor,
+            self.timeout_ns,
+            self.timeout_count,
+            self.token_interval_ns,
+            self.token_burst_ns,
+            self.percentage,
+            self.delay_ns,
+            self.retry_ns,
+            self.ring as u64,
+        ]
+    }
+
+    fn from_words(w: [u64; WORDS]) -> Compiled {
+        Compiled {
+            rules: w[0],
+            max_visits: w[1],
+            max_concurrency: w[2],
+            max_exceptions: w[3],
+            rate: f64::from_bits(w[4]),
+            rate_floor: w[5],
+            timeout_ns: w[6],
+            timeout_count: w[7],
+            token_interval_ns: w[8],
+            token_burst_ns: w[9],
+            percentage: w[10],
+            delay_ns: w[11],
+            retry_ns: w[12],
+            ring: w[13] as usize,
+        }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Policy words behind a sequence lock: readers never block and never see a torn policy.
+#[derive(Debug)]
+struct PolicyCell {
+    seq: AtomicU64,
+    words: [AtomicU64; WORDS],
+}
+
+impl PolicyCell {
+    fn new() -> PolicyCell {
+        PolicyCell {
+            seq: AtomicU64::new(0),
+            words: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    #[inline]
+    fn rules(&self) -> u64 {
+        self.words[0].load(Ordering::Acquire)
+    }
+
+    #[inline]
+    fn load(&self) -> Compiled {
+        loop {
+            let s1 = self.seq.load(Ordering::Acquire);
+            if s1 & 1 == 0 {
+                let w = self.words.each_ref().map(|a| a.load(Ordering::Relaxed));
+                std::sync::atomic::fence(Ordering::Acquire);
+                if self.seq.load(Ordering::Relaxed) == s1 {
+                    return Compiled::from_words(w);
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Callers serialise writes (the point's policy mutex).
+    fn store(&self, c: Compiled) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        for (cell, w) in self.words.iter().zip(c.to_words()) {
+            cell.store(w, Ordering::Relaxed);
+        }
+        self.seq.store(s.wrapping_add(2), Ordering::Release);
+    }
+}
+
+#[derive(Debug)]
+struct Counters {
+    visits: CachePadded<AtomicU64>,
+    downgrades: AtomicU64,
+    exceptions: AtomicU64,
+    timeouts: AtomicU64,
+    by_reason: [AtomicU64; REASONS],
+    dropped_events: AtomicU64,
+}
+
+impl Counters {
+    fn tracked(&self) -> [u64; TRACKED] {
+        let mut t = [0; TRACKED];
+        t[window::VISITS] = self.visits.load(Ordering::Relaxed);
+        t[window::DOWNGRADES] = self.downgrades.load(Ordering::Relaxed);
+        t[window::EXCEPTIONS] = self.exceptions.load(Ordering::Relaxed);
+        t[window::TIMEOUTS] = self.timeouts.load(Ordering::Relaxed);
+        t
+    }
+
+    fn reasons(&self) -> ReasonCounts {
+        ReasonCounts(self.by_reason.each_ref().map(|a| a.load(Ordering::Relaxed)))
+    }
+}
+
+#[derive(Debug, Default)]
+struct CycleState {
+    /// Cumulative counters at the start of the current cycle.
+    start: [u64; TRACKED],
+    start_reasons: [u64; REASONS],
+    last: Option<CycleStats>,
+}
+
+/// The per-name state of the registry and the handle the macros call into.
+///
+/// Get one with [`Registry::point`](crate::Registry::point). Points are created on first
+/// use and live as long as the process, so the handle is `&'static`.
+pub struct Point {
+    name: &'static str,
+    clock: Clock,
+    events: Arc<Dispatcher>,
+    cfg: PolicyCell,
+    counters: Counters,
+    inflight: CachePadded<AtomicU64>,
+    peak: AtomicU64,
+    cycle_peak: AtomicU64,
+    cycle_id: AtomicU64,
+    cycle: Mutex<CycleState>,
+    /// GCRA theoretical arrival time of the token bucket.
+    tat: AtomicU64,
+    delay_until: AtomicU64,
+    next_probe: AtomicU64,
+    delay_cause: AtomicU8,
+    /// The policy as given, and the writer lock of `cfg`.
+    policy: Mutex<Option<Policy>>,
+    /// Every window ring this point has had; the current one is in `cfg`. Rings are
+    /// kept (and reused for an equal geometry) because a concurrent reader may still
+    /// hold a pointer to a replaced one.
+    rings: Mutex<Vec<Box<Ring>>>,
+    ring: AtomicPtr<Ring>,
+}
+
+impl fmt::Debug for Point {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Point")
+            .field("name", &self.name)
+            .field("policy", &self.policy())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Point {
+    pub(crate) fn new(name: &'static str, clock: Clock, events: Arc<Dispatcher>) -> Point {
+        Point {
+            name,
+            clock,
+            events,
+            cfg: PolicyCell::new(),
+            counters: Counters {
+                visits: CachePadded::new(AtomicU64::new(0)),
+                downgrades: AtomicU64::new(0),
+                exceptions: AtomicU64::new(0),
+                timeouts: AtomicU64::new(0),
+                by_reason: std::array::from_fn(|_| AtomicU64::new(0)),
+                dropped_events: AtomicU64::new(0),
+            },
+            inflight: CachePadded::new(AtomicU64::new(0)),
+            peak: AtomicU64::new(0),
+            cycle_peak: AtomicU64::new(0),
+            cycle_id: AtomicU64::new(0),
+            cycle: Mutex::new(CycleState::default()),
+            tat: AtomicU64::new(0),
+            delay_until: AtomicU64::new(0),
+            next_probe: AtomicU64::new(0),
+            delay_cause: AtomicU8::new(NO_CAUSE),
+            policy: Mutex::new(None),
+            rings: Mutex::new(Vec::new()),
+            ring: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// The point's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The current policy, if any.
+    pub fn policy(&self) -> Option<Policy> {
+        self.policy.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn apply(&self, policy: Option<Policy>) {
+        let mut current = self.policy.lock().unwrap_or_else(|e| e.into_inner());
+        let compiled = match &policy {
+            Some(p) => {
+                let ring = self.ring_for(p.window);
+                Compiled::from_policy(p, ring)
+            }
+            None => Compiled::default(),
+        };
+        if policy.is_some() && current.is_none() {
+            // Calls admitted without a policy are not tracked in flight; start the
+            // cycle from now so its numbers cover only tracked calls.
+            self.observe_cycle(self.clock.coarse_now());
+        }
+        self.cfg.store(compiled);
+        *current = policy;
+    }
+
+    fn ring_for(&self, w: WindowConfig) -> *const Ring {
+        let width = nanos(w.bucket_width);
+        let buckets = u64::from(w.buckets);
+        let current = self.ring.load(Ordering::Acquire);
+        // SAFETY: rings are never freed while the point lives (see `rings`).
+        if let Some(r) = unsafe { current.as_ref() } {
+            if r.width_ns == width && r.buckets == buckets {
+                return current;
+            }
+        }
+        let now = self.clock.coarse_now();
+        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        let ptr: *const Ring = match rings
+            .iter()
+            .find(|r| r.width_ns == width && r.buckets == buckets)
+        {
+            Some(r) => {
+                // A new geometry restarts the window; totals are kept.
+                r.reset(now, self.counters.tracked());
+                &**r
+            }
+            None => {
+                let ring = Box::new(Ring::new(w.buckets, width, now, self.counters.tracked()));
+                let ptr: *const Ring = &*ring;
+                rings.push(ring);
+                ptr
+            }
+        };
+        self.ring.store(ptr.cast_mut(), Ordering::Release);
+        ptr
+    }
+
+    /// Asks whether a call may run.
+    ///
+    /// On `Ok`, run the call and report its outcome through the [`Permit`] (dropping it
+    /// counts as a cancelled call: no exception, slot released). On `Err`, do not run it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy};
+    ///
+    /// let point = registry().point("docs.enter").unwrap();
+    /// registry().set_policy("docs.enter", Policy::builder().max_concurrency(1).build().unwrap()).unwrap();
+    /// let first = point.enter().expect("one slot is free");
+    /// assert!(point.enter().is_err(), "the only slot is taken");
+    /// first.finish(false);
+    /// assert!(point.enter().is_ok());
+    /// ```
+    #[inline]
+    pub fn enter(&'static self) -> Result<Permit, Downgraded> {
+        if self.cfg.rules() == 0 {
+            self.counters.visits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Permit::untracked(self));
+        }
+        self.enter_governed()
+    }
+
+    fn enter_governed(&'static self) -> Result<Permit, Downgraded> {
+        let c = self.cfg.load();
+        if c.rules == 0 {
+            // The policy was cleared between the two loads.
+            self.counters.visits.fetch_add(1, Ordering::Relaxed);
+            return Ok(Permit::untracked(self));
+        }
+        let measure = c.rules & R_TIMEOUTS != 0;
+        // One clock reading per call edge: precise only when durations matter.
+        let now = if measure {
+            self.clock.now()
+        } else {
+            self.clock.coarse_now()
+        };
+        self.observe_cycle(now);
+        // SAFETY: a compiled policy always points at a ring owned by `self.rings`,
+        // which is never shrunk while the point lives.
+        let ring = unsafe { &*(c.ring as *const Ring) };
+        let base = ring.base(now, || self.counters.tracked());
+        let visits = self.counters.visits.fetch_add(1, Ordering::Relaxed) + 1;
+        let v = visits.saturating_sub(base[window::VISITS]);
+        let d = self.counters.downgrades.load(Ordering::Relaxed)
+            .saturating_sub(base[window::DOWNGRADES]);
+
+        let mut permit = Permit {
+            point: self,
+            start: if measure { now } else { 0 },
+            timeout_ns: c.timeout_ns,
+            retry_ns: c.retry_ns,
+            probe_of: 0,
+            tracked: true,
+        };
+
+        if c.rules & R_DELAY != 0 {
+            let until = self.delay_until.load(Ordering::Acquire);
+            if now < until {
+                if c.retry_ns != 0 && self.claim_probe(now) {
+                    permit.probe_of = until;
+                    self.acquire_forced();
+                    return Ok(permit);
+                }
+                return self.trip(&c, Reason::Delay, false, permit, now);
+            }
+        }
+
+        let mut holds_slot = false;
+        let tripped = 'chain: {
+            if c.rules & R_VISITS != 0 && v.saturating_sub(d) > c.max_visits {
+                break 'chain Some(Reason::Visits);
+            }
+            if c.rules & R_TOKENS != 0 && !self.take_token(now, &c) {
+                break 'chain Some(Reason::TokenBucket);
+            }
+            if c.rules & R_CONCURRENCY != 0 {
+                if !self.try_acquire(c.max_concurrency) {
+                    break 'chain Some(Reason::Concurrency);
+                }
+                holds_slot = true;
+            }
+            if c.rules & (R_TIMEOUTS | R_EXCEPTIONS | R_RATE) != 0 {
+                if c.rules & R_TIMEOUTS != 0 {
+                    let t = self.counters.timeouts.load(Ordering::Relaxed)
+                        .saturating_sub(base[window::TIMEOUTS]);
+                    if t >= c.timeout_count {
+                        break 'chain Some(Reason::Timeouts);
+                    }
+                }
+                let e = self.counters.exceptions.load(Ordering::Relaxed)
+                    .saturating_sub(base[window::EXCEPTIONS]);
+                if c.rules & R_EXCEPTIONS != 0 && e >= c.max_exceptions {
+                    break 'chain Some(Reason::Exceptions);
+                }
+                if c.rules & R_RATE != 0 && v > c.rate_floor {
+                    let admitted = v.saturating_sub(d);
+                    if admitted > 0 && e as f64 >= c.rate * admitted as f64 {
+                        break 'chain Some(Reason::ExceptionRate);
+                    }
+                }
+            }
+            None
+        };
+        match tripped {
+            None => {
+                if !holds_slot {
+                    self.acquire_forced();
+                } else {
+                    self.note_peak(self.inflight.load(Ordering::Relaxed));
+                }
+                Ok(permit)
+            }
+            Some(reason) => {
+                if c.rules & R_DELAY != 0 {
+                    self.start_delay(now, &c, reason);
+                }
+                self.trip(&c, reason, holds_slot, permit, now)
+            }
+        }
+    }
+
+    /// A rule tripped: roll the downgrade percentage and either downgrade or let the
+    /// call run anyway (holding a concurrency slot like any running call).
+    fn trip(
+        &'static self,
+        c: &Compiled,
+        reason: Reason,
+        holds_slot: bool,
+        permit: Permit,
+        now: u64,
+    ) -> Result<Permit, Downgraded> {
+        if c.percentage < 100 && (c.percentage == 0 || crate::rand::below(100) >= c.percentage)
+        {
+            if !holds_slot {
+                self.acquire_forced();
+            }
+            return Ok(permit);
+        }
+        if holds_slot {
+            self.release_slot();
+        }
+        // The permit never ran: forget it without touching counters.
+        std::mem::forget(permit);
+        self.counters.downgrades.fetch_add(1, Ordering::Relaxed);
+        self.counters.by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
+        if self.events.has_listeners() {
+            let delay_cause = if reason == Reason::Delay {
+                Reason::from_index(self.delay_cause.load(Ordering::Relaxed))
+            } else {
+                None
+            };
+            let event = DowngradeEvent {
+                point: self.name,
+                reason,
+                delay_cause,
+                time: self.clock.system_time(now),
+            };
+            if !self.events.emit(event) {
+                self.counters.dropped_events.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Err(Downgraded {
+            point: self.name,
+            reason,
+        })
+    }
+
+    #[inline]
+    fn take_token(&self, now: u64, c: &Compiled) -> bool {
+        if c.token_interval_ns == 0 {
+            return false;
+        }
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            let next = tat.max(now).saturating_add(c.token_interval_ns);
+            if next - now > c.token_burst_ns {
+                return false;
+            }
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return true,
+                Err(seen) => tat = seen,
+            }
+        }
+    }
+
+    #[inline]
+    fn try_acquire(&self, max: u64) -> bool {
+        let mut cur = self.inflight.load(Ordering::Relaxed);
+        loop {
+            if cur >= max {
+                return false;
+            }
+            match self.inflight.compare_exchange_weak(
+                cur,
+                cur + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    #[inline]
+    fn acquire_forced(&self) {
+        let now_in = self.inflight.fetch_add(1, Ordering::Acquire) + 1;
+        self.note_peak(now_in);
+    }
+
+    #[inline]
+    fn note_peak(&self, inflight: u64) {
+        if inflight > self.cycle_peak.load(Ordering::Relaxed) {
+            self.cycle_peak.fetch_max(inflight, Ordering::Relaxed);
+            self.peak.fetch_max(inflight, Ordering::Relaxed);
+        }
+    }
+
+    #[inline]
+    fn release_slot(&self) {
+        self.inflight.fetch_sub(1, Ordering::Release);
+    }
+
+    fn claim_probe(&self, now: u64) -> bool {
+        let next = self.next_probe.load(Ordering::Acquire);
+        next != PROBE_TAKEN
+            && now >= next
+            && self
+                .next_probe
+                .compare_exchange(next, PROBE_TAKEN, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    fn start_delay(&self, now: u64, c: &Compiled, reason: Reason) {
+        let until = self.delay_until.load(Ordering::Acquire);
+        if now >= until
+            && self
+                .delay_until
+                .compare_exchange(
+                    until,
+                    now.saturating_add(c.delay_ns),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            self.delay_cause.store(reason.index() as u8, Ordering::Relaxed);
+            let next = if c.retry_ns == 0 {
+                PROBE_TAKEN
+            } else {
+                now.saturating_add(c.retry_ns)
+            };
+            self.next_probe.store(next, Ordering::Release);
+        }
+    }
+
+    /// Rolls the statistics cycle if `now` is in a later one. Never blocks: if another
+    /// thread is rolling, this call leaves it to that thread.
+    #[inline]
+    fn observe_cycle(&self, now: u64) {
+        let id = self.clock.wall_nanos(now) / CYCLE_NS;
+        if id > self.cycle_id.load(Ordering::Relaxed) {
+            self.roll_cycle(id);
+        }
+    }
+
+    #[cold]
+    fn roll_cycle(&self, id: u64) {
+        let Ok(mut st) = self.cycle.try_lock() else {
+            return;
+        };
+        let prev = self.cycle_id.load(Ordering::Relaxed);
+        if id <= prev {
+            return;
+        }
+        let now_counts = self.counters.tracked();
+        let now_reasons = self.counters.reasons().0;
+        let inflight = self.inflight.load(Ordering::Relaxed);
+        let peak = self.cycle_peak.swap(inflight, Ordering::Relaxed);
+        st.last = Some(if prev != 0 && prev + 1 == id {
+            let diff = |i: usize| now_counts[i].saturating_sub(st.start[i]);
+            let visits = diff(window::VISITS);
+            let downgrades = diff(window::DOWNGRADES);
+            CycleStats {
+                start: self.clock_cycle_start(prev),
+                visits,
+                passes: visits.saturating_sub(downgrades),
+                downgrades,
+                exceptions: diff(window::EXCEPTIONS),
+                timeouts: diff(window::TIMEOUTS),
+                peak_concurrency: peak,
+                downgrades_by_reason: ReasonCounts(std::array::from_fn(|i| {
+                    now_reasons[i].saturating_sub(st.start_reasons[i])
+                })),
+            }
+        } else {
+            // The previous cycle saw no call at all (or the point is new).
+            CycleStats {
+                start: self.clock_cycle_start(id - 1),
+                peak_concurrency: inflight,
+                ..CycleStats::default()
+            }
+        });
+        st.start = now_counts;
+        st.start_reasons = now_reasons;
+        self.cycle_id.store(id, Ordering::Relaxed);
+    }
+
+    fn clock_cycle_start(&self, id: u64) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + Duration::from_nanos(id.saturating_mul(CYCLE_NS))
+    }
+
+    /// A snapshot of the point's statistics.
+    ///
+    /// Totals are exact. The window and the last cycle are present while the point has
+    /// a policy (a point without policy only counts totals: that is its fast path).
+    pub fn stats(&self) -> PointStats {
+        let c = self.cfg.load();
+        let now = self.clock.coarse_now();
+        let tracked = self.counters.tracked();
+        let window = (c.rules != 0).then(|| {
+            // SAFETY: see `enter_governed`.
+            let ring = unsafe { &*(c.ring as *const Ring) };
+            let base = ring.base(now, || self.counters.tracked());
+            let d = |i: usize| tracked[i].saturating_sub(base[i]);
+            WindowCounts {
+                visits: d(window::VISITS),
+                passes: d(window::VISITS).saturating_sub(d(window::DOWNGRADES)),
+                downgrades: d(window::DOWNGRADES),
+                exceptions: d(window::EXCEPTIONS),
+                timeouts: d(window::TIMEOUTS),
+            }
+        });
+        let last_cycle = if c.rules != 0 {
+            self.observe_cycle(now);
+            self.cycle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .last
+                .clone()
+        } else {
+            None
+        };
+        PointStats {
+            name: self.name,
+            totals: Totals {
+                visits: tracked[window::VISITS],
+                passes: tracked[window::VISITS].saturating_sub(tracked[window::DOWNGRADES]),
+                downgrades: tracked[window::DOWNGRADES],
+                exceptions: tracked[window::EXCEPTIONS],
+                timeouts: tracked[window::TIMEOUTS],
+                downgrades_by_reason: self.counters.reasons(),
+            },
+            window,
+            last_cycle,
+            concurrency: self.inflight.load(Ordering::Relaxed),
+            peak_concurrency: self.peak.load(Ordering::Relaxed),
+            in_delay: c.rules & R_DELAY != 0 && now < self.delay_until.load(Ordering::Relaxed),
+            dropped_events: self.counters.dropped_events.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Approximate memory held by this point, in bytes (the point itself plus its
+    /// window rings).
+    pub fn memory_bytes(&self) -> usize {
+        let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::size_of::<Point>()
+            + rings
+                .iter()
+                .map(|r| std::mem::size_of::<Ring>() + r.heap_bytes())
+                .sum::<usize>()
+            + rings.capacity() * std::mem::size_of::<usize>()
+            + self.name.len()
+    }
+
+    /// Runs `f` under this point: if the point is downgraded, `fallback` gets the
+    /// [`Downgraded`] decision instead. An `Err` from `f` counts as an exception and is
+    /// returned unchanged; a panic counts as an exception and keeps unwinding.
+    ///
+    /// The fallback runs only for downgrades, never for business errors.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy};
+    ///
+    /// let point = registry().point("docs.call").unwrap();
+    /// registry().set_policy("docs.call", Policy::builder().max_visits(1).build().unwrap()).unwrap();
+    /// let price = || Ok::<u32, String>(42);
+    /// assert_eq!(point.call(price, |_| Ok(0)), Ok(42));
+    /// assert_eq!(point.call(price, |_| Ok(0)), Ok(0), "second visit is downgraded");
+    /// ```
+    pub fn call<T, E>(
+        &'static self,
+        f: impl FnOnce() -> Result<T, E>,
+        fallback: impl FnOnce(Downgraded) -> Result<T, E>,
+    ) -> Result<T, E> {
+        let permit = match self.enter() {
+            Ok(p) => p,
+            Err(d) => return fallback(d),
+        };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+            Ok(out) => {
+                permit.finish(out.is_err());
+                out
+            }
+            Err(panic) => {
+                permit.panicked();
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    /// The async form of [`call`](Point::call): `f` and `fallback` produce futures.
+    /// If the returned future is dropped mid-flight the call counts as cancelled: its
+    /// concurrency slot is released and no exception is recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::registry;
+    ///
+    /// let point = registry().point("docs.call_async").unwrap();
+    /// let out = futures_executor::block_on(point.call_async(
+    ///     || async { Ok::<_, ()>(1) },
+    ///     |_| async { Ok(0) },
+    /// ));
+    /// assert_eq!(out, Ok(1));
+    /// ```
+    pub async fn call_async<T, E, F, G>(
+        &'static self,
+        f: impl FnOnce() -> F,
+        fallback: impl FnOnce(Downgraded) -> G,
+    ) -> Result<T, E>
+    where
+        F: std::future::Future<Output = Result<T, E>>,
+        G: std::future::Future<Output = Result<T, E>>,
+    {
+        let permit = match self.enter() {
+            Ok(p) => p,
+            Err(d) => return fallback(d).await,
+        };
+        match crate::private::CatchUnwind::new(f()).await {
+            Ok(out) => {
+                permit.finish(out.is_err());
+                out
+            }
+            Err(panic) => {
+                permit.panicked();
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+}
+
+/// Permission to run one call, returned by [`Point::enter`].
+///
+/// Report the outcome with [`finish`](Permit::finish) or [`panicked`](Permit::panicked).
+/// Dropping it without either means the call was cancelled (an async future dropped
+/// mid-flight): its concurrency slot is released and nothing else is recorded. Either
+/// way the slot can never leak, which SDS's `downgradeFinally` could.
+#[must_use = "dropping a permit records the call as cancelled; call `finish`"]
+pub struct Permit {
+    point: &'static Point,
+    /// Start time when the call is timed, else 0.
+    start: u64,
+    timeout_ns: u64,
+    retry_ns: u64,
+    /// `delay_until` of the delay period this call probes, else 0.
+    probe_of: u64,
+    /// Whether the call holds a concurrency slot (the point had a policy).
+    tracked: bool,
+}
+
+impl fmt::Debug for Permit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("point", &self.point.name)
+            .field("probe", &(self.probe_of != 0))
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Ok,
+    Exception,
+    Cancelled,
+}
+
+impl Permit {
+    #[inline]
+    fn untracked(point: &'static Point) -> Permit {
+        Permit {
+            point,
+            start: 0,
+            timeout_ns: 0,
+            retry_ns: 0,
+            probe_of: 0,
+            tracked: false,
+        }
+    }
+
+    /// The point this permit belongs to.
+    pub fn point(&self) -> &'static Point {
+        self.point
+    }
+
+    /// Records that the call finished; `exception` says whether it failed.
+    #[inline]
+    pub fn finish(self, exception: bool) {
+        let this = ManuallyDrop::new(self);
+        this.complete(if exception {
+            Outcome::Exception
+        } else {
+            Outcome::Ok
+        });
+    }
+
+    /// Records that the call panicked (counted as an exception).
+    pub fn panicked(self) {
+        self.finish(true);
+    }
+
+    #[inline]
+    fn complete(&self, outcome: Outcome) {
+        let p = self.point;
+        if !self.tracked {
+            if outcome == Outcome::Exception {
+                p.counters.exceptions.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        }
+        self.complete_tracked(outcome);
+    }
+
+    fn complete_tracked(&self, outcome: Outcome) {
+        let p = self.point;
+        let mut failed = outcome == Outcome::Exception;
+        if failed {
+            p.counters.exceptions.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut end = 0;
+        if self.start != 0 && outcome != Outcome::Cancelled {
+            end = p.clock.now();
+            if end.saturating_sub(self.start) > self.timeout_ns {
+                p.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                failed = true;
+            }
+        }
+        if self.probe_of != 0 {
+            let now = if end != 0 { end } else { p.clock.coarse_now() };
+            // Only act on the delay period this probe belongs to.
+            if p.delay_until.load(Ordering::Acquire) == self.probe_of {
+                match outcome {
+                    Outcome::Ok if !failed => {
+                        // A succeeding probe ends the delay early (SDS never does).
+                        let _ = p.delay_until.compare_exchange(
+                            self.probe_of,
+                            0,
+                            Ordering::AcqRel,
+                            Ordering::Relaxed,
+                        );
+                    }
+                    Outcome::Cancelled => p.next_probe.store(now, Ordering::Release),
+                    _ => p
+                        .next_probe
+                        .store(now.saturating_add(self.retry_ns), Ordering::Release),
+                }
+            }
+        }
+        p.release_slot();
+    }
+}
+
+impl Drop for Permit {
+    fn drop(&mut self) {
+        // Dropped without `finish`: a cancelled call.
+        self.complete(Outcome::Cancelled);
+    }
+}

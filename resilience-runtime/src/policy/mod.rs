@@ -1,0 +1,428 @@
+//! Policies: the runtime configuration of a point, built with [`Policy::builder`] and
+//! validated before it can be applied.
+
+mod error;
+
+pub use error::{FieldError, PolicyError};
+
+use std::time::Duration;
+
+/// Largest number of buckets a window may have (one hour of one-second buckets).
+pub const MAX_WINDOW_BUCKETS: u32 = 3600;
+
+/// The downgrade policy of a point: which rules apply and with which thresholds.
+///
+/// Every rule is optional and rules combine. A policy with no rule still makes the point
+/// track its sliding window, its last cycle and its concurrency (an "observe" policy);
+/// a point with no policy at all only counts totals, which is the cheapest path.
+///
+/// Build one with [`Policy::builder`]; apply it with
+/// [`Registry::set_policy`](crate::Registry::set_policy). A change is seen by the next
+/// call on every thread, and never resets counters, in-flight permits or delay state.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::Policy;
+/// use std::time::Duration;
+///
+/// let policy = Policy::builder()
+///     .max_visits(100)
+///     .max_concurrency(8)
+///     .timeouts(Duration::from_millis(200), 5)
+///     .token_bucket(50.0, 100)
+///     .delay(Duration::from_secs(10), Some(Duration::from_secs(1)))
+///     .build()?;
+/// assert_eq!(policy.max_concurrency(), Some(8));
+/// # Ok::<(), resilience_runtime::PolicyError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct Policy {
+    pub(crate) max_visits: Option<u64>,
+    pub(crate) max_concurrency: Option<u32>,
+    pub(crate) max_exceptions: Option<u64>,
+    pub(crate) exception_rate: Option<ExceptionRate>,
+    pub(crate) timeouts: Option<Timeouts>,
+    pub(crate) token_bucket: Option<TokenBucketConfig>,
+    pub(crate) downgrade_percentage: u8,
+    pub(crate) delay: Option<Delay>,
+    pub(crate) window: WindowConfig,
+}
+
+/// The exception-rate rule: downgrade when `exceptions / (visits - downgrades) >= rate`
+/// in the window, evaluated only once `visits > min_visits`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExceptionRate {
+    /// The rate in `0.0..=1.0` (SDS uses a percentage; 0.5 here is SDS's 50).
+    pub rate: f64,
+    /// The minimum-visits floor: the rule applies from visit `min_visits + 1` on.
+    pub min_visits: u64,
+}
+
+/// The timeout rule: a call slower than `threshold` is a timeout; the point is
+/// downgraded once the window holds `max_count` timeouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// A call taking longer than this is counted as a timeout.
+    pub threshold: Duration,
+    /// Downgrade once this many timeouts are in the window (pass while fewer).
+    pub max_count: u64,
+}
+
+/// A token bucket refilled continuously at `rate` tokens per second, holding at most
+/// `capacity` tokens, full at start. Each admitted call takes one token.
+///
+/// SDS's "token bucket" is a per-calendar-second counter that lets `max(rate, size)` calls
+/// through each second and never carries unused tokens over; this one is a real bucket:
+/// an idle point saves up to `capacity` tokens for a burst, and refill is smooth.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TokenBucketConfig {
+    /// Tokens added per second; `0.0` admits nothing (a kill switch, as in SDS).
+    pub rate: f64,
+    /// Bucket capacity, at least 1.
+    pub capacity: u64,
+}
+
+/// Sticky downgrade: once a rule trips, the point stays downgraded for `duration`,
+/// letting one probe call through every `retry_interval`. A failing probe schedules the
+/// next one; a succeeding probe ends the delay early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Delay {
+    /// How long the point stays downgraded after a trip.
+    pub duration: Duration,
+    /// The interval between probe calls, or `None` for no probes.
+    pub retry_interval: Option<Duration>,
+}
+
+/// The sliding window: `buckets` buckets of `bucket_width` each (SDS: 10 x 1 s).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WindowConfig {
+    /// Number of buckets, 1..=[`MAX_WINDOW_BUCKETS`].
+    pub buckets: u32,
+    /// Width of one bucket.
+    pub bucket_width: Duration,
+}
+
+impl Default for WindowConfig {
+    fn default() -> Self {
+        WindowConfig {
+            buckets: 10,
+            bucket_width: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Policy {
+    /// Starts building a policy with no rules, downgrade percentage 100 and the default
+    /// window of 10 one-second buckets.
+    pub fn builder() -> PolicyBuilder {
+        PolicyBuilder {
+            policy: Policy {
+                max_visits: None,
+                max_concurrency: None,
+                max_exceptions: None,
+                exception_rate: None,
+                timeouts: None,
+                token_bucket: None,
+                downgrade_percentage: 100,
+                delay: None,
+                window: WindowConfig::default(),
+            },
+        }
+    }
+
+    /// A policy with no rule: the point tracks its window, cycle and concurrency but
+    /// never downgrades.
+    pub fn observe() -> Policy {
+        Policy::builder().policy
+    }
+
+    /// The visits limit, if set.
+    pub fn max_visits(&self) -> Option<u64> {
+        self.max_visits
+    }
+    /// The concurrency limit, if set.
+    pub fn max_concurrency(&self) -> Option<u32> {
+        self.max_concurrency
+    }
+    /// The exception-count limit, if set.
+    pub fn max_exceptions(&self) -> Option<u64> {
+        self.max_exceptions
+    }
+    /// The exception-rate rule, if set.
+    pub fn exception_rate(&self) -> Option<ExceptionRate> {
+        self.exception_rate
+    }
+    /// The timeout rule, if set.
+    pub fn timeouts(&self) -> Option<Timeouts> {
+        self.timeouts
+    }
+    /// The token bucket, if set.
+    pub fn token_bucket(&self) -> Option<TokenBucketConfig> {
+        self.token_bucket
+    }
+    /// The probability, in percent, that a tripped rule really downgrades.
+    pub fn downgrade_percentage(&self) -> u8 {
+        self.downgrade_percentage
+    }
+    /// The delay rule, if set.
+    pub fn delay(&self) -> Option<Delay> {
+        self.delay
+    }
+    /// The sliding window.
+    pub fn window(&self) -> WindowConfig {
+        self.window
+    }
+}
+
+/// Builds a [`Policy`]; [`build`](PolicyBuilder::build) validates every field.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct PolicyBuilder {
+    policy: Policy,
+}
+
+impl PolicyBuilder {
+    /// Visits rule: pass while `visits - downgrades <= max` in the window; `0` downgrades
+    /// every call (a kill switch).
+    pub fn max_visits(mut self, max: u64) -> Self {
+        self.policy.max_visits = Some(max);
+        self
+    }
+
+    /// Concurrency rule: at most `max` calls in flight; never waits. `0` downgrades every call.
+    pub fn max_concurrency(mut self, max: u32) -> Self {
+        self.policy.max_concurrency = Some(max);
+        self
+    }
+
+    /// Exception rule: downgrade once the window holds `max` exceptions (pass while fewer).
+    pub fn max_exceptions(mut self, max: u64) -> Self {
+        self.policy.max_exceptions = Some(max);
+        self
+    }
+
+    /// Exception-rate rule: downgrade when `exceptions / (visits - downgrades) >= rate`,
+    /// once `visits > min_visits`. `rate` is a fraction in `0.0..=1.0`.
+    pub fn exception_rate(mut self, rate: f64, min_visits: u64) -> Self {
+        self.policy.exception_rate = Some(ExceptionRate { rate, min_visits });
+        self
+    }
+
+    /// Timeout rule: a call slower than `threshold` is a timeout; downgrade once the
+    /// window holds `max_count` of them. Time spent in a fallback is never measured.
+    pub fn timeouts(mut self, threshold: Duration, max_count: u64) -> Self {
+        self.policy.timeouts = Some(Timeouts {
+            threshold,
+            max_count,
+        });
+        self
+    }
+
+    /// Token bucket: `rate` tokens per second, `capacity` tokens at most, full at start.
+    pub fn token_bucket(mut self, rate: f64, capacity: u64) -> Self {
+        self.policy.token_bucket = Some(TokenBucketConfig { rate, capacity });
+        self
+    }
+
+    /// The probability, 0–100, that a tripped rule really downgrades (default 100;
+    /// 0 never downgrades and emits no event).
+    pub fn downgrade_percentage(mut self, percent: u8) -> Self {
+        self.policy.downgrade_percentage = percent;
+        self
+    }
+
+    /// Delay rule: stay downgraded for `duration` after a trip, letting one probe
+    /// through every `retry_interval` (or none).
+    pub fn delay(mut self, duration: Duration, retry_interval: Option<Duration>) -> Self {
+        self.policy.delay = Some(Delay {
+            duration,
+            retry_interval,
+        });
+        self
+    }
+
+    /// The sliding window: `buckets` buckets of `bucket_width` (default 10 x 1 s).
+    pub fn window(mut self, buckets: u32, bucket_width: Duration) -> Self {
+        self.policy.window = WindowConfig {
+            buckets,
+            bucket_width,
+        };
+        self
+    }
+
+    /// Validates the policy.
+    ///
+    /// # Errors
+    ///
+    /// A [`PolicyError`] listing every invalid field: a NaN or out-of-range rate, a
+    /// percentage over 100, a zero window, a zero timeout threshold, a token bucket of
+    /// capacity 0, a delay shorter than its retry interval, and so on.
+    ///
+    /// ```
+    /// use resilience_runtime::Policy;
+    ///
+    /// let err = Policy::builder().exception_rate(f64::NAN, 5).build().unwrap_err();
+    /// assert_eq!(err.fields(), ["exception_rate.rate"]);
+    /// ```
+    pub fn build(self) -> Result<Policy, PolicyError> {
+        let p = self.policy;
+        let mut errors = Vec::new();
+        let mut fail = |field: &'static str, message: String| {
+            errors.push(FieldError { field, message });
+        };
+        if let Some(r) = p.exception_rate {
+            if r.rate.is_nan() {
+                fail("exception_rate.rate", "must be a number, not NaN".into());
+            } else if !(0.0..=1.0).contains(&r.rate) {
+                fail(
+                    "exception_rate.rate",
+                    format!("must be within 0.0..=1.0, got {}", r.rate),
+                );
+            }
+        }
+        if let Some(t) = p.timeouts {
+            if t.threshold.is_zero() {
+                fail("timeouts.threshold", "must be greater than zero".into());
+            }
+        }
+        if let Some(tb) = p.token_bucket {
+            if !tb.rate.is_finite() || tb.rate < 0.0 {
+                fail(
+                    "token_bucket.rate",
+                    format!("must be a finite number >= 0, got {}", tb.rate),
+                );
+            } else if tb.rate > 0.0 && 1e9 / tb.rate < 1.0 {
+                fail(
+                    "token_bucket.rate",
+                    format!("must be at most 1e9 tokens per second, got {}", tb.rate),
+                );
+            }
+            if tb.capacity == 0 {
+                fail("token_bucket.capacity", "must be at least 1".into());
+            } else if tb.capacity > 1_000_000_000 {
+                fail(
+                    "token_bucket.capacity",
+                    format!("must be at most 1e9, got {}", tb.capacity),
+                );
+            }
+        }
+        if p.downgrade_percentage > 100 {
+            fail(
+                "downgrade_percentage",
+                format!("must be within 0..=100, got {}", p.downgrade_percentage),
+            );
+        }
+        if let Some(d) = p.delay {
+            if d.duration.is_zero() {
+                fail("delay.duration", "must be greater than zero".into());
+            }
+            if let Some(r) = d.retry_interval {
+                if r.is_zero() {
+                    fail(
+                        "delay.retry_interval",
+                        "must be greater than zero (use None for no probes)".into(),
+                    );
+                } else if r > d.duration {
+                    fail(
+                        "delay.retry_interval",
+                        format!(
+                            "must not exceed delay.duration ({:?}), got {:?}",
+                            d.duration, r
+                        ),
+                    );
+                }
+            }
+        }
+        if p.window.buckets == 0 {
+            fail("window.buckets", "must be at least 1".into());
+        } else if p.window.buckets > MAX_WINDOW_BUCKETS {
+            fail(
+                "window.buckets",
+                format!(
+                    "must be at most {MAX_WINDOW_BUCKETS}, got {}",
+                    p.window.buckets
+                ),
+            );
+        }
+        if p.window.bucket_width.is_zero() {
+            fail("window.bucket_width", "must be greater than zero".into());
+        } else if p.window.bucket_width.as_nanos() > u128::from(u64::MAX / 4) {
+            fail("window.bucket_width", "is too large".into());
+        }
+        if errors.is_empty() {
+            Ok(p)
+        } else {
+            Err(PolicyError { errors })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_builder_is_an_observe_policy() {
+        let p = Policy::builder().build().unwrap();
+        assert_eq!(p, Policy::observe());
+        assert_eq!(p.downgrade_percentage(), 100);
+        assert_eq!(p.window(), WindowConfig::default());
+    }
+
+    #[test]
+    fn every_invalid_field_is_named() {
+        let err = Policy::builder()
+            .exception_rate(1.5, 0)
+            .timeouts(Duration::ZERO, 3)
+            .token_bucket(f64::INFINITY, 0)
+            .downgrade_percentage(101)
+            .delay(Duration::from_secs(1), Some(Duration::from_secs(2)))
+            .window(0, Duration::ZERO)
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err.fields(),
+            [
+                "exception_rate.rate",
+                "timeouts.threshold",
+                "token_bucket.rate",
+                "token_bucket.capacity",
+                "downgrade_percentage",
+                "delay.retry_interval",
+                "window.buckets",
+                "window.bucket_width",
+            ]
+        );
+        let text = err.to_string();
+        assert!(text.contains("`downgrade_percentage`: must be within 0..=100, got 101"));
+    }
+
+    #[test]
+    fn edge_values_are_accepted() {
+        Policy::builder()
+            .exception_rate(0.0, 0)
+            .exception_rate(1.0, 0)
+            .token_bucket(0.0, 1)
+            .downgrade_percentage(0)
+            .window(MAX_WINDOW_BUCKETS, Duration::from_nanos(1))
+            .build()
+            .unwrap();
+        assert!(Policy::builder()
+            .window(MAX_WINDOW_BUCKETS + 1, Duration::from_secs(1))
+            .build()
+            .is_err());
+        assert!(Policy::builder()
+            .exception_rate(-0.1, 0)
+            .build()
+            .is_err());
+        assert!(Policy::builder()
+            .delay(Duration::ZERO, None)
+            .build()
+            .is_err());
+        assert!(Policy::builder()
+            .delay(Duration::from_secs(1), Some(Duration::ZERO))
+            .build()
+            .is_err());
+    }
+}

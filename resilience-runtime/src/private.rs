@@ -1,0 +1,127 @@
+//! The only doorway generated code uses into the runtime. Not a public API: no
+//! stability promise, no docs promised.
+
+use crate::error::Downgraded;
+use crate::point::Point;
+use std::any::Any;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::task::{Context, Poll};
+
+pub use crate::point::Permit;
+
+/// A point handle cached in a function-local `static` at each call site.
+#[derive(Debug)]
+pub struct StaticPoint {
+    name: &'static str,
+    cell: OnceLock<&'static Point>,
+}
+
+impl StaticPoint {
+    /// A handle for `name`, resolved on first use.
+    pub const fn new(name: &'static str) -> StaticPoint {
+        StaticPoint {
+            name,
+            cell: OnceLock::new(),
+        }
+    }
+
+    /// The point, looked up in the global registry on the first call only.
+    #[inline]
+    pub fn get(&'static self) -> &'static Point {
+        match self.cell.get() {
+            Some(p) => p,
+            None => self.init(),
+        }
+    }
+
+    #[cold]
+    fn init(&'static self) -> &'static Point {
+        let point = match crate::registry().point(self.name) {
+            Ok(p) => p,
+            // The macro rejects empty names and default names are module paths, so
+            // this is unreachable from generated code.
+            Err(e) => panic!("{e}"),
+        };
+        self.cell.get_or_init(|| point)
+    }
+}
+
+/// Wrapper for autoref-specialised classification of a call's output.
+#[derive(Debug)]
+pub struct Classify<'a, T>(pub &'a T);
+
+/// Chosen for `Result` outputs: an `Err` is an exception.
+pub trait ClassifyResult {
+    /// Whether the output is an exception.
+    fn __resilience_is_err(&self) -> bool;
+}
+
+impl<T, E> ClassifyResult for Classify<'_, Result<T, E>> {
+    #[inline]
+    fn __resilience_is_err(&self) -> bool {
+        self.0.is_err()
+    }
+}
+
+/// Chosen for every other output: only panics are exceptions.
+pub trait ClassifyOther {
+    /// Whether the output is an exception.
+    fn __resilience_is_err(&self) -> bool;
+}
+
+impl<T> ClassifyOther for &Classify<'_, T> {
+    #[inline]
+    fn __resilience_is_err(&self) -> bool {
+        false
+    }
+}
+
+/// Turns a downgrade into the return value of a function without fallback.
+#[diagnostic::on_unimplemented(
+    message = "a `#[downgrade]` function without `fallback` or `default` must return `Result<_, E>` where `E: From<Downgraded>`, not `{Self}`",
+    label = "this return type cannot carry a downgrade",
+    note = "add `fallback = path` or `default` to the attribute, or return `Result<_, E>` with `impl From<resilience_runtime::Downgraded> for E`"
+)]
+pub trait DowngradeReturn {
+    /// The value returned when the call is downgraded.
+    fn from_downgraded(d: Downgraded) -> Self;
+}
+
+impl<T, E: From<Downgraded>> DowngradeReturn for Result<T, E> {
+    #[inline]
+    fn from_downgraded(d: Downgraded) -> Self {
+        Err(E::from(d))
+    }
+}
+
+/// A future that catches a panic of the future it wraps.
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct CatchUnwind<F> {
+    inner: F,
+}
+
+impl<F> CatchUnwind<F> {
+    /// Wraps `inner`.
+    pub fn new(inner: F) -> Self {
+        CatchUnwind { inner }
+    }
+}
+
+impl<F: Future> Future for CatchUnwind<F> {
+    type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: `inner` is structurally pinned: it is never moved out of `self`,
+        // and `CatchUnwind` has no `Drop` impl nor `Unpin` impl of its own.
+        let inner = unsafe { self.map_unchecked_mut(|s| &mut s.inner) };
+        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+            Err(panic) => Poll::Ready(Err(panic)),
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The process-wide registry: point name → per-point state, policies and listeners.
+
+use crate::clock::Clock;
+use crate::error::{check_point_name, AlreadyInitialized, PointNameError};
+use crate::listener::{Dispatcher, DowngradeEvent, ListenerId};
+use crate::point::Point;
+use crate::policy::Policy;
+use crate::stats::PointStats;
+use dashmap::DashMap;
+use std::fmt;
+use std::sync::{Arc, OnceLock};
+
+static GLOBAL: OnceLock<Registry> = OnceLock::new();
+
+/// The process-wide registry used by `#[downgrade]`, created on first use with the
+/// system clock.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::{registry, Policy};
+///
+/// registry().set_policy("docs.registry", Policy::builder().max_visits(10).build()?)?;
+/// assert_eq!(registry().policy("docs.registry")?.unwrap().max_visits(), Some(10));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn registry() -> &'static Registry {
+    GLOBAL.get_or_init(|| Registry::with_clock(Clock::system()))
+}
+
+/// Creates the global registry with the given clock (a [`ManualClock`](crate::ManualClock)
+/// in tests). Call it before anything touches [`registry()`].
+///
+/// # Errors
+///
+/// [`AlreadyInitialized`] if the global registry already exists.
+pub fn init_registry(clock: Clock) -> Result<&'static Registry, AlreadyInitialized> {
+    let mut created = false;
+    let r = GLOBAL.get_or_init(|| {
+        created = true;
+        Registry::with_clock(clock)
+    });
+    if created {
+        Ok(r)
+    } else {
+        Err(AlreadyInitialized)
+    }
+}
+
+/// Point name → point state. Points are created on first use (a call or an API call)
+/// and live for the rest of the process.
+pub struct Registry {
+    clock: Clock,
+    points: DashMap<&'static str, &'static Point>,
+    events: Arc<Dispatcher>,
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Registry")
+            .field("points", &self.points.len())
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    /// A registry of its own with the given clock, separate from the global one (for
+    /// tests and for embedding several isolated registries). Its points are never freed.
+    pub fn with_clock(clock: Clock) -> Registry {
+        Registry {
+            clock,
+            points: DashMap::new(),
+            events: Arc::new(Dispatcher::new()),
+        }
+    }
+
+    /// The registry's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The point with this name, created if needed.
+    ///
+    /// # Errors
+    ///
+    /// [`PointNameError`] for an empty or whitespace-only name, or one with control
+    /// characters.
+    pub fn point(&self, name: &str) -> Result<&'static Point, PointNameError> {
+        if let Some(p) = self.points.get(name) {
+            return Ok(*p);
+        }
+        check_point_name(name)?;
+        // Two threads racing to create the same point may leak one extra copy of the
+        // name; the point itself is created once.
+        let name = leak_name(name);
+        let entry = self.points.entry(name).or_insert_with(|| {
+            Box::leak(Box::new(Point::new(
+                name,
+                self.clock.clone(),
+                Arc::clone(&self.events),
+            )))
+        });
+        Ok(*entry)
+    }
+
+    /// The point with this name if it exists, without creating it.
+    pub fn get(&self, name: &str) -> Option<&'static Point> {
+        self.points.get(name).map(|p| *p)
+    }
+
+    /// Sets the policy of a point (creating the point if needed). The next call on
+    /// every thread sees it. Counters, in-flight calls, the token bucket and the delay
+    /// state are kept; a different window geometry restarts the window only.
+    ///
+    /// # Errors
+    ///
+    /// [`PointNameError`] for an invalid name.
+    pub fn set_policy(&self, name: &str, policy: Policy) -> Result<(), PointNameError> {
+        self.point(name)?.apply(Some(policy));
+        Ok(())
+    }
+
+    /// Removes the policy of a point: every call passes and only totals are counted.
+    ///
+    /// # Errors
+    ///
+    /// [`PointNameError`] for an invalid name.
+    pub fn clear_policy(&self, name: &str) -> Result<(), PointNameError> {
+        if let Some(p) = self.get(name) {
+            p.apply(None);
+        } else {
+            check_point_name(name)?;
+        }
+        Ok(())
+    }
+
+    /// The current policy of a point, if any.
+    ///
+    /// # Errors
+    ///
+    /// [`PointNameError`] for an invalid name.
+    pub fn policy(&self, name: &str) -> Result<Option<Policy>, PointNameError> {
+        check_point_name(name)?;
+        Ok(self.get(name).and_then(Point::policy))
+    }
+
+    /// Statistics of a point, or `None` if no point has that name.
+    pub fn stats(&self, name: &str) -> Option<PointStats> {
+        self.get(name).map(Point::stats)
+    }
+
+    /// The names of every point created so far, sorted.
+    pub fn point_names(&self) -> Vec<&'static str> {
+        let mut names: Vec<_> = self.points.iter().map(|e| *e.key()).collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// Adds a listener that sees every downgrade of every point.
+    ///
+    /// Events are delivered in order on a dedicated thread through a bounded queue of
+    /// [`EVENT_QUEUE_CAPACITY`](crate::EVENT_QUEUE_CAPACITY) events: a slow listener
+    /// delays only other listeners, a panicking one is isolated, and when the queue is
+    /// full new events are dropped and counted ([`PointStats::dropped_events`],
+    /// [`Registry::dropped_events`]). With no listener, downgrades cost no event at all.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy, Reason};
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    ///
+    /// let (tx, rx) = mpsc::channel();
+    /// let tx = std::sync::Mutex::new(tx);
+    /// let id = registry().add_listener(move |e| {
+    ///     let _ = tx.lock().unwrap().send((e.point, e.reason));
+    /// });
+    /// registry().set_policy("docs.listener", Policy::builder().max_visits(0).build()?)?;
+    /// assert!(registry().point("docs.listener")?.enter().is_err());
+    /// assert_eq!(rx.recv_timeout(Duration::from_secs(5))?, ("docs.listener", Reason::Visits));
+    /// registry().remove_listener(id);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_listener<F>(&self, f: F) -> ListenerId
+    where
+        F: Fn(&DowngradeEvent) + Send + Sync + 'static,
+    {
+        self.events.add(Arc::new(f))
+    }
+
+    /// Removes a listener; returns whether it was registered.
+    pub fn remove_listener(&self, id: ListenerId) -> bool {
+        self.events.remove(id)
+    }
+
+    /// Events dropped because the listener queue was full, over all points.
+    pub fn dropped_events(&self) -> u64 {
+        self.events.dropped()
+    }
+
+    /// Events delivered to the listeners so far (each event counts once, however many
+    /// listeners saw it).
+    pub fn delivered_events(&self) -> u64 {
+        self.events.delivered()
+    }
+}
+
+fn leak_name(name: &str) -> &'static str {
+    Box::leak(name.to_owned().into_boxed_str())
+}

@@ -1,0 +1,117 @@
+//! Statistics of a point: exact totals, the current sliding window and the last closed
+//! wall-clock cycle.
+
+use crate::error::Reason;
+use std::time::SystemTime;
+
+/// Downgrade counts per [`Reason`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReasonCounts(pub(crate) [u64; Reason::ALL.len()]);
+
+impl ReasonCounts {
+    /// The count for one reason.
+    pub fn get(&self, reason: Reason) -> u64 {
+        self.0[reason.index()]
+    }
+
+    /// Every reason with its count, in [`Reason::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (Reason, u64)> + '_ {
+        Reason::ALL.iter().map(move |r| (*r, self.get(*r)))
+    }
+
+    /// The sum over all reasons.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+}
+
+/// Exact counts since the point was created.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Calls that asked to run, downgraded ones included.
+    pub visits: u64,
+    /// Calls that ran (`visits - downgrades`).
+    pub passes: u64,
+    /// Calls that were downgraded.
+    pub downgrades: u64,
+    /// Calls that returned a counted `Err` or panicked.
+    pub exceptions: u64,
+    /// Calls slower than the timeout threshold (measured only under a timeout rule).
+    pub timeouts: u64,
+    /// Downgrades per reason.
+    pub downgrades_by_reason: ReasonCounts,
+}
+
+/// Counts in the current sliding window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowCounts {
+    /// Calls that asked to run, downgraded ones included.
+    pub visits: u64,
+    /// Calls that ran.
+    pub passes: u64,
+    /// Calls that were downgraded.
+    pub downgrades: u64,
+    /// Exceptions recorded.
+    pub exceptions: u64,
+    /// Timeouts recorded.
+    pub timeouts: u64,
+}
+
+/// Counts of the last closed 10-second cycle, aligned to wall-clock boundaries like
+/// SDS's statistics cycles (for heartbeat and metrics exporters).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CycleStats {
+    /// Wall-clock start of the cycle.
+    pub start: SystemTime,
+    /// Calls that asked to run, downgraded ones included.
+    pub visits: u64,
+    /// Calls that ran.
+    pub passes: u64,
+    /// Calls that were downgraded.
+    pub downgrades: u64,
+    /// Exceptions recorded.
+    pub exceptions: u64,
+    /// Timeouts recorded.
+    pub timeouts: u64,
+    /// The most calls in flight at once during the cycle.
+    pub peak_concurrency: u64,
+    /// Downgrades per reason.
+    pub downgrades_by_reason: ReasonCounts,
+}
+
+impl Default for CycleStats {
+    fn default() -> Self {
+        CycleStats {
+            start: SystemTime::UNIX_EPOCH,
+            visits: 0,
+            passes: 0,
+            downgrades: 0,
+            exceptions: 0,
+            timeouts: 0,
+            peak_concurrency: 0,
+            downgrades_by_reason: ReasonCounts::default(),
+        }
+    }
+}
+
+/// A snapshot of one point's statistics, from [`Registry::stats`](crate::Registry::stats).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PointStats {
+    /// The point's name.
+    pub name: &'static str,
+    /// Exact totals.
+    pub totals: Totals,
+    /// The current sliding window (present while the point has a policy).
+    pub window: Option<WindowCounts>,
+    /// The last closed 10 s cycle (present while the point has a policy).
+    pub last_cycle: Option<CycleStats>,
+    /// Calls in flight now (tracked while the point has a policy).
+    pub concurrency: u64,
+    /// The most calls ever in flight at once.
+    pub peak_concurrency: u64,
+    /// Whether the point is inside a downgrade delay.
+    pub in_delay: bool,
+    /// Downgrade events of this point dropped because the listener queue was full.
+    pub dropped_events: u64,
+}

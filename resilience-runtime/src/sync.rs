@@ -1,0 +1,3 @@
+//! Atomics used by the runtime, in one place so a model checker can replace them.
+
+pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};

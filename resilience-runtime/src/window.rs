@@ -1,0 +1,153 @@
+//! The sliding window of a point: constant-time window sums over cumulative counters.
+//!
+//! The point keeps cumulative counters (visits, downgrades, exceptions, timeouts) that
+//! only ever grow. The window stores, for each bucket, the value the counters had when
+//! that bucket began. The sum over the window is then `counter_now - snapshot[oldest]`:
+//! two loads, whatever the number of buckets, and no per-call write to the window at all.
+//! Rotation (writing the snapshot of a bucket that begins) happens once per bucket width,
+//! done by the first thread that notices, without blocking the others.
+
+use crate::sync::{AtomicU64, Ordering};
+
+/// Number of cumulative counters the window follows.
+pub(crate) const TRACKED: usize = 4;
+pub(crate) const VISITS: usize = 0;
+pub(crate) const DOWNGRADES: usize = 1;
+pub(crate) const EXCEPTIONS: usize = 2;
+pub(crate) const TIMEOUTS: usize = 3;
+
+#[derive(Debug)]
+struct Slot([AtomicU64; TRACKED]);
+
+/// A ring of bucket-start snapshots with a fixed geometry.
+#[derive(Debug)]
+pub(crate) struct Ring {
+    pub(crate) width_ns: u64,
+    pub(crate) buckets: u64,
+    /// The newest tick whose snapshot is written.
+    head: AtomicU64,
+    /// The newest tick a rotating thread has claimed.
+    claim: AtomicU64,
+    slots: Box<[Slot]>,
+}
+
+impl Ring {
+    pub(crate) fn new(buckets: u32, width_ns: u64, now: u64, current: [u64; TRACKED]) -> Ring {
+        let tick = now / width_ns;
+        let slots = (0..buckets)
+            .map(|_| Slot(current.map(AtomicU64::new)))
+            .collect();
+        Ring {
+            width_ns,
+            buckets: u64::from(buckets),
+            head: AtomicU64::new(tick),
+            claim: AtomicU64::new(tick),
+            slots,
+        }
+    }
+
+    /// Empties the window (used when a ring is reused after a geometry change).
+    pub(crate) fn reset(&self, now: u64, current: [u64; TRACKED]) {
+        let tick = now / self.width_ns;
+        for slot in self.slots.iter() {
+            for (cell, v) in slot.0.iter().zip(current) {
+                cell.store(v, Ordering::Relaxed);
+            }
+        }
+        self.claim.store(tick, Ordering::Relaxed);
+        self.head.store(tick, Ordering::Release);
+    }
+
+    /// Brings the window up to `now` and returns the counter values at the start of the
+    /// oldest bucket in the window. `read` gives the current cumulative counters and is
+    /// called only when a bucket boundary was crossed.
+    #[inline]
+    pub(crate) fn base(&self, now: u64, read: impl FnOnce() -> [u64; TRACKED]) -> [u64; TRACKED] {
+        let tick = now / self.width_ns;
+        let mut head = self.head.load(Ordering::Acquire);
+        if tick > head {
+            head = self.rotate(tick, read).max(head);
+        }
+        let oldest = head + 1; // ≡ head - (buckets - 1) modulo `buckets`
+        let slot = &self.slots[(oldest % self.buckets) as usize];
+        slot.0.each_ref().map(|c| c.load(Ordering::Relaxed))
+    }
+
+    #[cold]
+    fn rotate(&self, tick: u64, read: impl FnOnce() -> [u64; TRACKED]) -> u64 {
+        let claimed = self.claim.load(Ordering::Relaxed);
+        if claimed >= tick
+            || self
+                .claim
+                .compare_exchange(claimed, tick, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+        {
+            // Another thread is rotating; use the window it last published.
+            return self.head.load(Ordering::Acquire);
+        }
+        // Nothing observed the ticks since `claimed`, so every bucket that began in
+        // between starts with today's counters (they saw no calls).
+        let current = read();
+        let first = (claimed + 1).max(tick.saturating_sub(self.buckets - 1));
+        for t in first..=tick {
+            let slot = &self.slots[(t % self.buckets) as usize];
+            for (cell, v) in slot.0.iter().zip(current) {
+                cell.store(v, Ordering::Relaxed);
+            }
+        }
+        self.head.fetch_max(tick, Ordering::AcqRel);
+        tick
+    }
+
+    /// Approximate heap size in bytes.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.slots.len() * std::mem::size_of::<Slot>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    /// A counter model fed by the test.
+    fn sums(ring: &Ring, now: u64, cum: [u64; TRACKED]) -> [u64; TRACKED] {
+        let base = ring.base(now, || cum);
+        [0, 1, 2, 3].map(|i| cum[i] - base[i])
+    }
+
+    #[test]
+    fn window_slides_bucket_by_bucket() {
+        let ring = Ring::new(3, S, 10 * S, [0; 4]);
+        let mut cum = [0u64; 4];
+        // one visit in each of ticks 10, 11, 12, 13
+        for (i, tick) in (10..14).enumerate() {
+            let now = tick * S + S / 2;
+            // rotation happens before the visit is counted
+            let _ = ring.base(now, || cum);
+            cum[VISITS] += 1;
+            let v = sums(&ring, now, cum)[VISITS];
+            assert_eq!(v, (i as u64 + 1).min(3), "tick {tick}");
+        }
+        // after a long idle period the window is empty
+        assert_eq!(sums(&ring, 100 * S, cum)[VISITS], 0);
+    }
+
+    #[test]
+    fn gap_shorter_than_the_window_keeps_old_buckets() {
+        let ring = Ring::new(10, S, 0, [0; 4]);
+        let mut cum = [0u64; 4];
+        cum[EXCEPTIONS] = 5; // five exceptions in tick 0
+        assert_eq!(sums(&ring, 9 * S, cum)[EXCEPTIONS], 5);
+        assert_eq!(sums(&ring, 10 * S, cum)[EXCEPTIONS], 0);
+    }
+
+    #[test]
+    fn cost_does_not_depend_on_bucket_count() {
+        // Not a timing test: the base of a 600-bucket ring is one slot read.
+        let ring = Ring::new(600, S, 0, [7; 4]);
+        assert_eq!(ring.base(S / 2, || [9; 4]), [7; 4]);
+        assert_eq!(ring.heap_bytes(), 600 * 32);
+    }
+}

@@ -1,0 +1,1 @@
+//! trybuild cases for the resilience macros live in `tests/`.
