@@ -124,7 +124,11 @@ impl Args {
             let value = key_value::<kw::fallback, _>(input, |input| {
                 function_path(input, "fallback = Self::fallback")
             })?;
-            set_once(&mut self.fallback, arg(key_span, position, value), "fallback")
+            set_once(
+                &mut self.fallback,
+                arg(key_span, position, value),
+                "fallback",
+            )
         } else if input.peek(kw::default) {
             input.parse::<kw::default>()?;
             let value = if input.peek(Token![=]) {
@@ -202,6 +206,14 @@ fn point_name(input: ParseStream<'_>) -> syn::Result<LitStr> {
         return Err(syn::Error::new(
             lit.span(),
             "`point` must not be empty or only whitespace",
+        ));
+    }
+    // The runtime rejects these too (`PointNameError`); catching them here keeps the
+    // generated lookup infallible.
+    if lit.value().chars().any(char::is_control) {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`point` must not contain control characters",
         ));
     }
     Ok(lit)
@@ -317,7 +329,10 @@ mod tests {
         ));
         assert_eq!(args.point.unwrap().value.value(), "orders::get");
         let fallback = args.fallback.unwrap();
-        assert_eq!(fallback.value.to_token_stream().to_string(), "Self :: cached");
+        assert_eq!(
+            fallback.value.to_token_stream().to_string(),
+            "Self :: cached"
+        );
         assert_eq!(fallback.position, 1);
         let is_exception = args.is_exception.unwrap();
         assert_eq!(

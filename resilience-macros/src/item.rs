@@ -5,7 +5,7 @@
 //! let rustc report the error where it is; and syntax newer than our `syn`
 //! passes straight through.
 
-use proc_macro2::{Delimiter, Group, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use syn::parse::{ParseStream, Parser as _};
 use syn::{Attribute, Signature, Token, Visibility};
 
@@ -33,6 +33,16 @@ pub(crate) enum Body {
 pub(crate) struct SplitBody {
     pub(crate) inner_attrs: TokenStream,
     /// The remaining statements, still in a brace group with the original span.
+    pub(crate) block: Group,
+}
+
+/// The body `#[async_trait]` gives a method: `Box::pin(async move { .. })`.
+pub(crate) struct BoxedFuture {
+    /// `Box::pin` (or a longer path to it), as written.
+    pub(crate) box_pin: TokenStream,
+    /// The `async` keyword, where errors about awaiting belong.
+    pub(crate) async_span: Span,
+    /// The async block's `{ .. }`.
     pub(crate) block: Group,
 }
 
@@ -65,9 +75,7 @@ impl ItemFn {
                     TokenTree::Group(group) if group.delimiter() == Delimiter::Brace => {
                         Body::Block(group)
                     }
-                    other => {
-                        return Err(syn::Error::new(other.span(), "expected a function body"))
-                    }
+                    other => return Err(syn::Error::new(other.span(), "expected a function body")),
                 }
             };
             Ok(ItemFn {
@@ -137,6 +145,47 @@ impl Body {
     }
 }
 
+impl SplitBody {
+    /// Recognises a body that is exactly `Box::pin(async move { .. })`, the
+    /// shape `#[async_trait]` (which always expands before us, being on the
+    /// enclosing impl) gives every method.
+    ///
+    /// Matched on tokens, not parsed, so only that exact shape qualifies:
+    /// anything else is wrapped as an ordinary sync fn.
+    pub(crate) fn boxed_future(&self) -> Option<BoxedFuture> {
+        let tokens: Vec<TokenTree> = self.block.stream().into_iter().collect();
+        let (TokenTree::Group(call), path) = tokens.split_last()? else {
+            return None;
+        };
+        if call.delimiter() != Delimiter::Parenthesis {
+            return None;
+        }
+        let path_is_plain = path.iter().all(|tt| match tt {
+            TokenTree::Ident(_) => true,
+            TokenTree::Punct(p) => p.as_char() == ':',
+            _ => false,
+        });
+        let spelled: String = path.iter().map(ToString::to_string).collect();
+        if !path_is_plain || !(spelled == "Box::pin" || spelled.ends_with("::Box::pin")) {
+            return None;
+        }
+        match call.stream().into_iter().collect::<Vec<_>>().as_slice() {
+            [TokenTree::Ident(async_), TokenTree::Ident(move_), TokenTree::Group(block)]
+                if async_ == "async"
+                    && move_ == "move"
+                    && block.delimiter() == Delimiter::Brace =>
+            {
+                Some(BoxedFuture {
+                    box_pin: path.iter().cloned().collect(),
+                    async_span: async_.span(),
+                    block: block.clone(),
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use quote::{quote, ToTokens as _};
@@ -165,7 +214,10 @@ mod tests {
 
     #[test]
     fn trait_method_without_body() {
-        let item = parse(quote!(fn get(&self) -> u8;)).unwrap();
+        let item = parse(quote!(
+            fn get(&self) -> u8;
+        ))
+        .unwrap();
         assert!(matches!(item.body, Body::Missing(_)));
     }
 
@@ -185,16 +237,37 @@ mod tests {
     #[test]
     fn non_fn_items_are_rejected() {
         for tokens in [
-            quote!(struct S;),
-            quote!(#[derive(Debug)] pub struct S { a: u8 }),
-            quote!(const X: u8 = 1;),
-            quote!(unsafe impl Send for S {}),
-            quote!(extern "C" { fn f(); }),
-            quote!(mod m {}),
-            quote!(static S: u8 = 1;),
+            quote!(
+                struct S;
+            ),
+            quote!(
+                #[derive(Debug)]
+                pub struct S {
+                    a: u8,
+                }
+            ),
+            quote!(
+                const X: u8 = 1;
+            ),
+            quote!(
+                unsafe impl Send for S {}
+            ),
+            quote!(
+                extern "C" {
+                    fn f();
+                }
+            ),
+            quote!(
+                mod m {}
+            ),
+            quote!(
+                static S: u8 = 1;
+            ),
             quote!(m!();),
         ] {
-            let err = parse(tokens.clone()).err().unwrap_or_else(|| panic!("{tokens}"));
+            let err = parse(tokens.clone())
+                .err()
+                .unwrap_or_else(|| panic!("{tokens}"));
             assert_eq!(
                 err.to_string(),
                 "`#[downgrade]` can only be applied to functions"
@@ -205,10 +278,18 @@ mod tests {
     #[test]
     fn fn_like_heads_are_accepted() {
         for tokens in [
-            quote!(const fn f() {}),
-            quote!(extern "C" fn f() {}),
-            quote!(pub unsafe extern fn f() {}),
-            quote!(async fn f() {}),
+            quote!(
+                const fn f() {}
+            ),
+            quote!(
+                extern "C" fn f() {}
+            ),
+            quote!(
+                pub unsafe extern "C" fn f() {}
+            ),
+            quote!(
+                async fn f() {}
+            ),
         ] {
             assert!(parse(tokens.clone()).is_ok(), "{tokens}");
         }
@@ -216,7 +297,14 @@ mod tests {
 
     #[test]
     fn inner_attributes_are_split_off() {
-        let item = parse(quote!(fn f() { #![allow(unused)] #![doc = "x"] let x = 1; })).unwrap();
+        let item = parse(quote!(
+            fn f() {
+                #![allow(unused)]
+                #![doc = "x"]
+                let x = 1;
+            }
+        ))
+        .unwrap();
         let split = item.body.split().unwrap();
         assert_eq!(
             split.inner_attrs.to_string(),
@@ -226,8 +314,42 @@ mod tests {
     }
 
     #[test]
+    fn async_trait_body_is_recognised() {
+        for body in [
+            quote!(Box::pin(async move {
+                let __ret: u8 = { 1 };
+                __ret
+            })),
+            quote!(::std::boxed::Box::pin(async move { 1 })),
+        ] {
+            let item =
+                parse(quote!(fn f() -> Pin<Box<dyn Future<Output = u8>>> { #body })).unwrap();
+            let boxed = item.body.split().unwrap().boxed_future();
+            assert!(boxed.is_some(), "{body}");
+        }
+        for body in [
+            quote!(Box::pin(async { 1 })),
+            quote!(Box::pin(async move { 1 });),
+            quote!(let x = 1; Box::pin(async move { x })),
+            quote!(Box::new(async move { 1 })),
+            quote!(Rc::pin(async move { 1 })),
+        ] {
+            let item =
+                parse(quote!(fn f() -> Pin<Box<dyn Future<Output = u8>>> { #body })).unwrap();
+            let boxed = item.body.split().unwrap().boxed_future();
+            assert!(boxed.is_none(), "{body}");
+        }
+    }
+
+    #[test]
     fn outer_attribute_in_body_is_not_split_off() {
-        let item = parse(quote!(fn f() { #[allow(unused)] let x = 1; })).unwrap();
+        let item = parse(quote!(
+            fn f() {
+                #[allow(unused)]
+                let x = 1;
+            }
+        ))
+        .unwrap();
         let split = item.body.split().unwrap();
         assert!(split.inner_attrs.is_empty());
     }

@@ -1,1 +1,324 @@
-//! placeholder (being written)
+#![doc = include_str!("../README.md")]
+
+mod args;
+mod expand;
+mod item;
+mod paths;
+mod validate;
+
+use proc_macro::TokenStream;
+
+/// Guards a function with a downgrade point: on every call the runtime
+/// decides whether to run the function or to downgrade it.
+///
+/// A downgraded call does not run the body; it returns the [`fallback`](#fallback)'s
+/// result, the [`default`](#default) value, or, when neither is given, an
+/// `Err` built from the runtime's `Downgraded`. Whether and when calls are
+/// downgraded is policy, configured at run time for the point's name
+/// through `resilience_runtime::policy`; the attribute only names the point
+/// and says what to return.
+///
+/// A call that runs reports its outcome to the runtime: an `Err` return
+/// counts as an exception (see [`is_exception`](#is_exception)), as does a
+/// panic, which is recorded and then resumed. For an `async fn`, dropping the
+/// future before it completes reports a cancelled call, not an exception.
+///
+/// ```ignore
+/// use resilience_runtime::{downgrade, Downgraded};
+///
+/// #[derive(Debug)]
+/// enum Error {
+///     Downgraded(Downgraded),
+///     Io(std::io::Error),
+/// }
+///
+/// impl From<Downgraded> for Error {
+///     fn from(d: Downgraded) -> Self {
+///         Error::Downgraded(d)
+///     }
+/// }
+///
+/// // No fallback: a downgraded call returns `Err(Error::Downgraded(..))`.
+/// #[downgrade]
+/// fn load_profile(user: u64) -> Result<Profile, Error> {
+///     fetch_profile(user).map_err(Error::Io)
+/// }
+/// ```
+///
+/// The signature is left as written (generics, `where` clauses, receivers,
+/// `unsafe`, `async`, other attributes and doc comments); only the body is
+/// wrapped. It works on free functions, inherent methods, methods in trait
+/// impls and trait methods with a default body.
+///
+/// It can be stacked with `#[breaker]` in either order. The attribute
+/// written closest to the `fn` is asked first on each call (attributes
+/// expand top to bottom, and each wraps the body the previous one produced):
+///
+/// ```ignore
+/// // Each call asks the breaker first; if it lets the call through, the
+/// // downgrade point decides whether the body runs.
+/// #[downgrade(default)]
+/// #[breaker]
+/// fn score(user: u64) -> u32 { /* ... */ }
+/// ```
+///
+/// # Arguments
+///
+/// All arguments are optional and may come in any order, each at most once.
+///
+/// ## `point`
+///
+/// The name of the point, a non-empty string literal. Policies are attached
+/// to this name. Defaults to the function's path,
+/// `concat!(module_path!(), "::", "<fn name>")`, e.g. `"my_crate::orders::get"`.
+/// Two methods with the same name in one module (say `get` in two impls)
+/// share that default, so give at least one of them a `point`.
+///
+/// ```ignore
+/// #[downgrade(point = "orders::get")]
+/// fn get_order(id: u64) -> Result<Order, Error> { /* ... */ }
+/// ```
+///
+/// ## `fallback`
+///
+/// A path to a function (`name`, `Self::name`, `module::name`) called
+/// instead of the body when the call is downgraded. It receives the same
+/// arguments by value, the receiver first (`Self::cached(self, id)`), and
+/// must return the same type; for an `async fn` it must be `async` too, and
+/// it is awaited. Errors about its signature point at the path in the attribute.
+///
+/// ```ignore
+/// impl Catalog {
+///     #[downgrade(fallback = Self::cached_price)]
+///     async fn price(&self, sku: &str) -> Result<Price, Error> {
+///         self.pricing_service.quote(sku).await
+///     }
+///
+///     async fn cached_price(&self, sku: &str) -> Result<Price, Error> {
+///         self.cache.price(sku).ok_or(Error::NoPrice)
+///     }
+/// }
+/// ```
+///
+/// Parameters written as patterns (`(a, b): (i32, i32)`, `_: u8`) are given
+/// a hidden name in the signature so that they can be passed on, and
+/// destructured again at the start of the body. Cannot be combined with
+/// `default`.
+///
+/// ## `default`
+///
+/// The value returned when the call is downgraded: `default = expr`
+/// evaluates `expr` (only on a downgraded call); a bare `default` returns
+/// `Default::default()`. Cannot be combined with `fallback`.
+///
+/// ```ignore
+/// #[downgrade(default = Vec::new())]
+/// fn recommendations(user: u64) -> Vec<Item> { /* ... */ }
+///
+/// #[downgrade(default)]
+/// fn badge_count(user: u64) -> u32 { /* ... */ }
+/// ```
+///
+/// Without `fallback` or `default`, the function must return a
+/// `Result<T, E>` where `E: From<Downgraded>`; the compiler says so at the
+/// return type otherwise.
+///
+/// ## `is_exception`
+///
+/// A path to a predicate `fn(&E) -> bool` that decides which `Err(e)` values
+/// count as exceptions for the point's statistics. Without it, every `Err`
+/// counts (and a function that does not return a `Result` never reports
+/// one, only panics). The function must return a `Result`.
+///
+/// ```ignore
+/// fn is_server_error(e: &HttpError) -> bool {
+///     e.status() >= 500
+/// }
+///
+/// // A 404 is a normal answer, not a sign that the backend is failing.
+/// #[downgrade(is_exception = is_server_error)]
+/// fn get(url: &str) -> Result<Response, HttpError> { /* ... */ }
+/// ```
+///
+/// ## `crate`
+///
+/// The path to the runtime crate, as a string, for when it is renamed in
+/// `Cargo.toml` or re-exported from another crate. Defaults to
+/// `"::resilience_runtime"`.
+///
+/// ```ignore
+/// // Cargo.toml: rt = { package = "resilience-runtime", version = "0.1" }
+/// #[rt::downgrade(crate = "::rt")]
+/// fn get(id: u64) -> Result<Item, Error> { /* ... */ }
+/// ```
+///
+/// # Errors
+///
+/// Compile errors, all reported in one build, for: an unknown or duplicate
+/// argument, an empty `point`, `fallback` together with `default`, and use
+/// on anything but a function with a body, or on a `const fn`, an `extern`
+/// fn or a variadic fn.
+///
+/// ```text
+/// error: unknown argument `fallbak`, expected one of `point`, `fallback`, `default`, `is_exception`, `crate`
+///  --> src/orders.rs:3:13
+///   |
+/// 3 | #[downgrade(fallbak = cached)]
+///   |             ^^^^^^^
+/// ```
+///
+/// # `#[async_trait]`
+///
+/// Inside an `#[async_trait]` impl or trait, `#[async_trait]` expands first
+/// and turns the method into a fn returning
+/// `Pin<Box<dyn Future<Output = R> + Send + '_>>` with a body of
+/// `Box::pin(async move { .. })`. That shape is recognised: the guard runs
+/// inside the boxed future, exactly as for an `async fn .. -> R`, and a
+/// `fallback` is awaited. Any fn with that return type and exactly that body
+/// is treated the same way.
+///
+/// # Limitations
+///
+/// A sync body runs inside a closure, so `Location::caller()` in a
+/// `#[track_caller]` function sees the wrapper, not the caller.
+#[proc_macro_attribute]
+pub fn downgrade(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::downgrade::expand(args.into(), item.into()).into()
+}
+
+/// Guards a function with a circuit breaker: while the point's breaker is
+/// open, calls are rejected without running the body.
+///
+/// The breaker counts exceptions (an `Err` return, see
+/// [`is_exception`](#is_exception), or a panic) over a sliding window and
+/// opens when the point's policy says so; after a cool-down it lets trial
+/// calls through (half-open) and closes again once they succeed. The
+/// thresholds are policy, configured at run time for the point's name
+/// through `resilience_runtime::policy`. For an `async fn`, dropping the
+/// future before it completes counts as a cancelled call, neither success
+/// nor exception.
+///
+/// A rejected call returns the [`fallback`](#fallback)'s result, the
+/// [`default`](#default) value, or, when neither is given, an `Err` built
+/// from the runtime's `Downgraded`.
+///
+/// ```ignore
+/// use resilience_runtime::breaker;
+///
+/// #[breaker(point = "payments::charge")]
+/// async fn charge(card: &Card, cents: u64) -> Result<Receipt, PaymentError> {
+///     gateway().charge(card, cents).await
+/// }
+/// ```
+///
+/// The signature is left as written; only the body is wrapped. It works on
+/// free functions, inherent methods, methods in trait impls and trait
+/// methods with a default body, and can be stacked with `#[downgrade]` in
+/// either order: the attribute written closest to the `fn` is asked first
+/// on each call.
+///
+/// # Arguments
+///
+/// All arguments are optional and may come in any order, each at most once.
+///
+/// ## `point`
+///
+/// The name of the point, a non-empty string literal; the breaker policy is
+/// attached to it. Defaults to `concat!(module_path!(), "::", "<fn name>")`.
+/// Two methods with the same name in one module share that default, so give
+/// at least one of them a `point`.
+///
+/// ```ignore
+/// #[breaker(point = "inventory::reserve")]
+/// fn reserve(sku: &str, n: u32) -> Result<Reservation, Error> { /* ... */ }
+/// ```
+///
+/// ## `fallback`
+///
+/// A path to a function called instead of the body while the breaker
+/// rejects calls. It receives the same arguments by value, the receiver first
+/// (`Self::stale(self, sku)`), and must return the same type; for an
+/// `async fn` it must be `async` too. Errors about its signature point at the
+/// path in the attribute. Cannot be combined with `default`.
+///
+/// ```ignore
+/// impl Stock {
+///     #[breaker(fallback = Self::stale_level)]
+///     fn level(&self, sku: &str) -> Result<u32, Error> {
+///         self.warehouse.level(sku)
+///     }
+///
+///     fn stale_level(&self, sku: &str) -> Result<u32, Error> {
+///         Ok(self.snapshot.level(sku))
+///     }
+/// }
+/// ```
+///
+/// ## `default`
+///
+/// The value returned while the breaker rejects calls: `default = expr`
+/// (evaluated only then), or a bare `default` for `Default::default()`.
+/// Cannot be combined with `fallback`.
+///
+/// ```ignore
+/// #[breaker(default = Suggestions::none())]
+/// fn suggestions(query: &str) -> Suggestions { /* ... */ }
+///
+/// #[breaker(default)]
+/// fn unread(user: u64) -> u32 { /* ... */ }
+/// ```
+///
+/// Without `fallback` or `default`, the function must return a
+/// `Result<T, E>` where `E: From<Downgraded>`.
+///
+/// ## `is_exception`
+///
+/// A path to a predicate `fn(&E) -> bool` that decides which `Err(e)`
+/// values count towards opening the breaker. Without it, every `Err` counts.
+/// The function must return a `Result`.
+///
+/// ```ignore
+/// fn is_transient(e: &DbError) -> bool {
+///     matches!(e, DbError::Timeout | DbError::ConnectionLost)
+/// }
+///
+/// // A constraint violation is the caller's fault: it must not open the breaker.
+/// #[breaker(is_exception = is_transient)]
+/// fn insert(row: &Row) -> Result<(), DbError> { /* ... */ }
+/// ```
+///
+/// ## `crate`
+///
+/// The path to the runtime crate, as a string, for when it is renamed or
+/// re-exported. Defaults to `"::resilience_runtime"`.
+///
+/// ```ignore
+/// #[my_platform::breaker(crate = "::my_platform::resilience")]
+/// fn call() -> Result<(), Error> { /* ... */ }
+/// ```
+///
+/// # Errors
+///
+/// The same compile errors as `#[downgrade]`, naming `#[breaker]`: an
+/// unknown or duplicate argument, an empty `point`, `fallback` together
+/// with `default`, and use on anything but a function with a body, or on a
+/// `const fn`, an `extern` fn or a variadic fn.
+///
+/// ```text
+/// error: duplicate argument `point`
+///  --> src/payments.rs:1:30
+///   |
+/// 1 | #[breaker(point = "a", point = "b")]
+///   |                        ^^^^^
+/// ```
+///
+/// # Limitations
+///
+/// The same as `#[downgrade]`'s: `#[track_caller]` does not see through the
+/// wrapper of a sync body. Methods in an `#[async_trait]` impl or trait are
+/// supported the same way too: the breaker guards the boxed future's
+/// execution, as for an `async fn`.
+#[proc_macro_attribute]
+pub fn breaker(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::breaker::expand(args.into(), item.into()).into()
+}

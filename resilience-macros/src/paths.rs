@@ -1,6 +1,6 @@
 //! Owns the spelling of the runtime crate's path: no other module names `resilience_runtime`.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::{quote, ToTokens};
 
 /// The module of the runtime that generated code may call into, and nothing else.
@@ -30,8 +30,27 @@ impl Runtime {
     /// `<root>::__private`.
     pub(crate) fn private(&self) -> TokenStream {
         let root = &self.root;
-        let module = proc_macro2::Ident::new(PRIVATE_MODULE, proc_macro2::Span::call_site());
+        let module = proc_macro2::Ident::new(PRIVATE_MODULE, Span::call_site());
         quote!(#root::#module)
+    }
+
+    /// `<root>::__private` with every token at `span`.
+    ///
+    /// For calls whose type errors should point at a user token (the return
+    /// type for `DowngradeReturn`): rustc reports a path call at the span of
+    /// the whole path, and a path mixing our call-site tokens with the
+    /// user's would be reported at the whole attribute instead. Respanning is
+    /// safe: `span` is a user token's, which resolves like `crate = "..."`'s
+    /// literal or, for `::resilience_runtime`, like anywhere else.
+    pub(crate) fn private_at(&self, span: Span) -> TokenStream {
+        self.private()
+            .into_iter()
+            .map(|mut tt| {
+                // A mod-style path has no groups, so a flat respan is complete.
+                tt.set_span(span);
+                tt
+            })
+            .collect()
     }
 }
 

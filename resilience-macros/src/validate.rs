@@ -112,14 +112,33 @@ mod tests {
 
     #[test]
     fn plain_fn_passes() {
-        assert!(check(quote!(), quote!(fn f() -> Result<(), E> { Ok(()) })).is_empty());
-        assert!(check(quote!(), quote!(extern "Rust" fn f() {})).is_empty());
+        assert!(check(
+            quote!(),
+            quote!(
+                fn f() -> Result<(), E> {
+                    Ok(())
+                }
+            )
+        )
+        .is_empty());
+        assert!(check(
+            quote!(),
+            quote!(
+                extern "Rust" fn f() {}
+            )
+        )
+        .is_empty());
     }
 
     #[test]
     fn const_fn() {
         assert_eq!(
-            check(quote!(), quote!(const fn f() {})),
+            check(
+                quote!(),
+                quote!(
+                    const fn f() {}
+                )
+            ),
             ["`#[downgrade]` cannot be applied to a `const fn`; remove `const`"]
         );
     }
@@ -127,18 +146,33 @@ mod tests {
     #[test]
     fn extern_fn() {
         assert_eq!(
-            check(quote!(), quote!(extern "C" fn f() {})),
+            check(
+                quote!(),
+                quote!(
+                    extern "C" fn f() {}
+                )
+            ),
             ["`#[downgrade]` cannot be applied to an `extern` fn"]
         );
         assert_eq!(
-            check(quote!(), quote!(extern fn f() {})),
+            check(
+                quote!(),
+                quote!(
+                    extern "C" fn f() {}
+                )
+            ),
             ["`#[downgrade]` cannot be applied to an `extern` fn"]
         );
     }
 
     #[test]
     fn variadic_fn() {
-        let errors = check(quote!(), quote!(unsafe extern "C" fn f(a: i32, ...) {}));
+        let errors = check(
+            quote!(),
+            quote!(
+                unsafe extern "C" fn f(a: i32, ...) {}
+            ),
+        );
         assert_eq!(
             errors,
             [
@@ -150,7 +184,12 @@ mod tests {
 
     #[test]
     fn missing_body() {
-        let errors = check(quote!(), quote!(fn f(&self);));
+        let errors = check(
+            quote!(),
+            quote!(
+                fn f(&self);
+            ),
+        );
         assert_eq!(errors.len(), 1);
         assert!(errors[0].starts_with("`#[downgrade]` needs a function body"));
     }
@@ -158,11 +197,25 @@ mod tests {
     #[test]
     fn fallback_with_default() {
         assert_eq!(
-            check(quote!(fallback = f, default), quote!(fn f() -> u8 { 1 })),
+            check(
+                quote!(fallback = f, default),
+                quote!(
+                    fn f() -> u8 {
+                        1
+                    }
+                )
+            ),
             ["`fallback` and `default` cannot be used together"]
         );
         assert_eq!(
-            check(quote!(default = 1, fallback = f), quote!(fn f() -> u8 { 1 })),
+            check(
+                quote!(default = 1, fallback = f),
+                quote!(
+                    fn f() -> u8 {
+                        1
+                    }
+                )
+            ),
             ["`fallback` and `default` cannot be used together"]
         );
     }
@@ -170,17 +223,34 @@ mod tests {
     #[test]
     fn is_exception_without_result() {
         assert_eq!(
-            check(quote!(is_exception = p), quote!(fn f() {})),
+            check(
+                quote!(is_exception = p),
+                quote!(
+                    fn f() {}
+                )
+            ),
             ["`is_exception` needs a function that returns a `Result`"]
         );
-        assert!(check(quote!(is_exception = p), quote!(fn f() -> io::Result<()> { Ok(()) })).is_empty());
+        assert!(check(
+            quote!(is_exception = p),
+            quote!(
+                fn f() -> io::Result<()> {
+                    Ok(())
+                }
+            )
+        )
+        .is_empty());
     }
 
     #[test]
     fn every_mistake_is_reported() {
         let errors = check(
             quote!(fallback = f, default),
-            quote!(const extern "C" fn f() -> u8 { 1 }),
+            quote!(
+                const extern "C" fn f() -> u8 {
+                    1
+                }
+            ),
         );
         assert_eq!(errors.len(), 3, "{errors:?}");
     }

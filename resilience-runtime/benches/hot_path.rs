@@ -1,1 +1,159 @@
-fn main() {}
+//! Hot-path cost of `#[downgrade]`, measured in one run against yardsticks:
+//! a plain function, one relaxed atomic increment, governor's `check()` and failsafe's
+//! `call`. Run with `cargo bench -p resilience-runtime --bench hot_path`.
+//!
+//! Targets (ratios within one run): no policy <= 3x the atomic increment; all five
+//! strategies <= 2.5x governor and <= 1/3 of failsafe; 2 threads on one point <= 8x
+//! the single-thread cost per call; flat in the number of points, buckets and listeners.
+
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
+use resilience_runtime::{downgrade, registry, Policy};
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+#[inline(never)]
+fn plain(x: u64) -> u64 {
+    black_box(x).wrapping_mul(3)
+}
+
+#[downgrade(point = "bench.none", default)]
+#[inline(never)]
+fn guarded_none(x: u64) -> u64 {
+    black_box(x).wrapping_mul(3)
+}
+
+#[downgrade(point = "bench.all", default)]
+#[inline(never)]
+fn guarded_all(x: u64) -> u64 {
+    black_box(x).wrapping_mul(3)
+}
+
+#[downgrade(point = "bench.buckets", default)]
+#[inline(never)]
+fn guarded_buckets(x: u64) -> u64 {
+    black_box(x).wrapping_mul(3)
+}
+
+/// Every strategy the issue names, with thresholds that never trip.
+fn all_five(buckets: u32) -> Policy {
+    Policy::builder()
+        .max_visits(u64::MAX / 2)
+        .max_concurrency(1_000_000)
+        .token_bucket(1e9, 1_000_000_000)
+        .max_exceptions(u64::MAX / 2)
+        .timeouts(Duration::from_secs(3600), u64::MAX / 2)
+        .window(buckets, Duration::from_millis(1000 * 10 / u64::from(buckets).max(1)))
+        .build()
+        .unwrap()
+}
+
+fn yardsticks(c: &mut Criterion) {
+    let mut g = c.benchmark_group("hot_path");
+    g.bench_function("plain_fn", |b| b.iter(|| plain(black_box(7))));
+    let counter = AtomicU64::new(0);
+    g.bench_function("atomic_increment", |b| {
+        b.iter(|| black_box(&counter).fetch_add(1, Ordering::Relaxed))
+    });
+    let limiter = governor::RateLimiter::direct(governor::Quota::per_second(
+        NonZeroU32::new(u32::MAX).unwrap(),
+    ));
+    g.bench_function("governor_check", |b| b.iter(|| black_box(limiter.check())));
+    let breaker = failsafe::Config::new().build();
+    g.bench_function("failsafe_call", |b| {
+        b.iter(|| {
+            use failsafe::CircuitBreaker;
+            black_box(breaker.call(|| Ok::<_, ()>(plain(7))))
+        })
+    });
+
+    registry().clear_policy("bench.none").unwrap();
+    g.bench_function("downgrade_no_policy", |b| {
+        b.iter(|| guarded_none(black_box(7)))
+    });
+    registry().set_policy("bench.all", all_five(10)).unwrap();
+    g.bench_function("downgrade_all_five", |b| b.iter(|| guarded_all(black_box(7))));
+
+    // Two threads on the same point: per-call latency of each thread while both run.
+    g.bench_function("downgrade_all_five_2_threads", |b| {
+        b.iter_custom(|iters| {
+            let start = Barrier::new(2);
+            std::thread::scope(|s| {
+                let h: Vec<_> = (0..2)
+                    .map(|_| {
+                        s.spawn(|| {
+                            start.wait();
+                            let t = Instant::now();
+                            for _ in 0..iters {
+                                guarded_all(black_box(7));
+                            }
+                            t.elapsed()
+                        })
+                    })
+                    .collect();
+                h.into_iter().map(|h| h.join().unwrap()).max().unwrap()
+            })
+        })
+    });
+    g.finish();
+}
+
+fn scaling(c: &mut Criterion) {
+    let mut g = c.benchmark_group("scaling");
+    registry().set_policy("bench.buckets", all_five(10)).unwrap();
+    g.bench_function("buckets_10", |b| b.iter(|| guarded_buckets(black_box(7))));
+    registry().set_policy("bench.buckets", all_five(600)).unwrap();
+    g.bench_function("buckets_600", |b| b.iter(|| guarded_buckets(black_box(7))));
+
+    registry().set_policy("bench.all", all_five(10)).unwrap();
+    g.bench_function("points_few", |b| b.iter(|| guarded_all(black_box(7))));
+    for i in 0..100_000 {
+        registry()
+            .set_policy(&format!("bench.filler.{i}"), all_five(10))
+            .unwrap();
+    }
+    g.bench_function("points_100k", |b| b.iter(|| guarded_all(black_box(7))));
+
+    g.bench_function("listeners_0", |b| b.iter(|| guarded_all(black_box(7))));
+    for _ in 0..10 {
+        registry().add_listener(|e| {
+            black_box(e);
+        });
+    }
+    g.bench_function("listeners_10", |b| b.iter(|| guarded_all(black_box(7))));
+    g.finish();
+
+    let idle = registry().point("bench.idle").unwrap();
+    let full = registry().point("bench.full").unwrap();
+    registry()
+        .set_policy(
+            "bench.full",
+            Policy::builder()
+                .max_visits(1)
+                .max_concurrency(1)
+                .max_exceptions(1)
+                .exception_rate(0.5, 10)
+                .timeouts(Duration::from_millis(1), 1)
+                .token_bucket(1.0, 1)
+                .downgrade_percentage(50)
+                .delay(Duration::from_secs(10), Some(Duration::from_secs(1)))
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    println!(
+        "memory: idle point {} bytes, point with every rule (10-bucket window) {} bytes",
+        idle.memory_bytes(),
+        full.memory_bytes()
+    );
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = yardsticks, scaling
+}
+criterion_main!(benches);

@@ -1,6 +1,8 @@
 #![doc = include_str!("../../README.md")]
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+pub mod bloom;
+pub mod breaker;
 mod clock;
 mod error;
 mod listener;
@@ -8,9 +10,11 @@ mod point;
 mod policy;
 mod rand;
 mod registry;
+pub mod rolling;
 mod stats;
 mod sync;
 mod window;
+pub mod wheel;
 
 #[doc(hidden)]
 #[path = "private.rs"]

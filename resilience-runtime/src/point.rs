@@ -253,6 +253,8 @@ pub struct Point {
     /// Every window ring this point has had; the current one is in `cfg`. Rings are
     /// kept (and reused for an equal geometry) because a concurrent reader may still
     /// hold a pointer to a replaced one.
+    // The boxes keep each ring's address stable while the Vec grows.
+    #[allow(clippy::vec_box)]
     rings: Mutex<Vec<Box<Ring>>>,
     ring: AtomicPtr<Ring>,
 }

@@ -2,7 +2,6 @@
 //! stability promise, no docs promised.
 
 use crate::error::Downgraded;
-use crate::point::Point;
 use std::any::Any;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -10,7 +9,7 @@ use std::pin::Pin;
 use std::sync::OnceLock;
 use std::task::{Context, Poll};
 
-pub use crate::point::Permit;
+pub use crate::point::{Permit, Point};
 
 /// A point handle cached in a function-local `static` at each call site.
 #[derive(Debug)]

@@ -1,0 +1,1 @@
+//! Runnable examples of the resilience toolkit; see the `[[example]]` targets.

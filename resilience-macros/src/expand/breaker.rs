@@ -1,0 +1,55 @@
+//! Owns `#[breaker]`: the shared wrapping, entered through `enter_breaker`.
+
+use proc_macro2::{Ident, TokenStream};
+use quote::quote;
+
+use crate::args::Kind;
+
+/// Runs the pipeline for `#[breaker(ARGS)] ITEM`.
+pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
+    super::run(Kind::Breaker, args, item, enter)
+}
+
+// Input:  __resilience_point: &'static RT::Point
+// Output: RT::enter_breaker(__resilience_point)
+fn enter(private: &TokenStream, point: &Ident) -> TokenStream {
+    quote!(#private::enter_breaker(#point))
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    #[test]
+    fn enters_through_the_breaker() {
+        let out = super::expand(
+            quote!(),
+            quote!(
+                fn f() {}
+            ),
+        )
+        .to_string();
+        assert!(
+            out.contains(
+                ":: resilience_runtime :: __private :: enter_breaker (__resilience_point)"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("Point :: enter"), "{out}");
+    }
+
+    #[test]
+    fn messages_name_the_breaker() {
+        let out = super::expand(
+            quote!(),
+            quote!(
+                struct S;
+            ),
+        )
+        .to_string();
+        assert!(
+            out.contains("`#[breaker]` can only be applied to functions"),
+            "{out}"
+        );
+    }
+}

@@ -1,0 +1,898 @@
+//! Owns the wrapping shared by `#[downgrade]` and `#[breaker]`; the two
+//! differ only in the [`Enter`] function that asks the runtime for a permit.
+//!
+//! The whole pipeline runs from [`run`]: parse the arguments, parse the item,
+//! validate, and only then expand. On any error the user's item is emitted
+//! unchanged, followed by the errors, so the function never disappears.
+//!
+//! Every identifier we introduce has `Span::mixed_site()` and a
+//! `__resilience_` prefix; every path is absolute (`::core`, `::std`, or the
+//! runtime's `__private` module from `paths`).
+
+pub(crate) mod breaker;
+pub(crate) mod downgrade;
+
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned, ToTokens};
+use syn::ext::IdentExt as _;
+use syn::spanned::Spanned as _;
+use syn::{
+    ExprPath, FnArg, GenericArgument, LitStr, Pat, PatIdent, PathArguments, ReturnType, Signature,
+    Type, TypeInfer,
+};
+
+use crate::args::{Args, DefaultValue, Kind};
+use crate::item::{Body, BoxedFuture, ItemFn, SplitBody};
+use crate::paths::Runtime;
+use crate::validate::{self, Errors};
+
+/// Builds the expression that asks the runtime for a permit, of type
+/// `Result<Permit, Downgraded>`, from the runtime's `__private` path and the
+/// identifier holding the `&'static Point`.
+pub(crate) type Enter = fn(private: &TokenStream, point: &Ident) -> TokenStream;
+
+/// The pipeline: parse -> validate -> expand.
+pub(crate) fn run(kind: Kind, args: TokenStream, item: TokenStream, enter: Enter) -> TokenStream {
+    let mut errors = Errors::default();
+    let (args, args_error) = Args::parse(args);
+    if let Some(err) = args_error {
+        errors.push(err);
+    }
+    let parsed = match ItemFn::parse(item.clone(), kind) {
+        Ok(parsed) => {
+            validate::validate(kind, &args, &parsed, &mut errors);
+            Some(parsed)
+        }
+        Err(err) => {
+            errors.push(err);
+            None
+        }
+    };
+    match (errors.finish(), parsed) {
+        (None, Some(parsed)) => wrap(&args, parsed, enter),
+        (err, _) => {
+            // Keep the item so that callers and IDEs still see the function.
+            let err = err.map(|err| err.to_compile_error());
+            quote!(#item #err)
+        }
+    }
+}
+
+/// An identifier of ours: hygienic, so user code can neither see nor shadow it.
+fn ident(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
+}
+
+// Input:  #[attrs] vis fn get(&self, id: u64) -> Result<Item, E> { #![inner] BODY }
+// Output: #[attrs] vis fn get(&self, id: u64) -> Result<Item, E> {
+//             #![inner]
+//             GUARDED
+//         }
+// where GUARDED is
+//             let __resilience_point = { static __RESILIENCE_POINT: .. = ..; .. };   // point_handle
+//             #[allow(unreachable_code, clippy::diverging_sub_expression)]          // for `-> !`
+//             let __resilience_permit = match ENTER(__resilience_point) {            // acquire_permit
+//                 Ok(__resilience_permit) => __resilience_permit,
+//                 Err(..) => return FALLBACK | DEFAULT | DowngradeReturn,            // on_downgrade
+//             };
+//             match CAUGHT_BODY {                                                    // caught_body
+//                 Ok(__resilience_out) => { finish(permit, CLASSIFY); __resilience_out } // record_outcome
+//                 Err(__resilience_panic) => { panicked(permit); resume_unwind(__resilience_panic) }
+//             }
+//
+// For an `#[async_trait]` method (see `Shape::Boxed`):
+// Input:  fn get<'a>(&'a self) -> Pin<Box<dyn Future<Output = R> + Send + 'a>> {
+//             Box::pin(async move { BODY })
+//         }
+// Output: fn get<'a>(&'a self) -> Pin<Box<dyn Future<Output = R> + Send + 'a>> {
+//             Box::pin(async move { GUARDED })      // GUARDED as for `async fn .. -> R`
+//         }
+fn wrap(args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream {
+    let Some(split) = item.body.split() else {
+        // `validate` rejects a missing body; emit the item unchanged rather than panic.
+        return emit(&item, None);
+    };
+    let SplitBody { inner_attrs, .. } = &split;
+    let shape = Shape::of(&item.sig, &split);
+    let mut block = match &shape {
+        Shape::Boxed { future, .. } => future.block.clone(),
+        Shape::Sync | Shape::Async { .. } => split.block.clone(),
+    };
+    // The body's braces become ours (shown where they were): the block is
+    // now the tail of a closure body, and with the user's span rustc would
+    // suggest removing the "unnecessary braces" of `fn f() -> u8 { 1 }`.
+    block.set_span(at_user_token(block.span()));
+
+    let runtime = Runtime::new(args.krate.as_ref().map(|krate| &krate.value));
+    let private = runtime.private();
+    // Only a fallback needs the arguments, so only then are patterns rebound.
+    let rebound = match &args.fallback {
+        Some(_) => rebind_patterns(&mut item.sig),
+        None => Rebound::default(),
+    };
+
+    let point = ident("__resilience_point");
+    let permit = ident("__resilience_permit");
+    let out = ident("__resilience_out");
+    let panic = ident("__resilience_panic");
+
+    let output = match &shape {
+        Shape::Boxed { output, .. } => ReturnKind::of_type(output),
+        Shape::Sync | Shape::Async { .. } => ReturnKind::of(&item.sig),
+    };
+    let handle = point_handle(&private, args, &item.sig);
+    let acquire = acquire_permit(&runtime, args, &item.sig, &shape, &rebound, enter);
+    let caught = caught_body(&private, &shape, &output, &rebound, &block);
+    let outcome = record_outcome(&private, args, &output);
+
+    let guarded = quote! {
+        let #point = #handle;
+        // For a fallback or default of type `!` (always so on a `-> !` fn, or
+        // `default = unreachable!()`): our `return` of it is then unreachable,
+        // and clippy calls it a diverging sub-expression. Neither is the
+        // user's concern. On the statement, because clippy reads lint levels
+        // there, not on the match arm.
+        #[allow(unreachable_code, clippy::diverging_sub_expression)]
+        let #permit = #acquire;
+        match #caught {
+            ::core::result::Result::Ok(#out) => {
+                #outcome
+                #out
+            }
+            ::core::result::Result::Err(#panic) => {
+                #private::Permit::panicked(#permit);
+                ::std::panic::resume_unwind(#panic)
+            }
+        }
+    };
+    let body = match &shape {
+        Shape::Boxed { future, .. } => {
+            let box_pin = &future.box_pin;
+            quote!(#inner_attrs #box_pin(async move { #guarded }))
+        }
+        Shape::Sync | Shape::Async { .. } => quote!(#inner_attrs #guarded),
+    };
+    emit(&item, Some(body))
+}
+
+/// How the body runs, which decides how it is caught and awaited.
+enum Shape {
+    /// A plain fn: the body runs in a closure under `catch_unwind`.
+    Sync,
+    /// An `async fn`: the body runs in an `async move` block, awaited in place.
+    Async { await_span: Span },
+    /// A fn whose body is exactly `Box::pin(async move { .. })` and whose
+    /// return type names `Future<Output = R>`: what `#[async_trait]`, which
+    /// always expands before us, makes of an `async fn`. Treated as an
+    /// `async fn .. -> R` whose guard runs inside the boxed future, so that
+    /// the call's execution is guarded, not the creation of its future.
+    Boxed {
+        future: Box<BoxedFuture>,
+        output: Box<Type>,
+    },
+}
+
+impl Shape {
+    fn of(sig: &Signature, split: &SplitBody) -> Self {
+        if let Some(asyncness) = &sig.asyncness {
+            return Shape::Async {
+                await_span: asyncness.span,
+            };
+        }
+        let output = match &sig.output {
+            ReturnType::Type(_, ty) => future_output(ty),
+            ReturnType::Default => None,
+        };
+        match (split.boxed_future(), output) {
+            (Some(future), Some(output)) => Shape::Boxed {
+                future: Box::new(future),
+                output: Box::new(output.clone()),
+            },
+            _ => Shape::Sync,
+        }
+    }
+
+    /// Where an `.await` of ours belongs (`None` for a sync fn).
+    fn await_span(&self) -> Option<Span> {
+        match self {
+            Shape::Sync => None,
+            Shape::Async { await_span } => Some(*await_span),
+            Shape::Boxed { future, .. } => Some(future.async_span),
+        }
+    }
+}
+
+/// `R` in a return type such as `Pin<Box<dyn Future<Output = R> + Send + 'a>>`.
+fn future_output(ty: &Type) -> Option<&Type> {
+    match ty {
+        Type::Path(path) => path_future_output(&path.path),
+        Type::TraitObject(object) => object.bounds.iter().find_map(|bound| match bound {
+            syn::TypeParamBound::Trait(bound) => path_future_output(&bound.path),
+            _ => None,
+        }),
+        Type::Paren(paren) => future_output(&paren.elem),
+        Type::Group(group) => future_output(&group.elem),
+        _ => None,
+    }
+}
+
+/// `R` in `Future<Output = R>`, or in a type argument of the path (`Box<..>`).
+fn path_future_output(path: &syn::Path) -> Option<&Type> {
+    path.segments.iter().find_map(|segment| {
+        let PathArguments::AngleBracketed(generics) = &segment.arguments else {
+            return None;
+        };
+        generics.args.iter().find_map(|arg| match arg {
+            GenericArgument::AssocType(assoc)
+                if segment.ident == "Future" && assoc.ident == "Output" =>
+            {
+                Some(&assoc.ty)
+            }
+            GenericArgument::Type(ty) => future_output(ty),
+            _ => None,
+        })
+    })
+}
+
+/// Puts attributes, visibility and signature back exactly as parsed, with a
+/// new body (or the original one if `body` is `None`).
+fn emit(item: &ItemFn, body: Option<TokenStream>) -> TokenStream {
+    let ItemFn {
+        attrs,
+        vis,
+        defaultness,
+        sig,
+        body: original,
+    } = item;
+    let body = match (body, original) {
+        // Load-bearing span: the new body's braces are the user's braces.
+        // rustc derives the item's span from its first and last tokens, and
+        // an item ending in one of our tokens counts as macro-generated:
+        // `dead_code` would then stay silent about an unused function.
+        (Some(body), Body::Block(group)) => {
+            let mut braces = Group::new(Delimiter::Brace, body);
+            braces.set_span(group.span());
+            braces.into_token_stream()
+        }
+        (Some(body), Body::Missing(_)) => quote!({ #body }),
+        (None, Body::Block(group)) => group.to_token_stream(),
+        (None, Body::Missing(semi)) => semi.to_token_stream(),
+    };
+    quote! {
+        #(#attrs)*
+        #vis #defaultness #sig #body
+    }
+}
+
+/// What the fallback is called with, and how to restore the user's patterns.
+#[derive(Default)]
+struct Rebound {
+    /// One expression per parameter, receiver first: `self`, `id`, `__resilience_arg1`.
+    values: Vec<TokenStream>,
+    /// `let PATTERN = __resilience_argN;` for each rebound parameter.
+    lets: Vec<TokenStream>,
+}
+
+// Input:  fn f(&self, id: u64, (a, b): (i32, i32), _: u8)
+// Output: fn f(&self, id: u64, __resilience_arg2: (i32, i32), __resilience_arg3: u8)
+//         values: [self, id, __resilience_arg2, __resilience_arg3]
+//         lets:   [let (a, b) = __resilience_arg2;  let _ = __resilience_arg3;]
+//
+// A pattern cannot be passed to the fallback, so a parameter that is not a
+// plain (possibly `mut`) identifier gets a hygienic name in the signature
+// and is destructured again at the start of the body. Plain identifiers,
+// including `mut x`, are passed by their own token and left alone; `ref x`
+// and `x @ ..` count as patterns.
+fn rebind_patterns(sig: &mut Signature) -> Rebound {
+    let mut rebound = Rebound::default();
+    for (index, input) in sig.inputs.iter_mut().enumerate() {
+        match input {
+            FnArg::Receiver(receiver) => {
+                // The user's own `self` token, which resolves to the receiver;
+                // a `self` of ours would not (`self` is hygienic in macros).
+                rebound.values.push(receiver.self_token.to_token_stream());
+            }
+            FnArg::Typed(typed) => match &*typed.pat {
+                Pat::Ident(PatIdent {
+                    by_ref: None,
+                    subpat: None,
+                    ident,
+                    ..
+                }) => rebound.values.push(ident.to_token_stream()),
+                _ => {
+                    // Located at the pattern it replaces, where errors about
+                    // this argument (say, in the fallback call) belong.
+                    let span = at_user_token(typed.pat.span());
+                    let fresh = format_ident!("__resilience_arg{}", index, span = span);
+                    let pattern = std::mem::replace(
+                        &mut *typed.pat,
+                        Pat::Ident(PatIdent {
+                            attrs: Vec::new(),
+                            by_ref: None,
+                            mutability: None,
+                            ident: fresh.clone(),
+                            subpat: None,
+                        }),
+                    );
+                    rebound.lets.push(quote!(let #pattern = #fresh;));
+                    rebound.values.push(fresh.into_token_stream());
+                }
+            },
+        }
+    }
+    rebound
+}
+
+// Input:  fn get(..), point = "orders::get" (or none)
+// Output: {
+//             static __RESILIENCE_POINT: RT::StaticPoint = RT::StaticPoint::new("orders::get");
+//             RT::StaticPoint::get(&__RESILIENCE_POINT)
+//         }
+//
+// The default name is `concat!(module_path!(), "::", "get")`. The static is
+// local to a block in the fn, so nothing the user declares can collide with
+// it and the name stays data (a string literal), never an identifier.
+fn point_handle(private: &TokenStream, args: &Args, sig: &Signature) -> TokenStream {
+    let name = match &args.point {
+        Some(point) => point.value.to_token_stream(),
+        None => {
+            let fn_name = LitStr::new(&sig.ident.unraw().to_string(), sig.ident.span());
+            quote!(::core::concat!(::core::module_path!(), "::", #fn_name))
+        }
+    };
+    let cell = ident("__RESILIENCE_POINT");
+    quote!({
+        static #cell: #private::StaticPoint = #private::StaticPoint::new(#name);
+        #private::StaticPoint::get(&#cell)
+    })
+}
+
+// Input:  ENTER(__resilience_point), e.g. `RT::Point::enter(__resilience_point)`
+// Output: match ENTER(__resilience_point) {
+//             Ok(__resilience_permit) => __resilience_permit,
+//             Err(_) => return Self::fb(self, id),                              // fallback
+//             Err(_) => return ::core::default::Default::default(),             // bare default
+//             Err(__resilience_downgraded) =>                                   // neither
+//                 return RT::DowngradeReturn::from_downgraded(__resilience_downgraded),
+//         }
+fn acquire_permit(
+    runtime: &Runtime,
+    args: &Args,
+    sig: &Signature,
+    shape: &Shape,
+    rebound: &Rebound,
+    enter: Enter,
+) -> TokenStream {
+    let permit = ident("__resilience_permit");
+    let downgraded = ident("__resilience_downgraded");
+    let entered = enter(&runtime.private(), &ident("__resilience_point"));
+
+    let (binding, value) = if let Some(fallback) = &args.fallback {
+        (quote!(_), fallback_call(&fallback.value, shape, rebound))
+    } else if let Some(default) = &args.default {
+        let value = match &default.value {
+            DefaultValue::Expr(expr) => expr.to_token_stream(),
+            // Spanned at the `default` key: "`Default` is not implemented
+            // for `X`" then points into the attribute.
+            DefaultValue::Trait => {
+                quote_spanned!(default.key_span=> ::core::default::Default::default())
+            }
+        };
+        (quote!(_), value)
+    } else {
+        // Spanned at the return type (the fn name if there is none): the
+        // trait's `on_unimplemented` message then points at the signature
+        // the user has to change.
+        let span = match (shape, &sig.output) {
+            (Shape::Boxed { output, .. }, _) => type_span(output),
+            (_, ReturnType::Type(_, ty)) => type_span(ty),
+            (_, ReturnType::Default) => sig.ident.span(),
+        };
+        let private = runtime.private_at(span);
+        let value = quote_spanned!(span=> #private::DowngradeReturn::from_downgraded(#downgraded));
+        (downgraded.to_token_stream(), value)
+    };
+
+    quote! {
+        match #entered {
+            ::core::result::Result::Ok(#permit) => #permit,
+            ::core::result::Result::Err(#binding) => return #value,
+        }
+    }
+}
+
+// Input:  fallback = Self::fb on `async fn get(&self, id: u64)`
+// Output: Self::fb(self, id).await        (no `.await` on a sync fn; an
+//                                          `#[async_trait]` fallback's boxed
+//                                          future is awaited the same way)
+//
+// The tokens we add are located at the path's last segment, so a fallback
+// with the wrong arguments or return type is reported at `fb` in the
+// attribute. See `at_user_token` for why they are not plain user spans.
+fn fallback_call(path: &ExprPath, shape: &Shape, rebound: &Rebound) -> TokenStream {
+    let span = at_user_token(path_span(path));
+    let values = &rebound.values;
+    let awaited = shape.await_span().map(|_| quote_spanned!(span=> .await));
+    quote_spanned!(span=> #path(#(#values),*) #awaited)
+}
+
+// Sync:  ::std::panic::catch_unwind(::core::panic::AssertUnwindSafe(move || { PIN LETS { BODY } }))
+// Async: RT::CatchUnwind::new(async move { PIN LETS { BODY } }).await
+//
+// Both evaluate to `Result<Output, Box<dyn Any + Send>>`. The body keeps its
+// own braces, so a `use` or `let` in it cannot shadow anything of ours, and
+// its `return` and `?` end the closure / async block, not the outer fn.
+// `-> !` is special: sync gets `move || -> ! { .. }`; async gets
+// `__resilience_never(async move { .. }, None::<fn() -> !>)`, an identity
+// fn that fixes the block's output to `!` (which cannot be named as a type
+// argument on stable, but can be inferred).
+fn caught_body(
+    private: &TokenStream,
+    shape: &Shape,
+    output: &ReturnKind,
+    rebound: &Rebound,
+    block: &Group,
+) -> TokenStream {
+    let lets = &rebound.lets;
+    let pin = output.pin();
+    let inner = quote!(#pin #(#lets)* #block);
+
+    match shape.await_span() {
+        None => {
+            let annotation = match output {
+                ReturnKind::Never => Some(quote!(-> !)),
+                _ => None,
+            };
+            quote! {
+                ::std::panic::catch_unwind(::core::panic::AssertUnwindSafe(move || #annotation { #inner }))
+            }
+        }
+        Some(await_span) => {
+            let future = match output {
+                ReturnKind::Never => {
+                    let never = ident("__resilience_never");
+                    quote!({
+                        fn #never<F, R>(
+                            future: F,
+                            _: ::core::option::Option<fn() -> R>,
+                        ) -> F
+                        where
+                            F: ::core::future::Future<Output = R>,
+                        {
+                            future
+                        }
+                        #never(async move { #inner }, ::core::option::Option::None::<fn() -> !>)
+                    })
+                }
+                _ => quote!(async move { #inner }),
+            };
+            // `.await` at the user's `async`, where an await error belongs.
+            let awaited = quote_spanned!(await_span=> .await);
+            quote!(#private::CatchUnwind::new(#future) #awaited)
+        }
+    }
+}
+
+// Input:  __resilience_out: the value the body produced
+// Output: let __resilience_is_exception: bool = CLASSIFY;
+//         RT::Permit::finish(__resilience_permit, __resilience_is_exception);
+//
+// CLASSIFY, without `is_exception`, uses autoref specialization so that it
+// compiles for any return type (only `Err` of a `Result` is an exception):
+//     { use RT::{ClassifyResult as _, ClassifyOther as _};
+//       (&RT::Classify(&__resilience_out)).__resilience_is_err() }
+// With `is_exception = pred` (spanned at `pred`, so a non-`Result` return or
+// a predicate of the wrong type is reported there):
+//     match &__resilience_out { Ok(_) => false, Err(__resilience_e) => pred(__resilience_e) }
+// `-> !`: nothing; the body cannot finish normally.
+fn record_outcome(private: &TokenStream, args: &Args, output: &ReturnKind) -> TokenStream {
+    if let ReturnKind::Never = output {
+        return TokenStream::new();
+    }
+    let out = ident("__resilience_out");
+    let permit = ident("__resilience_permit");
+    let is_exception = ident("__resilience_is_exception");
+    let classify = match &args.is_exception {
+        Some(predicate) => {
+            let path = &predicate.value;
+            let span = at_user_token(path_span(path));
+            // The argument is located at the predicate too, so a predicate
+            // taking the wrong type is reported there, not at the attribute.
+            let err = Ident::new("__resilience_e", span);
+            quote_spanned! {span=>
+                match &#out {
+                    ::core::result::Result::Ok(_) => false,
+                    ::core::result::Result::Err(#err) => #path(#err),
+                }
+            }
+        }
+        None => quote!({
+            use #private::{ClassifyOther as _, ClassifyResult as _};
+            (&#private::Classify(&#out)).__resilience_is_err()
+        }),
+    };
+    quote! {
+        let #is_exception: bool = #classify;
+        #private::Permit::finish(#permit, #is_exception);
+    }
+}
+
+/// The declared return type, as far as the body wrapper cares.
+enum ReturnKind {
+    /// `-> !`.
+    Never,
+    /// A type the closure / async block can be pinned to: `()` when there is
+    /// no `-> ..`, otherwise the declared type with `impl Trait` replaced by `_`.
+    Pinned(Box<Type>),
+    /// Nothing left to pin (`-> impl Trait`): the body decides.
+    Inferred,
+}
+
+impl ReturnKind {
+    fn of(sig: &Signature) -> Self {
+        match &sig.output {
+            ReturnType::Default => ReturnKind::Pinned(Box::new(syn::parse_quote!(()))),
+            ReturnType::Type(_, ty) => ReturnKind::of_type(ty),
+        }
+    }
+
+    fn of_type(ty: &Type) -> Self {
+        if let Type::Never(_) = ty {
+            return ReturnKind::Never;
+        }
+        let mut pinned = ty.clone();
+        infer_impl_trait(&mut pinned);
+        // `impl` nested somewhere `infer_impl_trait` does not look would make
+        // the pin itself an error; pin nothing rather than break the build.
+        let still_impl = pinned
+            .to_token_stream()
+            .into_iter()
+            .any(|tt| matches!(&tt, proc_macro2::TokenTree::Ident(i) if i == "impl"));
+        if matches!(pinned, Type::Infer(_)) || still_impl {
+            ReturnKind::Inferred
+        } else {
+            ReturnKind::Pinned(Box::new(pinned))
+        }
+    }
+
+    // Input:  -> Result<impl Display, E>
+    // Output: if let Some(__resilience_ret) = None::<Result<_, E>> {
+    //             #[allow(unreachable_code)] return __resilience_ret;
+    //         }
+    //
+    // A dead return edge that fixes the output type of the closure or async
+    // block before the body is checked, so `?` and `.into()` in the body
+    // infer exactly as they did in the fn, and type errors point at the
+    // user's tokens. Located at the declared return type; hygienic, so
+    // lints still see it as macro-generated. This is the trick async-trait uses.
+    fn pin(&self) -> TokenStream {
+        let ReturnKind::Pinned(ty) = self else {
+            return TokenStream::new();
+        };
+        let span = at_user_token(ty.span());
+        // At the return type too, so "return type inferred to be `T` here"
+        // points at the signature rather than at the attribute.
+        let ret = Ident::new("__resilience_ret", span);
+        quote_spanned! {span=>
+            if let ::core::option::Option::Some(#ret) = ::core::option::Option::None::<#ty> {
+                #[allow(unreachable_code)]
+                return #ret;
+            }
+        }
+    }
+}
+
+/// Replaces every `impl Trait` in a type with `_`, so the type can be
+/// written in expression position.
+fn infer_impl_trait(ty: &mut Type) {
+    match ty {
+        Type::ImplTrait(impl_trait) => {
+            *ty = Type::Infer(TypeInfer {
+                underscore_token: syn::Token![_](impl_trait.impl_token.span),
+            });
+        }
+        Type::Path(path) => {
+            if let Some(qself) = &mut path.qself {
+                infer_impl_trait(&mut qself.ty);
+            }
+            for segment in &mut path.path.segments {
+                if let PathArguments::AngleBracketed(generics) = &mut segment.arguments {
+                    for arg in &mut generics.args {
+                        match arg {
+                            GenericArgument::Type(ty) => infer_impl_trait(ty),
+                            GenericArgument::AssocType(assoc) => infer_impl_trait(&mut assoc.ty),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        Type::Reference(reference) => infer_impl_trait(&mut reference.elem),
+        Type::Ptr(ptr) => infer_impl_trait(&mut ptr.elem),
+        Type::Slice(slice) => infer_impl_trait(&mut slice.elem),
+        Type::Array(array) => infer_impl_trait(&mut array.elem),
+        Type::Paren(paren) => infer_impl_trait(&mut paren.elem),
+        Type::Group(group) => infer_impl_trait(&mut group.elem),
+        Type::Tuple(tuple) => tuple.elems.iter_mut().for_each(infer_impl_trait),
+        _ => {}
+    }
+}
+
+/// A span for tokens we generate that is shown at the user's token `span`.
+///
+/// Errors are then reported where the user can fix them (`fallback = fb`),
+/// while the tokens keep our hygiene and still count as macro-generated, so
+/// lints do not fire on code the user never wrote (clippy's
+/// `ignored_unit_patterns` on our `Ok(_)`, `diverging_sub_expression` on our
+/// `return fb(..)`). The user's own tokens keep their spans.
+fn at_user_token(span: Span) -> Span {
+    Span::mixed_site().located_at(span)
+}
+
+/// Where errors about a user path belong: its last segment, the function's
+/// name (`fb` in `Self::fb`). A whole-path span would need `Span::join`,
+/// which is not stable.
+fn path_span(path: &ExprPath) -> Span {
+    path.path
+        .segments
+        .last()
+        .map_or_else(|| path.span(), |segment| segment.ident.span())
+}
+
+/// Where errors about the return type belong: the type's name (`Result` in
+/// `io::Result<T>`), or its first token.
+fn type_span(ty: &Type) -> Span {
+    match ty {
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .map_or_else(|| ty.span(), |segment| segment.ident.span()),
+        _ => ty.span(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand(args: TokenStream, item: TokenStream) -> String {
+        run(Kind::Downgrade, args, item, downgrade::enter).to_string()
+    }
+
+    // syn prints a where clause with a trailing comma; nothing else changes.
+    #[test]
+    fn signature_is_kept() {
+        let out = expand(
+            quote!(),
+            quote!(
+                #[inline]
+                pub fn get<T: Clone>(&self, id: T) -> Result<T, E>
+                where
+                    T: Send,
+                {
+                    Ok(id)
+                }
+            ),
+        );
+        assert!(
+            out.starts_with("# [inline] pub fn get < T : Clone > (& self , id : T) -> Result < T , E > where T : Send , {"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn patterns_are_rebound_only_with_a_fallback() {
+        let item = quote!(
+            fn f((a, b): (i32, i32), _: u8, mut c: u8) -> u8 {
+                c += 1;
+                a as u8 + c
+            }
+        );
+        let out = expand(quote!(), item.clone());
+        assert!(
+            out.contains("fn f ((a , b) : (i32 , i32) , _ : u8 , mut c : u8)"),
+            "{out}"
+        );
+        let out = expand(quote!(fallback = fb), item);
+        assert!(
+            out.contains(
+                "fn f (__resilience_arg0 : (i32 , i32) , __resilience_arg1 : u8 , mut c : u8)"
+            ),
+            "{out}"
+        );
+        assert!(out.contains("let (a , b) = __resilience_arg0 ;"), "{out}");
+        assert!(out.contains("let _ = __resilience_arg1 ;"), "{out}");
+        assert!(
+            out.contains("return fb (__resilience_arg0 , __resilience_arg1 , c)"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn receiver_is_passed_first() {
+        let out = expand(
+            quote!(fallback = Self::fb),
+            quote!(
+                fn f(&self, id: u64) -> u8 {
+                    1
+                }
+            ),
+        );
+        assert!(out.contains("return Self :: fb (self , id)"), "{out}");
+    }
+
+    #[test]
+    fn async_fallback_is_awaited() {
+        let out = expand(
+            quote!(fallback = fb),
+            quote!(
+                async fn f(id: u64) -> u8 {
+                    1
+                }
+            ),
+        );
+        assert!(out.contains("return fb (id) . await"), "{out}");
+        assert!(out.contains("CatchUnwind :: new (async move"), "{out}");
+    }
+
+    #[test]
+    fn default_point_name() {
+        let out = expand(
+            quote!(),
+            quote!(
+                fn r#type() {}
+            ),
+        );
+        assert!(
+            out.contains(":: core :: concat ! (:: core :: module_path ! () , \"::\" , \"type\")"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn impl_trait_is_inferred_in_the_pin() {
+        let out = expand(
+            quote!(),
+            quote!(
+                fn f() -> Result<impl Display, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        assert!(out.contains("None :: < Result < _ , E > >"), "{out}");
+        let out = expand(
+            quote!(),
+            quote!(
+                fn f() -> impl Display {
+                    1
+                }
+            ),
+        );
+        assert!(!out.contains("__resilience_ret"), "{out}");
+    }
+
+    #[test]
+    fn never_is_annotated() {
+        let out = expand(
+            quote!(default),
+            quote!(
+                fn f() -> ! {
+                    loop {}
+                }
+            ),
+        );
+        assert!(out.contains("move || -> !"), "{out}");
+        assert!(!out.contains("Permit :: finish"), "{out}");
+    }
+
+    #[test]
+    fn async_trait_body_is_guarded_inside_the_future() {
+        let out = expand(
+            quote!(fallback = Self::fb),
+            quote! {
+                fn get<'a>(&'a self, id: u64) -> ::core::pin::Pin<Box<dyn ::core::future::Future<Output = Result<u8, E>> + Send + 'a>> {
+                    Box::pin(async move { let __ret: Result<u8, E> = { Ok(1) }; __ret })
+                }
+            },
+        );
+        assert!(
+            out.contains("{ Box :: pin (async move { let __resilience_point"),
+            "{out}"
+        );
+        assert!(
+            out.contains("return Self :: fb (self , id) . await"),
+            "{out}"
+        );
+        assert!(out.contains("None :: < Result < u8 , E > >"), "{out}");
+        assert!(out.contains("CatchUnwind :: new (async move"), "{out}");
+    }
+
+    #[test]
+    fn boxed_body_without_future_return_is_sync() {
+        let out = expand(
+            quote!(default),
+            quote!(
+                fn get() -> Box<u8> {
+                    Box::pin(async move { 1 })
+                }
+            ),
+        );
+        assert!(out.contains("catch_unwind"), "{out}");
+    }
+
+    #[test]
+    fn future_output_is_found() {
+        for (ty, expected) in [
+            (quote!(Pin<Box<dyn Future<Output = u8> + Send + 'a>>), "u8"),
+            (
+                quote!(
+                    ::core::pin::Pin<
+                        Box<dyn ::core::future::Future<Output = Result<(), E>> + Send>,
+                    >
+                ),
+                "Result < () , E >",
+            ),
+            (quote!(BoxFuture<'a, u8>), ""),
+        ] {
+            let ty: Type = syn::parse2(ty).unwrap();
+            let found = future_output(&ty).map(|t| t.to_token_stream().to_string());
+            assert_eq!(found.as_deref().unwrap_or(""), expected);
+        }
+    }
+
+    #[test]
+    fn renamed_runtime() {
+        let out = expand(
+            quote!(crate = "crate::rt"),
+            quote!(
+                fn f() {}
+            ),
+        );
+        assert!(
+            out.contains("crate :: rt :: __private :: Point :: enter"),
+            "{out}"
+        );
+        assert!(!out.contains("resilience_runtime"), "{out}");
+    }
+
+    #[test]
+    fn errors_keep_the_item() {
+        let out = expand(
+            quote!(fallbak = f),
+            quote!(
+                fn f() -> u8 {
+                    1
+                }
+            ),
+        );
+        assert!(out.starts_with("fn f () -> u8 { 1 }"), "{out}");
+        assert!(out.contains("compile_error"), "{out}");
+        assert!(out.contains("unknown argument `fallbak`"), "{out}");
+    }
+
+    #[test]
+    fn errors_from_every_stage_are_combined() {
+        let out = expand(
+            quote!(point = ""),
+            quote!(
+                const fn f() -> u8 {
+                    1
+                }
+            ),
+        );
+        assert_eq!(out.matches("compile_error").count(), 2, "{out}");
+    }
+
+    #[test]
+    fn non_fn_item_is_kept() {
+        let out = expand(
+            quote!(),
+            quote!(
+                struct S;
+            ),
+        );
+        assert!(out.starts_with("struct S ;"), "{out}");
+        assert!(out.contains("can only be applied to functions"), "{out}");
+    }
+}

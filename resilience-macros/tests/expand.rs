@@ -1,0 +1,985 @@
+//! End-to-end tests of the expansion against a mock of the runtime's
+//! `__private` module, so that this crate's tests do not depend on
+//! `resilience-runtime` (which depends on this crate).
+//!
+//! `extern crate self as resilience_runtime` makes the default path
+//! `::resilience_runtime::__private` resolve to the mock below. Pedantic
+//! clippy is on so that CI's `clippy -D warnings` checks that expansions do
+//! not make users' code lint-dirty.
+#![warn(clippy::pedantic)]
+#![allow(missing_docs, unreachable_pub)]
+
+extern crate self as resilience_runtime;
+
+use std::fmt::Display;
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use resilience_macros::{breaker, downgrade};
+
+/// The runtime contract, with a log of what the generated code reported.
+#[allow(clippy::missing_panics_doc, clippy::missing_errors_doc)]
+pub mod __private {
+    use std::any::Any;
+    use std::future::Future;
+    use std::panic::{catch_unwind, AssertUnwindSafe};
+    use std::pin::Pin;
+    use std::sync::{Mutex, OnceLock};
+    use std::task::{Context, Poll};
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Event {
+        /// `Point::enter` let the call through.
+        Entered,
+        /// `enter_breaker` let the call through.
+        BreakerEntered,
+        Rejected,
+        Success,
+        Exception,
+        Panicked,
+        Cancelled,
+    }
+
+    static LOG: Mutex<Vec<(&'static str, Event)>> = Mutex::new(Vec::new());
+    static REJECT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+    pub fn events(point: &str) -> Vec<Event> {
+        LOG.lock()
+            .unwrap()
+            .iter()
+            .filter(|(name, _)| *name == point)
+            .map(|(_, event)| *event)
+            .collect()
+    }
+
+    pub fn reject(point: &'static str) {
+        REJECT.lock().unwrap().push(point);
+    }
+
+    fn log(point: &'static str, event: Event) {
+        LOG.lock().unwrap().push((point, event));
+    }
+
+    #[derive(Debug, PartialEq, Eq)]
+    pub struct Downgraded {
+        pub point: &'static str,
+    }
+
+    #[derive(Debug)]
+    pub struct Point {
+        name: &'static str,
+    }
+
+    impl Point {
+        pub fn enter(&'static self) -> Result<Permit, Downgraded> {
+            self.admit(Event::Entered)
+        }
+
+        fn admit(&'static self, event: Event) -> Result<Permit, Downgraded> {
+            if REJECT.lock().unwrap().contains(&self.name) {
+                log(self.name, Event::Rejected);
+                return Err(Downgraded { point: self.name });
+            }
+            log(self.name, event);
+            Ok(Permit {
+                point: Some(self.name),
+            })
+        }
+    }
+
+    pub fn enter_breaker(point: &'static Point) -> Result<Permit, Downgraded> {
+        point.admit(Event::BreakerEntered)
+    }
+
+    #[derive(Debug)]
+    pub struct StaticPoint {
+        name: &'static str,
+        cell: OnceLock<&'static Point>,
+    }
+
+    impl StaticPoint {
+        #[must_use]
+        pub const fn new(name: &'static str) -> StaticPoint {
+            StaticPoint {
+                name,
+                cell: OnceLock::new(),
+            }
+        }
+
+        pub fn get(&'static self) -> &'static Point {
+            self.cell
+                .get_or_init(|| Box::leak(Box::new(Point { name: self.name })))
+        }
+    }
+
+    #[derive(Debug)]
+    pub struct Permit {
+        point: Option<&'static str>,
+    }
+
+    impl Permit {
+        pub fn finish(mut self, is_exception: bool) {
+            if let Some(point) = self.point.take() {
+                log(
+                    point,
+                    if is_exception {
+                        Event::Exception
+                    } else {
+                        Event::Success
+                    },
+                );
+            }
+        }
+
+        pub fn panicked(mut self) {
+            if let Some(point) = self.point.take() {
+                log(point, Event::Panicked);
+            }
+        }
+    }
+
+    impl Drop for Permit {
+        fn drop(&mut self) {
+            if let Some(point) = self.point.take() {
+                log(point, Event::Cancelled);
+            }
+        }
+    }
+
+    pub trait DowngradeReturn {
+        fn from_downgraded(d: Downgraded) -> Self;
+    }
+
+    impl<T, E: From<Downgraded>> DowngradeReturn for Result<T, E> {
+        fn from_downgraded(d: Downgraded) -> Self {
+            Err(E::from(d))
+        }
+    }
+
+    #[derive(Debug)]
+    pub struct Classify<'a, T>(pub &'a T);
+
+    pub trait ClassifyResult {
+        fn __resilience_is_err(&self) -> bool;
+    }
+
+    impl<T, E> ClassifyResult for Classify<'_, Result<T, E>> {
+        fn __resilience_is_err(&self) -> bool {
+            self.0.is_err()
+        }
+    }
+
+    pub trait ClassifyOther {
+        fn __resilience_is_err(&self) -> bool;
+    }
+
+    impl<T> ClassifyOther for &Classify<'_, T> {
+        fn __resilience_is_err(&self) -> bool {
+            false
+        }
+    }
+
+    #[derive(Debug)]
+    pub struct CatchUnwind<F> {
+        inner: Pin<Box<F>>,
+    }
+
+    impl<F> CatchUnwind<F> {
+        pub fn new(inner: F) -> Self {
+            CatchUnwind {
+                inner: Box::pin(inner),
+            }
+        }
+    }
+
+    impl<F: Future> Future for CatchUnwind<F> {
+        type Output = Result<F::Output, Box<dyn Any + Send>>;
+
+        fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+            let inner = self.inner.as_mut();
+            match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
+                Ok(Poll::Pending) => Poll::Pending,
+                Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
+                Err(panic) => Poll::Ready(Err(panic)),
+            }
+        }
+    }
+}
+
+/// The same runtime under another path, for `crate = "..."`.
+mod renamed {
+    pub use crate::__private;
+}
+
+use __private::{events, reject, Downgraded, Event};
+
+#[derive(Debug, PartialEq, Eq)]
+enum Error {
+    Downgraded(&'static str),
+    Client,
+    Server,
+}
+
+impl From<Downgraded> for Error {
+    fn from(d: Downgraded) -> Self {
+        Error::Downgraded(d.point)
+    }
+}
+
+impl From<std::num::ParseIntError> for Error {
+    fn from(_: std::num::ParseIntError) -> Self {
+        Error::Client
+    }
+}
+
+fn block_on<F: Future>(future: F) -> F::Output {
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(out) = future.as_mut().poll(&mut cx) {
+            return out;
+        }
+    }
+}
+
+/// Pending on the first poll, ready on the second.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: std::pin::Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            Poll::Pending
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(ToString::to_string)
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------- sync
+
+#[downgrade(point = "sync::result")]
+fn result(ok: bool) -> Result<u32, Error> {
+    if ok {
+        Ok(1)
+    } else {
+        Err(Error::Server)
+    }
+}
+
+#[test]
+fn sync_result_records_success_and_exception() {
+    assert_eq!(result(true), Ok(1));
+    assert_eq!(result(false), Err(Error::Server));
+    assert_eq!(
+        events("sync::result"),
+        [
+            Event::Entered,
+            Event::Success,
+            Event::Entered,
+            Event::Exception
+        ]
+    );
+}
+
+#[downgrade(point = "sync::rejected")]
+fn rejected() -> Result<u32, Error> {
+    unreachable!("the body must not run when downgraded")
+}
+
+#[test]
+fn downgraded_without_fallback_returns_err() {
+    reject("sync::rejected");
+    assert_eq!(rejected(), Err(Error::Downgraded("sync::rejected")));
+    assert_eq!(events("sync::rejected"), [Event::Rejected]);
+}
+
+#[downgrade]
+fn default_name() -> Result<(), Error> {
+    Ok(())
+}
+
+#[test]
+fn default_point_name_is_the_fn_path() {
+    default_name().unwrap();
+    let name = concat!(module_path!(), "::", "default_name");
+    assert_eq!(events(name), [Event::Entered, Event::Success]);
+}
+
+#[downgrade(point = "sync::early_return")]
+fn early_return(input: &str) -> Result<u32, Error> {
+    if input.is_empty() {
+        return Ok(0);
+    }
+    let n: u32 = input.parse()?;
+    Ok(n + 1)
+}
+
+#[test]
+fn return_and_question_mark_end_the_body_not_the_wrapper() {
+    assert_eq!(early_return(""), Ok(0));
+    assert!(early_return("x").is_err());
+    assert_eq!(early_return("41"), Ok(42));
+    assert_eq!(
+        events("sync::early_return"),
+        [
+            Event::Entered,
+            Event::Success,
+            Event::Entered,
+            Event::Exception,
+            Event::Entered,
+            Event::Success
+        ]
+    );
+}
+
+#[downgrade(point = "sync::panics")]
+fn panics() -> Result<u32, Error> {
+    panic!("boom")
+}
+
+#[test]
+fn panic_is_recorded_and_resumed() {
+    let payload = catch_unwind(panics).unwrap_err();
+    assert_eq!(panic_message(&*payload), "boom");
+    assert_eq!(events("sync::panics"), [Event::Entered, Event::Panicked]);
+}
+
+fn is_server_error(e: &Error) -> bool {
+    matches!(e, Error::Server)
+}
+
+#[downgrade(point = "sync::is_exception", is_exception = is_server_error)]
+fn classified(e: Error) -> Result<(), Error> {
+    Err(e)
+}
+
+#[test]
+fn is_exception_decides_which_errors_count() {
+    assert_eq!(classified(Error::Client), Err(Error::Client));
+    assert_eq!(classified(Error::Server), Err(Error::Server));
+    assert_eq!(
+        events("sync::is_exception"),
+        [
+            Event::Entered,
+            Event::Success,
+            Event::Entered,
+            Event::Exception
+        ]
+    );
+}
+
+#[downgrade(point = "sync::default_expr", default = vec![7])]
+fn default_expr() -> Vec<u8> {
+    vec![1]
+}
+
+#[downgrade(point = "sync::default_trait", default)]
+fn default_trait() -> String {
+    "ran".to_owned()
+}
+
+#[downgrade(point = "sync::unit", default)]
+fn unit(out: &mut Vec<u8>) {
+    out.push(1);
+}
+
+#[test]
+fn default_values() {
+    assert_eq!(default_expr(), [1]);
+    reject("sync::default_expr");
+    assert_eq!(default_expr(), [7]);
+
+    assert_eq!(default_trait(), "ran");
+    reject("sync::default_trait");
+    assert_eq!(default_trait(), "");
+
+    let mut out = Vec::new();
+    unit(&mut out);
+    reject("sync::unit");
+    unit(&mut out);
+    assert_eq!(out, [1]);
+    // Not a `Result`: only panics are exceptions.
+    assert_eq!(
+        events("sync::unit"),
+        [Event::Entered, Event::Success, Event::Rejected]
+    );
+}
+
+#[downgrade(point = "sync::impl_display", default = 0)]
+fn impl_display(n: i32) -> impl Display {
+    n * 2
+}
+
+#[downgrade(point = "sync::impl_in_result")]
+fn impl_in_result(n: i32) -> Result<impl Display, Error> {
+    if n < 0 {
+        return Err(Error::Client);
+    }
+    Ok(n)
+}
+
+#[test]
+fn impl_trait_returns() {
+    assert_eq!(impl_display(21).to_string(), "42");
+    reject("sync::impl_display");
+    assert_eq!(impl_display(21).to_string(), "0");
+    assert_eq!(impl_in_result(3).unwrap().to_string(), "3");
+    assert!(impl_in_result(-1).is_err());
+}
+
+fn never_fallback(code: u8) -> ! {
+    panic!("fallback {code}")
+}
+
+#[downgrade(point = "sync::never", fallback = never_fallback)]
+fn never(code: u8) -> ! {
+    panic!("body {code}")
+}
+
+#[test]
+fn never_returns() {
+    let payload = catch_unwind(|| never(1)).unwrap_err();
+    assert_eq!(panic_message(&*payload), "body 1");
+    reject("sync::never");
+    let payload = catch_unwind(|| never(2)).unwrap_err();
+    assert_eq!(panic_message(&*payload), "fallback 2");
+    assert_eq!(
+        events("sync::never"),
+        [Event::Entered, Event::Panicked, Event::Rejected]
+    );
+}
+
+fn pattern_fallback((a, b): (i32, i32), skipped: u8, c: i32, Pair { x, y }: Pair) -> i32 {
+    -(a + b + i32::from(skipped) + c + x + y)
+}
+
+struct Pair {
+    x: i32,
+    y: i32,
+}
+
+#[downgrade(point = "sync::patterns", fallback = pattern_fallback)]
+fn patterns((a, b): (i32, i32), _: u8, mut c: i32, Pair { x, y }: Pair) -> i32 {
+    c += 1;
+    a + b + c + x + y
+}
+
+#[test]
+fn patterns_are_passed_to_the_fallback() {
+    assert_eq!(patterns((1, 2), 100, 3, Pair { x: 4, y: 5 }), 16);
+    reject("sync::patterns");
+    assert_eq!(patterns((1, 2), 100, 3, Pair { x: 4, y: 5 }), -115);
+}
+
+#[downgrade(point = "sync::generic", default)]
+fn generic<T, U: Into<T>>(value: U, extra: impl Into<T>) -> Vec<T>
+where
+    T: Clone,
+{
+    vec![value.into(), extra.into()]
+}
+
+#[test]
+fn generic_fns() {
+    assert_eq!(generic::<u64, u32>(1, 2_u8), [1, 2]);
+    reject("sync::generic");
+    assert!(generic::<u64, u32>(1, 2_u8).is_empty());
+}
+
+#[downgrade(point = "sync::unsafe_fn", default)]
+unsafe fn read(ptr: *const u8) -> u8 {
+    // SAFETY: the caller passes a valid pointer.
+    unsafe { *ptr }
+}
+
+#[test]
+fn unsafe_fns() {
+    let byte = 9;
+    // SAFETY: `&byte` is valid.
+    assert_eq!(unsafe { read(&raw const byte) }, 9);
+}
+
+/// Docs and other attributes are kept.
+#[must_use]
+#[inline]
+#[downgrade(point = "sync::outer_attrs", default)]
+fn outer_attrs() -> u8 {
+    3
+}
+
+#[downgrade(point = "sync::inner_attrs", default)]
+fn inner_attrs() -> u8 {
+    #![allow(clippy::let_and_return)]
+    //! An inner doc comment.
+    let x = 3;
+    x
+}
+
+#[test]
+fn other_attributes_keep_working() {
+    assert_eq!(outer_attrs(), 3);
+    assert_eq!(inner_attrs(), 3);
+}
+
+mod shadowing {
+    //! User code that would break unhygienic or relative paths.
+    #![allow(dead_code, non_camel_case_types, clippy::pedantic)]
+
+    use resilience_macros::downgrade;
+
+    mod core {}
+    mod std {}
+    struct Option;
+    struct Box;
+    enum Result {
+        Ok,
+        Err,
+    }
+    use Result::{Err, Ok};
+
+    #[downgrade(point = "sync::shadowing", default)]
+    pub(super) fn shadowed(__resilience_permit: u8) -> u8 {
+        let __resilience_point = 1;
+        let __resilience_out = 2;
+        let _ = (Ok, Err);
+        __resilience_permit + __resilience_point + __resilience_out
+    }
+}
+
+#[test]
+fn user_names_cannot_interfere() {
+    assert_eq!(shadowing::shadowed(3), 6);
+    assert_eq!(events("sync::shadowing"), [Event::Entered, Event::Success]);
+}
+
+#[downgrade(crate = "crate::renamed", point = "sync::renamed")]
+fn renamed_runtime() -> Result<(), Error> {
+    Ok(())
+}
+
+#[test]
+fn crate_argument() {
+    renamed_runtime().unwrap();
+    assert_eq!(events("sync::renamed"), [Event::Entered, Event::Success]);
+}
+
+// ---------------------------------------------------------------- methods
+
+struct Service {
+    name: String,
+}
+
+impl Service {
+    #[downgrade(point = "method::by_ref", fallback = Self::cached)]
+    fn get(&self, id: u64) -> Result<String, Error> {
+        Ok(format!("{}:{id}", self.name))
+    }
+
+    // A fallback must return what the guarded fn returns, even if it never fails.
+    #[allow(clippy::unnecessary_wraps)]
+    fn cached(&self, id: u64) -> Result<String, Error> {
+        Ok(format!("cached {}:{id}", self.name))
+    }
+
+    #[downgrade(point = "method::by_mut", default)]
+    fn rename(&mut self, name: &str) -> usize {
+        name.clone_into(&mut self.name);
+        self.name.len()
+    }
+
+    #[downgrade(point = "method::by_value", fallback = Self::into_fallback)]
+    fn into_name(mut self, suffix: &str) -> String {
+        self.name.push_str(suffix);
+        self.name
+    }
+
+    fn into_fallback(self, _: &str) -> String {
+        format!("fallback {}", self.name)
+    }
+
+    #[downgrade(point = "method::boxed", default)]
+    fn boxed(self: Box<Self>) -> String {
+        self.name
+    }
+
+    #[downgrade(point = "method::borrowed", default)]
+    fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+#[test]
+fn methods() {
+    let mut service = Service {
+        name: "svc".to_owned(),
+    };
+    assert_eq!(service.get(1).unwrap(), "svc:1");
+    assert_eq!(service.rename("new"), 3);
+    assert_eq!(service.name(), "new");
+    reject("method::by_ref");
+    assert_eq!(service.get(2).unwrap(), "cached new:2");
+    assert_eq!(Box::new(Service { name: "b".into() }).boxed(), "b");
+
+    let owned = Service { name: "v".into() };
+    assert_eq!(owned.into_name("!"), "v!");
+    reject("method::by_value");
+    let owned = Service { name: "v".into() };
+    assert_eq!(owned.into_name("!"), "fallback v");
+}
+
+trait Repository {
+    fn find(&self, id: u32) -> Result<u32, Error>;
+
+    #[downgrade(point = "trait::default_method", default = Ok(0))]
+    fn find_or_zero(&self, id: u32) -> Result<u32, Error> {
+        self.find(id)
+    }
+}
+
+struct Repo;
+
+impl Repository for Repo {
+    #[breaker(point = "trait::impl_method")]
+    fn find(&self, id: u32) -> Result<u32, Error> {
+        Ok(id * 10)
+    }
+}
+
+#[test]
+fn trait_methods() {
+    assert_eq!(Repo.find(1), Ok(10));
+    assert_eq!(Repo.find_or_zero(2), Ok(20));
+    assert_eq!(
+        events("trait::impl_method"),
+        [
+            Event::BreakerEntered,
+            Event::Success,
+            Event::BreakerEntered,
+            Event::Success
+        ]
+    );
+    assert_eq!(
+        events("trait::default_method"),
+        [Event::Entered, Event::Success]
+    );
+}
+
+// ---------------------------------------------------------------- stacking
+//
+// `#[a] #[b] fn`: `a` expands first and wraps the body; `b` then wraps what
+// `a` produced. So on each call the attribute written closest to the `fn`
+// is asked first.
+
+#[downgrade(point = "stack::a_downgrade", default = Ok(1))]
+#[breaker(point = "stack::a_breaker")]
+fn downgrade_then_breaker(_: u8) -> Result<u32, Error> {
+    Ok(2)
+}
+
+#[breaker(point = "stack::b_breaker", fallback = stacked_fallback)]
+#[downgrade(point = "stack::b_downgrade", fallback = stacked_fallback)]
+fn breaker_then_downgrade((a, b): (u32, u32)) -> Result<u32, Error> {
+    Ok(a + b)
+}
+
+// A fallback must return what the guarded fn returns, even if it never fails.
+#[allow(clippy::unnecessary_wraps)]
+fn stacked_fallback((a, b): (u32, u32)) -> Result<u32, Error> {
+    Ok(a * b)
+}
+
+#[test]
+fn downgrade_stacked_over_breaker() {
+    assert_eq!(downgrade_then_breaker(0), Ok(2));
+    reject("stack::a_downgrade");
+    assert_eq!(downgrade_then_breaker(0), Ok(1));
+    reject("stack::a_breaker");
+    assert_eq!(
+        downgrade_then_breaker(0),
+        Err(Error::Downgraded("stack::a_breaker"))
+    );
+    assert_eq!(
+        events("stack::a_breaker"),
+        [
+            Event::BreakerEntered,
+            Event::Success,
+            Event::BreakerEntered,
+            Event::Success,
+            Event::Rejected
+        ]
+    );
+    assert_eq!(
+        events("stack::a_downgrade"),
+        [Event::Entered, Event::Success, Event::Rejected]
+    );
+}
+
+#[test]
+fn breaker_stacked_over_downgrade() {
+    assert_eq!(breaker_then_downgrade((2, 5)), Ok(7));
+    reject("stack::b_breaker");
+    assert_eq!(breaker_then_downgrade((2, 5)), Ok(10));
+    reject("stack::b_downgrade");
+    assert_eq!(breaker_then_downgrade((2, 5)), Ok(10));
+    assert_eq!(
+        events("stack::b_downgrade"),
+        [
+            Event::Entered,
+            Event::Success,
+            Event::Entered,
+            Event::Success,
+            Event::Rejected
+        ]
+    );
+    assert_eq!(
+        events("stack::b_breaker"),
+        [Event::BreakerEntered, Event::Success, Event::Rejected]
+    );
+}
+
+// ---------------------------------------------------------------- async
+
+#[breaker(point = "async::result")]
+async fn async_result(ok: bool) -> Result<u32, Error> {
+    YieldOnce(false).await;
+    if ok {
+        Ok(1)
+    } else {
+        Err(Error::Server)
+    }
+}
+
+#[test]
+fn async_records_outcomes() {
+    assert_eq!(block_on(async_result(true)), Ok(1));
+    assert_eq!(block_on(async_result(false)), Err(Error::Server));
+    assert_eq!(
+        events("async::result"),
+        [
+            Event::BreakerEntered,
+            Event::Success,
+            Event::BreakerEntered,
+            Event::Exception
+        ]
+    );
+}
+
+#[test]
+fn dropped_future_is_cancelled() {
+    // Never polled: the body, and so the permit, never started.
+    drop(async_cancelled());
+    assert!(events("async::cancelled").is_empty());
+
+    let mut future = Box::pin(async_cancelled());
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(future.as_mut().poll(&mut cx).is_pending());
+    drop(future);
+    assert_eq!(
+        events("async::cancelled"),
+        [Event::Entered, Event::Cancelled]
+    );
+}
+
+#[downgrade(point = "async::cancelled")]
+async fn async_cancelled() -> Result<(), Error> {
+    YieldOnce(false).await;
+    Ok(())
+}
+
+struct Client {
+    base: String,
+}
+
+impl Client {
+    #[downgrade(point = "async::fallback", fallback = Self::cached)]
+    async fn fetch(&self, path: &str, (retries, _): (u8, u8)) -> Result<String, Error> {
+        YieldOnce(false).await;
+        Ok(format!("{}{path} x{retries}", self.base))
+    }
+
+    async fn cached(&self, path: &str, _: (u8, u8)) -> Result<String, Error> {
+        YieldOnce(true).await;
+        Ok(format!("cached {}{path}", self.base))
+    }
+
+    #[downgrade(point = "async::borrowed", default)]
+    async fn base(&self) -> &str {
+        &self.base
+    }
+}
+
+#[test]
+fn async_fallback_is_awaited() {
+    let client = Client {
+        base: "http://x".into(),
+    };
+    assert_eq!(
+        block_on(client.fetch("/a", (3, 0))).unwrap(),
+        "http://x/a x3"
+    );
+    assert_eq!(block_on(client.base()), "http://x");
+    reject("async::fallback");
+    assert_eq!(
+        block_on(client.fetch("/a", (3, 0))).unwrap(),
+        "cached http://x/a"
+    );
+}
+
+#[downgrade(point = "async::panics")]
+async fn async_panics() -> Result<(), Error> {
+    YieldOnce(false).await;
+    panic!("async boom")
+}
+
+#[test]
+fn async_panic_is_recorded_and_resumed() {
+    let payload = catch_unwind(AssertUnwindSafe(|| block_on(async_panics()))).unwrap_err();
+    assert_eq!(panic_message(&*payload), "async boom");
+    assert_eq!(events("async::panics"), [Event::Entered, Event::Panicked]);
+}
+
+#[downgrade(point = "async::question_mark")]
+async fn async_question_mark(input: &str) -> Result<u32, Error> {
+    if input.is_empty() {
+        return Ok(0);
+    }
+    let n: u32 = input.parse().map_err(|_| Error::Client)?;
+    Ok(n)
+}
+
+#[downgrade(point = "async::impl_display", default = 0)]
+async fn async_impl_display(n: i32) -> impl Display {
+    n
+}
+
+async fn async_never_fallback() -> ! {
+    YieldOnce(true).await;
+    panic!("async never fallback")
+}
+
+#[downgrade(point = "async::never", fallback = async_never_fallback)]
+async fn async_never() -> ! {
+    YieldOnce(false).await;
+    panic!("async never")
+}
+
+#[test]
+fn async_return_shapes() {
+    assert_eq!(block_on(async_question_mark("")), Ok(0));
+    assert_eq!(block_on(async_question_mark("x")), Err(Error::Client));
+    assert_eq!(block_on(async_question_mark("5")), Ok(5));
+    assert_eq!(block_on(async_impl_display(4)).to_string(), "4");
+    let payload = catch_unwind(|| block_on(async_never())).unwrap_err();
+    assert_eq!(panic_message(&*payload), "async never");
+}
+
+fn assert_send<T: Send>(_: &T) {}
+
+#[test]
+fn async_fns_stay_send() {
+    let client = Client {
+        base: String::new(),
+    };
+    assert_send(&client.fetch("/", (0, 0)));
+    assert_send(&async_result(true));
+}
+
+// ---------------------------------------------------------------- async-trait
+//
+// `#[async_trait]` sits on the impl, so it always expands before a
+// `#[downgrade]` on one of its methods, and hands us a method of exactly this
+// shape (written out here so the test needs no `async-trait` dependency).
+// The guard must run inside the boxed future: around the call's execution,
+// not around the creation of its future.
+
+trait Store {
+    fn load<'life0, 'async_trait>(
+        &'life0 self,
+        id: u32,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<u32, Error>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait;
+}
+
+struct Db {
+    base: u32,
+}
+
+impl Db {
+    async fn cached(&self, id: u32) -> Result<u32, Error> {
+        YieldOnce(true).await;
+        Ok(self.base * 1000 + id)
+    }
+}
+
+impl Store for Db {
+    #[downgrade(point = "boxed::load", fallback = Self::cached)]
+    fn load<'life0, 'async_trait>(
+        &'life0 self,
+        id: u32,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<u32, Error>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            let __self = self;
+            let id = id;
+            let __ret: Result<u32, Error> = {
+                YieldOnce(false).await;
+                if id == 0 {
+                    return Err(Error::Server);
+                }
+                Ok(__self.base + id)
+            };
+            #[allow(unreachable_code)]
+            __ret
+        })
+    }
+}
+
+#[test]
+fn async_trait_methods_are_guarded_while_running() {
+    let db = Db { base: 10 };
+    // Creating the future does not enter the point; running it does.
+    drop(db.load(1));
+    assert!(events("boxed::load").is_empty());
+
+    assert_eq!(block_on(db.load(1)), Ok(11));
+    assert_eq!(block_on(db.load(0)), Err(Error::Server));
+
+    let mut pending = db.load(2);
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(pending.as_mut().poll(&mut cx).is_pending());
+    drop(pending);
+
+    reject("boxed::load");
+    assert_eq!(block_on(db.load(3)), Ok(10_003));
+    assert_eq!(
+        events("boxed::load"),
+        [
+            Event::Entered,
+            Event::Success,
+            Event::Entered,
+            Event::Exception,
+            Event::Entered,
+            Event::Cancelled,
+            Event::Rejected
+        ]
+    );
+    assert_send(&db.load(1));
+}

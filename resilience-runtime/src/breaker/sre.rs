@@ -1,0 +1,725 @@
+//! The adaptive (Google SRE) breaker, as go-zero's current `googlebreaker.go`.
+
+use super::config::{SreConfig, MIN_K};
+use super::error::ConfigError;
+use super::{nanos, roll, Outcome, OutcomeCells, OutcomeCounts};
+use crate::rolling::RollingWindow;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// The probability with which the SRE breaker rejects a call, from the window's
+/// statistics; `0.0` means "accept without rolling the dice".
+///
+/// With `b = buckets`:
+///
+/// ```text
+/// w     = max(MIN_K, k - (k - MIN_K) * failing_buckets / b)
+/// ratio = (total - protection - w * accepts) / (total + 1)
+/// ratio <= 0  ->  0.0
+/// else        ->  ratio * (b - working_buckets) / b
+/// ```
+///
+/// go-zero writes `b` as the constant 40 (its bucket count); this function uses the
+/// configured count. The breaker applies the second step only after the forced-probe
+/// check, see [`SreBreaker::allow`].
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::breaker::drop_ratio;
+///
+/// let r = drop_ratio(100, 50, 0, 0, 1.5, 5, 40);
+/// assert!((r - 0.19802).abs() < 1e-5);
+/// assert_eq!(drop_ratio(80, 80, 0, 0, 1.5, 5, 40), 0.0);
+/// ```
+pub fn drop_ratio(
+    total: u64,
+    accepts: u64,
+    failing_buckets: u32,
+    working_buckets: u32,
+    k: f64,
+    protection: u64,
+    buckets: u32,
+) -> f64 {
+    let raw = raw_drop_ratio(total, accepts, failing_buckets, k, protection, buckets);
+    if raw <= 0.0 {
+        0.0
+    } else {
+        raw * working_scale(working_buckets, buckets)
+    }
+}
+
+/// go-zero's `dropRatio` before the working-bucket scaling; `<= 0` means accept.
+fn raw_drop_ratio(
+    total: u64,
+    accepts: u64,
+    failing_buckets: u32,
+    k: f64,
+    protection: u64,
+    buckets: u32,
+) -> f64 {
+    let b = f64::from(buckets.max(1));
+    let w = (k - (k - MIN_K) * f64::from(failing_buckets) / b).max(MIN_K);
+    let total = total as f64;
+    (total - protection as f64 - w * accepts as f64) / (total + 1.0)
+}
+
+fn working_scale(working_buckets: u32, buckets: u32) -> f64 {
+    f64::from(buckets.saturating_sub(working_buckets)) / f64::from(buckets.max(1))
+}
+
+/// What the SRE breaker's window holds at one time (go-zero's `windowResult`, plus the
+/// failures and drops for statistics).
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::breaker::{SreBreaker, SreConfig};
+///
+/// let b = SreBreaker::new(SreConfig::default(), 0)?;
+/// b.on_success(0);
+/// b.on_failure(0);
+/// let h = b.history(0);
+/// assert_eq!((h.accepts, h.failures, h.total), (1, 1, 2));
+/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SreHistory {
+    /// Successes in the window.
+    pub accepts: u64,
+    /// Failures in the window.
+    pub failures: u64,
+    /// Rejected calls in the window.
+    pub drops: u64,
+    /// Every call in the window: successes, failures and drops.
+    pub total: u64,
+    /// Length of the trailing run of buckets with failures and no success (buckets with
+    /// neither do not interrupt the run).
+    pub failing_buckets: u32,
+    /// Length of the trailing run of buckets with successes and no failure (buckets with
+    /// neither do not interrupt the run).
+    pub working_buckets: u32,
+}
+
+impl SreHistory {
+    /// Folds the buckets of a window, oldest first, the way go-zero's `history()` does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::breaker::{OutcomeCounts, SreHistory};
+    ///
+    /// let fail = OutcomeCounts { success: 0, failure: 3, drop: 1 };
+    /// let empty = OutcomeCounts::default();
+    /// let ok = OutcomeCounts { success: 2, failure: 0, drop: 0 };
+    /// let h = SreHistory::from_buckets([ok, fail, empty, fail].iter());
+    /// assert_eq!((h.failing_buckets, h.working_buckets), (2, 0));
+    /// assert_eq!((h.accepts, h.total), (2, 10));
+    /// ```
+    pub fn from_buckets<'a>(buckets: impl IntoIterator<Item = &'a OutcomeCounts>) -> Self {
+        let mut h = SreHistory::default();
+        for b in buckets {
+            h.add(b);
+        }
+        h
+    }
+
+    fn add(&mut self, b: &OutcomeCounts) {
+        self.accepts += b.success;
+        self.failures += b.failure;
+        self.drops += b.drop;
+        self.total += b.total();
+        if b.failure > 0 {
+            self.working_buckets = 0;
+        } else if b.success > 0 {
+            self.working_buckets += 1;
+        }
+        if b.success > 0 {
+            self.failing_buckets = 0;
+        } else if b.failure > 0 {
+            self.failing_buckets += 1;
+        }
+    }
+
+    /// [`drop_ratio`] of this history under `config`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::breaker::{SreConfig, SreHistory};
+    ///
+    /// let h = SreHistory { total: 6, ..SreHistory::default() };
+    /// assert!((h.drop_ratio(&SreConfig::default()) - 1.0 / 7.0).abs() < 1e-12);
+    /// ```
+    pub fn drop_ratio(&self, config: &SreConfig) -> f64 {
+        drop_ratio(
+            self.total,
+            self.accepts,
+            self.failing_buckets,
+            self.working_buckets,
+            config.k,
+            config.protection,
+            config.buckets,
+        )
+    }
+}
+
+/// How the SRE breaker decided on a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SreVerdict {
+    /// The call may run: the breaker is not dropping, or the dice said so.
+    Accepted,
+    /// The call may run although the breaker is dropping: the last admitted call is
+    /// older than [`SreConfig::force_pass_interval`].
+    ForcedProbe,
+    /// The call must not run; a drop was recorded.
+    Rejected,
+}
+
+/// A change of the SRE breaker's "dropping" condition (the drop ratio went above
+/// zero, or back to zero), for the integrator's events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DroppingTransition {
+    /// The breaker started rejecting calls with a non-zero probability.
+    Started,
+    /// The drop ratio is back to zero.
+    Stopped,
+}
+
+/// The result of [`SreBreaker::allow`].
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
+///
+/// let b = SreBreaker::new(SreConfig::default(), 0)?;
+/// let d = b.allow(0);
+/// assert!(d.is_admitted());
+/// assert_eq!(d.verdict, SreVerdict::Accepted);
+/// assert_eq!(d.drop_ratio, 0.0);
+/// assert_eq!(d.transition, None);
+/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[must_use = "a rejected call must not run"]
+pub struct SreDecision {
+    /// Whether the call may run.
+    pub verdict: SreVerdict,
+    /// The rejection probability this call faced: `0.0` when not dropping, else the
+    /// full [`drop_ratio`] (also for a forced probe, which skipped the roll).
+    pub drop_ratio: f64,
+    /// Set when this decision changed the dropping condition.
+    pub transition: Option<DroppingTransition>,
+}
+
+impl SreDecision {
+    /// Whether the call may run ([`SreVerdict::Accepted`] or
+    /// [`SreVerdict::ForcedProbe`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// assert!(b.allow(0).is_admitted());
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    pub fn is_admitted(&self) -> bool {
+        self.verdict != SreVerdict::Rejected
+    }
+}
+
+/// go-zero's adaptive breaker (client-side throttling from the Google SRE book).
+///
+/// It keeps the successes, failures and drops of the last
+/// [`window`](SreConfig::window) in [`buckets`](SreConfig::buckets) buckets (the current
+/// bucket included). [`allow`](Self::allow) computes
+/// `ratio = (total - protection - w * accepts) / (total + 1)` (see [`drop_ratio`]) and:
+///
+/// 1. accepts when `ratio <= 0`;
+/// 2. else, if a call was admitted while dropping and the last such call is more than
+///    [`force_pass_interval`](SreConfig::force_pass_interval) old, lets this one through
+///    as a probe (at most one thread wins each interval);
+/// 3. else scales the ratio by the share of buckets not in the trailing success-only
+///    run and rejects with that probability, recording a drop; an admitted call
+///    becomes the "last admitted call".
+///
+/// As in go-zero, there is no forced probe before the first call admitted while
+/// dropping. The caller reports the outcome of every admitted call with
+/// [`on_success`](Self::on_success) or [`on_failure`](Self::on_failure) (a panic is a
+/// failure).
+///
+/// Everything is lock-free: the window is [`RollingWindow`] with atomic buckets, and
+/// a decision reads the whole window (`buckets` slots), like go-zero.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::breaker::{SreBreaker, SreConfig};
+///
+/// let breaker = SreBreaker::new(SreConfig::default(), 0)?;
+/// for _ in 0..1_000 {
+///     breaker.on_failure(0);
+/// }
+/// // 1 000 failures and no success: the ratio is (1000 - 5) / 1001.
+/// let d = breaker.allow_with_roll(1, 0.5);
+/// assert!(!d.is_admitted());
+/// assert!(breaker.is_dropping());
+/// // Ten seconds later the window has rolled over: every call passes again.
+/// assert!(breaker.allow(10_000_000_001).is_admitted());
+/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// ```
+#[derive(Debug)]
+pub struct SreBreaker {
+    config: SreConfig,
+    window: RollingWindow<OutcomeCells>,
+    /// Time of the last call admitted while dropping, plus one; 0 when none.
+    last_pass: AtomicU64,
+    /// Whether the last decision saw a positive drop ratio.
+    dropping: AtomicBool,
+    force_pass_ns: u64,
+}
+
+impl SreBreaker {
+    /// A breaker with an empty window starting at `now`.
+    ///
+    /// # Errors
+    ///
+    /// The [`ConfigError`] of [`SreConfig::validate`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    ///
+    /// assert!(SreBreaker::new(SreConfig::default(), 0).is_ok());
+    /// let err = SreBreaker::new(SreConfig { k: 0.5, ..SreConfig::default() }, 0).unwrap_err();
+    /// assert_eq!(err.field, "k");
+    /// ```
+    pub fn new(config: SreConfig, now: u64) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let window = RollingWindow::with_cells(config.buckets as usize, config.bucket_width(), now)
+            .map_err(|e| ConfigError::new("buckets", e.to_string()))?;
+        Ok(SreBreaker {
+            config,
+            window,
+            last_pass: AtomicU64::new(0),
+            dropping: AtomicBool::new(false),
+            force_pass_ns: nanos(config.force_pass_interval),
+        })
+    }
+
+    /// The configuration.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// assert_eq!(b.config().buckets, 40);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    pub fn config(&self) -> &SreConfig {
+        &self.config
+    }
+
+    /// Decides whether a call at `now` may run (go-zero's `accept` + `markDrop`),
+    /// rolling the dice with the crate's per-thread random source.
+    ///
+    /// A rejection is recorded as a drop in the window.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// let d = b.allow(0);
+    /// if d.is_admitted() {
+    ///     b.on_success(0);
+    /// }
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    pub fn allow(&self, now: u64) -> SreDecision {
+        self.decide(now, roll)
+    }
+
+    /// Like [`allow`](Self::allow) with the dice given: the call is rejected iff
+    /// `roll < probability`. `roll` should be uniform in `[0, 1)`; pass fixed values for
+    /// deterministic tests and simulations.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// for _ in 0..6 {
+    ///     b.on_failure(0);
+    /// }
+    /// // ratio = (6 - 5) / 7
+    /// assert_eq!(b.allow_with_roll(0, 0.2).verdict, SreVerdict::Accepted);
+    /// assert_eq!(b.allow_with_roll(0, 0.1).verdict, SreVerdict::Rejected);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    pub fn allow_with_roll(&self, now: u64, roll: f64) -> SreDecision {
+        self.decide(now, || roll)
+    }
+
+    fn decide(&self, now: u64, roll: impl FnOnce() -> f64) -> SreDecision {
+        let c = &self.config;
+        let h = self.history(now);
+        let raw = raw_drop_ratio(
+            h.total,
+            h.accepts,
+            h.failing_buckets,
+            c.k,
+            c.protection,
+            c.buckets,
+        );
+        let transition = self.note_dropping(raw > 0.0);
+        if raw <= 0.0 {
+            return SreDecision {
+                verdict: SreVerdict::Accepted,
+                drop_ratio: 0.0,
+                transition,
+            };
+        }
+        let drop_ratio = raw * working_scale(h.working_buckets, c.buckets);
+        let last = self.last_pass.load(Ordering::Relaxed);
+        if last > 0
+            && now.saturating_sub(last - 1) > self.force_pass_ns
+            && self
+                .last_pass
+                .compare_exchange(
+                    last,
+                    now.saturating_add(1),
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
+            return SreDecision {
+                verdict: SreVerdict::ForcedProbe,
+                drop_ratio,
+                transition,
+            };
+        }
+        if roll() < drop_ratio {
+            self.window.add(now, Outcome::Drop);
+            return SreDecision {
+                verdict: SreVerdict::Rejected,
+                drop_ratio,
+                transition,
+            };
+        }
+        self.last_pass
+            .fetch_max(now.saturating_add(1), Ordering::Relaxed);
+        SreDecision {
+            verdict: SreVerdict::Accepted,
+            drop_ratio,
+            transition,
+        }
+    }
+
+    /// Records the dropping condition of a decision; returns the transition if this
+    /// call flipped it.
+    fn note_dropping(&self, dropping: bool) -> Option<DroppingTransition> {
+        if self.dropping.load(Ordering::Relaxed) == dropping {
+            return None;
+        }
+        self.dropping
+            .compare_exchange(!dropping, dropping, Ordering::Relaxed, Ordering::Relaxed)
+            .ok()
+            .map(|_| {
+                if dropping {
+                    DroppingTransition::Started
+                } else {
+                    DroppingTransition::Stopped
+                }
+            })
+    }
+
+    /// Records the outcome of a call (or a drop decided elsewhere).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{Outcome, SreBreaker, SreConfig};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// b.record(0, Outcome::Drop);
+    /// assert_eq!(b.history(0).drops, 1);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn record(&self, now: u64, outcome: Outcome) {
+        self.window.add(now, outcome);
+    }
+
+    /// Records a successful (acceptable) call.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// b.on_success(0);
+    /// assert_eq!(b.history(0).accepts, 1);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn on_success(&self, now: u64) {
+        self.window.add(now, Outcome::Success);
+    }
+
+    /// Records a failed call (a panic included).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// b.on_failure(0);
+    /// assert_eq!(b.history(0).failures, 1);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn on_failure(&self, now: u64) {
+        self.window.add(now, Outcome::Failure);
+    }
+
+    /// The window's statistics at `now` (does not change the window).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// b.on_success(0);
+    /// assert_eq!(b.history(0).working_buckets, 1);
+    /// assert_eq!(b.history(10_000_000_000).total, 0);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    pub fn history(&self, now: u64) -> SreHistory {
+        let mut h = SreHistory::default();
+        self.window.reduce(now, |b| h.add(b));
+        h
+    }
+
+    /// Whether the last decision saw a positive drop ratio.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// assert!(!b.is_dropping());
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    pub fn is_dropping(&self) -> bool {
+        self.dropping.load(Ordering::Relaxed)
+    }
+
+    /// The time (plus nothing: the `now` given) of the last call admitted while
+    /// dropping, which paces the forced probes; `None` before the first one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// assert_eq!(b.last_pass(), None);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    pub fn last_pass(&self) -> Option<u64> {
+        match self.last_pass.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(t - 1),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUCKET: u64 = 250_000_000;
+    const SECOND: u64 = 1_000_000_000;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 5e-6
+    }
+
+    #[test]
+    fn drop_ratio_vectors() {
+        // (total, accepts, failing, working) -> ratio; k = 1.5, protection = 5, 40 buckets.
+        let cases: [((u64, u64, u32, u32), f64); 10] = [
+            ((80, 80, 0, 0), 0.0),
+            ((5, 0, 0, 0), 0.0),
+            ((6, 0, 0, 0), 0.14286),
+            ((10, 0, 1, 0), 0.45455),
+            ((100, 50, 0, 0), 0.19802),
+            ((100, 50, 0, 10), 0.14851),
+            ((200, 100, 0, 0), 0.22388),
+            ((200, 100, 40, 0), 0.42289),
+            ((2000, 1000, 0, 10), 0.18553),
+            ((100_010, 10, 0, 0), 0.99979),
+        ];
+        for ((total, accepts, failing, working), expect) in cases {
+            let got = drop_ratio(total, accepts, failing, working, 1.5, 5, 40);
+            assert!(
+                close(got, expect),
+                "{total} {accepts} {failing} {working}: {got} != {expect}"
+            );
+        }
+    }
+
+    #[test]
+    fn weight_never_goes_below_min_k() {
+        // failing > buckets cannot happen from a window, but the formula clamps anyway.
+        let a = drop_ratio(200, 100, 40, 0, 1.5, 5, 40);
+        let b = drop_ratio(200, 100, 400, 0, 1.5, 5, 40);
+        assert_eq!(a, b);
+        // All buckets working: the ratio is scaled to zero.
+        assert_eq!(drop_ratio(200, 10, 0, 40, 1.5, 5, 40), 0.0);
+        // Other bucket counts use the configured count.
+        let ten = drop_ratio(200, 100, 10, 5, 1.5, 5, 10);
+        assert!(close(ten, (200.0 - 5.0 - 110.0) / 201.0 * 0.5), "{ten}");
+    }
+
+    #[test]
+    fn history_trailing_runs() {
+        let s = OutcomeCounts {
+            success: 1,
+            failure: 0,
+            drop: 0,
+        };
+        let f = OutcomeCounts {
+            success: 0,
+            failure: 1,
+            drop: 0,
+        };
+        let m = OutcomeCounts {
+            success: 1,
+            failure: 1,
+            drop: 0,
+        };
+        let d = OutcomeCounts {
+            success: 0,
+            failure: 0,
+            drop: 4,
+        };
+        let e = OutcomeCounts::default();
+        let h = |v: &[OutcomeCounts]| {
+            let h = SreHistory::from_buckets(v);
+            (h.failing_buckets, h.working_buckets)
+        };
+        assert_eq!(h(&[f, f, s, s, e, s]), (0, 3));
+        assert_eq!(h(&[s, s, f, e, f, d]), (2, 0));
+        assert_eq!(h(&[f, f, m]), (0, 0));
+        assert_eq!(h(&[s, m, s]), (0, 1));
+        assert_eq!(h(&[e, e, d]), (0, 0));
+        let all = SreHistory::from_buckets(&[s, f, m, d]);
+        assert_eq!(
+            (all.accepts, all.failures, all.drops, all.total),
+            (2, 2, 4, 8)
+        );
+    }
+
+    #[test]
+    fn history_over_the_window_ignores_expired_buckets() {
+        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        b.on_failure(0);
+        b.on_success(BUCKET);
+        b.on_success(2 * BUCKET);
+        let h = b.history(2 * BUCKET);
+        assert_eq!((h.failing_buckets, h.working_buckets, h.total), (0, 2, 3));
+        // 40 buckets later the failure has expired, the successes not yet.
+        let h = b.history(40 * BUCKET);
+        assert_eq!((h.failing_buckets, h.working_buckets, h.total), (0, 2, 2));
+        assert_eq!(b.history(42 * BUCKET).total, 0);
+    }
+
+    #[test]
+    fn dropping_transitions_are_reported_once() {
+        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        for _ in 0..100 {
+            b.on_failure(0);
+        }
+        let first = b.allow_with_roll(0, 0.999_999);
+        assert_eq!(first.transition, Some(DroppingTransition::Started));
+        assert_eq!(first.verdict, SreVerdict::Accepted);
+        assert!(b.is_dropping());
+        assert_eq!(b.allow_with_roll(0, 0.0).transition, None);
+        let later = b.allow_with_roll(20 * SECOND, 0.0);
+        assert_eq!(later.transition, Some(DroppingTransition::Stopped));
+        assert_eq!(later.verdict, SreVerdict::Accepted);
+        assert_eq!(b.allow(20 * SECOND).transition, None);
+        assert!(!b.is_dropping());
+    }
+
+    #[test]
+    fn rejection_records_a_drop_and_acceptance_sets_last_pass() {
+        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        for _ in 0..10 {
+            b.on_failure(0);
+        }
+        let d = b.allow_with_roll(7, 0.0);
+        assert_eq!(d.verdict, SreVerdict::Rejected);
+        assert!(close(d.drop_ratio, 5.0 / 11.0));
+        assert_eq!(b.history(7).drops, 1);
+        assert_eq!(b.last_pass(), None);
+        let d = b.allow_with_roll(9, 0.99);
+        assert_eq!(d.verdict, SreVerdict::Accepted);
+        assert_eq!(b.last_pass(), Some(9));
+        // Accepting without dropping leaves last_pass alone.
+        let quiet = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        assert!(quiet.allow_with_roll(3, 0.0).is_admitted());
+        assert_eq!(quiet.last_pass(), None);
+    }
+
+    #[test]
+    fn forced_probe_needs_a_previous_pass_and_a_full_interval() {
+        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        for _ in 0..1_000 {
+            b.on_failure(0);
+        }
+        // No pass yet: no forced probe, however long we wait inside the window.
+        assert_eq!(
+            b.allow_with_roll(5 * SECOND, 0.0).verdict,
+            SreVerdict::Rejected
+        );
+        assert_eq!(
+            b.allow_with_roll(5 * SECOND, 0.999_999).verdict,
+            SreVerdict::Accepted
+        );
+        // Exactly one interval later: not yet ("more than").
+        assert_eq!(
+            b.allow_with_roll(6 * SECOND, 0.0).verdict,
+            SreVerdict::Rejected
+        );
+        assert_eq!(
+            b.allow_with_roll(6 * SECOND + 1, 0.0).verdict,
+            SreVerdict::ForcedProbe
+        );
+        assert_eq!(
+            b.allow_with_roll(6 * SECOND + 2, 0.0).verdict,
+            SreVerdict::Rejected
+        );
+        assert_eq!(b.last_pass(), Some(6 * SECOND + 1));
+    }
+
+    #[test]
+    fn working_buckets_soften_the_ratio() {
+        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        for _ in 0..200 {
+            b.on_failure(0);
+        }
+        for i in 1..=10 {
+            b.on_success(i * BUCKET);
+        }
+        let h = b.history(10 * BUCKET);
+        assert_eq!((h.working_buckets, h.failing_buckets), (10, 0));
+        let d = b.allow_with_roll(10 * BUCKET, 0.999_999);
+        let expect = (210.0 - 5.0 - 15.0) / 211.0 * 30.0 / 40.0;
+        assert!(close(d.drop_ratio, expect), "{}", d.drop_ratio);
+    }
+}

@@ -1,0 +1,135 @@
+//! Concurrency invariants under real threads and the system clock.
+
+use resilience_runtime::{Clock, Policy, Registry};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+const THREADS: usize = 4;
+const CALLS: u64 = 100_000;
+
+#[test]
+fn concurrency_3_is_never_exceeded_and_counts_add_up() {
+    let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+    reg.set_policy(
+        "stress",
+        Policy::builder().max_concurrency(3).build().unwrap(),
+    )
+    .unwrap();
+    let p = reg.point("stress").unwrap();
+    let inside = Arc::new(AtomicU64::new(0));
+    let max_seen = Arc::new(AtomicU64::new(0));
+    let passed = Arc::new(AtomicU64::new(0));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let (inside, max_seen, passed) =
+                (Arc::clone(&inside), Arc::clone(&max_seen), Arc::clone(&passed));
+            std::thread::spawn(move || {
+                for i in 0..CALLS {
+                    if let Ok(permit) = p.enter() {
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        max_seen.fetch_max(now, Ordering::SeqCst);
+                        if i % 64 == 0 {
+                            std::thread::yield_now();
+                        }
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        passed.fetch_add(1, Ordering::Relaxed);
+                        // mix outcomes: exceptions, panics-as-exceptions, cancellations
+                        match (i + t as u64) % 4 {
+                            0 => permit.finish(true),
+                            1 => drop(permit),
+                            _ => permit.finish(false),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let s = p.stats();
+    assert!(max_seen.load(Ordering::SeqCst) <= 3, "saw {} in flight", max_seen.load(Ordering::SeqCst));
+    assert_eq!(s.totals.visits, THREADS as u64 * CALLS);
+    assert_eq!(s.totals.visits, s.totals.passes + s.totals.downgrades);
+    assert_eq!(s.totals.passes, passed.load(Ordering::Relaxed));
+    assert_eq!(s.totals.downgrades, s.totals.downgrades_by_reason.total());
+    assert_eq!(s.concurrency, 0, "every permit came back");
+    assert!(s.peak_concurrency <= 3);
+}
+
+#[test]
+fn panicking_calls_release_their_permits_under_contention() {
+    let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+    reg.set_policy("stress-panic", Policy::builder().max_concurrency(2).build().unwrap())
+        .unwrap();
+    let p = reg.point("stress-panic").unwrap();
+    let prev_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let mut panics = 0u64;
+                for i in 0..2_000u32 {
+                    let r = std::panic::catch_unwind(|| {
+                        p.call(
+                            || {
+                                if i % 2 == 0 {
+                                    panic!("boom");
+                                }
+                                Ok::<_, ()>(())
+                            },
+                            |_| Ok(()),
+                        )
+                    });
+                    panics += u64::from(r.is_err());
+                }
+                panics
+            })
+        })
+        .collect();
+    let panics: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    std::panic::set_hook(prev_hook);
+    let s = p.stats();
+    assert_eq!(s.concurrency, 0);
+    assert_eq!(s.totals.exceptions, panics);
+    assert_eq!(s.totals.visits, s.totals.passes + s.totals.downgrades);
+}
+
+#[test]
+fn policy_swaps_under_load_never_tear_or_leak() {
+    let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+    reg.set_policy("stress-swap", Policy::builder().max_concurrency(2).build().unwrap())
+        .unwrap();
+    let p = reg.point("stress-swap").unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let inside = Arc::new(AtomicU64::new(0));
+    let max_seen = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..3)
+        .map(|_| {
+            let (stop, inside, max_seen) =
+                (Arc::clone(&stop), Arc::clone(&inside), Arc::clone(&max_seen));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(permit) = p.enter() {
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        max_seen.fetch_max(now, Ordering::SeqCst);
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        permit.finish(false);
+                    }
+                }
+            })
+        })
+        .collect();
+    // Alternate between two limits (and other rules) while calls run.
+    for i in 0..2_000 {
+        let b = Policy::builder().max_concurrency(if i % 2 == 0 { 1 } else { 2 });
+        let b = if i % 3 == 0 { b.max_visits(1_000_000) } else { b };
+        reg.set_policy("stress-swap", b.build().unwrap()).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    assert!(max_seen.load(Ordering::SeqCst) <= 2);
+    assert_eq!(p.stats().concurrency, 0);
+}

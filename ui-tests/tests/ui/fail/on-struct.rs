@@ -1,0 +1,6 @@
+use resilience_runtime::downgrade;
+
+#[downgrade(default)]
+struct S;
+
+fn main() {}
