@@ -26,9 +26,9 @@ fn row(label: &str, config: BloomConfig, target: f64) {
     };
     let start = Instant::now();
     for i in 0..N {
-        filter.insert(&key(b'i', i));
+        filter.insert(key(b'i', i));
     }
-    let false_positives = (0..N).filter(|&i| filter.contains(&key(b'q', i))).count();
+    let false_positives = (0..N).filter(|&i| filter.contains(key(b'q', i))).count();
     let elapsed = start.elapsed();
     let observed = false_positives as f64 / N as f64;
     println!(
@@ -66,5 +66,9 @@ fn main() {
     }
     println!(
         "\nratio = observed / target; ns/op is the mean of one insert or lookup (use --release)."
+    );
+    println!(
+        "go-zero's row follows its own advice (20 bits per key, 14 hashes): only about 7 false\n\
+         positives are expected in {N} lookups, so its ratio is noisy."
     );
 }

@@ -87,7 +87,7 @@ fn main() {
     let (mut found, mut missing, mut errors) = (0u64, 0u64, 0u64);
     for _ in 0..REQUESTS {
         let r = next(&mut rng);
-        let key = if r % 10 == 0 {
+        let key = if r % 100 < 10 {
             format!("user:{}", r % (USERS + 1))
         } else {
             format!("user:{}", 1_000_000 + r % 1_000_000_000)

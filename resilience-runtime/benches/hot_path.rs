@@ -6,6 +6,9 @@
 //! strategies <= 2.5x governor and <= 1/3 of failsafe; 2 threads on one point <= 8x
 //! the single-thread cost per call; flat in the number of points, buckets and listeners.
 
+// `criterion_group!` generates undocumented public functions.
+#![allow(missing_docs)]
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use resilience_runtime::{downgrade, registry, Policy};
 use std::num::NonZeroU32;
@@ -44,7 +47,10 @@ fn all_five(buckets: u32) -> Policy {
         .token_bucket(1e9, 1_000_000_000)
         .max_exceptions(u64::MAX / 2)
         .timeouts(Duration::from_secs(3600), u64::MAX / 2)
-        .window(buckets, Duration::from_millis(1000 * 10 / u64::from(buckets).max(1)))
+        .window(
+            buckets,
+            Duration::from_millis(1000 * 10 / u64::from(buckets).max(1)),
+        )
         .build()
         .unwrap()
 }
@@ -73,7 +79,9 @@ fn yardsticks(c: &mut Criterion) {
         b.iter(|| guarded_none(black_box(7)))
     });
     registry().set_policy("bench.all", all_five(10)).unwrap();
-    g.bench_function("downgrade_all_five", |b| b.iter(|| guarded_all(black_box(7))));
+    g.bench_function("downgrade_all_five", |b| {
+        b.iter(|| guarded_all(black_box(7)))
+    });
 
     // Two threads on the same point: per-call latency of each thread while both run.
     g.bench_function("downgrade_all_five_2_threads", |b| {
@@ -101,9 +109,13 @@ fn yardsticks(c: &mut Criterion) {
 
 fn scaling(c: &mut Criterion) {
     let mut g = c.benchmark_group("scaling");
-    registry().set_policy("bench.buckets", all_five(10)).unwrap();
+    registry()
+        .set_policy("bench.buckets", all_five(10))
+        .unwrap();
     g.bench_function("buckets_10", |b| b.iter(|| guarded_buckets(black_box(7))));
-    registry().set_policy("bench.buckets", all_five(600)).unwrap();
+    registry()
+        .set_policy("bench.buckets", all_five(600))
+        .unwrap();
     g.bench_function("buckets_600", |b| b.iter(|| guarded_buckets(black_box(7))));
 
     registry().set_policy("bench.all", all_five(10)).unwrap();

@@ -1,5 +1,10 @@
 #![doc = include_str!("../../README.md")]
-#![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
 
 pub mod bloom;
 pub mod breaker;
@@ -13,8 +18,8 @@ mod registry;
 pub mod rolling;
 mod stats;
 mod sync;
-mod window;
 pub mod wheel;
+mod window;
 
 #[doc(hidden)]
 #[path = "private.rs"]

@@ -7,7 +7,7 @@
 
 use crate::clock::Clock;
 use crate::error::{Downgraded, Reason};
-use crate::listener::{DowngradeEvent, Dispatcher};
+use crate::listener::{Dispatcher, DowngradeEvent};
 use crate::policy::{Policy, WindowConfig};
 use crate::stats::{CycleStats, PointStats, ReasonCounts, Totals, WindowCounts};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
@@ -45,10 +45,10 @@ struct Compiled {
     max_exceptions: u64,
     rate: f64,
     rate_floor: u64,
-    timeout_ns: u64,
+    timeout_ticks: u64,
     timeout_count: u64,
-    token_interval_ns: u64,
-    token_burst_ns: u64,
+    token_interval_ticks: u64,
+    token_burst_ticks: u64,
     percentage: u64,
     delay_ns: u64,
     retry_ns: u64,
@@ -58,7 +58,7 @@ struct Compiled {
 const WORDS: usize = 14;
 
 impl Compiled {
-    fn from_policy(p: &Policy, ring: *const Ring) -> Compiled {
+    fn from_policy(p: &Policy, ring: *const Ring, clock: &Clock) -> Compiled {
         let mut c = Compiled {
             rules: ACTIVE,
             percentage: u64::from(p.downgrade_percentage),
@@ -84,7 +84,7 @@ impl Compiled {
         }
         if let Some(t) = p.timeouts {
             c.rules |= R_TIMEOUTS;
-            c.timeout_ns = nanos(t.threshold);
+            c.timeout_ticks = clock.ns_to_ticks(nanos(t.threshold));
             c.timeout_count = t.max_count;
         }
         if let Some(tb) = p.token_bucket {
@@ -92,9 +92,9 @@ impl Compiled {
             // GCRA: one token every `interval`; a burst of `capacity` tokens is a
             // tolerance of `capacity * interval`. Rate 0 keeps interval 0 = admit none.
             if tb.rate > 0.0 {
-                let interval = (1e9 / tb.rate).round().max(1.0) as u64;
-                c.token_interval_ns = interval;
-                c.token_burst_ns = interval.saturating_mul(tb.capacity);
+                let interval = clock.ns_to_ticks((1e9 / tb.rate).round() as u64).max(1);
+                c.token_interval_ticks = interval;
+                c.token_burst_ticks = interval.saturating_mul(tb.capacity);
             }
         }
         if let Some(d) = p.delay {
@@ -113,10 +113,10 @@ impl Compiled {
             self.max_exceptions,
             self.rate.to_bits(),
             self.rate_floor,
-            self.timeout_ns,
+            self.timeout_ticks,
             self.timeout_count,
-            self.token_interval_ns,
-            self.token_burst_ns,
+            self.token_interval_ticks,
+            self.token_burst_ticks,
             self.percentage,
             self.delay_ns,
             self.retry_ns,
@@ -132,10 +132,10 @@ impl Compiled {
             max_exceptions: w[3],
             rate: f64::from_bits(w[4]),
             rate_floor: w[5],
-            timeout_ns: w[6],
+            timeout_ticks: w[6],
             timeout_count: w[7],
-            token_interval_ns: w[8],
-            token_burst_ns: w[9],
+            token_interval_ticks: w[8],
+            token_burst_ticks: w[9],
             percentage: w[10],
             delay_ns: w[11],
             retry_ns: w[12],
@@ -242,6 +242,8 @@ pub struct Point {
     peak: AtomicU64,
     cycle_peak: AtomicU64,
     cycle_id: AtomicU64,
+    /// Timeline reading at which the next cycle begins (saves a division per call).
+    next_cycle_at: AtomicU64,
     cycle: Mutex<CycleState>,
     /// GCRA theoretical arrival time of the token bucket.
     tat: AtomicU64,
@@ -287,6 +289,7 @@ impl Point {
             peak: AtomicU64::new(0),
             cycle_peak: AtomicU64::new(0),
             cycle_id: AtomicU64::new(0),
+            next_cycle_at: AtomicU64::new(0),
             cycle: Mutex::new(CycleState::default()),
             tat: AtomicU64::new(0),
             delay_until: AtomicU64::new(0),
@@ -305,7 +308,10 @@ impl Point {
 
     /// The current policy, if any.
     pub fn policy(&self) -> Option<Policy> {
-        self.policy.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.policy
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub(crate) fn apply(&self, policy: Option<Policy>) {
@@ -313,14 +319,14 @@ impl Point {
         let compiled = match &policy {
             Some(p) => {
                 let ring = self.ring_for(p.window);
-                Compiled::from_policy(p, ring)
+                Compiled::from_policy(p, ring, &self.clock)
             }
             None => Compiled::default(),
         };
         if policy.is_some() && current.is_none() {
             // Calls admitted without a policy are not tracked in flight; start the
             // cycle from now so its numbers cover only tracked calls.
-            self.observe_cycle(self.clock.coarse_now());
+            self.observe_cycle(self.clock.now());
         }
         self.cfg.store(compiled);
         *current = policy;
@@ -336,7 +342,7 @@ impl Point {
                 return current;
             }
         }
-        let now = self.clock.coarse_now();
+        let now = self.clock.now();
         let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         let ptr: *const Ring = match rings
             .iter()
@@ -392,11 +398,13 @@ impl Point {
             return Ok(Permit::untracked(self));
         }
         let measure = c.rules & R_TIMEOUTS != 0;
-        // One clock reading per call edge: precise only when durations matter.
-        let now = if measure {
-            self.clock.now()
+        // One cheap timeline reading per call, plus one tick reading at each edge only
+        // when a duration or a refill rate needs more than millisecond resolution.
+        let now = self.clock.now();
+        let ticks = if c.rules & (R_TIMEOUTS | R_TOKENS) != 0 {
+            self.clock.ticks()
         } else {
-            self.clock.coarse_now()
+            0
         };
         self.observe_cycle(now);
         // SAFETY: a compiled policy always points at a ring owned by `self.rings`,
@@ -405,13 +413,16 @@ impl Point {
         let base = ring.base(now, || self.counters.tracked());
         let visits = self.counters.visits.fetch_add(1, Ordering::Relaxed) + 1;
         let v = visits.saturating_sub(base[window::VISITS]);
-        let d = self.counters.downgrades.load(Ordering::Relaxed)
+        let d = self
+            .counters
+            .downgrades
+            .load(Ordering::Relaxed)
             .saturating_sub(base[window::DOWNGRADES]);
 
         let mut permit = Permit {
             point: self,
-            start: if measure { now } else { 0 },
-            timeout_ns: c.timeout_ns,
+            start: if measure { ticks.max(1) } else { 0 },
+            timeout_ticks: c.timeout_ticks,
             retry_ns: c.retry_ns,
             probe_of: 0,
             tracked: true,
@@ -434,7 +445,7 @@ impl Point {
             if c.rules & R_VISITS != 0 && v.saturating_sub(d) > c.max_visits {
                 break 'chain Some(Reason::Visits);
             }
-            if c.rules & R_TOKENS != 0 && !self.take_token(now, &c) {
+            if c.rules & R_TOKENS != 0 && !self.take_token(ticks, &c) {
                 break 'chain Some(Reason::TokenBucket);
             }
             if c.rules & R_CONCURRENCY != 0 {
@@ -445,13 +456,19 @@ impl Point {
             }
             if c.rules & (R_TIMEOUTS | R_EXCEPTIONS | R_RATE) != 0 {
                 if c.rules & R_TIMEOUTS != 0 {
-                    let t = self.counters.timeouts.load(Ordering::Relaxed)
+                    let t = self
+                        .counters
+                        .timeouts
+                        .load(Ordering::Relaxed)
                         .saturating_sub(base[window::TIMEOUTS]);
                     if t >= c.timeout_count {
                         break 'chain Some(Reason::Timeouts);
                     }
                 }
-                let e = self.counters.exceptions.load(Ordering::Relaxed)
+                let e = self
+                    .counters
+                    .exceptions
+                    .load(Ordering::Relaxed)
                     .saturating_sub(base[window::EXCEPTIONS]);
                 if c.rules & R_EXCEPTIONS != 0 && e >= c.max_exceptions {
                     break 'chain Some(Reason::Exceptions);
@@ -493,8 +510,7 @@ impl Point {
         permit: Permit,
         now: u64,
     ) -> Result<Permit, Downgraded> {
-        if c.percentage < 100 && (c.percentage == 0 || crate::rand::below(100) >= c.percentage)
-        {
+        if c.percentage < 100 && (c.percentage == 0 || crate::rand::below(100) >= c.percentage) {
             if !holds_slot {
                 self.acquire_forced();
             }
@@ -531,13 +547,13 @@ impl Point {
 
     #[inline]
     fn take_token(&self, now: u64, c: &Compiled) -> bool {
-        if c.token_interval_ns == 0 {
+        if c.token_interval_ticks == 0 {
             return false;
         }
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
-            let next = tat.max(now).saturating_add(c.token_interval_ns);
-            if next - now > c.token_burst_ns {
+            let next = tat.max(now).saturating_add(c.token_interval_ticks);
+            if next - now > c.token_burst_ticks {
                 return false;
             }
             match self
@@ -611,7 +627,8 @@ impl Point {
                 )
                 .is_ok()
         {
-            self.delay_cause.store(reason.index() as u8, Ordering::Relaxed);
+            self.delay_cause
+                .store(reason.index() as u8, Ordering::Relaxed);
             let next = if c.retry_ns == 0 {
                 PROBE_TAKEN
             } else {
@@ -625,9 +642,8 @@ impl Point {
     /// thread is rolling, this call leaves it to that thread.
     #[inline]
     fn observe_cycle(&self, now: u64) {
-        let id = self.clock.wall_nanos(now) / CYCLE_NS;
-        if id > self.cycle_id.load(Ordering::Relaxed) {
-            self.roll_cycle(id);
+        if now >= self.next_cycle_at.load(Ordering::Relaxed) {
+            self.roll_cycle(self.clock.wall_nanos(now) / CYCLE_NS);
         }
     }
 
@@ -638,6 +654,7 @@ impl Point {
         };
         let prev = self.cycle_id.load(Ordering::Relaxed);
         if id <= prev {
+            // Another thread rolled it between our check and the lock.
             return;
         }
         let now_counts = self.counters.tracked();
@@ -671,6 +688,11 @@ impl Point {
         st.start = now_counts;
         st.start_reasons = now_reasons;
         self.cycle_id.store(id, Ordering::Relaxed);
+        self.next_cycle_at.store(
+            self.clock
+                .timeline_at_wall((id + 1).saturating_mul(CYCLE_NS)),
+            Ordering::Relaxed,
+        );
     }
 
     fn clock_cycle_start(&self, id: u64) -> std::time::SystemTime {
@@ -683,7 +705,7 @@ impl Point {
     /// a policy (a point without policy only counts totals: that is its fast path).
     pub fn stats(&self) -> PointStats {
         let c = self.cfg.load();
-        let now = self.clock.coarse_now();
+        let now = self.clock.now();
         let tracked = self.counters.tracked();
         let window = (c.rules != 0).then(|| {
             // SAFETY: see `enter_governed`.
@@ -829,9 +851,9 @@ impl Point {
 #[must_use = "dropping a permit records the call as cancelled; call `finish`"]
 pub struct Permit {
     point: &'static Point,
-    /// Start time when the call is timed, else 0.
+    /// Start time in clock ticks when the call is timed, else 0.
     start: u64,
-    timeout_ns: u64,
+    timeout_ticks: u64,
     retry_ns: u64,
     /// `delay_until` of the delay period this call probes, else 0.
     probe_of: u64,
@@ -861,7 +883,7 @@ impl Permit {
         Permit {
             point,
             start: 0,
-            timeout_ns: 0,
+            timeout_ticks: 0,
             retry_ns: 0,
             probe_of: 0,
             tracked: false,
@@ -907,16 +929,15 @@ impl Permit {
         if failed {
             p.counters.exceptions.fetch_add(1, Ordering::Relaxed);
         }
-        let mut end = 0;
         if self.start != 0 && outcome != Outcome::Cancelled {
-            end = p.clock.now();
-            if end.saturating_sub(self.start) > self.timeout_ns {
+            let end = p.clock.ticks();
+            if end.saturating_sub(self.start) > self.timeout_ticks {
                 p.counters.timeouts.fetch_add(1, Ordering::Relaxed);
                 failed = true;
             }
         }
         if self.probe_of != 0 {
-            let now = if end != 0 { end } else { p.clock.coarse_now() };
+            let now = p.clock.now();
             // Only act on the delay period this probe belongs to.
             if p.delay_until.load(Ordering::Acquire) == self.probe_of {
                 match outcome {

@@ -17,8 +17,9 @@
 //!   adds the value there; a step shorter than `interval` that crosses a boundary moves to
 //!   the next bucket;
 //! * [`reduce`](RollingWindow::reduce) visits `size - span` buckets (or `size - 1` when
-//!   `span == 0` and the current bucket is ignored), starting after the last-written
-//!   bucket's expired neighbours, oldest to newest; it never changes the window.
+//!   `span == 0` and the current bucket is ignored), oldest to newest, ending with the
+//!   last-written bucket (or the one before it): the buckets that expired since the
+//!   last add are skipped, and the window is never changed by a read.
 //!
 //! The "ignore the current bucket" option is **off** by default
 //! ([`with_ignore_current`](RollingWindow::with_ignore_current)); go-zero's breaker

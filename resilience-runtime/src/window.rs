@@ -24,8 +24,11 @@ struct Slot([AtomicU64; TRACKED]);
 pub(crate) struct Ring {
     pub(crate) width_ns: u64,
     pub(crate) buckets: u64,
-    /// The newest tick whose snapshot is written.
-    head: AtomicU64,
+    /// Where the tick after the newest published one begins: the pass path compares
+    /// against it instead of dividing.
+    next_boundary: AtomicU64,
+    /// The slot of the oldest tick in the window ending at the newest published tick.
+    base_slot: AtomicU64,
     /// The newest tick a rotating thread has claimed.
     claim: AtomicU64,
     slots: Box<[Slot]>,
@@ -33,29 +36,41 @@ pub(crate) struct Ring {
 
 impl Ring {
     pub(crate) fn new(buckets: u32, width_ns: u64, now: u64, current: [u64; TRACKED]) -> Ring {
-        let tick = now / width_ns;
         let slots = (0..buckets)
             .map(|_| Slot(current.map(AtomicU64::new)))
             .collect();
-        Ring {
+        let ring = Ring {
             width_ns,
             buckets: u64::from(buckets),
-            head: AtomicU64::new(tick),
-            claim: AtomicU64::new(tick),
+            next_boundary: AtomicU64::new(0),
+            base_slot: AtomicU64::new(0),
+            claim: AtomicU64::new(0),
             slots,
-        }
+        };
+        ring.publish(now / width_ns);
+        ring
     }
 
     /// Empties the window (used when a ring is reused after a geometry change).
     pub(crate) fn reset(&self, now: u64, current: [u64; TRACKED]) {
-        let tick = now / self.width_ns;
         for slot in self.slots.iter() {
             for (cell, v) in slot.0.iter().zip(current) {
                 cell.store(v, Ordering::Relaxed);
             }
         }
+        let tick = now / self.width_ns;
         self.claim.store(tick, Ordering::Relaxed);
-        self.head.store(tick, Ordering::Release);
+        self.publish(tick);
+    }
+
+    fn publish(&self, tick: u64) {
+        self.claim.fetch_max(tick, Ordering::Relaxed);
+        self.base_slot
+            .store((tick + 1) % self.buckets, Ordering::Relaxed);
+        self.next_boundary.store(
+            tick.saturating_add(1).saturating_mul(self.width_ns),
+            Ordering::Release,
+        );
     }
 
     /// Brings the window up to `now` and returns the counter values at the start of the
@@ -63,18 +78,17 @@ impl Ring {
     /// called only when a bucket boundary was crossed.
     #[inline]
     pub(crate) fn base(&self, now: u64, read: impl FnOnce() -> [u64; TRACKED]) -> [u64; TRACKED] {
-        let tick = now / self.width_ns;
-        let mut head = self.head.load(Ordering::Acquire);
-        if tick > head {
-            head = self.rotate(tick, read).max(head);
+        if now >= self.next_boundary.load(Ordering::Acquire) {
+            self.rotate(now / self.width_ns, read);
         }
-        let oldest = head + 1; // ≡ head - (buckets - 1) modulo `buckets`
-        let slot = &self.slots[(oldest % self.buckets) as usize];
+        // The oldest tick of the window ending at tick `h` is `h - (buckets - 1)`,
+        // whose slot is `(h + 1) % buckets`.
+        let slot = &self.slots[self.base_slot.load(Ordering::Acquire) as usize];
         slot.0.each_ref().map(|c| c.load(Ordering::Relaxed))
     }
 
     #[cold]
-    fn rotate(&self, tick: u64, read: impl FnOnce() -> [u64; TRACKED]) -> u64 {
+    fn rotate(&self, tick: u64, read: impl FnOnce() -> [u64; TRACKED]) {
         let claimed = self.claim.load(Ordering::Relaxed);
         if claimed >= tick
             || self
@@ -83,7 +97,7 @@ impl Ring {
                 .is_err()
         {
             // Another thread is rotating; use the window it last published.
-            return self.head.load(Ordering::Acquire);
+            return;
         }
         // Nothing observed the ticks since `claimed`, so every bucket that began in
         // between starts with today's counters (they saw no calls).
@@ -95,8 +109,12 @@ impl Ring {
                 cell.store(v, Ordering::Relaxed);
             }
         }
-        self.head.fetch_max(tick, Ordering::AcqRel);
-        tick
+        // Publish only if no later rotation has claimed a newer tick meanwhile: that
+        // one publishes its own window, and an older one must not overwrite it.
+        if self.claim.load(Ordering::Acquire) == tick {
+            std::sync::atomic::fence(Ordering::Release);
+            self.publish(tick);
+        }
     }
 
     /// Approximate heap size in bytes.

@@ -94,11 +94,11 @@ fn go_zero_mode_has_fourteen_hashes_and_its_documented_rate() {
     assert_eq!(filter.config().hashes(), 14);
     assert_eq!(filter.config().scheme(), HashScheme::GoZero);
     for i in 0..n {
-        filter.insert(&key(b'g', i));
+        filter.insert(key(b'g', i));
     }
     let queries = 50_000u64;
     let fp = (0..queries)
-        .filter(|&i| filter.contains(&key(b'q', i)))
+        .filter(|&i| filter.contains(key(b'q', i)))
         .count();
     // Expected about 3.4; 20 would be 4e-4.
     assert!(fp < 20, "{fp} false positives in {queries}");
@@ -148,9 +148,9 @@ fn key(tag: u8, i: u64) -> [u8; 9] {
 /// Inserts `n` keys, queries `n` others, returns the observed false-positive rate.
 fn observed_fpr(filter: &BloomFilter, n: u64) -> f64 {
     for i in 0..n {
-        filter.insert(&key(b'i', i));
+        filter.insert(key(b'i', i));
     }
-    let fp = (0..n).filter(|&i| filter.contains(&key(b'q', i))).count();
+    let fp = (0..n).filter(|&i| filter.contains(key(b'q', i))).count();
     fp as f64 / n as f64
 }
 
@@ -165,7 +165,7 @@ fn observed_false_positive_rate_is_within_1_3x_of_target() {
         // No false negatives.
         let observed = observed_fpr(&filter, n);
         for i in (0..n).step_by(97) {
-            assert!(filter.contains(&key(b'i', i)));
+            assert!(filter.contains(key(b'i', i)));
         }
         let c = filter.config();
         assert!(
@@ -193,7 +193,7 @@ fn concurrent_inserts_and_lookups_never_give_false_negatives() {
             let (filter, published) = (Arc::clone(&filter), Arc::clone(&published));
             std::thread::spawn(move || {
                 for i in 0..PER_THREAD {
-                    filter.insert(&key(t as u8, i));
+                    filter.insert(key(t as u8, i));
                     published[t as usize].store(i + 1, Ordering::Release);
                 }
             })
@@ -212,7 +212,7 @@ fn concurrent_inserts_and_lookups_never_give_false_negatives() {
                         let upto = published[t as usize].load(Ordering::Acquire);
                         if upto > 0 {
                             let i = upto - 1;
-                            assert!(filter.contains(&key(t as u8, i)), "thread {t} key {i}");
+                            assert!(filter.contains(key(t as u8, i)), "thread {t} key {i}");
                             checked += 1;
                         }
                     }
@@ -229,7 +229,7 @@ fn concurrent_inserts_and_lookups_never_give_false_negatives() {
     }
     for t in 0..THREADS {
         for i in 0..PER_THREAD {
-            assert!(filter.contains(&key(t as u8, i)), "thread {t} key {i}");
+            assert!(filter.contains(key(t as u8, i)), "thread {t} key {i}");
         }
     }
 }

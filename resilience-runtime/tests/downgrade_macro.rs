@@ -52,7 +52,10 @@ fn without_fallback_a_downgrade_becomes_the_error() {
     assert_eq!(no_fallback(0), Err(AppError::Business(0)));
     assert_eq!(no_fallback(1), Err(AppError::Down(Reason::Visits)));
     let s = registry().stats("t.result").unwrap();
-    assert_eq!((s.totals.visits, s.totals.downgrades, s.totals.exceptions), (3, 1, 1));
+    assert_eq!(
+        (s.totals.visits, s.totals.downgrades, s.totals.exceptions),
+        (3, 1, 1)
+    );
 }
 
 fn fb(x: u32, label: &str) -> Result<String, AppError> {
@@ -69,7 +72,10 @@ fn with_fallback(x: u32, label: &str) -> Result<String, AppError> {
 
 #[test]
 fn fallback_runs_only_for_downgrades() {
-    set("t.fallback", Policy::builder().max_exceptions(1).build().unwrap());
+    set(
+        "t.fallback",
+        Policy::builder().max_exceptions(1).build().unwrap(),
+    );
     assert_eq!(with_fallback(1, "a").unwrap(), "real 1 a");
     // a business error never reaches the fallback
     assert_eq!(with_fallback(0, "b"), Err(AppError::Business(0)));
@@ -111,7 +117,14 @@ fn is_exception_selects_counted_errors() {
     let _ = selective(404);
     let _ = selective(404);
     let _ = selective(500);
-    assert_eq!(registry().stats("t.is_exception").unwrap().totals.exceptions, 1);
+    assert_eq!(
+        registry()
+            .stats("t.is_exception")
+            .unwrap()
+            .totals
+            .exceptions,
+        1
+    );
 }
 
 #[downgrade(point = "t.panics", default)]
@@ -124,7 +137,10 @@ fn panics(flag: bool) -> u32 {
 
 #[test]
 fn a_panic_is_an_exception_and_keeps_unwinding() {
-    set("t.panics", Policy::builder().max_concurrency(1).build().unwrap());
+    set(
+        "t.panics",
+        Policy::builder().max_concurrency(1).build().unwrap(),
+    );
     assert!(std::panic::catch_unwind(|| panics(true)).is_err());
     assert!(std::panic::catch_unwind(|| panics(true)).is_err());
     assert_eq!(panics(false), 1, "the permit came back after the panics");
@@ -276,7 +292,10 @@ async fn async_slow(signal: tokio::sync::oneshot::Receiver<()>) -> u32 {
 
 #[test]
 fn a_dropped_future_releases_its_slot_and_counts_nothing() {
-    set("t.async_slow", Policy::builder().max_concurrency(1).build().unwrap());
+    set(
+        "t.async_slow",
+        Policy::builder().max_concurrency(1).build().unwrap(),
+    );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -301,7 +320,10 @@ async fn async_panic() -> u32 {
 
 #[test]
 fn an_async_panic_is_an_exception() {
-    set("t.async_panic", Policy::builder().max_concurrency(1).build().unwrap());
+    set(
+        "t.async_panic",
+        Policy::builder().max_concurrency(1).build().unwrap(),
+    );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .build()
@@ -374,7 +396,10 @@ fn attributes_stack() {
     assert_eq!(stacked(), 1);
     let inner = registry().stats("t.stack.inner").unwrap().totals.visits;
     assert_eq!(stacked(), 1);
-    assert_eq!(registry().stats("t.stack.inner").unwrap().totals.visits, inner);
+    assert_eq!(
+        registry().stats("t.stack.inner").unwrap().totals.visits,
+        inner
+    );
 }
 
 /// Doc comments and other attributes stay on the function.

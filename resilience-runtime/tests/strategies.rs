@@ -1,6 +1,6 @@
 //! The SDS bar: every strategy's observable numbers, on a manual clock.
 
-use resilience_runtime::{Clock, ManualClock, Policy, Point, Reason, Registry};
+use resilience_runtime::{Clock, ManualClock, Point, Policy, Reason, Registry};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier, Mutex};
 use std::time::Duration;
@@ -14,7 +14,11 @@ fn setup(name: &str, policy: Policy) -> (ManualClock, &'static Registry, &'stati
 
 /// Runs `n` calls; `body(i)` says whether call `i` (1-based) fails. Returns the
 /// outcome of each call: `None` = ran, `Some(reason)` = downgraded.
-fn run(point: &'static Point, n: usize, mut body: impl FnMut(usize) -> bool) -> Vec<Option<Reason>> {
+fn run(
+    point: &'static Point,
+    n: usize,
+    mut body: impl FnMut(usize) -> bool,
+) -> Vec<Option<Reason>> {
     (1..=n)
         .map(|i| match point.enter() {
             Ok(permit) => {
@@ -42,7 +46,10 @@ fn visits_limit_5_over_10_calls() {
     assert_eq!(downgraded_calls(&out), [6, 7, 8, 9, 10]);
     assert!(out.iter().flatten().all(|r| *r == Reason::Visits));
     let s = p.stats();
-    assert_eq!((s.totals.visits, s.totals.passes, s.totals.downgrades), (10, 5, 5));
+    assert_eq!(
+        (s.totals.visits, s.totals.passes, s.totals.downgrades),
+        (10, 5, 5)
+    );
     // Downgraded visits do not keep the point downgraded: the window is `visits - downgrades`.
     let w = s.window.unwrap();
     assert_eq!((w.visits, w.downgrades, w.passes), (10, 5, 5));
@@ -78,7 +85,10 @@ fn window_slides_one_bucket_at_a_time() {
 
 #[test]
 fn concurrency_2_with_5_workers_x_10_calls_downgrades_exactly_30() {
-    let (_, _, p) = setup("conc", Policy::builder().max_concurrency(2).build().unwrap());
+    let (_, _, p) = setup(
+        "conc",
+        Policy::builder().max_concurrency(2).build().unwrap(),
+    );
     let entered = Arc::new(Barrier::new(5));
     let downgraded = Arc::new(AtomicUsize::new(0));
     let workers: Vec<_> = (0..5)
@@ -121,7 +131,10 @@ fn exceptions_5_with_every_call_failing() {
 
 #[test]
 fn exception_rate_50_percent_with_floor_5() {
-    let (_, _, p) = setup("rate", Policy::builder().exception_rate(0.5, 5).build().unwrap());
+    let (_, _, p) = setup(
+        "rate",
+        Policy::builder().exception_rate(0.5, 5).build().unwrap(),
+    );
     let out = run(p, 10, |_| true);
     assert_eq!(downgraded_calls(&out), [6, 7, 8, 9, 10]);
     assert!(out.iter().flatten().all(|r| *r == Reason::ExceptionRate));
@@ -129,7 +142,10 @@ fn exception_rate_50_percent_with_floor_5() {
 
 #[test]
 fn exception_rate_below_threshold_passes() {
-    let (_, _, p) = setup("rate-low", Policy::builder().exception_rate(0.5, 5).build().unwrap());
+    let (_, _, p) = setup(
+        "rate-low",
+        Policy::builder().exception_rate(0.5, 5).build().unwrap(),
+    );
     // every third call fails: 33% < 50%
     assert!(downgraded_calls(&run(p, 30, |i| i % 3 == 0)).is_empty());
 }
@@ -148,7 +164,11 @@ fn timeout_count_5_with_every_call_slow() {
         false
     });
     assert_eq!(downgraded_calls(&out), [6, 7, 8, 9, 10]);
-    assert_eq!(p.stats().totals.timeouts, 5, "downgraded calls are never timed");
+    assert_eq!(
+        p.stats().totals.timeouts,
+        5,
+        "downgraded calls are never timed"
+    );
 }
 
 #[test]
@@ -169,7 +189,10 @@ fn a_call_exactly_at_the_threshold_is_not_a_timeout() {
 
 #[test]
 fn token_bucket_is_a_real_bucket() {
-    let (clock, _, p) = setup("tokens", Policy::builder().token_bucket(2.0, 4).build().unwrap());
+    let (clock, _, p) = setup(
+        "tokens",
+        Policy::builder().token_bucket(2.0, 4).build().unwrap(),
+    );
     // starts full: a burst of 4
     assert_eq!(downgraded_calls(&run(p, 6, |_| false)), [5, 6]);
     // continuous refill: half a second brings one token
@@ -178,12 +201,21 @@ fn token_bucket_is_a_real_bucket() {
     // an idle point saves up to the capacity, never more
     clock.advance(Duration::from_secs(60));
     assert_eq!(downgraded_calls(&run(p, 6, |_| false)), [5, 6]);
-    assert_eq!(p.stats().totals.downgrades_by_reason.get(Reason::TokenBucket), 5);
+    assert_eq!(
+        p.stats()
+            .totals
+            .downgrades_by_reason
+            .get(Reason::TokenBucket),
+        5
+    );
 }
 
 #[test]
 fn token_bucket_rate_zero_admits_nothing() {
-    let (_, _, p) = setup("tokens0", Policy::builder().token_bucket(0.0, 5).build().unwrap());
+    let (_, _, p) = setup(
+        "tokens0",
+        Policy::builder().token_bucket(0.0, 5).build().unwrap(),
+    );
     assert_eq!(downgraded_calls(&run(p, 2, |_| false)), [1, 2]);
 }
 
@@ -240,27 +272,51 @@ fn reason_is_the_first_tripped_rule_in_sds_order() {
     // then token bucket, concurrency, timeouts, exceptions, exception rate
     let cases: [(Policy, Reason); 5] = [
         (
-            Policy::builder().token_bucket(0.0, 1).max_concurrency(0).max_exceptions(0).build().unwrap(),
+            Policy::builder()
+                .token_bucket(0.0, 1)
+                .max_concurrency(0)
+                .max_exceptions(0)
+                .build()
+                .unwrap(),
             Reason::TokenBucket,
         ),
         (
-            Policy::builder().max_concurrency(0).timeouts(Duration::from_secs(1), 0).build().unwrap(),
+            Policy::builder()
+                .max_concurrency(0)
+                .timeouts(Duration::from_secs(1), 0)
+                .build()
+                .unwrap(),
             Reason::Concurrency,
         ),
         (
-            Policy::builder().timeouts(Duration::from_secs(1), 0).max_exceptions(0).build().unwrap(),
+            Policy::builder()
+                .timeouts(Duration::from_secs(1), 0)
+                .max_exceptions(0)
+                .build()
+                .unwrap(),
             Reason::Timeouts,
         ),
         (
-            Policy::builder().max_exceptions(0).exception_rate(0.0, 0).build().unwrap(),
+            Policy::builder()
+                .max_exceptions(0)
+                .exception_rate(0.0, 0)
+                .build()
+                .unwrap(),
             Reason::Exceptions,
         ),
-        (Policy::builder().exception_rate(0.0, 0).build().unwrap(), Reason::ExceptionRate),
+        (
+            Policy::builder().exception_rate(0.0, 0).build().unwrap(),
+            Reason::ExceptionRate,
+        ),
     ];
     for (i, (policy, reason)) in cases.into_iter().enumerate() {
         let (_, _, p) = setup(&format!("order{}", i + 2), policy);
         assert_eq!(run(p, 1, |_| false), [Some(reason)], "case {i}");
-        assert_eq!(p.stats().concurrency, 0, "no slot held by a downgraded call");
+        assert_eq!(
+            p.stats().concurrency,
+            0,
+            "no slot held by a downgraded call"
+        );
     }
 }
 
@@ -286,7 +342,10 @@ fn delay_keeps_the_point_down_and_probes_every_interval() {
     assert_eq!(run(p, 1, |_| false), [Some(Reason::Delay)]);
     // after one retry interval exactly one probe goes through; it fails
     clock.advance(Duration::from_secs(1));
-    assert_eq!(run(p, 3, |_| true), [None, Some(Reason::Delay), Some(Reason::Delay)]);
+    assert_eq!(
+        run(p, 3, |_| true),
+        [None, Some(Reason::Delay), Some(Reason::Delay)]
+    );
     // the failing probe scheduled the next one a full interval later
     clock.advance(Duration::from_millis(999));
     assert_eq!(run(p, 1, |_| false), [Some(Reason::Delay)]);
@@ -333,15 +392,24 @@ fn policy_change_keeps_counters_permits_and_delay() {
     assert_eq!(downgraded_calls(&run(p, 3, |_| false)), [2, 3]);
 
     // concurrency: in-flight calls keep their slots across a change (no fresh permits)
-    reg.set_policy("change", Policy::builder().max_concurrency(2).build().unwrap())
-        .unwrap();
+    reg.set_policy(
+        "change",
+        Policy::builder().max_concurrency(2).build().unwrap(),
+    )
+    .unwrap();
     let a = p.enter().unwrap();
     let b = p.enter().unwrap();
-    reg.set_policy("change", Policy::builder().max_concurrency(2).build().unwrap())
-        .unwrap();
+    reg.set_policy(
+        "change",
+        Policy::builder().max_concurrency(2).build().unwrap(),
+    )
+    .unwrap();
     assert_eq!(p.enter().unwrap_err().reason(), Reason::Concurrency);
-    reg.set_policy("change", Policy::builder().max_concurrency(3).build().unwrap())
-        .unwrap();
+    reg.set_policy(
+        "change",
+        Policy::builder().max_concurrency(3).build().unwrap(),
+    )
+    .unwrap();
     let c = p.enter().unwrap();
     assert_eq!(p.enter().unwrap_err().reason(), Reason::Concurrency);
     for permit in [a, b, c] {
@@ -388,9 +456,14 @@ fn clearing_a_policy_lets_everything_through() {
 
 #[test]
 fn permits_come_back_after_panics_and_cancellation() {
-    let (_, _, p) = setup("panics", Policy::builder().max_concurrency(1).build().unwrap());
+    let (_, _, p) = setup(
+        "panics",
+        Policy::builder().max_concurrency(1).build().unwrap(),
+    );
     for _ in 0..3 {
-        let r = std::panic::catch_unwind(|| p.call(|| -> Result<(), ()> { panic!("boom") }, |_| Ok(())));
+        let r = std::panic::catch_unwind(|| {
+            p.call(|| -> Result<(), ()> { panic!("boom") }, |_| Ok(()))
+        });
         assert!(r.is_err());
     }
     assert_eq!(p.stats().concurrency, 0);
@@ -403,7 +476,10 @@ fn permits_come_back_after_panics_and_cancellation() {
 
 #[test]
 fn cancelled_future_releases_its_slot() {
-    let (_, _, p) = setup("cancel", Policy::builder().max_concurrency(1).build().unwrap());
+    let (_, _, p) = setup(
+        "cancel",
+        Policy::builder().max_concurrency(1).build().unwrap(),
+    );
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
@@ -448,7 +524,10 @@ fn listener_sees_every_downgrade_and_survives_a_panicking_one() {
 
 #[test]
 fn a_slow_listener_never_blocks_calls_and_drops_are_counted() {
-    let (_, reg, p) = setup("slow-listener", Policy::builder().max_visits(0).build().unwrap());
+    let (_, reg, p) = setup(
+        "slow-listener",
+        Policy::builder().max_visits(0).build().unwrap(),
+    );
     let gate = Arc::new(Mutex::new(()));
     let held = gate.lock().unwrap();
     let g2 = Arc::clone(&gate);
@@ -467,14 +546,27 @@ fn a_slow_listener_never_blocks_calls_and_drops_are_counted() {
 fn last_cycle_is_wall_clock_aligned() {
     let (clock, _, p) = setup(
         "cycle",
-        Policy::builder().max_visits(3).max_exceptions(100).build().unwrap(),
+        Policy::builder()
+            .max_visits(3)
+            .max_exceptions(100)
+            .build()
+            .unwrap(),
     );
     run(p, 5, |i| i == 1);
-    assert_eq!(p.stats().last_cycle.unwrap().visits, 0, "first cycle not closed yet");
+    assert_eq!(
+        p.stats().last_cycle.unwrap().visits,
+        0,
+        "first cycle not closed yet"
+    );
     clock.advance(Duration::from_secs(10));
     let cycle = p.stats().last_cycle.unwrap();
     assert_eq!(
-        (cycle.visits, cycle.passes, cycle.downgrades, cycle.exceptions),
+        (
+            cycle.visits,
+            cycle.passes,
+            cycle.downgrades,
+            cycle.exceptions
+        ),
         (5, 3, 2, 1)
     );
     assert_eq!(cycle.downgrades_by_reason.get(Reason::Visits), 2);

@@ -21,8 +21,11 @@ fn concurrency_3_is_never_exceeded_and_counts_add_up() {
     let passed = Arc::new(AtomicU64::new(0));
     let threads: Vec<_> = (0..THREADS)
         .map(|t| {
-            let (inside, max_seen, passed) =
-                (Arc::clone(&inside), Arc::clone(&max_seen), Arc::clone(&passed));
+            let (inside, max_seen, passed) = (
+                Arc::clone(&inside),
+                Arc::clone(&max_seen),
+                Arc::clone(&passed),
+            );
             std::thread::spawn(move || {
                 for i in 0..CALLS {
                     if let Ok(permit) = p.enter() {
@@ -48,7 +51,11 @@ fn concurrency_3_is_never_exceeded_and_counts_add_up() {
         t.join().unwrap();
     }
     let s = p.stats();
-    assert!(max_seen.load(Ordering::SeqCst) <= 3, "saw {} in flight", max_seen.load(Ordering::SeqCst));
+    assert!(
+        max_seen.load(Ordering::SeqCst) <= 3,
+        "saw {} in flight",
+        max_seen.load(Ordering::SeqCst)
+    );
     assert_eq!(s.totals.visits, THREADS as u64 * CALLS);
     assert_eq!(s.totals.visits, s.totals.passes + s.totals.downgrades);
     assert_eq!(s.totals.passes, passed.load(Ordering::Relaxed));
@@ -60,8 +67,11 @@ fn concurrency_3_is_never_exceeded_and_counts_add_up() {
 #[test]
 fn panicking_calls_release_their_permits_under_contention() {
     let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
-    reg.set_policy("stress-panic", Policy::builder().max_concurrency(2).build().unwrap())
-        .unwrap();
+    reg.set_policy(
+        "stress-panic",
+        Policy::builder().max_concurrency(2).build().unwrap(),
+    )
+    .unwrap();
     let p = reg.point("stress-panic").unwrap();
     let prev_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
@@ -98,16 +108,22 @@ fn panicking_calls_release_their_permits_under_contention() {
 #[test]
 fn policy_swaps_under_load_never_tear_or_leak() {
     let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
-    reg.set_policy("stress-swap", Policy::builder().max_concurrency(2).build().unwrap())
-        .unwrap();
+    reg.set_policy(
+        "stress-swap",
+        Policy::builder().max_concurrency(2).build().unwrap(),
+    )
+    .unwrap();
     let p = reg.point("stress-swap").unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let inside = Arc::new(AtomicU64::new(0));
     let max_seen = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..3)
         .map(|_| {
-            let (stop, inside, max_seen) =
-                (Arc::clone(&stop), Arc::clone(&inside), Arc::clone(&max_seen));
+            let (stop, inside, max_seen) = (
+                Arc::clone(&stop),
+                Arc::clone(&inside),
+                Arc::clone(&max_seen),
+            );
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     if let Ok(permit) = p.enter() {
@@ -123,7 +139,11 @@ fn policy_swaps_under_load_never_tear_or_leak() {
     // Alternate between two limits (and other rules) while calls run.
     for i in 0..2_000 {
         let b = Policy::builder().max_concurrency(if i % 2 == 0 { 1 } else { 2 });
-        let b = if i % 3 == 0 { b.max_visits(1_000_000) } else { b };
+        let b = if i % 3 == 0 {
+            b.max_visits(1_000_000)
+        } else {
+            b
+        };
         reg.set_policy("stress-swap", b.build().unwrap()).unwrap();
     }
     stop.store(true, Ordering::Relaxed);

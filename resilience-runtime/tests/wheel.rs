@@ -280,6 +280,51 @@ fn many_keys_at_many_delays_fire_on_their_ticks() {
     assert_eq!(fired_at, expected);
 }
 
+#[test]
+fn concurrent_set_move_remove_from_many_threads_fire_exactly_once() {
+    const THREADS: u32 = 4;
+    const KEYS: u32 = 2_000;
+    let (wheel, ticker, log) = manual_wheel(16);
+    let wheel = Arc::new(wheel);
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let wheel = Arc::clone(&wheel);
+            std::thread::spawn(move || {
+                for i in 0..KEYS {
+                    let k = t * KEYS + i;
+                    wheel.set_timer(k, k, steps(u64::from(i % 40 + 1))).unwrap();
+                    if i % 3 == 0 {
+                        wheel.move_timer(&k, steps(u64::from(i % 7 + 1))).unwrap();
+                    }
+                    if i % 4 == 0 {
+                        assert_eq!(wheel.remove_timer(&k).unwrap(), Some(k));
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let expected = (THREADS * KEYS - THREADS * KEYS.div_ceil(4)) as usize;
+    assert_eq!(wheel.len(), expected);
+    assert_eq!(ticker.advance(41).unwrap(), expected);
+    let mut fired: Vec<u32> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|&(k, v)| {
+            assert_eq!(k, v);
+            k
+        })
+        .collect();
+    fired.sort_unstable();
+    fired.dedup();
+    assert_eq!(fired.len(), expected);
+    assert!(fired.iter().all(|k| (k % KEYS) % 4 != 0));
+    assert!(wheel.is_empty());
+}
+
 // ---- drain, stop, errors ---------------------------------------------------------
 
 #[test]

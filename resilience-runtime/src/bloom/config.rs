@@ -26,6 +26,7 @@ pub const GO_ZERO_HASHES: u32 = 14;
 /// # Ok::<(), resilience_runtime::bloom::BloomError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum HashScheme {
     /// The default: hash the key once with MurmurHash3 x64_128 (seed 0) into two
     /// 64-bit halves `h1`, `h2`, and derive position `i` from `g_i = h1 + i * h2`

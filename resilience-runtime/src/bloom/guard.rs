@@ -112,12 +112,12 @@ impl<L> PenetrationGuard<L> {
 
     /// Records that `key` now exists (call it on every write that creates a key, before
     /// the write becomes visible). Returns what [`BloomFilter::insert`] returns.
-    pub fn insert<K: AsRef<[u8]> + ?Sized>(&self, key: &K) -> bool {
+    pub fn insert<K: AsRef<[u8]>>(&self, key: K) -> bool {
         self.filter.insert(key)
     }
 
     /// Whether the filter may hold `key` (no loader call, no counters touched).
-    pub fn may_contain<K: AsRef<[u8]> + ?Sized>(&self, key: &K) -> bool {
+    pub fn may_contain<K: AsRef<[u8]>>(&self, key: K) -> bool {
         self.filter.contains(key)
     }
 

@@ -52,8 +52,8 @@ use crate::sync::{AtomicU64, Ordering};
 /// found by every `contains` that happens after it: there are never false negatives.
 /// Neither call allocates.
 ///
-/// Keys are byte strings (anything that is `AsRef<[u8]>`: `&str`, `String`,
-/// `Vec<u8>`, byte arrays).
+/// Keys are byte strings, passed as anything that is `AsRef<[u8]>`: `&str`,
+/// `String`, `&[u8]`, `Vec<u8>`, byte arrays and references to them.
 ///
 /// # Examples
 ///
@@ -174,7 +174,7 @@ impl BloomFilter {
     ///
     /// Lock-free and allocation-free; safe to call from many threads at once.
     #[inline]
-    pub fn insert<K: AsRef<[u8]> + ?Sized>(&self, key: &K) -> bool {
+    pub fn insert<K: AsRef<[u8]>>(&self, key: K) -> bool {
         self.insert_bytes(key.as_ref())
     }
 
@@ -198,7 +198,7 @@ impl BloomFilter {
     /// Stops at the first unset bit, so absent keys are usually cheaper than present
     /// ones. Lock-free and allocation-free.
     #[inline]
-    pub fn contains<K: AsRef<[u8]> + ?Sized>(&self, key: &K) -> bool {
+    pub fn contains<K: AsRef<[u8]>>(&self, key: K) -> bool {
         self.contains_bytes(key.as_ref())
     }
 
@@ -332,7 +332,7 @@ mod tests {
     fn bitmap_round_trip_across_word_boundaries() {
         let filter = BloomFilter::with_bits(131, 3).unwrap();
         for key in 0u32..20 {
-            filter.insert(&key.to_le_bytes());
+            filter.insert(key.to_le_bytes());
         }
         let bytes = filter.to_bitmap_bytes();
         assert_eq!(bytes.len(), 17);

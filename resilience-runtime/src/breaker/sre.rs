@@ -518,8 +518,8 @@ impl SreBreaker {
         self.dropping.load(Ordering::Relaxed)
     }
 
-    /// The time (plus nothing: the `now` given) of the last call admitted while
-    /// dropping, which paces the forced probes; `None` before the first one.
+    /// The `now` of the last call admitted while dropping (by the dice or as a forced
+    /// probe), which paces the forced probes; `None` before the first one.
     ///
     /// # Examples
     ///

@@ -412,10 +412,7 @@ mod tests {
             .window(MAX_WINDOW_BUCKETS + 1, Duration::from_secs(1))
             .build()
             .is_err());
-        assert!(Policy::builder()
-            .exception_rate(-0.1, 0)
-            .build()
-            .is_err());
+        assert!(Policy::builder().exception_rate(-0.1, 0).build().is_err());
         assert!(Policy::builder()
             .delay(Duration::ZERO, None)
             .build()
