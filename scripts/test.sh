@@ -11,4 +11,12 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 
 echo "== cargo test (unit, integration, doc and trybuild ui tests)"
 RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --quiet
+# The Redis tests need a real server: install, start and export RESILIENCE_REDIS_URL
+# (stopped on exit, pass or fail).
+source scripts/redis.sh
+# resilience-admin: Chromium and ChromeDriver for the dashboard test, and a throw-away
+# PostgreSQL for the `postgres` feature (exports RESILIENCE_ADMIN_PG_URL; stopped on
+# exit, before the Redis trap above, which it keeps).
+source resilience-admin/scripts/chromium.sh
+source resilience-admin/scripts/postgres.sh
 cargo test --workspace --all-features

@@ -206,6 +206,57 @@ pub mod __private {
             }
         }
     }
+
+    // Link-time declarations: one static per annotated fn (see `declared_point`).
+    pub use linkme;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct DeclaredPoint {
+        pub name: &'static str,
+        pub function: &'static str,
+        pub line: u32,
+        pub breaker: bool,
+        pub has_fallback: bool,
+    }
+
+    impl DeclaredPoint {
+        #[must_use]
+        pub const fn downgrade(
+            name: &'static str,
+            function: &'static str,
+            _file: &'static str,
+            line: u32,
+            has_fallback: bool,
+        ) -> Self {
+            DeclaredPoint {
+                name,
+                function,
+                line,
+                breaker: false,
+                has_fallback,
+            }
+        }
+
+        #[must_use]
+        pub const fn breaker(
+            name: &'static str,
+            function: &'static str,
+            _file: &'static str,
+            line: u32,
+            has_fallback: bool,
+        ) -> Self {
+            DeclaredPoint {
+                name,
+                function,
+                line,
+                breaker: true,
+                has_fallback,
+            }
+        }
+    }
+
+    #[linkme::distributed_slice]
+    pub static DECLARED_POINTS: [DeclaredPoint];
 }
 
 /// The same runtime under another path, for `crate = "..."`.
@@ -982,4 +1033,42 @@ fn async_trait_methods_are_guarded_while_running() {
         ]
     );
     assert_send(&db.load(1));
+}
+
+#[downgrade(point = "declared.stacked", default = Ok(T::default()))]
+#[breaker(point = "declared.stacked")]
+fn declared_stacked<T: Default>() -> Result<T, Error> {
+    Ok(T::default())
+}
+
+#[test]
+fn every_annotated_fn_is_declared_once_per_attribute_before_any_call() {
+    // Link order is unspecified: sort.
+    let mut stacked: Vec<_> = __private::DECLARED_POINTS
+        .iter()
+        .filter(|p| p.name == "declared.stacked")
+        .map(|p| (p.breaker, p.has_fallback, p.function))
+        .collect();
+    stacked.sort_unstable();
+    assert_eq!(
+        stacked,
+        [
+            (false, true, "expand::declared_stacked"),
+            (true, false, "expand::declared_stacked")
+        ]
+    );
+    // The line of the fn's name, not of the attribute.
+    let line = include_str!("expand.rs")
+        .lines()
+        .position(|l| l.starts_with("fn declared_stacked<"))
+        .unwrap()
+        + 1;
+    assert!(__private::DECLARED_POINTS
+        .iter()
+        .filter(|p| p.name == "declared.stacked")
+        .all(|p| p.line as usize == line));
+    assert!(__private::DECLARED_POINTS
+        .iter()
+        .any(|p| p.name == "expand::default_name" && !p.has_fallback));
+    assert_eq!(declared_stacked::<u8>(), Ok(0));
 }

@@ -119,6 +119,21 @@ impl Clock {
         }
     }
 
+    /// Converts ticks of [`ticks`](Clock::ticks) into nanoseconds.
+    pub(crate) fn ticks_to_ns(&self, ticks: u64) -> u64 {
+        match &self.inner {
+            Source::System { ticks_per_ns, .. } => {
+                let ns = ticks as f64 / ticks_per_ns;
+                if ns >= u64::MAX as f64 {
+                    u64::MAX
+                } else {
+                    ns as u64
+                }
+            }
+            Source::Manual(_) => ticks,
+        }
+    }
+
     /// Converts a timeline reading into nanoseconds since the Unix epoch.
     #[inline]
     pub fn wall_nanos(&self, now: u64) -> u64 {

@@ -23,11 +23,17 @@ pub enum Reason {
     ExceptionRate,
     /// The point is inside a downgrade delay started by an earlier trip.
     Delay,
+    /// The point's adaptive concurrency limit is reached (see
+    /// [`AdaptiveLimit`](crate::AdaptiveLimit)).
+    Overloaded,
+    /// The point's circuit breaker rejected the call (checked after every other rule).
+    BreakerOpen,
 }
 
 impl Reason {
-    /// Every reason, in SDS check order (with [`Reason::Delay`] last).
-    pub const ALL: [Reason; 7] = [
+    /// Every reason, in check order: SDS's rules, then [`Reason::Delay`] (which
+    /// short-cuts them) and the breaker.
+    pub const ALL: [Reason; 9] = [
         Reason::Visits,
         Reason::TokenBucket,
         Reason::Concurrency,
@@ -35,6 +41,8 @@ impl Reason {
         Reason::Exceptions,
         Reason::ExceptionRate,
         Reason::Delay,
+        Reason::Overloaded,
+        Reason::BreakerOpen,
     ];
 
     /// A stable snake-case name, used in stats and metrics labels.
@@ -47,6 +55,8 @@ impl Reason {
             Reason::Exceptions => "exceptions",
             Reason::ExceptionRate => "exception_rate",
             Reason::Delay => "delay",
+            Reason::Overloaded => "overloaded",
+            Reason::BreakerOpen => "breaker_open",
         }
     }
 

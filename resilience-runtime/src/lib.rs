@@ -6,18 +6,31 @@
     rust_2018_idioms
 )]
 
+pub mod adaptive;
 pub mod bloom;
 pub mod breaker;
 mod clock;
+#[cfg(feature = "config")]
+pub mod config;
+pub mod declared;
 mod error;
+mod hang;
+#[cfg(feature = "heartbeat")]
+pub mod heartbeat;
 mod listener;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 mod point;
 mod policy;
 mod rand;
+#[cfg(feature = "redis")]
+pub mod redis;
 mod registry;
 pub mod rolling;
 mod stats;
 mod sync;
+#[cfg(feature = "tower")]
+pub mod tower;
 pub mod wheel;
 mod window;
 
@@ -28,14 +41,16 @@ pub(crate) use crate::__private as private;
 
 pub use clock::{Clock, ManualClock};
 pub use error::{AlreadyInitialized, Downgraded, PointNameError, Reason};
-pub use listener::{DowngradeEvent, ListenerId, EVENT_QUEUE_CAPACITY};
+pub use listener::{BreakerChange, DowngradeEvent, ListenerId, EVENT_QUEUE_CAPACITY};
 pub use point::{Permit, Point};
 pub use policy::{
-    Delay, ExceptionRate, FieldError, Policy, PolicyBuilder, PolicyError, Timeouts,
-    TokenBucketConfig, WindowConfig, MAX_WINDOW_BUCKETS,
+    AdaptiveLimit, BreakerError, BreakerPolicy, Delay, ExceptionRate, FieldError, Policy,
+    PolicyBuilder, PolicyError, Timeouts, TokenBucketConfig, WindowConfig, MAX_WINDOW_BUCKETS,
 };
 pub use registry::{init_registry, registry, Registry};
-pub use stats::{CycleStats, PointStats, ReasonCounts, Totals, WindowCounts};
+pub use stats::{
+    BreakerState, BreakerStats, CycleStats, PointStats, ReasonCounts, Totals, WindowCounts,
+};
 
 #[cfg(feature = "macros")]
-pub use resilience_macros::downgrade;
+pub use resilience_macros::{breaker, downgrade};

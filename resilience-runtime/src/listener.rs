@@ -1,7 +1,9 @@
 //! Downgrade listeners: events are handed to a bounded queue and delivered on a
 //! dedicated thread, so a slow or panicking listener never touches a guarded call.
 
+use crate::breaker::TransitionReason;
 use crate::error::Reason;
+use crate::stats::BreakerState;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -12,8 +14,11 @@ use std::time::SystemTime;
 /// How many events may wait for delivery before new ones are dropped (and counted).
 pub const EVENT_QUEUE_CAPACITY: usize = 4096;
 
-/// A call was downgraded. Seen by every listener added with
-/// [`Registry::add_listener`](crate::Registry::add_listener).
+/// A call was downgraded, or a breaker changed state. Seen by every listener added
+/// with [`Registry::add_listener`](crate::Registry::add_listener).
+///
+/// Breaker state changes carry [`breaker`](DowngradeEvent::breaker) and the reason
+/// [`Reason::BreakerOpen`]; every other event is one downgraded call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DowngradeEvent {
@@ -23,8 +28,25 @@ pub struct DowngradeEvent {
     pub reason: Reason,
     /// For [`Reason::Delay`], the rule whose trip started the delay.
     pub delay_cause: Option<Reason>,
-    /// When the call was downgraded (wall clock of the registry's clock).
+    /// When it happened (wall clock of the registry's clock).
     pub time: SystemTime,
+    /// For a breaker state change (not a downgraded call): the change.
+    pub breaker: Option<BreakerChange>,
+    /// The point's policy is a shadow (dry run): the call "would have been
+    /// downgraded" and ran.
+    pub shadow: bool,
+}
+
+/// A state change of a point's breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BreakerChange {
+    /// The state left.
+    pub from: BreakerState,
+    /// The state entered.
+    pub to: BreakerState,
+    /// Why, for the classic breaker (the SRE breaker starts and stops dropping by its
+    /// formula).
+    pub cause: Option<TransitionReason>,
 }
 
 /// Identifies a listener so it can be removed.

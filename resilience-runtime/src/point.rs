@@ -5,11 +5,20 @@
 //! live in a seqlock of plain words, so reading one costs a handful of loads and a
 //! policy change never resets any of the state next to it.
 
+use crate::adaptive::{
+    AdaptiveLimiter, AdaptivePermit, GradientLimiter, GradientPermit, SystemCpu,
+};
+use crate::breaker::{
+    CallTicket, ClassicBreaker, ClassicState, DroppingTransition, SreBreaker, Transition,
+};
 use crate::clock::Clock;
 use crate::error::{Downgraded, Reason};
-use crate::listener::{Dispatcher, DowngradeEvent};
-use crate::policy::{Policy, WindowConfig};
-use crate::stats::{CycleStats, PointStats, ReasonCounts, Totals, WindowCounts};
+use crate::hang::{self, HangTable};
+use crate::listener::{BreakerChange, Dispatcher, DowngradeEvent};
+use crate::policy::{AdaptiveLimit, BreakerPolicy, Policy, WindowConfig};
+use crate::stats::{
+    BreakerState, BreakerStats, CycleStats, PointStats, ReasonCounts, Totals, WindowCounts,
+};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use crate::window::{self, Ring, TRACKED};
 use crossbeam_utils::CachePadded;
@@ -35,6 +44,14 @@ const R_TIMEOUTS: u64 = 1 << 4;
 const R_EXCEPTIONS: u64 = 1 << 5;
 const R_RATE: u64 = 1 << 6;
 const R_DELAY: u64 = 1 << 7;
+/// The point has a breaker (with or without a policy).
+const R_BREAKER: u64 = 1 << 8;
+/// The breaker needs call durations.
+const R_BREAKER_TIMED: u64 = 1 << 9;
+/// Dry run: rules are evaluated and counted, calls are never downgraded.
+const R_SHADOW: u64 = 1 << 10;
+/// An adaptive concurrency limit.
+const R_ADAPTIVE: u64 = 1 << 11;
 
 /// A policy flattened into words for the seqlock.
 #[derive(Clone, Copy, Debug, Default)]
@@ -53,11 +70,37 @@ struct Compiled {
     delay_ns: u64,
     retry_ns: u64,
     ring: usize,
+    breaker: usize,
+    adaptive: usize,
 }
 
-const WORDS: usize = 14;
+const WORDS: usize = 16;
 
 impl Compiled {
+    fn new(
+        policy: Option<(&Policy, *const Ring)>,
+        breaker: Option<&BreakerSlot>,
+        adaptive: Option<&AdaptiveSlot>,
+        clock: &Clock,
+    ) -> Compiled {
+        let mut c = match policy {
+            Some((p, ring)) => Compiled::from_policy(p, ring, clock),
+            None => Compiled::default(),
+        };
+        if let (Some(a), true) = (adaptive, c.rules & ACTIVE != 0) {
+            c.rules |= R_ADAPTIVE;
+            c.adaptive = a as *const AdaptiveSlot as usize;
+        }
+        if let Some(b) = breaker {
+            c.rules |= R_BREAKER;
+            if b.slow_ticks.is_some() {
+                c.rules |= R_BREAKER_TIMED;
+            }
+            c.breaker = b as *const BreakerSlot as usize;
+        }
+        c
+    }
+
     fn from_policy(p: &Policy, ring: *const Ring, clock: &Clock) -> Compiled {
         let mut c = Compiled {
             rules: ACTIVE,
@@ -84,7 +127,7 @@ impl Compiled {
         }
         if let Some(t) = p.timeouts {
             c.rules |= R_TIMEOUTS;
-            c.timeout_ticks = clock.ns_to_ticks(nanos(t.threshold));
+            c.timeout_ticks = clock.ns_to_ticks(nanos(t.threshold)).max(1);
             c.timeout_count = t.max_count;
         }
         if let Some(tb) = p.token_bucket {
@@ -96,6 +139,9 @@ impl Compiled {
                 c.token_interval_ticks = interval;
                 c.token_burst_ticks = interval.saturating_mul(tb.capacity);
             }
+        }
+        if p.shadow {
+            c.rules |= R_SHADOW;
         }
         if let Some(d) = p.delay {
             c.rules |= R_DELAY;
@@ -121,6 +167,8 @@ impl Compiled {
             self.delay_ns,
             self.retry_ns,
             self.ring as u64,
+            self.breaker as u64,
+            self.adaptive as u64,
         ]
     }
 
@@ -140,6 +188,8 @@ impl Compiled {
             delay_ns: w[11],
             retry_ns: w[12],
             ring: w[13] as usize,
+            breaker: w[14] as usize,
+            adaptive: w[15] as usize,
         }
     }
 }
@@ -202,7 +252,10 @@ struct Counters {
     exceptions: AtomicU64,
     timeouts: AtomicU64,
     by_reason: [AtomicU64; REASONS],
+    /// Shadow (dry-run) policies: calls that would have been downgraded, per reason.
+    shadow_by_reason: [AtomicU64; REASONS],
     dropped_events: AtomicU64,
+    breaker_transitions: AtomicU64,
 }
 
 impl Counters {
@@ -217,6 +270,61 @@ impl Counters {
 
     fn reasons(&self) -> ReasonCounts {
         ReasonCounts(self.by_reason.each_ref().map(|a| a.load(Ordering::Relaxed)))
+    }
+}
+
+/// What a point is configured with: the writer side of its [`PolicyCell`].
+#[derive(Debug, Default)]
+struct Settings {
+    policy: Option<Policy>,
+    breaker: Option<BreakerPolicy>,
+}
+
+/// A live breaker of a point. Slots are never freed while the point lives: a call in
+/// flight may still report to a replaced one.
+#[derive(Debug)]
+struct BreakerSlot {
+    imp: BreakerImpl,
+    /// Calls slower than this many ticks count as failures.
+    slow_ticks: Option<u64>,
+}
+
+#[derive(Debug)]
+enum BreakerImpl {
+    Sre(SreBreaker),
+    Classic(ClassicBreaker),
+}
+
+/// A live adaptive limiter of a point (never freed while the point lives).
+#[derive(Debug)]
+struct AdaptiveSlot {
+    config: AdaptiveLimit,
+    imp: AdaptiveImpl,
+}
+
+#[derive(Debug)]
+enum AdaptiveImpl {
+    Gradient(GradientLimiter),
+    Shedder(AdaptiveLimiter),
+}
+
+/// The adaptive limiter's side of a running call.
+enum AdaptiveCall {
+    Gradient(GradientPermit<&'static GradientLimiter>),
+    Shedder(AdaptivePermit<&'static AdaptiveLimiter>),
+}
+
+/// The breaker's side of a running call.
+enum BreakerCall {
+    Sre(&'static SreBreaker, Option<u64>),
+    Classic(CallTicket<'static>, Option<u64>),
+}
+
+fn classic_state(s: ClassicState) -> BreakerState {
+    match s {
+        ClassicState::Closed => BreakerState::Closed,
+        ClassicState::Open => BreakerState::Open,
+        ClassicState::HalfOpen => BreakerState::HalfOpen,
     }
 }
 
@@ -250,8 +358,20 @@ pub struct Point {
     delay_until: AtomicU64,
     next_probe: AtomicU64,
     delay_cause: AtomicU8,
-    /// The policy as given, and the writer lock of `cfg`.
-    policy: Mutex<Option<Policy>>,
+    /// The policy and breaker as given, and the writer lock of `cfg`.
+    settings: Mutex<Settings>,
+    /// Every breaker this point has had; the current one is in `cfg`.
+    // The boxes keep each breaker's address stable while the Vec grows.
+    #[allow(clippy::vec_box)]
+    breakers: Mutex<Vec<Box<BreakerSlot>>>,
+    /// Whether a breaker setting exists (possibly `Disabled`).
+    breaker_set: std::sync::atomic::AtomicBool,
+    /// Every adaptive limiter this point has had; the current one is in `cfg`.
+    // The boxes keep each limiter's address stable while the Vec grows.
+    #[allow(clippy::vec_box)]
+    adaptives: Mutex<Vec<Box<AdaptiveSlot>>>,
+    /// In-flight timed calls, created with the first timeout rule.
+    hang: std::sync::OnceLock<HangTable>,
     /// Every window ring this point has had; the current one is in `cfg`. Rings are
     /// kept (and reused for an equal geometry) because a concurrent reader may still
     /// hold a pointer to a replaced one.
@@ -283,7 +403,9 @@ impl Point {
                 exceptions: AtomicU64::new(0),
                 timeouts: AtomicU64::new(0),
                 by_reason: std::array::from_fn(|_| AtomicU64::new(0)),
+                shadow_by_reason: std::array::from_fn(|_| AtomicU64::new(0)),
                 dropped_events: AtomicU64::new(0),
+                breaker_transitions: AtomicU64::new(0),
             },
             inflight: CachePadded::new(AtomicU64::new(0)),
             peak: AtomicU64::new(0),
@@ -295,7 +417,11 @@ impl Point {
             delay_until: AtomicU64::new(0),
             next_probe: AtomicU64::new(0),
             delay_cause: AtomicU8::new(NO_CAUSE),
-            policy: Mutex::new(None),
+            settings: Mutex::new(Settings::default()),
+            breaker_set: std::sync::atomic::AtomicBool::new(false),
+            adaptives: Mutex::new(Vec::new()),
+            hang: std::sync::OnceLock::new(),
+            breakers: Mutex::new(Vec::new()),
             rings: Mutex::new(Vec::new()),
             ring: AtomicPtr::new(std::ptr::null_mut()),
         }
@@ -308,28 +434,132 @@ impl Point {
 
     /// The current policy, if any.
     pub fn policy(&self) -> Option<Policy> {
-        self.policy
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.settings().policy.clone()
     }
 
-    pub(crate) fn apply(&self, policy: Option<Policy>) {
-        let mut current = self.policy.lock().unwrap_or_else(|e| e.into_inner());
-        let compiled = match &policy {
-            Some(p) => {
-                let ring = self.ring_for(p.window);
-                Compiled::from_policy(p, ring, &self.clock)
-            }
-            None => Compiled::default(),
-        };
-        if policy.is_some() && current.is_none() {
+    /// The current breaker setting, if any.
+    pub fn breaker(&self) -> Option<BreakerPolicy> {
+        self.settings().breaker
+    }
+
+    fn settings(&self) -> std::sync::MutexGuard<'_, Settings> {
+        self.settings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn apply(&'static self, policy: Option<Policy>) {
+        if let Some(t) = policy.as_ref().and_then(Policy::timeouts) {
+            self.hang.get_or_init(HangTable::new);
+            hang::schedule(self, hang::period(t.threshold));
+        }
+        let mut settings = self.settings();
+        if policy.is_some() && settings.policy.is_none() {
             // Calls admitted without a policy are not tracked in flight; start the
             // cycle from now so its numbers cover only tracked calls.
             self.observe_cycle(self.clock.now());
         }
-        self.cfg.store(compiled);
-        *current = policy;
+        settings.policy = policy;
+        self.recompile(&settings);
+    }
+
+    /// Sets (or, with `None`, removes) the breaker. A new breaker starts empty.
+    pub(crate) fn apply_breaker(&self, breaker: Option<BreakerPolicy>) {
+        let mut settings = self.settings();
+        self.install_breaker(&mut settings, breaker);
+    }
+
+    fn install_breaker(&self, settings: &mut Settings, breaker: Option<BreakerPolicy>) {
+        let slot = match breaker {
+            Some(BreakerPolicy::Sre { config, slow_call }) => {
+                SreBreaker::new(config, self.clock.now())
+                    .ok()
+                    .map(|b| (BreakerImpl::Sre(b), slow_call))
+            }
+            Some(BreakerPolicy::Classic(config)) => {
+                let slow = config
+                    .slow_call_rate
+                    .is_some()
+                    .then_some(config.slow_call_duration);
+                ClassicBreaker::new(config, self.clock.now())
+                    .ok()
+                    .map(|b| (BreakerImpl::Classic(b), slow))
+            }
+            Some(BreakerPolicy::Disabled) | None => None,
+        };
+        if let Some((imp, slow)) = slot {
+            let slot = Box::new(BreakerSlot {
+                imp,
+                slow_ticks: slow.map(|d| self.clock.ns_to_ticks(nanos(d))),
+            });
+            self.breakers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(slot);
+        }
+        self.breaker_set.store(breaker.is_some(), Ordering::Release);
+        settings.breaker = breaker;
+        self.recompile(settings);
+    }
+
+    /// The entry of `#[breaker]`: installs the default breaker unless one was set
+    /// (even `Disabled`), then enters like any call.
+    #[inline]
+    pub(crate) fn enter_breaker(&'static self) -> Result<Permit, Downgraded> {
+        if !self.breaker_set.load(Ordering::Acquire) {
+            self.ensure_breaker();
+        }
+        self.enter()
+    }
+
+    #[cold]
+    fn ensure_breaker(&self) {
+        let mut settings = self.settings();
+        if settings.breaker.is_none() {
+            self.install_breaker(&mut settings, Some(BreakerPolicy::default()));
+        }
+    }
+
+    fn recompile(&self, settings: &Settings) {
+        let ring = settings
+            .policy
+            .as_ref()
+            .map(|p| (p, self.ring_for(p.window)));
+        let slots = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
+        let breaker = match settings.breaker {
+            Some(BreakerPolicy::Sre { .. } | BreakerPolicy::Classic(_)) => slots.last(),
+            _ => None,
+        };
+        let mut adaptives = self.adaptives.lock().unwrap_or_else(|e| e.into_inner());
+        let adaptive = match settings.policy.as_ref().and_then(Policy::adaptive) {
+            // An unchanged configuration keeps its limiter and what it learned.
+            Some(a) if adaptives.last().is_some_and(|s| s.config == a) => adaptives.last(),
+            Some(a) => {
+                let clock = self.clock.clone();
+                let imp = match a {
+                    AdaptiveLimit::Gradient(c) => {
+                        GradientLimiter::with_clock(c, clock).map(AdaptiveImpl::Gradient)
+                    }
+                    AdaptiveLimit::Shedder(c) => {
+                        AdaptiveLimiter::with_parts(c, Arc::new(SystemCpu), clock)
+                            .map(AdaptiveImpl::Shedder)
+                    }
+                };
+                // `build()` validated the configuration, so this cannot fail.
+                match imp {
+                    Ok(imp) => {
+                        adaptives.push(Box::new(AdaptiveSlot { config: a, imp }));
+                        adaptives.last()
+                    }
+                    Err(_) => None,
+                }
+            }
+            None => None,
+        };
+        self.cfg.store(Compiled::new(
+            ring,
+            breaker.map(|b| &**b),
+            adaptive.map(|a| &**a),
+            &self.clock,
+        ));
     }
 
     fn ring_for(&self, w: WindowConfig) -> *const Ring {
@@ -392,16 +622,30 @@ impl Point {
 
     fn enter_governed(&'static self) -> Result<Permit, Downgraded> {
         let c = self.cfg.load();
-        if c.rules == 0 {
-            // The policy was cleared between the two loads.
+        if c.rules & ACTIVE == 0 {
+            // No policy: at most a breaker (or the policy was cleared meanwhile).
             self.counters.visits.fetch_add(1, Ordering::Relaxed);
-            return Ok(Permit::untracked(self));
+            let mut permit = Permit::untracked(self);
+            if c.rules & R_BREAKER != 0 {
+                let now = self.clock.now();
+                if c.rules & R_BREAKER_TIMED != 0 {
+                    permit.start = self.clock.ticks().max(1);
+                }
+                match self.breaker_admit(&c, now) {
+                    Some(call) => permit.breaker = Some(call),
+                    None => {
+                        std::mem::forget(permit);
+                        return Err(self.downgrade(Reason::BreakerOpen, now, false));
+                    }
+                }
+            }
+            return Ok(permit);
         }
         let measure = c.rules & R_TIMEOUTS != 0;
         // One cheap timeline reading per call, plus one tick reading at each edge only
         // when a duration or a refill rate needs more than millisecond resolution.
         let now = self.clock.now();
-        let ticks = if c.rules & (R_TIMEOUTS | R_TOKENS) != 0 {
+        let ticks = if c.rules & (R_TIMEOUTS | R_TOKENS | R_BREAKER_TIMED) != 0 {
             self.clock.ticks()
         } else {
             0
@@ -421,20 +665,28 @@ impl Point {
 
         let mut permit = Permit {
             point: self,
-            start: if measure { ticks.max(1) } else { 0 },
+            start: if measure || c.rules & R_BREAKER_TIMED != 0 {
+                ticks.max(1)
+            } else {
+                0
+            },
             timeout_ticks: c.timeout_ticks,
             retry_ns: c.retry_ns,
             probe_of: 0,
             tracked: true,
+            breaker: None,
+            hang: NO_HANG,
+            adaptive: None,
         };
 
-        if c.rules & R_DELAY != 0 {
+        // Shadow policies never start a real delay: that state would outlive the dry run.
+        if c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
             let until = self.delay_until.load(Ordering::Acquire);
             if now < until {
                 if c.retry_ns != 0 && self.claim_probe(now) {
                     permit.probe_of = until;
                     self.acquire_forced();
-                    return Ok(permit);
+                    return Ok(self.admit(permit));
                 }
                 return self.trip(&c, Reason::Delay, false, permit, now);
             }
@@ -480,23 +732,192 @@ impl Point {
                     }
                 }
             }
+            if c.rules & R_ADAPTIVE != 0 {
+                match self.adaptive_admit(&c) {
+                    Some(call) => permit.adaptive = Some(call),
+                    None => break 'chain Some(Reason::Overloaded),
+                }
+            }
             None
         };
         match tripped {
             None => {
+                // The breaker comes last: calls downgraded by a rule never reach it.
+                if c.rules & R_BREAKER != 0 {
+                    match self.breaker_admit(&c, now) {
+                        Some(call) => permit.breaker = Some(call),
+                        None => {
+                            if holds_slot {
+                                self.release_slot();
+                            }
+                            // Leave the adaptive limiter's flight; forget the rest.
+                            drop(permit.adaptive.take());
+                            std::mem::forget(permit);
+                            return Err(self.downgrade(Reason::BreakerOpen, now, false));
+                        }
+                    }
+                }
                 if !holds_slot {
                     self.acquire_forced();
                 } else {
                     self.note_peak(self.inflight.load(Ordering::Relaxed));
                 }
-                Ok(permit)
+                Ok(self.admit(permit))
             }
             Some(reason) => {
-                if c.rules & R_DELAY != 0 {
+                if c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
                     self.start_delay(now, &c, reason);
                 }
                 self.trip(&c, reason, holds_slot, permit, now)
             }
+        }
+    }
+
+    /// A timed call that will run registers for hung-call detection.
+    #[inline]
+    fn admit(&self, mut permit: Permit) -> Permit {
+        if permit.timeout_ticks != 0 {
+            if let Some(table) = self.hang.get() {
+                permit.hang = table.register(permit.start).map_or(NO_HANG, |s| s);
+            }
+        }
+        permit
+    }
+
+    /// Counts the calls that outlived the timeout threshold while still running.
+    /// Returns when to sweep again, or `None` once the point has no timeout rule.
+    pub(crate) fn sweep_hung_calls(&self) -> Option<Duration> {
+        let c = self.cfg.load();
+        if c.rules & R_TIMEOUTS == 0 {
+            return None;
+        }
+        if let Some(table) = self.hang.get() {
+            let hung = table.sweep(self.clock.ticks(), c.timeout_ticks);
+            if hung > 0 {
+                self.counters.timeouts.fetch_add(hung, Ordering::Relaxed);
+            }
+        }
+        let threshold = Duration::from_nanos(self.clock.ticks_to_ns(c.timeout_ticks));
+        Some(hang::period(threshold))
+    }
+
+    /// Asks the point's adaptive limiter; `None` means over the limit.
+    fn adaptive_admit(&self, c: &Compiled) -> Option<AdaptiveCall> {
+        // SAFETY: adaptive slots are never freed while the point lives.
+        let slot: &'static AdaptiveSlot = unsafe { &*(c.adaptive as *const AdaptiveSlot) };
+        match &slot.imp {
+            AdaptiveImpl::Gradient(l) => l.try_acquire(l.now()).ok().map(AdaptiveCall::Gradient),
+            AdaptiveImpl::Shedder(l) => l.try_acquire(l.now()).ok().map(AdaptiveCall::Shedder),
+        }
+    }
+
+    /// Asks the point's breaker; `None` means rejected (a drop is recorded).
+    fn breaker_admit(&self, c: &Compiled, now: u64) -> Option<BreakerCall> {
+        // SAFETY: breaker slots are never freed while the point lives (`breakers`),
+        // and points live for the rest of the process.
+        let slot: &'static BreakerSlot = unsafe { &*(c.breaker as *const BreakerSlot) };
+        match &slot.imp {
+            BreakerImpl::Sre(b) => {
+                let d = b.allow(now);
+                if let Some(t) = d.transition {
+                    let (from, to) = match t {
+                        DroppingTransition::Started => (BreakerState::Closed, BreakerState::Open),
+                        DroppingTransition::Stopped => (BreakerState::Open, BreakerState::Closed),
+                    };
+                    self.breaker_changed(
+                        now,
+                        BreakerChange {
+                            from,
+                            to,
+                            cause: None,
+                        },
+                    );
+                }
+                d.is_admitted()
+                    .then_some(BreakerCall::Sre(b, slot.slow_ticks))
+            }
+            BreakerImpl::Classic(b) => match b.allow(now) {
+                Ok(ticket) => {
+                    if let Some(t) = ticket.transition() {
+                        self.classic_changed(t);
+                    }
+                    Some(BreakerCall::Classic(ticket, slot.slow_ticks))
+                }
+                Err(_) => None,
+            },
+        }
+    }
+
+    /// Reports a finished call to the breaker that admitted it. A cancelled call is
+    /// not an outcome: the SRE breaker records nothing and a classic ticket is dropped,
+    /// which frees its half-open probe slot.
+    fn breaker_outcome(&self, call: BreakerCall, outcome: Outcome, failed: bool, elapsed: u64) {
+        if outcome == Outcome::Cancelled {
+            return;
+        }
+        match call {
+            BreakerCall::Sre(b, slow) => {
+                // Into the bucket the window reached when the call was admitted (or
+                // later): no clock read on the way out.
+                let failed = failed || slow.is_some_and(|t| elapsed > t);
+                b.record_admitted(if failed {
+                    crate::breaker::Outcome::Failure
+                } else {
+                    crate::breaker::Outcome::Success
+                });
+            }
+            BreakerCall::Classic(ticket, slow) => {
+                let now = self.clock.now();
+                let elapsed = if slow.is_some() {
+                    Duration::from_nanos(self.clock.ticks_to_ns(elapsed))
+                } else {
+                    Duration::ZERO
+                };
+                if let Some(t) = ticket.finish(now, failed, elapsed) {
+                    self.classic_changed(t);
+                }
+            }
+        }
+    }
+
+    fn classic_changed(&self, t: Transition) {
+        self.breaker_changed(
+            t.at,
+            BreakerChange {
+                from: classic_state(t.from),
+                to: classic_state(t.to),
+                cause: Some(t.reason),
+            },
+        );
+    }
+
+    fn breaker_changed(&self, now: u64, change: BreakerChange) {
+        self.counters
+            .breaker_transitions
+            .fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::info!(
+            point = self.name,
+            from = change.from.as_str(),
+            to = change.to.as_str(),
+            cause = ?change.cause,
+            "resilience: breaker state changed"
+        );
+        if self.events.has_listeners() {
+            self.send(DowngradeEvent {
+                point: self.name,
+                reason: Reason::BreakerOpen,
+                delay_cause: None,
+                time: self.clock.system_time(now),
+                breaker: Some(change),
+                shadow: false,
+            });
+        }
+    }
+
+    fn send(&self, event: DowngradeEvent) {
+        if !self.events.emit(event) {
+            self.counters.dropped_events.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -514,35 +935,61 @@ impl Point {
             if !holds_slot {
                 self.acquire_forced();
             }
-            return Ok(permit);
+            return Ok(self.admit(permit));
+        }
+        if c.rules & R_SHADOW != 0 {
+            // Dry run: count and report what would have happened, then run the call.
+            self.counters.shadow_by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
+            self.event(reason, now, true);
+            if !holds_slot {
+                self.acquire_forced();
+            }
+            return Ok(self.admit(permit));
         }
         if holds_slot {
             self.release_slot();
         }
         // The permit never ran: forget it without touching counters.
         std::mem::forget(permit);
+        Err(self.downgrade(reason, now, false))
+    }
+
+    /// Counts a downgrade and reports it to the listeners.
+    fn downgrade(&self, reason: Reason, now: u64, shadow: bool) -> Downgraded {
         self.counters.downgrades.fetch_add(1, Ordering::Relaxed);
         self.counters.by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
+        self.event(reason, now, shadow);
+        Downgraded {
+            point: self.name,
+            reason,
+        }
+    }
+
+    #[inline]
+    fn event(&self, reason: Reason, now: u64, shadow: bool) {
+        // Downgrades can come by the thousand per second: debug level.
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            point = self.name,
+            reason = reason.as_str(),
+            shadow,
+            "resilience: call downgraded"
+        );
         if self.events.has_listeners() {
             let delay_cause = if reason == Reason::Delay {
                 Reason::from_index(self.delay_cause.load(Ordering::Relaxed))
             } else {
                 None
             };
-            let event = DowngradeEvent {
+            self.send(DowngradeEvent {
                 point: self.name,
                 reason,
                 delay_cause,
                 time: self.clock.system_time(now),
-            };
-            if !self.events.emit(event) {
-                self.counters.dropped_events.fetch_add(1, Ordering::Relaxed);
-            }
+                breaker: None,
+                shadow,
+            });
         }
-        Err(Downgraded {
-            point: self.name,
-            reason,
-        })
     }
 
     #[inline]
@@ -707,7 +1154,7 @@ impl Point {
         let c = self.cfg.load();
         let now = self.clock.now();
         let tracked = self.counters.tracked();
-        let window = (c.rules != 0).then(|| {
+        let window = (c.rules & ACTIVE != 0).then(|| {
             // SAFETY: see `enter_governed`.
             let ring = unsafe { &*(c.ring as *const Ring) };
             let base = ring.base(now, || self.counters.tracked());
@@ -720,7 +1167,7 @@ impl Point {
                 timeouts: d(window::TIMEOUTS),
             }
         });
-        let last_cycle = if c.rules != 0 {
+        let last_cycle = if c.rules & ACTIVE != 0 {
             self.observe_cycle(now);
             self.cycle
                 .lock()
@@ -746,6 +1193,47 @@ impl Point {
             peak_concurrency: self.peak.load(Ordering::Relaxed),
             in_delay: c.rules & R_DELAY != 0 && now < self.delay_until.load(Ordering::Relaxed),
             dropped_events: self.counters.dropped_events.load(Ordering::Relaxed),
+            shadow_downgrades_by_reason: ReasonCounts(
+                self.counters
+                    .shadow_by_reason
+                    .each_ref()
+                    .map(|a| a.load(Ordering::Relaxed)),
+            ),
+            breaker: (c.rules & R_BREAKER != 0).then(|| self.breaker_stats(&c, now)),
+        }
+    }
+
+    fn breaker_stats(&self, c: &Compiled, now: u64) -> BreakerStats {
+        // SAFETY: see `breaker_admit`.
+        let slot: &BreakerSlot = unsafe { &*(c.breaker as *const BreakerSlot) };
+        let transitions = self.counters.breaker_transitions.load(Ordering::Relaxed);
+        match &slot.imp {
+            BreakerImpl::Sre(b) => {
+                let h = b.history(now);
+                BreakerStats {
+                    kind: "sre",
+                    state: if b.is_dropping() {
+                        BreakerState::Open
+                    } else {
+                        BreakerState::Closed
+                    },
+                    window_successes: h.accepts,
+                    window_failures: h.failures,
+                    window_drops: Some(h.drops),
+                    transitions,
+                }
+            }
+            BreakerImpl::Classic(b) => {
+                let st = b.stats(now);
+                BreakerStats {
+                    kind: "classic",
+                    state: classic_state(st.state),
+                    window_successes: st.calls.saturating_sub(st.failures),
+                    window_failures: st.failures,
+                    window_drops: None,
+                    transitions,
+                }
+            }
         }
     }
 
@@ -759,6 +1247,20 @@ impl Point {
                 .map(|r| std::mem::size_of::<Ring>() + r.heap_bytes())
                 .sum::<usize>()
             + rings.capacity() * std::mem::size_of::<usize>()
+            + self
+                .breakers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|b| {
+                    std::mem::size_of::<BreakerSlot>()
+                        + match &b.imp {
+                            BreakerImpl::Sre(s) => s.heap_bytes(),
+                            BreakerImpl::Classic(_) => 0,
+                        }
+                })
+                .sum::<usize>()
+            + self.hang.get().map_or(0, HangTable::heap_bytes)
             + self.name.len()
     }
 
@@ -798,6 +1300,26 @@ impl Point {
                 std::panic::resume_unwind(panic)
             }
         }
+    }
+
+    /// Like [`call`](Point::call) with a fallback value instead of a closure (SDS's
+    /// `invokerMethod(point, downgradeValue, biz)`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy};
+    ///
+    /// let point = registry().point("docs.call_or").unwrap();
+    /// registry().set_policy("docs.call_or", Policy::builder().max_visits(0).build().unwrap()).unwrap();
+    /// assert_eq!(point.call_or(|| Ok::<_, ()>(5), 0), Ok(0));
+    /// ```
+    pub fn call_or<T, E>(
+        &'static self,
+        f: impl FnOnce() -> Result<T, E>,
+        fallback: T,
+    ) -> Result<T, E> {
+        self.call(f, |_| Ok(fallback))
     }
 
     /// The async form of [`call`](Point::call): `f` and `fallback` produce futures.
@@ -853,19 +1375,29 @@ pub struct Permit {
     point: &'static Point,
     /// Start time in clock ticks when the call is timed, else 0.
     start: u64,
+    /// The timeout rule's threshold in ticks, or 0 without one.
     timeout_ticks: u64,
     retry_ns: u64,
     /// `delay_until` of the delay period this call probes, else 0.
     probe_of: u64,
     /// Whether the call holds a concurrency slot (the point had a policy).
     tracked: bool,
+    /// The breaker's record of this call, if the point has a breaker.
+    breaker: Option<BreakerCall>,
+    /// The call's slot in the point's hung-call table, or `NO_HANG`.
+    hang: u32,
+    /// The adaptive limiter's record of this call.
+    adaptive: Option<AdaptiveCall>,
 }
+
+const NO_HANG: u32 = u32::MAX;
 
 impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("point", &self.point.name)
             .field("probe", &(self.probe_of != 0))
+            .field("breaker", &self.breaker.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -887,6 +1419,9 @@ impl Permit {
             retry_ns: 0,
             probe_of: 0,
             tracked: false,
+            breaker: None,
+            hang: NO_HANG,
+            adaptive: None,
         }
     }
 
@@ -898,7 +1433,7 @@ impl Permit {
     /// Records that the call finished; `exception` says whether it failed.
     #[inline]
     pub fn finish(self, exception: bool) {
-        let this = ManuallyDrop::new(self);
+        let mut this = ManuallyDrop::new(self);
         this.complete(if exception {
             Outcome::Exception
         } else {
@@ -912,29 +1447,58 @@ impl Permit {
     }
 
     #[inline]
-    fn complete(&self, outcome: Outcome) {
-        let p = self.point;
-        if !self.tracked {
+    fn complete(&mut self, outcome: Outcome) {
+        if !self.tracked && self.breaker.is_none() {
             if outcome == Outcome::Exception {
-                p.counters.exceptions.fetch_add(1, Ordering::Relaxed);
+                self.point
+                    .counters
+                    .exceptions
+                    .fetch_add(1, Ordering::Relaxed);
             }
             return;
         }
-        self.complete_tracked(outcome);
+        self.complete_slow(outcome);
     }
 
-    fn complete_tracked(&self, outcome: Outcome) {
+    fn complete_slow(&mut self, outcome: Outcome) {
         let p = self.point;
         let mut failed = outcome == Outcome::Exception;
         if failed {
             p.counters.exceptions.fetch_add(1, Ordering::Relaxed);
         }
-        if self.start != 0 && outcome != Outcome::Cancelled {
-            let end = p.clock.ticks();
-            if end.saturating_sub(self.start) > self.timeout_ticks {
-                p.counters.timeouts.fetch_add(1, Ordering::Relaxed);
-                failed = true;
+        let elapsed = if self.start != 0 && outcome != Outcome::Cancelled {
+            p.clock.ticks().saturating_sub(self.start)
+        } else {
+            0
+        };
+        let swept = self.hang != NO_HANG && p.hang.get().is_some_and(|t| t.unregister(self.hang));
+        if swept {
+            // A sweep saw it hang and counted the timeout already.
+            failed = true;
+        } else if self.timeout_ticks != 0 && elapsed > self.timeout_ticks {
+            p.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+            failed = true;
+        }
+        if let Some(call) = self.breaker.take() {
+            p.breaker_outcome(call, outcome, failed, elapsed);
+        }
+        // A latency sample only from calls that completed well; failures and
+        // cancellations just leave the flight.
+        match self.adaptive.take() {
+            Some(AdaptiveCall::Gradient(a)) if outcome == Outcome::Ok && !failed => {
+                let now = a.limiter().now();
+                a.pass(now);
             }
+            Some(AdaptiveCall::Shedder(a)) if outcome == Outcome::Ok && !failed => {
+                let now = a.limiter().now();
+                a.pass(now);
+            }
+            Some(AdaptiveCall::Gradient(a)) => a.fail(),
+            Some(AdaptiveCall::Shedder(a)) => a.fail(),
+            None => {}
+        }
+        if !self.tracked {
+            return;
         }
         if self.probe_of != 0 {
             let now = p.clock.now();

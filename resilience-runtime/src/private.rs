@@ -80,7 +80,7 @@ impl<T> ClassifyOther for &Classify<'_, T> {
 
 /// Turns a downgrade into the return value of a function without fallback.
 #[diagnostic::on_unimplemented(
-    message = "a `#[downgrade]` function without `fallback` or `default` must return `Result<_, E>` where `E: From<Downgraded>`, not `{Self}`",
+    message = "a `#[downgrade]` or `#[breaker]` function without `fallback` or `default` must return `Result<_, E>` where `E: From<Downgraded>`, not `{Self}`",
     label = "this return type cannot carry a downgrade",
     note = "add `fallback = path` or `default` to the attribute, or return `Result<_, E>` with `impl From<resilience_runtime::Downgraded> for E`"
 )]
@@ -123,4 +123,14 @@ impl<F: Future> Future for CatchUnwind<F> {
             Err(panic) => Poll::Ready(Err(panic)),
         }
     }
+}
+
+pub use crate::declared::{DeclaredPoint, DECLARED_POINTS};
+pub use linkme;
+
+/// The entry of `#[breaker]`: like [`Point::enter`], but installs the default SRE
+/// breaker on the point unless a breaker setting exists.
+#[inline]
+pub fn enter_breaker(point: &'static Point) -> Result<Permit, Downgraded> {
+    point.enter_breaker()
 }

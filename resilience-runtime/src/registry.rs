@@ -4,7 +4,7 @@ use crate::clock::Clock;
 use crate::error::{check_point_name, AlreadyInitialized, PointNameError};
 use crate::listener::{Dispatcher, DowngradeEvent, ListenerId};
 use crate::point::Point;
-use crate::policy::Policy;
+use crate::policy::{BreakerError, BreakerPolicy, Policy};
 use crate::stats::PointStats;
 use dashmap::DashMap;
 use std::fmt;
@@ -143,6 +143,58 @@ impl Registry {
     pub fn policy(&self, name: &str) -> Result<Option<Policy>, PointNameError> {
         check_point_name(name)?;
         Ok(self.get(name).and_then(Point::policy))
+    }
+
+    /// Sets the breaker of a point (creating the point if needed); the next call on
+    /// every thread sees it. The new breaker starts with an empty window.
+    ///
+    /// # Errors
+    ///
+    /// [`BreakerError`] for an invalid name or setting (naming the field).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, BreakerPolicy, Reason};
+    /// use resilience_runtime::breaker::ClassicConfig;
+    ///
+    /// let config = ClassicConfig { consecutive_failures: Some(2), ..ClassicConfig::default() };
+    /// registry().set_breaker("docs.set_breaker", BreakerPolicy::Classic(config))?;
+    /// let point = registry().point("docs.set_breaker")?;
+    /// point.enter().unwrap().finish(true);
+    /// point.enter().unwrap().finish(true);
+    /// assert_eq!(point.enter().unwrap_err().reason(), Reason::BreakerOpen);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_breaker(&self, name: &str, breaker: BreakerPolicy) -> Result<(), BreakerError> {
+        breaker.validate()?;
+        self.point(name)?.apply_breaker(Some(breaker));
+        Ok(())
+    }
+
+    /// Removes the breaker setting of a point. A `#[breaker]` point gets the default
+    /// breaker again on its next call; use [`BreakerPolicy::Disabled`] to turn it off.
+    ///
+    /// # Errors
+    ///
+    /// [`PointNameError`] for an invalid name.
+    pub fn clear_breaker(&self, name: &str) -> Result<(), PointNameError> {
+        if let Some(p) = self.get(name) {
+            p.apply_breaker(None);
+        } else {
+            check_point_name(name)?;
+        }
+        Ok(())
+    }
+
+    /// The breaker setting of a point, if any.
+    ///
+    /// # Errors
+    ///
+    /// [`PointNameError`] for an invalid name.
+    pub fn breaker(&self, name: &str) -> Result<Option<BreakerPolicy>, PointNameError> {
+        check_point_name(name)?;
+        Ok(self.get(name).and_then(Point::breaker))
     }
 
     /// Statistics of a point, or `None` if no point has that name.

@@ -94,6 +94,48 @@ impl Default for CycleStats {
     }
 }
 
+/// The state of a point's breaker, as shown in stats and events. The SRE breaker has
+/// no states of its own: it is [`Open`](BreakerState::Open) while it is dropping calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BreakerState {
+    /// Calls pass.
+    Closed,
+    /// Calls are rejected (SRE: some calls are being dropped).
+    Open,
+    /// A few probe calls run (classic breaker only).
+    HalfOpen,
+}
+
+impl BreakerState {
+    /// A stable lowercase name, used in metrics labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+}
+
+/// Statistics of a point's breaker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BreakerStats {
+    /// `"sre"` or `"classic"`.
+    pub kind: &'static str,
+    /// The current state.
+    pub state: BreakerState,
+    /// Successful calls in the breaker's window.
+    pub window_successes: u64,
+    /// Failed calls in the breaker's window.
+    pub window_failures: u64,
+    /// Rejected calls in the breaker's window (SRE only; the classic breaker does not
+    /// keep them in its window).
+    pub window_drops: Option<u64>,
+    /// State changes so far.
+    pub transitions: u64,
+}
+
 /// A snapshot of one point's statistics, from [`Registry::stats`](crate::Registry::stats).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -114,4 +156,8 @@ pub struct PointStats {
     pub in_delay: bool,
     /// Downgrade events of this point dropped because the listener queue was full.
     pub dropped_events: u64,
+    /// Calls a shadow (dry-run) policy would have downgraded, per reason; they ran.
+    pub shadow_downgrades_by_reason: ReasonCounts,
+    /// The breaker, if the point has one.
+    pub breaker: Option<BreakerStats>,
 }

@@ -17,11 +17,11 @@ pub(crate) const EXCEPTIONS: usize = 2;
 pub(crate) const TIMEOUTS: usize = 3;
 
 #[derive(Debug)]
-struct Slot([AtomicU64; TRACKED]);
+struct Slot<const K: usize>([AtomicU64; K]);
 
-/// A ring of bucket-start snapshots with a fixed geometry.
+/// A ring of bucket-start snapshots of `K` cumulative counters, with a fixed geometry.
 #[derive(Debug)]
-pub(crate) struct Ring {
+pub(crate) struct Ring<const K: usize = TRACKED> {
     pub(crate) width_ns: u64,
     pub(crate) buckets: u64,
     /// Where the tick after the newest published one begins: the pass path compares
@@ -31,11 +31,11 @@ pub(crate) struct Ring {
     base_slot: AtomicU64,
     /// The newest tick a rotating thread has claimed.
     claim: AtomicU64,
-    slots: Box<[Slot]>,
+    slots: Box<[Slot<K>]>,
 }
 
-impl Ring {
-    pub(crate) fn new(buckets: u32, width_ns: u64, now: u64, current: [u64; TRACKED]) -> Ring {
+impl<const K: usize> Ring<K> {
+    pub(crate) fn new(buckets: u32, width_ns: u64, now: u64, current: [u64; K]) -> Ring<K> {
         let slots = (0..buckets)
             .map(|_| Slot(current.map(AtomicU64::new)))
             .collect();
@@ -52,7 +52,7 @@ impl Ring {
     }
 
     /// Empties the window (used when a ring is reused after a geometry change).
-    pub(crate) fn reset(&self, now: u64, current: [u64; TRACKED]) {
+    pub(crate) fn reset(&self, now: u64, current: [u64; K]) {
         for slot in self.slots.iter() {
             for (cell, v) in slot.0.iter().zip(current) {
                 cell.store(v, Ordering::Relaxed);
@@ -77,7 +77,7 @@ impl Ring {
     /// oldest bucket in the window. `read` gives the current cumulative counters and is
     /// called only when a bucket boundary was crossed.
     #[inline]
-    pub(crate) fn base(&self, now: u64, read: impl FnOnce() -> [u64; TRACKED]) -> [u64; TRACKED] {
+    pub(crate) fn base(&self, now: u64, read: impl FnOnce() -> [u64; K]) -> [u64; K] {
         if now >= self.next_boundary.load(Ordering::Acquire) {
             self.rotate(now / self.width_ns, read);
         }
@@ -88,7 +88,7 @@ impl Ring {
     }
 
     #[cold]
-    fn rotate(&self, tick: u64, read: impl FnOnce() -> [u64; TRACKED]) {
+    fn rotate(&self, tick: u64, read: impl FnOnce() -> [u64; K]) {
         let claimed = self.claim.load(Ordering::Relaxed);
         if claimed >= tick
             || self
@@ -117,9 +117,33 @@ impl Ring {
         }
     }
 
+    /// Calls `f` with the counts of every bucket of the window, oldest first, given the
+    /// current cumulative counters. Call [`base`](Ring::base) first to bring the window
+    /// up to date. `O(buckets)`: for slow paths only.
+    pub(crate) fn for_each_bucket(&self, current: [u64; K], mut f: impl FnMut([u64; K])) {
+        let n = self.slots.len();
+        let first = self.base_slot.load(Ordering::Acquire) as usize;
+        let load = |i: usize| {
+            self.slots[i % n]
+                .0
+                .each_ref()
+                .map(|c| c.load(Ordering::Relaxed))
+        };
+        let mut start = load(first);
+        for i in 0..n {
+            let end = if i + 1 < n {
+                load(first + i + 1)
+            } else {
+                current
+            };
+            f(std::array::from_fn(|k| end[k].saturating_sub(start[k])));
+            start = end;
+        }
+    }
+
     /// Approximate heap size in bytes.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.slots.len() * std::mem::size_of::<Slot>()
+        self.slots.len() * std::mem::size_of::<Slot<K>>()
     }
 }
 
@@ -130,7 +154,7 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     /// A counter model fed by the test.
-    fn sums(ring: &Ring, now: u64, cum: [u64; TRACKED]) -> [u64; TRACKED] {
+    fn sums(ring: &Ring<4>, now: u64, cum: [u64; TRACKED]) -> [u64; TRACKED] {
         let base = ring.base(now, || cum);
         [0, 1, 2, 3].map(|i| cum[i] - base[i])
     }
@@ -159,6 +183,24 @@ mod tests {
         cum[EXCEPTIONS] = 5; // five exceptions in tick 0
         assert_eq!(sums(&ring, 9 * S, cum)[EXCEPTIONS], 5);
         assert_eq!(sums(&ring, 10 * S, cum)[EXCEPTIONS], 0);
+    }
+
+    #[test]
+    fn buckets_are_reconstructed_from_snapshots() {
+        let ring = Ring::<1>::new(3, S, 0, [0]);
+        let mut cum = 0;
+        let mut seen = Vec::new();
+        for (tick, n) in [(0, 2), (1, 3), (2, 5), (3, 7)] {
+            let _ = ring.base(tick * S, || [cum]);
+            cum += n;
+            seen.clear();
+            ring.for_each_bucket([cum], |b| seen.push(b[0]));
+        }
+        assert_eq!(seen, [3, 5, 7]);
+        let _ = ring.base(5 * S, || [cum]);
+        seen.clear();
+        ring.for_each_bucket([cum], |b| seen.push(b[0]));
+        assert_eq!(seen, [7, 0, 0]);
     }
 
     #[test]

@@ -356,8 +356,9 @@ fn delay_keeps_the_point_down_and_probes_every_interval() {
     // the exception window still holds the failures, so the rule trips again: the
     // delay restarts from the chain, not from stale state
     let reasons: Vec<_> = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(5)).ok())
-        .take(6)
+        .take(5)
         .collect();
+    assert_eq!(reasons.len(), 5);
     assert_eq!(reasons[0], (Reason::Exceptions, None));
     assert!(reasons[1..]
         .iter()
@@ -609,4 +610,71 @@ fn many_buckets_window() {
     // has just left the window
     assert_eq!(p.stats().totals.downgrades, 1);
     assert_eq!(p.stats().window.unwrap().visits, 599);
+}
+
+#[test]
+fn a_hung_call_counts_as_a_timeout_before_it_returns() {
+    let (clock, _, p) = setup(
+        "hung",
+        Policy::builder()
+            .timeouts(Duration::from_millis(100), 1)
+            .build()
+            .unwrap(),
+    );
+    let hung = p.enter().unwrap();
+    clock.advance(Duration::from_millis(150));
+    // The process-wide wheel sweeps every 25 ms of real time (a quarter of the
+    // threshold); wait for it, bounded.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while p.stats().totals.timeouts == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(p.stats().totals.timeouts, 1, "counted while still running");
+    assert_eq!(p.enter().unwrap_err().reason(), Reason::Timeouts);
+    // when it finally returns it is not counted a second time
+    hung.finish(false);
+    assert_eq!(p.stats().totals.timeouts, 1);
+    assert_eq!(p.stats().concurrency, 0);
+}
+
+#[test]
+fn adaptive_limit_is_a_policy_option() {
+    use resilience_runtime::adaptive::GradientConfig;
+    use resilience_runtime::AdaptiveLimit;
+    let config = GradientConfig {
+        initial_limit: 2,
+        min_limit: 1,
+        max_limit: 2,
+        ..GradientConfig::default()
+    };
+    let (_, _, p) = setup(
+        "adaptive",
+        Policy::builder()
+            .adaptive(AdaptiveLimit::Gradient(config))
+            .build()
+            .unwrap(),
+    );
+    let a = p.enter().unwrap();
+    let b = p.enter().unwrap();
+    assert_eq!(p.enter().unwrap_err().reason(), Reason::Overloaded);
+    a.finish(false);
+    drop(b); // cancelled: leaves the flight too
+    assert!(p.enter().is_ok());
+    assert_eq!(
+        p.stats()
+            .totals
+            .downgrades_by_reason
+            .get(Reason::Overloaded),
+        1
+    );
+    // invalid settings are named
+    let bad = Policy::builder()
+        .adaptive(AdaptiveLimit::Gradient(GradientConfig {
+            min_limit: 0,
+            ..GradientConfig::default()
+        }))
+        .build()
+        .unwrap_err();
+    assert_eq!(bad.fields(), ["adaptive"]);
+    assert!(bad.to_string().contains("min_limit"), "{bad}");
 }

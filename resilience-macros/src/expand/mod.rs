@@ -49,7 +49,7 @@ pub(crate) fn run(kind: Kind, args: TokenStream, item: TokenStream, enter: Enter
         }
     };
     match (errors.finish(), parsed) {
-        (None, Some(parsed)) => wrap(&args, parsed, enter),
+        (None, Some(parsed)) => wrap(kind, &args, parsed, enter),
         (err, _) => {
             // Keep the item so that callers and IDEs still see the function.
             let err = err.map(|err| err.to_compile_error());
@@ -70,6 +70,7 @@ fn ident(name: &str) -> Ident {
 //         }
 // where GUARDED is
 //             let __resilience_point = { static __RESILIENCE_POINT: .. = ..; .. };   // point_handle
+//             { #[distributed_slice(..)] static __RESILIENCE_DECLARED: .. = ..; }  // declared_point
 //             #[allow(unreachable_code, clippy::diverging_sub_expression)]          // for `-> !`
 //             let __resilience_permit = match ENTER(__resilience_point) {            // acquire_permit
 //                 Ok(__resilience_permit) => __resilience_permit,
@@ -87,7 +88,7 @@ fn ident(name: &str) -> Ident {
 // Output: fn get<'a>(&'a self) -> Pin<Box<dyn Future<Output = R> + Send + 'a>> {
 //             Box::pin(async move { GUARDED })      // GUARDED as for `async fn .. -> R`
 //         }
-fn wrap(args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream {
+fn wrap(kind: Kind, args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream {
     let Some(split) = item.body.split() else {
         // `validate` rejects a missing body; emit the item unchanged rather than panic.
         return emit(&item, None);
@@ -121,12 +122,14 @@ fn wrap(args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream {
         Shape::Sync | Shape::Async { .. } => ReturnKind::of(&item.sig),
     };
     let handle = point_handle(&private, args, &item.sig);
+    let declared = declared_point(&private, kind, args, &item.sig);
     let acquire = acquire_permit(&runtime, args, &item.sig, &shape, &rebound, enter);
     let caught = caught_body(&private, &shape, &output, &rebound, &block);
     let outcome = record_outcome(&private, args, &output);
 
     let guarded = quote! {
         let #point = #handle;
+        #declared
         // For a fallback or default of type `!` (always so on a `-> !` fn, or
         // `default = unreachable!()`): our `return` of it is then unreachable,
         // and clippy calls it a diverging sub-expression. Neither is the
@@ -344,6 +347,56 @@ fn point_handle(private: &TokenStream, args: &Args, sig: &Signature) -> TokenStr
     quote!({
         static #cell: #private::StaticPoint = #private::StaticPoint::new(#name);
         #private::StaticPoint::get(&#cell)
+    })
+}
+
+// Input:  #[downgrade(point = "orders::get", default)] fn get(..)
+// Output: {
+//             #[RT::linkme::distributed_slice(RT::DECLARED_POINTS)]
+//             #[linkme(crate = RT::linkme)]
+//             static __RESILIENCE_DECLARED: RT::DeclaredPoint = RT::DeclaredPoint::downgrade(
+//                 "orders::get",                                        // or the default name
+//                 ::core::concat!(::core::module_path!(), "::", "get"),
+//                 ::core::file!(), ::core::line!(),                     // at the fn's name
+//                 true,                                                 // fallback or default
+//             );
+//         }
+//
+// One link-time registration per annotated fn, so the runtime can list every
+// point before any call (`Registry::declared_points`). The static lives in a
+// block of its own inside the body: items nested in a fn never capture its
+// generics, so generic fns and methods work, and a block keeps a second
+// attribute's static (stacked `#[downgrade]` + `#[breaker]`) from colliding.
+// `file!()` and `line!()` are spanned at the fn's name so they report the
+// user's source, not the attribute's expansion.
+fn declared_point(private: &TokenStream, kind: Kind, args: &Args, sig: &Signature) -> TokenStream {
+    let fn_name = LitStr::new(&sig.ident.unraw().to_string(), sig.ident.span());
+    let name = match &args.point {
+        Some(point) => point.value.to_token_stream(),
+        None => quote!(::core::concat!(::core::module_path!(), "::", #fn_name)),
+    };
+    let constructor = match kind {
+        Kind::Downgrade => quote!(downgrade),
+        Kind::Breaker => quote!(breaker),
+    };
+    let has_fallback = args.fallback.is_some() || args.default.is_some();
+    // The user's own span, not `at_user_token`: `line!()` walks up to the
+    // outermost macro call of its span's context, which for one of our
+    // spans would be the attribute rather than the fn's name.
+    let site = sig.ident.span();
+    let file = quote_spanned!(site=> ::core::file!());
+    let line = quote_spanned!(site=> ::core::line!());
+    let cell = ident("__RESILIENCE_DECLARED");
+    quote!({
+        #[#private::linkme::distributed_slice(#private::DECLARED_POINTS)]
+        #[linkme(crate = #private::linkme)]
+        static #cell: #private::DeclaredPoint = #private::DeclaredPoint::#constructor(
+            #name,
+            ::core::concat!(::core::module_path!(), "::", #fn_name),
+            #file,
+            #line,
+            #has_fallback,
+        );
     })
 }
 

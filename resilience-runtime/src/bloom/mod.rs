@@ -289,7 +289,7 @@ impl BloomFilter {
                 max,
             });
         }
-        if bytes.len() as u64 == max && bits % 8 != 0 {
+        if bytes.len() as u64 == max && !bits.is_multiple_of(8) {
             let last = bytes[bytes.len() - 1];
             // Offsets bits..(8 * max) are the low `8 - bits % 8` bits of the last byte.
             let stray = last & (0xffu8 >> (bits % 8));

@@ -2,8 +2,12 @@
 
 use super::config::{SreConfig, MIN_K};
 use super::error::ConfigError;
-use super::{nanos, roll, Outcome, OutcomeCells, OutcomeCounts};
-use crate::rolling::RollingWindow;
+use super::{nanos, roll, Outcome, OutcomeCounts};
+
+const SUCCESS: usize = 0;
+const FAILURE: usize = 1;
+const DROP: usize = 2;
+use crate::window::Ring;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The probability with which the SRE breaker rejects a call, from the window's
@@ -249,8 +253,13 @@ impl SreDecision {
 /// [`on_success`](Self::on_success) or [`on_failure`](Self::on_failure) (a panic is a
 /// failure).
 ///
-/// Everything is lock-free: the window is [`RollingWindow`] with atomic buckets, and
-/// a decision reads the whole window (`buckets` slots), like go-zero.
+/// Everything is lock-free, and the common case is constant-time: the breaker keeps
+/// cumulative success/failure/drop counters and, per bucket, their values when the
+/// bucket began, so the window's `total` and `accepts` are two subtractions. Since
+/// `w >= 1.1`, a window with `total - protection - 1.1 * accepts <= 0` is accepted
+/// without looking at single buckets; only otherwise are the buckets rebuilt from the
+/// snapshots for `failingBuckets`/`workingBuckets` (go-zero reads all 40 buckets on
+/// every call). Recording an outcome is one atomic increment.
 ///
 /// # Examples
 ///
@@ -272,7 +281,10 @@ impl SreDecision {
 #[derive(Debug)]
 pub struct SreBreaker {
     config: SreConfig,
-    window: RollingWindow<OutcomeCells>,
+    /// Bucket-start snapshots of `counts`.
+    ring: Ring<3>,
+    /// Cumulative successes, failures and drops.
+    counts: [AtomicU64; 3],
     /// Time of the last call admitted while dropping, plus one; 0 when none.
     last_pass: AtomicU64,
     /// Whether the last decision saw a positive drop ratio.
@@ -298,11 +310,20 @@ impl SreBreaker {
     /// ```
     pub fn new(config: SreConfig, now: u64) -> Result<Self, ConfigError> {
         config.validate()?;
-        let window = RollingWindow::with_cells(config.buckets as usize, config.bucket_width(), now)
-            .map_err(|e| ConfigError::new("buckets", e.to_string()))?;
+        let width = nanos(config.bucket_width());
+        if width == 0 {
+            return Err(ConfigError::new(
+                "window",
+                format!(
+                    "must be at least one nanosecond per bucket, got {:?} for {} buckets",
+                    config.window, config.buckets
+                ),
+            ));
+        }
         Ok(SreBreaker {
             config,
-            window,
+            ring: Ring::new(config.buckets, width, now, [0; 3]),
+            counts: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
             last_pass: AtomicU64::new(0),
             dropping: AtomicBool::new(false),
             force_pass_ns: nanos(config.force_pass_interval),
@@ -366,7 +387,19 @@ impl SreBreaker {
 
     fn decide(&self, now: u64, roll: impl FnOnce() -> f64) -> SreDecision {
         let c = &self.config;
-        let h = self.history(now);
+        let base = self.ring.base(now, || self.current());
+        let current = self.current();
+        let accepts = current[SUCCESS].saturating_sub(base[SUCCESS]);
+        let total: u64 = (0..3).map(|i| current[i].saturating_sub(base[i])).sum();
+        // w >= MIN_K, so this bound is enough to accept without the bucket runs.
+        if total as f64 - c.protection as f64 - MIN_K * accepts as f64 <= 0.0 {
+            return SreDecision {
+                verdict: SreVerdict::Accepted,
+                drop_ratio: 0.0,
+                transition: self.note_dropping(false),
+            };
+        }
+        let h = self.history_of(current);
         let raw = raw_drop_ratio(
             h.total,
             h.accepts,
@@ -404,7 +437,7 @@ impl SreBreaker {
             };
         }
         if roll() < drop_ratio {
-            self.window.add(now, Outcome::Drop);
+            self.record(now, Outcome::Drop);
             return SreDecision {
                 verdict: SreVerdict::Rejected,
                 drop_ratio,
@@ -451,7 +484,27 @@ impl SreBreaker {
     /// ```
     #[inline]
     pub fn record(&self, now: u64, outcome: Outcome) {
-        self.window.add(now, outcome);
+        // Bring the window to `now` first, so the outcome lands in its bucket.
+        let _ = self.ring.base(now, || self.current());
+        let i = match outcome {
+            Outcome::Success => SUCCESS,
+            Outcome::Failure => FAILURE,
+            Outcome::Drop => DROP,
+        };
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records an outcome in the newest bucket the window has reached, without reading
+    /// the window's time: for a call admitted by [`allow`](Self::allow), whose bucket
+    /// is at most one step old. One atomic increment.
+    #[inline]
+    pub(crate) fn record_admitted(&self, outcome: Outcome) {
+        let i = match outcome {
+            Outcome::Success => SUCCESS,
+            Outcome::Failure => FAILURE,
+            Outcome::Drop => DROP,
+        };
+        self.counts[i].fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records a successful (acceptable) call.
@@ -467,7 +520,7 @@ impl SreBreaker {
     /// ```
     #[inline]
     pub fn on_success(&self, now: u64) {
-        self.window.add(now, Outcome::Success);
+        self.record(now, Outcome::Success);
     }
 
     /// Records a failed call (a panic included).
@@ -483,7 +536,7 @@ impl SreBreaker {
     /// ```
     #[inline]
     pub fn on_failure(&self, now: u64) {
-        self.window.add(now, Outcome::Failure);
+        self.record(now, Outcome::Failure);
     }
 
     /// The window's statistics at `now` (does not change the window).
@@ -499,9 +552,30 @@ impl SreBreaker {
     /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
     /// ```
     pub fn history(&self, now: u64) -> SreHistory {
+        let _ = self.ring.base(now, || self.current());
+        self.history_of(self.current())
+    }
+
+    fn history_of(&self, current: [u64; 3]) -> SreHistory {
         let mut h = SreHistory::default();
-        self.window.reduce(now, |b| h.add(b));
+        self.ring.for_each_bucket(current, |b| {
+            h.add(&OutcomeCounts {
+                success: b[SUCCESS],
+                failure: b[FAILURE],
+                drop: b[DROP],
+            })
+        });
         h
+    }
+
+    #[inline]
+    fn current(&self) -> [u64; 3] {
+        self.counts.each_ref().map(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// Approximate heap size in bytes.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.ring.heap_bytes()
     }
 
     /// Whether the last decision saw a positive drop ratio.

@@ -1,10 +1,13 @@
 //! Policies: the runtime configuration of a point, built with [`Policy::builder`] and
 //! validated before it can be applied.
 
+mod breaker;
 mod error;
 
+pub use breaker::{BreakerError, BreakerPolicy};
 pub use error::{FieldError, PolicyError};
 
+use crate::adaptive::{AdaptiveConfig, GradientConfig};
 use std::time::Duration;
 
 /// Largest number of buckets a window may have (one hour of one-second buckets).
@@ -47,6 +50,24 @@ pub struct Policy {
     pub(crate) downgrade_percentage: u8,
     pub(crate) delay: Option<Delay>,
     pub(crate) window: WindowConfig,
+    pub(crate) shadow: bool,
+    pub(crate) adaptive: Option<AdaptiveLimit>,
+}
+
+/// An adaptive concurrency limit: the limit follows the measured capacity of the
+/// service instead of a fixed number. Checked after SDS's rules; a rejection is
+/// [`Reason::Overloaded`](crate::Reason::Overloaded).
+///
+/// The gradient limiter (Netflix `Gradient2` style) held goodput near capacity with a
+/// bounded p99 in our overload simulation (`examples/adaptive_sim.rs`) and is the
+/// recommended choice; go-zero's shedder acts only while the CPU is hot, so it fits
+/// CPU-bound services under gradual overload.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum AdaptiveLimit {
+    /// Limit from the gradient of short- over long-term latency.
+    Gradient(GradientConfig),
+    /// go-zero's shedder: max passes per bucket x min latency, while CPU is hot.
+    Shedder(AdaptiveConfig),
 }
 
 /// The exception-rate rule: downgrade when `exceptions / (visits - downgrades) >= rate`
@@ -127,6 +148,8 @@ impl Policy {
                 downgrade_percentage: 100,
                 delay: None,
                 window: WindowConfig::default(),
+                shadow: false,
+                adaptive: None,
             },
         }
     }
@@ -172,6 +195,14 @@ impl Policy {
     /// The sliding window.
     pub fn window(&self) -> WindowConfig {
         self.window
+    }
+    /// The adaptive concurrency limit, if set.
+    pub fn adaptive(&self) -> Option<AdaptiveLimit> {
+        self.adaptive
+    }
+    /// Whether this is a shadow (dry-run) policy.
+    pub fn is_shadow(&self) -> bool {
+        self.shadow
     }
 }
 
@@ -248,6 +279,47 @@ impl PolicyBuilder {
             buckets,
             bucket_width,
         };
+        self
+    }
+
+    /// Dry run: rules are evaluated and counted (stats'
+    /// `shadow_downgrades_by_reason`, events with `shadow: true`) but no call is ever
+    /// downgraded, so a new threshold can be tried on live traffic. The delay rule is
+    /// not simulated in shadow mode.
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy, Reason};
+    ///
+    /// let shadow = Policy::builder().max_visits(1).shadow(true).build()?;
+    /// registry().set_policy("docs.shadow", shadow)?;
+    /// let point = registry().point("docs.shadow")?;
+    /// for _ in 0..3 {
+    ///     point.enter().expect("a shadow policy never downgrades").finish(false);
+    /// }
+    /// let stats = point.stats();
+    /// assert_eq!(stats.totals.downgrades, 0);
+    /// assert_eq!(stats.shadow_downgrades_by_reason.get(Reason::Visits), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shadow(mut self, shadow: bool) -> Self {
+        self.policy.shadow = shadow;
+        self
+    }
+
+    /// Adaptive concurrency limit (see [`AdaptiveLimit`]).
+    ///
+    /// ```
+    /// use resilience_runtime::adaptive::GradientConfig;
+    /// use resilience_runtime::{AdaptiveLimit, Policy};
+    ///
+    /// let p = Policy::builder()
+    ///     .adaptive(AdaptiveLimit::Gradient(GradientConfig::default()))
+    ///     .build()?;
+    /// assert!(p.adaptive().is_some());
+    /// # Ok::<(), resilience_runtime::PolicyError>(())
+    /// ```
+    pub fn adaptive(mut self, limit: AdaptiveLimit) -> Self {
+        self.policy.adaptive = Some(limit);
         self
     }
 
@@ -332,6 +404,15 @@ impl PolicyBuilder {
                         ),
                     );
                 }
+            }
+        }
+        if let Some(a) = p.adaptive {
+            let checked = match a {
+                AdaptiveLimit::Gradient(c) => c.validate(),
+                AdaptiveLimit::Shedder(c) => c.validate(),
+            };
+            if let Err(e) = checked {
+                fail("adaptive", format!("`{}` {}", e.field, e.message));
             }
         }
         if p.window.buckets == 0 {

@@ -1,0 +1,322 @@
+//! Policy documents: validation with the runtime's own policy-file parser, the
+//! canonical stored form, diffs between versions, and the SDS strategy view.
+
+use crate::model::DiffEntry;
+use resilience_runtime::config::{Format, PolicyFile, Problem};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::BTreeSet;
+
+/// A problem of a submitted policy, as the API reports it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PolicyProblem {
+    /// The point concerned, if any.
+    pub point: Option<String>,
+    /// The field within the point (`timeouts.threshold`) or a top-level key.
+    pub field: Option<String>,
+    /// The runtime's kind of problem (`wrong_type`, `out_of_range`, ...).
+    pub kind: String,
+    /// What is wrong, for a person.
+    pub message: String,
+}
+
+impl From<&Problem> for PolicyProblem {
+    fn from(p: &Problem) -> Self {
+        PolicyProblem {
+            point: p.point.clone(),
+            field: p.field.clone(),
+            kind: p.kind.as_str().to_owned(),
+            message: p.message.clone(),
+        }
+    }
+}
+
+/// A validated policy document.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Document {
+    /// The parsed file.
+    pub file: PolicyFile,
+    /// Its canonical JSON form: what is stored and served (defaults left out,
+    /// durations as strings with a unit).
+    pub json: Value,
+}
+
+impl Document {
+    /// The empty document: no point has a policy (version 0).
+    pub fn empty() -> Document {
+        Document::from_file(PolicyFile::default())
+    }
+
+    /// Parses and validates policy text exactly as the runtime's loader does.
+    ///
+    /// # Errors
+    ///
+    /// Every problem the runtime finds, each with its point and field.
+    pub fn parse(text: &str, format: Format) -> Result<Document, Vec<PolicyProblem>> {
+        match PolicyFile::parse(text, format) {
+            Ok(file) => Ok(Document::from_file(file)),
+            Err(e) => Err(e.problems().iter().map(PolicyProblem::from).collect()),
+        }
+    }
+
+    /// Validates a JSON document given as a tree.
+    ///
+    /// # Errors
+    ///
+    /// Every problem the runtime finds.
+    pub fn from_json(value: &Value) -> Result<Document, Vec<PolicyProblem>> {
+        Document::parse(&value.to_string(), Format::Json)
+    }
+
+    /// Reads a stored canonical document back.
+    ///
+    /// # Errors
+    ///
+    /// The problems, if the stored document no longer validates (a document written
+    /// by a newer runtime with fields this one does not know).
+    pub fn from_stored(value: &Value) -> Result<Document, Vec<PolicyProblem>> {
+        Document::from_json(value)
+    }
+
+    fn from_file(file: PolicyFile) -> Document {
+        let json = file
+            .to_text(Format::Json)
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            // A policy built by the runtime always serialises; keep an empty document
+            // rather than panic if that ever changes.
+            .unwrap_or_else(|| serde_json::json!({ "points": {} }));
+        Document { file, json }
+    }
+
+    /// The document as TOML, for people.
+    pub fn to_toml(&self) -> String {
+        self.file.to_text(Format::Toml).unwrap_or_default()
+    }
+
+    /// The names of the points that have a policy.
+    pub fn point_names(&self) -> BTreeSet<String> {
+        self.file.points.keys().cloned().collect()
+    }
+
+    /// The document as SDS strategies (`SdsStrategy` objects of SDS's pull response),
+    /// one per point, each also carrying this project's full point settings under
+    /// `resiliencePolicy` so that our client loses nothing (SDS clients ignore it).
+    pub fn sds_strategies(&self) -> Vec<Value> {
+        let points = self.json.get("points").and_then(Value::as_object);
+        self.file
+            .points
+            .iter()
+            .map(|(name, config)| {
+                let p = &config.policy;
+                let ms = |d: std::time::Duration| d.as_millis().min(i64::MAX as u128) as i64;
+                let mut s = Map::new();
+                s.insert("point".into(), name.clone().into());
+                s.insert("visitThreshold".into(), opt(p.max_visits()));
+                s.insert("concurrentThreshold".into(), opt(p.max_concurrency()));
+                s.insert("exceptionThreshold".into(), opt(p.max_exceptions()));
+                let rate = p.exception_rate();
+                s.insert(
+                    "exceptionRateThreshold".into(),
+                    opt(rate.map(|r| (r.rate * 100.0).round() as i64)),
+                );
+                s.insert("exceptionRateStart".into(), opt(rate.map(|r| r.min_visits)));
+                let timeouts = p.timeouts();
+                s.insert(
+                    "timeoutThreshold".into(),
+                    opt(timeouts.map(|t| ms(t.threshold))),
+                );
+                s.insert(
+                    "timeoutCountThreshold".into(),
+                    opt(timeouts.map(|t| t.max_count)),
+                );
+                let bucket = p.token_bucket();
+                s.insert(
+                    "tokenBucketGeneratedTokensInSecond".into(),
+                    opt(bucket.map(|b| b.rate.floor() as i64)),
+                );
+                s.insert("tokenBucketSize".into(), opt(bucket.map(|b| b.capacity)));
+                let delay = p.delay();
+                s.insert("delayTime".into(), opt(delay.map(|d| ms(d.duration))));
+                s.insert(
+                    "retryInterval".into(),
+                    opt(delay.and_then(|d| d.retry_interval).map(ms)),
+                );
+                s.insert("downgradeRate".into(), p.downgrade_percentage().into());
+                s.insert("pressureTestDowngrade".into(), 0.into());
+                s.insert(
+                    "resiliencePolicy".into(),
+                    points
+                        .and_then(|m| m.get(name))
+                        .cloned()
+                        .unwrap_or_else(|| Value::Object(Map::new())),
+                );
+                Value::Object(s)
+            })
+            .collect()
+    }
+}
+
+/// SDS writes -1 for "rule not set".
+fn opt<T: Into<Value>>(v: Option<T>) -> Value {
+    v.map_or_else(|| Value::from(-1), Into::into)
+}
+
+/// What changed from `old` to `new` (canonical documents): top-level settings, points
+/// added or removed whole, and field by field for points in both.
+pub fn diff(old: &Value, new: &Value) -> Vec<DiffEntry> {
+    let mut out = Vec::new();
+    // The only top-level setting besides `points`.
+    let (a, b) = (old.get("strict").cloned(), new.get("strict").cloned());
+    if a != b {
+        out.push(DiffEntry {
+            point: None,
+            field: Some("strict".to_owned()),
+            old: a,
+            new: b,
+        });
+    }
+    let empty = Map::new();
+    let points = |v: &Value| v.get("points").and_then(Value::as_object).cloned();
+    let (old_points, new_points) = (
+        points(old).unwrap_or_else(|| empty.clone()),
+        points(new).unwrap_or_else(|| empty.clone()),
+    );
+    let names: BTreeSet<&String> = old_points.keys().chain(new_points.keys()).collect();
+    for name in names {
+        match (old_points.get(name), new_points.get(name)) {
+            (Some(a), Some(b)) => {
+                let (fa, fb) = (flatten(a), flatten(b));
+                let fields: BTreeSet<&String> = fa.keys().chain(fb.keys()).collect();
+                for field in fields {
+                    let (x, y) = (fa.get(field), fb.get(field));
+                    if x != y {
+                        out.push(DiffEntry {
+                            point: Some(name.clone()),
+                            field: Some(field.clone()),
+                            old: x.cloned(),
+                            new: y.cloned(),
+                        });
+                    }
+                }
+            }
+            (a, b) => out.push(DiffEntry {
+                point: Some(name.clone()),
+                field: None,
+                old: a.cloned(),
+                new: b.cloned(),
+            }),
+        }
+    }
+    out
+}
+
+/// A point's settings as `field.path -> value`.
+fn flatten(v: &Value) -> std::collections::BTreeMap<String, Value> {
+    let mut out = std::collections::BTreeMap::new();
+    fn walk(prefix: &str, v: &Value, out: &mut std::collections::BTreeMap<String, Value>) {
+        match v {
+            Value::Object(m) => {
+                for (k, v) in m {
+                    let path = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&path, v, out);
+                }
+            }
+            other => {
+                out.insert(prefix.to_owned(), other.clone());
+            }
+        }
+    }
+    walk("", v, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn canonical_form_drops_defaults_and_keeps_units() {
+        let doc = Document::from_json(&json!({
+            "points": {"a": {"max_visits": 5, "downgrade_percentage": 100,
+                             "timeouts": {"threshold": "250ms", "max_count": 3}}}
+        }))
+        .unwrap();
+        assert_eq!(
+            doc.json,
+            json!({"points": {"a": {"max_visits": 5,
+                                    "timeouts": {"threshold": "250ms", "max_count": 3}}}})
+        );
+    }
+
+    #[test]
+    fn problems_name_point_and_field() {
+        let problems = Document::from_json(&json!({
+            "points": {"a": {"max_visits": -1, "timeouts": {"threshold": "fast"}}}
+        }))
+        .unwrap_err();
+        let fields: Vec<_> = problems
+            .iter()
+            .map(|p| (p.point.as_deref(), p.field.as_deref()))
+            .collect();
+        assert!(
+            fields.contains(&(Some("a"), Some("max_visits"))),
+            "{problems:?}"
+        );
+        assert!(
+            fields.contains(&(Some("a"), Some("timeouts.threshold"))),
+            "{problems:?}"
+        );
+    }
+
+    #[test]
+    fn diff_reports_fields_and_whole_points() {
+        let old = json!({"points": {"a": {"max_visits": 5, "timeouts": {"threshold": "1s", "max_count": 2}},
+                                    "gone": {"max_visits": 1}}});
+        let new = json!({"strict": true,
+                         "points": {"a": {"max_visits": 6, "timeouts": {"threshold": "1s", "max_count": 2}},
+                                    "added": {"max_concurrency": 3}}});
+        let d = diff(&old, &new);
+        let keys: Vec<_> = d
+            .iter()
+            .map(|e| (e.point.as_deref(), e.field.as_deref()))
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                (None, Some("strict")),
+                (Some("a"), Some("max_visits")),
+                (Some("added"), None),
+                (Some("gone"), None),
+            ]
+        );
+        assert_eq!(d[1].old, Some(json!(5)));
+        assert_eq!(d[1].new, Some(json!(6)));
+        assert_eq!(d[3].new, None);
+        assert!(diff(&new, &new).is_empty());
+    }
+
+    #[test]
+    fn sds_view_uses_minus_one_for_unset_rules() {
+        let doc = Document::from_json(&json!({
+            "points": {"a": {"max_visits": 5, "exception_rate": {"rate": 0.25, "min_visits": 10},
+                             "delay": {"duration": "10s", "retry_interval": "1s"}}}
+        }))
+        .unwrap();
+        let s = &doc.sds_strategies()[0];
+        assert_eq!(s["point"], "a");
+        assert_eq!(s["visitThreshold"], 5);
+        assert_eq!(s["concurrentThreshold"], -1);
+        assert_eq!(s["exceptionRateThreshold"], 25);
+        assert_eq!(s["exceptionRateStart"], 10);
+        assert_eq!(s["delayTime"], 10_000);
+        assert_eq!(s["retryInterval"], 1_000);
+        assert_eq!(s["downgradeRate"], 100);
+        assert_eq!(s["resiliencePolicy"]["max_visits"], 5);
+    }
+}

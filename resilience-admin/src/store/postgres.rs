@@ -1,0 +1,640 @@
+//! The PostgreSQL store (feature `postgres`), for teams that already run a server.
+//!
+//! Tables carry the prefix `ra_` so that they can live in a database shared with
+//! other applications.
+
+use super::{parse_json, to_i64, to_json, to_u64, Pull, Store, StoreError};
+use crate::model::{
+    AppKey, AppSummary, CycleRow, Heartbeat, Ingested, InstanceInfo, NewPolicyVersion, PointCycle,
+    PointInfo, PolicyVersion,
+};
+use postgres::error::SqlState;
+use postgres::{Client, GenericClient, NoTls, Row};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::{Mutex, MutexGuard};
+
+const SCHEMA_VERSION: i32 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS ra_schema (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS ra_apps (
+    id BIGSERIAL PRIMARY KEY,
+    app_group TEXT NOT NULL,
+    app_name TEXT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    UNIQUE (app_group, app_name)
+);
+CREATE TABLE IF NOT EXISTS ra_points (
+    app_id BIGINT NOT NULL REFERENCES ra_apps(id),
+    name TEXT NOT NULL,
+    declared BOOLEAN NOT NULL DEFAULT FALSE,
+    first_seen_ms BIGINT NOT NULL,
+    last_seen_ms BIGINT NOT NULL,
+    PRIMARY KEY (app_id, name)
+);
+CREATE TABLE IF NOT EXISTS ra_instances (
+    app_id BIGINT NOT NULL REFERENCES ra_apps(id),
+    instance TEXT NOT NULL,
+    host TEXT NOT NULL,
+    ip TEXT NOT NULL,
+    protocol TEXT NOT NULL,
+    last_heartbeat_ms BIGINT,
+    last_pull_ms BIGINT,
+    policy_version BIGINT,
+    PRIMARY KEY (app_id, instance)
+);
+CREATE TABLE IF NOT EXISTS ra_received (
+    app_id BIGINT NOT NULL,
+    instance TEXT NOT NULL,
+    cycle_start_ms BIGINT NOT NULL,
+    received_ms BIGINT NOT NULL,
+    PRIMARY KEY (app_id, instance, cycle_start_ms)
+);
+CREATE TABLE IF NOT EXISTS ra_cycle_stats (
+    app_id BIGINT NOT NULL,
+    point TEXT NOT NULL,
+    cycle_start_ms BIGINT NOT NULL,
+    visits BIGINT NOT NULL,
+    passes BIGINT NOT NULL,
+    downgrades BIGINT NOT NULL,
+    exceptions BIGINT NOT NULL,
+    timeouts BIGINT NOT NULL,
+    peak_concurrency BIGINT NOT NULL,
+    instances BIGINT NOT NULL,
+    PRIMARY KEY (app_id, point, cycle_start_ms)
+);
+CREATE INDEX IF NOT EXISTS ra_cycle_stats_time ON ra_cycle_stats (cycle_start_ms);
+CREATE TABLE IF NOT EXISTS ra_cycle_reasons (
+    app_id BIGINT NOT NULL,
+    point TEXT NOT NULL,
+    cycle_start_ms BIGINT NOT NULL,
+    reason TEXT NOT NULL,
+    count BIGINT NOT NULL,
+    PRIMARY KEY (app_id, point, cycle_start_ms, reason)
+);
+CREATE INDEX IF NOT EXISTS ra_cycle_reasons_time ON ra_cycle_reasons (cycle_start_ms);
+CREATE TABLE IF NOT EXISTS ra_policy_versions (
+    app_id BIGINT NOT NULL REFERENCES ra_apps(id),
+    version BIGINT NOT NULL,
+    author TEXT NOT NULL,
+    created_ms BIGINT NOT NULL,
+    comment TEXT NOT NULL,
+    restored_from BIGINT,
+    diff TEXT NOT NULL,
+    document TEXT NOT NULL,
+    PRIMARY KEY (app_id, version)
+);
+";
+
+/// A [`Store`] in a PostgreSQL database.
+///
+/// One connection serves every request (the server's load is a few statements per
+/// instance every 5 s). Every method is one transaction; policy changes lock the
+/// app's row, so two servers sharing the database cannot both write the same version.
+pub struct PostgresStore {
+    client: Mutex<Client>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The connection string may hold a password: not shown.
+        f.debug_struct("PostgresStore").finish_non_exhaustive()
+    }
+}
+
+fn backend(e: postgres::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl PostgresStore {
+    /// Connects (without TLS: use a local server or a TLS-terminating proxy) and
+    /// creates the tables if needed.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if the server cannot be reached or refuses the
+    /// schema, or holds a newer schema.
+    pub fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        let mut client = Client::connect(url, NoTls)
+            .map_err(|e| StoreError::Backend(format!("cannot connect to PostgreSQL: {e}")))?;
+        let mut tx = client.transaction().map_err(backend)?;
+        // Two servers starting together must not both create the tables.
+        tx.batch_execute("SELECT pg_advisory_xact_lock(7041995)")
+            .map_err(backend)?;
+        tx.batch_execute(SCHEMA).map_err(backend)?;
+        let found: Option<i32> = tx
+            .query_opt("SELECT MAX(version) FROM ra_schema", &[])
+            .map_err(backend)?
+            .and_then(|r| r.get(0));
+        match found {
+            Some(v) if v > SCHEMA_VERSION => {
+                return Err(StoreError::Backend(format!(
+                    "the database has schema version {v}, newer than this server's \
+                     {SCHEMA_VERSION}"
+                )))
+            }
+            Some(_) => {}
+            None => {
+                tx.execute(
+                    "INSERT INTO ra_schema (version) VALUES ($1)",
+                    &[&SCHEMA_VERSION],
+                )
+                .map_err(backend)?;
+            }
+        }
+        tx.commit().map_err(backend)?;
+        Ok(PostgresStore {
+            client: Mutex::new(client),
+        })
+    }
+
+    fn client(&self) -> MutexGuard<'_, Client> {
+        // A panic mid-transaction dropped the transaction, which rolled it back.
+        self.client.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn app_id(c: &mut impl GenericClient, app: &AppKey, now_ms: i64) -> Result<i64, postgres::Error> {
+    c.execute(
+        "INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ($1, $2, $3)
+         ON CONFLICT (app_group, app_name) DO NOTHING",
+        &[&app.group, &app.name, &now_ms],
+    )?;
+    Ok(c.query_one(
+        "SELECT id FROM ra_apps WHERE app_group = $1 AND app_name = $2",
+        &[&app.group, &app.name],
+    )?
+    .get(0))
+}
+
+fn find_app(c: &mut impl GenericClient, app: &AppKey) -> Result<Option<i64>, postgres::Error> {
+    Ok(c.query_opt(
+        "SELECT id FROM ra_apps WHERE app_group = $1 AND app_name = $2",
+        &[&app.group, &app.name],
+    )?
+    .map(|r| r.get(0)))
+}
+
+fn current_version(c: &mut impl GenericClient, app_id: i64) -> Result<i64, postgres::Error> {
+    Ok(c.query_one(
+        "SELECT COALESCE(MAX(version), 0) FROM ra_policy_versions WHERE app_id = $1",
+        &[&app_id],
+    )?
+    .get(0))
+}
+
+const VERSION_COLUMNS: &str = "version, author, created_ms, comment, restored_from, diff, document";
+
+fn version_from_row(r: &Row) -> Result<PolicyVersion, StoreError> {
+    Ok(PolicyVersion {
+        version: to_u64(r.get(0), "version")?,
+        author: r.get(1),
+        created_ms: r.get(2),
+        comment: r.get(3),
+        restored_from: r
+            .get::<_, Option<i64>>(4)
+            .map(|v| to_u64(v, "version"))
+            .transpose()?,
+        diff: parse_json(r.get(5), "policy diff")?,
+        document: parse_json(r.get(6), "policy document")?,
+    })
+}
+
+fn count(r: &Row, i: usize) -> u64 {
+    u64::try_from(r.get::<_, i64>(i)).unwrap_or(0)
+}
+
+fn read_cycles(
+    c: &mut impl GenericClient,
+    app_id: i64,
+    point: Option<&str>,
+    from_ms: i64,
+    to_ms: i64,
+    limit: usize,
+) -> Result<Vec<CycleRow>, postgres::Error> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = c.query(
+        "SELECT point, cycle_start_ms, visits, passes, downgrades, exceptions, timeouts,
+                peak_concurrency, instances
+         FROM ra_cycle_stats
+         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
+           AND cycle_start_ms >= $3 AND cycle_start_ms < $4
+         ORDER BY point, cycle_start_ms
+         LIMIT $5",
+        &[&app_id, &point, &from_ms, &to_ms, &limit],
+    )?;
+    let mut out: Vec<CycleRow> = rows
+        .iter()
+        .map(|r| CycleRow {
+            cycle_start_ms: r.get(1),
+            counts: PointCycle {
+                point: r.get(0),
+                visits: count(r, 2),
+                passes: count(r, 3),
+                downgrades: count(r, 4),
+                exceptions: count(r, 5),
+                timeouts: count(r, 6),
+                peak_concurrency: count(r, 7),
+                downgrades_by_reason: BTreeMap::new(),
+            },
+            instances: count(r, 8),
+        })
+        .collect();
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let index: BTreeMap<(String, i64), usize> = out
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.counts.point.clone(), r.cycle_start_ms), i))
+        .collect();
+    for r in c.query(
+        "SELECT point, cycle_start_ms, reason, count FROM ra_cycle_reasons
+         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
+           AND cycle_start_ms >= $3 AND cycle_start_ms < $4",
+        &[&app_id, &point, &from_ms, &to_ms],
+    )? {
+        if let Some(&i) = index.get(&(r.get::<_, String>(0), r.get::<_, i64>(1))) {
+            out[i]
+                .counts
+                .downgrades_by_reason
+                .insert(r.get(2), count(&r, 3));
+        }
+    }
+    Ok(out)
+}
+
+impl Store for PostgresStore {
+    fn record_heartbeat(&self, hb: &Heartbeat, now_ms: i64) -> Result<Ingested, StoreError> {
+        let mut client = self.client();
+        let mut tx = client.transaction().map_err(backend)?;
+        let app = app_id(&mut tx, &hb.app, now_ms).map_err(backend)?;
+        let version = hb.policy_version.map(to_i64);
+        tx.execute(
+            "INSERT INTO ra_instances (app_id, instance, host, ip, protocol, last_heartbeat_ms,
+                                       policy_version)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (app_id, instance) DO UPDATE SET
+                host = excluded.host, ip = excluded.ip, protocol = excluded.protocol,
+                last_heartbeat_ms = excluded.last_heartbeat_ms,
+                policy_version = COALESCE(excluded.policy_version, ra_instances.policy_version)",
+            &[
+                &app,
+                &hb.instance,
+                &hb.host,
+                &hb.ip,
+                &hb.protocol.as_str(),
+                &now_ms,
+                &version,
+            ],
+        )
+        .map_err(backend)?;
+        let fresh = tx
+            .execute(
+                "INSERT INTO ra_received (app_id, instance, cycle_start_ms, received_ms)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+                &[&app, &hb.instance, &hb.cycle_start_ms, &now_ms],
+            )
+            .map_err(backend)?
+            == 1;
+        let declared: BTreeSet<&str> = hb.declared_points.iter().map(String::as_str).collect();
+        let mentioned: BTreeSet<&str> = hb
+            .points
+            .iter()
+            .map(|p| p.point.as_str())
+            .chain(hb.known_points.iter().map(String::as_str))
+            .chain(declared.iter().copied())
+            .collect();
+        let upsert_point = tx
+            .prepare(
+                "INSERT INTO ra_points (app_id, name, declared, first_seen_ms, last_seen_ms)
+                 VALUES ($1, $2, $3, $4, $4)
+                 ON CONFLICT (app_id, name) DO UPDATE SET
+                    declared = ra_points.declared OR excluded.declared,
+                    last_seen_ms = excluded.last_seen_ms",
+            )
+            .map_err(backend)?;
+        for name in &mentioned {
+            tx.execute(
+                &upsert_point,
+                &[&app, name, &declared.contains(name), &now_ms],
+            )
+            .map_err(backend)?;
+        }
+        if fresh {
+            let stats = tx
+                .prepare(
+                    "INSERT INTO ra_cycle_stats (app_id, point, cycle_start_ms, visits, passes,
+                        downgrades, exceptions, timeouts, peak_concurrency, instances)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1)
+                     ON CONFLICT (app_id, point, cycle_start_ms) DO UPDATE SET
+                        visits = ra_cycle_stats.visits + excluded.visits,
+                        passes = ra_cycle_stats.passes + excluded.passes,
+                        downgrades = ra_cycle_stats.downgrades + excluded.downgrades,
+                        exceptions = ra_cycle_stats.exceptions + excluded.exceptions,
+                        timeouts = ra_cycle_stats.timeouts + excluded.timeouts,
+                        peak_concurrency =
+                            ra_cycle_stats.peak_concurrency + excluded.peak_concurrency,
+                        instances = ra_cycle_stats.instances + 1",
+                )
+                .map_err(backend)?;
+            let reasons = tx
+                .prepare(
+                    "INSERT INTO ra_cycle_reasons (app_id, point, cycle_start_ms, reason, count)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (app_id, point, cycle_start_ms, reason) DO UPDATE SET
+                        count = ra_cycle_reasons.count + excluded.count",
+                )
+                .map_err(backend)?;
+            for p in &hb.points {
+                tx.execute(
+                    &stats,
+                    &[
+                        &app,
+                        &p.point,
+                        &hb.cycle_start_ms,
+                        &to_i64(p.visits),
+                        &to_i64(p.passes),
+                        &to_i64(p.downgrades),
+                        &to_i64(p.exceptions),
+                        &to_i64(p.timeouts),
+                        &to_i64(p.peak_concurrency),
+                    ],
+                )
+                .map_err(backend)?;
+                for (reason, n) in p.downgrades_by_reason.iter().filter(|(_, c)| **c > 0) {
+                    tx.execute(
+                        &reasons,
+                        &[&app, &p.point, &hb.cycle_start_ms, reason, &to_i64(*n)],
+                    )
+                    .map_err(backend)?;
+                }
+            }
+        }
+        tx.commit().map_err(backend)?;
+        Ok(if fresh {
+            Ingested::Stored
+        } else {
+            Ingested::Duplicate
+        })
+    }
+
+    fn record_pull(&self, pull: &Pull<'_>, now_ms: i64) -> Result<(), StoreError> {
+        let mut client = self.client();
+        let mut tx = client.transaction().map_err(backend)?;
+        let app = app_id(&mut tx, pull.app, now_ms).map_err(backend)?;
+        tx.execute(
+            "INSERT INTO ra_instances (app_id, instance, host, ip, protocol, last_pull_ms,
+                                       policy_version)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)
+             ON CONFLICT (app_id, instance) DO UPDATE SET
+                host = excluded.host, ip = excluded.ip, protocol = excluded.protocol,
+                last_pull_ms = excluded.last_pull_ms,
+                policy_version = excluded.policy_version",
+            &[
+                &app,
+                &pull.instance,
+                &pull.host,
+                &pull.ip,
+                &pull.protocol.as_str(),
+                &now_ms,
+                &to_i64(pull.version),
+            ],
+        )
+        .map_err(backend)?;
+        tx.commit().map_err(backend)
+    }
+
+    fn apps(&self) -> Result<Vec<AppSummary>, StoreError> {
+        let mut client = self.client();
+        let rows = client
+            .query(
+                "SELECT a.app_group, a.app_name,
+                    (SELECT COALESCE(MAX(version), 0) FROM ra_policy_versions v
+                        WHERE v.app_id = a.id),
+                    (SELECT MAX(GREATEST(COALESCE(i.last_heartbeat_ms, 0),
+                                         COALESCE(i.last_pull_ms, 0)))
+                        FROM ra_instances i WHERE i.app_id = a.id),
+                    (SELECT COUNT(*) FROM ra_instances i WHERE i.app_id = a.id)
+                 FROM ra_apps a ORDER BY a.app_group, a.app_name",
+                &[],
+            )
+            .map_err(backend)?;
+        rows.iter()
+            .map(|r| {
+                Ok(AppSummary {
+                    group: r.get(0),
+                    name: r.get(1),
+                    policy_version: to_u64(r.get(2), "version")?,
+                    last_seen_ms: r.get::<_, Option<i64>>(3).filter(|&t| t > 0),
+                    instances: to_u64(r.get(4), "instance count")?,
+                })
+            })
+            .collect()
+    }
+
+    fn points(&self, app: &AppKey) -> Result<Vec<PointInfo>, StoreError> {
+        let mut client = self.client();
+        let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        let rows = client
+            .query(
+                "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms,
+                    (SELECT MAX(cycle_start_ms) FROM ra_cycle_stats s
+                        WHERE s.app_id = p.app_id AND s.point = p.name)
+                 FROM ra_points p WHERE p.app_id = $1 ORDER BY p.name",
+                &[&app_id],
+            )
+            .map_err(backend)?;
+        let mut points = Vec::with_capacity(rows.len());
+        for r in rows {
+            let name: String = r.get(0);
+            let last_cycle = match r.get::<_, Option<i64>>(4) {
+                Some(t) => read_cycles(&mut *client, app_id, Some(&name), t, t + 1, 1)
+                    .map_err(backend)?
+                    .pop(),
+                None => None,
+            };
+            points.push(PointInfo {
+                name,
+                declared: r.get(1),
+                has_policy: false,
+                first_seen_ms: Some(r.get(2)),
+                last_seen_ms: Some(r.get(3)),
+                last_cycle,
+            });
+        }
+        Ok(points)
+    }
+
+    fn instances(&self, app: &AppKey) -> Result<Vec<InstanceInfo>, StoreError> {
+        let mut client = self.client();
+        let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        let rows = client
+            .query(
+                "SELECT instance, host, ip, protocol, last_heartbeat_ms, last_pull_ms,
+                        policy_version
+                 FROM ra_instances WHERE app_id = $1 ORDER BY instance",
+                &[&app_id],
+            )
+            .map_err(backend)?;
+        Ok(rows
+            .iter()
+            .map(|r| InstanceInfo {
+                instance: r.get(0),
+                host: r.get(1),
+                ip: r.get(2),
+                protocol: r.get(3),
+                last_heartbeat_ms: r.get(4),
+                last_pull_ms: r.get(5),
+                policy_version: r
+                    .get::<_, Option<i64>>(6)
+                    .and_then(|v| u64::try_from(v).ok()),
+            })
+            .collect())
+    }
+
+    fn stats(
+        &self,
+        app: &AppKey,
+        point: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<CycleRow>, StoreError> {
+        let mut client = self.client();
+        let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        read_cycles(&mut *client, app_id, point, from_ms, to_ms, limit).map_err(backend)
+    }
+
+    fn current_version(&self, app: &AppKey) -> Result<u64, StoreError> {
+        let mut client = self.client();
+        let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
+            return Ok(0);
+        };
+        to_u64(
+            current_version(&mut *client, app_id).map_err(backend)?,
+            "version",
+        )
+    }
+
+    fn policy_version(
+        &self,
+        app: &AppKey,
+        version: u64,
+    ) -> Result<Option<PolicyVersion>, StoreError> {
+        let mut client = self.client();
+        let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
+            return Ok(None);
+        };
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT {VERSION_COLUMNS} FROM ra_policy_versions
+                     WHERE app_id = $1 AND version = $2"
+                ),
+                &[&app_id, &to_i64(version)],
+            )
+            .map_err(backend)?;
+        row.as_ref().map(version_from_row).transpose()
+    }
+
+    fn policy_history(&self, app: &AppKey) -> Result<Vec<PolicyVersion>, StoreError> {
+        let mut client = self.client();
+        let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT {VERSION_COLUMNS} FROM ra_policy_versions
+                     WHERE app_id = $1 ORDER BY version DESC"
+                ),
+                &[&app_id],
+            )
+            .map_err(backend)?;
+        rows.iter().map(version_from_row).collect()
+    }
+
+    fn commit_policy(
+        &self,
+        app: &AppKey,
+        change: &NewPolicyVersion,
+    ) -> Result<PolicyVersion, StoreError> {
+        let mut client = self.client();
+        let mut tx = client.transaction().map_err(backend)?;
+        let app_id = app_id(&mut tx, app, change.created_ms).map_err(backend)?;
+        // Serialises changes of this app across servers sharing the database.
+        tx.execute("SELECT 1 FROM ra_apps WHERE id = $1 FOR UPDATE", &[&app_id])
+            .map_err(backend)?;
+        let current = to_u64(
+            current_version(&mut tx, app_id).map_err(backend)?,
+            "version",
+        )?;
+        if current != change.base_version {
+            return Err(StoreError::Conflict { current });
+        }
+        let version = current + 1;
+        let inserted = tx.execute(
+            "INSERT INTO ra_policy_versions (app_id, version, author, created_ms, comment,
+                restored_from, diff, document)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[
+                &app_id,
+                &to_i64(version),
+                &change.author,
+                &change.created_ms,
+                &change.comment,
+                &change.restored_from.map(to_i64),
+                &to_json(&change.diff),
+                &to_json(&change.document),
+            ],
+        );
+        match inserted {
+            Ok(_) => {}
+            Err(e) if e.code() == Some(&SqlState::UNIQUE_VIOLATION) => {
+                return Err(StoreError::Conflict { current: version });
+            }
+            Err(e) => return Err(backend(e)),
+        }
+        tx.commit().map_err(backend)?;
+        Ok(PolicyVersion {
+            version,
+            author: change.author.clone(),
+            created_ms: change.created_ms,
+            comment: change.comment.clone(),
+            restored_from: change.restored_from,
+            diff: change.diff.clone(),
+            document: change.document.clone(),
+        })
+    }
+
+    fn prune(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let mut client = self.client();
+        let mut tx = client.transaction().map_err(backend)?;
+        let deleted = tx
+            .execute(
+                "DELETE FROM ra_cycle_stats WHERE cycle_start_ms < $1",
+                &[&before_ms],
+            )
+            .map_err(backend)?;
+        tx.execute(
+            "DELETE FROM ra_cycle_reasons WHERE cycle_start_ms < $1",
+            &[&before_ms],
+        )
+        .map_err(backend)?;
+        tx.execute(
+            "DELETE FROM ra_received WHERE cycle_start_ms < $1",
+            &[&before_ms],
+        )
+        .map_err(backend)?;
+        tx.commit().map_err(backend)?;
+        Ok(deleted)
+    }
+}

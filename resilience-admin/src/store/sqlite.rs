@@ -1,0 +1,733 @@
+//! The embedded SQLite store: one database file, no server to run.
+
+use super::{parse_json, to_i64, to_json, to_u64, Pull, Store, StoreError};
+use crate::model::{
+    AppKey, AppSummary, CycleRow, Heartbeat, Ingested, InstanceInfo, NewPolicyVersion, PointCycle,
+    PointInfo, PolicyVersion,
+};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+/// The schema; `PRAGMA user_version` tells which one a file has.
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS apps (
+    id INTEGER PRIMARY KEY,
+    app_group TEXT NOT NULL,
+    app_name TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    UNIQUE (app_group, app_name)
+);
+CREATE TABLE IF NOT EXISTS points (
+    app_id INTEGER NOT NULL REFERENCES apps(id),
+    name TEXT NOT NULL,
+    declared INTEGER NOT NULL DEFAULT 0,
+    first_seen_ms INTEGER NOT NULL,
+    last_seen_ms INTEGER NOT NULL,
+    PRIMARY KEY (app_id, name)
+);
+CREATE TABLE IF NOT EXISTS instances (
+    app_id INTEGER NOT NULL REFERENCES apps(id),
+    instance TEXT NOT NULL,
+    host TEXT NOT NULL,
+    ip TEXT NOT NULL,
+    protocol TEXT NOT NULL,
+    last_heartbeat_ms INTEGER,
+    last_pull_ms INTEGER,
+    policy_version INTEGER,
+    PRIMARY KEY (app_id, instance)
+);
+CREATE TABLE IF NOT EXISTS received (
+    app_id INTEGER NOT NULL,
+    instance TEXT NOT NULL,
+    cycle_start_ms INTEGER NOT NULL,
+    received_ms INTEGER NOT NULL,
+    PRIMARY KEY (app_id, instance, cycle_start_ms)
+);
+CREATE TABLE IF NOT EXISTS cycle_stats (
+    app_id INTEGER NOT NULL,
+    point TEXT NOT NULL,
+    cycle_start_ms INTEGER NOT NULL,
+    visits INTEGER NOT NULL,
+    passes INTEGER NOT NULL,
+    downgrades INTEGER NOT NULL,
+    exceptions INTEGER NOT NULL,
+    timeouts INTEGER NOT NULL,
+    peak_concurrency INTEGER NOT NULL,
+    instances INTEGER NOT NULL,
+    PRIMARY KEY (app_id, point, cycle_start_ms)
+);
+CREATE INDEX IF NOT EXISTS cycle_stats_time ON cycle_stats (cycle_start_ms);
+CREATE TABLE IF NOT EXISTS cycle_reasons (
+    app_id INTEGER NOT NULL,
+    point TEXT NOT NULL,
+    cycle_start_ms INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (app_id, point, cycle_start_ms, reason)
+);
+CREATE INDEX IF NOT EXISTS cycle_reasons_time ON cycle_reasons (cycle_start_ms);
+CREATE TABLE IF NOT EXISTS policy_versions (
+    app_id INTEGER NOT NULL REFERENCES apps(id),
+    version INTEGER NOT NULL,
+    author TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    comment TEXT NOT NULL,
+    restored_from INTEGER,
+    diff TEXT NOT NULL,
+    document TEXT NOT NULL,
+    PRIMARY KEY (app_id, version)
+);
+";
+
+/// A [`Store`] in an SQLite database file (or in memory).
+///
+/// The file is opened in WAL mode with `synchronous = FULL`: a committed heartbeat or
+/// policy change survives a crash of the process or of the machine. One connection
+/// serves every request; SQLite transactions are short here (a heartbeat is a few
+/// upserts), so that is not the bottleneck of a console.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_admin::model::{AppKey, NewPolicyVersion};
+/// use resilience_admin::store::{SqliteStore, Store};
+///
+/// let store = SqliteStore::open_in_memory()?;
+/// let app = AppKey::new("shop", "orders");
+/// assert_eq!(store.current_version(&app)?, 0);
+/// let change = NewPolicyVersion {
+///     base_version: 0,
+///     author: "alice".into(),
+///     created_ms: 1_767_225_600_000,
+///     comment: String::new(),
+///     restored_from: None,
+///     diff: Vec::new(),
+///     document: serde_json::json!({"points": {"order.create": {"max_visits": 10}}}),
+/// };
+/// assert_eq!(store.commit_policy(&app, &change)?.version, 1);
+/// assert_eq!(store.current_version(&app)?, 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    path: Option<PathBuf>,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn backend(e: rusqlite::Error) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if the file cannot be opened or created, or was
+    /// written by a newer version of this server.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref();
+        let conn = Connection::open(path)
+            .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", path.display())))?;
+        Self::init(conn, Some(path.to_owned()))
+    }
+
+    /// A database in memory, gone when the store is dropped (for tests and trials).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if SQLite fails.
+    pub fn open_in_memory() -> Result<SqliteStore, StoreError> {
+        let conn = Connection::open_in_memory().map_err(backend)?;
+        Self::init(conn, None)
+    }
+
+    fn init(conn: Connection, path: Option<PathBuf>) -> Result<SqliteStore, StoreError> {
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(backend)?;
+        conn.pragma_update(None, "synchronous", "FULL")
+            .map_err(backend)?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(backend)?;
+        // Another process (a second server on the same file) may hold a write lock
+        // for a moment.
+        conn.busy_timeout(std::time::Duration::from_secs(5))
+            .map_err(backend)?;
+        let found: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(backend)?;
+        if found > SCHEMA_VERSION {
+            return Err(StoreError::Backend(format!(
+                "the database has schema version {found}, newer than this server's \
+                 {SCHEMA_VERSION}"
+            )));
+        }
+        conn.execute_batch(SCHEMA).map_err(backend)?;
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(backend)?;
+        Ok(SqliteStore {
+            conn: Mutex::new(conn),
+            path,
+        })
+    }
+
+    /// The database file, `None` for an in-memory database.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the lock rolled its transaction back (the
+        // `Transaction` drop), so the connection is still consistent.
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn app_id(tx: &Transaction<'_>, app: &AppKey, now_ms: i64) -> rusqlite::Result<i64> {
+    tx.execute(
+        "INSERT INTO apps (app_group, app_name, created_ms) VALUES (?1, ?2, ?3)
+         ON CONFLICT (app_group, app_name) DO NOTHING",
+        params![app.group, app.name, now_ms],
+    )?;
+    tx.query_row(
+        "SELECT id FROM apps WHERE app_group = ?1 AND app_name = ?2",
+        params![app.group, app.name],
+        |r| r.get(0),
+    )
+}
+
+fn find_app(conn: &Connection, app: &AppKey) -> rusqlite::Result<Option<i64>> {
+    conn.query_row(
+        "SELECT id FROM apps WHERE app_group = ?1 AND app_name = ?2",
+        params![app.group, app.name],
+        |r| r.get(0),
+    )
+    .optional()
+}
+
+fn current_version(conn: &Connection, app_id: i64) -> rusqlite::Result<i64> {
+    conn.query_row(
+        "SELECT COALESCE(MAX(version), 0) FROM policy_versions WHERE app_id = ?1",
+        params![app_id],
+        |r| r.get(0),
+    )
+}
+
+/// A `policy_versions` row as read, before its JSON columns are parsed.
+struct VersionRow {
+    version: i64,
+    author: String,
+    created_ms: i64,
+    comment: String,
+    restored_from: Option<i64>,
+    diff: String,
+    document: String,
+}
+
+impl VersionRow {
+    const COLUMNS: &'static str =
+        "version, author, created_ms, comment, restored_from, diff, document";
+
+    fn read(r: &rusqlite::Row<'_>) -> rusqlite::Result<VersionRow> {
+        Ok(VersionRow {
+            version: r.get(0)?,
+            author: r.get(1)?,
+            created_ms: r.get(2)?,
+            comment: r.get(3)?,
+            restored_from: r.get(4)?,
+            diff: r.get(5)?,
+            document: r.get(6)?,
+        })
+    }
+
+    fn into_version(self) -> Result<PolicyVersion, StoreError> {
+        Ok(PolicyVersion {
+            version: to_u64(self.version, "version")?,
+            author: self.author,
+            created_ms: self.created_ms,
+            comment: self.comment,
+            restored_from: self
+                .restored_from
+                .map(|v| to_u64(v, "version"))
+                .transpose()?,
+            diff: parse_json(&self.diff, "policy diff")?,
+            document: parse_json(&self.document, "policy document")?,
+        })
+    }
+}
+
+/// Reads cycle rows and attaches their per-reason counts.
+fn read_cycles(
+    conn: &Connection,
+    app_id: i64,
+    point: Option<&str>,
+    from_ms: i64,
+    to_ms: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<CycleRow>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut stmt = conn.prepare_cached(
+        "SELECT point, cycle_start_ms, visits, passes, downgrades, exceptions, timeouts,
+                peak_concurrency, instances
+         FROM cycle_stats
+         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
+           AND cycle_start_ms >= ?3 AND cycle_start_ms < ?4
+         ORDER BY point, cycle_start_ms
+         LIMIT ?5",
+    )?;
+    let mut rows: Vec<CycleRow> = stmt
+        .query_map(params![app_id, point, from_ms, to_ms, limit], |r| {
+            let count = |i: usize| -> rusqlite::Result<u64> {
+                Ok(u64::try_from(r.get::<_, i64>(i)?).unwrap_or(0))
+            };
+            Ok(CycleRow {
+                cycle_start_ms: r.get(1)?,
+                counts: PointCycle {
+                    point: r.get(0)?,
+                    visits: count(2)?,
+                    passes: count(3)?,
+                    downgrades: count(4)?,
+                    exceptions: count(5)?,
+                    timeouts: count(6)?,
+                    peak_concurrency: count(7)?,
+                    downgrades_by_reason: BTreeMap::new(),
+                },
+                instances: count(8)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    if rows.is_empty() {
+        return Ok(rows);
+    }
+    let mut index: BTreeMap<(String, i64), usize> = BTreeMap::new();
+    for (i, row) in rows.iter().enumerate() {
+        index.insert((row.counts.point.clone(), row.cycle_start_ms), i);
+    }
+    let mut stmt = conn.prepare_cached(
+        "SELECT point, cycle_start_ms, reason, count FROM cycle_reasons
+         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
+           AND cycle_start_ms >= ?3 AND cycle_start_ms < ?4",
+    )?;
+    let reasons = stmt.query_map(params![app_id, point, from_ms, to_ms], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, i64>(3)?,
+        ))
+    })?;
+    for reason in reasons {
+        let (point, cycle, reason, count) = reason?;
+        if let Some(&i) = index.get(&(point, cycle)) {
+            rows[i]
+                .counts
+                .downgrades_by_reason
+                .insert(reason, u64::try_from(count).unwrap_or(0));
+        }
+    }
+    Ok(rows)
+}
+
+impl Store for SqliteStore {
+    fn record_heartbeat(&self, hb: &Heartbeat, now_ms: i64) -> Result<Ingested, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
+        let app = app_id(&tx, &hb.app, now_ms).map_err(backend)?;
+        tx.execute(
+            "INSERT INTO instances (app_id, instance, host, ip, protocol, last_heartbeat_ms,
+                                    policy_version)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (app_id, instance) DO UPDATE SET
+                host = excluded.host, ip = excluded.ip, protocol = excluded.protocol,
+                last_heartbeat_ms = excluded.last_heartbeat_ms,
+                policy_version = COALESCE(excluded.policy_version, instances.policy_version)",
+            params![
+                app,
+                hb.instance,
+                hb.host,
+                hb.ip,
+                hb.protocol.as_str(),
+                now_ms,
+                hb.policy_version.map(to_i64)
+            ],
+        )
+        .map_err(backend)?;
+        let fresh = tx
+            .execute(
+                "INSERT INTO received (app_id, instance, cycle_start_ms, received_ms)
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+                params![app, hb.instance, hb.cycle_start_ms, now_ms],
+            )
+            .map_err(backend)?
+            == 1;
+        let declared: BTreeSet<&str> = hb.declared_points.iter().map(String::as_str).collect();
+        let mentioned: BTreeSet<&str> = hb
+            .points
+            .iter()
+            .map(|p| p.point.as_str())
+            .chain(hb.known_points.iter().map(String::as_str))
+            .chain(declared.iter().copied())
+            .collect();
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO points (app_id, name, declared, first_seen_ms, last_seen_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?4)
+                     ON CONFLICT (app_id, name) DO UPDATE SET
+                        declared = MAX(points.declared, excluded.declared),
+                        last_seen_ms = excluded.last_seen_ms",
+                )
+                .map_err(backend)?;
+            for name in &mentioned {
+                stmt.execute(params![app, name, declared.contains(name), now_ms])
+                    .map_err(backend)?;
+            }
+        }
+        if fresh {
+            let mut stats = tx
+                .prepare_cached(
+                    "INSERT INTO cycle_stats (app_id, point, cycle_start_ms, visits, passes,
+                        downgrades, exceptions, timeouts, peak_concurrency, instances)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1)
+                     ON CONFLICT (app_id, point, cycle_start_ms) DO UPDATE SET
+                        visits = cycle_stats.visits + excluded.visits,
+                        passes = cycle_stats.passes + excluded.passes,
+                        downgrades = cycle_stats.downgrades + excluded.downgrades,
+                        exceptions = cycle_stats.exceptions + excluded.exceptions,
+                        timeouts = cycle_stats.timeouts + excluded.timeouts,
+                        peak_concurrency =
+                            cycle_stats.peak_concurrency + excluded.peak_concurrency,
+                        instances = cycle_stats.instances + 1",
+                )
+                .map_err(backend)?;
+            let mut reasons = tx
+                .prepare_cached(
+                    "INSERT INTO cycle_reasons (app_id, point, cycle_start_ms, reason, count)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (app_id, point, cycle_start_ms, reason) DO UPDATE SET
+                        count = cycle_reasons.count + excluded.count",
+                )
+                .map_err(backend)?;
+            for p in &hb.points {
+                stats
+                    .execute(params![
+                        app,
+                        p.point,
+                        hb.cycle_start_ms,
+                        to_i64(p.visits),
+                        to_i64(p.passes),
+                        to_i64(p.downgrades),
+                        to_i64(p.exceptions),
+                        to_i64(p.timeouts),
+                        to_i64(p.peak_concurrency)
+                    ])
+                    .map_err(backend)?;
+                for (reason, count) in p.downgrades_by_reason.iter().filter(|(_, c)| **c > 0) {
+                    reasons
+                        .execute(params![
+                            app,
+                            p.point,
+                            hb.cycle_start_ms,
+                            reason,
+                            to_i64(*count)
+                        ])
+                        .map_err(backend)?;
+                }
+            }
+        }
+        tx.commit().map_err(backend)?;
+        Ok(if fresh {
+            Ingested::Stored
+        } else {
+            Ingested::Duplicate
+        })
+    }
+
+    fn record_pull(&self, pull: &Pull<'_>, now_ms: i64) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
+        let app = app_id(&tx, pull.app, now_ms).map_err(backend)?;
+        tx.execute(
+            "INSERT INTO instances (app_id, instance, host, ip, protocol, last_pull_ms,
+                                    policy_version)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+             ON CONFLICT (app_id, instance) DO UPDATE SET
+                host = excluded.host, ip = excluded.ip, protocol = excluded.protocol,
+                last_pull_ms = excluded.last_pull_ms,
+                policy_version = excluded.policy_version",
+            params![
+                app,
+                pull.instance,
+                pull.host,
+                pull.ip,
+                pull.protocol.as_str(),
+                now_ms,
+                to_i64(pull.version)
+            ],
+        )
+        .map_err(backend)?;
+        tx.commit().map_err(backend)
+    }
+
+    fn apps(&self) -> Result<Vec<AppSummary>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT a.app_group, a.app_name,
+                    (SELECT COALESCE(MAX(version), 0) FROM policy_versions v
+                        WHERE v.app_id = a.id),
+                    (SELECT MAX(MAX(COALESCE(i.last_heartbeat_ms, 0),
+                                    COALESCE(i.last_pull_ms, 0)))
+                        FROM instances i WHERE i.app_id = a.id),
+                    (SELECT COUNT(*) FROM instances i WHERE i.app_id = a.id)
+                 FROM apps a ORDER BY a.app_group, a.app_name",
+            )
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Option<i64>>(3)?,
+                    r.get::<_, i64>(4)?,
+                ))
+            })
+            .map_err(backend)?;
+        let mut apps = Vec::new();
+        for row in rows {
+            let (group, name, version, last_seen, instances) = row.map_err(backend)?;
+            apps.push(AppSummary {
+                group,
+                name,
+                policy_version: to_u64(version, "version")?,
+                last_seen_ms: last_seen.filter(|&t| t > 0),
+                instances: to_u64(instances, "instance count")?,
+            });
+        }
+        Ok(apps)
+    }
+
+    fn points(&self, app: &AppKey) -> Result<Vec<PointInfo>, StoreError> {
+        let conn = self.conn();
+        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms,
+                    (SELECT MAX(cycle_start_ms) FROM cycle_stats s
+                        WHERE s.app_id = p.app_id AND s.point = p.name)
+                 FROM points p WHERE p.app_id = ?1 ORDER BY p.name",
+            )
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map(params![app_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, bool>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, Option<i64>>(4)?,
+                ))
+            })
+            .map_err(backend)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(backend)?;
+        let mut points = Vec::with_capacity(rows.len());
+        for (name, declared, first, last, latest) in rows {
+            let last_cycle = match latest {
+                Some(t) => read_cycles(&conn, app_id, Some(&name), t, t + 1, 1)
+                    .map_err(backend)?
+                    .pop(),
+                None => None,
+            };
+            points.push(PointInfo {
+                name,
+                declared,
+                has_policy: false,
+                first_seen_ms: Some(first),
+                last_seen_ms: Some(last),
+                last_cycle,
+            });
+        }
+        Ok(points)
+    }
+
+    fn instances(&self, app: &AppKey) -> Result<Vec<InstanceInfo>, StoreError> {
+        let conn = self.conn();
+        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT instance, host, ip, protocol, last_heartbeat_ms, last_pull_ms,
+                        policy_version
+                 FROM instances WHERE app_id = ?1 ORDER BY instance",
+            )
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map(params![app_id], |r| {
+                Ok(InstanceInfo {
+                    instance: r.get(0)?,
+                    host: r.get(1)?,
+                    ip: r.get(2)?,
+                    protocol: r.get(3)?,
+                    last_heartbeat_ms: r.get(4)?,
+                    last_pull_ms: r.get(5)?,
+                    policy_version: r
+                        .get::<_, Option<i64>>(6)?
+                        .and_then(|v| u64::try_from(v).ok()),
+                })
+            })
+            .map_err(backend)?;
+        rows.collect::<rusqlite::Result<_>>().map_err(backend)
+    }
+
+    fn stats(
+        &self,
+        app: &AppKey,
+        point: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<CycleRow>, StoreError> {
+        let conn = self.conn();
+        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        read_cycles(&conn, app_id, point, from_ms, to_ms, limit).map_err(backend)
+    }
+
+    fn current_version(&self, app: &AppKey) -> Result<u64, StoreError> {
+        let conn = self.conn();
+        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
+            return Ok(0);
+        };
+        to_u64(current_version(&conn, app_id).map_err(backend)?, "version")
+    }
+
+    fn policy_version(
+        &self,
+        app: &AppKey,
+        version: u64,
+    ) -> Result<Option<PolicyVersion>, StoreError> {
+        let conn = self.conn();
+        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
+            return Ok(None);
+        };
+        let sql = format!(
+            "SELECT {} FROM policy_versions WHERE app_id = ?1 AND version = ?2",
+            VersionRow::COLUMNS
+        );
+        let row = conn
+            .query_row(&sql, params![app_id, to_i64(version)], VersionRow::read)
+            .optional()
+            .map_err(backend)?;
+        row.map(VersionRow::into_version).transpose()
+    }
+
+    fn policy_history(&self, app: &AppKey) -> Result<Vec<PolicyVersion>, StoreError> {
+        let conn = self.conn();
+        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        let sql = format!(
+            "SELECT {} FROM policy_versions WHERE app_id = ?1 ORDER BY version DESC",
+            VersionRow::COLUMNS
+        );
+        let mut stmt = conn.prepare_cached(&sql).map_err(backend)?;
+        let rows = stmt
+            .query_map(params![app_id], VersionRow::read)
+            .map_err(backend)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(backend)?;
+        rows.into_iter().map(VersionRow::into_version).collect()
+    }
+
+    fn commit_policy(
+        &self,
+        app: &AppKey,
+        change: &NewPolicyVersion,
+    ) -> Result<PolicyVersion, StoreError> {
+        let mut conn = self.conn();
+        // IMMEDIATE takes the write lock up front, so the version check and the insert
+        // cannot interleave with another writer (another server on the same file).
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
+        let app_id = app_id(&tx, app, change.created_ms).map_err(backend)?;
+        let current = to_u64(current_version(&tx, app_id).map_err(backend)?, "version")?;
+        if current != change.base_version {
+            return Err(StoreError::Conflict { current });
+        }
+        let version = current + 1;
+        tx.execute(
+            "INSERT INTO policy_versions (app_id, version, author, created_ms, comment,
+                restored_from, diff, document)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            params![
+                app_id,
+                to_i64(version),
+                change.author,
+                change.created_ms,
+                change.comment,
+                change.restored_from.map(to_i64),
+                to_json(&change.diff),
+                to_json(&change.document)
+            ],
+        )
+        .map_err(backend)?;
+        tx.commit().map_err(backend)?;
+        Ok(PolicyVersion {
+            version,
+            author: change.author.clone(),
+            created_ms: change.created_ms,
+            comment: change.comment.clone(),
+            restored_from: change.restored_from,
+            diff: change.diff.clone(),
+            document: change.document.clone(),
+        })
+    }
+
+    fn prune(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
+        let deleted = tx
+            .execute(
+                "DELETE FROM cycle_stats WHERE cycle_start_ms < ?1",
+                params![before_ms],
+            )
+            .map_err(backend)?;
+        tx.execute(
+            "DELETE FROM cycle_reasons WHERE cycle_start_ms < ?1",
+            params![before_ms],
+        )
+        .map_err(backend)?;
+        tx.execute(
+            "DELETE FROM received WHERE cycle_start_ms < ?1",
+            params![before_ms],
+        )
+        .map_err(backend)?;
+        tx.commit().map_err(backend)?;
+        Ok(deleted as u64)
+    }
+}

@@ -1,0 +1,779 @@
+//! The server over real loopback HTTP: heartbeats in both protocols, aggregation,
+//! persistence across a restart, versioned policies with conflicts and rollback,
+//! tokens, body limits and malformed input, retention.
+
+mod common;
+
+use common::*;
+use resilience_admin::server::StorageConfig;
+use resilience_runtime::{Clock, ManualClock};
+use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+const POLICY: &str = "/api/v1/apps/shop/orders/policy";
+
+fn manual_config(storage: StorageConfig) -> (resilience_admin::server::AdminConfig, ManualClock) {
+    let manual = ManualClock::new();
+    let mut c = config(storage);
+    c.clock = Clock::manual(&manual);
+    (c, manual)
+}
+
+fn now_ms(manual: &ManualClock) -> i64 {
+    let c = Clock::manual(manual);
+    (c.wall_nanos(c.now()) / 1_000_000) as i64
+}
+
+fn heartbeat(instance: &str, cycle: i64, points: Value) -> Value {
+    json!({"app_group": "shop", "app": "orders", "instance": instance, "host": "web",
+           "cycle_start_ms": cycle, "points": points,
+           "declared_points": ["order.create", "order.refund"]})
+}
+
+fn stats(addr: SocketAddr, query: &str) -> Value {
+    let r = get(
+        addr,
+        &format!("/api/v1/apps/shop/orders/stats?{query}"),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+fn edit(addr: SocketAddr, base: u64, author: &str, policy: Value) -> common::Response {
+    put_json(
+        addr,
+        POLICY,
+        Some(ADMIN),
+        &json!({"base_version": base, "author": author, "policy": policy}),
+    )
+}
+
+#[test]
+fn json_heartbeats_are_summed_over_instances_and_not_counted_twice() {
+    let (c, manual) = manual_config(StorageConfig::Memory);
+    let server = start(c);
+    let addr = server.addr();
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let one = heartbeat(
+        "i-1",
+        cycle,
+        json!([{"name": "order.create", "visits": 10, "passes": 7, "downgrades": 3,
+                "exceptions": 1, "timeouts": 2, "peak_concurrency": 4,
+                "downgrades_by_reason": {"visits": 2, "concurrency": 1}}]),
+    );
+    let two = heartbeat(
+        "i-2",
+        cycle,
+        json!([{"name": "order.create", "visits": 5, "downgrades": 1, "peak_concurrency": 2,
+                "downgrades_by_reason": {"visits": 1}}]),
+    );
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &one);
+    assert_eq!(
+        (r.status, r.json()["result"].clone()),
+        (200, json!("stored")),
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(ORDERS_ONLY), &two).status,
+        200
+    );
+    // A retry of the same cycle (its first answer lost) is recognised.
+    let again = post_json(addr, "/api/v1/heartbeat", Some(APP), &one);
+    assert_eq!(again.json()["result"], "duplicate");
+
+    let s = stats(
+        addr,
+        &format!("point=order.create&from={cycle}&to={}", cycle + 10_000),
+    );
+    let rows = s["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{s}");
+    let row = &rows[0];
+    assert_eq!(row["cycle_start_ms"], cycle);
+    assert_eq!(row["visits"], 15);
+    assert_eq!(row["passes"], 11);
+    assert_eq!(row["downgrades"], 4);
+    assert_eq!(row["exceptions"], 1);
+    assert_eq!(row["timeouts"], 2);
+    assert_eq!(row["peak_concurrency"], 6);
+    assert_eq!(row["instances"], 2);
+    assert_eq!(
+        row["downgrades_by_reason"],
+        json!({"visits": 3, "concurrency": 1})
+    );
+
+    // The declared point without traffic is listed too.
+    let points = get(addr, "/api/v1/apps/shop/orders/points", None).json();
+    let names: Vec<_> = points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap(),
+                p["declared"].as_bool().unwrap(),
+                p["last_cycle"].is_null(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [("order.create", true, false), ("order.refund", true, true)]
+    );
+    let instances = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
+    assert_eq!(instances["instances"].as_array().unwrap().len(), 2);
+    let apps = get(addr, "/api/v1/apps", None).json();
+    assert_eq!(apps["apps"][0]["name"], "orders");
+    assert_eq!(apps["apps"][0]["instances"], 2);
+}
+
+#[test]
+fn sds_form_protocol_round_trip() {
+    let (c, manual) = manual_config(StorageConfig::Memory);
+    let server = start(c);
+    let addr = server.addr();
+    let now = now_ms(&manual);
+    // SDS sends the END of the reported cycle.
+    let end = now - now % 10_000;
+    let client = json!({"appGroupName": "shop", "appName": "orders", "ip": "10.0.0.7",
+                        "hostname": "web-7", "statisticsCycleTime": end,
+                        "pointInfoMap": {"order.create": {"point": "order.create", "visitNum": 12,
+                            "exceptionNum": 2, "concurrentNum": 3, "timeoutNum": 1,
+                            "downgradeNum": 5}}});
+    let form = format!("client={}", form_value(&client.to_string()));
+    let r = request(
+        addr,
+        "POST",
+        "/sds/heartbeat/add",
+        Some(APP),
+        Body::Form(&form),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["errorMsg"].is_null());
+    let s = stats(addr, &format!("from={}&to={end}", end - 10_000));
+    assert_eq!(s["rows"][0]["visits"], 12);
+    assert_eq!(s["rows"][0]["passes"], 7);
+    assert_eq!(s["rows"][0]["peak_concurrency"], 3);
+
+    let pull = |version: u64| {
+        let c = json!({"appGroupName": "shop", "appName": "orders", "ip": "10.0.0.7",
+                       "hostname": "web-7", "version": version, "pointList": ["order.create"]});
+        let form = format!("client={}", form_value(&c.to_string()));
+        let r = request(
+            addr,
+            "POST",
+            "/sds/heartbeat/pullstrategy",
+            Some(APP),
+            Body::Form(&form),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    // A fresh client (version 0) gets nothing while the app has no version.
+    let p = pull(0);
+    assert_eq!(
+        (p["changed"].clone(), p["version"].clone()),
+        (json!(false), json!(0))
+    );
+    assert_eq!(
+        edit(
+            addr,
+            0,
+            "alice",
+            json!({"points": {"order.create": {"max_visits": 40,
+            "delay": {"duration": "10s", "retry_interval": "1s"}}}})
+        )
+        .status,
+        200
+    );
+    let p = pull(0);
+    assert_eq!(p["changed"], true);
+    assert_eq!(p["version"], 1);
+    assert!(p["errorMsg"].is_null());
+    let s = &p["strategies"][0];
+    assert_eq!(s["point"], "order.create");
+    assert_eq!(s["visitThreshold"], 40);
+    assert_eq!(s["delayTime"], 10_000);
+    assert_eq!(s["retryInterval"], 1_000);
+    assert_eq!(s["concurrentThreshold"], -1);
+    assert_eq!(s["downgradeRate"], 100);
+    assert_eq!(s["resiliencePolicy"]["max_visits"], 40);
+    assert_eq!(pull(1)["changed"], false);
+    // The instance and the version it holds are recorded.
+    let instances = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
+    let inst = &instances["instances"][0];
+    assert_eq!(inst["instance"], "web-7@10.0.0.7");
+    assert_eq!(inst["protocol"], "sds");
+    assert_eq!(inst["policy_version"], 1);
+
+    // Malformed SDS bodies get SDS's errorMsg as well as our error.
+    let r = request(
+        addr,
+        "POST",
+        "/sds/heartbeat/add",
+        Some(APP),
+        Body::Form("other=1"),
+    );
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["errorMsg"].as_str().unwrap().contains("`client`"),
+        "{}",
+        r.text()
+    );
+}
+
+#[test]
+fn json_pull_returns_the_policy_only_when_the_version_changed() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let pull = |version: u64| {
+        let r = post_json(
+            addr,
+            "/api/v1/pull",
+            Some(APP),
+            &json!({"app_group": "shop", "app": "orders", "instance": "i-1", "version": version}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.json()
+    };
+    assert_eq!(
+        pull(0),
+        json!({"changed": false, "version": 0, "policy": null})
+    );
+    edit(
+        addr,
+        0,
+        "alice",
+        json!({"points": {"a": {"max_concurrency": 3}}}),
+    );
+    let p = pull(0);
+    assert_eq!(p["changed"], true);
+    assert_eq!(
+        p["policy"],
+        json!({"points": {"a": {"max_concurrency": 3}}})
+    );
+    assert_eq!(pull(1)["changed"], false);
+    // A client that holds a version the server no longer has gets the current one.
+    assert_eq!(pull(7)["version"], 1);
+}
+
+#[test]
+fn everything_survives_a_restart_on_the_same_sqlite_file() {
+    let dir = TempDir::new("restart");
+    let db = dir.path().join("admin.db");
+    let (c, manual) = manual_config(StorageConfig::Sqlite(db.clone()));
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let server = start(c.clone());
+    let addr = server.addr();
+    let hb = heartbeat(
+        "i-1",
+        cycle,
+        json!([{"name": "order.create", "visits": 9, "downgrades": 2,
+                "downgrades_by_reason": {"token_bucket": 2}}]),
+    );
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(APP), &hb).status,
+        200
+    );
+    assert_eq!(
+        edit(
+            addr,
+            0,
+            "alice",
+            json!({"points": {"order.create": {"max_visits": 5}}})
+        )
+        .status,
+        200
+    );
+    assert_eq!(
+        edit(
+            addr,
+            1,
+            "bob",
+            json!({"points": {"order.create": {"max_visits": 6}}})
+        )
+        .status,
+        200
+    );
+    let before_stats = stats(addr, "");
+    let before_history = get(addr, &format!("{POLICY}/versions"), None).json();
+    server.stop();
+
+    let server = start(c);
+    let addr = server.addr();
+    assert_eq!(stats(addr, "")["rows"], before_stats["rows"]);
+    assert_eq!(
+        stats(addr, "")["rows"][0]["downgrades_by_reason"]["token_bucket"],
+        2
+    );
+    let history = get(addr, &format!("{POLICY}/versions"), None).json();
+    assert_eq!(history, before_history);
+    let versions: Vec<_> = history["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| {
+            (
+                v["version"].as_u64().unwrap(),
+                v["author"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(versions, [(2, "bob".to_owned()), (1, "alice".to_owned())]);
+    let current = get(addr, POLICY, None).json();
+    assert_eq!(current["version"], 2);
+    assert_eq!(current["policy"]["points"]["order.create"]["max_visits"], 6);
+    // The duplicate detection survives too.
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(APP), &hb).json()["result"],
+        "duplicate"
+    );
+    // And the next edit continues the numbering.
+    assert_eq!(
+        edit(addr, 2, "carol", json!({"points": {}})).json()["version"],
+        3
+    );
+}
+
+#[test]
+fn a_stale_edit_is_refused_and_any_version_can_be_restored() {
+    let (c, manual) = manual_config(StorageConfig::Memory);
+    let server = start(c);
+    let addr = server.addr();
+    let v1 = json!({"points": {"order.create": {"max_visits": 100,
+                                                "timeouts": {"threshold": "250ms", "max_count": 5}}}});
+    let r = edit(addr, 0, "alice", v1.clone());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["version"], 1);
+    manual.advance(Duration::from_secs(60));
+    let r = edit(
+        addr,
+        1,
+        "bob",
+        json!({"points": {"order.create": {"max_visits": 50,
+        "timeouts": {"threshold": "250ms", "max_count": 5}}, "order.refund": {"max_concurrency": 2}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v2 = r.json();
+    assert_eq!(v2["version"], 2);
+    assert_eq!(v2["created_ms"], now_ms(&manual));
+    assert_eq!(
+        v2["diff"],
+        json!([
+            {"point": "order.create", "field": "max_visits", "old": 100, "new": 50},
+            {"point": "order.refund", "field": null, "old": null, "new": {"max_concurrency": 2}},
+        ])
+    );
+
+    // Carol edits from version 1, which is no longer current.
+    let r = edit(addr, 1, "carol", json!({"points": {}}));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["error"]["current_version"], 2);
+    assert_eq!(get(addr, POLICY, None).json()["version"], 2);
+
+    // An edit that changes nothing makes no version.
+    let same = get(addr, POLICY, None).json()["policy"].clone();
+    let r = edit(addr, 2, "dave", same);
+    assert_eq!(r.json(), json!({"changed": false, "version": 2}));
+
+    // Roll back to version 1.
+    let restore = |base: u64| {
+        post_json(
+            addr,
+            &format!("{POLICY}/versions/1/restore"),
+            Some(ADMIN),
+            &json!({"base_version": base, "author": "erin"}),
+        )
+    };
+    assert_eq!(restore(1).status, 409);
+    let r = restore(2);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v3 = r.json();
+    assert_eq!(v3["version"], 3);
+    assert_eq!(v3["restored_from"], 1);
+    assert_eq!(v3["comment"], "restore version 1");
+    assert_eq!(v3["policy"], v1);
+    assert_eq!(get(addr, POLICY, None).json()["policy"], v1);
+    let old = get(addr, &format!("{POLICY}/versions/2"), None).json();
+    assert_eq!(old["author"], "bob");
+    assert!(
+        old["toml"]
+            .as_str()
+            .unwrap()
+            .contains("[points.\"order.refund\"]"),
+        "{old}"
+    );
+    assert_eq!(get(addr, &format!("{POLICY}/versions/9"), None).status, 404);
+    assert_eq!(
+        post_json(
+            addr,
+            &format!("{POLICY}/versions/9/restore"),
+            Some(ADMIN),
+            &json!({"base_version": 3, "author": "erin"})
+        )
+        .status,
+        404
+    );
+}
+
+#[test]
+fn invalid_policies_are_refused_with_every_problem() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let r = edit(
+        addr,
+        0,
+        "alice",
+        json!({"points": {"order.create": {"max_visits": "lots", "max_visit": 1,
+                                           "timeouts": {"threshold": "0ms", "max_count": 1}}}}),
+    );
+    assert_eq!(r.status, 422, "{}", r.text());
+    let body = r.json();
+    let problems: Vec<_> = body["error"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["point"].as_str().unwrap().to_owned(),
+                p["field"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        problems.contains(&("order.create".into(), "max_visits".into())),
+        "{body}"
+    );
+    assert!(
+        problems.contains(&("order.create".into(), "max_visit".into())),
+        "{body}"
+    );
+    assert_eq!(get(addr, POLICY, None).json()["version"], 0);
+    // TOML text is validated the same way.
+    let r = put_json(
+        addr,
+        POLICY,
+        Some(ADMIN),
+        &json!({"base_version": 0, "author": "alice", "text": "[points.a]\nmax_visits = -3\n"}),
+    );
+    assert_eq!(r.status, 422, "{}", r.text());
+    assert_eq!(r.json()["error"]["problems"][0]["field"], "max_visits");
+    // The validate endpoint reports without storing.
+    let r = post_json(
+        addr,
+        &format!("{POLICY}/validate"),
+        None,
+        &json!({"text": "[points.a]\nmax_visits = 3\n"}),
+    );
+    assert_eq!(
+        r.json()["policy"],
+        json!({"points": {"a": {"max_visits": 3}}})
+    );
+    // Missing metadata names the field.
+    let r = put_json(
+        addr,
+        POLICY,
+        Some(ADMIN),
+        &json!({"author": "a", "policy": {"points": {}}}),
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("base_version"));
+}
+
+#[test]
+fn bad_tokens_are_refused() {
+    let mut c = config(StorageConfig::Memory);
+    c.read_token = Some(resilience_admin::auth::Token::new("read-token-0123456789abc").unwrap());
+    let server = start(c);
+    let addr = server.addr();
+    let body = json!({"base_version": 0, "author": "mallory", "policy": {"points": {"a": {"max_visits": 0}}}});
+    for token in [
+        None,
+        Some("wrong-token-0123456789abcdef"),
+        Some(APP),
+        Some("read-token-0123456789abc"),
+    ] {
+        let r = put_json(addr, POLICY, token, &body);
+        assert_eq!(r.status, 401, "{token:?}: {}", r.text());
+        assert_eq!(r.header("www-authenticate"), Some("Bearer"));
+    }
+    // A token that differs only in its last character.
+    let almost = format!("{}X", &ADMIN[..ADMIN.len() - 1]);
+    assert_eq!(put_json(addr, POLICY, Some(&almost), &body).status, 401);
+    assert_eq!(get(addr, POLICY, Some(ADMIN)).json()["version"], 0);
+
+    // Reads are protected by the read token here.
+    assert_eq!(get(addr, "/api/v1/apps", None).status, 401);
+    assert_eq!(get(addr, "/api/v1/apps", Some(APP)).status, 401);
+    assert_eq!(
+        get(addr, "/api/v1/apps", Some("read-token-0123456789abc")).status,
+        200
+    );
+    assert_eq!(get(addr, "/api/v1/apps", Some(ADMIN)).status, 200);
+    // The dashboard page itself needs no token; its API calls do.
+    assert_eq!(get(addr, "/", None).status, 200);
+
+    // Heartbeats need an app token valid for their app.
+    let hb = |app: &str| {
+        json!({"app_group": "shop", "app": app, "instance": "i",
+               "cycle_start_ms": last_closed_cycle(wall_ms()), "points": []})
+    };
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", None, &hb("orders")).status,
+        401
+    );
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(ADMIN), &hb("orders")).status,
+        401
+    );
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(ORDERS_ONLY), &hb("search")).status,
+        401
+    );
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(ORDERS_ONLY), &hb("orders")).status,
+        200
+    );
+    let pull = json!({"app_group": "shop", "app": "search", "instance": "i", "version": 0});
+    assert_eq!(
+        post_json(addr, "/api/v1/pull", Some(ORDERS_ONLY), &pull).status,
+        401
+    );
+    assert_eq!(
+        post_json(addr, "/api/v1/pull", Some(APP), &pull).status,
+        200
+    );
+    // Nothing of the refused heartbeat was stored.
+    let apps = get(addr, "/api/v1/apps", Some(ADMIN)).json();
+    let names: Vec<_> = apps["apps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("orders"), json!("search")], "{apps}");
+    assert_eq!(
+        get(addr, "/api/v1/apps/shop/search/instances", Some(ADMIN)).json()["instances"][0]
+            ["last_heartbeat_ms"],
+        Value::Null
+    );
+}
+
+#[test]
+fn oversized_and_malformed_bodies_are_refused_without_touching_stored_data() {
+    let (mut c, manual) = manual_config(StorageConfig::Memory);
+    c.max_body_bytes = 16 * 1024;
+    let server = start(c);
+    let addr = server.addr();
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let good = heartbeat("i-1", cycle, json!([{"name": "order.create", "visits": 3}]));
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(APP), &good).status,
+        200
+    );
+    let before = stats(addr, "");
+
+    // Too large, with a Content-Length and streamed in chunks.
+    let many: Vec<Value> = (0..2000)
+        .map(|i| json!({"name": format!("p{i}"), "visits": 1}))
+        .collect();
+    let big = heartbeat("i-2", cycle, Value::Array(many)).to_string();
+    assert!(big.len() > 16 * 1024);
+    let r = request(
+        addr,
+        "POST",
+        "/api/v1/heartbeat",
+        Some(APP),
+        Body::Raw(big.as_bytes(), "application/json"),
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.json()["error"]["code"], "body_too_large");
+    let r = request(
+        addr,
+        "POST",
+        "/api/v1/heartbeat",
+        Some(APP),
+        Body::Chunked(big.as_bytes()),
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    let form = format!("client={}", form_value(&big));
+    let r = request(
+        addr,
+        "POST",
+        "/sds/heartbeat/add",
+        Some(APP),
+        Body::Form(&form),
+    );
+    assert_eq!(r.status, 413);
+    let r = put_json(
+        addr,
+        POLICY,
+        Some(ADMIN),
+        &json!({"base_version": 0, "author": "a", "text": "#".repeat(20_000)}),
+    );
+    assert_eq!(r.status, 413);
+
+    // Malformed: not JSON, wrong shapes, inconsistent counts, bad cycle.
+    let r = request(
+        addr,
+        "POST",
+        "/api/v1/heartbeat",
+        Some(APP),
+        Body::Raw(b"{\"app\": ", "application/json"),
+    );
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["code"], "malformed_json");
+    let cases = [
+        (
+            json!({"app_group": "shop", "app": "orders", "instance": "i-3", "cycle_start_ms": cycle,
+                "points": [{"name": "order.create", "visits": 1}, {"name": "x", "visits": -4}]}),
+            "points[1].visits",
+        ),
+        (
+            json!({"app_group": "shop", "app": "orders", "instance": "i-3", "cycle_start_ms": cycle,
+                "points": [{"name": "order.create", "visits": 1}, {"name": "order.create", "visits": 1}]}),
+            "points[1].name",
+        ),
+        (
+            json!({"app_group": "shop", "app": "orders", "instance": "i-3", "cycle_start_ms": cycle + 1234,
+                "points": [{"name": "order.create", "visits": 1}]}),
+            "cycle_start_ms",
+        ),
+        (
+            json!({"app_group": "shop", "app": "orders", "instance": "i-3", "cycle_start_ms": cycle,
+                "points": {"order.create": 1}}),
+            "points",
+        ),
+        (
+            json!({"app_group": "shop", "app": "orders", "instance": "i-3\u{7}", "cycle_start_ms": cycle,
+                "points": []}),
+            "instance",
+        ),
+    ];
+    for (body, field) in cases {
+        let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &body);
+        assert_eq!(r.status, 400, "{field}: {}", r.text());
+        let e = r.json();
+        assert_eq!(e["error"]["problems"][0]["field"], field, "{e}");
+        assert!(
+            e["error"]["message"].as_str().unwrap().contains(field),
+            "{e}"
+        );
+    }
+    assert_eq!(stats(addr, "")["rows"], before["rows"]);
+    let instances = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
+    assert_eq!(
+        instances["instances"].as_array().unwrap().len(),
+        1,
+        "{instances}"
+    );
+}
+
+#[test]
+fn statistics_older_than_the_retention_limit_are_pruned() {
+    let (mut c, manual) = manual_config(StorageConfig::Memory);
+    c.retention = Duration::from_secs(3600);
+    c.prune_interval = Duration::from_millis(20);
+    let server = start(c);
+    let addr = server.addr();
+    let now = now_ms(&manual);
+    let old = last_closed_cycle(now);
+    let hb = heartbeat("i-1", old, json!([{"name": "order.create", "visits": 3}]));
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(APP), &hb).status,
+        200
+    );
+    manual.advance(Duration::from_secs(1800));
+    let recent = last_closed_cycle(now_ms(&manual));
+    let hb = heartbeat(
+        "i-1",
+        recent,
+        json!([{"name": "order.create", "visits": 4}]),
+    );
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(APP), &hb).status,
+        200
+    );
+    let all = format!("from={}&to={}", old, recent + 10_000);
+    assert_eq!(stats(addr, &all)["rows"].as_array().unwrap().len(), 2);
+
+    // 40 minutes later the first cycle is more than an hour old.
+    manual.advance(Duration::from_secs(2400));
+    let rows = wait_for(
+        Duration::from_secs(10),
+        "the old cycle to be pruned",
+        || {
+            let rows = stats(addr, &all)["rows"].clone();
+            (rows.as_array().unwrap().len() == 1).then_some(rows)
+        },
+    );
+    assert_eq!(rows[0]["cycle_start_ms"], recent);
+    // And a heartbeat that old is refused.
+    let r = post_json(
+        addr,
+        "/api/v1/heartbeat",
+        Some(APP),
+        &heartbeat("i-2", old, json!([])),
+    );
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("retention"), "{}", r.text());
+}
+
+#[test]
+fn the_binary_serves_the_dashboard_and_the_api() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_resilience-admin"))
+        .args(["--bind", "127.0.0.1:0", "--memory"])
+        .env("RESILIENCE_ADMIN_TOKEN", ADMIN)
+        .env("RESILIENCE_APP_TOKENS", APP)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr: SocketAddr = first
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {first:?}"));
+    assert!(addr.ip().is_loopback());
+    assert!(!first.contains(ADMIN));
+    let rest: Vec<String> = lines.by_ref().take(1).map(Result::unwrap).collect();
+    assert!(
+        rest[0].starts_with("dashboard:"),
+        "{rest:?}: given tokens are not printed"
+    );
+    assert_eq!(
+        get(addr, "/api/v1/health", None).json(),
+        json!({"ok": true})
+    );
+    let page = get(addr, "/", None);
+    assert_eq!(page.status, 200);
+    assert!(page
+        .header("content-type")
+        .unwrap()
+        .starts_with("text/html"));
+    assert!(page
+        .header("content-security-policy")
+        .unwrap()
+        .contains("script-src 'self'"));
+    assert_eq!(get(addr, "/nope", None).status, 404);
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // A bad option is reported with exit code 2.
+    let out = Command::new(env!("CARGO_BIN_EXE_resilience-admin"))
+        .args(["--retention", "forever"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--retention"));
+}

@@ -1,0 +1,116 @@
+//! The storage scenarios on PostgreSQL (feature `postgres`), each in a database of
+//! its own created for the test and dropped after it.
+//!
+//! Needs `RESILIENCE_ADMIN_PG_URL`, a connection string of a user that may create
+//! databases (`scripts/test.sh` starts a throw-away server and sets it). Without it
+//! the tests fail and say so.
+
+mod common;
+
+use common::scenarios;
+use resilience_admin::server::StorageConfig;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+const URL_VAR: &str = "RESILIENCE_ADMIN_PG_URL";
+
+/// A database of its own, dropped when the guard is.
+struct Database {
+    admin_url: String,
+    name: String,
+}
+
+impl Database {
+    fn create() -> Database {
+        let admin_url = std::env::var(URL_VAR)
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+            .unwrap_or_else(|| {
+                panic!(
+                    "{URL_VAR} is not set: the PostgreSQL tests need a server. Run them with \
+                 scripts/test.sh (it starts one), or start one yourself and set \
+                 {URL_VAR}=postgresql://USER@127.0.0.1:PORT/postgres"
+                )
+            });
+        static N: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "ra_test_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut client =
+            postgres::Client::connect(&admin_url, postgres::NoTls).expect("connect to PostgreSQL");
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .unwrap();
+        Database { admin_url, name }
+    }
+
+    /// The URL of this database: the admin URL with its database name replaced.
+    fn url(&self) -> String {
+        let (base, _) = self
+            .admin_url
+            .rsplit_once('/')
+            .expect("a URL ending in /DATABASE");
+        format!("{base}/{}", self.name)
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&self.admin_url, postgres::NoTls) {
+            let _ = c.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+#[test]
+fn postgres_aggregation() {
+    let db = Database::create();
+    scenarios::aggregation(StorageConfig::Postgres(db.url()));
+}
+
+#[test]
+fn postgres_restart() {
+    let db = Database::create();
+    scenarios::restart(StorageConfig::Postgres(db.url()));
+}
+
+#[test]
+fn postgres_conflict_and_restore() {
+    let db = Database::create();
+    scenarios::conflict_and_restore(StorageConfig::Postgres(db.url()));
+}
+
+#[test]
+fn postgres_prune() {
+    let db = Database::create();
+    scenarios::prune(StorageConfig::Postgres(db.url()));
+}
+
+#[test]
+fn two_servers_on_one_database_cannot_write_the_same_version() {
+    use resilience_admin::model::{AppKey, NewPolicyVersion};
+    use resilience_admin::store::{PostgresStore, Store, StoreError};
+    let db = Database::create();
+    let a = PostgresStore::connect(&db.url()).unwrap();
+    let b = PostgresStore::connect(&db.url()).unwrap();
+    let app = AppKey::new("g", "a");
+    let change = |author: &str| NewPolicyVersion {
+        base_version: 0,
+        author: author.into(),
+        created_ms: 1,
+        comment: String::new(),
+        restored_from: None,
+        diff: vec![],
+        document: serde_json::json!({"points": {}}),
+    };
+    assert_eq!(a.commit_policy(&app, &change("a")).unwrap().version, 1);
+    match b.commit_policy(&app, &change("b")) {
+        Err(StoreError::Conflict { current: 1 }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.policy_history(&app).unwrap().len(), 1);
+}

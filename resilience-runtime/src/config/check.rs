@@ -1,0 +1,515 @@
+//! The checker: turns a [`Node`] tree into a [`PolicyFile`], collecting every problem
+//! (unknown keys, wrong types, missing fields, duplicates, out-of-range values) instead
+//! of stopping at the first.
+
+use super::duration::parse_duration;
+use super::error::{Problem, ProblemKind};
+use super::node::Node;
+use super::{PointConfig, PolicyFile};
+use crate::error::check_point_name;
+use crate::policy::{Policy, PolicyBuilder, WindowConfig};
+use std::collections::HashSet;
+use std::time::Duration;
+
+/// Top-level keys.
+const TOP_LEVEL: [&str; 2] = ["strict", "points"];
+
+/// The keys of a point's table, in the order the reference documents them.
+pub(crate) const POINT_FIELDS: [&str; 10] = [
+    "shadow",
+    "max_visits",
+    "max_concurrency",
+    "max_exceptions",
+    "downgrade_percentage",
+    "exception_rate",
+    "timeouts",
+    "token_bucket",
+    "delay",
+    "window",
+];
+
+/// What the checker made of a document, even a broken one.
+#[derive(Debug, Default)]
+pub(crate) struct Checked {
+    /// Every valid point, built.
+    pub(crate) file: PolicyFile,
+    /// The names of every point in the document, valid or not, first occurrence only,
+    /// in file order (for the strict check).
+    pub(crate) names: Vec<String>,
+    pub(crate) problems: Vec<Problem>,
+}
+
+/// Checks a whole document.
+pub(crate) fn check(root: &Node) -> Checked {
+    let mut out = Checked::default();
+    let Node::Map(entries) = root else {
+        out.problems.push(Problem::new(
+            None,
+            None,
+            ProblemKind::WrongType,
+            format!("expected a table at the top level, got {}", root.describe()),
+        ));
+        return out;
+    };
+    let mut seen = HashSet::new();
+    for (key, value) in entries {
+        if !seen.insert(key.as_str()) {
+            out.problems.push(Problem::new(
+                None,
+                Some(key),
+                ProblemKind::DuplicateField,
+                format!("`{key}` is given twice"),
+            ));
+            continue;
+        }
+        match key.as_str() {
+            "strict" => match value {
+                Node::Bool(b) => out.file.strict = *b,
+                other => out.problems.push(Problem::new(
+                    None,
+                    Some("strict"),
+                    ProblemKind::WrongType,
+                    format!("expected a boolean, got {}", other.describe()),
+                )),
+            },
+            "points" => check_points(value, &mut out),
+            _ => out.problems.push(Problem::new(
+                None,
+                Some(key),
+                ProblemKind::UnknownField,
+                unknown_key_message(key, &TOP_LEVEL),
+            )),
+        }
+    }
+    out
+}
+
+fn check_points(value: &Node, out: &mut Checked) {
+    let Node::Map(points) = value else {
+        out.problems.push(Problem::new(
+            None,
+            Some("points"),
+            ProblemKind::WrongType,
+            format!(
+                "expected a table of points (`[points.\"name\"]`), got {}",
+                value.describe()
+            ),
+        ));
+        return;
+    };
+    let mut seen = HashSet::new();
+    for (name, fields) in points {
+        if !seen.insert(name.as_str()) {
+            out.problems.push(Problem::new(
+                Some(name),
+                None,
+                ProblemKind::DuplicatePoint,
+                format!("point `{name}` is configured more than once"),
+            ));
+            continue;
+        }
+        out.names.push(name.clone());
+        if let Err(e) = check_point_name(name) {
+            out.problems.push(Problem::new(
+                Some(name),
+                None,
+                ProblemKind::InvalidPointName,
+                e.to_string(),
+            ));
+            continue;
+        }
+        if let Some(config) = check_point(name, fields, &mut out.problems) {
+            out.file.points.insert(name.clone(), config);
+        }
+    }
+}
+
+/// Reports problems against one point.
+struct Reporter<'a> {
+    point: &'a str,
+    problems: &'a mut Vec<Problem>,
+    failed: bool,
+}
+
+impl Reporter<'_> {
+    fn push(&mut self, field: &str, kind: ProblemKind, message: String) {
+        self.failed = true;
+        self.problems
+            .push(Problem::new(Some(self.point), Some(field), kind, message));
+    }
+
+    fn wrong_type(&mut self, field: &str, expected: &str, got: &Node) {
+        self.push(
+            field,
+            ProblemKind::WrongType,
+            format!("expected {expected}, got {}", got.describe()),
+        );
+    }
+
+    /// Splits a section's table into its known fields, reporting unknown and
+    /// duplicate keys; `None` (reported) if the value is not a table.
+    fn section<'n, const N: usize>(
+        &mut self,
+        section: &str,
+        value: &'n Node,
+        known: [&str; N],
+    ) -> Option<[Option<&'n Node>; N]> {
+        let Node::Map(entries) = value else {
+            let keys = known.join(", ");
+            self.wrong_type(section, &format!("a table with {keys}"), value);
+            return None;
+        };
+        let mut found = [None; N];
+        for (key, v) in entries {
+            let field = format!("{section}.{key}");
+            match known.iter().position(|k| k == key) {
+                Some(i) if found[i].is_some() => self.push(
+                    &field,
+                    ProblemKind::DuplicateField,
+                    format!("`{field}` is given twice"),
+                ),
+                Some(i) => found[i] = Some(v),
+                None => {
+                    let message = unknown_key_message(key, &known);
+                    self.push(&field, ProblemKind::UnknownField, message);
+                }
+            }
+        }
+        Some(found)
+    }
+
+    /// A required field of a section, reported if missing.
+    fn required<'n>(&mut self, field: &str, value: Option<&'n Node>) -> Option<&'n Node> {
+        if value.is_none() {
+            self.push(
+                field,
+                ProblemKind::MissingField,
+                format!("`{field}` is required"),
+            );
+        }
+        value
+    }
+
+    fn integer(&mut self, field: &str, value: &Node, max: u64) -> Option<u64> {
+        match value {
+            Node::Int(i) if *i < 0 => {
+                self.push(
+                    field,
+                    ProblemKind::OutOfRange,
+                    format!("must be at least 0, got {i}"),
+                );
+                None
+            }
+            Node::Int(i) => match u64::try_from(*i) {
+                Ok(v) if v <= max => Some(v),
+                _ => {
+                    self.push(
+                        field,
+                        ProblemKind::OutOfRange,
+                        format!("must be at most {max}, got {i}"),
+                    );
+                    None
+                }
+            },
+            other => {
+                self.wrong_type(field, "a non-negative integer", other);
+                None
+            }
+        }
+    }
+
+    fn u64(&mut self, field: &str, value: &Node) -> Option<u64> {
+        self.integer(field, value, u64::MAX)
+    }
+
+    fn u32(&mut self, field: &str, value: &Node) -> Option<u32> {
+        self.integer(field, value, u64::from(u32::MAX))
+            .and_then(|v| u32::try_from(v).ok())
+    }
+
+    fn number(&mut self, field: &str, value: &Node) -> Option<f64> {
+        match value {
+            Node::Float(x) => Some(*x),
+            // Precision loss above 2^53 is fine: every rate field is range-checked far
+            // below that by the policy's own validation.
+            #[allow(clippy::cast_precision_loss)]
+            Node::Int(i) => Some(*i as f64),
+            other => {
+                self.wrong_type(field, "a number", other);
+                None
+            }
+        }
+    }
+
+    fn bool(&mut self, field: &str, value: &Node) -> Option<bool> {
+        match value {
+            Node::Bool(b) => Some(*b),
+            other => {
+                self.wrong_type(field, "a boolean", other);
+                None
+            }
+        }
+    }
+
+    fn duration(&mut self, field: &str, value: &Node) -> Option<Duration> {
+        match value {
+            Node::Str(text) => match parse_duration(text) {
+                Ok(d) => Some(d),
+                Err(e) => {
+                    let kind = if e.too_large {
+                        ProblemKind::OutOfRange
+                    } else {
+                        ProblemKind::WrongType
+                    };
+                    self.push(field, kind, e.message);
+                    None
+                }
+            },
+            other => {
+                self.wrong_type(
+                    field,
+                    "a duration string such as \"250ms\" or \"10s\"",
+                    other,
+                );
+                None
+            }
+        }
+    }
+}
+
+/// Checks one point's table and builds its policy; `None` if anything was wrong.
+fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option<PointConfig> {
+    let mut r = Reporter {
+        point,
+        problems,
+        failed: false,
+    };
+    let Node::Map(entries) = value else {
+        r.push_point(value);
+        return None;
+    };
+    let mut b = Policy::builder();
+    let mut seen = HashSet::new();
+    for (key, v) in entries {
+        if !seen.insert(key.as_str()) {
+            r.push(
+                key,
+                ProblemKind::DuplicateField,
+                format!("`{key}` is given twice"),
+            );
+            continue;
+        }
+        b = match key.as_str() {
+            "shadow" => apply(b, r.bool(key, v), PolicyBuilder::shadow),
+            "max_visits" => apply(b, r.u64(key, v), PolicyBuilder::max_visits),
+            "max_concurrency" => apply(b, r.u32(key, v), PolicyBuilder::max_concurrency),
+            "max_exceptions" => apply(b, r.u64(key, v), PolicyBuilder::max_exceptions),
+            "downgrade_percentage" => {
+                // Up to 255 goes to the policy, which owns the 0..=100 rule and its
+                // message; beyond that the value does not even fit the field.
+                match v {
+                    Node::Int(i) => match u8::try_from(*i) {
+                        Ok(p) => b.downgrade_percentage(p),
+                        Err(_) => {
+                            r.push(
+                                key,
+                                ProblemKind::OutOfRange,
+                                format!("must be within 0..=100, got {i}"),
+                            );
+                            b
+                        }
+                    },
+                    other => {
+                        r.wrong_type(key, "an integer percentage (0..=100)", other);
+                        b
+                    }
+                }
+            }
+            "exception_rate" => check_exception_rate(&mut r, v, b),
+            "timeouts" => check_timeouts(&mut r, v, b),
+            "token_bucket" => check_token_bucket(&mut r, v, b),
+            "delay" => check_delay(&mut r, v, b),
+            "window" => check_window(&mut r, v, b),
+            _ => {
+                let message = unknown_key_message(key, &POINT_FIELDS);
+                r.push(key, ProblemKind::UnknownField, message);
+                b
+            }
+        };
+    }
+    // Range checks of every field that was well typed, even if others were not, so one
+    // load reports everything.
+    match b.build() {
+        Ok(policy) if !r.failed => Some(PointConfig { policy }),
+        Ok(_) => None,
+        Err(e) => {
+            for fe in e.errors() {
+                r.push(fe.field, ProblemKind::OutOfRange, fe.message.clone());
+            }
+            None
+        }
+    }
+}
+
+impl Reporter<'_> {
+    fn push_point(&mut self, value: &Node) {
+        self.failed = true;
+        self.problems.push(Problem::new(
+            Some(self.point),
+            None,
+            ProblemKind::WrongType,
+            format!("expected a table of settings, got {}", value.describe()),
+        ));
+    }
+}
+
+fn apply<T>(
+    b: PolicyBuilder,
+    value: Option<T>,
+    set: fn(PolicyBuilder, T) -> PolicyBuilder,
+) -> PolicyBuilder {
+    match value {
+        Some(v) => set(b, v),
+        None => b,
+    }
+}
+
+fn check_exception_rate(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuilder {
+    let Some([rate, min_visits]) = r.section("exception_rate", v, ["rate", "min_visits"]) else {
+        return b;
+    };
+    let rate = r
+        .required("exception_rate.rate", rate)
+        .and_then(|v| r.number("exception_rate.rate", v));
+    let min_visits = match min_visits {
+        Some(v) => r.u64("exception_rate.min_visits", v),
+        None => Some(0),
+    };
+    match (rate, min_visits) {
+        (Some(rate), Some(min)) => b.exception_rate(rate, min),
+        _ => b,
+    }
+}
+
+fn check_timeouts(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuilder {
+    let Some([threshold, max_count]) = r.section("timeouts", v, ["threshold", "max_count"]) else {
+        return b;
+    };
+    let threshold = r
+        .required("timeouts.threshold", threshold)
+        .and_then(|v| r.duration("timeouts.threshold", v));
+    let max_count = r
+        .required("timeouts.max_count", max_count)
+        .and_then(|v| r.u64("timeouts.max_count", v));
+    match (threshold, max_count) {
+        (Some(t), Some(n)) => b.timeouts(t, n),
+        _ => b,
+    }
+}
+
+fn check_token_bucket(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuilder {
+    let Some([rate, capacity]) = r.section("token_bucket", v, ["rate", "capacity"]) else {
+        return b;
+    };
+    let rate = r
+        .required("token_bucket.rate", rate)
+        .and_then(|v| r.number("token_bucket.rate", v));
+    let capacity = r
+        .required("token_bucket.capacity", capacity)
+        .and_then(|v| r.u64("token_bucket.capacity", v));
+    match (rate, capacity) {
+        (Some(rate), Some(capacity)) => b.token_bucket(rate, capacity),
+        _ => b,
+    }
+}
+
+fn check_delay(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuilder {
+    let Some([duration, retry]) = r.section("delay", v, ["duration", "retry_interval"]) else {
+        return b;
+    };
+    let duration = r
+        .required("delay.duration", duration)
+        .and_then(|v| r.duration("delay.duration", v));
+    let retry = match retry {
+        Some(v) => r.duration("delay.retry_interval", v).map(Some),
+        None => Some(None),
+    };
+    match (duration, retry) {
+        (Some(d), Some(retry)) => b.delay(d, retry),
+        _ => b,
+    }
+}
+
+fn check_window(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuilder {
+    let Some([buckets, width]) = r.section("window", v, ["buckets", "bucket_width"]) else {
+        return b;
+    };
+    let default = WindowConfig::default();
+    let buckets = match buckets {
+        Some(v) => r.u32("window.buckets", v),
+        None => Some(default.buckets),
+    };
+    let width = match width {
+        Some(v) => r.duration("window.bucket_width", v),
+        None => Some(default.bucket_width),
+    };
+    match (buckets, width) {
+        (Some(n), Some(w)) => b.window(n, w),
+        _ => b,
+    }
+}
+
+/// "unknown field `max_visit`, did you mean `max_visits`? expected one of ...".
+fn unknown_key_message(key: &str, known: &[&str]) -> String {
+    let list = known
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let suggestion = known
+        .iter()
+        .map(|k| (edit_distance(key, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min();
+    match suggestion {
+        Some((_, k)) => {
+            format!("unknown field `{key}`, did you mean `{k}`? (expected one of {list})")
+        }
+        None => format!("unknown field `{key}`, expected one of {list}"),
+    }
+}
+
+/// Levenshtein distance over chars, for suggestions.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let here = row[j + 1];
+            row[j + 1] = if ca == *cb {
+                prev
+            } else {
+                1 + prev.min(row[j]).min(row[j + 1])
+            };
+            prev = here;
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions_are_close_names_only() {
+        assert_eq!(edit_distance("max_visit", "max_visits"), 1);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert!(
+            unknown_key_message("max_visit", &POINT_FIELDS).contains("did you mean `max_visits`")
+        );
+        assert!(!unknown_key_message("breaker", &POINT_FIELDS).contains("did you mean"));
+    }
+}

@@ -1,0 +1,742 @@
+//! Policy files: every point's policy in one TOML or JSON file, checked as a whole and
+//! applied all or nothing, with optional hot reload.
+//!
+//! ```toml
+//! strict = true                      # unknown point names are errors
+//!
+//! [points."order.create"]
+//! max_visits = 1000
+//! max_concurrency = 64
+//! timeouts = { threshold = "250ms", max_count = 20 }
+//! delay = { duration = "10s", retry_interval = "1s" }
+//!
+//! [points."order.create".window]
+//! buckets = 10
+//! bucket_width = "1s"
+//! ```
+//!
+//! The same file in JSON is `{"strict": true, "points": {"order.create": {...}}}`.
+//! Durations are strings with a unit (`"250ms"`, `"10s"`, `"1m30s"`; units `ns`, `us`,
+//! `ms`, `s`, `m`, `h`). The README's "Policy files" section describes every field.
+//!
+//! [`Registry::load_policies`] reads a file, checks everything (syntax, unknown fields,
+//! types, ranges with [`PolicyBuilder::build`](crate::PolicyBuilder::build), duplicate
+//! points, and in strict mode unknown points) and applies it only if there is no
+//! problem at all; otherwise nothing changes and [`ConfigError::Invalid`] lists every
+//! problem with its point and field. [`Registry::watch_policies`] keeps doing that
+//! whenever the file changes.
+//!
+//! # Examples
+//!
+//! ```
+//! use resilience_runtime::config::Format;
+//! use resilience_runtime::registry;
+//!
+//! let report = registry().load_policies_str(
+//!     r#"
+//!     [points."docs.config.create"]
+//!     max_visits = 100
+//!     timeouts = { threshold = "250ms", max_count = 5 }
+//!     "#,
+//!     Format::Toml,
+//! )?;
+//! assert_eq!(report.applied, ["docs.config.create"]);
+//! assert_eq!(registry().policy("docs.config.create")?.unwrap().max_visits(), Some(100));
+//!
+//! // A broken file changes nothing and names every problem.
+//! let err = registry()
+//!     .load_policies_str(
+//!         r#"{"points": {"docs.config.create": {"max_visits": "lots", "max_visit": 1}}}"#,
+//!         Format::Json,
+//!     )
+//!     .unwrap_err();
+//! let fields: Vec<_> = err.problems().iter().map(|p| p.field.as_deref().unwrap()).collect();
+//! assert_eq!(fields, ["max_visits", "max_visit"]);
+//! assert_eq!(registry().policy("docs.config.create")?.unwrap().max_visits(), Some(100));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod check;
+mod duration;
+mod error;
+mod node;
+mod watch;
+
+pub use error::{ConfigError, Problem, ProblemKind};
+pub use watch::{PolicyWatcher, WatchOptions, WatchStatus};
+
+use crate::policy::{Policy, WindowConfig};
+use crate::registry::Registry;
+use node::Node;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+/// The syntax of a policy file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// TOML.
+    Toml,
+    /// JSON.
+    Json,
+}
+
+impl Format {
+    /// The format a file's extension names: `.toml` or `.json` (any case).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::UnknownFormat`] for any other extension.
+    pub fn from_path(path: &Path) -> Result<Format, ConfigError> {
+        match path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+            .as_deref()
+        {
+            Some("toml") => Ok(Format::Toml),
+            Some("json") => Ok(Format::Json),
+            _ => Err(ConfigError::UnknownFormat {
+                path: path.to_owned(),
+            }),
+        }
+    }
+}
+
+/// A whole policy file: the `strict` flag and one [`PointConfig`] per point name.
+///
+/// Parse one with [`PolicyFile::parse`], write one with [`PolicyFile::to_text`], and
+/// apply one with [`Registry::apply_policy_file`] (or let
+/// [`Registry::load_policies`] do all of it). It also implements serde's `Serialize`
+/// and `Deserialize`, so it can be embedded in a larger configuration; deserialising
+/// fails with every problem in the message.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::config::{Format, PointConfig, PolicyFile};
+/// use resilience_runtime::Policy;
+/// use std::time::Duration;
+///
+/// let mut file = PolicyFile::default();
+/// file.strict = true;
+/// let policy = Policy::builder().max_visits(10).delay(Duration::from_secs(5), None).build()?;
+/// file.points.insert("search".into(), PointConfig::new(policy));
+/// let text = file.to_text(Format::Toml)?;
+/// assert!(text.contains("[points.search]"));
+/// assert!(text.contains(r#"duration = "5s""#));
+/// assert_eq!(PolicyFile::parse(&text, Format::Toml)?, file);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct PolicyFile {
+    /// Unknown point names are errors: a point must be declared by a `#[downgrade]` or
+    /// `#[breaker]` function of the program, or already exist in the registry.
+    pub strict: bool,
+    /// Every configured point, by name.
+    pub points: BTreeMap<String, PointConfig>,
+}
+
+/// The settings of one point in a [`PolicyFile`].
+///
+/// Holds the point's [`Policy`], shadow flag included (see `PolicyBuilder::shadow`).
+/// Breaker settings will join it as a `breaker` section.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct PointConfig {
+    /// The point's downgrade policy.
+    pub policy: Policy,
+}
+
+impl PointConfig {
+    /// Settings made of a policy.
+    pub fn new(policy: Policy) -> PointConfig {
+        PointConfig { policy }
+    }
+}
+
+impl PolicyFile {
+    /// Parses and checks a file's text, without applying it.
+    ///
+    /// The strict check needs a registry and is made when the file is applied.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] listing every problem.
+    pub fn parse(text: &str, format: Format) -> Result<PolicyFile, ConfigError> {
+        let checked = parse_checked(text, format);
+        if checked.problems.is_empty() {
+            Ok(checked.file)
+        } else {
+            Err(ConfigError::Invalid {
+                path: None,
+                problems: checked.problems,
+            })
+        }
+    }
+
+    /// The policies of every point of a registry that has one, as a file.
+    pub fn from_registry(registry: &Registry) -> PolicyFile {
+        let points = registry
+            .point_names()
+            .into_iter()
+            .filter_map(|name| {
+                let policy = registry.get(name)?.policy()?;
+                Some((name.to_owned(), PointConfig::new(policy)))
+            })
+            .collect();
+        PolicyFile {
+            strict: false,
+            points,
+        }
+    }
+
+    /// Writes the file as TOML or JSON (pretty-printed). Fields left at their default
+    /// are omitted; durations are written in the largest exact unit.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] if the serialiser refuses a value (a policy built
+    /// with [`PolicyBuilder::build`](crate::PolicyBuilder::build) never makes it).
+    pub fn to_text(&self, format: Format) -> Result<String, ConfigError> {
+        let result = match format {
+            Format::Toml => toml::to_string(self).map_err(|e| e.to_string()),
+            Format::Json => serde_json::to_string_pretty(self).map_err(|e| e.to_string()),
+        };
+        result.map_err(|message| ConfigError::Invalid {
+            path: None,
+            problems: vec![Problem::new(None, None, ProblemKind::WrongType, message)],
+        })
+    }
+}
+
+/// Parses the text into a tree, then checks it; syntax errors become one problem.
+fn parse_checked(text: &str, format: Format) -> check::Checked {
+    // Some editors start UTF-8 files with a byte-order mark; neither parser wants it.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let root: Result<Node, Problem> = match format {
+        Format::Toml => toml::from_str(text).map_err(|e| toml_problem(text, &e)),
+        Format::Json => serde_json::from_str(text).map_err(|e| {
+            Problem::new(
+                None,
+                None,
+                ProblemKind::Syntax,
+                format!("JSON syntax error: {e}"),
+            )
+        }),
+    };
+    match root {
+        Ok(root) => check::check(&root),
+        Err(problem) => check::Checked {
+            problems: vec![problem],
+            ..check::Checked::default()
+        },
+    }
+}
+
+/// A TOML parse error as a problem. The parser rejects a duplicate key itself; such an
+/// error is traced back to the point (and field) it concerns so the message names them.
+fn toml_problem(text: &str, e: &toml::de::Error) -> Problem {
+    let (line, column) = e.span().map_or((0, 0), |s| line_column(text, s.start));
+    let generic = || {
+        Problem::new(
+            None,
+            None,
+            ProblemKind::Syntax,
+            format!(
+                "TOML syntax error at line {line}, column {column}: {}",
+                e.message()
+            ),
+        )
+    };
+    let Some(span) = e.span() else {
+        return generic();
+    };
+    if !e.message().contains("duplicate key") {
+        return generic();
+    }
+    match duplicate_key_path(text, span).as_deref() {
+        Some([points, name]) if points == "points" => Problem::new(
+            Some(name),
+            None,
+            ProblemKind::DuplicatePoint,
+            format!("point `{name}` is configured more than once (again at line {line})"),
+        ),
+        Some([points, name, field @ ..]) if points == "points" => {
+            let field = field.join(".");
+            Problem::new(
+                Some(name),
+                Some(&field),
+                ProblemKind::DuplicateField,
+                format!("`{field}` is given twice (again at line {line})"),
+            )
+        }
+        Some([key]) => Problem::new(
+            None,
+            Some(key),
+            ProblemKind::DuplicateField,
+            format!("`{key}` is given twice (again at line {line})"),
+        ),
+        _ => generic(),
+    }
+}
+
+/// 1-based line and column of a byte offset.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// The full key path of the duplicate key at `span`: the table header in force plus
+/// the dotted key of its line, or the header itself when the duplicate is a header.
+fn duplicate_key_path(text: &str, span: std::ops::Range<usize>) -> Option<Vec<String>> {
+    let line_start = text.get(..span.start)?.rfind('\n').map_or(0, |i| i + 1);
+    let line = text.get(line_start..span.end)?;
+    let trimmed = line.trim_start();
+    if let Some(header) = trimmed.strip_prefix('[') {
+        // `[points."order.create"]`: the span ends at the duplicate key.
+        return key_path(header.trim_start_matches('['));
+    }
+    // A `key = value` line: find the table header above it.
+    let mut path = Vec::new();
+    for previous in text.get(..line_start)?.lines().rev() {
+        let previous = previous.trim();
+        if let Some(header) = previous.strip_prefix('[') {
+            let header = header.trim_start_matches('[');
+            let end = header.rfind(']')?;
+            let inner = header.get(..end)?.trim_end_matches(']');
+            path = key_path(inner)?;
+            break;
+        }
+    }
+    path.extend(key_path(line)?);
+    Some(path)
+}
+
+/// The path of a (possibly dotted and quoted) TOML key, read with the TOML parser
+/// itself so that quoting and escapes are handled exactly.
+fn key_path(key: &str) -> Option<Vec<String>> {
+    let table: toml::Table = toml::from_str(&format!("{key} = 0")).ok()?;
+    let mut path = Vec::new();
+    let mut current = &table;
+    loop {
+        let mut entries = current.iter();
+        let (k, v) = entries.next()?;
+        path.push(k.clone());
+        match v {
+            toml::Value::Table(t) => current = t,
+            _ => return Some(path),
+        }
+    }
+}
+
+/// What a successful load did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoadReport {
+    /// The registry's policy-file generation after this load: 1 for the first load,
+    /// increased by one by every successful load, never by a rejected one.
+    pub version: u64,
+    /// The file, if the policies came from one.
+    pub source: Option<PathBuf>,
+    /// The points whose policy was set, sorted.
+    pub applied: Vec<String>,
+    /// The points that the previous load configured and this one does not mention:
+    /// their policy was removed (they pass every call again), sorted.
+    pub cleared: Vec<String>,
+}
+
+/// What a registry remembers of the policy files applied to it.
+#[derive(Debug, Default)]
+struct LoadState {
+    /// Points configured by the last successful load.
+    configured: BTreeSet<String>,
+    version: u64,
+}
+
+/// The load state of a registry. Registries have no slot for it, so it is kept beside
+/// them, keyed by address: the global registry and leaked ones never move. It also
+/// serialises loads, so a reload and a manual load cannot interleave.
+fn load_state(registry: &Registry) -> Arc<Mutex<LoadState>> {
+    static STATES: OnceLock<Mutex<HashMap<usize, Arc<Mutex<LoadState>>>>> = OnceLock::new();
+    let key = std::ptr::from_ref(registry) as usize;
+    let mut states = lock(STATES.get_or_init(Mutex::default));
+    Arc::clone(states.entry(key).or_default())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Registry {
+    /// Reads a TOML (`.toml`) or JSON (`.json`) policy file and applies it, all or
+    /// nothing.
+    ///
+    /// Every point in the file gets its policy; points that the previous load
+    /// configured but this file no longer mentions lose theirs (they pass every call
+    /// again). Points never mentioned by a file keep whatever the API set. Counters,
+    /// in-flight calls and delay state are kept, as with
+    /// [`set_policy`](Registry::set_policy). Policies are set one point after the
+    /// other: during the few microseconds of the apply, a call on another thread may
+    /// see some points already updated and others not yet.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Io`] if the file cannot be read, [`ConfigError::UnknownFormat`]
+    /// for another extension, and [`ConfigError::Invalid`] listing every problem of
+    /// the file; on any error no policy changes.
+    pub fn load_policies(&self, path: impl AsRef<Path>) -> Result<LoadReport, ConfigError> {
+        let path = path.as_ref();
+        let format = Format::from_path(path)?;
+        let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Io {
+            path: path.to_owned(),
+            error,
+        })?;
+        self.load_text(&text, format, Some(path))
+    }
+
+    /// Like [`load_policies`](Registry::load_policies), from text.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] listing every problem; nothing is applied.
+    pub fn load_policies_str(&self, text: &str, format: Format) -> Result<LoadReport, ConfigError> {
+        self.load_text(text, format, None)
+    }
+
+    /// Applies a parsed [`PolicyFile`] with the same rules as
+    /// [`load_policies`](Registry::load_policies) (strict check, all or nothing,
+    /// clearing points the previous load configured).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] if `strict` is set and a point is unknown.
+    pub fn apply_policy_file(&self, file: &PolicyFile) -> Result<LoadReport, ConfigError> {
+        let names = file.points.keys().cloned().collect();
+        let checked = check::Checked {
+            file: file.clone(),
+            names,
+            problems: Vec::new(),
+        };
+        self.commit(checked, None)
+    }
+
+    /// The number of policy files applied to this registry so far (the version of the
+    /// live file; 0 before the first).
+    pub fn policy_file_version(&self) -> u64 {
+        lock(&load_state(self)).version
+    }
+
+    fn load_text(
+        &self,
+        text: &str,
+        format: Format,
+        path: Option<&Path>,
+    ) -> Result<LoadReport, ConfigError> {
+        self.commit(parse_checked(text, format), path)
+    }
+
+    /// The strict check, then the apply if nothing at all is wrong.
+    fn commit(
+        &self,
+        mut checked: check::Checked,
+        path: Option<&Path>,
+    ) -> Result<LoadReport, ConfigError> {
+        let state = load_state(self);
+        // Held through the check and the apply: loads are serialised, and the strict
+        // check sees the registry as the apply will.
+        let mut state = lock(&state);
+        if checked.file.strict {
+            for name in &checked.names {
+                if crate::error::check_point_name(name).is_ok()
+                    && !crate::declared::is_declared(name)
+                    && self.get(name).is_none()
+                {
+                    checked.problems.push(Problem::new(
+                        Some(name),
+                        None,
+                        ProblemKind::UnknownPoint,
+                        format!(
+                            "no `#[downgrade]` or `#[breaker]` function declares point `{name}` \
+                             and it does not exist yet (strict mode)"
+                        ),
+                    ));
+                }
+            }
+        }
+        if !checked.problems.is_empty() {
+            return Err(ConfigError::Invalid {
+                path: path.map(Path::to_owned),
+                problems: checked.problems,
+            });
+        }
+        let mut applied = Vec::with_capacity(checked.file.points.len());
+        for (name, config) in &checked.file.points {
+            // The shadow flag travels inside the policy (`PolicyBuilder::shadow`).
+            // The name passed `check_point_name` above, so this cannot fail.
+            if self.set_policy(name, config.policy.clone()).is_ok() {
+                applied.push(name.clone());
+            }
+        }
+        let mut cleared = Vec::new();
+        for name in &state.configured {
+            if !checked.file.points.contains_key(name) && self.clear_policy(name).is_ok() {
+                cleared.push(name.clone());
+            }
+        }
+        state.configured = checked.file.points.keys().cloned().collect();
+        state.version += 1;
+        let report = LoadReport {
+            version: state.version,
+            source: path.map(Path::to_owned),
+            applied,
+            cleared,
+        };
+        #[cfg(feature = "tracing")]
+        tracing::info!(
+            file = ?report.source,
+            version = report.version,
+            points = report.applied.len(),
+            cleared = report.cleared.len(),
+            "policy file applied"
+        );
+        Ok(report)
+    }
+}
+
+// ---- serde representation ----
+//
+// Writing goes through borrowed mirror structs so that durations become strings and
+// defaults are left out. Reading goes through `Node` and the checker, which collects
+// every problem where a derived `Deserialize` would stop at the first.
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+#[derive(Serialize)]
+struct FileOut<'a> {
+    #[serde(skip_serializing_if = "is_false")]
+    strict: bool,
+    points: BTreeMap<&'a str, PointOut>,
+}
+
+/// Scalar fields first: TOML needs plain values before sub-tables.
+#[derive(Serialize)]
+struct PointOut {
+    #[serde(skip_serializing_if = "is_false")]
+    shadow: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_visits: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_concurrency: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_exceptions: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    downgrade_percentage: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exception_rate: Option<ExceptionRateOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeouts: Option<TimeoutsOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    token_bucket: Option<TokenBucketOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delay: Option<DelayOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<WindowOut>,
+}
+
+#[derive(Serialize)]
+struct ExceptionRateOut {
+    rate: f64,
+    min_visits: u64,
+}
+
+#[derive(Serialize)]
+struct TimeoutsOut {
+    threshold: String,
+    max_count: u64,
+}
+
+#[derive(Serialize)]
+struct TokenBucketOut {
+    rate: f64,
+    capacity: u64,
+}
+
+#[derive(Serialize)]
+struct DelayOut {
+    duration: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_interval: Option<String>,
+}
+
+#[derive(Serialize)]
+struct WindowOut {
+    buckets: u32,
+    bucket_width: String,
+}
+
+impl PointOut {
+    fn of(p: &Policy) -> PointOut {
+        use duration::format_duration as text;
+        PointOut {
+            shadow: p.is_shadow(),
+            max_visits: p.max_visits(),
+            max_concurrency: p.max_concurrency(),
+            max_exceptions: p.max_exceptions(),
+            downgrade_percentage: Some(p.downgrade_percentage()).filter(|&d| d != 100),
+            exception_rate: p.exception_rate().map(|r| ExceptionRateOut {
+                rate: r.rate,
+                min_visits: r.min_visits,
+            }),
+            timeouts: p.timeouts().map(|t| TimeoutsOut {
+                threshold: text(t.threshold),
+                max_count: t.max_count,
+            }),
+            token_bucket: p.token_bucket().map(|t| TokenBucketOut {
+                rate: t.rate,
+                capacity: t.capacity,
+            }),
+            delay: p.delay().map(|d| DelayOut {
+                duration: text(d.duration),
+                retry_interval: d.retry_interval.map(text),
+            }),
+            window: Some(p.window())
+                .filter(|w| *w != WindowConfig::default())
+                .map(|w| WindowOut {
+                    buckets: w.buckets,
+                    bucket_width: text(w.bucket_width),
+                }),
+        }
+    }
+}
+
+impl Serialize for PolicyFile {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        FileOut {
+            strict: self.strict,
+            points: self
+                .points
+                .iter()
+                .map(|(name, config)| (name.as_str(), PointOut::of(&config.policy)))
+                .collect(),
+        }
+        .serialize(serializer)
+    }
+}
+
+impl Serialize for PointConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        PointOut::of(&self.policy).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for PolicyFile {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<PolicyFile, D::Error> {
+        let root = Node::deserialize(deserializer)?;
+        let checked = check::check(&root);
+        if checked.problems.is_empty() {
+            Ok(checked.file)
+        } else {
+            Err(serde::de::Error::custom(problem_list(&checked.problems)))
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PointConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<PointConfig, D::Error> {
+        const NAME: &str = "<point>";
+        let node = Node::deserialize(deserializer)?;
+        let root = Node::Map(vec![(
+            "points".to_owned(),
+            Node::Map(vec![(NAME.to_owned(), node)]),
+        )]);
+        let mut checked = check::check(&root);
+        match checked.file.points.remove(NAME) {
+            Some(config) if checked.problems.is_empty() => Ok(config),
+            _ => Err(serde::de::Error::custom(problem_list(&checked.problems))),
+        }
+    }
+}
+
+fn problem_list(problems: &[Problem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duplicate_toml_keys_name_their_point() {
+        let cases = [
+            (
+                "[points.\"order.create\"]\nmax_visits = 1\n[points.\"order.create\"]\nmax_visits = 2\n",
+                ProblemKind::DuplicatePoint,
+                Some("order.create"),
+                None,
+            ),
+            (
+                "[points]\n\"a\" = { max_visits = 1 }\n\"a\" = { max_visits = 2 }\n",
+                ProblemKind::DuplicatePoint,
+                Some("a"),
+                None,
+            ),
+            (
+                "[points.a]\nmax_visits = 1\nmax_visits = 2\n",
+                ProblemKind::DuplicateField,
+                Some("a"),
+                Some("max_visits"),
+            ),
+            (
+                "[points.a.window]\nbuckets = 1\n[points.a.window]\nbuckets = 2\n",
+                ProblemKind::DuplicateField,
+                Some("a"),
+                Some("window"),
+            ),
+            (
+                "strict = true\nstrict = false\n",
+                ProblemKind::DuplicateField,
+                None,
+                Some("strict"),
+            ),
+        ];
+        for (text, kind, point, field) in cases {
+            let err = PolicyFile::parse(text, Format::Toml).unwrap_err();
+            let p = &err.problems()[0];
+            assert_eq!(
+                (p.kind, p.point.as_deref(), p.field.as_deref()),
+                (kind, point, field),
+                "{text}\n{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn syntax_errors_have_a_position() {
+        let err = PolicyFile::parse("[points.a]\nmax_visits = \n", Format::Toml).unwrap_err();
+        assert_eq!(err.problems()[0].kind, ProblemKind::Syntax);
+        assert!(
+            err.problems()[0].message.contains("line 2, column 14"),
+            "{err}"
+        );
+        let err = PolicyFile::parse("{\"points\": [}", Format::Json).unwrap_err();
+        assert_eq!(err.problems()[0].kind, ProblemKind::Syntax);
+        assert!(err.problems()[0].message.contains("line 1"), "{err}");
+    }
+
+    #[test]
+    fn line_column_counts_chars() {
+        assert_eq!(line_column("ab\ncd", 4), (2, 2));
+        assert_eq!(line_column("", 0), (1, 1));
+    }
+}

@@ -1,0 +1,527 @@
+//! Heartbeat client: reports every point's statistics to an admin server and pulls
+//! the app's policies from it (feature `heartbeat`).
+//!
+//! It works like SDS's client, on a background thread of its own:
+//!
+//! - **Upload** at second 5 of every wall-clock 10-s cycle: the last closed cycle of
+//!   every point (visits including downgraded ones, passes, downgrades by reason,
+//!   exceptions, timeouts, peak concurrency), with the app group, app name, instance
+//!   id and host, plus the names of every point (declared ones too, so a console can
+//!   list points that had no traffic yet). Points with a policy report their
+//!   [`CycleStats`](crate::CycleStats); points without one keep only totals and
+//!   report how much their totals grew since the previous upload (their peak
+//!   concurrency is not tracked: 0).
+//! - **Pull** every 5 s with the policy version the client holds. When the server
+//!   says the version changed, the whole set of policies is replaced through the
+//!   policy-file loader ([`Registry::apply_policy_file`]): all or nothing, and points
+//!   the previous version configured but the new one does not lose their policy. A
+//!   set the loader refuses is not applied; the client keeps its version and policies.
+//! - **Failover**: the server list is tried in order; an error moves the client to
+//!   the next address. A failed upload is retried once on the next server, then
+//!   dropped and counted ([`HeartbeatStatus::uploads_dropped`]). Every request has a
+//!   1-s connect and a 1-s I/O timeout (as SDS), and the whole answer must come
+//!   within 3 s.
+//!
+//! Guarded calls never wait for any of this: the client only reads statistics, and
+//! network trouble only delays its own thread. When the servers are down, the last
+//! policies that were applied stay in force.
+//!
+//! # Protocols
+//!
+//! [`Protocol::Json`] (the default) speaks resilience-admin's JSON API
+//! (`/api/v1/heartbeat`, `/api/v1/pull`); [`Protocol::Sds`] speaks SDS's form
+//! protocol (`/sds/heartbeat/add`, `/sds/heartbeat/pullstrategy`, one form field
+//! `client` holding the JSON request; answer `changed`, `version`, `strategies`,
+//! `errorMsg`), which resilience-admin also serves, so the client can report to an
+//! existing sds-admin. The app token goes in an `Authorization: Bearer` header in
+//! both (SDS's admin ignores it). Only plain `http://` is supported; use a local TLS
+//! proxy to reach a server over https.
+//!
+//! SDS strategies are translated into policies as follows (SDS's "-1 / null = rule
+//! off" is kept). resilience-admin adds the full point settings under
+//! `resiliencePolicy` to every strategy, and the client then uses those instead.
+//!
+//! | SDS field | policy |
+//! |---|---|
+//! | `visitThreshold` ≥ 0 | `max_visits` |
+//! | `concurrentThreshold` ≥ 0 | `max_concurrency` |
+//! | `exceptionThreshold` ≥ 0 | `max_exceptions` |
+//! | `exceptionRateThreshold` 0..=100 and `exceptionRateStart` ≥ 0 | `exception_rate` (percent / 100, `min_visits`) |
+//! | `timeoutThreshold` > 0 ms and `timeoutCountThreshold` ≥ 0 | `timeouts` |
+//! | `tokenBucketGeneratedTokensInSecond` ≥ 0 | `token_bucket` with rate and capacity `max(rate, tokenBucketSize)`: SDS's bucket admits that many calls per second |
+//! | `delayTime` ≥ 0 ms, `retryInterval` > 0 ms | `delay` |
+//! | `downgradeRate` (null: 100) | `downgrade_percentage`, clamped to 0..=100 |
+//!
+//! # Examples
+//!
+//! ```no_run
+//! use resilience_runtime::heartbeat::{self, HeartbeatConfig};
+//!
+//! let config = HeartbeatConfig::new("shop", "orders", "http://127.0.0.1:7070")?
+//!     .token("app-token-0123456789");
+//! // Reports and pulls until the handle is dropped.
+//! let handle = heartbeat::start(config)?;
+//! println!("holding policy version {}", handle.client().status().policy_version);
+//! # Ok::<(), heartbeat::HeartbeatError>(())
+//! ```
+
+mod config;
+mod error;
+mod http;
+mod wire;
+
+pub use config::{HeartbeatConfig, Protocol, ServerAddr};
+pub use error::HeartbeatError;
+
+use crate::registry::{registry, Registry};
+use serde_json::Value;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+use wire::{Collector, PullAnswer, CYCLE_MS};
+
+/// Counters and the latest errors of a heartbeat client.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HeartbeatStatus {
+    /// The policy version the client holds (0: none pulled yet).
+    pub policy_version: u64,
+    /// Cycles uploaded.
+    pub uploads: u64,
+    /// Uploads that failed on one server and were retried on the next.
+    pub upload_retries: u64,
+    /// Cycles dropped because their upload failed twice.
+    pub uploads_dropped: u64,
+    /// Pulls answered.
+    pub pulls: u64,
+    /// Pulls that failed (network, HTTP or protocol errors).
+    pub pull_failures: u64,
+    /// New policy versions applied.
+    pub policy_updates: u64,
+    /// Policy versions refused by the loader (the previous policies were kept).
+    pub policies_rejected: u64,
+    /// The error of the last upload, if it failed.
+    pub last_upload_error: Option<String>,
+    /// The error of the last pull, if it failed.
+    pub last_pull_error: Option<String>,
+}
+
+/// What [`HeartbeatClient::upload_now`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UploadOutcome {
+    /// The cycle was uploaded.
+    Sent {
+        /// Wall-clock start of the cycle, ms since the Unix epoch.
+        cycle_start_ms: u64,
+        /// Points with activity in it.
+        points: usize,
+        /// The server that took it.
+        server: String,
+        /// Whether the first server failed and the next one took it.
+        retried: bool,
+    },
+    /// This cycle was already handled (uploaded or dropped).
+    AlreadyHandled {
+        /// Wall-clock start of the cycle.
+        cycle_start_ms: u64,
+    },
+}
+
+/// What [`HeartbeatClient::pull_now`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PullOutcome {
+    /// The client already holds the server's version.
+    Unchanged {
+        /// The version.
+        version: u64,
+    },
+    /// A new version was applied.
+    Applied {
+        /// The new version.
+        version: u64,
+        /// Points whose policy was set.
+        applied: Vec<String>,
+        /// Points whose policy was removed.
+        cleared: Vec<String>,
+    },
+}
+
+/// A heartbeat client for one registry. Cheap to clone (clones share everything).
+///
+/// [`start`] runs one in the background for the global registry; tests and programs
+/// that drive it themselves call [`upload_now`](HeartbeatClient::upload_now) and
+/// [`pull_now`](HeartbeatClient::pull_now).
+#[derive(Clone)]
+pub struct HeartbeatClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: HeartbeatConfig,
+    registry: &'static Registry,
+    upload: Mutex<UploadState>,
+    pull_cursor: Mutex<usize>,
+    version: AtomicU64,
+    uploads: AtomicU64,
+    upload_retries: AtomicU64,
+    uploads_dropped: AtomicU64,
+    pulls: AtomicU64,
+    pull_failures: AtomicU64,
+    policy_updates: AtomicU64,
+    policies_rejected: AtomicU64,
+    last_upload_error: Mutex<Option<String>>,
+    last_pull_error: Mutex<Option<String>>,
+}
+
+struct UploadState {
+    collector: Collector,
+    last_cycle: Option<u64>,
+    cursor: usize,
+}
+
+impl fmt::Debug for HeartbeatClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HeartbeatClient")
+            .field("config", &self.inner.config)
+            .field("status", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The error message a server put in its JSON answer, if any.
+fn server_message(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(body);
+    serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/error/message")
+                .or_else(|| v.get("errorMsg"))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| text.chars().take(200).collect())
+}
+
+impl HeartbeatClient {
+    /// A client for `registry`. Its first upload counts the totals of points without
+    /// a policy from now.
+    pub fn new(config: HeartbeatConfig, registry: &'static Registry) -> HeartbeatClient {
+        HeartbeatClient {
+            inner: Arc::new(Inner {
+                upload: Mutex::new(UploadState {
+                    collector: Collector::new(registry),
+                    last_cycle: None,
+                    cursor: 0,
+                }),
+                config,
+                registry,
+                pull_cursor: Mutex::new(0),
+                version: AtomicU64::new(0),
+                uploads: AtomicU64::new(0),
+                upload_retries: AtomicU64::new(0),
+                uploads_dropped: AtomicU64::new(0),
+                pulls: AtomicU64::new(0),
+                pull_failures: AtomicU64::new(0),
+                policy_updates: AtomicU64::new(0),
+                policies_rejected: AtomicU64::new(0),
+                last_upload_error: Mutex::new(None),
+                last_pull_error: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &HeartbeatConfig {
+        &self.inner.config
+    }
+
+    /// The policy version the client holds.
+    pub fn policy_version(&self) -> u64 {
+        self.inner.version.load(Ordering::Acquire)
+    }
+
+    /// Counters and latest errors.
+    pub fn status(&self) -> HeartbeatStatus {
+        let i = &self.inner;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        HeartbeatStatus {
+            policy_version: self.policy_version(),
+            uploads: get(&i.uploads),
+            upload_retries: get(&i.upload_retries),
+            uploads_dropped: get(&i.uploads_dropped),
+            pulls: get(&i.pulls),
+            pull_failures: get(&i.pull_failures),
+            policy_updates: get(&i.policy_updates),
+            policies_rejected: get(&i.policies_rejected),
+            last_upload_error: lock(&i.last_upload_error).clone(),
+            last_pull_error: lock(&i.last_pull_error).clone(),
+        }
+    }
+
+    /// The registry's wall clock, ms since the Unix epoch.
+    fn wall_ms(&self) -> u64 {
+        let c = self.inner.registry.clock();
+        c.wall_nanos(c.now()) / 1_000_000
+    }
+
+    fn request(&self, path: &'static str) -> http::Request<'_> {
+        let c = &self.inner.config;
+        http::Request {
+            path,
+            content_type: wire::content_type(c.protocol),
+            token: c.token.as_deref(),
+            connect_timeout: c.connect_timeout,
+            io_timeout: c.io_timeout,
+        }
+    }
+
+    /// Sends one request; a non-2xx answer is an error.
+    fn send(
+        &self,
+        server: &ServerAddr,
+        path: &'static str,
+        body: impl FnOnce(std::net::IpAddr) -> Vec<u8>,
+    ) -> Result<Vec<u8>, HeartbeatError> {
+        let response = http::post(server, &self.request(path), body)?;
+        if (200..300).contains(&response.status) {
+            Ok(response.body)
+        } else {
+            Err(HeartbeatError::Http {
+                server: server.to_string(),
+                status: response.status,
+                message: server_message(&response.body),
+            })
+        }
+    }
+
+    /// Uploads the last closed cycle now (the background thread calls this at second
+    /// 5 of every cycle). A cycle is handled once: calling again within the same
+    /// cycle does nothing.
+    ///
+    /// # Errors
+    ///
+    /// The second server's error if the upload failed on two servers; the cycle is
+    /// then dropped and counted.
+    pub fn upload_now(&self) -> Result<UploadOutcome, HeartbeatError> {
+        let inner = &self.inner;
+        let mut state = lock(&inner.upload);
+        let wall = self.wall_ms();
+        let cycle = (wall - wall % CYCLE_MS).saturating_sub(CYCLE_MS);
+        if state.last_cycle.is_some_and(|c| c >= cycle) {
+            return Ok(UploadOutcome::AlreadyHandled {
+                cycle_start_ms: cycle,
+            });
+        }
+        state.last_cycle = Some(cycle);
+        let report = state.collector.collect(inner.registry, cycle);
+        let servers = &inner.config.servers;
+        let version = self.policy_version();
+        let path = inner.config.protocol.upload_path();
+        let attempt = |cursor: usize| {
+            let server = &servers[cursor % servers.len()];
+            self.send(server, path, |ip| {
+                wire::upload_body(&inner.config, &report, version, ip)
+            })
+            .map(|_| server.to_string())
+        };
+        let first = state.cursor % servers.len();
+        let result = match attempt(first) {
+            Ok(server) => Ok((server, false)),
+            Err(_) => {
+                inner.upload_retries.fetch_add(1, Ordering::Relaxed);
+                state.cursor = (first + 1) % servers.len();
+                attempt(state.cursor).map(|s| (s, true))
+            }
+        };
+        match result {
+            Ok((server, retried)) => {
+                inner.uploads.fetch_add(1, Ordering::Relaxed);
+                *lock(&inner.last_upload_error) = None;
+                Ok(UploadOutcome::Sent {
+                    cycle_start_ms: cycle,
+                    points: report.points.len(),
+                    server,
+                    retried,
+                })
+            }
+            Err(e) => {
+                inner.uploads_dropped.fetch_add(1, Ordering::Relaxed);
+                state.cursor = (state.cursor + 1) % servers.len();
+                *lock(&inner.last_upload_error) = Some(e.to_string());
+                Err(e)
+            }
+        }
+    }
+
+    /// Pulls the policies now (the background thread calls this every pull period)
+    /// and applies them if the server's version differs from the one held.
+    ///
+    /// # Errors
+    ///
+    /// A network, HTTP or protocol error (the next pull goes to the next server), or
+    /// [`HeartbeatError::Rejected`] if the loader refused the new policies. The
+    /// current policies stay in force in every case.
+    pub fn pull_now(&self) -> Result<PullOutcome, HeartbeatError> {
+        let inner = &self.inner;
+        let mut cursor = lock(&inner.pull_cursor);
+        let server = &inner.config.servers[*cursor % inner.config.servers.len()];
+        let version = self.policy_version();
+        let points = inner.registry.point_names();
+        let result = self
+            .send(server, inner.config.protocol.pull_path(), |ip| {
+                wire::pull_body(&inner.config, version, &points, ip)
+            })
+            .and_then(|body| {
+                wire::read_pull_answer(inner.config.protocol, &body).map_err(|message| {
+                    HeartbeatError::Protocol {
+                        server: server.to_string(),
+                        message,
+                    }
+                })
+            });
+        let answer = match result {
+            Ok(a) => a,
+            Err(e) => {
+                inner.pull_failures.fetch_add(1, Ordering::Relaxed);
+                *cursor = (*cursor + 1) % inner.config.servers.len();
+                *lock(&inner.last_pull_error) = Some(e.to_string());
+                return Err(e);
+            }
+        };
+        drop(cursor);
+        inner.pulls.fetch_add(1, Ordering::Relaxed);
+        let outcome = match answer {
+            PullAnswer::Unchanged(v) if v == version => Ok(PullOutcome::Unchanged { version }),
+            // The server said "unchanged" for another version: nothing to apply.
+            PullAnswer::Unchanged(_) => Ok(PullOutcome::Unchanged { version }),
+            PullAnswer::Changed(new, file) => {
+                match file.and_then(|f| inner.registry.apply_policy_file(&f)) {
+                    Ok(report) => {
+                        inner.version.store(new, Ordering::Release);
+                        inner.policy_updates.fetch_add(1, Ordering::Relaxed);
+                        Ok(PullOutcome::Applied {
+                            version: new,
+                            applied: report.applied,
+                            cleared: report.cleared,
+                        })
+                    }
+                    Err(error) => {
+                        inner.policies_rejected.fetch_add(1, Ordering::Relaxed);
+                        Err(HeartbeatError::Rejected {
+                            version: new,
+                            error,
+                        })
+                    }
+                }
+            }
+        };
+        *lock(&inner.last_pull_error) = outcome.as_ref().err().map(ToString::to_string);
+        outcome
+    }
+
+    /// Starts the background thread: a pull at once, then every pull period; an
+    /// upload at the configured second of every 10-s cycle. It stops when the handle
+    /// is dropped or [`stop`](HeartbeatHandle::stop)ped.
+    ///
+    /// # Errors
+    ///
+    /// [`HeartbeatError::Config`] if the thread cannot be created.
+    pub fn spawn(&self) -> Result<HeartbeatHandle, HeartbeatError> {
+        let (tx, rx) = mpsc::channel::<()>();
+        let client = self.clone();
+        let thread = thread::Builder::new()
+            .name("resilience-heartbeat".into())
+            .spawn(move || client.run(&rx))
+            .map_err(|e| HeartbeatError::Config {
+                field: "thread",
+                message: format!("cannot start the heartbeat thread: {e}"),
+            })?;
+        Ok(HeartbeatHandle {
+            client: self.clone(),
+            stop: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    fn next_upload(&self) -> Instant {
+        let offset = self.inner.config.upload_offset.as_millis() as u64;
+        Instant::now() + Duration::from_millis(config::until_next_upload(self.wall_ms(), offset))
+    }
+
+    fn run(&self, stop: &mpsc::Receiver<()>) {
+        let period = self.inner.config.pull_period;
+        let mut next_pull = Instant::now();
+        let mut next_upload = self.next_upload();
+        loop {
+            let now = Instant::now();
+            if now >= next_pull {
+                // Errors are in the status; the thread keeps going.
+                let _ = self.pull_now();
+                next_pull = Instant::now() + period;
+            }
+            if now >= next_upload {
+                let _ = self.upload_now();
+                next_upload = self.next_upload();
+            }
+            let wake = next_pull.min(next_upload);
+            match stop.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                // A stop message, or the handle is gone.
+                Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+}
+
+/// Starts a heartbeat client for the global [`registry()`] in the background.
+///
+/// # Errors
+///
+/// [`HeartbeatError::Config`] if the thread cannot be created.
+pub fn start(config: HeartbeatConfig) -> Result<HeartbeatHandle, HeartbeatError> {
+    HeartbeatClient::new(config, registry()).spawn()
+}
+
+/// The background thread of a heartbeat client; dropping it stops the thread (after
+/// the request in progress, if any: at most a few seconds).
+#[derive(Debug)]
+pub struct HeartbeatHandle {
+    client: HeartbeatClient,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl HeartbeatHandle {
+    /// The client the thread drives.
+    pub fn client(&self) -> &HeartbeatClient {
+        &self.client
+    }
+
+    /// Stops the thread and waits for it.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for HeartbeatHandle {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

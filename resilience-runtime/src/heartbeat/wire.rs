@@ -1,0 +1,483 @@
+//! What goes over the wire: the cycle report built from the registry, the request
+//! bodies of both protocols, and the policies read back from a pull answer.
+
+use super::config::{HeartbeatConfig, Protocol};
+use crate::config::{ConfigError, Format, PolicyFile, Problem, ProblemKind};
+use crate::registry::Registry;
+use crate::stats::Totals;
+use crate::Reason;
+use serde_json::{json, Map, Value};
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::UNIX_EPOCH;
+
+/// Length of a statistics cycle, ms.
+pub(crate) const CYCLE_MS: u64 = 10_000;
+
+/// One point's counts in the reported cycle.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PointReport {
+    pub(crate) name: &'static str,
+    pub(crate) visits: u64,
+    pub(crate) passes: u64,
+    pub(crate) downgrades: u64,
+    pub(crate) exceptions: u64,
+    pub(crate) timeouts: u64,
+    pub(crate) peak_concurrency: u64,
+    pub(crate) by_reason: Vec<(Reason, u64)>,
+}
+
+impl PointReport {
+    fn is_idle(&self) -> bool {
+        self.visits == 0 && self.exceptions == 0 && self.timeouts == 0 && self.peak_concurrency == 0
+    }
+}
+
+/// The statistics of one closed cycle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Report {
+    pub(crate) cycle_start_ms: u64,
+    pub(crate) points: Vec<PointReport>,
+    pub(crate) known: Vec<&'static str>,
+    pub(crate) declared: Vec<&'static str>,
+}
+
+/// Builds cycle reports. Points with a policy report their last closed cycle
+/// ([`CycleStats`](crate::CycleStats)); points without one keep only totals, so they
+/// report the growth of their totals since the previous report (attributed to the
+/// cycle just closed; their peak concurrency is not tracked and reported as 0).
+#[derive(Debug, Default)]
+pub(crate) struct Collector {
+    previous: HashMap<&'static str, Totals>,
+}
+
+impl Collector {
+    /// A collector whose first report counts from now.
+    pub(crate) fn new(registry: &Registry) -> Collector {
+        let mut c = Collector::default();
+        for name in registry.point_names() {
+            if let Some(s) = registry.stats(name) {
+                c.previous.insert(name, s.totals);
+            }
+        }
+        c
+    }
+
+    /// The report of the cycle starting at `cycle_start_ms` (wall clock).
+    pub(crate) fn collect(&mut self, registry: &Registry, cycle_start_ms: u64) -> Report {
+        let known = registry.point_names();
+        let mut points = Vec::new();
+        for &name in &known {
+            let Some(stats) = registry.stats(name) else {
+                continue;
+            };
+            let previous = self.previous.insert(name, stats.totals).unwrap_or_default();
+            let report = match &stats.last_cycle {
+                Some(cycle) => {
+                    let start = cycle
+                        .start
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64);
+                    if start != cycle_start_ms {
+                        // The point got its policy during the cycle: no full cycle yet.
+                        continue;
+                    }
+                    PointReport {
+                        name,
+                        visits: cycle.visits,
+                        passes: cycle.passes,
+                        downgrades: cycle.downgrades,
+                        exceptions: cycle.exceptions,
+                        timeouts: cycle.timeouts,
+                        peak_concurrency: cycle.peak_concurrency,
+                        by_reason: cycle.downgrades_by_reason.iter().collect(),
+                    }
+                }
+                None => {
+                    let t = &stats.totals;
+                    let d = |now: u64, before: u64| now.saturating_sub(before);
+                    let visits = d(t.visits, previous.visits);
+                    let downgrades = d(t.downgrades, previous.downgrades).min(visits);
+                    PointReport {
+                        name,
+                        visits,
+                        passes: visits - downgrades,
+                        downgrades,
+                        exceptions: d(t.exceptions, previous.exceptions),
+                        timeouts: d(t.timeouts, previous.timeouts),
+                        peak_concurrency: 0,
+                        by_reason: t
+                            .downgrades_by_reason
+                            .iter()
+                            .map(|(r, n)| (r, d(n, previous.downgrades_by_reason.get(r))))
+                            .collect(),
+                    }
+                }
+            };
+            if !report.is_idle() {
+                points.push(report);
+            }
+        }
+        let mut declared: Vec<&'static str> = registry
+            .declared_points()
+            .iter()
+            .map(|p| p.name())
+            .collect();
+        declared.dedup();
+        Report {
+            cycle_start_ms,
+            points,
+            known,
+            declared,
+        }
+    }
+}
+
+fn reasons(p: &PointReport) -> Map<String, Value> {
+    p.by_reason
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(r, n)| (r.as_str().to_owned(), Value::from(*n)))
+        .collect()
+}
+
+/// The body of an upload, with its content type.
+pub(crate) fn upload_body(
+    config: &HeartbeatConfig,
+    report: &Report,
+    version: u64,
+    ip: IpAddr,
+) -> Vec<u8> {
+    match config.protocol {
+        Protocol::Json => {
+            let points: Vec<Value> = report
+                .points
+                .iter()
+                .map(|p| {
+                    json!({"name": p.name, "visits": p.visits, "passes": p.passes,
+                           "downgrades": p.downgrades, "exceptions": p.exceptions,
+                           "timeouts": p.timeouts, "peak_concurrency": p.peak_concurrency,
+                           "downgrades_by_reason": reasons(p)})
+                })
+                .collect();
+            json!({"app_group": config.app_group, "app": config.app,
+                   "instance": config.instance, "host": config.host, "ip": ip.to_string(),
+                   "cycle_start_ms": report.cycle_start_ms, "policy_version": version,
+                   "points": points, "known_points": report.known,
+                   "declared_points": report.declared})
+            .to_string()
+            .into_bytes()
+        }
+        Protocol::Sds => {
+            let map: Map<String, Value> = report
+                .points
+                .iter()
+                .map(|p| {
+                    (
+                        p.name.to_owned(),
+                        json!({"point": p.name, "visitNum": p.visits,
+                               "exceptionNum": p.exceptions,
+                               "concurrentNum": p.peak_concurrency,
+                               "timeoutNum": p.timeouts, "downgradeNum": p.downgrades,
+                               "downgradeReasons": reasons(p)}),
+                    )
+                })
+                .collect();
+            // SDS sends the END of the reported cycle.
+            let client = json!({"appGroupName": config.app_group, "appName": config.app,
+                                "ip": ip.to_string(), "hostname": config.host,
+                                "statisticsCycleTime": report.cycle_start_ms + CYCLE_MS,
+                                "pointInfoMap": map, "instanceId": config.instance,
+                                "version": version, "knownPoints": report.known,
+                                "declaredPoints": report.declared});
+            sds_form(&client)
+        }
+    }
+}
+
+/// The body of a pull.
+pub(crate) fn pull_body(
+    config: &HeartbeatConfig,
+    version: u64,
+    points: &[&'static str],
+    ip: IpAddr,
+) -> Vec<u8> {
+    match config.protocol {
+        Protocol::Json => json!({"app_group": config.app_group, "app": config.app,
+                                 "instance": config.instance, "host": config.host,
+                                 "ip": ip.to_string(), "version": version, "points": points})
+        .to_string()
+        .into_bytes(),
+        Protocol::Sds => sds_form(&json!({"appGroupName": config.app_group,
+                                          "appName": config.app, "ip": ip.to_string(),
+                                          "hostname": config.host, "version": version,
+                                          "pointList": points,
+                                          "instanceId": config.instance})),
+    }
+}
+
+fn sds_form(client: &Value) -> Vec<u8> {
+    format!("client={}", super::http::form_encode(&client.to_string())).into_bytes()
+}
+
+pub(crate) fn content_type(protocol: Protocol) -> &'static str {
+    match protocol {
+        Protocol::Json => "application/json",
+        Protocol::Sds => "application/x-www-form-urlencoded; charset=UTF-8",
+    }
+}
+
+/// What a pull answered.
+#[derive(Debug)]
+pub(crate) enum PullAnswer {
+    /// The version the client holds is current.
+    Unchanged(u64),
+    /// A new version: its policies, or the problems that keep them from applying.
+    Changed(u64, Result<PolicyFile, ConfigError>),
+}
+
+/// Reads a pull answer. `Err` is an answer that is not one at all (a message for the
+/// protocol error).
+pub(crate) fn read_pull_answer(protocol: Protocol, body: &[u8]) -> Result<PullAnswer, String> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err("empty answer".into());
+    }
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    if let Some(msg) = v.get("errorMsg").and_then(Value::as_str) {
+        if !msg.trim().is_empty() {
+            return Err(format!("the server says: {msg}"));
+        }
+    }
+    let changed = v.get("changed").and_then(Value::as_bool).unwrap_or(false);
+    let version = v
+        .get("version")
+        .and_then(Value::as_u64)
+        .ok_or("no `version` in the answer")?;
+    if !changed {
+        return Ok(PullAnswer::Unchanged(version));
+    }
+    let file = match protocol {
+        Protocol::Json => match v.get("policy") {
+            Some(p) if p.is_object() => PolicyFile::parse(&p.to_string(), Format::Json),
+            Some(Value::Null) | None => Ok(PolicyFile::default()),
+            Some(_) => return Err("`policy` is not an object".into()),
+        },
+        Protocol::Sds => match v.get("strategies") {
+            Some(Value::Array(list)) => from_sds(list),
+            Some(Value::Null) | None => Ok(PolicyFile::default()),
+            Some(_) => return Err("`strategies` is not a list".into()),
+        },
+    };
+    Ok(PullAnswer::Changed(version, file))
+}
+
+/// SDS strategies as a policy file. A strategy that carries this project's full
+/// settings (`resiliencePolicy`, sent by resilience-admin) is read from them;
+/// otherwise SDS's fields are translated (see the module docs), and the result goes
+/// through the same checks as a policy file.
+pub(crate) fn from_sds(strategies: &[Value]) -> Result<PolicyFile, ConfigError> {
+    let mut points = Map::new();
+    let mut problems = Vec::new();
+    for (i, s) in strategies.iter().enumerate() {
+        let Some(name) = s.get("point").and_then(Value::as_str) else {
+            problems.push(Problem::new(
+                None,
+                Some(&format!("strategies[{i}].point")),
+                ProblemKind::MissingField,
+                "an SDS strategy without a point name",
+            ));
+            continue;
+        };
+        let settings = match s.get("resiliencePolicy") {
+            Some(p) if p.is_object() => p.clone(),
+            _ => match translate(s) {
+                Ok(p) => p,
+                Err((field, message)) => {
+                    problems.push(Problem::new(
+                        Some(name),
+                        Some(field),
+                        ProblemKind::WrongType,
+                        message,
+                    ));
+                    continue;
+                }
+            },
+        };
+        if points.insert(name.to_owned(), settings).is_some() {
+            problems.push(Problem::new(
+                Some(name),
+                None,
+                ProblemKind::DuplicatePoint,
+                format!("point `{name}` has two strategies"),
+            ));
+        }
+    }
+    if !problems.is_empty() {
+        return Err(ConfigError::Invalid {
+            path: None,
+            problems,
+        });
+    }
+    PolicyFile::parse(&json!({ "points": points }).to_string(), Format::Json)
+}
+
+/// One SDS strategy in this project's point format. SDS writes -1 (or null) for
+/// "rule off"; the rules' own off-values (see the table in the module docs) are kept.
+fn translate(s: &Value) -> Result<Value, (&'static str, String)> {
+    let int = |field: &'static str| -> Result<Option<i64>, (&'static str, String)> {
+        match s.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| (field, format!("expected an integer, got {v}"))),
+        }
+    };
+    let mut p = Map::new();
+    if let Some(v) = int("visitThreshold")?.filter(|v| *v >= 0) {
+        p.insert("max_visits".into(), v.into());
+    }
+    if let Some(v) = int("concurrentThreshold")?.filter(|v| *v >= 0) {
+        p.insert("max_concurrency".into(), v.into());
+    }
+    if let Some(v) = int("exceptionThreshold")?.filter(|v| *v >= 0) {
+        p.insert("max_exceptions".into(), v.into());
+    }
+    let rate = int("exceptionRateThreshold")?.filter(|v| (0..=100).contains(v));
+    let start = int("exceptionRateStart")?.filter(|v| *v >= 0);
+    if let (Some(rate), Some(start)) = (rate, start) {
+        p.insert(
+            "exception_rate".into(),
+            json!({"rate": rate as f64 / 100.0, "min_visits": start}),
+        );
+    }
+    let threshold = int("timeoutThreshold")?.filter(|v| *v > 0);
+    let count = int("timeoutCountThreshold")?.filter(|v| *v >= 0);
+    if let (Some(t), Some(c)) = (threshold, count) {
+        p.insert(
+            "timeouts".into(),
+            json!({"threshold": format!("{t}ms"), "max_count": c}),
+        );
+    }
+    if let Some(r) = int("tokenBucketGeneratedTokensInSecond")?.filter(|v| *v >= 0) {
+        // SDS lets max(rate, size) calls through per calendar second; a bucket of that
+        // rate and capacity admits the same per second, refilled smoothly.
+        let size = int("tokenBucketSize")?.unwrap_or(0);
+        let per_second = r.max(size);
+        p.insert(
+            "token_bucket".into(),
+            json!({"rate": per_second as f64, "capacity": per_second.max(1)}),
+        );
+    }
+    if let Some(d) = int("delayTime")?.filter(|v| *v >= 0) {
+        let mut delay = json!({"duration": format!("{d}ms")});
+        if let Some(r) = int("retryInterval")?.filter(|v| *v > 0) {
+            delay["retry_interval"] = format!("{r}ms").into();
+        }
+        p.insert("delay".into(), delay);
+    }
+    let percent = int("downgradeRate")?.map_or(100, |r| r.clamp(0, 100));
+    p.insert("downgrade_percentage".into(), percent.into());
+    Ok(Value::Object(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn file(v: Value) -> PolicyFile {
+        PolicyFile::parse(&v.to_string(), Format::Json).unwrap()
+    }
+
+    #[test]
+    fn sds_fields_are_translated() {
+        let f = from_sds(&[json!({
+            "point": "p", "visitThreshold": 40, "concurrentThreshold": -1,
+            "exceptionThreshold": null, "exceptionRateThreshold": 50, "exceptionRateStart": 10,
+            "timeoutThreshold": 200, "timeoutCountThreshold": 3,
+            "tokenBucketGeneratedTokensInSecond": 5, "tokenBucketSize": 20,
+            "delayTime": 10000, "retryInterval": 1000, "downgradeRate": 80,
+            "returnValueStr": null, "pressureTestDowngrade": 0
+        })])
+        .unwrap();
+        let p = &f.points["p"].policy;
+        assert_eq!(p.max_visits(), Some(40));
+        assert_eq!(p.max_concurrency(), None);
+        assert_eq!(p.max_exceptions(), None);
+        assert_eq!(
+            p.exception_rate().map(|r| (r.rate, r.min_visits)),
+            Some((0.5, 10))
+        );
+        let t = p.timeouts().unwrap();
+        assert_eq!((t.threshold, t.max_count), (Duration::from_millis(200), 3));
+        let b = p.token_bucket().unwrap();
+        assert_eq!((b.rate, b.capacity), (20.0, 20));
+        let d = p.delay().unwrap();
+        assert_eq!(
+            (d.duration, d.retry_interval),
+            (Duration::from_secs(10), Some(Duration::from_secs(1)))
+        );
+        assert_eq!(p.downgrade_percentage(), 80);
+    }
+
+    #[test]
+    fn our_full_settings_win_and_bad_strategies_name_the_field() {
+        let f = from_sds(&[json!({"point": "p", "visitThreshold": 1,
+                                  "resiliencePolicy": {"max_visits": 7, "shadow": true}})])
+        .unwrap();
+        assert_eq!(
+            f,
+            file(json!({"points": {"p": {"max_visits": 7, "shadow": true}}}))
+        );
+        let e = from_sds(&[
+            json!({"point": "p", "visitThreshold": "many"}),
+            json!({"visitThreshold": 1}),
+        ])
+        .unwrap_err();
+        let fields: Vec<_> = e
+            .problems()
+            .iter()
+            .map(|p| p.field.clone().unwrap())
+            .collect();
+        assert_eq!(fields, ["visitThreshold", "strategies[1].point"]);
+        // Values the runtime refuses are reported by its own checks.
+        let e = from_sds(&[json!({"point": "p", "delayTime": 5000, "retryInterval": 9000})])
+            .unwrap_err();
+        assert_eq!(e.problems()[0].point.as_deref(), Some("p"));
+    }
+
+    #[test]
+    fn pull_answers() {
+        let json_answer = br#"{"changed": true, "version": 4, "policy": {"points": {"a": {"max_concurrency": 2}}}}"#;
+        match read_pull_answer(Protocol::Json, json_answer).unwrap() {
+            PullAnswer::Changed(4, Ok(f)) => {
+                assert_eq!(f.points["a"].policy.max_concurrency(), Some(2))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            read_pull_answer(
+                Protocol::Sds,
+                br#"{"changed": false, "version": 4, "strategies": null}"#
+            ),
+            Ok(PullAnswer::Unchanged(4))
+        ));
+        match read_pull_answer(
+            Protocol::Sds,
+            br#"{"changed": true, "version": 0, "strategies": null}"#,
+        ) {
+            Ok(PullAnswer::Changed(0, Ok(f))) => assert_eq!(f, PolicyFile::default()),
+            other => panic!("{other:?}"),
+        }
+        let e = read_pull_answer(
+            Protocol::Sds,
+            br#"{"changed": true, "version": 1, "errorMsg": "app unknown"}"#,
+        )
+        .unwrap_err();
+        assert!(e.contains("app unknown"), "{e}");
+        assert!(read_pull_answer(Protocol::Json, b"  ").is_err());
+        assert!(read_pull_answer(Protocol::Json, b"<html>").is_err());
+        assert!(read_pull_answer(Protocol::Json, br#"{"changed": true}"#).is_err());
+    }
+}

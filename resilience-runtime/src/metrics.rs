@@ -1,0 +1,295 @@
+//! Prometheus exposition of every point: counters and gauges read from the registry's
+//! statistics at scrape time, encoded with `prometheus-client`.
+//!
+//! Nothing is recorded twice: the collector reads [`Registry::stats`] for every point
+//! when it is scraped, so the numbers are exactly the registry's and cost nothing
+//! between scrapes.
+//!
+//! | metric | type | labels | from |
+//! |---|---|---|---|
+//! | `resilience_visits_total` | counter | `point` | [`Totals::visits`](crate::Totals::visits) |
+//! | `resilience_passes_total` | counter | `point` | [`Totals::passes`](crate::Totals::passes) |
+//! | `resilience_downgrades_total` | counter | `point`, `reason` | [`Totals::downgrades_by_reason`](crate::Totals::downgrades_by_reason) |
+//! | `resilience_shadow_downgrades_total` | counter | `point`, `reason` | calls a shadow policy would have downgraded |
+//! | `resilience_exceptions_total` | counter | `point` | [`Totals::exceptions`](crate::Totals::exceptions) |
+//! | `resilience_timeouts_total` | counter | `point` | [`Totals::timeouts`](crate::Totals::timeouts) |
+//! | `resilience_dropped_events_total` | counter | `point` | listener events dropped, queue full |
+//! | `resilience_concurrency` | gauge | `point` | calls in flight now |
+//! | `resilience_peak_concurrency` | gauge | `point` | most calls ever in flight at once |
+//! | `resilience_in_delay` | gauge | `point` | 1 while the point is in a downgrade delay |
+//! | `resilience_listener_events_dropped_total` | counter | | over all points |
+//! | `resilience_listener_events_delivered_total` | counter | | over all points |
+//! | `resilience_policy_file_version` | gauge | | with feature `config`: files applied so far |
+//!
+//! `resilience_downgrades_total` has one series per [`Reason`], zeros included, so
+//! `rate()` works from the first scrape.
+//!
+//! # Examples
+//!
+//! ```
+//! use resilience_runtime::{metrics, registry, Policy};
+//!
+//! registry().set_policy("docs.metrics", Policy::builder().max_visits(0).build()?)?;
+//! let _ = registry().point("docs.metrics")?.enter(); // downgraded
+//! let text = metrics::render();
+//! assert!(text.contains(r#"resilience_downgrades_total{point="docs.metrics",reason="visits"} 1"#));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use crate::error::Reason;
+use crate::registry::{registry, Registry};
+use crate::stats::PointStats;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use std::fmt;
+
+/// The `Content-Type` of [`render`]'s output (Prometheus text format 0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_client::encoding::prometheus_text::CONTENT_TYPE;
+
+/// The `Content-Type` of [`render_openmetrics`]'s output.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Every point of the global registry in the Prometheus text format (0.0.4), ready to
+/// serve at `/metrics` with [`CONTENT_TYPE`].
+pub fn render() -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail, and the collector reports no error of its own.
+    let _ = encode_into(&mut out);
+    out
+}
+
+/// Appends [`render`]'s text to `out`.
+///
+/// # Errors
+///
+/// Only if `out` refuses a write (a `String` never does).
+pub fn encode_into(out: &mut impl fmt::Write) -> fmt::Result {
+    let mut metrics = prometheus_client::registry::Registry::default();
+    metrics.register_collector(Box::new(PointsCollector::global()));
+    prometheus_client::encoding::prometheus_text::encode(out, &metrics)
+}
+
+/// Every point of the global registry in the OpenMetrics text format (ends with
+/// `# EOF`), to serve with [`OPENMETRICS_CONTENT_TYPE`].
+pub fn render_openmetrics() -> String {
+    let mut metrics = prometheus_client::registry::Registry::default();
+    metrics.register_collector(Box::new(PointsCollector::global()));
+    let mut out = String::new();
+    let _ = prometheus_client::encoding::text::encode(&mut out, &metrics);
+    out
+}
+
+/// A `prometheus-client` collector of every point of a registry, read at scrape time.
+///
+/// [`render`] uses it with the global registry; register it in an application's own
+/// `prometheus_client` registry to serve the points next to other metrics.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::metrics::PointsCollector;
+///
+/// let mut app_metrics = prometheus_client::registry::Registry::default();
+/// app_metrics.register_collector(Box::new(PointsCollector::global()));
+/// let mut text = String::new();
+/// prometheus_client::encoding::text::encode(&mut text, &app_metrics)?;
+/// assert!(text.ends_with("# EOF\n"));
+/// # Ok::<(), std::fmt::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy)]
+pub struct PointsCollector {
+    registry: &'static Registry,
+}
+
+impl PointsCollector {
+    /// A collector of the given registry's points.
+    pub fn new(registry: &'static Registry) -> PointsCollector {
+        PointsCollector { registry }
+    }
+
+    /// A collector of the global registry's points.
+    pub fn global() -> PointsCollector {
+        PointsCollector::new(registry())
+    }
+}
+
+impl Collector for PointsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        // One snapshot per point, so every family shows the same instant of a point.
+        let points: Vec<PointStats> = self
+            .registry
+            .point_names()
+            .into_iter()
+            .filter_map(|name| self.registry.stats(name))
+            .collect();
+        encode_point_metrics(&mut encoder, &points)?;
+        encode_breaker_metrics(&mut encoder, &points)?;
+        encode_registry_metrics(&mut encoder, self.registry)
+    }
+}
+
+/// One metric family with a value per point (labels: `point`).
+fn per_point<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    points: &[PointStats],
+    value: impl Fn(&PointStats) -> M,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+    for p in points {
+        let labels = [("point", p.name)];
+        value(p).encode(family.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// One metric family with a value per point and reason (labels: `point`, `reason`).
+fn per_reason(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    points: &[PointStats],
+    count: impl Fn(&PointStats, Reason) -> u64,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for p in points {
+        for reason in Reason::ALL {
+            let labels = [("point", p.name), ("reason", reason.as_str())];
+            ConstCounter::new(count(p, reason)).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+fn gauge(v: u64) -> ConstGauge<i64> {
+    ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX))
+}
+
+fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &[PointStats]) -> fmt::Result {
+    use MetricType::{Counter, Gauge};
+    let counter = ConstCounter::new;
+    per_point(
+        encoder,
+        "resilience_visits",
+        "Calls that asked to run, downgraded ones included.",
+        Counter,
+        points,
+        |p| counter(p.totals.visits),
+    )?;
+    per_point(
+        encoder,
+        "resilience_passes",
+        "Calls that ran.",
+        Counter,
+        points,
+        |p| counter(p.totals.passes),
+    )?;
+    per_reason(
+        encoder,
+        "resilience_downgrades",
+        "Calls that were downgraded, by the rule that tripped.",
+        points,
+        |p, r| p.totals.downgrades_by_reason.get(r),
+    )?;
+    per_reason(
+        encoder,
+        "resilience_shadow_downgrades",
+        "Calls a shadow (dry-run) policy would have downgraded; they ran.",
+        points,
+        |p, r| p.shadow_downgrades_by_reason.get(r),
+    )?;
+    per_point(
+        encoder,
+        "resilience_exceptions",
+        "Calls that returned a counted error or panicked.",
+        Counter,
+        points,
+        |p| counter(p.totals.exceptions),
+    )?;
+    per_point(
+        encoder,
+        "resilience_timeouts",
+        "Calls slower than the timeout threshold.",
+        Counter,
+        points,
+        |p| counter(p.totals.timeouts),
+    )?;
+    per_point(
+        encoder,
+        "resilience_dropped_events",
+        "Downgrade events dropped because the listener queue was full.",
+        Counter,
+        points,
+        |p| counter(p.dropped_events),
+    )?;
+    per_point(
+        encoder,
+        "resilience_concurrency",
+        "Calls in flight now (tracked while the point has a policy).",
+        Gauge,
+        points,
+        |p| gauge(p.concurrency),
+    )?;
+    per_point(
+        encoder,
+        "resilience_peak_concurrency",
+        "The most calls ever in flight at once.",
+        Gauge,
+        points,
+        |p| gauge(p.peak_concurrency),
+    )?;
+    per_point(
+        encoder,
+        "resilience_in_delay",
+        "1 while the point is inside a downgrade delay, else 0.",
+        Gauge,
+        points,
+        |p| gauge(u64::from(p.in_delay)),
+    )
+}
+
+/// Breaker state and drops per point: left for the breaker integration to fill in
+/// (from `PointStats::breaker`), so that breaker metrics live in one place.
+fn encode_breaker_metrics(
+    _encoder: &mut DescriptorEncoder<'_>,
+    _points: &[PointStats],
+) -> fmt::Result {
+    Ok(())
+}
+
+fn encode_registry_metrics(
+    encoder: &mut DescriptorEncoder<'_>,
+    registry: &Registry,
+) -> fmt::Result {
+    let dropped = ConstCounter::new(registry.dropped_events());
+    dropped.encode(encoder.encode_descriptor(
+        "resilience_listener_events_dropped",
+        "Downgrade events dropped over all points because the listener queue was full.",
+        None,
+        MetricType::Counter,
+    )?)?;
+    let delivered = ConstCounter::new(registry.delivered_events());
+    delivered.encode(encoder.encode_descriptor(
+        "resilience_listener_events_delivered",
+        "Downgrade events delivered to the listeners.",
+        None,
+        MetricType::Counter,
+    )?)?;
+    #[cfg(feature = "config")]
+    {
+        let version = gauge(registry.policy_file_version());
+        version.encode(encoder.encode_descriptor(
+            "resilience_policy_file_version",
+            "Policy files applied to the registry so far (0: none).",
+            None,
+            MetricType::Gauge,
+        )?)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,121 @@
+//! The breaker of a point, chosen and tuned at run time.
+
+use crate::breaker::{ClassicConfig, ConfigError, SreConfig};
+use crate::error::PointNameError;
+use std::fmt;
+use std::time::Duration;
+
+/// Which breaker guards a point, set with
+/// [`Registry::set_breaker`](crate::Registry::set_breaker).
+///
+/// A point annotated with `#[breaker]` gets [`BreakerPolicy::default`] (the SRE adaptive
+/// breaker with go-zero's constants) on its first call unless one was set; any point,
+/// `#[downgrade]` ones included, can be given a breaker. The breaker is checked after
+/// every rule of the point's [`Policy`](crate::Policy); a rejection is a downgrade with
+/// [`Reason::BreakerOpen`](crate::Reason::BreakerOpen). Changing the breaker starts it
+/// with an empty window.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::breaker::{ClassicConfig, SreConfig};
+/// use resilience_runtime::{registry, BreakerPolicy};
+/// use std::time::Duration;
+///
+/// // go-zero's breaker with a more tolerant k and latency awareness
+/// let sre = BreakerPolicy::Sre {
+///     config: SreConfig { k: 2.0, ..SreConfig::default() },
+///     slow_call: Some(Duration::from_millis(500)),
+/// };
+/// registry().set_breaker("docs.breaker.sre", sre)?;
+/// // a three-state breaker
+/// registry().set_breaker("docs.breaker.classic", BreakerPolicy::Classic(ClassicConfig::default()))?;
+/// # Ok::<(), resilience_runtime::BreakerError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum BreakerPolicy {
+    /// go-zero's Google-SRE adaptive breaker.
+    Sre {
+        /// Its constants.
+        config: SreConfig,
+        /// A call slower than this counts as a failure (latency awareness), or `None`.
+        slow_call: Option<Duration>,
+    },
+    /// The classic closed / open / half-open breaker.
+    Classic(ClassicConfig),
+    /// No breaker, even on a `#[breaker]` point (go-zero's `NoBreakerFor`).
+    Disabled,
+}
+
+impl Default for BreakerPolicy {
+    fn default() -> Self {
+        BreakerPolicy::Sre {
+            config: SreConfig::default(),
+            slow_call: None,
+        }
+    }
+}
+
+impl BreakerPolicy {
+    /// Checks every setting.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the invalid field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        match self {
+            BreakerPolicy::Sre { config, slow_call } => {
+                config.validate()?;
+                if slow_call.is_some_and(|d| d.is_zero()) {
+                    return Err(ConfigError::new(
+                        "slow_call",
+                        "must be greater than zero (use None to ignore durations)",
+                    ));
+                }
+                Ok(())
+            }
+            BreakerPolicy::Classic(config) => config.validate(),
+            BreakerPolicy::Disabled => Ok(()),
+        }
+    }
+}
+
+/// [`Registry::set_breaker`](crate::Registry::set_breaker) was refused.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum BreakerError {
+    /// The point name is invalid.
+    Name(PointNameError),
+    /// A breaker setting is invalid.
+    Config(ConfigError),
+}
+
+impl fmt::Display for BreakerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BreakerError::Name(e) => e.fmt(f),
+            BreakerError::Config(e) => write!(f, "invalid breaker: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BreakerError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BreakerError::Name(e) => Some(e),
+            BreakerError::Config(e) => Some(e),
+        }
+    }
+}
+
+impl From<PointNameError> for BreakerError {
+    fn from(e: PointNameError) -> Self {
+        BreakerError::Name(e)
+    }
+}
+
+impl From<ConfigError> for BreakerError {
+    fn from(e: ConfigError) -> Self {
+        BreakerError::Config(e)
+    }
+}

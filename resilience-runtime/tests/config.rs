@@ -1,0 +1,775 @@
+//! Policy files: TOML and JSON round trips, every kind of problem reported with its
+//! point and field, all-or-nothing application, strict mode, and hot reload of a real
+//! file in a temporary directory.
+//!
+//! Each test uses a registry of its own (leaked, as the global one is), so that one
+//! test's load cannot clear another's points.
+
+use resilience_runtime::config::{
+    ConfigError, Format, PointConfig, PolicyFile, ProblemKind, WatchOptions,
+};
+use resilience_runtime::{downgrade, Clock, Policy, Registry};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+fn new_registry() -> &'static Registry {
+    Box::leak(Box::new(Registry::with_clock(Clock::system())))
+}
+
+/// Every point's policy, for "nothing changed" checks.
+fn snapshot(r: &Registry) -> BTreeMap<&'static str, Option<Policy>> {
+    r.point_names()
+        .into_iter()
+        .map(|n| (n, r.policy(n).unwrap()))
+        .collect()
+}
+
+/// (kind, point, field) of every problem of an error.
+fn problems(e: &ConfigError) -> Vec<(ProblemKind, Option<&str>, Option<&str>)> {
+    e.problems()
+        .iter()
+        .map(|p| (p.kind, p.point.as_deref(), p.field.as_deref()))
+        .collect()
+}
+
+/// A policy with every rule set (and non-default window and percentage).
+fn everything(shadow: bool) -> Policy {
+    Policy::builder()
+        .max_visits(1000)
+        .max_concurrency(64)
+        .max_exceptions(30)
+        .exception_rate(0.25, 20)
+        .timeouts(Duration::from_millis(250), 7)
+        .token_bucket(12.5, 40)
+        .downgrade_percentage(80)
+        .delay(Duration::from_secs(10), Some(Duration::from_millis(1500)))
+        .window(20, Duration::from_millis(500))
+        .shadow(shadow)
+        .build()
+        .unwrap()
+}
+
+fn sample_file() -> PolicyFile {
+    let mut file = PolicyFile::default();
+    file.points
+        .insert("rt.everything".into(), PointConfig::new(everything(false)));
+    file.points
+        .insert("rt.shadow".into(), PointConfig::new(everything(true)));
+    file.points.insert(
+        "rt.kill switch".into(),
+        PointConfig::new(Policy::builder().max_visits(0).build().unwrap()),
+    );
+    file.points
+        .insert("rt.observe".into(), PointConfig::new(Policy::observe()));
+    file
+}
+
+#[test]
+fn toml_round_trip_applies_every_setting() {
+    let r = new_registry();
+    let file = sample_file();
+    let text = file.to_text(Format::Toml).unwrap();
+    assert!(text.contains(r#"threshold = "250ms""#), "{text}");
+    assert!(text.contains(r#"retry_interval = "1500ms""#), "{text}");
+    assert!(text.contains("[points.\"rt.kill switch\"]"), "{text}");
+    assert_eq!(PolicyFile::parse(&text, Format::Toml).unwrap(), file);
+
+    let report = r.load_policies_str(&text, Format::Toml).unwrap();
+    assert_eq!(report.version, 1);
+    assert_eq!(
+        report.applied,
+        ["rt.everything", "rt.kill switch", "rt.observe", "rt.shadow"]
+    );
+    assert!(report.cleared.is_empty());
+    for (name, config) in &file.points {
+        assert_eq!(
+            r.policy(name).unwrap().as_ref(),
+            Some(&config.policy),
+            "{name}"
+        );
+    }
+    assert!(r.policy("rt.shadow").unwrap().unwrap().is_shadow());
+    assert_eq!(PolicyFile::from_registry(r), file);
+}
+
+#[test]
+fn json_round_trip_matches_toml() {
+    let file = sample_file();
+    let json = file.to_text(Format::Json).unwrap();
+    assert!(json.contains(r#""bucket_width": "500ms""#), "{json}");
+    assert_eq!(PolicyFile::parse(&json, Format::Json).unwrap(), file);
+    // TOML -> model -> JSON -> model is the same model.
+    let via_toml = PolicyFile::parse(&file.to_text(Format::Toml).unwrap(), Format::Toml).unwrap();
+    assert_eq!(via_toml.to_text(Format::Json).unwrap(), json);
+
+    let r = new_registry();
+    r.load_policies_str(&json, Format::Json).unwrap();
+    assert_eq!(PolicyFile::from_registry(r), file);
+}
+
+#[test]
+fn the_example_policy_file_is_valid() {
+    let file =
+        PolicyFile::parse(include_str!("../../examples/policies.toml"), Format::Toml).unwrap();
+    assert!(file.strict);
+    let order = &file.points["order.create"].policy;
+    assert_eq!(order.max_visits(), Some(1000));
+    assert_eq!(
+        order.timeouts().unwrap().threshold,
+        Duration::from_millis(250)
+    );
+    assert_eq!(
+        order.delay().unwrap().retry_interval,
+        Some(Duration::from_secs(1))
+    );
+    assert_eq!(order.window().buckets, 10);
+    assert!(file.points["recommendations"].policy.is_shadow());
+    assert_eq!(
+        file.points.keys().collect::<Vec<_>>(),
+        ["order.create", "recommendations", "search.query"]
+    );
+}
+
+// Found by config_fuzz: serde_json's default float parsing can be one ulp off, so a
+// rate written to JSON came back different.
+#[test]
+fn json_floats_round_trip_exactly() {
+    for rate in [
+        203_244.617_822_524_65_f64,
+        0.984_866_607_490_393_9,
+        0.1,
+        1e-300,
+    ] {
+        let policy = Policy::builder()
+            .token_bucket(rate.min(1e9), 1)
+            .build()
+            .unwrap();
+        let mut file = PolicyFile::default();
+        file.points.insert("f".into(), PointConfig::new(policy));
+        let json = file.to_text(Format::Json).unwrap();
+        assert_eq!(
+            PolicyFile::parse(&json, Format::Json).unwrap(),
+            file,
+            "{json}"
+        );
+    }
+}
+
+#[test]
+fn serde_deserialize_reports_every_problem() {
+    let file: PolicyFile = serde_json::from_str(r#"{"points": {"a": {"max_visits": 3}}}"#).unwrap();
+    assert_eq!(file.points["a"].policy.max_visits(), Some(3));
+    let err = serde_json::from_str::<PolicyFile>(
+        r#"{"points": {"a": {"max_visits": -1, "window": {"buckets": 0}}}}"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("point `a`, field `max_visits`"), "{err}");
+    assert!(err.contains("point `a`, field `window.buckets`"), "{err}");
+    let config: PointConfig = toml::from_str("max_concurrency = 2").unwrap();
+    assert_eq!(config.policy.max_concurrency(), Some(2));
+}
+
+#[test]
+fn durations_accept_compound_and_fractional_text() {
+    let file = PolicyFile::parse(
+        r#"
+        [points.d]
+        delay = { duration = "1m 30s", retry_interval = "2.5s" }
+        timeouts = { threshold = "1500us", max_count = 1 }
+        "#,
+        Format::Toml,
+    )
+    .unwrap();
+    let p = &file.points["d"].policy;
+    assert_eq!(p.delay().unwrap().duration, Duration::from_secs(90));
+    assert_eq!(
+        p.delay().unwrap().retry_interval,
+        Some(Duration::from_millis(2500))
+    );
+    assert_eq!(p.timeouts().unwrap().threshold, Duration::from_micros(1500));
+}
+
+#[test]
+fn every_problem_is_listed_with_point_and_field_and_nothing_is_applied() {
+    let r = new_registry();
+    r.set_policy("bad.good", Policy::builder().max_visits(5).build().unwrap())
+        .unwrap();
+    r.set_policy("bad.api", Policy::builder().max_visits(6).build().unwrap())
+        .unwrap();
+    let before = snapshot(r);
+    let text = r#"
+        colour = "blue"
+
+        [points."bad.good"]
+        max_visits = 50                       # valid, but the file is rejected
+
+        [points."bad.types"]
+        max_visits = "many"
+        max_concurrency = 1.5
+        shadow = "yes"
+        timeouts = { threshold = 250, max_count = 3 }
+        delay = { duration = "10", retry_interval = "1s" }
+
+        [points."bad.ranges"]
+        max_visits = -1
+        max_concurrency = 5000000000
+        downgrade_percentage = 150
+        exception_rate = { rate = 1.5, min_visits = 5 }
+        token_bucket = { rate = 10.0, capacity = 0 }
+        window = { buckets = 4000, bucket_width = "1s" }
+        delay = { duration = "1s", retry_interval = "2s" }
+
+        [points."bad.fields"]
+        max_visit = 3
+        breaker = { kind = "sre" }
+        timeouts = { threshold = "1s" }
+        window = { buckets = 10, width = "1s" }
+
+        [points."  "]
+        max_visits = 1
+    "#;
+    let err = r.load_policies_str(text, Format::Toml).unwrap_err();
+    use ProblemKind::*;
+    assert_eq!(
+        problems(&err),
+        [
+            (UnknownField, None, Some("colour")),
+            (WrongType, Some("bad.types"), Some("max_visits")),
+            (WrongType, Some("bad.types"), Some("max_concurrency")),
+            (WrongType, Some("bad.types"), Some("shadow")),
+            (WrongType, Some("bad.types"), Some("timeouts.threshold")),
+            (WrongType, Some("bad.types"), Some("delay.duration")),
+            (OutOfRange, Some("bad.ranges"), Some("max_visits")),
+            (OutOfRange, Some("bad.ranges"), Some("max_concurrency")),
+            (OutOfRange, Some("bad.ranges"), Some("exception_rate.rate")),
+            (
+                OutOfRange,
+                Some("bad.ranges"),
+                Some("token_bucket.capacity")
+            ),
+            (OutOfRange, Some("bad.ranges"), Some("downgrade_percentage")),
+            (OutOfRange, Some("bad.ranges"), Some("delay.retry_interval")),
+            (OutOfRange, Some("bad.ranges"), Some("window.buckets")),
+            (UnknownField, Some("bad.fields"), Some("max_visit")),
+            (UnknownField, Some("bad.fields"), Some("breaker")),
+            (MissingField, Some("bad.fields"), Some("timeouts.max_count")),
+            (UnknownField, Some("bad.fields"), Some("window.width")),
+            (InvalidPointName, Some("  "), None),
+        ],
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("nothing applied (18 problems)"), "{text}");
+    assert!(
+        text.contains("point `bad.fields`, field `max_visit`: unknown field `max_visit`, did you mean `max_visits`?"),
+        "{text}"
+    );
+    assert!(
+        text.contains("point `bad.types`, field `delay.duration`: missing unit after `10`"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "point `bad.ranges`, field `downgrade_percentage`: must be within 0..=100, got 150"
+        ),
+        "{text}"
+    );
+    assert_eq!(snapshot(r), before);
+    assert_eq!(r.policy_file_version(), 0);
+}
+
+#[test]
+fn json_wrong_shapes_are_reported() {
+    let r = new_registry();
+    let err = r
+        .load_policies_str(
+            r#"{"strict": "yes", "points": {"a": 3, "b": {"window": [1, 2]}}}"#,
+            Format::Json,
+        )
+        .unwrap_err();
+    use ProblemKind::*;
+    assert_eq!(
+        problems(&err),
+        [
+            (WrongType, None, Some("strict")),
+            (WrongType, Some("a"), None),
+            (WrongType, Some("b"), Some("window")),
+        ],
+        "{err}"
+    );
+    let err = r.load_policies_str("[1, 2]", Format::Json).unwrap_err();
+    assert_eq!(problems(&err), [(WrongType, None, None)], "{err}");
+    assert!(r.point_names().is_empty());
+}
+
+#[test]
+fn duplicate_points_are_named_in_json_and_toml() {
+    let r = new_registry();
+    let before = snapshot(r);
+    let err = r
+        .load_policies_str(
+            r#"{"points": {
+                "dup.a": {"max_visits": 1},
+                "dup.b": {"max_visits": 1, "max_visits": 2},
+                "dup.a": {"max_visits": 2}
+            }}"#,
+            Format::Json,
+        )
+        .unwrap_err();
+    use ProblemKind::*;
+    assert_eq!(
+        problems(&err),
+        [
+            (DuplicateField, Some("dup.b"), Some("max_visits")),
+            (DuplicatePoint, Some("dup.a"), None),
+        ],
+        "{err}"
+    );
+    let err = r
+        .load_policies_str(
+            "[points.\"dup.a\"]\nmax_visits = 1\n\n[points.\"dup.a\"]\nmax_visits = 2\n",
+            Format::Toml,
+        )
+        .unwrap_err();
+    assert_eq!(problems(&err), [(DuplicatePoint, Some("dup.a"), None)]);
+    assert!(
+        err.to_string()
+            .contains("point `dup.a` is configured more than once (again at line 4)"),
+        "{err}"
+    );
+    assert_eq!(snapshot(r), before);
+}
+
+#[test]
+fn a_byte_order_mark_is_ignored() {
+    for (text, format) in [
+        ("\u{feff}[points.bom]\nmax_visits = 1\n", Format::Toml),
+        (
+            "\u{feff}{\"points\": {\"bom\": {\"max_visits\": 1}}}",
+            Format::Json,
+        ),
+    ] {
+        let file = PolicyFile::parse(text, format).unwrap();
+        assert_eq!(file.points["bom"].policy.max_visits(), Some(1));
+    }
+}
+
+#[test]
+fn syntax_errors_change_nothing() {
+    let r = new_registry();
+    r.load_policies_str("[points.s]\nmax_visits = 1\n", Format::Toml)
+        .unwrap();
+    let before = snapshot(r);
+    for (text, format) in [
+        ("[points.s\nmax_visits = 2", Format::Toml),
+        ("{\"points\": {\"s\": {\"max_visits\": 2}", Format::Json),
+        ("", Format::Json),
+    ] {
+        let err = r.load_policies_str(text, format).unwrap_err();
+        assert_eq!(problems(&err), [(ProblemKind::Syntax, None, None)], "{err}");
+    }
+    assert_eq!(snapshot(r), before);
+    assert_eq!(r.policy_file_version(), 1);
+}
+
+// Declared, never called: strict mode must accept it.
+#[downgrade(point = "strict.declared", default)]
+#[allow(dead_code)]
+fn declared_only() -> u8 {
+    0
+}
+
+#[test]
+fn strict_mode_rejects_unknown_points_only() {
+    let r = new_registry();
+    r.point("strict.created").unwrap();
+    let before = snapshot(r);
+    let text = r#"
+        strict = true
+        [points."strict.declared"]
+        max_visits = 1
+        [points."strict.created"]
+        max_visits = 1
+        [points."strict.typo"]
+        max_visits = 1
+        [points."strict.typo2"]
+        max_visits = "x"
+    "#;
+    let err = r.load_policies_str(text, Format::Toml).unwrap_err();
+    use ProblemKind::*;
+    assert_eq!(
+        problems(&err),
+        [
+            (WrongType, Some("strict.typo2"), Some("max_visits")),
+            (UnknownPoint, Some("strict.typo"), None),
+            (UnknownPoint, Some("strict.typo2"), None),
+        ],
+        "{err}"
+    );
+    assert_eq!(snapshot(r), before);
+    assert!(
+        r.get("strict.typo").is_none(),
+        "a rejected file creates no point"
+    );
+
+    // Without the strict flag, the same unknown name is fine (and created).
+    let lax = text
+        .replace("strict = true", "")
+        .replace("max_visits = \"x\"", "max_visits = 2");
+    let report = r.load_policies_str(&lax, Format::Toml).unwrap();
+    assert_eq!(report.applied.len(), 4);
+    assert!(r.get("strict.typo").is_some());
+    // Strict again: every point now exists, so it passes.
+    let strict = format!("strict = true\n{lax}");
+    r.load_policies_str(&strict, Format::Toml).unwrap();
+}
+
+#[test]
+fn a_new_file_clears_points_the_old_one_configured() {
+    let r = new_registry();
+    r.set_policy("clr.api", Policy::builder().max_visits(9).build().unwrap())
+        .unwrap();
+    let first = r
+        .load_policies_str(
+            r#"{"points": {"clr.a": {"max_visits": 1}, "clr.b": {"max_visits": 2}}}"#,
+            Format::Json,
+        )
+        .unwrap();
+    assert_eq!(first.version, 1);
+    let second = r
+        .load_policies_str(
+            r#"{"points": {"clr.b": {"max_visits": 3}, "clr.c": {"max_concurrency": 1}}}"#,
+            Format::Json,
+        )
+        .unwrap();
+    assert_eq!(second.version, 2);
+    assert_eq!(second.applied, ["clr.b", "clr.c"]);
+    assert_eq!(second.cleared, ["clr.a"]);
+    assert_eq!(r.policy("clr.a").unwrap(), None);
+    assert_eq!(r.policy("clr.b").unwrap().unwrap().max_visits(), Some(3));
+    // Never mentioned by a file: left as the API set it.
+    assert_eq!(r.policy("clr.api").unwrap().unwrap().max_visits(), Some(9));
+    // A rejected file neither applies nor clears, and keeps the version.
+    let err = r
+        .load_policies_str(r#"{"points": {"clr.d": {"max_visits": -3}}}"#, Format::Json)
+        .unwrap_err();
+    assert_eq!(err.problems().len(), 1);
+    assert_eq!(r.policy("clr.b").unwrap().unwrap().max_visits(), Some(3));
+    assert_eq!(r.policy_file_version(), 2);
+    // An empty file clears everything it configured.
+    let third = r.load_policies_str("", Format::Toml).unwrap();
+    assert_eq!(third.cleared, ["clr.b", "clr.c"]);
+    assert_eq!(r.policy("clr.c").unwrap(), None);
+    assert_eq!(r.policy("clr.api").unwrap().unwrap().max_visits(), Some(9));
+}
+
+#[test]
+fn a_loaded_policy_is_enforced() {
+    let r = new_registry();
+    r.load_policies_str("[points.enf]\nmax_visits = 2\n", Format::Toml)
+        .unwrap();
+    let p = r.point("enf").unwrap();
+    for _ in 0..2 {
+        p.enter().unwrap().finish(false);
+    }
+    assert!(
+        p.enter().is_err(),
+        "the third visit in the window is downgraded"
+    );
+}
+
+/// A fresh directory under the system temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "resilience-config-{tag}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn files_are_read_by_extension() {
+    let dir = TempDir::new("ext");
+    let r = new_registry();
+    let json = dir.path("p.JSON");
+    std::fs::write(&json, r#"{"points": {"f.j": {"max_visits": 4}}}"#).unwrap();
+    let report = r.load_policies(&json).unwrap();
+    assert_eq!(report.source.as_deref(), Some(json.as_path()));
+    assert_eq!(r.policy("f.j").unwrap().unwrap().max_visits(), Some(4));
+
+    let yaml = dir.path("p.yaml");
+    std::fs::write(&yaml, "points: {}").unwrap();
+    assert!(matches!(
+        r.load_policies(&yaml),
+        Err(ConfigError::UnknownFormat { .. })
+    ));
+    let err = r.load_policies(dir.path("missing.toml")).unwrap_err();
+    assert!(matches!(err, ConfigError::Io { .. }), "{err}");
+    assert!(err.to_string().contains("missing.toml"), "{err}");
+
+    // A rejected file names itself.
+    let broken = dir.path("broken.toml");
+    std::fs::write(&broken, "[points.x]\nmax_visits = true\n").unwrap();
+    let err = r.load_policies(&broken).unwrap_err();
+    assert!(err.to_string().contains("broken.toml rejected"), "{err}");
+    assert_eq!(r.policy_file_version(), 1);
+}
+
+/// Polls `f` until it returns `Some`, for at most 5 s of real time.
+fn wait_for<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "timed out after {:?} waiting for {what}",
+            start.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Replaces a file the way many editors do: write a sibling, then rename over it.
+fn replace_atomically(path: &Path, text: &str) {
+    let tmp = path.with_extension("toml.tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn hot_reload_applies_good_edits_and_keeps_the_last_good_policies() {
+    let dir = TempDir::new("watch");
+    let path = dir.path("policies.toml");
+    std::fs::write(&path, "[points.hot]\nmax_visits = 10\n").unwrap();
+    let r = new_registry();
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let watcher = r
+        .watch_policies_with(
+            &path,
+            WatchOptions::new()
+                .debounce(Duration::from_millis(50))
+                .on_reload(move |result| {
+                    let summary = result.map(|r| r.version).map_err(|e| e.to_string());
+                    let _ = tx.lock().unwrap().send(summary);
+                }),
+        )
+        .unwrap();
+    assert_eq!(watcher.status().version, 1);
+    assert_eq!(r.policy("hot").unwrap().unwrap().max_visits(), Some(10));
+
+    // A good edit in place: applied, version 2.
+    std::fs::write(&path, "[points.hot]\nmax_visits = 20\n").unwrap();
+    let status = wait_for("version 2", || {
+        Some(watcher.status()).filter(|s| s.version == 2)
+    });
+    assert!(status.last_error.is_none());
+    assert_eq!(r.policy("hot").unwrap().unwrap().max_visits(), Some(20));
+    assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap(), Ok(2));
+
+    // A broken edit: rejected, the last good policies stay, the status says why.
+    replace_atomically(
+        &path,
+        "[points.hot]\nmax_visits = 30\n[points.other]\nmax_concurrency = \"x\"\n",
+    );
+    let status = wait_for("the broken edit to be reported", || {
+        Some(watcher.status()).filter(|s| s.last_error.is_some())
+    });
+    let error = status.last_error.unwrap();
+    assert_eq!(
+        error
+            .problems()
+            .iter()
+            .map(|p| (p.point.as_deref(), p.field.as_deref()))
+            .collect::<Vec<_>>(),
+        [(Some("other"), Some("max_concurrency"))]
+    );
+    assert_eq!(status.version, 2);
+    assert!(status.failures >= 1);
+    assert_eq!(r.policy("hot").unwrap().unwrap().max_visits(), Some(20));
+    assert!(r.get("other").is_none());
+    let reported = rx
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        reported.contains("point `other`, field `max_concurrency`"),
+        "{reported}"
+    );
+
+    // Fixed by a rename, as editors save: applied, error cleared, version 3.
+    replace_atomically(
+        &path,
+        "[points.hot]\nmax_visits = 30\n[points.other]\nmax_concurrency = 4\n",
+    );
+    let status = wait_for("version 3", || {
+        Some(watcher.status()).filter(|s| s.version == 3)
+    });
+    assert!(status.last_error.is_none());
+    assert_eq!(status.last_applied.applied, ["hot", "other"]);
+    assert_eq!(r.policy("hot").unwrap().unwrap().max_visits(), Some(30));
+    assert_eq!(
+        r.policy("other").unwrap().unwrap().max_concurrency(),
+        Some(4)
+    );
+
+    // Dropping the watcher stops it: later edits are not applied.
+    drop(watcher);
+    std::fs::write(&path, "[points.hot]\nmax_visits = 40\n").unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(r.policy("hot").unwrap().unwrap().max_visits(), Some(30));
+    assert_eq!(r.policy_file_version(), 3);
+}
+
+#[test]
+fn a_burst_of_writes_is_applied_once() {
+    let dir = TempDir::new("burst");
+    let path = dir.path("policies.json");
+    std::fs::write(&path, r#"{"points": {"burst": {"max_visits": 1}}}"#).unwrap();
+    let r = new_registry();
+    let watcher = r
+        .watch_policies_with(
+            &path,
+            WatchOptions::new().debounce(Duration::from_millis(300)),
+        )
+        .unwrap();
+    // An editor's save in several steps, each a few ms apart; the half-written states
+    // are invalid JSON and must never be read.
+    let full = r#"{"points": {"burst": {"max_visits": 2}}}"#;
+    for end in [0, 12, 25, full.len()] {
+        std::fs::write(&path, &full[..end]).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let status = wait_for("version 2", || {
+        Some(watcher.status()).filter(|s| s.version == 2)
+    });
+    assert_eq!(status.failures, 0, "{:?}", status.last_error);
+    assert_eq!(status.reloads, 1);
+    assert_eq!(r.policy("burst").unwrap().unwrap().max_visits(), Some(2));
+}
+
+#[test]
+fn a_broken_file_at_start_is_an_error() {
+    let dir = TempDir::new("start");
+    let path = dir.path("policies.toml");
+    std::fs::write(&path, "[points.start]\nmax_visits = []\n").unwrap();
+    let r = new_registry();
+    let err = r.watch_policies(&path).unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [(ProblemKind::WrongType, Some("start"), Some("max_visits"))]
+    );
+    assert!(r.get("start").is_none());
+}
+
+/// With the `tracing` feature: a load logs an info event with the file, version and
+/// point count, and a rejected reload logs a warning with the error.
+#[cfg(feature = "tracing")]
+mod tracing_events {
+    use super::{wait_for, TempDir};
+    use resilience_runtime::config::WatchOptions;
+    use resilience_runtime::{Clock, Registry};
+    use std::fmt::Write as _;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    /// Every event as "LEVEL message field=value ...".
+    #[derive(Clone, Default)]
+    struct Capture(Arc<Mutex<Vec<String>>>);
+
+    struct Line(String);
+
+    impl Visit for Line {
+        fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+
+    impl Subscriber for Capture {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut line = Line(event.metadata().level().to_string());
+            event.record(&mut line);
+            self.0.lock().unwrap().push(line.0);
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    #[test]
+    fn loads_and_rejected_reloads_are_logged() {
+        let capture = Capture::default();
+        // Global, so that the watcher's thread logs here too; no other test sets one.
+        tracing::subscriber::set_global_default(capture.clone()).unwrap();
+        let dir = TempDir::new("tracing");
+        let path = dir.path("traced.toml");
+        std::fs::write(&path, "[points.t1]\nmax_visits = 1\n[points.t2]\n").unwrap();
+        let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+        let watcher = r
+            .watch_policies_with(
+                &path,
+                WatchOptions::new().debounce(Duration::from_millis(20)),
+            )
+            .unwrap();
+        let mine = |level: Level| {
+            let file = path.display().to_string();
+            capture
+                .0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.starts_with(level.as_str()) && l.contains(&file))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let info = mine(Level::INFO);
+        assert_eq!(info.len(), 1, "{info:?}");
+        assert!(info[0].contains("policy file applied"), "{info:?}");
+        assert!(info[0].contains("version=1 points=2 cleared=0"), "{info:?}");
+
+        std::fs::write(&path, "[points.t1]\nmax_visits = \"x\"\n").unwrap();
+        let warn = wait_for("a warning", || {
+            Some(mine(Level::WARN)).filter(|w| !w.is_empty())
+        });
+        assert!(warn[0].contains("rejected"), "{warn:?}");
+        assert!(
+            warn[0].contains("point `t1`, field `max_visits`"),
+            "{warn:?}"
+        );
+        assert_eq!(watcher.status().version, 1);
+    }
+}

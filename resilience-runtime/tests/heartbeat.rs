@@ -1,0 +1,590 @@
+//! The heartbeat client's side of the protocol, against scripted HTTP peers on
+//! loopback: what it uploads (both protocols) from real statistics, how it applies
+//! pulled policies all or nothing, failover and retry, and that a dead or hanging
+//! server neither blocks guarded calls nor costs the policies in force.
+//!
+//! The round trip against the real admin server is in
+//! `resilience-admin/tests/client.rs`; these peers are scripted so that failures
+//! (refused connections, hangs, error answers) can be produced on demand.
+#![cfg(all(feature = "heartbeat", feature = "macros"))]
+// The annotated function exists to be declared, not called.
+#![allow(dead_code)]
+
+use resilience_runtime::heartbeat::{
+    HeartbeatClient, HeartbeatConfig, HeartbeatError, Protocol, PullOutcome, UploadOutcome,
+};
+use resilience_runtime::{downgrade, Clock, ManualClock, Policy, Registry};
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+#[downgrade(point = "hb.declared.only", default)]
+fn declared_only() -> u32 {
+    1
+}
+
+/// 2026-01-01T00:00:00Z, where a manual clock's wall time starts (plus 1 s).
+const CYCLE0: u64 = 1_767_225_600_000;
+
+fn manual_registry() -> (&'static Registry, ManualClock) {
+    let manual = ManualClock::new();
+    let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+    (r, manual)
+}
+
+/// A request the peer received.
+#[derive(Clone, Debug)]
+struct Seen {
+    path: String,
+    headers: HashMap<String, String>,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).unwrap()
+    }
+
+    /// The JSON of SDS's `client` form field.
+    fn sds_client(&self) -> Value {
+        let body = String::from_utf8(self.body.clone()).unwrap();
+        let encoded = body.strip_prefix("client=").expect("a `client` form field");
+        serde_json::from_str(&percent_decode(encoded)).unwrap()
+    }
+}
+
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap());
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).unwrap()
+}
+
+type Script = dyn Fn(&Seen) -> Option<(u16, String)> + Send + Sync;
+
+/// A scripted HTTP/1.1 peer: records every request and answers what the script says
+/// (`None`: accept, read, and never answer, like a hung server).
+struct Peer {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Peer {
+    fn start(script: impl Fn(&Seen) -> Option<(u16, String)> + Send + Sync + 'static) -> Peer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let script: Arc<Script> = Arc::new(script);
+        let (s, st) = (Arc::clone(&seen), Arc::clone(&stop));
+        thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let (s, script, st) =
+                            (Arc::clone(&s), Arc::clone(&script), Arc::clone(&st));
+                        thread::spawn(move || serve(stream, &s, script.as_ref(), &st));
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Peer { addr, seen, stop }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn serve(mut stream: TcpStream, seen: &Mutex<Vec<Seen>>, script: &Script, stop: &AtomicBool) {
+    stream.set_nonblocking(false).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 4096];
+    let (head_end, length) = loop {
+        let Ok(n) = stream.read(&mut buf) else { return };
+        if n == 0 {
+            return;
+        }
+        raw.extend_from_slice(&buf[..n]);
+        if let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&raw[..end]).to_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+            break (end, length);
+        }
+    };
+    while raw.len() < head_end + 4 + length {
+        let Ok(n) = stream.read(&mut buf) else { return };
+        if n == 0 {
+            return;
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let path = lines.next().unwrap().split(' ').nth(1).unwrap().to_owned();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_lowercase(), v.trim().to_owned()))
+        .collect();
+    let request = Seen {
+        path,
+        headers,
+        body: raw[head_end + 4..].to_vec(),
+    };
+    let answer = script(&request);
+    seen.lock().unwrap().push(request);
+    match answer {
+        Some((status, body)) => {
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+        None => {
+            // Hang: keep the connection open without answering.
+            while !stop.load(Ordering::Relaxed) {
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+fn ok(body: Value) -> Option<(u16, String)> {
+    Some((200, body.to_string()))
+}
+
+/// A loopback port where nothing listens: connections are refused at once.
+fn refused_url() -> String {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    drop(l);
+    format!("http://{addr}")
+}
+
+fn config(servers: &str) -> HeartbeatConfig {
+    HeartbeatConfig::new("shop", "orders", servers)
+        .unwrap()
+        .token("app-token-0123456789")
+        .instance("web-1-4711")
+        .unwrap()
+        .host("web-1")
+        .unwrap()
+}
+
+#[test]
+fn json_upload_carries_the_closed_cycle_of_every_point() {
+    let (registry, manual) = manual_registry();
+    let peer = Peer::start(|_| ok(json!({"result": "stored"})));
+    let client = HeartbeatClient::new(config(&peer.url()), registry);
+    // A point with a policy: two passes, one visits downgrade, one exception.
+    registry
+        .set_policy(
+            "hb.guarded",
+            Policy::builder().max_visits(2).build().unwrap(),
+        )
+        .unwrap();
+    let guarded = registry.point("hb.guarded").unwrap();
+    guarded.enter().unwrap().finish(true);
+    guarded.enter().unwrap().finish(false);
+    assert!(guarded.enter().is_err());
+    // A point without a policy: only totals, reported as growth.
+    let plain = registry.point("hb.plain").unwrap();
+    for _ in 0..3 {
+        plain.enter().unwrap().finish(false);
+    }
+    manual.advance(Duration::from_secs(14));
+
+    let outcome = client.upload_now().unwrap();
+    assert_eq!(
+        outcome,
+        UploadOutcome::Sent {
+            cycle_start_ms: CYCLE0,
+            points: 2,
+            server: peer.url(),
+            retried: false
+        }
+    );
+    let seen = peer.seen();
+    assert_eq!(seen.len(), 1);
+    let req = &seen[0];
+    assert_eq!(req.path, "/api/v1/heartbeat");
+    assert_eq!(req.headers["authorization"], "Bearer app-token-0123456789");
+    assert_eq!(req.headers["content-type"], "application/json");
+    let body = req.json();
+    assert_eq!(body["app_group"], "shop");
+    assert_eq!(body["app"], "orders");
+    assert_eq!(body["instance"], "web-1-4711");
+    assert_eq!(body["host"], "web-1");
+    assert_eq!(body["ip"], "127.0.0.1");
+    assert_eq!(body["cycle_start_ms"], CYCLE0);
+    assert_eq!(body["policy_version"], 0);
+    let points = body["points"].as_array().unwrap();
+    assert_eq!(
+        points[0],
+        json!({"name": "hb.guarded", "visits": 3, "passes": 2, "downgrades": 1,
+               "exceptions": 1, "timeouts": 0, "peak_concurrency": 1,
+               "downgrades_by_reason": {"visits": 1}})
+    );
+    assert_eq!(points[1]["name"], "hb.plain");
+    assert_eq!(points[1]["visits"], 3);
+    assert_eq!(points[1]["passes"], 3);
+    assert_eq!(body["known_points"], json!(["hb.guarded", "hb.plain"]));
+    assert!(
+        body["declared_points"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("hb.declared.only")),
+        "{body}"
+    );
+
+    // The same cycle is not sent twice.
+    assert_eq!(
+        client.upload_now().unwrap(),
+        UploadOutcome::AlreadyHandled {
+            cycle_start_ms: CYCLE0
+        }
+    );
+    // Next cycle: only what happened since.
+    plain.enter().unwrap().finish(true);
+    manual.advance(Duration::from_secs(10));
+    client.upload_now().unwrap();
+    let body = peer.seen()[1].json();
+    assert_eq!(body["cycle_start_ms"], CYCLE0 + 10_000);
+    let points = body["points"].as_array().unwrap();
+    // The guarded point had no call: it is left out.
+    assert_eq!(points.len(), 1, "{body}");
+    assert_eq!(
+        (
+            points[0]["name"].clone(),
+            points[0]["visits"].clone(),
+            points[0]["exceptions"].clone()
+        ),
+        (json!("hb.plain"), json!(1), json!(1))
+    );
+    assert_eq!(client.status().uploads, 2);
+}
+
+#[test]
+fn sds_protocol_upload_and_pull_bodies() {
+    let (registry, manual) = manual_registry();
+    let peer = Peer::start(|req| {
+        if req.path.ends_with("/pullstrategy") {
+            ok(
+                json!({"sdsSchemeName": null, "changed": true, "version": 5, "errorMsg": null,
+                      "strategies": [{"point": "hb.sds", "visitThreshold": 1, "concurrentThreshold": -1,
+                                      "downgradeRate": 100}]}),
+            )
+        } else {
+            ok(json!({"errorMsg": null}))
+        }
+    });
+    let url = format!("{}/admin/", peer.url());
+    let client = HeartbeatClient::new(config(&url).protocol(Protocol::Sds), registry);
+    assert_eq!(
+        client.pull_now().unwrap(),
+        PullOutcome::Applied {
+            version: 5,
+            applied: vec!["hb.sds".into()],
+            cleared: vec![]
+        }
+    );
+    let point = registry.point("hb.sds").unwrap();
+    point.enter().unwrap().finish(false);
+    assert!(point.enter().is_err(), "visitThreshold 1 is in force");
+    manual.advance(Duration::from_secs(14));
+    client.upload_now().unwrap();
+
+    let seen = peer.seen();
+    assert_eq!(seen[0].path, "/admin/sds/heartbeat/pullstrategy");
+    assert!(seen[0].headers["content-type"].starts_with("application/x-www-form-urlencoded"));
+    let pull = seen[0].sds_client();
+    assert_eq!(
+        (
+            pull["appGroupName"].clone(),
+            pull["appName"].clone(),
+            pull["hostname"].clone(),
+            pull["version"].clone()
+        ),
+        (json!("shop"), json!("orders"), json!("web-1"), json!(0))
+    );
+    assert_eq!(seen[1].path, "/admin/sds/heartbeat/add");
+    let up = seen[1].sds_client();
+    // SDS sends the end of the reported cycle.
+    assert_eq!(up["statisticsCycleTime"], CYCLE0 + 10_000);
+    assert_eq!(up["version"], 5);
+    assert_eq!(up["ip"], "127.0.0.1");
+    assert_eq!(
+        up["pointInfoMap"]["hb.sds"],
+        json!({"point": "hb.sds", "visitNum": 2, "exceptionNum": 0, "concurrentNum": 1,
+               "timeoutNum": 0, "downgradeNum": 1, "downgradeReasons": {"visits": 1}})
+    );
+}
+
+#[test]
+fn pulled_policies_replace_the_whole_set_or_nothing() {
+    let (registry, _manual) = manual_registry();
+    let answers = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let queue = Arc::clone(&answers);
+    let peer = Peer::start(move |_| ok(queue.lock().unwrap().remove(0)));
+    let push = |v: Value| answers.lock().unwrap().push(v);
+    let client = HeartbeatClient::new(config(&peer.url()), registry);
+
+    push(json!({"changed": true, "version": 1,
+                "policy": {"points": {"hb.a": {"max_visits": 10}, "hb.b": {"max_concurrency": 2}}}}));
+    client.pull_now().unwrap();
+    assert_eq!(
+        registry.policy("hb.a").unwrap().unwrap().max_visits(),
+        Some(10)
+    );
+    assert_eq!(client.policy_version(), 1);
+    assert_eq!(peer.seen()[0].json()["version"], 0);
+
+    push(json!({"changed": false, "version": 1, "policy": null}));
+    assert_eq!(
+        client.pull_now().unwrap(),
+        PullOutcome::Unchanged { version: 1 }
+    );
+    assert_eq!(peer.seen()[1].json()["version"], 1);
+
+    // Version 2 drops hb.b and changes hb.a.
+    push(
+        json!({"changed": true, "version": 2, "policy": {"points": {"hb.a": {"max_visits": 20}}}}),
+    );
+    assert_eq!(
+        client.pull_now().unwrap(),
+        PullOutcome::Applied {
+            version: 2,
+            applied: vec!["hb.a".into()],
+            cleared: vec!["hb.b".into()]
+        }
+    );
+    assert_eq!(registry.policy("hb.b").unwrap(), None);
+
+    // Version 3 is partly invalid: nothing of it applies.
+    push(json!({"changed": true, "version": 3,
+                "policy": {"points": {"hb.a": {"max_visits": 30}, "hb.c": {"max_concurrency": -1}}}}));
+    match client.pull_now() {
+        Err(HeartbeatError::Rejected { version: 3, error }) => {
+            assert_eq!(error.problems()[0].point.as_deref(), Some("hb.c"));
+            assert_eq!(
+                error.problems()[0].field.as_deref(),
+                Some("max_concurrency")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        registry.policy("hb.a").unwrap().unwrap().max_visits(),
+        Some(20)
+    );
+    assert_eq!(registry.policy("hb.c").unwrap(), None);
+    let status = client.status();
+    assert_eq!(
+        (
+            status.policy_version,
+            status.policies_rejected,
+            status.policy_updates
+        ),
+        (2, 1, 2)
+    );
+    assert!(status.last_pull_error.unwrap().contains("hb.c"));
+}
+
+#[test]
+fn failed_uploads_are_retried_once_on_the_next_server_then_dropped() {
+    let (registry, manual) = manual_registry();
+    let good = Peer::start(|_| ok(json!({"result": "stored"})));
+    let down = refused_url();
+    let client = HeartbeatClient::new(config(&format!("{down},{}", good.url())), registry);
+    registry
+        .point("hb.x")
+        .unwrap()
+        .enter()
+        .unwrap()
+        .finish(false);
+    manual.advance(Duration::from_secs(14));
+    match client.upload_now().unwrap() {
+        UploadOutcome::Sent {
+            server,
+            retried: true,
+            ..
+        } => assert_eq!(server, good.url()),
+        other => panic!("{other:?}"),
+    }
+    // The client stays on the server that works.
+    manual.advance(Duration::from_secs(10));
+    match client.upload_now().unwrap() {
+        UploadOutcome::Sent { retried: false, .. } => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(good.seen().len(), 2);
+
+    // Two failing servers: one retry, then the cycle is dropped and counted.
+    let failing = Peer::start(|_| {
+        Some((
+            503,
+            json!({"error": {"message": "maintenance"}}).to_string(),
+        ))
+    });
+    let client = HeartbeatClient::new(
+        config(&format!("{},{}", failing.url(), refused_url())),
+        registry,
+    );
+    manual.advance(Duration::from_secs(10));
+    let err = client.upload_now().unwrap_err();
+    assert!(matches!(err, HeartbeatError::Network { .. }), "{err}");
+    let s = client.status();
+    assert_eq!((s.uploads, s.upload_retries, s.uploads_dropped), (0, 1, 1));
+    assert_eq!(failing.seen().len(), 1);
+    // Pulls fail over too: the next pull goes to the other server.
+    let err = client.pull_now().unwrap_err();
+    assert!(
+        matches!(err, HeartbeatError::Http { status: 503, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("maintenance"), "{err}");
+    assert!(matches!(
+        client.pull_now().unwrap_err(),
+        HeartbeatError::Network { .. }
+    ));
+    assert_eq!(client.status().pull_failures, 2);
+}
+
+#[test]
+fn a_hung_server_neither_blocks_guarded_calls_nor_costs_the_policies() {
+    let (registry, _manual) = manual_registry();
+    let policy = Arc::new(AtomicBool::new(true));
+    let p = Arc::clone(&policy);
+    let peer = Peer::start(move |_| {
+        if p.load(Ordering::Relaxed) {
+            ok(
+                json!({"changed": true, "version": 1, "policy": {"points": {"hb.hung": {"max_visits": 3}}}}),
+            )
+        } else {
+            None // hang
+        }
+    });
+    // SDS's 1-s timeouts: a guarded call that waited for the network would take 1 s.
+    let config = config(&peer.url()).timeouts(Duration::from_secs(1), Duration::from_secs(1));
+    let client = HeartbeatClient::new(config, registry);
+    client.pull_now().unwrap();
+    policy.store(false, Ordering::Relaxed);
+
+    // The pull blocks only the thread that runs it, for at most 3 I/O timeouts.
+    let puller = {
+        let client = client.clone();
+        thread::spawn(move || {
+            let started = Instant::now();
+            let result = client.pull_now();
+            (
+                result.map(|_| ()).map_err(|e| e.to_string()),
+                started.elapsed(),
+            )
+        })
+    };
+    let point = registry.point("hb.hung").unwrap();
+    let mut slowest = Duration::ZERO;
+    let mut passed = 0;
+    let started = Instant::now();
+    while !puller.is_finished() && started.elapsed() < Duration::from_secs(5) {
+        let t = Instant::now();
+        if let Ok(permit) = point.enter() {
+            passed += 1;
+            permit.finish(false);
+        }
+        slowest = slowest.max(t.elapsed());
+    }
+    let (result, took) = puller.join().unwrap();
+    assert!(
+        result.unwrap_err().contains("receive"),
+        "the hung pull fails with a timeout"
+    );
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "the pull gave up after {took:?}"
+    );
+    // Far below the 1-s timeout: no call waited for the network.
+    assert!(
+        slowest < Duration::from_millis(250),
+        "a guarded call took {slowest:?}"
+    );
+    // The policy pulled before the server hung is still in force.
+    assert_eq!(passed, 3, "max_visits 3 held while the server was hung");
+    assert_eq!(client.policy_version(), 1);
+}
+
+#[test]
+fn the_background_thread_pulls_periodically_and_stops_with_its_handle() {
+    let (registry, _manual) = manual_registry();
+    let peer = Peer::start(|_| {
+        ok(json!({"changed": true, "version": 7,
+                                         "policy": {"points": {"hb.bg": {"max_visits": 1}}}}))
+    });
+    let client = HeartbeatClient::new(
+        config(&peer.url()).pull_period(Duration::from_millis(50)),
+        registry,
+    );
+    let handle = client.spawn().unwrap();
+    let started = Instant::now();
+    while peer.seen().len() < 3 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "only {} pulls",
+            peer.seen().len()
+        );
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(handle.client().policy_version(), 7);
+    assert_eq!(
+        registry.policy("hb.bg").unwrap().unwrap().max_visits(),
+        Some(1)
+    );
+    // The second and later pulls say which version the client holds.
+    assert_eq!(peer.seen()[1].json()["version"], 7);
+    let t = Instant::now();
+    handle.stop();
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "stop took {:?}",
+        t.elapsed()
+    );
+    let after = peer.seen().len();
+    thread::sleep(Duration::from_millis(200));
+    assert_eq!(peer.seen().len(), after, "no request after stop");
+}

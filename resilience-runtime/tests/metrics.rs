@@ -1,0 +1,282 @@
+//! The Prometheus exposition, scraped over a real loopback TCP connection from a small
+//! HTTP server thread and read with a real exposition parser (`prometheus-parse`): the
+//! values must be the registry's own statistics for points with known traffic.
+
+use prometheus_parse::{Sample, Scrape, Value};
+use resilience_runtime::{metrics, registry, PointStats, Policy, Reason};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+/// Serves `metrics::render()` for `requests` requests on a free loopback port.
+fn start_server(requests: usize) -> (SocketAddr, std::thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let handle = std::thread::spawn(move || {
+        for stream in listener.incoming().take(requests) {
+            let mut stream = stream.unwrap();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            let mut header = String::new();
+            while reader.read_line(&mut header).unwrap() > 2 {
+                header.clear();
+            }
+            let body = metrics::render();
+            write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                metrics::CONTENT_TYPE,
+                body.len()
+            )
+            .unwrap();
+        }
+    });
+    (addr, handle)
+}
+
+/// GETs `/metrics` and returns (content type, body).
+fn scrape(addr: SocketAddr) -> (String, String) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    let content_type = head
+        .lines()
+        .find_map(|l| l.strip_prefix("Content-Type: "))
+        .unwrap()
+        .to_owned();
+    (content_type, body.to_owned())
+}
+
+fn parse(body: &str) -> Scrape {
+    Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).expect("a valid exposition")
+}
+
+/// The value of the one sample of `metric` with these labels.
+fn value(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
+    let matching: Vec<&Sample> = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == metric)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .collect();
+    assert_eq!(matching.len(), 1, "{metric} {labels:?}: {matching:?}");
+    match matching[0].value {
+        Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
+        ref other => panic!("{metric}: unexpected {other:?}"),
+    }
+}
+
+#[allow(clippy::cast_precision_loss)] // test counts are tiny
+fn f(v: u64) -> f64 {
+    v as f64
+}
+
+/// A label value as the text format writes it (`\\` and `\"` escaped): prometheus-parse
+/// hands label values back without unescaping them.
+fn escaped(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn assert_point(scrape: &Scrape, stats: &PointStats) {
+    let name = escaped(stats.name);
+    let point = [("point", name.as_str())];
+    let t = &stats.totals;
+    assert_eq!(
+        value(scrape, "resilience_visits_total", &point),
+        f(t.visits)
+    );
+    assert_eq!(
+        value(scrape, "resilience_passes_total", &point),
+        f(t.passes)
+    );
+    assert_eq!(
+        value(scrape, "resilience_exceptions_total", &point),
+        f(t.exceptions)
+    );
+    assert_eq!(
+        value(scrape, "resilience_timeouts_total", &point),
+        f(t.timeouts)
+    );
+    assert_eq!(
+        value(scrape, "resilience_dropped_events_total", &point),
+        f(stats.dropped_events)
+    );
+    assert_eq!(
+        value(scrape, "resilience_concurrency", &point),
+        f(stats.concurrency)
+    );
+    assert_eq!(
+        value(scrape, "resilience_in_delay", &point),
+        f(u64::from(stats.in_delay))
+    );
+    for reason in Reason::ALL {
+        let labels = [("point", name.as_str()), ("reason", reason.as_str())];
+        assert_eq!(
+            value(scrape, "resilience_downgrades_total", &labels),
+            f(t.downgrades_by_reason.get(reason)),
+            "{} {reason}",
+            stats.name
+        );
+    }
+}
+
+#[test]
+fn scraped_values_are_the_registry_stats() {
+    let r = registry();
+    // 5 calls, 2 of them exceptions, no policy.
+    let ok = r.point("m.ok").unwrap();
+    for i in 0..5 {
+        ok.enter().unwrap().finish(i % 3 == 0);
+    }
+    // A kill switch with a sticky delay: 3 visits, 1 trip on visits, 2 in the delay.
+    r.set_policy(
+        "m.kill",
+        Policy::builder()
+            .max_visits(0)
+            .delay(Duration::from_secs(600), None)
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let kill = r.point("m.kill").unwrap();
+    for _ in 0..3 {
+        assert!(kill.enter().is_err());
+    }
+    // One call in flight at a concurrency limit of 1: the second is downgraded.
+    r.set_policy(
+        "m.conc",
+        Policy::builder().max_concurrency(1).build().unwrap(),
+    )
+    .unwrap();
+    let conc = r.point("m.conc").unwrap();
+    let held = conc.enter().unwrap();
+    assert!(conc.enter().is_err());
+    // Two calls slower than a 1 µs threshold.
+    r.set_policy(
+        "m.slow",
+        Policy::builder()
+            .timeouts(Duration::from_micros(1), 100)
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let slow = r.point("m.slow").unwrap();
+    for _ in 0..2 {
+        let permit = slow.enter().unwrap();
+        std::thread::sleep(Duration::from_millis(2));
+        permit.finish(false);
+    }
+    // A name that needs escaping in a label value.
+    let odd = r.point(r#"m."quoted" \ name"#).unwrap();
+    odd.enter().unwrap().finish(false);
+
+    let (addr, server) = start_server(1);
+    let (content_type, body) = scrape(addr);
+    server.join().unwrap();
+    assert_eq!(content_type, metrics::CONTENT_TYPE);
+    let scrape = parse(&body);
+
+    let names = ["m.ok", "m.kill", "m.conc", "m.slow", r#"m."quoted" \ name"#];
+    for name in names {
+        assert_point(&scrape, &r.stats(name).unwrap());
+    }
+    // The known traffic, spelled out once, so the test does not only compare the
+    // exposition with itself.
+    let kill = [("point", "m.kill")];
+    assert_eq!(value(&scrape, "resilience_visits_total", &kill), 3.0);
+    assert_eq!(
+        value(
+            &scrape,
+            "resilience_downgrades_total",
+            &[("point", "m.kill"), ("reason", "visits")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "resilience_downgrades_total",
+            &[("point", "m.kill"), ("reason", "delay")]
+        ),
+        2.0
+    );
+    assert_eq!(value(&scrape, "resilience_in_delay", &kill), 1.0);
+    assert_eq!(
+        value(&scrape, "resilience_exceptions_total", &[("point", "m.ok")]),
+        2.0
+    );
+    assert_eq!(
+        value(&scrape, "resilience_concurrency", &[("point", "m.conc")]),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "resilience_downgrades_total",
+            &[("point", "m.conc"), ("reason", "concurrency")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(&scrape, "resilience_timeouts_total", &[("point", "m.slow")]),
+        2.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "resilience_visits_total",
+            &[("point", r#"m.\"quoted\" \\ name"#)]
+        ),
+        1.0
+    );
+    // Types and help come through.
+    assert!(matches!(
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == "resilience_concurrency")
+            .unwrap()
+            .value,
+        Value::Gauge(_)
+    ));
+    assert!(scrape.docs.contains_key("resilience_visits_total"));
+
+    // Releasing the call shows on the next scrape.
+    drop(held);
+    let scrape2 = parse(&metrics::render());
+    assert_eq!(
+        value(&scrape2, "resilience_concurrency", &[("point", "m.conc")]),
+        0.0
+    );
+}
+
+#[test]
+fn openmetrics_output_is_terminated_and_typed() {
+    registry()
+        .point("m.om")
+        .unwrap()
+        .enter()
+        .unwrap()
+        .finish(false);
+    let text = metrics::render_openmetrics();
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    assert!(text.contains("# TYPE resilience_visits counter"), "{text}");
+    assert!(
+        text.contains(r#"resilience_visits_total{point="m.om"} "#),
+        "{text}"
+    );
+}

@@ -1,0 +1,6 @@
+use resilience_runtime::breaker;
+
+#[breaker(default)]
+struct S;
+
+fn main() {}
