@@ -31,6 +31,8 @@ fn key(name: &str) -> String {
 
 struct Row {
     mode: String,
+    /// Calls made, admitted or not.
+    calls: u64,
     admitted: u64,
     secs: f64,
     round_trips: u64,
@@ -39,6 +41,9 @@ struct Row {
 impl Row {
     fn per_sec(&self) -> f64 {
         self.admitted as f64 / self.secs
+    }
+    fn ns_per_call(&self) -> f64 {
+        self.secs * 1e9 / self.calls.max(1) as f64
     }
     fn trips_per_1000(&self) -> f64 {
         self.round_trips as f64 * 1000.0 / self.admitted.max(1) as f64
@@ -59,14 +64,17 @@ fn per_call(url: &str, tasks: usize) -> Row {
             .expect("limiter"),
     );
     let admitted = Arc::new(AtomicU64::new(0));
+    let calls = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     rt.block_on(async {
         let mut handles = Vec::new();
         for _ in 0..tasks {
             let limiter = Arc::clone(&limiter);
             let admitted = Arc::clone(&admitted);
+            let calls = Arc::clone(&calls);
             handles.push(tokio::spawn(async move {
                 while start.elapsed() < RUN {
+                    calls.fetch_add(1, Ordering::Relaxed);
                     if limiter.allow().await == ClusterDecision::Admitted {
                         admitted.fetch_add(1, Ordering::Relaxed);
                     }
@@ -82,6 +90,7 @@ fn per_call(url: &str, tasks: usize) -> Row {
     assert_eq!(status.to_fallback, 0, "Redis failed during the bench");
     Row {
         mode: format!("per call, {tasks} task(s)"),
+        calls: calls.load(Ordering::Relaxed),
         admitted: admitted.load(Ordering::Relaxed),
         secs,
         round_trips: status.redis_calls,
@@ -103,8 +112,9 @@ fn leased(url: &str, batch: u64, threads: usize) -> Row {
         .map(|_| {
             let lease = Arc::clone(&lease);
             thread::spawn(move || {
-                let mut admitted = 0u64;
+                let (mut calls, mut admitted) = (0u64, 0u64);
                 while start.elapsed() < RUN {
+                    calls += 64;
                     // Check the time once per 64 calls: reading it costs more than a call.
                     for _ in 0..64 {
                         if lease.try_acquire() == ClusterDecision::Admitted {
@@ -112,16 +122,22 @@ fn leased(url: &str, batch: u64, threads: usize) -> Row {
                         }
                     }
                 }
-                admitted
+                (calls, admitted)
             })
         })
         .collect();
-    let admitted: u64 = handles.into_iter().map(|h| h.join().expect("thread")).sum();
+    let (mut calls, mut admitted) = (0, 0);
+    for h in handles {
+        let (c, a) = h.join().expect("thread");
+        calls += c;
+        admitted += a;
+    }
     let secs = start.elapsed().as_secs_f64();
     let status = lease.status();
     assert_eq!(status.to_fallback, 0, "Redis failed during the bench");
     Row {
         mode: format!("lease batch {batch}, {threads} thread(s)"),
+        calls,
         admitted,
         secs,
         round_trips: status.redis_calls - before,
@@ -151,22 +167,25 @@ fn main() {
         leased(&url, 100, 2),
     ];
     println!(
-        "{:<28} {:>12} {:>14} {:>20}",
-        "mode", "admitted", "calls/s", "round trips/1000"
+        "{:<28} {:>11} {:>11} {:>14} {:>10} {:>18}",
+        "mode", "calls", "admitted", "admitted/s", "ns/call", "round trips/1000"
     );
     for r in &rows {
         println!(
-            "{:<28} {:>12} {:>14.0} {:>20.1}",
+            "{:<28} {:>11} {:>11} {:>14.0} {:>10.0} {:>18.1}",
             r.mode,
+            r.calls,
             r.admitted,
             r.per_sec(),
+            r.ns_per_call(),
             r.trips_per_1000()
         );
     }
+    println!("(round trips per 1000 admitted calls; a lease's calls beyond its batches are rejected at once)");
     let base = &rows[0];
     for r in &rows[1..] {
         println!(
-            "{}: {:.1}x the calls/s of one task per call, {:.1}x fewer round trips per call",
+            "{}: {:.1}x the admitted calls/s of one task per call, {:.1}x fewer round trips per call",
             r.mode,
             r.per_sec() / base.per_sec(),
             base.trips_per_1000() / r.trips_per_1000().max(f64::MIN_POSITIVE)

@@ -23,6 +23,10 @@ pub enum Reason {
     ExceptionRate,
     /// The point is inside a downgrade delay started by an earlier trip.
     Delay,
+    /// The cluster-wide visits limit (shared by every instance through Redis) is used up.
+    ClusterVisits,
+    /// The cluster-wide token bucket (shared by every instance through Redis) is empty.
+    ClusterTokenBucket,
     /// The point's adaptive concurrency limit is reached (see
     /// [`AdaptiveLimit`](crate::AdaptiveLimit)).
     Overloaded,
@@ -33,7 +37,7 @@ pub enum Reason {
 impl Reason {
     /// Every reason, in check order: SDS's rules, then [`Reason::Delay`] (which
     /// short-cuts them) and the breaker.
-    pub const ALL: [Reason; 9] = [
+    pub const ALL: [Reason; 11] = [
         Reason::Visits,
         Reason::TokenBucket,
         Reason::Concurrency,
@@ -41,6 +45,8 @@ impl Reason {
         Reason::Exceptions,
         Reason::ExceptionRate,
         Reason::Delay,
+        Reason::ClusterVisits,
+        Reason::ClusterTokenBucket,
         Reason::Overloaded,
         Reason::BreakerOpen,
     ];
@@ -55,6 +61,8 @@ impl Reason {
             Reason::Exceptions => "exceptions",
             Reason::ExceptionRate => "exception_rate",
             Reason::Delay => "delay",
+            Reason::ClusterVisits => "cluster_visits",
+            Reason::ClusterTokenBucket => "cluster_token_bucket",
             Reason::Overloaded => "overloaded",
             Reason::BreakerOpen => "breaker_open",
         }

@@ -43,6 +43,8 @@ pub use clock::{Clock, ManualClock};
 pub use error::{AlreadyInitialized, Downgraded, PointNameError, Reason};
 pub use listener::{BreakerChange, DowngradeEvent, ListenerId, EVENT_QUEUE_CAPACITY};
 pub use point::{Permit, Point};
+#[cfg(feature = "redis")]
+pub use policy::ClusterLimit;
 pub use policy::{
     AdaptiveLimit, BreakerError, BreakerPolicy, Delay, ExceptionRate, FieldError, Policy,
     PolicyBuilder, PolicyError, Timeouts, TokenBucketConfig, WindowConfig, MAX_WINDOW_BUCKETS,

@@ -52,6 +52,8 @@ const R_BREAKER_TIMED: u64 = 1 << 9;
 const R_SHADOW: u64 = 1 << 10;
 /// An adaptive concurrency limit.
 const R_ADAPTIVE: u64 = 1 << 11;
+/// A cluster-wide limit through Redis.
+const R_CLUSTER: u64 = 1 << 12;
 
 /// A policy flattened into words for the seqlock.
 #[derive(Clone, Copy, Debug, Default)]
@@ -72,15 +74,17 @@ struct Compiled {
     ring: usize,
     breaker: usize,
     adaptive: usize,
+    cluster: usize,
 }
 
-const WORDS: usize = 16;
+const WORDS: usize = 17;
 
 impl Compiled {
     fn new(
         policy: Option<(&Policy, *const Ring)>,
         breaker: Option<&BreakerSlot>,
         adaptive: Option<&AdaptiveSlot>,
+        cluster: Option<*const ClusterSlot>,
         clock: &Clock,
     ) -> Compiled {
         let mut c = match policy {
@@ -90,6 +94,10 @@ impl Compiled {
         if let (Some(a), true) = (adaptive, c.rules & ACTIVE != 0) {
             c.rules |= R_ADAPTIVE;
             c.adaptive = a as *const AdaptiveSlot as usize;
+        }
+        if let (Some(cl), true) = (cluster, c.rules & ACTIVE != 0) {
+            c.rules |= R_CLUSTER;
+            c.cluster = cl as usize;
         }
         if let Some(b) = breaker {
             c.rules |= R_BREAKER;
@@ -169,6 +177,7 @@ impl Compiled {
             self.ring as u64,
             self.breaker as u64,
             self.adaptive as u64,
+            self.cluster as u64,
         ]
     }
 
@@ -190,6 +199,7 @@ impl Compiled {
             ring: w[13] as usize,
             breaker: w[14] as usize,
             adaptive: w[15] as usize,
+            cluster: w[16] as usize,
         }
     }
 }
@@ -314,6 +324,42 @@ enum AdaptiveCall {
     Shedder(AdaptivePermit<&'static AdaptiveLimiter>),
 }
 
+/// A live cluster-wide limit of a point.
+#[derive(Debug)]
+struct ClusterSlot {
+    #[cfg(feature = "redis")]
+    config: crate::policy::ClusterLimit,
+    #[cfg(feature = "redis")]
+    lease: crate::redis::ClusterLease,
+    reason: Reason,
+}
+
+impl ClusterSlot {
+    #[inline]
+    fn admits(&self) -> bool {
+        #[cfg(feature = "redis")]
+        {
+            self.lease.try_acquire().is_admitted()
+        }
+        #[cfg(not(feature = "redis"))]
+        {
+            true
+        }
+    }
+}
+
+/// Cluster limits of a point: the current one and those replaced recently. A replaced
+/// lease is dropped (stopping its refill thread) only after a grace period, because a
+/// call that read the old policy a moment ago may still be asking it.
+#[derive(Debug, Default)]
+struct Clusters {
+    current: Option<Box<ClusterSlot>>,
+    retired: Vec<(std::time::Instant, Box<ClusterSlot>)>,
+}
+
+/// How long a replaced cluster lease is kept alive (load-bearing: see `Clusters`).
+const CLUSTER_GRACE: Duration = Duration::from_secs(10);
+
 /// The breaker's side of a running call.
 enum BreakerCall {
     Sre(&'static SreBreaker, Option<u64>),
@@ -370,6 +416,7 @@ pub struct Point {
     // The boxes keep each limiter's address stable while the Vec grows.
     #[allow(clippy::vec_box)]
     adaptives: Mutex<Vec<Box<AdaptiveSlot>>>,
+    clusters: Mutex<Clusters>,
     /// In-flight timed calls, created with the first timeout rule.
     hang: std::sync::OnceLock<HangTable>,
     /// Every window ring this point has had; the current one is in `cfg`. Rings are
@@ -420,6 +467,7 @@ impl Point {
             settings: Mutex::new(Settings::default()),
             breaker_set: std::sync::atomic::AtomicBool::new(false),
             adaptives: Mutex::new(Vec::new()),
+            clusters: Mutex::new(Clusters::default()),
             hang: std::sync::OnceLock::new(),
             breakers: Mutex::new(Vec::new()),
             rings: Mutex::new(Vec::new()),
@@ -554,12 +602,87 @@ impl Point {
             }
             None => None,
         };
+        let cluster = self.cluster_for(settings.policy.as_ref());
         self.cfg.store(Compiled::new(
             ring,
             breaker.map(|b| &**b),
             adaptive.map(|a| &**a),
+            cluster,
             &self.clock,
         ));
+    }
+
+    /// The cluster slot for a policy, building a lease when the setting changed.
+    fn cluster_for(&self, policy: Option<&Policy>) -> Option<*const ClusterSlot> {
+        let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        clusters
+            .retired
+            .retain(|(at, _)| at.elapsed() < CLUSTER_GRACE);
+        #[cfg(feature = "redis")]
+        {
+            let wanted = policy.and_then(|p| p.cluster.clone());
+            let same = match (&wanted, &clusters.current) {
+                (Some(w), Some(c)) => *w == c.config,
+                (None, None) => true,
+                _ => false,
+            };
+            if !same {
+                if let Some(old) = clusters.current.take() {
+                    clusters.retired.push((std::time::Instant::now(), old));
+                }
+                clusters.current = wanted.and_then(|w| self.build_cluster(w));
+            }
+        }
+        #[cfg(not(feature = "redis"))]
+        let _ = policy;
+        clusters
+            .current
+            .as_ref()
+            .map(|c| &**c as *const ClusterSlot)
+    }
+
+    #[cfg(feature = "redis")]
+    fn build_cluster(&self, config: crate::policy::ClusterLimit) -> Option<Box<ClusterSlot>> {
+        use crate::policy::ClusterLimit;
+        use crate::redis::ClusterLease;
+        let (builder, reason, batch) = match &config {
+            ClusterLimit::Visits {
+                url,
+                key,
+                period,
+                quota,
+                batch,
+            } => (
+                ClusterLease::visits(url, key, *period, *quota),
+                Reason::ClusterVisits,
+                *batch,
+            ),
+            ClusterLimit::TokenBucket {
+                url,
+                key,
+                rate,
+                burst,
+                batch,
+            } => (
+                ClusterLease::token_bucket(url, key, *rate, *burst),
+                Reason::ClusterTokenBucket,
+                *batch,
+            ),
+        };
+        // `Policy::build` validated every field, so only a failed thread spawn can end
+        // here; the point then runs without its cluster limit, and says so.
+        match builder.batch(batch).build() {
+            Ok(lease) => Some(Box::new(ClusterSlot {
+                config,
+                lease,
+                reason,
+            })),
+            Err(_e) => {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(point = self.name, error = %_e, "resilience: cluster limit not started");
+                None
+            }
+        }
     }
 
     fn ring_for(&self, w: WindowConfig) -> *const Ring {
@@ -686,7 +809,8 @@ impl Point {
                 if c.retry_ns != 0 && self.claim_probe(now) {
                     permit.probe_of = until;
                     self.acquire_forced();
-                    return Ok(self.admit(permit));
+                    self.admit(&mut permit);
+                    return Ok(permit);
                 }
                 return self.trip(&c, Reason::Delay, false, permit, now);
             }
@@ -732,6 +856,13 @@ impl Point {
                     }
                 }
             }
+            if c.rules & R_CLUSTER != 0 {
+                // SAFETY: a cluster slot outlives every reader (see `Clusters`).
+                let slot = unsafe { &*(c.cluster as *const ClusterSlot) };
+                if !slot.admits() {
+                    break 'chain Some(slot.reason);
+                }
+            }
             if c.rules & R_ADAPTIVE != 0 {
                 match self.adaptive_admit(&c) {
                     Some(call) => permit.adaptive = Some(call),
@@ -762,7 +893,10 @@ impl Point {
                 } else {
                     self.note_peak(self.inflight.load(Ordering::Relaxed));
                 }
-                Ok(self.admit(permit))
+                {
+                    self.admit(&mut permit);
+                    Ok(permit)
+                }
             }
             Some(reason) => {
                 if c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
@@ -775,13 +909,12 @@ impl Point {
 
     /// A timed call that will run registers for hung-call detection.
     #[inline]
-    fn admit(&self, mut permit: Permit) -> Permit {
+    fn admit(&self, permit: &mut Permit) {
         if permit.timeout_ticks != 0 {
             if let Some(table) = self.hang.get() {
                 permit.hang = table.register(permit.start).map_or(NO_HANG, |s| s);
             }
         }
-        permit
     }
 
     /// Counts the calls that outlived the timeout threshold while still running.
@@ -928,14 +1061,15 @@ impl Point {
         c: &Compiled,
         reason: Reason,
         holds_slot: bool,
-        permit: Permit,
+        mut permit: Permit,
         now: u64,
     ) -> Result<Permit, Downgraded> {
         if c.percentage < 100 && (c.percentage == 0 || crate::rand::below(100) >= c.percentage) {
             if !holds_slot {
                 self.acquire_forced();
             }
-            return Ok(self.admit(permit));
+            self.admit(&mut permit);
+            return Ok(permit);
         }
         if c.rules & R_SHADOW != 0 {
             // Dry run: count and report what would have happened, then run the call.
@@ -944,7 +1078,8 @@ impl Point {
             if !holds_slot {
                 self.acquire_forced();
             }
-            return Ok(self.admit(permit));
+            self.admit(&mut permit);
+            return Ok(permit);
         }
         if holds_slot {
             self.release_slot();

@@ -373,7 +373,9 @@ proptest! {
 
     #[test]
     fn random_valid_policies_round_trip_and_apply(
-        policies in proptest::collection::btree_map("[a-z]{1,6}(\\.[a-z]{1,6})?", valid_policy(), 0..5),
+        // Few distinct names: the registry keeps every point it ever saw, and each case
+        // compares all of them, so an open-ended name space would make the run quadratic.
+        policies in proptest::collection::btree_map("[a-c]{1,2}(\\.[a-c])?", valid_policy(), 0..5),
     ) {
         let mut file = PolicyFile::default();
         for (name, policy) in &policies {
@@ -399,7 +401,8 @@ fn document() -> impl Strategy<Value = serde_json::Value> {
         Just("order.create".to_owned()),
         Just("search".to_owned()),
         // Never "api.only": it stands for points no file mentions.
-        "[a-z.]{1,8}",
+        // A small name space, for the reason given at `random_valid_policies_...`.
+        "[a-c.]{1,3}",
         Just(" ".to_owned()),
     ];
     (

@@ -52,6 +52,46 @@ pub struct Policy {
     pub(crate) window: WindowConfig,
     pub(crate) shadow: bool,
     pub(crate) adaptive: Option<AdaptiveLimit>,
+    #[cfg(feature = "redis")]
+    pub(crate) cluster: Option<ClusterLimit>,
+}
+
+/// A limit shared by every instance of a service through Redis (`redis` feature),
+/// checked after the local rules. Calls spend tokens leased from Redis in batches, so
+/// the pass path touches only local atomics; see
+/// [`ClusterLease`](crate::redis::ClusterLease) for the over-admission bound and the
+/// local fallback used while Redis is unreachable. A rejection is
+/// [`Reason::ClusterVisits`](crate::Reason::ClusterVisits) or
+/// [`Reason::ClusterTokenBucket`](crate::Reason::ClusterTokenBucket).
+#[cfg(feature = "redis")]
+#[derive(Clone, Debug, PartialEq)]
+pub enum ClusterLimit {
+    /// At most `quota` visits per `period` across the cluster.
+    Visits {
+        /// Redis URL, such as `redis://127.0.0.1:6379/`.
+        url: String,
+        /// Redis key of the shared counter.
+        key: String,
+        /// Window length.
+        period: Duration,
+        /// Visits per window.
+        quota: u64,
+        /// Visits leased per Redis round trip.
+        batch: u64,
+    },
+    /// A token bucket of `rate` tokens per second holding `burst`, across the cluster.
+    TokenBucket {
+        /// Redis URL.
+        url: String,
+        /// Redis key prefix of the shared bucket.
+        key: String,
+        /// Tokens per second.
+        rate: f64,
+        /// Bucket capacity.
+        burst: u64,
+        /// Tokens leased per Redis round trip.
+        batch: u64,
+    },
 }
 
 /// An adaptive concurrency limit: the limit follows the measured capacity of the
@@ -150,6 +190,8 @@ impl Policy {
                 window: WindowConfig::default(),
                 shadow: false,
                 adaptive: None,
+                #[cfg(feature = "redis")]
+                cluster: None,
             },
         }
     }
@@ -306,6 +348,13 @@ impl PolicyBuilder {
         self
     }
 
+    /// A cluster-wide limit through Redis (see [`ClusterLimit`]; `redis` feature).
+    #[cfg(feature = "redis")]
+    pub fn cluster(mut self, limit: ClusterLimit) -> Self {
+        self.policy.cluster = Some(limit);
+        self
+    }
+
     /// Adaptive concurrency limit (see [`AdaptiveLimit`]).
     ///
     /// ```
@@ -413,6 +462,53 @@ impl PolicyBuilder {
             };
             if let Err(e) = checked {
                 fail("adaptive", format!("`{}` {}", e.field, e.message));
+            }
+        }
+        #[cfg(feature = "redis")]
+        if let Some(c) = &p.cluster {
+            let (url, key, batch) = match c {
+                ClusterLimit::Visits {
+                    url,
+                    key,
+                    period,
+                    quota,
+                    batch,
+                } => {
+                    if period.is_zero() {
+                        fail("cluster.period", "must be greater than zero".into());
+                    }
+                    if *quota == 0 {
+                        fail("cluster.quota", "must be at least 1".into());
+                    }
+                    (url, key, batch)
+                }
+                ClusterLimit::TokenBucket {
+                    url,
+                    key,
+                    rate,
+                    burst,
+                    batch,
+                } => {
+                    if !(rate.is_finite() && *rate > 0.0) {
+                        fail(
+                            "cluster.rate",
+                            format!("must be a finite number > 0, got {rate}"),
+                        );
+                    }
+                    if *burst == 0 {
+                        fail("cluster.burst", "must be at least 1".into());
+                    }
+                    (url, key, batch)
+                }
+            };
+            if redis::Client::open(url.as_str()).is_err() {
+                fail("cluster.url", "is not a valid Redis URL".into());
+            }
+            if key.is_empty() {
+                fail("cluster.key", "must not be empty".into());
+            }
+            if *batch == 0 {
+                fail("cluster.batch", "must be at least 1".into());
             }
         }
         if p.window.buckets == 0 {

@@ -2,28 +2,8 @@
 //! [`ClusterLease`], their local fallback, and the types they share with the
 //! [`RedisPeriodLimiter`](super::RedisPeriodLimiter).
 //!
-//! # The token bucket in Redis
-//!
-//! Two keys, `{key}.tokens` and `{key}.ts` (one hash tag, so both live on one cluster
-//! slot), hold the tokens left and the time of the last refill. One Lua script refills
-//! the bucket for the time elapsed since then (continuously: `rate` tokens per second,
-//! to the microsecond), takes what it can and writes both keys back, so a take is
-//! atomic however many processes share the bucket. Both keys expire after
-//! `max(1 s, ceil(2 x burst / rate))`: an idle bucket is full again by then, and the
-//! expiry is never 0 (go-zero computes `floor(2 x burst / rate)` seconds, which is 0
-//! when `2 x burst < rate`; its `SETEX` then fails on every call and the limiter flaps
-//! between Redis and its local rescue limiter).
-//!
-//! # Fallback
-//!
-//! When Redis fails or does not answer within the timeout, a limiter switches to a
-//! local token bucket of `rate x share` tokens per second and `burst x share` tokens
-//! ([`fallback_share`](RedisTokenLimiterBuilder::fallback_share), default 1: the same
-//! rate and burst as the cluster-wide bucket, like go-zero), and a background thread
-//! pings Redis every [`probe_interval`](RedisTokenLimiterBuilder::probe_interval)
-//! until it answers, then switches back. Both switches are reported to the
-//! [`on_switch`](RedisTokenLimiterBuilder::on_switch) hook and counted in
-//! [`ClusterStatus`].
+//! See [`RedisTokenLimiter`] for the bucket's layout in Redis and its fallback, and
+//! [`ClusterLease`] for leasing and its over-admission bound.
 
 use super::conn::{CallError, Connector};
 use super::period::{Alignment, LocalWindow, PERIOD_SCRIPT};
@@ -853,15 +833,32 @@ impl fmt::Debug for RedisTokenLimiterBuilder {
 /// `TokenLimiter`, without its quirks).
 ///
 /// The bucket refills continuously at `rate` tokens per second up to `burst` tokens
-/// and starts full; [`allow`](Self::allow) takes one token atomically with a Lua
-/// script (see the [module docs](self) for the keys and their expiry). Every
-/// process that builds a limiter on the same Redis and key shares the bucket.
+/// and starts full; every process that builds a limiter on the same Redis and key
+/// shares it.
+///
+/// # In Redis
+///
+/// Two keys, `{key}.tokens` and `{key}.ts` (one hash tag, so both live on one cluster
+/// slot, as in go-zero), hold the tokens left and the time of the last refill.
+/// [`allow`](Self::allow) runs one Lua script that refills the bucket for the time
+/// elapsed since then (to the microsecond, on the Redis server's clock unless
+/// [`RefillClock::Local`] is chosen; go-zero refills in whole seconds on the caller's
+/// clock), takes the token and writes both keys back, so a take is atomic however
+/// many processes share the bucket. Both keys expire after
+/// `max(1 s, ceil(2 x burst / rate))` ([`ttl`](Self::ttl)): an idle bucket is full
+/// again by then, and the expiry is never 0. (go-zero computes `floor(2 x burst /
+/// rate)` seconds, which is 0 when `2 x burst < rate`; its `SETEX` then fails on
+/// every call and its limiter flaps between Redis and its local rescue limiter.)
 ///
 /// # Failures
 ///
 /// No call waits longer than the [timeout](RedisTokenLimiterBuilder::timeout). When
 /// Redis fails or times out, the call is answered by a local token bucket
-/// ([`ClusterDecision::AdmittedLocally`] / [`RejectedLocally`]), the limiter
+/// ([`ClusterDecision::AdmittedLocally`] / [`RejectedLocally`]) of `rate x share`
+/// tokens per second holding `burst x share` (rounded down, at least 1; see
+/// [`fallback_share`](RedisTokenLimiterBuilder::fallback_share): by default the full
+/// rate and burst, like go-zero's rescue limiter; it starts full and keeps its state
+/// across outages), the limiter
 /// switches to [`ClusterMode::Fallback`] and answers every call locally, without
 /// touching Redis, while a background thread pings Redis every
 /// [`probe_interval`](RedisTokenLimiterBuilder::probe_interval); the first answer
@@ -1550,8 +1547,9 @@ impl ClusterLease {
     #[inline]
     pub fn try_acquire(&self) -> ClusterDecision {
         let s = &*self.shared;
-        let now = s.clock.now();
-        if now < s.valid_until.load(Ordering::Acquire) {
+        // A token bucket lease's tokens never lapse: skip the clock read.
+        let valid_until = s.valid_until.load(Ordering::Acquire);
+        if valid_until == u64::MAX || s.clock.now() < valid_until {
             if let Ok(before) = s
                 .held
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| h.checked_sub(1))
@@ -1563,7 +1561,7 @@ impl ClusterLease {
             }
         }
         if s.switch.mode() == ClusterMode::Fallback {
-            let decision = if s.fallback.try_take(1, &s.clock, now) {
+            let decision = if s.fallback.try_take(1, &s.clock, s.clock.now()) {
                 ClusterDecision::AdmittedLocally
             } else {
                 ClusterDecision::RejectedLocally
@@ -1923,6 +1921,14 @@ mod tests {
             lease_field(ClusterLease::visits(url, "k", Duration::ZERO, 5).build()),
             "period"
         );
+    }
+
+    #[test]
+    fn handles_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync + 'static>() {}
+        shareable::<ClusterLease>();
+        shareable::<RedisTokenLimiter>();
+        shareable::<super::super::RedisPeriodLimiter>();
     }
 
     #[test]

@@ -1,0 +1,110 @@
+//! Cluster-wide limits as policy options of a point, against the real Redis.
+
+#[path = "support/redis_server.rs"]
+#[allow(dead_code)]
+mod redis_server;
+
+use resilience_runtime::{Clock, ClusterLimit, Policy, Reason, Registry};
+use std::time::Duration;
+
+fn registry() -> &'static Registry {
+    Box::leak(Box::new(Registry::with_clock(Clock::system())))
+}
+
+#[test]
+fn a_cluster_visits_limit_is_shared_by_two_instances() {
+    let limit = ClusterLimit::Visits {
+        url: redis_server::shared_url(),
+        key: redis_server::unique_key("cluster-visits"),
+        period: Duration::from_secs(60),
+        quota: 6,
+        batch: 2,
+    };
+    // two "instances": two registries with the same cluster limit
+    let (a, b) = (registry(), registry());
+    for r in [a, b] {
+        let policy = Policy::builder().cluster(limit.clone()).build().unwrap();
+        r.set_policy("cluster.visits", policy).unwrap();
+    }
+    let pa = a.point("cluster.visits").unwrap();
+    let pb = b.point("cluster.visits").unwrap();
+    let mut admitted = 0;
+    let mut reasons = Vec::new();
+    for _ in 0..10 {
+        for p in [pa, pb] {
+            match p.enter() {
+                Ok(permit) => {
+                    admitted += 1;
+                    permit.finish(false);
+                }
+                Err(d) => reasons.push(d.reason()),
+            }
+        }
+        // let the refill threads answer
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(admitted, 6, "exactly the quota across both instances");
+    assert!(
+        reasons.iter().all(|r| *r == Reason::ClusterVisits),
+        "{reasons:?}"
+    );
+}
+
+#[test]
+fn a_cluster_token_bucket_reports_its_reason() {
+    let limit = ClusterLimit::TokenBucket {
+        url: redis_server::shared_url(),
+        key: redis_server::unique_key("cluster-tokens"),
+        rate: 0.001,
+        burst: 3,
+        batch: 1,
+    };
+    let r = registry();
+    r.set_policy(
+        "cluster.tokens",
+        Policy::builder().cluster(limit).build().unwrap(),
+    )
+    .unwrap();
+    let p = r.point("cluster.tokens").unwrap();
+    let mut outcomes = Vec::new();
+    for _ in 0..6 {
+        outcomes.push(
+            p.enter()
+                .map(|permit| permit.finish(false))
+                .map_err(|d| d.reason()),
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        outcomes.iter().filter(|o| o.is_ok()).count(),
+        3,
+        "{outcomes:?}"
+    );
+    assert!(outcomes
+        .iter()
+        .all(|o| o.is_ok() || *o == Err(Reason::ClusterTokenBucket)));
+}
+
+#[test]
+fn invalid_cluster_settings_are_named() {
+    let err = Policy::builder()
+        .cluster(ClusterLimit::TokenBucket {
+            url: "not a url".into(),
+            key: String::new(),
+            rate: f64::NAN,
+            burst: 0,
+            batch: 0,
+        })
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.fields(),
+        [
+            "cluster.rate",
+            "cluster.burst",
+            "cluster.url",
+            "cluster.key",
+            "cluster.batch"
+        ]
+    );
+}
