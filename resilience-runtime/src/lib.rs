@@ -40,6 +40,7 @@ pub mod __private;
 pub(crate) use crate::__private as private;
 
 pub use clock::{Clock, ManualClock};
+pub use declared::{DeclaredPoint, MacroKind};
 pub use error::{AlreadyInitialized, Downgraded, PointNameError, Reason};
 pub use listener::{BreakerChange, DowngradeEvent, ListenerId, EVENT_QUEUE_CAPACITY};
 pub use point::{Permit, Point};

@@ -17,6 +17,9 @@
 //! | `resilience_concurrency` | gauge | `point` | calls in flight now |
 //! | `resilience_peak_concurrency` | gauge | `point` | most calls ever in flight at once |
 //! | `resilience_in_delay` | gauge | `point` | 1 while the point is in a downgrade delay |
+//! | `resilience_breaker_state` | gauge | `point`, `kind`, `state` | 1 for the breaker's current state |
+//! | `resilience_breaker_window_successes` / `_failures` / `_drops` | gauge | `point` | the breaker's window |
+//! | `resilience_breaker_transitions_total` | counter | `point` | breaker state changes |
 //! | `resilience_listener_events_dropped_total` | counter | | over all points |
 //! | `resilience_listener_events_delivered_total` | counter | | over all points |
 //! | `resilience_policy_file_version` | gauge | | with feature `config`: files applied so far |
@@ -254,12 +257,71 @@ fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &[PointStat
     )
 }
 
-/// Breaker state and drops per point: left for the breaker integration to fill in
-/// (from `PointStats::breaker`), so that breaker metrics live in one place.
+/// Breaker state, window counts and transitions of the points that have a breaker
+/// (rejected calls are `resilience_downgrades_total{reason="breaker_open"}`).
 fn encode_breaker_metrics(
-    _encoder: &mut DescriptorEncoder<'_>,
-    _points: &[PointStats],
+    encoder: &mut DescriptorEncoder<'_>,
+    points: &[PointStats],
 ) -> fmt::Result {
+    use crate::BreakerState;
+    let with_breaker: Vec<(&PointStats, crate::BreakerStats)> = points
+        .iter()
+        .filter_map(|p| p.breaker.map(|b| (p, b)))
+        .collect();
+    let mut family = encoder.encode_descriptor(
+        "resilience_breaker_state",
+        "1 for the breaker's current state (closed, open, half_open), 0 for the others.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (p, b) in &with_breaker {
+        for state in [
+            BreakerState::Closed,
+            BreakerState::Open,
+            BreakerState::HalfOpen,
+        ] {
+            let labels = [
+                ("point", p.name),
+                ("kind", b.kind),
+                ("state", state.as_str()),
+            ];
+            gauge(u64::from(b.state == state)).encode(family.encode_family(&labels)?)?;
+        }
+    }
+    let windows: [(&str, &str, fn(&crate::BreakerStats) -> Option<u64>); 3] = [
+        (
+            "resilience_breaker_window_successes",
+            "Successful calls in the breaker's window.",
+            |b| Some(b.window_successes),
+        ),
+        (
+            "resilience_breaker_window_failures",
+            "Failed calls in the breaker's window.",
+            |b| Some(b.window_failures),
+        ),
+        (
+            "resilience_breaker_window_drops",
+            "Calls the breaker rejected in its window (SRE breaker only).",
+            |b| b.window_drops,
+        ),
+    ];
+    for (name, help, value) in windows {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (p, b) in &with_breaker {
+            if let Some(v) = value(b) {
+                gauge(v).encode(family.encode_family(&[("point", p.name)])?)?;
+            }
+        }
+    }
+    let mut family = encoder.encode_descriptor(
+        "resilience_breaker_transitions",
+        "State changes of the breaker so far.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (p, b) in &with_breaker {
+        ConstCounter::new(b.transitions).encode(family.encode_family(&[("point", p.name)])?)?;
+    }
     Ok(())
 }
 

@@ -318,10 +318,46 @@ enum AdaptiveImpl {
     Shedder(AdaptiveLimiter),
 }
 
-/// The adaptive limiter's side of a running call.
+/// The adaptive limiter's side of a running call, in two words (the permit types are
+/// rebuilt at completion; a small `Permit` keeps every call cheap to move).
+#[derive(Clone, Copy)]
 enum AdaptiveCall {
-    Gradient(GradientPermit<&'static GradientLimiter>),
-    Shedder(AdaptivePermit<&'static AdaptiveLimiter>),
+    Gradient(&'static GradientLimiter, u64),
+    Shedder(&'static AdaptiveLimiter, u64),
+}
+
+impl AdaptiveCall {
+    fn gradient(p: GradientPermit<&'static GradientLimiter>) -> AdaptiveCall {
+        // SAFETY: the permit borrows a `'static` limiter.
+        let limiter: &'static GradientLimiter =
+            unsafe { &*(p.limiter() as *const GradientLimiter) };
+        AdaptiveCall::Gradient(limiter, GradientLimiter::permit_into_start(p))
+    }
+
+    fn shedder(p: AdaptivePermit<&'static AdaptiveLimiter>) -> AdaptiveCall {
+        // SAFETY: the permit borrows a `'static` limiter.
+        let limiter: &'static AdaptiveLimiter =
+            unsafe { &*(p.limiter() as *const AdaptiveLimiter) };
+        AdaptiveCall::Shedder(limiter, AdaptiveLimiter::permit_into_start(p))
+    }
+
+    /// Ends the call: a latency sample if it completed well, else it just leaves.
+    fn end(self, ok: bool) {
+        match self {
+            AdaptiveCall::Gradient(l, start) => {
+                let p = l.permit_from_start(start);
+                if ok {
+                    p.pass(l.now());
+                }
+            }
+            AdaptiveCall::Shedder(l, start) => {
+                let p = l.permit_from_start(start);
+                if ok {
+                    p.pass(l.now());
+                }
+            }
+        }
+    }
 }
 
 /// A live cluster-wide limit of a point.
@@ -361,9 +397,19 @@ struct Clusters {
 const CLUSTER_GRACE: Duration = Duration::from_secs(10);
 
 /// The breaker's side of a running call.
+#[derive(Clone, Copy)]
 enum BreakerCall {
-    Sre(&'static SreBreaker, Option<u64>),
-    Classic(CallTicket<'static>, Option<u64>),
+    /// The breaker and its slow-call threshold in ticks (0: none).
+    Sre(&'static SreBreaker, u64),
+    /// A classic ticket taken apart: breaker, epoch, start, probe, slow threshold.
+    Classic(&'static ClassicBreaker, u64, u64, bool, u64),
+}
+
+impl BreakerCall {
+    fn classic(b: &'static ClassicBreaker, ticket: CallTicket<'static>, slow: u64) -> Self {
+        let (epoch, started, probe) = ticket.into_raw();
+        BreakerCall::Classic(b, epoch, started, probe, slow)
+    }
 }
 
 fn classic_state(s: ClassicState) -> BreakerState {
@@ -882,7 +928,9 @@ impl Point {
                                 self.release_slot();
                             }
                             // Leave the adaptive limiter's flight; forget the rest.
-                            drop(permit.adaptive.take());
+                            if let Some(a) = permit.adaptive.take() {
+                                a.end(false);
+                            }
                             std::mem::forget(permit);
                             return Err(self.downgrade(Reason::BreakerOpen, now, false));
                         }
@@ -939,8 +987,8 @@ impl Point {
         // SAFETY: adaptive slots are never freed while the point lives.
         let slot: &'static AdaptiveSlot = unsafe { &*(c.adaptive as *const AdaptiveSlot) };
         match &slot.imp {
-            AdaptiveImpl::Gradient(l) => l.try_acquire(l.now()).ok().map(AdaptiveCall::Gradient),
-            AdaptiveImpl::Shedder(l) => l.try_acquire(l.now()).ok().map(AdaptiveCall::Shedder),
+            AdaptiveImpl::Gradient(l) => l.try_acquire(l.now()).ok().map(AdaptiveCall::gradient),
+            AdaptiveImpl::Shedder(l) => l.try_acquire(l.now()).ok().map(AdaptiveCall::shedder),
         }
     }
 
@@ -967,14 +1015,18 @@ impl Point {
                     );
                 }
                 d.is_admitted()
-                    .then_some(BreakerCall::Sre(b, slot.slow_ticks))
+                    .then_some(BreakerCall::Sre(b, slot.slow_ticks.unwrap_or(0)))
             }
             BreakerImpl::Classic(b) => match b.allow(now) {
                 Ok(ticket) => {
                     if let Some(t) = ticket.transition() {
                         self.classic_changed(t);
                     }
-                    Some(BreakerCall::Classic(ticket, slot.slow_ticks))
+                    Some(BreakerCall::classic(
+                        b,
+                        ticket,
+                        slot.slow_ticks.unwrap_or(0),
+                    ))
                 }
                 Err(_) => None,
             },
@@ -986,22 +1038,27 @@ impl Point {
     /// which frees its half-open probe slot.
     fn breaker_outcome(&self, call: BreakerCall, outcome: Outcome, failed: bool, elapsed: u64) {
         if outcome == Outcome::Cancelled {
+            if let BreakerCall::Classic(b, epoch, started, probe, _) = call {
+                // Dropping the rebuilt ticket frees a half-open probe slot.
+                drop(b.ticket_from_raw(epoch, started, probe));
+            }
             return;
         }
         match call {
             BreakerCall::Sre(b, slow) => {
                 // Into the bucket the window reached when the call was admitted (or
                 // later): no clock read on the way out.
-                let failed = failed || slow.is_some_and(|t| elapsed > t);
+                let failed = failed || (slow != 0 && elapsed > slow);
                 b.record_admitted(if failed {
                     crate::breaker::Outcome::Failure
                 } else {
                     crate::breaker::Outcome::Success
                 });
             }
-            BreakerCall::Classic(ticket, slow) => {
+            BreakerCall::Classic(b, epoch, started, probe, slow) => {
+                let ticket = b.ticket_from_raw(epoch, started, probe);
                 let now = self.clock.now();
-                let elapsed = if slow.is_some() {
+                let elapsed = if slow != 0 {
                     Duration::from_nanos(self.clock.ticks_to_ns(elapsed))
                 } else {
                     Duration::ZERO
@@ -1619,18 +1676,8 @@ impl Permit {
         }
         // A latency sample only from calls that completed well; failures and
         // cancellations just leave the flight.
-        match self.adaptive.take() {
-            Some(AdaptiveCall::Gradient(a)) if outcome == Outcome::Ok && !failed => {
-                let now = a.limiter().now();
-                a.pass(now);
-            }
-            Some(AdaptiveCall::Shedder(a)) if outcome == Outcome::Ok && !failed => {
-                let now = a.limiter().now();
-                a.pass(now);
-            }
-            Some(AdaptiveCall::Gradient(a)) => a.fail(),
-            Some(AdaptiveCall::Shedder(a)) => a.fail(),
-            None => {}
+        if let Some(a) = self.adaptive.take() {
+            a.end(outcome == Outcome::Ok && !failed);
         }
         if !self.tracked {
             return;

@@ -5,10 +5,14 @@
 //! Each test uses a registry of its own (leaked, as the global one is), so that one
 //! test's load cannot clear another's points.
 
+use resilience_runtime::adaptive::{AdaptiveConfig, GradientConfig};
+use resilience_runtime::breaker::{Backoff, ClassicConfig, SreConfig};
 use resilience_runtime::config::{
     ConfigError, Format, PointConfig, PolicyFile, ProblemKind, WatchOptions,
 };
-use resilience_runtime::{downgrade, Clock, Policy, Registry};
+use resilience_runtime::{
+    downgrade, AdaptiveLimit, BreakerPolicy, Clock, Policy, Reason, Registry,
+};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -254,7 +258,8 @@ fn every_problem_is_listed_with_point_and_field_and_nothing_is_applied() {
             (OutOfRange, Some("bad.ranges"), Some("delay.retry_interval")),
             (OutOfRange, Some("bad.ranges"), Some("window.buckets")),
             (UnknownField, Some("bad.fields"), Some("max_visit")),
-            (UnknownField, Some("bad.fields"), Some("breaker")),
+            (UnknownField, Some("bad.fields"), Some("breaker.kind")),
+            (MissingField, Some("bad.fields"), Some("breaker.algorithm")),
             (MissingField, Some("bad.fields"), Some("timeouts.max_count")),
             (UnknownField, Some("bad.fields"), Some("window.width")),
             (InvalidPointName, Some("  "), None),
@@ -262,7 +267,7 @@ fn every_problem_is_listed_with_point_and_field_and_nothing_is_applied() {
         "{err}"
     );
     let text = err.to_string();
-    assert!(text.contains("nothing applied (18 problems)"), "{text}");
+    assert!(text.contains("nothing applied (19 problems)"), "{text}");
     assert!(
         text.contains("point `bad.fields`, field `max_visit`: unknown field `max_visit`, did you mean `max_visits`?"),
         "{text}"
@@ -688,6 +693,373 @@ fn a_broken_file_at_start_is_an_error() {
 
 /// With the `tracing` feature: a load logs an info event with the file, version and
 /// point count, and a rejected reload logs a warning with the error.
+
+// ---- breaker and adaptive sections ----
+
+/// Every breaker field and every adaptive field away from its default.
+fn tuned_file() -> PolicyFile {
+    let sre = BreakerPolicy::Sre {
+        config: SreConfig {
+            window: Duration::from_secs(20),
+            buckets: 80,
+            k: 2.25,
+            protection: 9,
+            force_pass_interval: Duration::from_millis(1500),
+        },
+        slow_call: Some(Duration::from_millis(300)),
+    };
+    let classic = BreakerPolicy::Classic(ClassicConfig {
+        failure_rate: 0.4,
+        slow_call_rate: Some(0.75),
+        slow_call_duration: Duration::from_millis(800),
+        minimum_calls: 25,
+        consecutive_failures: Some(4),
+        window: Duration::from_secs(30),
+        buckets: 15,
+        open_wait: Backoff::exponential(Duration::from_secs(1), 2.5, Duration::from_secs(40))
+            .with_jitter(0.125),
+        half_open_probes: 6,
+    });
+    let gradient = AdaptiveLimit::Gradient(GradientConfig {
+        initial_limit: 40,
+        min_limit: 4,
+        max_limit: 400,
+        smoothing: 0.5,
+        rtt_tolerance: 2.0,
+        queue_size: 6.5,
+        long_window: 300,
+        sample_window: Duration::from_millis(250),
+        min_samples: 20,
+    });
+    let shedder = AdaptiveLimit::Shedder(AdaptiveConfig {
+        window: Duration::from_secs(2),
+        buckets: 20,
+        cpu_threshold: 800,
+        cool_off: Duration::from_millis(500),
+        default_min_rt: Duration::from_millis(750),
+        flying_beta: 0.8,
+        min_overload_factor: 0.25,
+    });
+    let with = |adaptive: Option<AdaptiveLimit>| {
+        let mut b = Policy::builder().max_visits(100);
+        if let Some(a) = adaptive {
+            b = b.adaptive(a);
+        }
+        PointConfig::new(b.build().unwrap())
+    };
+    let mut file = PolicyFile::default();
+    let points = &mut file.points;
+    points.insert("tn.sre".into(), with(Some(gradient)).with_breaker(sre));
+    points.insert(
+        "tn.classic".into(),
+        with(Some(shedder)).with_breaker(classic),
+    );
+    points.insert(
+        "tn.disabled".into(),
+        with(None).with_breaker(BreakerPolicy::Disabled),
+    );
+    points.insert(
+        "tn.defaults".into(),
+        PointConfig::new(
+            Policy::builder()
+                .adaptive(AdaptiveLimit::Gradient(GradientConfig::default()))
+                .build()
+                .unwrap(),
+        )
+        .with_breaker(BreakerPolicy::Classic(ClassicConfig::default())),
+    );
+    file
+}
+
+#[test]
+fn breakers_and_adaptive_limits_round_trip_in_toml_and_json() {
+    let file = tuned_file();
+    let toml_text = file.to_text(Format::Toml).unwrap();
+    for expected in [
+        "[points.\"tn.classic\".breaker]",
+        "algorithm = \"classic\"",
+        "[points.\"tn.classic\".breaker.open_wait]",
+        "base = \"1s\"",
+        "max = \"40s\"",
+        "[points.\"tn.sre\".adaptive]",
+        "algorithm = \"gradient\"",
+        "sample_window = \"250ms\"",
+        "slow_call = \"300ms\"",
+        "algorithm = \"disabled\"",
+    ] {
+        assert!(toml_text.contains(expected), "{expected}\n{toml_text}");
+    }
+    // Defaults are left out: the all-default point writes only the algorithms.
+    let defaults = toml_text
+        .split("[points.\"tn.defaults\".adaptive]")
+        .nth(1)
+        .unwrap()
+        .split("[points.\"tn.disabled\"]")
+        .next()
+        .unwrap();
+    assert_eq!(
+        defaults.split_whitespace().collect::<Vec<_>>(),
+        [
+            "algorithm",
+            "=",
+            "\"gradient\"",
+            "[points.\"tn.defaults\".breaker]",
+            "algorithm",
+            "=",
+            "\"classic\""
+        ],
+        "{toml_text}"
+    );
+    assert_eq!(PolicyFile::parse(&toml_text, Format::Toml).unwrap(), file);
+    let json = file.to_text(Format::Json).unwrap();
+    assert!(
+        json.contains(r#""force_pass_interval": "1500ms""#),
+        "{json}"
+    );
+    assert_eq!(PolicyFile::parse(&json, Format::Json).unwrap(), file);
+
+    let r = new_registry();
+    let report = r.load_policies_str(&toml_text, Format::Toml).unwrap();
+    assert_eq!(report.applied.len(), 4);
+    for (name, config) in &file.points {
+        assert_eq!(r.breaker(name).unwrap(), config.breaker, "{name}");
+        assert_eq!(r.policy(name).unwrap().as_ref(), Some(&config.policy));
+    }
+    assert_eq!(PolicyFile::from_registry(r), file);
+}
+
+#[test]
+fn missing_breaker_and_adaptive_fields_take_the_defaults() {
+    let file = PolicyFile::parse(
+        r#"
+        [points.a.breaker]
+        algorithm = "classic"
+        failure_rate = 0.3
+        open_wait = { base = "10s" }
+
+        [points.b]
+        breaker = { algorithm = "sre", k = 2 }
+        adaptive = { algorithm = "shedder", cpu_threshold = 700 }
+        "#,
+        Format::Toml,
+    )
+    .unwrap();
+    assert_eq!(
+        file.points["a"].breaker,
+        Some(BreakerPolicy::Classic(ClassicConfig {
+            failure_rate: 0.3,
+            // A lone `base` longer than the default `max` is a fixed wait.
+            open_wait: Backoff::fixed(Duration::from_secs(10)),
+            ..ClassicConfig::default()
+        }))
+    );
+    assert_eq!(file.points["a"].policy, Policy::observe());
+    assert_eq!(
+        file.points["b"].breaker,
+        Some(BreakerPolicy::Sre {
+            config: SreConfig {
+                k: 2.0,
+                ..SreConfig::default()
+            },
+            slow_call: None,
+        })
+    );
+    assert_eq!(
+        file.points["b"].policy.adaptive(),
+        Some(AdaptiveLimit::Shedder(AdaptiveConfig {
+            cpu_threshold: 700,
+            ..AdaptiveConfig::default()
+        }))
+    );
+}
+
+#[test]
+fn every_breaker_and_adaptive_problem_is_named_and_nothing_is_applied() {
+    let r = new_registry();
+    let api_breaker = BreakerPolicy::Classic(ClassicConfig {
+        minimum_calls: 3,
+        ..ClassicConfig::default()
+    });
+    r.set_breaker("bk.ok", api_breaker).unwrap();
+    r.set_policy("bk.ok", Policy::builder().max_visits(5).build().unwrap())
+        .unwrap();
+    let before = snapshot(r);
+    let text = r#"
+        [points."bk.ok"]
+        max_visits = 6
+        breaker = { algorithm = "sre" }             # valid, but the file is rejected
+
+        [points."bk.shape"]
+        breaker = "sre"
+        adaptive = { max_limit = 10 }
+
+        [points."bk.names"]
+        breaker = { algorithm = "sr" }
+        adaptive = { algorithm = 3 }
+
+        [points."bk.fields"]
+        breaker = { algorithm = "sre", protecton = 3, failure_rate = 0.5 }
+        adaptive = { algorithm = "gradient", window = "1s" }
+
+        [points."bk.types"]
+        breaker = { algorithm = "classic", window = 10, consecutive_failures = "3", open_wait = { base = "1s", multiplier = "x", step = 1 } }
+        adaptive = { algorithm = "shedder", cpu_threshold = -1 }
+
+        [points."bk.ranges"]
+        breaker = { algorithm = "classic", failure_rate = 1.5, half_open_probes = 0, open_wait = { base = "2s", max = "1s" } }
+        adaptive = { algorithm = "gradient", min_limit = 0, smoothing = 2.0 }
+
+        [points."bk.sre"]
+        breaker = { algorithm = "sre", k = 1.0, buckets = 0, slow_call = "0s" }
+
+        [points."bk.disabled"]
+        breaker = { algorithm = "disabled", k = 2 }
+    "#;
+    let err = r.load_policies_str(text, Format::Toml).unwrap_err();
+    use ProblemKind::*;
+    assert_eq!(
+        problems(&err),
+        [
+            (WrongType, Some("bk.shape"), Some("breaker")),
+            (MissingField, Some("bk.shape"), Some("adaptive.algorithm")),
+            (WrongType, Some("bk.names"), Some("breaker.algorithm")),
+            (WrongType, Some("bk.names"), Some("adaptive.algorithm")),
+            (UnknownField, Some("bk.fields"), Some("breaker.protecton")),
+            (
+                UnknownField,
+                Some("bk.fields"),
+                Some("breaker.failure_rate")
+            ),
+            (UnknownField, Some("bk.fields"), Some("adaptive.window")),
+            (
+                UnknownField,
+                Some("bk.types"),
+                Some("breaker.open_wait.step")
+            ),
+            (WrongType, Some("bk.types"), Some("breaker.window")),
+            (
+                WrongType,
+                Some("bk.types"),
+                Some("breaker.consecutive_failures")
+            ),
+            (
+                WrongType,
+                Some("bk.types"),
+                Some("breaker.open_wait.multiplier")
+            ),
+            (OutOfRange, Some("bk.types"), Some("adaptive.cpu_threshold")),
+            (OutOfRange, Some("bk.ranges"), Some("breaker.failure_rate")),
+            (OutOfRange, Some("bk.ranges"), Some("breaker.open_wait.max")),
+            (
+                OutOfRange,
+                Some("bk.ranges"),
+                Some("breaker.half_open_probes")
+            ),
+            (OutOfRange, Some("bk.ranges"), Some("adaptive.min_limit")),
+            (OutOfRange, Some("bk.ranges"), Some("adaptive.smoothing")),
+            (OutOfRange, Some("bk.sre"), Some("breaker.buckets")),
+            (OutOfRange, Some("bk.sre"), Some("breaker.k")),
+            (OutOfRange, Some("bk.sre"), Some("breaker.slow_call")),
+            (UnknownField, Some("bk.disabled"), Some("breaker.k")),
+        ],
+        "{err}"
+    );
+    let text = err.to_string();
+    for says in [
+        "point `bk.names`, field `breaker.algorithm`: unknown algorithm `sr`, did you mean `sre`?",
+        "point `bk.fields`, field `breaker.protecton`: unknown field `protecton`, did you mean `protection`?",
+        "point `bk.fields`, field `breaker.failure_rate`: `failure_rate` is not a setting of the `sre` breaker",
+        "point `bk.disabled`, field `breaker.k`: `k` is not a setting of the `disabled` breaker, which takes no other field",
+        "point `bk.ranges`, field `breaker.open_wait.max`: must be",
+    ] {
+        assert!(text.contains(says), "{says}\n{text}");
+    }
+    assert_eq!(snapshot(r), before);
+    assert_eq!(r.breaker("bk.ok").unwrap(), Some(api_breaker));
+    assert_eq!(r.breaker("bk.sre").unwrap(), None);
+    assert_eq!(r.policy_file_version(), 0);
+
+    // JSON: a duplicate key inside the section is named too.
+    let err = r
+        .load_policies_str(
+            r#"{"points": {"bk.ok": {"breaker": {"algorithm": "sre", "k": 2, "k": 3}}}}"#,
+            Format::Json,
+        )
+        .unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [(DuplicateField, Some("bk.ok"), Some("breaker.k"))]
+    );
+    assert_eq!(r.breaker("bk.ok").unwrap(), Some(api_breaker));
+}
+
+#[test]
+fn a_breaker_made_in_code_is_checked_before_anything_is_applied() {
+    let r = new_registry();
+    let mut file = PolicyFile::default();
+    file.points
+        .insert("code.ok".into(), PointConfig::new(Policy::observe()));
+    let bad = BreakerPolicy::Classic(ClassicConfig {
+        open_wait: Backoff::fixed(Duration::from_secs(1)).with_jitter(2.0),
+        ..ClassicConfig::default()
+    });
+    file.points.insert(
+        "code.bad".into(),
+        PointConfig::new(Policy::observe()).with_breaker(bad),
+    );
+    let err = r.apply_policy_file(&file).unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [(
+            ProblemKind::OutOfRange,
+            Some("code.bad"),
+            Some("breaker.open_wait.jitter")
+        )]
+    );
+    assert!(r.get("code.ok").is_none(), "nothing applied");
+    assert_eq!(r.policy_file_version(), 0);
+}
+
+#[test]
+fn reloads_keep_unchanged_breakers_and_clear_removed_ones() {
+    let r = new_registry();
+    let trip_fast = r#"{"algorithm": "classic", "consecutive_failures": 1}"#;
+    let file =
+        |a: &str, b: &str| format!(r#"{{"points": {{"rl.a": {{"breaker": {a}}}, "rl.b": {b}}}}}"#);
+    r.set_breaker("rl.api", BreakerPolicy::Disabled).unwrap();
+    let first = r
+        .load_policies_str(
+            &file(trip_fast, &format!(r#"{{"breaker": {trip_fast}}}"#)),
+            Format::Json,
+        )
+        .unwrap();
+    assert!(first.breakers_cleared.is_empty());
+    let a = r.point("rl.a").unwrap();
+    a.enter().unwrap().finish(true);
+    assert_eq!(a.enter().unwrap_err().reason(), Reason::BreakerOpen);
+
+    // The same breaker again (b loses its section): a's breaker keeps its state.
+    let second = r
+        .load_policies_str(&file(trip_fast, r#"{"max_visits": 9}"#), Format::Json)
+        .unwrap();
+    assert_eq!(second.breakers_cleared, ["rl.b"]);
+    assert_eq!(r.breaker("rl.b").unwrap(), None);
+    assert_eq!(a.enter().unwrap_err().reason(), Reason::BreakerOpen);
+
+    // A changed breaker starts afresh.
+    let tolerant = r#"{"algorithm": "classic", "consecutive_failures": 2}"#;
+    r.load_policies_str(&file(tolerant, "{}"), Format::Json)
+        .unwrap();
+    a.enter().unwrap().finish(true);
+    a.enter().unwrap().finish(false);
+
+    // A file without any breaker clears a's, never the API's.
+    let last = r.load_policies_str("", Format::Toml).unwrap();
+    assert_eq!(last.breakers_cleared, ["rl.a"]);
+    assert_eq!(r.breaker("rl.a").unwrap(), None);
+    assert_eq!(r.breaker("rl.api").unwrap(), Some(BreakerPolicy::Disabled));
+}
+
 #[cfg(feature = "tracing")]
 mod tracing_events {
     use super::{wait_for, TempDir};

@@ -280,3 +280,53 @@ fn openmetrics_output_is_terminated_and_typed() {
         "{text}"
     );
 }
+
+#[test]
+fn breaker_state_and_window_are_exported() {
+    use resilience_runtime::breaker::ClassicConfig;
+    use resilience_runtime::BreakerPolicy;
+    let config = ClassicConfig {
+        consecutive_failures: Some(2),
+        ..ClassicConfig::default()
+    };
+    registry()
+        .set_breaker("metrics.breaker", BreakerPolicy::Classic(config))
+        .unwrap();
+    let p = registry().point("metrics.breaker").unwrap();
+    p.enter().unwrap().finish(false);
+    p.enter().unwrap().finish(true);
+    p.enter().unwrap().finish(true); // opens
+    assert!(p.enter().is_err());
+    let scrape = parse(&resilience_runtime::metrics::render());
+    let state = |s: &str| {
+        value(
+            &scrape,
+            "resilience_breaker_state",
+            &[
+                ("point", "metrics.breaker"),
+                ("kind", "classic"),
+                ("state", s),
+            ],
+        )
+    };
+    assert_eq!(
+        (state("open"), state("closed"), state("half_open")),
+        (1.0, 0.0, 0.0)
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "resilience_breaker_transitions_total",
+            &[("point", "metrics.breaker")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "resilience_downgrades_total",
+            &[("point", "metrics.breaker"), ("reason", "breaker_open")]
+        ),
+        1.0
+    );
+}

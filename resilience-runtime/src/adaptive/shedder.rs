@@ -544,6 +544,24 @@ impl<L: Deref<Target = AdaptiveLimiter>> AdaptivePermit<L> {
     }
 }
 
+impl AdaptiveLimiter {
+    /// Takes a permit of this limiter apart into its start time, leaving the call in
+    /// flight; [`permit_from_start`](Self::permit_from_start) puts it back together.
+    pub(crate) fn permit_into_start(permit: AdaptivePermit<&Self>) -> u64 {
+        let permit = std::mem::ManuallyDrop::new(permit);
+        permit.start
+    }
+
+    /// The permit [`permit_into_start`](Self::permit_into_start) took apart.
+    pub(crate) fn permit_from_start(&self, start: u64) -> AdaptivePermit<&Self> {
+        AdaptivePermit {
+            limiter: self,
+            start,
+            end: None,
+        }
+    }
+}
+
 impl<L: Deref<Target = AdaptiveLimiter>> Drop for AdaptivePermit<L> {
     fn drop(&mut self) {
         let limiter = &*self.limiter;

@@ -842,6 +842,23 @@ impl CallTicket<'_> {
     }
 }
 
+impl<'a> CallTicket<'a> {
+    /// Splits the ticket into `(epoch, started, probe)` without releasing anything;
+    /// [`ClassicBreaker::ticket_from_raw`] puts it back together. Lets a caller keep a
+    /// running call in a few words.
+    pub(crate) fn into_raw(mut self) -> (u64, u64, bool) {
+        self.finished = true;
+        (self.epoch, self.started, self.probe)
+    }
+}
+
+impl ClassicBreaker {
+    /// The ticket [`CallTicket::into_raw`] split.
+    pub(crate) fn ticket_from_raw(&self, epoch: u64, started: u64, probe: bool) -> CallTicket<'_> {
+        self.ticket(probe, epoch, started, None)
+    }
+}
+
 impl Drop for CallTicket<'_> {
     fn drop(&mut self) {
         if !self.finished && self.probe {

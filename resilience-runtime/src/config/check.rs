@@ -5,7 +5,7 @@
 use super::duration::parse_duration;
 use super::error::{Problem, ProblemKind};
 use super::node::Node;
-use super::{PointConfig, PolicyFile};
+use super::{sections, PointConfig, PolicyFile};
 use crate::error::check_point_name;
 use crate::policy::{Policy, PolicyBuilder, WindowConfig};
 use std::collections::HashSet;
@@ -15,7 +15,7 @@ use std::time::Duration;
 const TOP_LEVEL: [&str; 2] = ["strict", "points"];
 
 /// The keys of a point's table, in the order the reference documents them.
-pub(crate) const POINT_FIELDS: [&str; 10] = [
+pub(crate) const POINT_FIELDS: [&str; 12] = [
     "shadow",
     "max_visits",
     "max_concurrency",
@@ -26,6 +26,8 @@ pub(crate) const POINT_FIELDS: [&str; 10] = [
     "token_bucket",
     "delay",
     "window",
+    "adaptive",
+    "breaker",
 ];
 
 /// What the checker made of a document, even a broken one.
@@ -125,20 +127,20 @@ fn check_points(value: &Node, out: &mut Checked) {
 }
 
 /// Reports problems against one point.
-struct Reporter<'a> {
+pub(super) struct Reporter<'a> {
     point: &'a str,
     problems: &'a mut Vec<Problem>,
     failed: bool,
 }
 
 impl Reporter<'_> {
-    fn push(&mut self, field: &str, kind: ProblemKind, message: String) {
+    pub(super) fn push(&mut self, field: &str, kind: ProblemKind, message: String) {
         self.failed = true;
         self.problems
             .push(Problem::new(Some(self.point), Some(field), kind, message));
     }
 
-    fn wrong_type(&mut self, field: &str, expected: &str, got: &Node) {
+    pub(super) fn wrong_type(&mut self, field: &str, expected: &str, got: &Node) {
         self.push(
             field,
             ProblemKind::WrongType,
@@ -146,9 +148,14 @@ impl Reporter<'_> {
         );
     }
 
+    /// How many problems are reported so far.
+    pub(super) fn count(&self) -> usize {
+        self.problems.len()
+    }
+
     /// Splits a section's table into its known fields, reporting unknown and
     /// duplicate keys; `None` (reported) if the value is not a table.
-    fn section<'n, const N: usize>(
+    pub(super) fn section<'n, const N: usize>(
         &mut self,
         section: &str,
         value: &'n Node,
@@ -179,7 +186,11 @@ impl Reporter<'_> {
     }
 
     /// A required field of a section, reported if missing.
-    fn required<'n>(&mut self, field: &str, value: Option<&'n Node>) -> Option<&'n Node> {
+    pub(super) fn required<'n>(
+        &mut self,
+        field: &str,
+        value: Option<&'n Node>,
+    ) -> Option<&'n Node> {
         if value.is_none() {
             self.push(
                 field,
@@ -218,16 +229,16 @@ impl Reporter<'_> {
         }
     }
 
-    fn u64(&mut self, field: &str, value: &Node) -> Option<u64> {
+    pub(super) fn u64(&mut self, field: &str, value: &Node) -> Option<u64> {
         self.integer(field, value, u64::MAX)
     }
 
-    fn u32(&mut self, field: &str, value: &Node) -> Option<u32> {
+    pub(super) fn u32(&mut self, field: &str, value: &Node) -> Option<u32> {
         self.integer(field, value, u64::from(u32::MAX))
             .and_then(|v| u32::try_from(v).ok())
     }
 
-    fn number(&mut self, field: &str, value: &Node) -> Option<f64> {
+    pub(super) fn number(&mut self, field: &str, value: &Node) -> Option<f64> {
         match value {
             Node::Float(x) => Some(*x),
             // Precision loss above 2^53 is fine: every rate field is range-checked far
@@ -251,7 +262,7 @@ impl Reporter<'_> {
         }
     }
 
-    fn duration(&mut self, field: &str, value: &Node) -> Option<Duration> {
+    pub(super) fn duration(&mut self, field: &str, value: &Node) -> Option<Duration> {
         match value {
             Node::Str(text) => match parse_duration(text) {
                 Ok(d) => Some(d),
@@ -289,6 +300,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
         return None;
     };
     let mut b = Policy::builder();
+    let mut breaker = None;
     let mut seen = HashSet::new();
     for (key, v) in entries {
         if !seen.insert(key.as_str()) {
@@ -330,6 +342,15 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
             "token_bucket" => check_token_bucket(&mut r, v, b),
             "delay" => check_delay(&mut r, v, b),
             "window" => check_window(&mut r, v, b),
+            "adaptive" => apply(
+                b,
+                sections::check_adaptive(&mut r, v),
+                PolicyBuilder::adaptive,
+            ),
+            "breaker" => {
+                breaker = sections::check_breaker(&mut r, v);
+                b
+            }
             _ => {
                 let message = unknown_key_message(key, &POINT_FIELDS);
                 r.push(key, ProblemKind::UnknownField, message);
@@ -340,7 +361,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
     // Range checks of every field that was well typed, even if others were not, so one
     // load reports everything.
     match b.build() {
-        Ok(policy) if !r.failed => Some(PointConfig { policy }),
+        Ok(policy) if !r.failed => Some(PointConfig { policy, breaker }),
         Ok(_) => None,
         Err(e) => {
             for fe in e.errors() {
@@ -461,6 +482,11 @@ fn check_window(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuild
 
 /// "unknown field `max_visit`, did you mean `max_visits`? expected one of ...".
 fn unknown_key_message(key: &str, known: &[&str]) -> String {
+    unknown_name_message("field", key, known)
+}
+
+/// "unknown `what` `key`, did you mean ...? (expected one of ...)".
+pub(super) fn unknown_name_message(what: &str, key: &str, known: &[&str]) -> String {
     let list = known
         .iter()
         .map(|k| format!("`{k}`"))
@@ -473,9 +499,9 @@ fn unknown_key_message(key: &str, known: &[&str]) -> String {
         .min();
     match suggestion {
         Some((_, k)) => {
-            format!("unknown field `{key}`, did you mean `{k}`? (expected one of {list})")
+            format!("unknown {what} `{key}`, did you mean `{k}`? (expected one of {list})")
         }
-        None => format!("unknown field `{key}`, expected one of {list}"),
+        None => format!("unknown {what} `{key}`, expected one of {list}"),
     }
 }
 
@@ -510,6 +536,6 @@ mod tests {
         assert!(
             unknown_key_message("max_visit", &POINT_FIELDS).contains("did you mean `max_visits`")
         );
-        assert!(!unknown_key_message("breaker", &POINT_FIELDS).contains("did you mean"));
+        assert!(!unknown_key_message("cluster", &POINT_FIELDS).contains("did you mean"));
     }
 }

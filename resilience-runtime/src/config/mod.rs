@@ -13,6 +13,15 @@
 //! [points."order.create".window]
 //! buckets = 10
 //! bucket_width = "1s"
+//!
+//! [points."order.create".adaptive]   # adaptive concurrency limit
+//! algorithm = "gradient"             # or "shedder"
+//! max_limit = 200
+//!
+//! [points."order.create".breaker]    # circuit breaker
+//! algorithm = "classic"              # or "sre", "disabled"
+//! failure_rate = 0.5
+//! open_wait = { base = "1s", multiplier = 2.0, max = "30s" }
 //! ```
 //!
 //! The same file in JSON is `{"strict": true, "points": {"order.create": {...}}}`.
@@ -60,12 +69,15 @@ mod check;
 mod duration;
 mod error;
 mod node;
+mod sections;
 mod watch;
 
 pub use error::{ConfigError, Problem, ProblemKind};
 pub use watch::{PolicyWatcher, WatchOptions, WatchStatus};
 
-use crate::policy::{Policy, WindowConfig};
+use crate::adaptive::{AdaptiveConfig, GradientConfig};
+use crate::breaker::{ClassicConfig, SreConfig};
+use crate::policy::{AdaptiveLimit, BreakerPolicy, Policy, WindowConfig};
 use crate::registry::Registry;
 use node::Node;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -141,19 +153,43 @@ pub struct PolicyFile {
 
 /// The settings of one point in a [`PolicyFile`].
 ///
-/// Holds the point's [`Policy`], shadow flag included (see `PolicyBuilder::shadow`).
-/// Breaker settings will join it as a `breaker` section.
+/// Holds the point's [`Policy`] (shadow flag and adaptive limit included, see
+/// `PolicyBuilder::shadow` and `PolicyBuilder::adaptive`) and, from its `breaker`
+/// section, its [`BreakerPolicy`].
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::config::PointConfig;
+/// use resilience_runtime::{BreakerPolicy, Policy};
+///
+/// let config = PointConfig::new(Policy::observe()).with_breaker(BreakerPolicy::default());
+/// assert_eq!(config.breaker, Some(BreakerPolicy::default()));
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct PointConfig {
     /// The point's downgrade policy.
     pub policy: Policy,
+    /// The point's breaker (set with `Registry::set_breaker`), or `None` to leave the
+    /// breaker alone (a point whose breaker a previous file set loses it).
+    pub breaker: Option<BreakerPolicy>,
 }
 
 impl PointConfig {
-    /// Settings made of a policy.
+    /// Settings made of a policy, without a breaker section.
     pub fn new(policy: Policy) -> PointConfig {
-        PointConfig { policy }
+        PointConfig {
+            policy,
+            breaker: None,
+        }
+    }
+
+    /// The same settings with a breaker.
+    #[must_use]
+    pub fn with_breaker(mut self, breaker: BreakerPolicy) -> PointConfig {
+        self.breaker = Some(breaker);
+        self
     }
 }
 
@@ -177,14 +213,24 @@ impl PolicyFile {
         }
     }
 
-    /// The policies of every point of a registry that has one, as a file.
+    /// The policies and breakers of every point of a registry that has either, as a
+    /// file. A point with a breaker but no policy gets [`Policy::observe`] (what an
+    /// empty point table means), so loading the file sets that policy too.
     pub fn from_registry(registry: &Registry) -> PolicyFile {
         let points = registry
             .point_names()
             .into_iter()
             .filter_map(|name| {
-                let policy = registry.get(name)?.policy()?;
-                Some((name.to_owned(), PointConfig::new(policy)))
+                let point = registry.get(name)?;
+                let (policy, breaker) = (point.policy(), point.breaker());
+                if policy.is_none() && breaker.is_none() {
+                    return None;
+                }
+                let config = PointConfig {
+                    policy: policy.unwrap_or_else(Policy::observe),
+                    breaker,
+                };
+                Some((name.to_owned(), config))
             })
             .collect();
         PolicyFile {
@@ -348,6 +394,10 @@ pub struct LoadReport {
     /// The points that the previous load configured and this one does not mention:
     /// their policy was removed (they pass every call again), sorted.
     pub cleared: Vec<String>,
+    /// The points whose breaker the previous load set and this one has no `breaker`
+    /// section for: their breaker setting was removed (`Registry::clear_breaker`),
+    /// sorted.
+    pub breakers_cleared: Vec<String>,
 }
 
 /// What a registry remembers of the policy files applied to it.
@@ -355,6 +405,8 @@ pub struct LoadReport {
 struct LoadState {
     /// Points configured by the last successful load.
     configured: BTreeSet<String>,
+    /// Points whose breaker the last successful load set.
+    breakers: BTreeSet<String>,
     version: u64,
 }
 
@@ -376,9 +428,12 @@ impl Registry {
     /// Reads a TOML (`.toml`) or JSON (`.json`) policy file and applies it, all or
     /// nothing.
     ///
-    /// Every point in the file gets its policy; points that the previous load
-    /// configured but this file no longer mentions lose theirs (they pass every call
-    /// again). Points never mentioned by a file keep whatever the API set. Counters,
+    /// Every point in the file gets its policy, and its breaker if it has a `breaker`
+    /// section (an unchanged breaker is kept with its state; a changed one starts with
+    /// an empty window). Points that the previous load configured but this file no
+    /// longer mentions lose their policy (they pass every call again), and points whose
+    /// breaker the previous load set but this file does not lose that breaker setting.
+    /// Points never mentioned by a file keep whatever the API set. Counters,
     /// in-flight calls and delay state are kept, as with
     /// [`set_policy`](Registry::set_policy). Policies are set one point after the
     /// other: during the few microseconds of the apply, a call on another thread may
@@ -414,7 +469,8 @@ impl Registry {
     ///
     /// # Errors
     ///
-    /// [`ConfigError::Invalid`] if `strict` is set and a point is unknown.
+    /// [`ConfigError::Invalid`] if `strict` is set and a point is unknown, or if a
+    /// breaker is invalid ([`BreakerPolicy::validate`]).
     pub fn apply_policy_file(&self, file: &PolicyFile) -> Result<LoadReport, ConfigError> {
         let names = file.points.keys().cloned().collect();
         let checked = check::Checked {
@@ -468,6 +524,17 @@ impl Registry {
                 }
             }
         }
+        // Files parsed here are checked already; a `PolicyFile` made in code is not.
+        for (name, config) in &checked.file.points {
+            if let Some(Err(e)) = config.breaker.as_ref().map(BreakerPolicy::validate) {
+                checked.problems.push(Problem::new(
+                    Some(name),
+                    Some(&format!("breaker.{}", e.field)),
+                    ProblemKind::OutOfRange,
+                    e.message,
+                ));
+            }
+        }
         if !checked.problems.is_empty() {
             return Err(ConfigError::Invalid {
                 path: path.map(Path::to_owned),
@@ -481,7 +548,32 @@ impl Registry {
             if self.set_policy(name, config.policy.clone()).is_ok() {
                 applied.push(name.clone());
             }
+            // Setting a breaker starts it afresh: an unchanged one is left running.
+            if let Some(breaker) = config.breaker {
+                if self.breaker(name).ok().flatten() != Some(breaker) {
+                    // Validated above, so this cannot fail.
+                    let _ = self.set_breaker(name, breaker);
+                }
+            }
         }
+        let mut breakers_cleared = Vec::new();
+        for name in &state.breakers {
+            let kept = checked
+                .file
+                .points
+                .get(name)
+                .is_some_and(|c| c.breaker.is_some());
+            if !kept && self.clear_breaker(name).is_ok() {
+                breakers_cleared.push(name.clone());
+            }
+        }
+        state.breakers = checked
+            .file
+            .points
+            .iter()
+            .filter(|(_, c)| c.breaker.is_some())
+            .map(|(name, _)| name.clone())
+            .collect();
         let mut cleared = Vec::new();
         for name in &state.configured {
             if !checked.file.points.contains_key(name) && self.clear_policy(name).is_ok() {
@@ -495,6 +587,7 @@ impl Registry {
             source: path.map(Path::to_owned),
             applied,
             cleared,
+            breakers_cleared,
         };
         #[cfg(feature = "tracing")]
         tracing::info!(
@@ -502,6 +595,7 @@ impl Registry {
             version = report.version,
             points = report.applied.len(),
             cleared = report.cleared.len(),
+            breakers_cleared = report.breakers_cleared.len(),
             "policy file applied"
         );
         Ok(report)
@@ -548,6 +642,10 @@ struct PointOut {
     delay: Option<DelayOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     window: Option<WindowOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    adaptive: Option<AdaptiveOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    breaker: Option<BreakerOut>,
 }
 
 #[derive(Serialize)]
@@ -581,8 +679,191 @@ struct WindowOut {
     bucket_width: String,
 }
 
+/// A breaker: `algorithm`, then every field that differs from the algorithm's default
+/// (the two algorithms' fields share one struct; those of the other one stay `None`).
+#[derive(Serialize, Default)]
+struct BreakerOut {
+    algorithm: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    k: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    protection: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    failure_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slow_call_rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slow_call_duration: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    minimum_calls: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    consecutive_failures: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    buckets: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    force_pass_interval: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slow_call: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    half_open_probes: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    open_wait: Option<OpenWaitOut>,
+}
+
+#[derive(Serialize)]
+struct OpenWaitOut {
+    base: String,
+    multiplier: f64,
+    max: String,
+    jitter: f64,
+}
+
+/// An adaptive limit, written like [`BreakerOut`].
+#[derive(Serialize, Default)]
+struct AdaptiveOut {
+    algorithm: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    initial_limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_limit: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    smoothing: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rtt_tolerance: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    queue_size: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    long_window: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sample_window: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_samples: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    window: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    buckets: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cpu_threshold: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cool_off: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    default_min_rt: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    flying_beta: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    min_overload_factor: Option<f64>,
+}
+
+/// `value`, unless it is the default (then the field is left out).
+fn unless_default<T: PartialEq>(value: T, default: T) -> Option<T> {
+    (value != default).then_some(value)
+}
+
+/// [`unless_default`] for a duration, written as text.
+fn duration_unless_default(
+    value: std::time::Duration,
+    default: std::time::Duration,
+) -> Option<String> {
+    unless_default(value, default).map(duration::format_duration)
+}
+
+impl BreakerOut {
+    fn of(b: &BreakerPolicy) -> BreakerOut {
+        let text = duration_unless_default;
+        match b {
+            BreakerPolicy::Sre {
+                config: c,
+                slow_call,
+            } => {
+                let d = SreConfig::default();
+                BreakerOut {
+                    algorithm: "sre",
+                    k: unless_default(c.k, d.k),
+                    protection: unless_default(c.protection, d.protection),
+                    window: text(c.window, d.window),
+                    buckets: unless_default(c.buckets, d.buckets),
+                    force_pass_interval: text(c.force_pass_interval, d.force_pass_interval),
+                    slow_call: slow_call.map(duration::format_duration),
+                    ..BreakerOut::default()
+                }
+            }
+            BreakerPolicy::Classic(c) => {
+                let d = ClassicConfig::default();
+                BreakerOut {
+                    algorithm: "classic",
+                    failure_rate: unless_default(c.failure_rate, d.failure_rate),
+                    slow_call_rate: c.slow_call_rate,
+                    slow_call_duration: text(c.slow_call_duration, d.slow_call_duration),
+                    minimum_calls: unless_default(c.minimum_calls, d.minimum_calls),
+                    consecutive_failures: c.consecutive_failures,
+                    window: text(c.window, d.window),
+                    buckets: unless_default(c.buckets, d.buckets),
+                    half_open_probes: unless_default(c.half_open_probes, d.half_open_probes),
+                    open_wait: unless_default(c.open_wait, d.open_wait).map(|w| OpenWaitOut {
+                        base: duration::format_duration(w.base),
+                        multiplier: w.multiplier,
+                        max: duration::format_duration(w.max),
+                        jitter: w.jitter,
+                    }),
+                    ..BreakerOut::default()
+                }
+            }
+            BreakerPolicy::Disabled => BreakerOut {
+                algorithm: "disabled",
+                ..BreakerOut::default()
+            },
+        }
+    }
+}
+
+impl AdaptiveOut {
+    fn of(a: &AdaptiveLimit) -> AdaptiveOut {
+        let text = duration_unless_default;
+        match a {
+            AdaptiveLimit::Gradient(c) => {
+                let d = GradientConfig::default();
+                AdaptiveOut {
+                    algorithm: "gradient",
+                    initial_limit: unless_default(c.initial_limit, d.initial_limit),
+                    min_limit: unless_default(c.min_limit, d.min_limit),
+                    max_limit: unless_default(c.max_limit, d.max_limit),
+                    smoothing: unless_default(c.smoothing, d.smoothing),
+                    rtt_tolerance: unless_default(c.rtt_tolerance, d.rtt_tolerance),
+                    queue_size: unless_default(c.queue_size, d.queue_size),
+                    long_window: unless_default(c.long_window, d.long_window),
+                    sample_window: text(c.sample_window, d.sample_window),
+                    min_samples: unless_default(c.min_samples, d.min_samples),
+                    ..AdaptiveOut::default()
+                }
+            }
+            AdaptiveLimit::Shedder(c) => {
+                let d = AdaptiveConfig::default();
+                AdaptiveOut {
+                    algorithm: "shedder",
+                    window: text(c.window, d.window),
+                    buckets: unless_default(c.buckets, d.buckets),
+                    cpu_threshold: unless_default(c.cpu_threshold, d.cpu_threshold),
+                    cool_off: text(c.cool_off, d.cool_off),
+                    default_min_rt: text(c.default_min_rt, d.default_min_rt),
+                    flying_beta: unless_default(c.flying_beta, d.flying_beta),
+                    min_overload_factor: unless_default(
+                        c.min_overload_factor,
+                        d.min_overload_factor,
+                    ),
+                    ..AdaptiveOut::default()
+                }
+            }
+        }
+    }
+}
+
 impl PointOut {
-    fn of(p: &Policy) -> PointOut {
+    fn of(config: &PointConfig) -> PointOut {
+        let p = &config.policy;
         use duration::format_duration as text;
         PointOut {
             shadow: p.is_shadow(),
@@ -612,6 +893,8 @@ impl PointOut {
                     buckets: w.buckets,
                     bucket_width: text(w.bucket_width),
                 }),
+            adaptive: p.adaptive().as_ref().map(AdaptiveOut::of),
+            breaker: config.breaker.as_ref().map(BreakerOut::of),
         }
     }
 }
@@ -623,7 +906,7 @@ impl Serialize for PolicyFile {
             points: self
                 .points
                 .iter()
-                .map(|(name, config)| (name.as_str(), PointOut::of(&config.policy)))
+                .map(|(name, config)| (name.as_str(), PointOut::of(config)))
                 .collect(),
         }
         .serialize(serializer)
@@ -632,7 +915,7 @@ impl Serialize for PolicyFile {
 
 impl Serialize for PointConfig {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        PointOut::of(&self.policy).serialize(serializer)
+        PointOut::of(self).serialize(serializer)
     }
 }
 
