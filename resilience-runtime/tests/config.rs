@@ -129,6 +129,19 @@ fn the_example_policy_file_is_valid() {
         Some(Duration::from_secs(1))
     );
     assert_eq!(order.window().buckets, 10);
+    let Some(AdaptiveLimit::Gradient(gradient)) = order.adaptive() else {
+        panic!("order.create has a gradient limit: {:?}", order.adaptive());
+    };
+    assert_eq!(gradient.max_limit, 200);
+    let Some(BreakerPolicy::Classic(classic)) = file.points["order.create"].breaker else {
+        panic!("order.create has a classic breaker");
+    };
+    assert_eq!(classic.consecutive_failures, Some(5));
+    assert_eq!(classic.open_wait.max, Duration::from_secs(30));
+    assert!(matches!(
+        file.points["search.query"].breaker,
+        Some(BreakerPolicy::Sre { config, .. }) if config.k == 2.0
+    ));
     assert!(file.points["recommendations"].policy.is_shadow());
     assert_eq!(
         file.points.keys().collect::<Vec<_>>(),
@@ -691,9 +704,6 @@ fn a_broken_file_at_start_is_an_error() {
     assert!(r.get("start").is_none());
 }
 
-/// With the `tracing` feature: a load logs an info event with the file, version and
-/// point count, and a rejected reload logs a warning with the error.
-
 // ---- breaker and adaptive sections ----
 
 /// Every breaker field and every adaptive field away from its default.
@@ -932,15 +942,15 @@ fn every_breaker_and_adaptive_problem_is_named_and_nothing_is_applied() {
             ),
             (UnknownField, Some("bk.fields"), Some("adaptive.window")),
             (
-                UnknownField,
-                Some("bk.types"),
-                Some("breaker.open_wait.step")
-            ),
-            (WrongType, Some("bk.types"), Some("breaker.window")),
-            (
                 WrongType,
                 Some("bk.types"),
                 Some("breaker.consecutive_failures")
+            ),
+            (WrongType, Some("bk.types"), Some("breaker.window")),
+            (
+                UnknownField,
+                Some("bk.types"),
+                Some("breaker.open_wait.step")
             ),
             (
                 WrongType,
@@ -970,6 +980,8 @@ fn every_breaker_and_adaptive_problem_is_named_and_nothing_is_applied() {
         "point `bk.fields`, field `breaker.protecton`: unknown field `protecton`, did you mean `protection`?",
         "point `bk.fields`, field `breaker.failure_rate`: `failure_rate` is not a setting of the `sre` breaker",
         "point `bk.disabled`, field `breaker.k`: `k` is not a setting of the `disabled` breaker, which takes no other field",
+        "point `bk.fields`, field `adaptive.window`: `window` is not a setting of the `gradient` adaptive limit",
+        "point `bk.sre`, field `breaker.slow_call`: must be greater than zero (leave the field out to ignore durations)",
         "point `bk.ranges`, field `breaker.open_wait.max`: must be",
     ] {
         assert!(text.contains(says), "{says}\n{text}");
@@ -1060,6 +1072,8 @@ fn reloads_keep_unchanged_breakers_and_clear_removed_ones() {
     assert_eq!(r.breaker("rl.api").unwrap(), Some(BreakerPolicy::Disabled));
 }
 
+/// With the `tracing` feature: a load logs an info event with the file, version and
+/// point count, and a rejected reload logs a warning with the error.
 #[cfg(feature = "tracing")]
 mod tracing_events {
     use super::{wait_for, TempDir};

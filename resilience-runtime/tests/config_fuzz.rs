@@ -8,7 +8,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use resilience_runtime::config::{Format, PointConfig, PolicyFile};
-use resilience_runtime::{Clock, Policy, Registry};
+use resilience_runtime::{BreakerPolicy, Clock, Policy, Registry};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
@@ -31,8 +31,21 @@ delay = { duration = "10s", retry_interval = "1500ms" }
 buckets = 20
 bucket_width = "500ms"
 
+[points."order.create".adaptive]
+algorithm = "gradient"
+max_limit = 200
+sample_window = "250ms"
+
+[points."order.create".breaker]
+algorithm = "classic"
+failure_rate = 0.4
+consecutive_failures = 5
+open_wait = { base = "1s", multiplier = 2.0, max = "30s", jitter = 0.1 }
+
 [points.search]
 max_visits = 0
+breaker = { algorithm = "sre", k = 2.0, slow_call = "500ms" }
+adaptive = { algorithm = "shedder", cpu_threshold = 800 }
 "#;
 
 fn seed_json() -> String {
@@ -68,9 +81,18 @@ fn snapshot(r: &Registry) -> BTreeMap<&'static str, Option<Policy>> {
         .collect()
 }
 
+/// Every point's breaker setting.
+fn breakers(r: &Registry) -> BTreeMap<&'static str, Option<BreakerPolicy>> {
+    r.point_names()
+        .into_iter()
+        .map(|n| (n, r.breaker(n).unwrap()))
+        .collect()
+}
+
 /// Loads `text` and checks the all-or-nothing rule either way.
 fn check_load(r: &Registry, text: &str, format: Format) -> Result<(), TestCaseError> {
     let before = snapshot(r);
+    let breakers_before = breakers(r);
     let version = r.policy_file_version();
     let parsed = PolicyFile::parse(text, format);
     match r.load_policies_str(text, format) {
@@ -81,6 +103,11 @@ fn check_load(r: &Registry, text: &str, format: Format) -> Result<(), TestCaseEr
                 before,
                 "a rejected load changed policies: {}",
                 e
+            );
+            prop_assert_eq!(
+                breakers(r),
+                breakers_before,
+                "a rejected load changed breakers"
             );
             prop_assert_eq!(r.policy_file_version(), version);
             // Display never panics and names every problem.
@@ -93,6 +120,9 @@ fn check_load(r: &Registry, text: &str, format: Format) -> Result<(), TestCaseEr
             for (name, config) in &file.points {
                 let now = r.policy(name).unwrap();
                 prop_assert_eq!(now.as_ref(), Some(&config.policy));
+                if config.breaker.is_some() {
+                    prop_assert_eq!(r.breaker(name).unwrap(), config.breaker);
+                }
             }
             // Points outside the file keep what they had, unless the previous file
             // configured them (then they are cleared).
@@ -277,6 +307,8 @@ fn field_name() -> impl Strategy<Value = String> {
             Just("token_bucket"), Just("delay"), Just("window"), Just("rate"), Just("min_visits"),
             Just("threshold"), Just("max_count"), Just("capacity"), Just("duration"),
             Just("retry_interval"), Just("buckets"), Just("bucket_width"),
+            Just("breaker"), Just("adaptive"), Just("algorithm"), Just("k"),
+            Just("failure_rate"), Just("open_wait"), Just("max_limit"),
         ]
         .prop_map(str::to_owned),
         1 => "[a-z_]{1,10}",
@@ -305,6 +337,23 @@ fn point() -> impl Strategy<Value = serde_json::Value> {
         section(&["rate", "capacity"]).prop_map(|v| ("token_bucket".to_owned(), v)),
         section(&["duration", "retry_interval"]).prop_map(|v| ("delay".to_owned(), v)),
         section(&["buckets", "bucket_width"]).prop_map(|v| ("window".to_owned(), v)),
+        section(&[
+            "algorithm",
+            "k",
+            "window",
+            "slow_call",
+            "failure_rate",
+            "open_wait"
+        ])
+        .prop_map(|v| ("breaker".to_owned(), v)),
+        section(&[
+            "algorithm",
+            "max_limit",
+            "sample_window",
+            "window",
+            "cpu_threshold"
+        ])
+        .prop_map(|v| ("adaptive".to_owned(), v)),
         (field_name(), value()),
     ];
     proptest::collection::vec(field, 0..6)

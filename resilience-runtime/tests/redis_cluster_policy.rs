@@ -1,7 +1,6 @@
 //! Cluster-wide limits as policy options of a point, against the real Redis.
 
 #[path = "support/redis_server.rs"]
-#[allow(dead_code)]
 mod redis_server;
 
 use resilience_runtime::{Clock, ClusterLimit, Policy, Reason, Registry};

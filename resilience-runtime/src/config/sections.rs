@@ -14,6 +14,14 @@ use crate::breaker::{ClassicConfig, SreConfig};
 use crate::policy::{AdaptiveLimit, BreakerPolicy};
 use std::time::Duration;
 
+/// What a section configures, for messages.
+fn noun(section: &str) -> &str {
+    match section {
+        "adaptive" => "adaptive limit",
+        other => other,
+    }
+}
+
 /// One algorithm a section can choose: its name and the fields it takes.
 struct Algorithm {
     name: &'static str,
@@ -231,8 +239,9 @@ fn choose<'n>(
                 &format!("{section}.{key}"),
                 ProblemKind::UnknownField,
                 format!(
-                    "`{key}` is not a setting of the `{}` {section}, which {takes}",
-                    chosen.name
+                    "`{key}` is not a setting of the `{}` {}, which {takes}",
+                    chosen.name,
+                    noun(section)
                 ),
             );
             failed = true;
@@ -267,7 +276,10 @@ fn validate_each<C: Copy>(
         r.push(
             &format!("{section}.{field}"),
             ProblemKind::OutOfRange,
-            message,
+            // The configurations speak Rust; in a file an optional field is left out.
+            message
+                .replace("use `None`", "leave the field out")
+                .replace("use None", "leave the field out"),
         );
         reported.push(field);
         if !reset(&mut c, field) {
