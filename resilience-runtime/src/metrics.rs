@@ -288,7 +288,12 @@ fn encode_breaker_metrics(
             gauge(u64::from(b.state == state)).encode(family.encode_family(&labels)?)?;
         }
     }
-    let windows: [(&str, &str, fn(&crate::BreakerStats) -> Option<u64>); 3] = [
+    type Window = (
+        &'static str,
+        &'static str,
+        fn(&crate::BreakerStats) -> Option<u64>,
+    );
+    let windows: [Window; 3] = [
         (
             "resilience_breaker_window_successes",
             "Successful calls in the breaker's window.",
