@@ -167,6 +167,47 @@ pub(crate) fn check_point_name(name: &str) -> Result<(), PointNameError> {
     }
 }
 
+/// A configuration (of a breaker, an adaptive limit, ...) was invalid; names the
+/// offending field. Shared by every component configured with a plain struct.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::breaker::{SreBreaker, SreConfig};
+///
+/// let err = SreBreaker::new(SreConfig { buckets: 0, ..SreConfig::default() }, 0).unwrap_err();
+/// assert_eq!(err.field, "buckets");
+/// assert!(err.to_string().starts_with("invalid configuration: `buckets`"));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The field's path, such as `k`, `capacity` or `open_wait.multiplier`.
+    pub field: &'static str,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(field: &'static str, message: impl Into<String>) -> Self {
+        ConfigError {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid configuration: `{}` {}",
+            self.field, self.message
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
 /// The global registry was already created, so its clock can no longer be chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AlreadyInitialized;

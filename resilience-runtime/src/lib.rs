@@ -41,7 +41,7 @@ pub(crate) use crate::__private as private;
 
 pub use clock::{Clock, ManualClock};
 pub use declared::{DeclaredPoint, MacroKind};
-pub use error::{AlreadyInitialized, Downgraded, PointNameError, Reason};
+pub use error::{AlreadyInitialized, ConfigError, Downgraded, PointNameError, Reason};
 pub use listener::{BreakerChange, DowngradeEvent, ListenerId, EVENT_QUEUE_CAPACITY};
 pub use point::{Permit, Point};
 #[cfg(feature = "redis")]

@@ -2,45 +2,16 @@
 
 use std::fmt;
 
-/// An adaptive limit's configuration was invalid; names the offending field.
-///
-/// # Examples
+/// An adaptive limiter's configuration was invalid (the crate-wide [`ConfigError`]).
 ///
 /// ```
 /// use resilience_runtime::adaptive::Gate;
 ///
 /// let err = Gate::new(0).unwrap_err();
 /// assert_eq!(err.field, "capacity");
-/// assert_eq!(err.to_string(), "invalid adaptive limit configuration: `capacity` must be at least 1");
+/// assert_eq!(err.to_string(), "invalid configuration: `capacity` must be at least 1");
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The field's name, such as `capacity` or `cpu_threshold`.
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-impl ConfigError {
-    pub(crate) fn new(field: &'static str, message: impl Into<String>) -> Self {
-        ConfigError {
-            field,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid adaptive limit configuration: `{}` {}",
-            self.field, self.message
-        )
-    }
-}
-
-impl std::error::Error for ConfigError {}
+pub use crate::error::ConfigError;
 
 /// A [`Gate`](super::Gate) refused a call: all of its `capacity` slots were taken.
 ///

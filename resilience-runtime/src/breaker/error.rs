@@ -3,45 +3,7 @@
 use super::ClassicState;
 use std::fmt;
 
-/// A breaker configuration was invalid; names the offending field.
-///
-/// # Examples
-///
-/// ```
-/// use resilience_runtime::breaker::{SreBreaker, SreConfig};
-///
-/// let err = SreBreaker::new(SreConfig { buckets: 0, ..SreConfig::default() }, 0).unwrap_err();
-/// assert_eq!(err.field, "buckets");
-/// assert!(err.to_string().contains("`buckets`"));
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The field's path, such as `k` or `open_wait.multiplier`.
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub message: String,
-}
-
-impl ConfigError {
-    pub(crate) fn new(field: &'static str, message: impl Into<String>) -> Self {
-        ConfigError {
-            field,
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "invalid breaker configuration: `{}` {}",
-            self.field, self.message
-        )
-    }
-}
-
-impl std::error::Error for ConfigError {}
+pub use crate::error::ConfigError;
 
 /// A [`ClassicBreaker`](super::ClassicBreaker) refused a call.
 ///
