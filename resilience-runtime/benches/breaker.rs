@@ -8,10 +8,14 @@
 // `criterion_group!` generates undocumented public functions.
 #![allow(missing_docs)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use resilience_runtime::breaker;
-use std::sync::{Barrier, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use support::two_threads;
 
 #[inline(never)]
 fn work(x: u64) -> Result<u64, ()> {
@@ -52,25 +56,6 @@ impl MutexBreaker {
         }
         Some(r)
     }
-}
-
-fn two_threads(iters: u64, f: impl Fn() + Sync) -> Duration {
-    let start = Barrier::new(2);
-    std::thread::scope(|s| {
-        let h: Vec<_> = (0..2)
-            .map(|_| {
-                s.spawn(|| {
-                    start.wait();
-                    let t = Instant::now();
-                    for _ in 0..iters {
-                        f();
-                    }
-                    t.elapsed()
-                })
-            })
-            .collect();
-        h.into_iter().map(|h| h.join().unwrap()).max().unwrap()
-    })
 }
 
 fn closed_path(c: &mut Criterion) {

@@ -9,12 +9,14 @@
 // `criterion_group!` generates undocumented public functions.
 #![allow(missing_docs)]
 
+#[path = "support/mod.rs"]
+mod support;
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use resilience_runtime::{downgrade, registry, Policy};
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Barrier;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[inline(never)]
 fn plain(x: u64) -> u64 {
@@ -86,21 +88,8 @@ fn yardsticks(c: &mut Criterion) {
     // Two threads on the same point: per-call latency of each thread while both run.
     g.bench_function("downgrade_all_five_2_threads", |b| {
         b.iter_custom(|iters| {
-            let start = Barrier::new(2);
-            std::thread::scope(|s| {
-                let h: Vec<_> = (0..2)
-                    .map(|_| {
-                        s.spawn(|| {
-                            start.wait();
-                            let t = Instant::now();
-                            for _ in 0..iters {
-                                guarded_all(black_box(7));
-                            }
-                            t.elapsed()
-                        })
-                    })
-                    .collect();
-                h.into_iter().map(|h| h.join().unwrap()).max().unwrap()
+            support::two_threads(iters, || {
+                guarded_all(black_box(7));
             })
         })
     });

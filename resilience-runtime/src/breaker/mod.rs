@@ -15,8 +15,12 @@
 //!   fixed number of half-open probes. [`ClassicConfig`] holds its policy. A call is
 //!   represented by a [`CallTicket`], which releases its probe slot if dropped.
 //!
-//! Both keep their statistics in a [`RollingWindow`](crate::rolling::RollingWindow);
-//! the SRE breaker's buckets are [`OutcomeCells`] (successes, failures and drops).
+//! The classic breaker keeps its statistics in a
+//! [`RollingWindow`](crate::rolling::RollingWindow). The SRE breaker keeps cumulative
+//! success/failure/drop counters with one snapshot per bucket (the point window's
+//! scheme), so its closed path reads two numbers instead of every bucket.
+//! [`OutcomeCells`] is the same success/failure/drop bucket for a `RollingWindow` of
+//! your own.
 //!
 //! Files: `sre.rs` and `classic.rs` hold the breakers, `config.rs` their configuration
 //! and validation, `error.rs` the configuration error and the rejection.
