@@ -1,89 +1,183 @@
 //! Hung-call detection: a call under a timeout rule counts as a timeout as soon as its
 //! deadline passes, not only when (if ever) it returns.
 //!
-//! Each point with a timeout rule gets a table of in-flight call slots. A timed call
-//! claims a free slot with its start time (one compare-and-swap, no lock) and frees it
-//! when it ends (one swap). A recurring timer of the process-wide [`TimingWheel`]
-//! sweeps the table every quarter of the threshold (between 10 ms and 1 s) and marks
-//! every call older than the threshold as timed out, counting it once; the call, when
-//! it returns, sees the mark and is not counted again. Points without a timeout rule
-//! never touch any of this.
+//! Each point with a timeout rule gets a table of in-flight call slots holding start
+//! times on the timeline. Each live thread owns one cache line of slots: it claims a
+//! free one with a load and a store, and a call frees its slot with a load and a store
+//! (or one swap if it ran past the threshold), wherever it ends. Threads beyond the
+//! owned lanes, and calls that find their lane full, claim shared slots by
+//! compare-and-swap. A recurring timer of the process-wide [`TimingWheel`] sweeps the
+//! table every quarter of the threshold (between 10 ms and 1 s) and marks every call
+//! older than the threshold as timed out, counting it once; the call, when it returns,
+//! sees the mark and is not counted again. Points without a timeout rule never touch
+//! any of this.
 //!
-//! When more calls are in flight than the table has slots (512), the extra calls are
-//! not registered and are measured when they return, as before.
+//! When more calls are in flight than the table has room for, the extra calls are not
+//! registered and are measured when they return, as before.
 
 use crate::point::Point;
 use crate::sync::{AtomicU64, Ordering};
 use crate::wheel::TimingWheel;
-use std::cell::Cell;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+/// Slots per cache line (a lane).
+const LANE: usize = 8;
+/// Lanes owned by one thread each: only the owner fills their slots, so claiming one
+/// is a load and a store, no read-modify-write.
+const OWNED_LANES: usize = 32;
+/// Lanes shared (by compare-and-swap) by threads without a lane of their own and by
+/// calls that find their own lane full.
+const SHARED_LANES: usize = 32;
 /// Slots per point.
-const SLOTS: usize = 512;
+const SLOTS: usize = (OWNED_LANES + SHARED_LANES) * LANE;
 /// A slot whose call was counted as timed out by a sweep.
 const SWEPT: u64 = u64::MAX;
-/// Threads start their search this many slots apart, a cache line each.
-const STRIDE: usize = 8;
 
-/// In-flight timed calls of one point: their start times in clock ticks (0 = free).
+#[repr(align(64))]
+#[derive(Debug)]
+struct Lane([AtomicU64; LANE]);
+
+/// In-flight timed calls of one point: their start times on the timeline (0 = free).
 #[derive(Debug)]
 pub(crate) struct HangTable {
-    slots: Box<[AtomicU64]>,
+    lanes: Box<[Lane]>,
+}
+
+/// Lane numbers of live threads; a thread's number is returned when it exits.
+struct LaneNumbers {
+    next: u32,
+    free: Vec<u32>,
+}
+
+static NUMBERS: Mutex<LaneNumbers> = Mutex::new(LaneNumbers {
+    next: 0,
+    free: Vec::new(),
+});
+
+/// This thread's lane number, unique among live threads.
+struct ThreadLane(u32);
+
+impl LaneNumbers {
+    /// The lowest free number, so that owned lanes go to live threads.
+    fn take(&mut self) -> u32 {
+        match self.free.iter().enumerate().min_by_key(|(_, v)| **v) {
+            Some((i, _)) => self.free.swap_remove(i),
+            None => {
+                self.next = self.next.saturating_add(1);
+                self.next - 1
+            }
+        }
+    }
+
+    fn give_back(&mut self, number: u32) {
+        self.free.push(number);
+    }
+}
+
+impl ThreadLane {
+    fn claim() -> ThreadLane {
+        ThreadLane(NUMBERS.lock().unwrap_or_else(|e| e.into_inner()).take())
+    }
+}
+
+impl Drop for ThreadLane {
+    fn drop(&mut self) {
+        NUMBERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .give_back(self.0);
+    }
 }
 
 thread_local! {
-    static HINT: Cell<usize> = const { Cell::new(usize::MAX) };
+    static THREAD_LANE: ThreadLane = ThreadLane::claim();
 }
 
-fn hint() -> usize {
-    HINT.with(|h| {
-        if h.get() == usize::MAX {
-            static NEXT: AtomicU64 = AtomicU64::new(0);
-            let n = NEXT.fetch_add(1, Ordering::Relaxed) as usize;
-            h.set(n.wrapping_mul(STRIDE) % SLOTS);
-        }
-        h.get()
-    })
+/// This thread's lane number; `u32::MAX` while thread-locals are being torn down.
+#[inline]
+fn thread_lane() -> u32 {
+    THREAD_LANE.try_with(|l| l.0).unwrap_or(u32::MAX)
 }
 
 impl HangTable {
     pub(crate) fn new() -> HangTable {
         HangTable {
-            slots: (0..SLOTS).map(|_| AtomicU64::new(0)).collect(),
+            lanes: (0..OWNED_LANES + SHARED_LANES)
+                .map(|_| Lane(std::array::from_fn(|_| AtomicU64::new(0))))
+                .collect(),
         }
     }
 
-    /// Registers a call that started at `start` (ticks, non-zero); returns its slot,
-    /// or `None` if the table is full.
+    #[inline]
+    fn slot(&self, index: u32) -> &AtomicU64 {
+        let i = index as usize;
+        &self.lanes[i / LANE].0[i % LANE]
+    }
+
+    /// Registers a call that started at `start` (non-zero); returns its slot, or `None`
+    /// if the table is full.
     #[inline]
     pub(crate) fn register(&self, start: u64) -> Option<u32> {
-        let first = hint();
-        for i in 0..SLOTS {
-            let idx = (first + i) % SLOTS;
-            let slot = &self.slots[idx];
-            if slot.load(Ordering::Relaxed) == 0
-                && slot
-                    .compare_exchange(0, start, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return Some(idx as u32);
+        self.register_as(thread_lane(), start)
+    }
+
+    #[inline]
+    fn register_as(&self, lane: u32, start: u64) -> Option<u32> {
+        if let Some(own) = self.lanes.get(lane as usize).filter(|_| (lane as usize) < OWNED_LANES) {
+            for (i, slot) in own.0.iter().enumerate() {
+                // Only this thread writes a start into its lane; others only free
+                // slots (store 0) or mark them swept, so a free slot stays free.
+                if slot.load(Ordering::Relaxed) == 0 {
+                    slot.store(start, Ordering::Relaxed);
+                    return Some((lane as usize * LANE + i) as u32);
+                }
+            }
+        }
+        self.register_shared(lane, start)
+    }
+
+    #[cold]
+    fn register_shared(&self, lane: u32, start: u64) -> Option<u32> {
+        let first = lane as usize % SHARED_LANES;
+        for l in 0..SHARED_LANES {
+            let index = OWNED_LANES + (first + l) % SHARED_LANES;
+            for (i, slot) in self.lanes[index].0.iter().enumerate() {
+                if slot.load(Ordering::Relaxed) == 0
+                    && slot
+                        .compare_exchange(0, start, Ordering::Relaxed, Ordering::Relaxed)
+                        .is_ok()
+                {
+                    return Some((index * LANE + i) as u32);
+                }
             }
         }
         None
     }
 
     /// Frees a slot; returns whether a sweep already counted the call as timed out.
+    ///
+    /// `late` says the caller measured the call as over the threshold: then the
+    /// answer is exact (one swap). Otherwise a sweep can hardly have marked it, and a
+    /// load and a store do: a sweep that marks it between the two has counted the call
+    /// once (it was in flight past the threshold at the sweep's reading) and the call
+    /// does not count it again.
     #[inline]
-    pub(crate) fn unregister(&self, slot: u32) -> bool {
-        self.slots[slot as usize].swap(0, Ordering::AcqRel) == SWEPT
+    pub(crate) fn unregister(&self, slot: u32, late: bool) -> bool {
+        let slot = self.slot(slot);
+        if late {
+            return slot.swap(0, Ordering::AcqRel) == SWEPT;
+        }
+        let swept = slot.load(Ordering::Acquire) == SWEPT;
+        slot.store(0, Ordering::Release);
+        swept
     }
 
-    /// Marks every call older than `threshold` ticks at `now`; returns how many were
-    /// newly marked.
+    /// Marks every call older than `threshold` at `now`; returns how many were newly
+    /// marked.
     pub(crate) fn sweep(&self, now: u64, threshold: u64) -> u64 {
         let mut hung = 0;
-        for slot in self.slots.iter() {
+        for slot in self.lanes.iter().flat_map(|l| l.0.iter()) {
             let start = slot.load(Ordering::Relaxed);
             if start != 0
                 && start != SWEPT
@@ -152,18 +246,99 @@ mod tests {
             "only the call started at 100 is older than 60"
         );
         assert_eq!(t.sweep(200, 60), 0, "counted once");
-        assert!(t.unregister(a), "the sweep already counted it");
-        assert!(!t.unregister(b));
+        assert!(t.unregister(a, false), "the sweep already counted it");
+        assert!(!t.unregister(b, true));
         assert_eq!(t.sweep(1_000, 60), 0, "free slots are never counted");
     }
 
     #[test]
     fn a_full_table_refuses_registration() {
         let t = HangTable::new();
-        let slots: Vec<_> = (0..SLOTS).map(|_| t.register(1).unwrap()).collect();
-        assert!(t.register(1).is_none());
-        t.unregister(slots[7]);
-        assert_eq!(t.register(1), Some(slots[7]));
+        // Lane 3 may use its own lane and the shared ones, never another thread's.
+        let room = LANE + SHARED_LANES * LANE;
+        let slots: Vec<_> = (0..room).map(|_| t.register_as(3, 1).unwrap()).collect();
+        let mut sorted = slots.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), room, "every slot handed out once");
+        assert!(slots
+            .iter()
+            .all(|&s| s as usize / LANE == 3 || s as usize / LANE >= OWNED_LANES));
+        assert_eq!(t.register_as(4, 1), Some(4 * LANE as u32), "lane 4 is still free");
+        assert!(
+            slots[..LANE].iter().all(|&s| s as usize / LANE == 3),
+            "the own lane first"
+        );
+        assert!(t.register_as(3, 1).is_none());
+        assert!(t.register_as(u32::MAX, 1).is_none());
+        t.unregister(slots[5], false);
+        assert_eq!(t.register_as(3, 1), Some(slots[5]));
+        t.unregister(slots[200], true);
+        assert_eq!(t.register_as(3, 1), Some(slots[200]), "then the shared lanes");
+    }
+
+    #[test]
+    fn lane_numbers_are_reused_lowest_first() {
+        let mut n = LaneNumbers {
+            next: 0,
+            free: Vec::new(),
+        };
+        let taken: Vec<u32> = (0..5).map(|_| n.take()).collect();
+        assert_eq!(taken, [0, 1, 2, 3, 4]);
+        n.give_back(3);
+        n.give_back(1);
+        assert_eq!(n.take(), 1);
+        assert_eq!(n.take(), 3);
+        assert_eq!(n.take(), 5);
+    }
+
+    #[test]
+    fn live_threads_have_distinct_lanes() {
+        let barrier = std::sync::Arc::new(std::sync::Barrier::new(5));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let b = barrier.clone();
+                std::thread::spawn(move || {
+                    let lane = thread_lane();
+                    b.wait();
+                    lane
+                })
+            })
+            .collect();
+        let here = thread_lane();
+        barrier.wait();
+        let mut lanes: Vec<u32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        lanes.push(here);
+        lanes.sort_unstable();
+        lanes.dedup();
+        assert_eq!(lanes.len(), 5, "{lanes:?}");
+    }
+
+    #[test]
+    fn racing_threads_never_share_a_slot() {
+        let t = std::sync::Arc::new(HangTable::new());
+        let handles: Vec<_> = (0..8u64)
+            .map(|id| {
+                let t = t.clone();
+                std::thread::spawn(move || {
+                    for n in 0..20_000u64 {
+                        let mark = (id << 32) | (n + 1);
+                        let held: Vec<u32> =
+                            (0..3).map(|_| t.register(mark).expect("room")).collect();
+                        for &s in &held {
+                            assert_eq!(t.slot(s).load(Ordering::Relaxed), mark, "slot taken over");
+                        }
+                        for s in held {
+                            assert!(!t.unregister(s, n % 2 == 0));
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(t.sweep(u64::MAX - 1, 0), 0, "every slot was freed");
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod clock;
 pub mod config;
 pub mod declared;
 mod error;
+mod flow;
 mod hang;
 #[cfg(feature = "heartbeat")]
 pub mod heartbeat;
@@ -28,6 +29,7 @@ pub mod redis;
 mod registry;
 pub mod rolling;
 mod stats;
+mod ticker;
 mod sync;
 #[cfg(feature = "tower")]
 pub mod tower;
@@ -48,7 +50,8 @@ pub use point::{Permit, Point};
 pub use policy::ClusterLimit;
 pub use policy::{
     AdaptiveLimit, BreakerError, BreakerPolicy, Delay, ExceptionRate, FieldError, Policy,
-    PolicyBuilder, PolicyError, Timeouts, TokenBucketConfig, WindowConfig, MAX_WINDOW_BUCKETS,
+    PolicyBuilder, PolicyError, Timeouts, TokenBucketConfig, WindowConfig, MAX_CONCURRENCY,
+    MAX_WINDOW_BUCKETS,
 };
 pub use registry::{init_registry, registry, Registry};
 pub use stats::{

@@ -11,8 +11,9 @@ use crate::adaptive::{
 use crate::breaker::{
     CallTicket, ClassicBreaker, ClassicState, DroppingTransition, SreBreaker, Transition,
 };
-use crate::clock::Clock;
+use crate::clock::{Clock, COARSE_ENOUGH_NS};
 use crate::error::{Downgraded, Reason};
+use crate::flow::{Flow, Slot};
 use crate::hang::{self, HangTable};
 use crate::listener::{BreakerChange, Dispatcher, DowngradeEvent};
 use crate::policy::{AdaptiveLimit, BreakerPolicy, Policy, WindowConfig};
@@ -21,7 +22,6 @@ use crate::stats::{
 };
 use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use crate::window::{self, Ring, TRACKED};
-use crossbeam_utils::CachePadded;
 use std::fmt;
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
@@ -54,6 +54,9 @@ const R_SHADOW: u64 = 1 << 10;
 const R_ADAPTIVE: u64 = 1 << 11;
 /// A cluster-wide limit through Redis.
 const R_CLUSTER: u64 = 1 << 12;
+/// Durations and refills use the tick counter: some threshold is too short for the
+/// timeline's millisecond resolution. Without it they use the timeline (nanoseconds).
+const R_FINE: u64 = 1 << 13;
 
 /// A policy flattened into words for the seqlock.
 #[derive(Clone, Copy, Debug, Default)]
@@ -87,8 +90,12 @@ impl Compiled {
         cluster: Option<*const ClusterSlot>,
         clock: &Clock,
     ) -> Compiled {
+        // One unit for every duration of the point: ticks if any threshold is too
+        // short for the timeline's resolution.
+        let fine = policy.is_some_and(|(p, _)| Compiled::needs_ticks(p))
+            || breaker.is_some_and(|b| b.slow_ns.is_some_and(|ns| ns < COARSE_ENOUGH_NS));
         let mut c = match policy {
-            Some((p, ring)) => Compiled::from_policy(p, ring, clock),
+            Some((p, ring)) => Compiled::from_policy_in(p, ring, clock, fine),
             None => Compiled::default(),
         };
         if let (Some(a), true) = (adaptive, c.rules & ACTIVE != 0) {
@@ -101,17 +108,33 @@ impl Compiled {
         }
         if let Some(b) = breaker {
             c.rules |= R_BREAKER;
-            if b.slow_ticks.is_some() {
+            if b.slow_ns.is_some() {
                 c.rules |= R_BREAKER_TIMED;
+            }
+            if fine {
+                c.rules |= R_FINE;
             }
             c.breaker = b as *const BreakerSlot as usize;
         }
         c
     }
 
-    fn from_policy(p: &Policy, ring: *const Ring, clock: &Clock) -> Compiled {
+    /// Whether a policy has a threshold too short for the timeline.
+    fn needs_ticks(p: &Policy) -> bool {
+        let short_timeout = p
+            .timeouts
+            .is_some_and(|t| nanos(t.threshold) < COARSE_ENOUGH_NS);
+        let short_burst = p.token_bucket.is_some_and(|tb| {
+            tb.rate > 0.0 && (tb.capacity as f64 / tb.rate) * 1e9 < COARSE_ENOUGH_NS as f64
+        });
+        short_timeout || short_burst
+    }
+
+    /// Compiles a policy with durations in ticks (`fine`) or timeline nanoseconds.
+    fn from_policy_in(p: &Policy, ring: *const Ring, clock: &Clock, fine: bool) -> Compiled {
+        let unit = |ns: u64| if fine { clock.ns_to_ticks(ns) } else { ns };
         let mut c = Compiled {
-            rules: ACTIVE,
+            rules: ACTIVE | if fine { R_FINE } else { 0 },
             percentage: u64::from(p.downgrade_percentage),
             ring: ring as usize,
             ..Compiled::default()
@@ -135,7 +158,7 @@ impl Compiled {
         }
         if let Some(t) = p.timeouts {
             c.rules |= R_TIMEOUTS;
-            c.timeout_ticks = clock.ns_to_ticks(nanos(t.threshold)).max(1);
+            c.timeout_ticks = unit(nanos(t.threshold)).max(1);
             c.timeout_count = t.max_count;
         }
         if let Some(tb) = p.token_bucket {
@@ -143,7 +166,7 @@ impl Compiled {
             // GCRA: one token every `interval`; a burst of `capacity` tokens is a
             // tolerance of `capacity * interval`. Rate 0 keeps interval 0 = admit none.
             if tb.rate > 0.0 {
-                let interval = clock.ns_to_ticks((1e9 / tb.rate).round() as u64).max(1);
+                let interval = unit((1e9 / tb.rate).round() as u64).max(1);
                 c.token_interval_ticks = interval;
                 c.token_burst_ticks = interval.saturating_mul(tb.capacity);
             }
@@ -257,7 +280,6 @@ impl PolicyCell {
 
 #[derive(Debug)]
 struct Counters {
-    visits: CachePadded<AtomicU64>,
     downgrades: AtomicU64,
     exceptions: AtomicU64,
     timeouts: AtomicU64,
@@ -269,9 +291,9 @@ struct Counters {
 }
 
 impl Counters {
-    fn tracked(&self) -> [u64; TRACKED] {
+    fn tracked(&self, flow: &Flow) -> [u64; TRACKED] {
         let mut t = [0; TRACKED];
-        t[window::VISITS] = self.visits.load(Ordering::Relaxed);
+        t[window::VISITS] = flow.visits();
         t[window::DOWNGRADES] = self.downgrades.load(Ordering::Relaxed);
         t[window::EXCEPTIONS] = self.exceptions.load(Ordering::Relaxed);
         t[window::TIMEOUTS] = self.timeouts.load(Ordering::Relaxed);
@@ -295,8 +317,22 @@ struct Settings {
 #[derive(Debug)]
 struct BreakerSlot {
     imp: BreakerImpl,
-    /// Calls slower than this many ticks count as failures.
+    /// Calls slower than this many nanoseconds count as failures...
+    slow_ns: Option<u64>,
+    /// ...which is this many ticks.
     slow_ticks: Option<u64>,
+}
+
+impl BreakerSlot {
+    /// The slow-call threshold in the unit of a compiled policy (0: none).
+    #[inline]
+    fn slow_in(&self, rules: u64) -> u64 {
+        if rules & R_FINE != 0 {
+            self.slow_ticks.unwrap_or(0)
+        } else {
+            self.slow_ns.unwrap_or(0)
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -437,8 +473,9 @@ pub struct Point {
     clock: Clock,
     events: Arc<Dispatcher>,
     cfg: PolicyCell,
+    /// Visits and calls in flight.
+    flow: Flow,
     counters: Counters,
-    inflight: CachePadded<AtomicU64>,
     peak: AtomicU64,
     cycle_peak: AtomicU64,
     cycle_id: AtomicU64,
@@ -490,8 +527,8 @@ impl Point {
             clock,
             events,
             cfg: PolicyCell::new(),
+            flow: Flow::new(),
             counters: Counters {
-                visits: CachePadded::new(AtomicU64::new(0)),
                 downgrades: AtomicU64::new(0),
                 exceptions: AtomicU64::new(0),
                 timeouts: AtomicU64::new(0),
@@ -500,7 +537,6 @@ impl Point {
                 dropped_events: AtomicU64::new(0),
                 breaker_transitions: AtomicU64::new(0),
             },
-            inflight: CachePadded::new(AtomicU64::new(0)),
             peak: AtomicU64::new(0),
             cycle_peak: AtomicU64::new(0),
             cycle_id: AtomicU64::new(0),
@@ -582,6 +618,7 @@ impl Point {
         if let Some((imp, slow)) = slot {
             let slot = Box::new(BreakerSlot {
                 imp,
+                slow_ns: slow.map(nanos),
                 slow_ticks: slow.map(|d| self.clock.ns_to_ticks(nanos(d))),
             });
             self.breakers
@@ -749,11 +786,11 @@ impl Point {
         {
             Some(r) => {
                 // A new geometry restarts the window; totals are kept.
-                r.reset(now, self.counters.tracked());
+                r.reset(now, self.counters.tracked(&self.flow));
                 &**r
             }
             None => {
-                let ring = Box::new(Ring::new(w.buckets, width, now, self.counters.tracked()));
+                let ring = Box::new(Ring::new(w.buckets, width, now, self.counters.tracked(&self.flow)));
                 let ptr: *const Ring = &*ring;
                 rings.push(ring);
                 ptr
@@ -783,7 +820,7 @@ impl Point {
     #[inline]
     pub fn enter(&'static self) -> Result<Permit, Downgraded> {
         if self.cfg.rules() == 0 {
-            self.counters.visits.fetch_add(1, Ordering::Relaxed);
+            self.flow.visit();
             return Ok(Permit::untracked(self));
         }
         self.enter_governed()
@@ -792,57 +829,41 @@ impl Point {
     fn enter_governed(&'static self) -> Result<Permit, Downgraded> {
         let c = self.cfg.load();
         if c.rules & ACTIVE == 0 {
-            // No policy: at most a breaker (or the policy was cleared meanwhile).
-            self.counters.visits.fetch_add(1, Ordering::Relaxed);
-            let mut permit = Permit::untracked(self);
-            if c.rules & R_BREAKER != 0 {
-                let now = self.clock.now();
-                if c.rules & R_BREAKER_TIMED != 0 {
-                    permit.start = self.clock.ticks().max(1);
-                }
-                match self.breaker_admit(&c, now) {
-                    Some(call) => permit.breaker = Some(call),
-                    None => {
-                        std::mem::forget(permit);
-                        return Err(self.downgrade(Reason::BreakerOpen, now, false));
-                    }
-                }
-            }
-            return Ok(permit);
+            return self.enter_breaker_only(&c);
         }
-        let measure = c.rules & R_TIMEOUTS != 0;
-        // One cheap timeline reading per call, plus one tick reading at each edge only
-        // when a duration or a refill rate needs more than millisecond resolution.
+        // One timeline reading per call; the tick counter only when some threshold is
+        // too short for the timeline.
         let now = self.clock.now();
-        let ticks = if c.rules & (R_TIMEOUTS | R_TOKENS | R_BREAKER_TIMED) != 0 {
-            self.clock.ticks()
-        } else {
-            0
-        };
+        let fine = c.rules & R_FINE != 0;
+        let stamp = if fine { self.clock.ticks().max(1) } else { now };
         self.observe_cycle(now);
         // SAFETY: a compiled policy always points at a ring owned by `self.rings`,
         // which is never shrunk while the point lives.
         let ring = unsafe { &*(c.ring as *const Ring) };
-        let base = ring.base(now, || self.counters.tracked());
-        let visits = self.counters.visits.fetch_add(1, Ordering::Relaxed) + 1;
-        let v = visits.saturating_sub(base[window::VISITS]);
+        let base = ring.base(now, || self.counters.tracked(&self.flow));
+
+        // Count the visit and take the in-flight slot in one step; the rules below
+        // give the slot back if the call is downgraded after all.
+        let entry = if c.rules & R_CONCURRENCY != 0 {
+            self.flow.visit_limited(c.max_concurrency)
+        } else {
+            self.flow.visit_forced()
+        };
+        let v = entry.visit.saturating_sub(base[window::VISITS]);
         let d = self
             .counters
             .downgrades
             .load(Ordering::Relaxed)
             .saturating_sub(base[window::DOWNGRADES]);
 
+        let timed = c.rules & (R_TIMEOUTS | R_BREAKER_TIMED) != 0;
         let mut permit = Permit {
             point: self,
-            start: if measure || c.rules & R_BREAKER_TIMED != 0 {
-                ticks.max(1)
-            } else {
-                0
-            },
+            start: if timed { stamp } else { 0 },
             timeout_ticks: c.timeout_ticks,
-            retry_ns: c.retry_ns,
             probe_of: 0,
-            tracked: true,
+            slot: entry.slot,
+            fine,
             breaker: None,
             hang: NO_HANG,
             adaptive: None,
@@ -854,27 +875,23 @@ impl Point {
             if now < until {
                 if c.retry_ns != 0 && self.claim_probe(now) {
                     permit.probe_of = until;
-                    self.acquire_forced();
-                    self.admit(&mut permit);
+                    self.hold_slot(&mut permit, entry.inflight);
+                    self.admit(&mut permit, now);
                     return Ok(permit);
                 }
-                return self.trip(&c, Reason::Delay, false, permit, now);
+                return self.trip(&c, Reason::Delay, permit, now);
             }
         }
 
-        let mut holds_slot = false;
         let tripped = 'chain: {
             if c.rules & R_VISITS != 0 && v.saturating_sub(d) > c.max_visits {
                 break 'chain Some(Reason::Visits);
             }
-            if c.rules & R_TOKENS != 0 && !self.take_token(ticks, &c) {
+            if c.rules & R_TOKENS != 0 && !self.take_token(stamp, &c) {
                 break 'chain Some(Reason::TokenBucket);
             }
-            if c.rules & R_CONCURRENCY != 0 {
-                if !self.try_acquire(c.max_concurrency) {
-                    break 'chain Some(Reason::Concurrency);
-                }
-                holds_slot = true;
+            if c.rules & R_CONCURRENCY != 0 && entry.slot == Slot::None {
+                break 'chain Some(Reason::Concurrency);
             }
             if c.rules & (R_TIMEOUTS | R_EXCEPTIONS | R_RATE) != 0 {
                 if c.rules & R_TIMEOUTS != 0 {
@@ -917,50 +934,78 @@ impl Point {
             }
             None
         };
-        match tripped {
-            None => {
-                // The breaker comes last: calls downgraded by a rule never reach it.
-                if c.rules & R_BREAKER != 0 {
-                    match self.breaker_admit(&c, now) {
-                        Some(call) => permit.breaker = Some(call),
-                        None => {
-                            if holds_slot {
-                                self.release_slot();
-                            }
-                            // Leave the adaptive limiter's flight; forget the rest.
-                            if let Some(a) = permit.adaptive.take() {
-                                a.end(false);
-                            }
-                            std::mem::forget(permit);
-                            return Err(self.downgrade(Reason::BreakerOpen, now, false));
-                        }
+        if let Some(reason) = tripped {
+            if c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
+                self.start_delay(now, &c, reason);
+            }
+            return self.trip(&c, reason, permit, now);
+        }
+        // The breaker comes last: calls downgraded by a rule never reach it.
+        if c.rules & R_BREAKER != 0 {
+            match self.breaker_admit(&c, now) {
+                Some(call) => permit.breaker = Some(call),
+                None => {
+                    // Leave the adaptive limiter's flight; forget the rest.
+                    if let Some(a) = permit.adaptive.take() {
+                        a.end(false);
                     }
+                    self.flow.release(permit.slot);
+                    std::mem::forget(permit);
+                    return Err(self.downgrade(Reason::BreakerOpen, now, false));
                 }
-                if !holds_slot {
-                    self.acquire_forced();
+            }
+        }
+        self.note_peak(entry.inflight);
+        self.admit(&mut permit, now);
+        Ok(permit)
+    }
+
+    /// A point without policy but with a breaker.
+    #[inline]
+    fn enter_breaker_only(&'static self, c: &Compiled) -> Result<Permit, Downgraded> {
+        self.flow.visit();
+        let mut permit = Permit::untracked(self);
+        if c.rules & R_BREAKER != 0 {
+            let now = self.clock.now();
+            if c.rules & R_BREAKER_TIMED != 0 {
+                permit.fine = c.rules & R_FINE != 0;
+                permit.start = if permit.fine {
+                    self.clock.ticks().max(1)
                 } else {
-                    self.note_peak(self.inflight.load(Ordering::Relaxed));
-                }
-                {
-                    self.admit(&mut permit);
-                    Ok(permit)
+                    now
+                };
+            }
+            match self.breaker_admit(c, now) {
+                Some(call) => permit.breaker = Some(call),
+                None => {
+                    std::mem::forget(permit);
+                    return Err(self.downgrade(Reason::BreakerOpen, now, false));
                 }
             }
-            Some(reason) => {
-                if c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
-                    self.start_delay(now, &c, reason);
-                }
-                self.trip(&c, reason, holds_slot, permit, now)
-            }
+        }
+        Ok(permit)
+    }
+
+    /// Makes sure an admitted call holds an in-flight slot (a call that runs although
+    /// a rule tripped, or a probe refused by the concurrency rule).
+    #[inline]
+    fn hold_slot(&self, permit: &mut Permit, inflight: u64) {
+        if permit.slot == Slot::None {
+            let (inflight, slot) = self.flow.acquire_forced();
+            permit.slot = slot;
+            self.note_peak(inflight);
+        } else {
+            self.note_peak(inflight);
         }
     }
 
     /// A timed call that will run registers for hung-call detection.
     #[inline]
-    fn admit(&self, permit: &mut Permit) {
+    fn admit(&self, permit: &mut Permit, now: u64) {
         if permit.timeout_ticks != 0 {
             if let Some(table) = self.hang.get() {
-                permit.hang = table.register(permit.start).map_or(NO_HANG, |s| s);
+                // The table is on the timeline: sweeps are coarser than its resolution.
+                permit.hang = table.register(now).map_or(NO_HANG, |s| s);
             }
         }
     }
@@ -972,13 +1017,18 @@ impl Point {
         if c.rules & R_TIMEOUTS == 0 {
             return None;
         }
+        let threshold_ns = if c.rules & R_FINE != 0 {
+            self.clock.ticks_to_ns(c.timeout_ticks)
+        } else {
+            c.timeout_ticks
+        };
         if let Some(table) = self.hang.get() {
-            let hung = table.sweep(self.clock.ticks(), c.timeout_ticks);
+            let hung = table.sweep(self.clock.now(), threshold_ns);
             if hung > 0 {
                 self.counters.timeouts.fetch_add(hung, Ordering::Relaxed);
             }
         }
-        let threshold = Duration::from_nanos(self.clock.ticks_to_ns(c.timeout_ticks));
+        let threshold = Duration::from_nanos(threshold_ns);
         Some(hang::period(threshold))
     }
 
@@ -1015,18 +1065,14 @@ impl Point {
                     );
                 }
                 d.is_admitted()
-                    .then_some(BreakerCall::Sre(b, slot.slow_ticks.unwrap_or(0)))
+                    .then_some(BreakerCall::Sre(b, slot.slow_in(c.rules)))
             }
             BreakerImpl::Classic(b) => match b.allow(now) {
                 Ok(ticket) => {
                     if let Some(t) = ticket.transition() {
                         self.classic_changed(t);
                     }
-                    Some(BreakerCall::classic(
-                        b,
-                        ticket,
-                        slot.slow_ticks.unwrap_or(0),
-                    ))
+                    Some(BreakerCall::classic(b, ticket, slot.slow_in(c.rules)))
                 }
                 Err(_) => None,
             },
@@ -1036,7 +1082,14 @@ impl Point {
     /// Reports a finished call to the breaker that admitted it. A cancelled call is
     /// not an outcome: the SRE breaker records nothing and a classic ticket is dropped,
     /// which frees its half-open probe slot.
-    fn breaker_outcome(&self, call: BreakerCall, outcome: Outcome, failed: bool, elapsed: u64) {
+    fn breaker_outcome(
+        &self,
+        call: BreakerCall,
+        outcome: Outcome,
+        failed: bool,
+        elapsed: u64,
+        fine: bool,
+    ) {
         if outcome == Outcome::Cancelled {
             if let BreakerCall::Classic(b, epoch, started, probe, _) = call {
                 // Dropping the rebuilt ticket frees a half-open probe slot.
@@ -1058,10 +1111,12 @@ impl Point {
             BreakerCall::Classic(b, epoch, started, probe, slow) => {
                 let ticket = b.ticket_from_raw(epoch, started, probe);
                 let now = self.clock.now();
-                let elapsed = if slow != 0 {
+                let elapsed = if slow == 0 {
+                    Duration::ZERO
+                } else if fine {
                     Duration::from_nanos(self.clock.ticks_to_ns(elapsed))
                 } else {
-                    Duration::ZERO
+                    Duration::from_nanos(elapsed)
                 };
                 if let Some(t) = ticket.finish(now, failed, elapsed) {
                     self.classic_changed(t);
@@ -1117,30 +1172,26 @@ impl Point {
         &'static self,
         c: &Compiled,
         reason: Reason,
-        holds_slot: bool,
         mut permit: Permit,
         now: u64,
     ) -> Result<Permit, Downgraded> {
         if c.percentage < 100 && (c.percentage == 0 || crate::rand::below(100) >= c.percentage) {
-            if !holds_slot {
-                self.acquire_forced();
-            }
-            self.admit(&mut permit);
+            self.hold_slot(&mut permit, self.flow.inflight());
+            self.admit(&mut permit, now);
             return Ok(permit);
         }
         if c.rules & R_SHADOW != 0 {
             // Dry run: count and report what would have happened, then run the call.
             self.counters.shadow_by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
             self.event(reason, now, true);
-            if !holds_slot {
-                self.acquire_forced();
-            }
-            self.admit(&mut permit);
+            self.hold_slot(&mut permit, self.flow.inflight());
+            self.admit(&mut permit, now);
             return Ok(permit);
         }
-        if holds_slot {
-            self.release_slot();
+        if let Some(a) = permit.adaptive.take() {
+            a.end(false);
         }
+        self.flow.release(permit.slot);
         // The permit never ran: forget it without touching counters.
         std::mem::forget(permit);
         Err(self.downgrade(reason, now, false))
@@ -1206,41 +1257,11 @@ impl Point {
     }
 
     #[inline]
-    fn try_acquire(&self, max: u64) -> bool {
-        let mut cur = self.inflight.load(Ordering::Relaxed);
-        loop {
-            if cur >= max {
-                return false;
-            }
-            match self.inflight.compare_exchange_weak(
-                cur,
-                cur + 1,
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return true,
-                Err(seen) => cur = seen,
-            }
-        }
-    }
-
-    #[inline]
-    fn acquire_forced(&self) {
-        let now_in = self.inflight.fetch_add(1, Ordering::Acquire) + 1;
-        self.note_peak(now_in);
-    }
-
-    #[inline]
     fn note_peak(&self, inflight: u64) {
         if inflight > self.cycle_peak.load(Ordering::Relaxed) {
             self.cycle_peak.fetch_max(inflight, Ordering::Relaxed);
             self.peak.fetch_max(inflight, Ordering::Relaxed);
         }
-    }
-
-    #[inline]
-    fn release_slot(&self) {
-        self.inflight.fetch_sub(1, Ordering::Release);
     }
 
     fn claim_probe(&self, now: u64) -> bool {
@@ -1296,9 +1317,9 @@ impl Point {
             // Another thread rolled it between our check and the lock.
             return;
         }
-        let now_counts = self.counters.tracked();
+        let now_counts = self.counters.tracked(&self.flow);
         let now_reasons = self.counters.reasons().0;
-        let inflight = self.inflight.load(Ordering::Relaxed);
+        let inflight = self.flow.inflight();
         let peak = self.cycle_peak.swap(inflight, Ordering::Relaxed);
         st.last = Some(if prev != 0 && prev + 1 == id {
             let diff = |i: usize| now_counts[i].saturating_sub(st.start[i]);
@@ -1345,11 +1366,11 @@ impl Point {
     pub fn stats(&self) -> PointStats {
         let c = self.cfg.load();
         let now = self.clock.now();
-        let tracked = self.counters.tracked();
+        let tracked = self.counters.tracked(&self.flow);
         let window = (c.rules & ACTIVE != 0).then(|| {
             // SAFETY: see `enter_governed`.
             let ring = unsafe { &*(c.ring as *const Ring) };
-            let base = ring.base(now, || self.counters.tracked());
+            let base = ring.base(now, || self.counters.tracked(&self.flow));
             let d = |i: usize| tracked[i].saturating_sub(base[i]);
             WindowCounts {
                 visits: d(window::VISITS),
@@ -1381,7 +1402,7 @@ impl Point {
             },
             window,
             last_cycle,
-            concurrency: self.inflight.load(Ordering::Relaxed),
+            concurrency: self.flow.inflight(),
             peak_concurrency: self.peak.load(Ordering::Relaxed),
             in_delay: c.rules & R_DELAY != 0 && now < self.delay_until.load(Ordering::Relaxed),
             dropped_events: self.counters.dropped_events.load(Ordering::Relaxed),
@@ -1567,13 +1588,14 @@ pub struct Permit {
     point: &'static Point,
     /// Start time in clock ticks when the call is timed, else 0.
     start: u64,
-    /// The timeout rule's threshold in ticks, or 0 without one.
+    /// The timeout rule's threshold in the unit of `start`, or 0 without one.
     timeout_ticks: u64,
-    retry_ns: u64,
     /// `delay_until` of the delay period this call probes, else 0.
     probe_of: u64,
-    /// Whether the call holds a concurrency slot (the point had a policy).
-    tracked: bool,
+    /// The call's in-flight slot (calls on points with a policy hold one).
+    slot: Slot,
+    /// Whether `start` and the thresholds are in ticks (else timeline nanoseconds).
+    fine: bool,
     /// The breaker's record of this call, if the point has a breaker.
     breaker: Option<BreakerCall>,
     /// The call's slot in the point's hung-call table, or `NO_HANG`.
@@ -1608,9 +1630,9 @@ impl Permit {
             point,
             start: 0,
             timeout_ticks: 0,
-            retry_ns: 0,
             probe_of: 0,
-            tracked: false,
+            slot: Slot::None,
+            fine: false,
             breaker: None,
             hang: NO_HANG,
             adaptive: None,
@@ -1640,7 +1662,7 @@ impl Permit {
 
     #[inline]
     fn complete(&mut self, outcome: Outcome) {
-        if !self.tracked && self.breaker.is_none() {
+        if self.slot == Slot::None && self.breaker.is_none() {
             if outcome == Outcome::Exception {
                 self.point
                     .counters
@@ -1659,11 +1681,20 @@ impl Permit {
             p.counters.exceptions.fetch_add(1, Ordering::Relaxed);
         }
         let elapsed = if self.start != 0 && outcome != Outcome::Cancelled {
-            p.clock.ticks().saturating_sub(self.start)
+            let end = if self.fine {
+                p.clock.ticks()
+            } else {
+                p.clock.now()
+            };
+            end.saturating_sub(self.start)
         } else {
             0
         };
-        let swept = self.hang != NO_HANG && p.hang.get().is_some_and(|t| t.unregister(self.hang));
+        let late = self.timeout_ticks != 0 && elapsed > self.timeout_ticks;
+        let swept = self.hang != NO_HANG
+            && p.hang
+                .get()
+                .is_some_and(|t| t.unregister(self.hang, late || outcome == Outcome::Cancelled));
         if swept {
             // A sweep saw it hang and counted the timeout already.
             failed = true;
@@ -1672,14 +1703,14 @@ impl Permit {
             failed = true;
         }
         if let Some(call) = self.breaker.take() {
-            p.breaker_outcome(call, outcome, failed, elapsed);
+            p.breaker_outcome(call, outcome, failed, elapsed, self.fine);
         }
         // A latency sample only from calls that completed well; failures and
         // cancellations just leave the flight.
         if let Some(a) = self.adaptive.take() {
             a.end(outcome == Outcome::Ok && !failed);
         }
-        if !self.tracked {
+        if self.slot == Slot::None {
             return;
         }
         if self.probe_of != 0 {
@@ -1697,13 +1728,15 @@ impl Permit {
                         );
                     }
                     Outcome::Cancelled => p.next_probe.store(now, Ordering::Release),
-                    _ => p
-                        .next_probe
-                        .store(now.saturating_add(self.retry_ns), Ordering::Release),
+                    _ => {
+                        let retry_ns = p.cfg.load().retry_ns;
+                        p.next_probe
+                            .store(now.saturating_add(retry_ns), Ordering::Release)
+                    }
                 }
             }
         }
-        p.release_slot();
+        p.flow.release(self.slot);
     }
 }
 

@@ -255,6 +255,10 @@ pub struct PolicyBuilder {
     policy: Policy,
 }
 
+/// The largest concurrency limit a policy accepts (the in-flight count shares a word
+/// with the visit counter so that one atomic operation admits a call).
+pub const MAX_CONCURRENCY: u32 = 1 << 22;
+
 impl PolicyBuilder {
     /// Visits rule: pass while `visits - downgrades <= max` in the window; `0` downgrades
     /// every call (a kill switch).
@@ -263,7 +267,8 @@ impl PolicyBuilder {
         self
     }
 
-    /// Concurrency rule: at most `max` calls in flight; never waits. `0` downgrades every call.
+    /// Concurrency rule: at most `max` calls in flight; never waits. `0` downgrades every
+    /// call; at most [`MAX_CONCURRENCY`] (4 194 304).
     pub fn max_concurrency(mut self, max: u32) -> Self {
         self.policy.max_concurrency = Some(max);
         self
@@ -399,6 +404,14 @@ impl PolicyBuilder {
                 fail(
                     "exception_rate.rate",
                     format!("must be within 0.0..=1.0, got {}", r.rate),
+                );
+            }
+        }
+        if let Some(max) = p.max_concurrency {
+            if max > MAX_CONCURRENCY {
+                fail(
+                    "max_concurrency",
+                    format!("must be at most {MAX_CONCURRENCY}, got {max}"),
                 );
             }
         }
