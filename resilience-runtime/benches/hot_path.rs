@@ -5,6 +5,8 @@
 //! Targets (ratios within one run): no policy <= 3x the atomic increment; all five
 //! strategies <= 2.5x governor and <= 1/3 of failsafe; 2 threads on one point <= 8x
 //! the single-thread cost per call; flat in the number of points, buckets and listeners.
+//! `downgrade_all_five_fine_thresholds` shows the cost when thresholds are short enough
+//! to need the tick counter instead of the cached timeline.
 
 // `criterion_group!` generates undocumented public functions.
 #![allow(missing_docs)]
@@ -32,6 +34,12 @@ fn guarded_none(x: u64) -> u64 {
 #[downgrade(point = "bench.all", default)]
 #[inline(never)]
 fn guarded_all(x: u64) -> u64 {
+    black_box(x).wrapping_mul(3)
+}
+
+#[downgrade(point = "bench.fine", default)]
+#[inline(never)]
+fn guarded_fine(x: u64) -> u64 {
     black_box(x).wrapping_mul(3)
 }
 
@@ -83,6 +91,25 @@ fn yardsticks(c: &mut Criterion) {
     registry().set_policy("bench.all", all_five(10)).unwrap();
     g.bench_function("downgrade_all_five", |b| {
         b.iter(|| guarded_all(black_box(7)))
+    });
+
+    // The same rules with thresholds too short for the cached millisecond timeline
+    // (a 50 ms timeout, a 1 ms burst): durations and refills read the tick counter.
+    registry()
+        .set_policy(
+            "bench.fine",
+            Policy::builder()
+                .max_visits(u64::MAX / 2)
+                .max_concurrency(1_000_000)
+                .token_bucket(1e9, 1_000_000)
+                .max_exceptions(u64::MAX / 2)
+                .timeouts(Duration::from_millis(50), u64::MAX / 2)
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    g.bench_function("downgrade_all_five_fine_thresholds", |b| {
+        b.iter(|| guarded_fine(black_box(7)))
     });
 
     // Two threads on the same point: per-call latency of each thread while both run.

@@ -218,7 +218,11 @@ mod tests {
         }
         f.release(Slot::None);
         assert_eq!((f.visits(), f.inflight()), (4, 0));
-        assert_eq!(f.visit_limited(0).slot, Slot::None, "a limit of 0 admits none");
+        assert_eq!(
+            f.visit_limited(0).slot,
+            Slot::None,
+            "a limit of 0 admits none"
+        );
     }
 
     #[test]

@@ -124,7 +124,11 @@ impl HangTable {
 
     #[inline]
     fn register_as(&self, lane: u32, start: u64) -> Option<u32> {
-        if let Some(own) = self.lanes.get(lane as usize).filter(|_| (lane as usize) < OWNED_LANES) {
+        if let Some(own) = self
+            .lanes
+            .get(lane as usize)
+            .filter(|_| (lane as usize) < OWNED_LANES)
+        {
             for (i, slot) in own.0.iter().enumerate() {
                 // Only this thread writes a start into its lane; others only free
                 // slots (store 0) or mark them swept, so a free slot stays free.
@@ -264,7 +268,11 @@ mod tests {
         assert!(slots
             .iter()
             .all(|&s| s as usize / LANE == 3 || s as usize / LANE >= OWNED_LANES));
-        assert_eq!(t.register_as(4, 1), Some(4 * LANE as u32), "lane 4 is still free");
+        assert_eq!(
+            t.register_as(4, 1),
+            Some(4 * LANE as u32),
+            "lane 4 is still free"
+        );
         assert!(
             slots[..LANE].iter().all(|&s| s as usize / LANE == 3),
             "the own lane first"
@@ -274,7 +282,11 @@ mod tests {
         t.unregister(slots[5], false);
         assert_eq!(t.register_as(3, 1), Some(slots[5]));
         t.unregister(slots[200], true);
-        assert_eq!(t.register_as(3, 1), Some(slots[200]), "then the shared lanes");
+        assert_eq!(
+            t.register_as(3, 1),
+            Some(slots[200]),
+            "then the shared lanes"
+        );
     }
 
     #[test]

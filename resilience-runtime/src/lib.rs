@@ -29,8 +29,8 @@ pub mod redis;
 mod registry;
 pub mod rolling;
 mod stats;
-mod ticker;
 mod sync;
+mod ticker;
 #[cfg(feature = "tower")]
 pub mod tower;
 pub mod wheel;

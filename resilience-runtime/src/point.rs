@@ -266,6 +266,23 @@ impl PolicyCell {
         }
     }
 
+    /// The rule bits and the breaker word only, consistent with each other.
+    #[inline]
+    fn load_breaker(&self) -> (u64, usize) {
+        loop {
+            let s1 = self.seq.load(Ordering::Acquire);
+            if s1 & 1 == 0 {
+                let rules = self.words[0].load(Ordering::Relaxed);
+                let breaker = self.words[14].load(Ordering::Relaxed) as usize;
+                std::sync::atomic::fence(Ordering::Acquire);
+                if self.seq.load(Ordering::Relaxed) == s1 {
+                    return (rules, breaker);
+                }
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// Callers serialise writes (the point's policy mutex).
     fn store(&self, c: Compiled) {
         let s = self.seq.load(Ordering::Relaxed);
@@ -790,7 +807,12 @@ impl Point {
                 &**r
             }
             None => {
-                let ring = Box::new(Ring::new(w.buckets, width, now, self.counters.tracked(&self.flow)));
+                let ring = Box::new(Ring::new(
+                    w.buckets,
+                    width,
+                    now,
+                    self.counters.tracked(&self.flow),
+                ));
                 let ptr: *const Ring = &*ring;
                 rings.push(ring);
                 ptr
@@ -819,9 +841,13 @@ impl Point {
     /// ```
     #[inline]
     pub fn enter(&'static self) -> Result<Permit, Downgraded> {
-        if self.cfg.rules() == 0 {
+        let rules = self.cfg.rules();
+        if rules == 0 {
             self.flow.visit();
             return Ok(Permit::untracked(self));
+        }
+        if rules & ACTIVE == 0 {
+            return self.enter_breaker_only();
         }
         self.enter_governed()
     }
@@ -829,7 +855,8 @@ impl Point {
     fn enter_governed(&'static self) -> Result<Permit, Downgraded> {
         let c = self.cfg.load();
         if c.rules & ACTIVE == 0 {
-            return self.enter_breaker_only(&c);
+            // The policy was cleared meanwhile.
+            return self.enter_breaker_only();
         }
         // One timeline reading per call; the tick counter only when some threshold is
         // too short for the timeline.
@@ -942,7 +969,7 @@ impl Point {
         }
         // The breaker comes last: calls downgraded by a rule never reach it.
         if c.rules & R_BREAKER != 0 {
-            match self.breaker_admit(&c, now) {
+            match self.breaker_admit(c.rules, c.breaker, now) {
                 Some(call) => permit.breaker = Some(call),
                 None => {
                     // Leave the adaptive limiter's flight; forget the rest.
@@ -961,21 +988,21 @@ impl Point {
     }
 
     /// A point without policy but with a breaker.
-    #[inline]
-    fn enter_breaker_only(&'static self, c: &Compiled) -> Result<Permit, Downgraded> {
+    fn enter_breaker_only(&'static self) -> Result<Permit, Downgraded> {
+        let (rules, breaker) = self.cfg.load_breaker();
         self.flow.visit();
         let mut permit = Permit::untracked(self);
-        if c.rules & R_BREAKER != 0 {
+        if rules & R_BREAKER != 0 {
             let now = self.clock.now();
-            if c.rules & R_BREAKER_TIMED != 0 {
-                permit.fine = c.rules & R_FINE != 0;
+            if rules & R_BREAKER_TIMED != 0 {
+                permit.fine = rules & R_FINE != 0;
                 permit.start = if permit.fine {
                     self.clock.ticks().max(1)
                 } else {
                     now
                 };
             }
-            match self.breaker_admit(c, now) {
+            match self.breaker_admit(rules, breaker, now) {
                 Some(call) => permit.breaker = Some(call),
                 None => {
                     std::mem::forget(permit);
@@ -1043,10 +1070,11 @@ impl Point {
     }
 
     /// Asks the point's breaker; `None` means rejected (a drop is recorded).
-    fn breaker_admit(&self, c: &Compiled, now: u64) -> Option<BreakerCall> {
+    #[inline]
+    fn breaker_admit(&self, rules: u64, breaker: usize, now: u64) -> Option<BreakerCall> {
         // SAFETY: breaker slots are never freed while the point lives (`breakers`),
         // and points live for the rest of the process.
-        let slot: &'static BreakerSlot = unsafe { &*(c.breaker as *const BreakerSlot) };
+        let slot: &'static BreakerSlot = unsafe { &*(breaker as *const BreakerSlot) };
         match &slot.imp {
             BreakerImpl::Sre(b) => {
                 let d = b.allow(now);
@@ -1065,14 +1093,14 @@ impl Point {
                     );
                 }
                 d.is_admitted()
-                    .then_some(BreakerCall::Sre(b, slot.slow_in(c.rules)))
+                    .then_some(BreakerCall::Sre(b, slot.slow_in(rules)))
             }
             BreakerImpl::Classic(b) => match b.allow(now) {
                 Ok(ticket) => {
                     if let Some(t) = ticket.transition() {
                         self.classic_changed(t);
                     }
-                    Some(BreakerCall::classic(b, ticket, slot.slow_in(c.rules)))
+                    Some(BreakerCall::classic(b, ticket, slot.slow_in(rules)))
                 }
                 Err(_) => None,
             },
@@ -1662,7 +1690,19 @@ impl Permit {
 
     #[inline]
     fn complete(&mut self, outcome: Outcome) {
-        if self.slot == Slot::None && self.breaker.is_none() {
+        if self.slot == Slot::None {
+            match self.breaker {
+                None => {}
+                // An untimed call of a breaker-only point: one counter of the breaker.
+                Some(BreakerCall::Sre(b, 0)) if outcome != Outcome::Cancelled => {
+                    b.record_admitted(if outcome == Outcome::Exception {
+                        crate::breaker::Outcome::Failure
+                    } else {
+                        crate::breaker::Outcome::Success
+                    });
+                }
+                Some(_) => return self.complete_slow(outcome),
+            }
             if outcome == Outcome::Exception {
                 self.point
                     .counters

@@ -678,3 +678,70 @@ fn adaptive_limit_is_a_policy_option() {
     assert_eq!(bad.fields(), ["adaptive"]);
     assert!(bad.to_string().contains("min_limit"), "{bad}");
 }
+
+/// Real time: thresholds of 200 ms and more are measured on the cached timeline,
+/// shorter ones on the tick counter; both count slow calls and only slow calls.
+#[test]
+fn timeouts_on_the_system_clock_in_both_units() {
+    for (name, threshold, slow, fast) in [("rt.coarse", 250, 320, 5), ("rt.fine", 30, 60, 1)] {
+        let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+        reg.set_policy(
+            name,
+            Policy::builder()
+                .timeouts(Duration::from_millis(threshold), 100)
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+        let p = reg.point(name).unwrap();
+        let permit = p.enter().unwrap();
+        std::thread::sleep(Duration::from_millis(fast));
+        permit.finish(false);
+        assert_eq!(
+            p.stats().totals.timeouts,
+            0,
+            "{name}: a fast call is no timeout"
+        );
+        let permit = p.enter().unwrap();
+        std::thread::sleep(Duration::from_millis(slow));
+        permit.finish(false);
+        assert_eq!(p.stats().totals.timeouts, 1, "{name}: a slow call is one");
+    }
+}
+
+/// Real time: a token bucket with a long burst span (timeline) and a short one (ticks)
+/// both start full and refill at their rate.
+#[test]
+fn token_buckets_on_the_system_clock_in_both_units() {
+    // 1000/s with 500 tokens = a 500 ms burst span; 1000/s with 20 = 20 ms.
+    for (name, capacity) in [("rt.tokens.coarse", 500u64), ("rt.tokens.fine", 20)] {
+        let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+        reg.set_policy(
+            name,
+            Policy::builder()
+                .token_bucket(1000.0, capacity)
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+        let p = reg.point(name).unwrap();
+        let started = std::time::Instant::now();
+        let admitted = (0..capacity * 2)
+            .filter(|_| p.enter().map(|permit| permit.finish(false)).is_ok())
+            .count() as u64;
+        // Full at start; the burst itself may see one refill per elapsed millisecond.
+        let refills = started.elapsed().as_millis() as u64 + 2;
+        assert!(
+            admitted >= capacity && admitted <= capacity + refills,
+            "{name}: {admitted} admitted from a bucket of {capacity}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+        let refilled = (0..capacity * 2)
+            .filter(|_| p.enter().map(|permit| permit.finish(false)).is_ok())
+            .count() as u64;
+        assert!(
+            refilled >= 10,
+            "{name}: only {refilled} after 20 ms at 1000/s"
+        );
+    }
+}

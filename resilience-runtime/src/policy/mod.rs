@@ -397,6 +397,14 @@ impl PolicyBuilder {
         let mut fail = |field: &'static str, message: String| {
             errors.push(FieldError { field, message });
         };
+        if let Some(max) = p.max_concurrency {
+            if max > MAX_CONCURRENCY {
+                fail(
+                    "max_concurrency",
+                    format!("must be at most {MAX_CONCURRENCY}, got {max}"),
+                );
+            }
+        }
         if let Some(r) = p.exception_rate {
             if r.rate.is_nan() {
                 fail("exception_rate.rate", "must be a number, not NaN".into());
@@ -404,14 +412,6 @@ impl PolicyBuilder {
                 fail(
                     "exception_rate.rate",
                     format!("must be within 0.0..=1.0, got {}", r.rate),
-                );
-            }
-        }
-        if let Some(max) = p.max_concurrency {
-            if max > MAX_CONCURRENCY {
-                fail(
-                    "max_concurrency",
-                    format!("must be at most {MAX_CONCURRENCY}, got {max}"),
                 );
             }
         }
@@ -563,6 +563,7 @@ mod tests {
     #[test]
     fn every_invalid_field_is_named() {
         let err = Policy::builder()
+            .max_concurrency(MAX_CONCURRENCY + 1)
             .exception_rate(1.5, 0)
             .timeouts(Duration::ZERO, 3)
             .token_bucket(f64::INFINITY, 0)
@@ -574,6 +575,7 @@ mod tests {
         assert_eq!(
             err.fields(),
             [
+                "max_concurrency",
                 "exception_rate.rate",
                 "timeouts.threshold",
                 "token_bucket.rate",
@@ -586,6 +588,7 @@ mod tests {
         );
         let text = err.to_string();
         assert!(text.contains("`downgrade_percentage`: must be within 0..=100, got 101"));
+        assert!(text.contains("`max_concurrency`: must be at most 4194304, got 4194305"));
     }
 
     #[test]
@@ -595,6 +598,7 @@ mod tests {
             .exception_rate(1.0, 0)
             .token_bucket(0.0, 1)
             .downgrade_percentage(0)
+            .max_concurrency(MAX_CONCURRENCY)
             .window(MAX_WINDOW_BUCKETS, Duration::from_nanos(1))
             .build()
             .unwrap();
