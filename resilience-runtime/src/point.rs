@@ -5,12 +5,8 @@
 //! live in a seqlock of plain words, so reading one costs a handful of loads and a
 //! policy change never resets any of the state next to it.
 
-use crate::adaptive::{
-    AdaptiveLimiter, AdaptivePermit, GradientLimiter, GradientPermit, SystemCpu,
-};
-use crate::breaker::{
-    CallTicket, ClassicBreaker, ClassicState, DroppingTransition, SreBreaker, Transition,
-};
+use crate::adaptive::{AdaptiveLimiter, GradientLimiter, SystemCpu};
+use crate::breaker::{ClassicBreaker, ClassicState, DroppingTransition, SreBreaker, Transition};
 use crate::clock::{Clock, COARSE_ENOUGH_NS};
 use crate::error::{Downgraded, Reason};
 use crate::flow::{Flow, Slot};
@@ -371,40 +367,27 @@ enum AdaptiveImpl {
     Shedder(AdaptiveLimiter),
 }
 
-/// The adaptive limiter's side of a running call, in two words (the permit types are
-/// rebuilt at completion; a small `Permit` keeps every call cheap to move).
+/// The adaptive limiter's side of a running call, in two words: the limiter and the
+/// start its permit carried (the permit types are rebuilt at completion; a small
+/// `Permit` keeps every call cheap to move).
 #[derive(Clone, Copy)]
-enum AdaptiveCall {
-    Gradient(&'static GradientLimiter, u64),
-    Shedder(&'static AdaptiveLimiter, u64),
+struct AdaptiveCall {
+    slot: &'static AdaptiveSlot,
+    start: u64,
 }
 
 impl AdaptiveCall {
-    fn gradient(p: GradientPermit<&'static GradientLimiter>) -> AdaptiveCall {
-        // SAFETY: the permit borrows a `'static` limiter.
-        let limiter: &'static GradientLimiter =
-            unsafe { &*(p.limiter() as *const GradientLimiter) };
-        AdaptiveCall::Gradient(limiter, GradientLimiter::permit_into_start(p))
-    }
-
-    fn shedder(p: AdaptivePermit<&'static AdaptiveLimiter>) -> AdaptiveCall {
-        // SAFETY: the permit borrows a `'static` limiter.
-        let limiter: &'static AdaptiveLimiter =
-            unsafe { &*(p.limiter() as *const AdaptiveLimiter) };
-        AdaptiveCall::Shedder(limiter, AdaptiveLimiter::permit_into_start(p))
-    }
-
     /// Ends the call: a latency sample if it completed well, else it just leaves.
     fn end(self, ok: bool) {
-        match self {
-            AdaptiveCall::Gradient(l, start) => {
-                let p = l.permit_from_start(start);
+        match &self.slot.imp {
+            AdaptiveImpl::Gradient(l) => {
+                let p = l.permit_from_start(self.start);
                 if ok {
                     p.pass(l.now());
                 }
             }
-            AdaptiveCall::Shedder(l, start) => {
-                let p = l.permit_from_start(start);
+            AdaptiveImpl::Shedder(l) => {
+                let p = l.permit_from_start(self.start);
                 if ok {
                     p.pass(l.now());
                 }
@@ -449,20 +432,13 @@ struct Clusters {
 /// How long a replaced cluster lease is kept alive (load-bearing: see `Clusters`).
 const CLUSTER_GRACE: Duration = Duration::from_secs(10);
 
-/// The breaker's side of a running call.
+/// The breaker's side of a running call, in two words: the breaker and either the
+/// SRE breaker's slow-call threshold in the unit of the permit (0: none) or a classic
+/// ticket taken apart (`epoch << 1 | probe`).
 #[derive(Clone, Copy)]
-enum BreakerCall {
-    /// The breaker and its slow-call threshold in ticks (0: none).
-    Sre(&'static SreBreaker, u64),
-    /// A classic ticket taken apart: breaker, epoch, start, probe, slow threshold.
-    Classic(&'static ClassicBreaker, u64, u64, bool, u64),
-}
-
-impl BreakerCall {
-    fn classic(b: &'static ClassicBreaker, ticket: CallTicket<'static>, slow: u64) -> Self {
-        let (epoch, started, probe) = ticket.into_raw();
-        BreakerCall::Classic(b, epoch, started, probe, slow)
-    }
+struct BreakerCall {
+    slot: &'static BreakerSlot,
+    word: u64,
 }
 
 fn classic_state(s: ClassicState) -> BreakerState {
@@ -1063,10 +1039,17 @@ impl Point {
     fn adaptive_admit(&self, c: &Compiled) -> Option<AdaptiveCall> {
         // SAFETY: adaptive slots are never freed while the point lives.
         let slot: &'static AdaptiveSlot = unsafe { &*(c.adaptive as *const AdaptiveSlot) };
-        match &slot.imp {
-            AdaptiveImpl::Gradient(l) => l.try_acquire(l.now()).ok().map(AdaptiveCall::gradient),
-            AdaptiveImpl::Shedder(l) => l.try_acquire(l.now()).ok().map(AdaptiveCall::shedder),
-        }
+        let start = match &slot.imp {
+            AdaptiveImpl::Gradient(l) => l
+                .try_acquire(l.now())
+                .ok()
+                .map(GradientLimiter::permit_into_start),
+            AdaptiveImpl::Shedder(l) => l
+                .try_acquire(l.now())
+                .ok()
+                .map(AdaptiveLimiter::permit_into_start),
+        };
+        start.map(|start| AdaptiveCall { slot, start })
     }
 
     /// Asks the point's breaker; `None` means rejected (a drop is recorded).
@@ -1076,6 +1059,10 @@ impl Point {
         // and points live for the rest of the process.
         let slot: &'static BreakerSlot = unsafe { &*(breaker as *const BreakerSlot) };
         match &slot.imp {
+            BreakerImpl::Sre(b) if b.accepts_surely(now) => Some(BreakerCall {
+                slot,
+                word: slot.slow_in(rules),
+            }),
             BreakerImpl::Sre(b) => {
                 let d = b.allow(now);
                 if let Some(t) = d.transition {
@@ -1092,15 +1079,21 @@ impl Point {
                         },
                     );
                 }
-                d.is_admitted()
-                    .then_some(BreakerCall::Sre(b, slot.slow_in(rules)))
+                d.is_admitted().then_some(BreakerCall {
+                    slot,
+                    word: slot.slow_in(rules),
+                })
             }
             BreakerImpl::Classic(b) => match b.allow(now) {
                 Ok(ticket) => {
                     if let Some(t) = ticket.transition() {
                         self.classic_changed(t);
                     }
-                    Some(BreakerCall::classic(b, ticket, slot.slow_in(rules)))
+                    let (epoch, _started, probe) = ticket.into_raw();
+                    Some(BreakerCall {
+                        slot,
+                        word: epoch << 1 | u64::from(probe),
+                    })
                 }
                 Err(_) => None,
             },
@@ -1118,17 +1111,14 @@ impl Point {
         elapsed: u64,
         fine: bool,
     ) {
-        if outcome == Outcome::Cancelled {
-            if let BreakerCall::Classic(b, epoch, started, probe, _) = call {
-                // Dropping the rebuilt ticket frees a half-open probe slot.
-                drop(b.ticket_from_raw(epoch, started, probe));
-            }
-            return;
-        }
-        match call {
-            BreakerCall::Sre(b, slow) => {
+        match &call.slot.imp {
+            BreakerImpl::Sre(b) => {
+                if outcome == Outcome::Cancelled {
+                    return;
+                }
                 // Into the bucket the window reached when the call was admitted (or
                 // later): no clock read on the way out.
+                let slow = call.word;
                 let failed = failed || (slow != 0 && elapsed > slow);
                 b.record_admitted(if failed {
                     crate::breaker::Outcome::Failure
@@ -1136,15 +1126,24 @@ impl Point {
                     crate::breaker::Outcome::Success
                 });
             }
-            BreakerCall::Classic(b, epoch, started, probe, slow) => {
-                let ticket = b.ticket_from_raw(epoch, started, probe);
+            BreakerImpl::Classic(b) => {
+                // The start is not needed: the duration comes from the permit.
+                let ticket = b.ticket_from_raw(call.word >> 1, 0, call.word & 1 == 1);
+                if outcome == Outcome::Cancelled {
+                    // Dropping the rebuilt ticket frees a half-open probe slot.
+                    drop(ticket);
+                    return;
+                }
                 let now = self.clock.now();
-                let elapsed = if slow == 0 {
-                    Duration::ZERO
-                } else if fine {
-                    Duration::from_nanos(self.clock.ticks_to_ns(elapsed))
+                let slow = if fine {
+                    call.slot.slow_ticks
                 } else {
-                    Duration::from_nanos(elapsed)
+                    call.slot.slow_ns
+                };
+                let elapsed = match slow {
+                    None => Duration::ZERO,
+                    Some(_) if fine => Duration::from_nanos(self.clock.ticks_to_ns(elapsed)),
+                    Some(_) => Duration::from_nanos(elapsed),
                 };
                 if let Some(t) = ticket.finish(now, failed, elapsed) {
                     self.classic_changed(t);
@@ -1694,13 +1693,16 @@ impl Permit {
             match self.breaker {
                 None => {}
                 // An untimed call of a breaker-only point: one counter of the breaker.
-                Some(BreakerCall::Sre(b, 0)) if outcome != Outcome::Cancelled => {
-                    b.record_admitted(if outcome == Outcome::Exception {
+                Some(BreakerCall { slot, word: 0 }) if outcome != Outcome::Cancelled => match &slot
+                    .imp
+                {
+                    BreakerImpl::Sre(b) => b.record_admitted(if outcome == Outcome::Exception {
                         crate::breaker::Outcome::Failure
                     } else {
                         crate::breaker::Outcome::Success
-                    });
-                }
+                    }),
+                    BreakerImpl::Classic(_) => return self.complete_slow(outcome),
+                },
                 Some(_) => return self.complete_slow(outcome),
             }
             if outcome == Outcome::Exception {

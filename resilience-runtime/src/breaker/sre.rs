@@ -385,6 +385,27 @@ impl SreBreaker {
         self.decide(now, || roll)
     }
 
+    /// The closed path in integer arithmetic: `true` when [`allow`](Self::allow) at
+    /// `now` would accept without a state change (the breaker is not dropping and,
+    /// since `w >= 1.1`, `10 * (total - protection) <= 11 * accepts`). `false` says
+    /// nothing: ask `allow`.
+    #[inline]
+    pub(crate) fn accepts_surely(&self, now: u64) -> bool {
+        if self.dropping.load(Ordering::Relaxed) {
+            return false;
+        }
+        let base = self.ring.base(now, || self.current());
+        let current = self.current();
+        let accepts = current[SUCCESS].saturating_sub(base[SUCCESS]);
+        let total = current[SUCCESS].saturating_sub(base[SUCCESS])
+            + current[FAILURE].saturating_sub(base[FAILURE])
+            + current[DROP].saturating_sub(base[DROP]);
+        total
+            .saturating_sub(self.config.protection)
+            .saturating_mul(10)
+            <= accepts.saturating_mul(11)
+    }
+
     fn decide(&self, now: u64, roll: impl FnOnce() -> f64) -> SreDecision {
         let c = &self.config;
         let base = self.ring.base(now, || self.current());
@@ -613,6 +634,41 @@ impl SreBreaker {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_integer_closed_path_never_accepts_what_allow_rejects() {
+        for protection in [0u64, 1, 5, 17] {
+            for total in 0u64..60 {
+                for accepts in 0..=total {
+                    let cfg = SreConfig {
+                        protection,
+                        ..SreConfig::default()
+                    };
+                    let b = SreBreaker::new(cfg, 0).unwrap();
+                    for _ in 0..accepts {
+                        b.record(0, Outcome::Success);
+                    }
+                    for _ in accepts..total {
+                        b.record(0, Outcome::Failure);
+                    }
+                    let sure = b.accepts_surely(0);
+                    // With the dice at 0 every positive ratio rejects.
+                    let d = b.allow_with_roll(0, 0.0);
+                    if sure {
+                        assert!(
+                            d.is_admitted() && d.transition.is_none(),
+                            "{protection} {total} {accepts}"
+                        );
+                    }
+                    // And the fast path is not needlessly pessimistic.
+                    let exact = total as f64 - protection as f64 - 1.1 * accepts as f64;
+                    if exact < -0.01 {
+                        assert!(sure, "{protection} {total} {accepts}");
+                    }
+                }
+            }
+        }
+    }
+
     use super::*;
 
     const BUCKET: u64 = 250_000_000;
