@@ -77,6 +77,8 @@ struct Compiled {
 }
 
 const WORDS: usize = 17;
+/// Index of the breaker address in the policy words.
+const BREAKER_WORD: usize = 14;
 
 impl Compiled {
     fn new(
@@ -269,7 +271,7 @@ impl PolicyCell {
             let s1 = self.seq.load(Ordering::Acquire);
             if s1 & 1 == 0 {
                 let rules = self.words[0].load(Ordering::Relaxed);
-                let breaker = self.words[14].load(Ordering::Relaxed) as usize;
+                let breaker = self.words[BREAKER_WORD].load(Ordering::Relaxed) as usize;
                 std::sync::atomic::fence(Ordering::Acquire);
                 if self.seq.load(Ordering::Relaxed) == s1 {
                     return (rules, breaker);
@@ -280,14 +282,32 @@ impl PolicyCell {
     }
 
     /// Callers serialise writes (the point's policy mutex).
-    fn store(&self, c: Compiled) {
+    ///
+    /// The rule word is written last and released, and the breaker word never goes
+    /// back to 0 once set (a removed breaker leaves its slot's address behind), so a
+    /// reader that acquires the rules and sees `R_BREAKER` reads a live breaker word
+    /// without the sequence check ([`breaker_after`](Self::breaker_after)).
+    fn store(&self, mut c: Compiled) {
+        if c.breaker == 0 {
+            c.breaker = self.words[BREAKER_WORD].load(Ordering::Relaxed) as usize;
+        }
         let s = self.seq.load(Ordering::Relaxed);
         self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
         std::sync::atomic::fence(Ordering::Release);
-        for (cell, w) in self.words.iter().zip(c.to_words()) {
+        let words = c.to_words();
+        for (cell, w) in self.words.iter().zip(words).skip(1) {
             cell.store(w, Ordering::Relaxed);
         }
+        self.words[0].store(words[0], Ordering::Release);
         self.seq.store(s.wrapping_add(2), Ordering::Release);
+    }
+
+    /// The breaker word, for a caller that acquired rule bits with `R_BREAKER` set
+    /// (see [`store`](Self::store)): the address of a breaker slot of the point.
+    #[inline]
+    fn breaker_after(&self, rules: u64) -> usize {
+        debug_assert!(rules & R_BREAKER != 0);
+        self.words[BREAKER_WORD].load(Ordering::Relaxed) as usize
     }
 }
 
@@ -628,7 +648,14 @@ impl Point {
     /// (even `Disabled`), then enters like any call.
     #[inline]
     pub(crate) fn enter_breaker(&'static self) -> Result<Permit, Downgraded> {
-        if !self.breaker_set.load(Ordering::Acquire) {
+        let rules = self.cfg.rules();
+        if rules & (ACTIVE | R_BREAKER) == R_BREAKER {
+            // The common case: a breaker and no policy.
+            return self.enter_breaker_only(rules, self.cfg.breaker_after(rules));
+        }
+        // A live breaker shows in the rule bits; only without one can the setting be
+        // missing (or `Disabled`).
+        if rules & R_BREAKER == 0 && !self.breaker_set.load(Ordering::Acquire) {
             self.ensure_breaker();
         }
         self.enter()
@@ -823,7 +850,8 @@ impl Point {
             return Ok(Permit::untracked(self));
         }
         if rules & ACTIVE == 0 {
-            return self.enter_breaker_only();
+            let (rules, breaker) = self.cfg.load_breaker();
+            return self.enter_breaker_only(rules, breaker);
         }
         self.enter_governed()
     }
@@ -832,7 +860,7 @@ impl Point {
         let c = self.cfg.load();
         if c.rules & ACTIVE == 0 {
             // The policy was cleared meanwhile.
-            return self.enter_breaker_only();
+            return self.enter_breaker_only(c.rules, c.breaker);
         }
         // One timeline reading per call; the tick counter only when some threshold is
         // too short for the timeline.
@@ -963,10 +991,28 @@ impl Point {
         Ok(permit)
     }
 
-    /// A point without policy but with a breaker.
-    fn enter_breaker_only(&'static self) -> Result<Permit, Downgraded> {
-        let (rules, breaker) = self.cfg.load_breaker();
+    /// A point without policy but with a breaker. The closed path of an untimed SRE
+    /// breaker stays in this small function; everything else is out of line.
+    #[inline]
+    fn enter_breaker_only(&'static self, rules: u64, breaker: usize) -> Result<Permit, Downgraded> {
         self.flow.visit();
+        if rules & (R_BREAKER | R_BREAKER_TIMED) == R_BREAKER {
+            // SAFETY: see `breaker_admit`.
+            let slot: &'static BreakerSlot = unsafe { &*(breaker as *const BreakerSlot) };
+            if let BreakerImpl::Sre(b) = &slot.imp {
+                if b.accepts_surely(self.clock.now()) {
+                    let mut permit = Permit::untracked(self);
+                    permit.breaker = Some(BreakerCall { slot, word: 0 });
+                    return Ok(permit);
+                }
+            }
+        }
+        self.enter_breaker_slow(rules, breaker)
+    }
+
+    /// The rest of [`enter_breaker_only`](Self::enter_breaker_only), the visit counted.
+    #[inline(never)]
+    fn enter_breaker_slow(&'static self, rules: u64, breaker: usize) -> Result<Permit, Downgraded> {
         let mut permit = Permit::untracked(self);
         if rules & R_BREAKER != 0 {
             let now = self.clock.now();
@@ -1053,7 +1099,6 @@ impl Point {
     }
 
     /// Asks the point's breaker; `None` means rejected (a drop is recorded).
-    #[inline]
     fn breaker_admit(&self, rules: u64, breaker: usize, now: u64) -> Option<BreakerCall> {
         // SAFETY: breaker slots are never freed while the point lives (`breakers`),
         // and points live for the rest of the process.

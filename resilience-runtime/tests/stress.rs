@@ -153,3 +153,71 @@ fn policy_swaps_under_load_never_tear_or_leak() {
     assert!(max_seen.load(Ordering::SeqCst) <= 2);
     assert_eq!(p.stats().concurrency, 0);
 }
+
+/// `#[breaker]` calls racing with breaker and policy changes (set, clear, replace,
+/// classic, disabled) never crash, never leak a slot, and every call is one visit.
+#[test]
+fn breaker_swaps_under_load_keep_counts_exact() {
+    use resilience_runtime::breaker::ClassicConfig;
+    use resilience_runtime::BreakerPolicy;
+    let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+    let p = reg.point("stress.breaker").unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                match i % 6 {
+                    0 => reg
+                        .set_breaker("stress.breaker", BreakerPolicy::default())
+                        .unwrap(),
+                    1 => reg.clear_breaker("stress.breaker").unwrap(),
+                    2 => reg
+                        .set_breaker(
+                            "stress.breaker",
+                            BreakerPolicy::Classic(ClassicConfig::default()),
+                        )
+                        .unwrap(),
+                    3 => reg
+                        .set_policy(
+                            "stress.breaker",
+                            Policy::builder().max_concurrency(2).build().unwrap(),
+                        )
+                        .unwrap(),
+                    4 => reg
+                        .set_breaker("stress.breaker", BreakerPolicy::Disabled)
+                        .unwrap(),
+                    _ => reg.clear_policy("stress.breaker").unwrap(),
+                }
+                i += 1;
+                std::thread::yield_now();
+            }
+            i
+        })
+    };
+    let calls = 50_000u64;
+    let threads: Vec<_> = (0..2)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut ran = 0u64;
+                for i in 0..calls {
+                    if let Ok(permit) = resilience_runtime::__private::enter_breaker(p) {
+                        ran += 1;
+                        permit.finish((i + t) % 7 == 0);
+                    }
+                }
+                ran
+            })
+        })
+        .collect();
+    let ran: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 10, "only {swaps} swaps happened");
+    let s = p.stats();
+    assert_eq!(s.totals.visits, 2 * calls, "every call is one visit");
+    assert_eq!(s.totals.passes + s.totals.downgrades, 2 * calls);
+    assert_eq!(ran, s.totals.passes, "every admitted call is a pass");
+    assert_eq!(s.concurrency, 0, "no slot leaked");
+}

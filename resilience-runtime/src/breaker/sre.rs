@@ -400,10 +400,7 @@ impl SreBreaker {
         let total = current[SUCCESS].saturating_sub(base[SUCCESS])
             + current[FAILURE].saturating_sub(base[FAILURE])
             + current[DROP].saturating_sub(base[DROP]);
-        total
-            .saturating_sub(self.config.protection)
-            .saturating_mul(10)
-            <= accepts.saturating_mul(11)
+        u128::from(total.saturating_sub(self.config.protection)) * 10 <= u128::from(accepts) * 11
     }
 
     fn decide(&self, now: u64, roll: impl FnOnce() -> f64) -> SreDecision {
