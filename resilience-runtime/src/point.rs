@@ -850,8 +850,7 @@ impl Point {
             return Ok(Permit::untracked(self));
         }
         if rules & ACTIVE == 0 {
-            let (rules, breaker) = self.cfg.load_breaker();
-            return self.enter_breaker_only(rules, breaker);
+            return self.enter_unpoliced();
         }
         self.enter_governed()
     }
@@ -893,10 +892,8 @@ impl Point {
             start: if timed { stamp } else { 0 },
             timeout_ticks: c.timeout_ticks,
             probe_of: 0,
-            slot: entry.slot,
-            fine,
+            meta: Meta::new(entry.slot, fine),
             breaker: None,
-            hang: NO_HANG,
             adaptive: None,
         };
 
@@ -980,7 +977,7 @@ impl Point {
                     if let Some(a) = permit.adaptive.take() {
                         a.end(false);
                     }
-                    self.flow.release(permit.slot);
+                    self.flow.release(permit.meta.slot());
                     std::mem::forget(permit);
                     return Err(self.downgrade(Reason::BreakerOpen, now, false));
                 }
@@ -989,6 +986,14 @@ impl Point {
         self.note_peak(entry.inflight);
         self.admit(&mut permit, now);
         Ok(permit)
+    }
+
+    /// A point without policy but with a breaker, entered through [`enter`](Self::enter)
+    /// (kept small so that it inlines at every call site).
+    #[inline(never)]
+    fn enter_unpoliced(&'static self) -> Result<Permit, Downgraded> {
+        let (rules, breaker) = self.cfg.load_breaker();
+        self.enter_breaker_only(rules, breaker)
     }
 
     /// A point without policy but with a breaker. The closed path of an untimed SRE
@@ -1017,12 +1022,9 @@ impl Point {
         if rules & R_BREAKER != 0 {
             let now = self.clock.now();
             if rules & R_BREAKER_TIMED != 0 {
-                permit.fine = rules & R_FINE != 0;
-                permit.start = if permit.fine {
-                    self.clock.ticks().max(1)
-                } else {
-                    now
-                };
+                let fine = rules & R_FINE != 0;
+                permit.meta = permit.meta.with_fine(fine);
+                permit.start = if fine { self.clock.ticks().max(1) } else { now };
             }
             match self.breaker_admit(rules, breaker, now) {
                 Some(call) => permit.breaker = Some(call),
@@ -1039,9 +1041,9 @@ impl Point {
     /// a rule tripped, or a probe refused by the concurrency rule).
     #[inline]
     fn hold_slot(&self, permit: &mut Permit, inflight: u64) {
-        if permit.slot == Slot::None {
+        if permit.meta.slot() == Slot::None {
             let (inflight, slot) = self.flow.acquire_forced();
-            permit.slot = slot;
+            permit.meta = permit.meta.with_slot(slot);
             self.note_peak(inflight);
         } else {
             self.note_peak(inflight);
@@ -1054,7 +1056,8 @@ impl Point {
         if permit.timeout_ticks != 0 {
             if let Some(table) = self.hang.get() {
                 // The table is on the timeline: sweeps are coarser than its resolution.
-                permit.hang = table.register(now).map_or(NO_HANG, |s| s);
+                let hang = table.register(now).map_or(NO_HANG, |s| s);
+                permit.meta = permit.meta.with_hang(hang);
             }
         }
     }
@@ -1263,7 +1266,7 @@ impl Point {
         if let Some(a) = permit.adaptive.take() {
             a.end(false);
         }
-        self.flow.release(permit.slot);
+        self.flow.release(permit.meta.slot());
         // The permit never ran: forget it without touching counters.
         std::mem::forget(permit);
         Err(self.downgrade(reason, now, false))
@@ -1664,19 +1667,92 @@ pub struct Permit {
     timeout_ticks: u64,
     /// `delay_until` of the delay period this call probes, else 0.
     probe_of: u64,
-    /// The call's in-flight slot (calls on points with a policy hold one).
-    slot: Slot,
-    /// Whether `start` and the thresholds are in ticks (else timeline nanoseconds).
-    fine: bool,
+    /// The in-flight slot, the unit of `start` and the hung-call slot, in one word.
+    meta: Meta,
     /// The breaker's record of this call, if the point has a breaker.
     breaker: Option<BreakerCall>,
-    /// The call's slot in the point's hung-call table, or `NO_HANG`.
-    hang: u32,
     /// The adaptive limiter's record of this call.
     adaptive: Option<AdaptiveCall>,
 }
 
 const NO_HANG: u32 = u32::MAX;
+
+/// The small fields of a [`Permit`] packed in one word, so that a permit is always
+/// written and read in whole words (a byte written next to a word that is then read
+/// whole stalls the CPU's store forwarding): the hung-call slot in the low 32 bits, the
+/// in-flight slot in bits 32-33, the unit of `start` in bit 34, and bit 63 always set.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Meta(std::num::NonZeroU64);
+
+impl Meta {
+    const SET: u64 = 1 << 63;
+    const SLOT_SHIFT: u32 = 32;
+    const SLOT_MASK: u64 = 0b11 << Self::SLOT_SHIFT;
+    const FINE: u64 = 1 << 34;
+
+    #[inline]
+    fn from_bits(bits: u64) -> Meta {
+        match std::num::NonZeroU64::new(bits | Self::SET) {
+            Some(n) => Meta(n),
+            None => unreachable!("bit 63 is set"),
+        }
+    }
+
+    #[inline]
+    fn new(slot: Slot, fine: bool) -> Meta {
+        Meta::from_bits(u64::from(NO_HANG))
+            .with_slot(slot)
+            .with_fine(fine)
+    }
+
+    #[inline]
+    fn bits(self) -> u64 {
+        self.0.get()
+    }
+
+    #[inline]
+    fn hang(self) -> u32 {
+        self.bits() as u32
+    }
+
+    #[inline]
+    fn with_hang(self, hang: u32) -> Meta {
+        Meta::from_bits(self.bits() & !u64::from(u32::MAX) | u64::from(hang))
+    }
+
+    #[inline]
+    fn slot(self) -> Slot {
+        match (self.bits() & Self::SLOT_MASK) >> Self::SLOT_SHIFT {
+            0 => Slot::None,
+            1 => Slot::Word,
+            _ => Slot::Spill,
+        }
+    }
+
+    #[inline]
+    fn with_slot(self, slot: Slot) -> Meta {
+        let code: u64 = match slot {
+            Slot::None => 0,
+            Slot::Word => 1,
+            Slot::Spill => 2,
+        };
+        Meta::from_bits(self.bits() & !Self::SLOT_MASK | code << Self::SLOT_SHIFT)
+    }
+
+    #[inline]
+    fn fine(self) -> bool {
+        self.bits() & Self::FINE != 0
+    }
+
+    #[inline]
+    fn with_fine(self, fine: bool) -> Meta {
+        Meta::from_bits(if fine {
+            self.bits() | Self::FINE
+        } else {
+            self.bits() & !Self::FINE
+        })
+    }
+}
 
 impl fmt::Debug for Permit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -1703,10 +1779,8 @@ impl Permit {
             start: 0,
             timeout_ticks: 0,
             probe_of: 0,
-            slot: Slot::None,
-            fine: false,
+            meta: Meta::new(Slot::None, false),
             breaker: None,
-            hang: NO_HANG,
             adaptive: None,
         }
     }
@@ -1734,7 +1808,7 @@ impl Permit {
 
     #[inline]
     fn complete(&mut self, outcome: Outcome) {
-        if self.slot == Slot::None {
+        if self.meta.slot() == Slot::None {
             match self.breaker {
                 None => {}
                 // An untimed call of a breaker-only point: one counter of the breaker.
@@ -1761,14 +1835,18 @@ impl Permit {
         self.complete_slow(outcome);
     }
 
-    fn complete_slow(&mut self, outcome: Outcome) {
+    /// Counts the exception, measures the call, frees its hung-call slot and counts a
+    /// timeout; returns whether the call failed (exception or timeout) and how long it
+    /// took (in the unit of `start`; 0 when not measured).
+    #[inline]
+    fn settle(&self, outcome: Outcome) -> (bool, u64) {
         let p = self.point;
         let mut failed = outcome == Outcome::Exception;
         if failed {
             p.counters.exceptions.fetch_add(1, Ordering::Relaxed);
         }
         let elapsed = if self.start != 0 && outcome != Outcome::Cancelled {
-            let end = if self.fine {
+            let end = if self.meta.fine() {
                 p.clock.ticks()
             } else {
                 p.clock.now()
@@ -1778,26 +1856,33 @@ impl Permit {
             0
         };
         let late = self.timeout_ticks != 0 && elapsed > self.timeout_ticks;
-        let swept = self.hang != NO_HANG
+        let hang = self.meta.hang();
+        let swept = hang != NO_HANG
             && p.hang
                 .get()
-                .is_some_and(|t| t.unregister(self.hang, late || outcome == Outcome::Cancelled));
+                .is_some_and(|t| t.unregister(hang, late || outcome == Outcome::Cancelled));
         if swept {
             // A sweep saw it hang and counted the timeout already.
             failed = true;
-        } else if self.timeout_ticks != 0 && elapsed > self.timeout_ticks {
+        } else if late {
             p.counters.timeouts.fetch_add(1, Ordering::Relaxed);
             failed = true;
         }
+        (failed, elapsed)
+    }
+
+    fn complete_slow(&mut self, outcome: Outcome) {
+        let p = self.point;
+        let (failed, elapsed) = self.settle(outcome);
         if let Some(call) = self.breaker.take() {
-            p.breaker_outcome(call, outcome, failed, elapsed, self.fine);
+            p.breaker_outcome(call, outcome, failed, elapsed, self.meta.fine());
         }
         // A latency sample only from calls that completed well; failures and
         // cancellations just leave the flight.
         if let Some(a) = self.adaptive.take() {
             a.end(outcome == Outcome::Ok && !failed);
         }
-        if self.slot == Slot::None {
+        if self.meta.slot() == Slot::None {
             return;
         }
         if self.probe_of != 0 {
@@ -1823,7 +1908,7 @@ impl Permit {
                 }
             }
         }
-        p.flow.release(self.slot);
+        p.flow.release(self.meta.slot());
     }
 }
 
@@ -1831,5 +1916,31 @@ impl Drop for Permit {
     fn drop(&mut self) {
         // Dropped without `finish`: a cancelled call.
         self.complete(Outcome::Cancelled);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permit_meta_round_trips_every_field() {
+        for slot in [Slot::None, Slot::Word, Slot::Spill] {
+            for fine in [false, true] {
+                for hang in [0, 7, 511, NO_HANG] {
+                    let m = Meta::new(slot, fine).with_hang(hang);
+                    assert_eq!((m.slot(), m.fine(), m.hang()), (slot, fine, hang));
+                    let m = m.with_slot(Slot::Word).with_fine(!fine);
+                    assert_eq!((m.slot(), m.fine(), m.hang()), (Slot::Word, !fine, hang));
+                }
+            }
+        }
+        assert_eq!(Meta::new(Slot::None, false).hang(), NO_HANG);
+    }
+
+    #[test]
+    fn a_permit_is_nine_words_and_its_result_no_larger() {
+        assert_eq!(std::mem::size_of::<Permit>(), 72);
+        assert_eq!(std::mem::size_of::<Result<Permit, Downgraded>>(), 72);
     }
 }
