@@ -30,6 +30,7 @@ mod registry;
 pub mod rolling;
 mod stats;
 mod sync;
+mod tally;
 mod ticker;
 #[cfg(feature = "tower")]
 pub mod tower;

@@ -486,8 +486,10 @@ pub struct Point {
     clock: Clock,
     events: Arc<Dispatcher>,
     cfg: PolicyCell,
-    /// Visits and calls in flight.
+    /// Visits and calls in flight of calls under a policy...
     flow: Flow,
+    /// ...while calls without one are counted per thread under this id.
+    id: u32,
     counters: Counters,
     peak: AtomicU64,
     cycle_peak: AtomicU64,
@@ -541,6 +543,10 @@ impl Point {
             events,
             cfg: PolicyCell::new(),
             flow: Flow::new(),
+            id: {
+                static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                NEXT_ID.fetch_add(1, Ordering::Relaxed)
+            },
             counters: Counters {
                 downgrades: AtomicU64::new(0),
                 exceptions: AtomicU64::new(0),
@@ -846,7 +852,7 @@ impl Point {
     pub fn enter(&'static self) -> Result<Permit, Downgraded> {
         let rules = self.cfg.rules();
         if rules == 0 {
-            self.flow.visit();
+            self.visit_untracked();
             return Ok(Permit::untracked(self));
         }
         if rules & ACTIVE == 0 {
@@ -1000,7 +1006,7 @@ impl Point {
     /// breaker stays in this small function; everything else is out of line.
     #[inline]
     fn enter_breaker_only(&'static self, rules: u64, breaker: usize) -> Result<Permit, Downgraded> {
-        self.flow.visit();
+        self.visit_untracked();
         if rules & (R_BREAKER | R_BREAKER_TIMED) == R_BREAKER {
             // SAFETY: see `breaker_admit`.
             let slot: &'static BreakerSlot = unsafe { &*(breaker as *const BreakerSlot) };
@@ -1035,6 +1041,15 @@ impl Point {
             }
         }
         Ok(permit)
+    }
+
+    /// Counts the visit of a call without a policy: in this thread's own cell, without
+    /// a read-modify-write (see `tally`).
+    #[inline]
+    fn visit_untracked(&self) {
+        if !crate::tally::add_one(self.id) {
+            self.flow.visit();
+        }
     }
 
     /// Makes sure an admitted call holds an in-flight slot (a call that runs although
@@ -1442,6 +1457,8 @@ impl Point {
         let c = self.cfg.load();
         let now = self.clock.now();
         let tracked = self.counters.tracked(&self.flow);
+        // Calls under a policy are in the flow word, the others in per-thread cells.
+        let visits = tracked[window::VISITS] + crate::tally::total(self.id);
         let window = (c.rules & ACTIVE != 0).then(|| {
             // SAFETY: see `enter_governed`.
             let ring = unsafe { &*(c.ring as *const Ring) };
@@ -1468,8 +1485,8 @@ impl Point {
         PointStats {
             name: self.name,
             totals: Totals {
-                visits: tracked[window::VISITS],
-                passes: tracked[window::VISITS].saturating_sub(tracked[window::DOWNGRADES]),
+                visits,
+                passes: visits.saturating_sub(tracked[window::DOWNGRADES]),
                 downgrades: tracked[window::DOWNGRADES],
                 exceptions: tracked[window::EXCEPTIONS],
                 timeouts: tracked[window::TIMEOUTS],

@@ -221,3 +221,46 @@ fn breaker_swaps_under_load_keep_counts_exact() {
     assert_eq!(ran, s.totals.passes, "every admitted call is a pass");
     assert_eq!(s.concurrency, 0, "no slot leaked");
 }
+
+/// Calls without a policy are counted per thread: totals are exact across live and
+/// exited threads, and a policy set mid-way takes over the counting seamlessly.
+#[test]
+fn calls_without_policy_are_counted_exactly_across_threads() {
+    let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+    let p = reg.point("stress.unpoliced").unwrap();
+    let waves = 5u64;
+    let per_thread = 20_000u64;
+    for wave in 0..waves {
+        if wave == 3 {
+            reg.set_policy("stress.unpoliced", Policy::observe())
+                .unwrap();
+        }
+        let threads: Vec<_> = (0..THREADS)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    for i in 0..per_thread {
+                        let permit = p.enter().unwrap();
+                        permit.finish(i % 10 == 0);
+                    }
+                })
+            })
+            .collect();
+        // Totals read while threads count and exit never go down.
+        let mut last = 0;
+        while threads.iter().any(|t| !t.is_finished()) {
+            let v = p.stats().totals.visits;
+            assert!(v >= last, "{v} after {last}");
+            last = v;
+        }
+        for t in threads {
+            t.join().unwrap();
+        }
+        let s = p.stats();
+        assert_eq!(s.totals.visits, (wave + 1) * THREADS as u64 * per_thread);
+        assert_eq!(s.totals.passes, s.totals.visits);
+        assert_eq!(
+            s.totals.exceptions,
+            (wave + 1) * THREADS as u64 * per_thread / 10
+        );
+    }
+}
