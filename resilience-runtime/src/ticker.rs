@@ -10,18 +10,23 @@
 //! pay one OS clock read until the thread has seen their demand and ticks again.
 //! Readers never block, never make a system call other than the clock read, and never
 //! see time go backwards: every cached value was read before it was published, and a
-//! reader that finds the cache cleared reads a fresh one.
+//! reader that finds the cache cleared reads a fresh one. A child of `fork()`, which
+//! has no such thread, forgets the cached reading and starts its own thread on its
+//! first read. If no thread can be spawned, every read asks the OS.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The cached reading in nanoseconds, or 0 while the thread is not ticking.
 static NOW: AtomicU64 = AtomicU64::new(0);
 /// Raised by a reader that found the cache cleared.
 static DEMAND: AtomicBool = AtomicBool::new(false);
-/// Whether the thread was started (or failed to start).
-static STARTED: OnceLock<bool> = OnceLock::new();
+/// Whether the thread was started (or failed to start): `NOT_STARTED`, `STARTING`, or
+/// `SPAWNED`. A forked child has no such thread: it starts over.
+static STARTED: AtomicU8 = AtomicU8::new(NOT_STARTED);
+const NOT_STARTED: u8 = 0;
+const STARTING: u8 = 1;
+const SPAWNED: u8 = 2;
 /// What the thread is doing, for tests and diagnostics.
 static STATE: AtomicU8 = AtomicU8::new(STOPPED);
 
@@ -54,7 +59,7 @@ fn uncached() -> u64 {
     if !DEMAND.load(Ordering::Relaxed) {
         DEMAND.store(true, Ordering::Relaxed);
     }
-    if STARTED.get().is_none() {
+    if STARTED.load(Ordering::Acquire) == NOT_STARTED {
         start();
     }
     t
@@ -62,12 +67,41 @@ fn uncached() -> u64 {
 
 #[cold]
 fn start() {
-    STARTED.get_or_init(|| {
-        std::thread::Builder::new()
-            .name("resilience-clock".into())
-            .spawn(run)
-            .is_ok()
-    });
+    // Registered before anything can cache a reading, so that no child of `fork()`
+    // inherits a cached reading without the handler that clears it.
+    #[cfg(unix)]
+    {
+        static AT_FORK: std::sync::Once = std::sync::Once::new();
+        // SAFETY: registers a plain function that only stores to atomics, which is
+        // async-signal-safe as a fork child handler must be.
+        AT_FORK.call_once(|| unsafe {
+            libc::pthread_atfork(None, None, Some(forked_child));
+        });
+    }
+    if STARTED
+        .compare_exchange(NOT_STARTED, STARTING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return;
+    }
+    // If the thread cannot be spawned, stay `STARTING`: every read then asks the OS.
+    if std::thread::Builder::new()
+        .name("resilience-clock".into())
+        .spawn(run)
+        .is_ok()
+    {
+        STARTED.store(SPAWNED, Ordering::Release);
+    }
+}
+
+/// In a child of `fork()` the clock thread does not exist: forget the cached reading
+/// (it would never move again) and let the next read start a new thread.
+#[cfg(unix)]
+extern "C" fn forked_child() {
+    NOW.store(0, Ordering::Relaxed);
+    DEMAND.store(false, Ordering::Relaxed);
+    STATE.store(STOPPED, Ordering::Relaxed);
+    STARTED.store(NOT_STARTED, Ordering::Release);
 }
 
 fn run() {
@@ -120,6 +154,7 @@ pub(crate) fn precise_monotonic() -> u64 {
 /// that 0 keeps meaning "unset".
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn precise_monotonic() -> u64 {
+    use std::sync::OnceLock;
     use std::time::Instant;
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     let origin = *ORIGIN.get_or_init(Instant::now);
@@ -150,5 +185,30 @@ mod tests {
         }
         assert!(cached > 0, "the thread never refreshed the cache");
         assert!(is_ticking());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_forked_child_gets_a_live_clock() {
+        // Make sure the parent's thread runs and the cache is warm.
+        let _ = now();
+        std::thread::sleep(Duration::from_millis(20));
+        // SAFETY: the child only reads the clock, sleeps and exits with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let a = now();
+            std::thread::sleep(Duration::from_millis(30));
+            let b = now();
+            // Exit status 0 when the child's clock moved (~30 ms).
+            let moved = b.saturating_sub(a) >= 20_000_000;
+            // SAFETY: ends the child without running the parent's test harness.
+            unsafe { libc::_exit(if moved { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child did not exit: {status}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "the child's clock was frozen");
     }
 }
