@@ -63,10 +63,11 @@ struct Compiled {
     max_exceptions: u64,
     rate: f64,
     rate_floor: u64,
-    timeout_ticks: u64,
+    /// The thresholds below are in ticks with `R_FINE`, else timeline nanoseconds.
+    timeout: u64,
     timeout_count: u64,
-    token_interval_ticks: u64,
-    token_burst_ticks: u64,
+    token_interval: u64,
+    token_burst: u64,
     percentage: u64,
     delay_ns: u64,
     retry_ns: u64,
@@ -156,7 +157,7 @@ impl Compiled {
         }
         if let Some(t) = p.timeouts {
             c.rules |= R_TIMEOUTS;
-            c.timeout_ticks = unit(nanos(t.threshold)).max(1);
+            c.timeout = unit(nanos(t.threshold)).max(1);
             c.timeout_count = t.max_count;
         }
         if let Some(tb) = p.token_bucket {
@@ -165,8 +166,8 @@ impl Compiled {
             // tolerance of `capacity * interval`. Rate 0 keeps interval 0 = admit none.
             if tb.rate > 0.0 {
                 let interval = unit((1e9 / tb.rate).round() as u64).max(1);
-                c.token_interval_ticks = interval;
-                c.token_burst_ticks = interval.saturating_mul(tb.capacity);
+                c.token_interval = interval;
+                c.token_burst = interval.saturating_mul(tb.capacity);
             }
         }
         if p.shadow {
@@ -188,10 +189,10 @@ impl Compiled {
             self.max_exceptions,
             self.rate.to_bits(),
             self.rate_floor,
-            self.timeout_ticks,
+            self.timeout,
             self.timeout_count,
-            self.token_interval_ticks,
-            self.token_burst_ticks,
+            self.token_interval,
+            self.token_burst,
             self.percentage,
             self.delay_ns,
             self.retry_ns,
@@ -210,10 +211,10 @@ impl Compiled {
             max_exceptions: w[3],
             rate: f64::from_bits(w[4]),
             rate_floor: w[5],
-            timeout_ticks: w[6],
+            timeout: w[6],
             timeout_count: w[7],
-            token_interval_ticks: w[8],
-            token_burst_ticks: w[9],
+            token_interval: w[8],
+            token_burst: w[9],
             percentage: w[10],
             delay_ns: w[11],
             retry_ns: w[12],
@@ -258,23 +259,6 @@ impl PolicyCell {
                 std::sync::atomic::fence(Ordering::Acquire);
                 if self.seq.load(Ordering::Relaxed) == s1 {
                     return Compiled::from_words(w);
-                }
-            }
-            std::hint::spin_loop();
-        }
-    }
-
-    /// The rule bits and the breaker word only, consistent with each other.
-    #[inline]
-    fn load_breaker(&self) -> (u64, usize) {
-        loop {
-            let s1 = self.seq.load(Ordering::Acquire);
-            if s1 & 1 == 0 {
-                let rules = self.words[0].load(Ordering::Relaxed);
-                let breaker = self.words[BREAKER_WORD].load(Ordering::Relaxed) as usize;
-                std::sync::atomic::fence(Ordering::Acquire);
-                if self.seq.load(Ordering::Relaxed) == s1 {
-                    return (rules, breaker);
                 }
             }
             std::hint::spin_loop();
@@ -357,14 +341,20 @@ struct BreakerSlot {
 }
 
 impl BreakerSlot {
+    /// The slow-call threshold in ticks (`fine`) or timeline nanoseconds.
+    #[inline]
+    fn slow(&self, fine: bool) -> Option<u64> {
+        if fine {
+            self.slow_ticks
+        } else {
+            self.slow_ns
+        }
+    }
+
     /// The slow-call threshold in the unit of a compiled policy (0: none).
     #[inline]
     fn slow_in(&self, rules: u64) -> u64 {
-        if rules & R_FINE != 0 {
-            self.slow_ticks.unwrap_or(0)
-        } else {
-            self.slow_ns.unwrap_or(0)
-        }
+        self.slow(rules & R_FINE != 0).unwrap_or(0)
     }
 }
 
@@ -856,7 +846,7 @@ impl Point {
             return Ok(Permit::untracked(self));
         }
         if rules & ACTIVE == 0 {
-            return self.enter_unpoliced();
+            return self.enter_unpoliced(rules);
         }
         self.enter_governed()
     }
@@ -871,7 +861,7 @@ impl Point {
         // too short for the timeline.
         let now = self.clock.now();
         let fine = c.rules & R_FINE != 0;
-        let stamp = if fine { self.clock.ticks().max(1) } else { now };
+        let stamp = self.stamp(fine, now);
         self.observe_cycle(now);
         // SAFETY: a compiled policy always points at a ring owned by `self.rings`,
         // which is never shrunk while the point lives.
@@ -896,7 +886,7 @@ impl Point {
         let mut permit = Permit {
             point: self,
             start: if timed { stamp } else { 0 },
-            timeout_ticks: c.timeout_ticks,
+            timeout: c.timeout,
             probe_of: 0,
             meta: Meta::new(entry.slot, fine),
             breaker: None,
@@ -997,9 +987,8 @@ impl Point {
     /// A point without policy but with a breaker, entered through [`enter`](Self::enter)
     /// (kept small so that it inlines at every call site).
     #[inline(never)]
-    fn enter_unpoliced(&'static self) -> Result<Permit, Downgraded> {
-        let (rules, breaker) = self.cfg.load_breaker();
-        self.enter_breaker_only(rules, breaker)
+    fn enter_unpoliced(&'static self, rules: u64) -> Result<Permit, Downgraded> {
+        self.enter_breaker_only(rules, self.cfg.breaker_after(rules))
     }
 
     /// A point without policy but with a breaker. The closed path of an untimed SRE
@@ -1030,7 +1019,7 @@ impl Point {
             if rules & R_BREAKER_TIMED != 0 {
                 let fine = rules & R_FINE != 0;
                 permit.meta = permit.meta.with_fine(fine);
-                permit.start = if fine { self.clock.ticks().max(1) } else { now };
+                permit.start = self.stamp(fine, now);
             }
             match self.breaker_admit(rules, breaker, now) {
                 Some(call) => permit.breaker = Some(call),
@@ -1056,19 +1045,31 @@ impl Point {
     /// a rule tripped, or a probe refused by the concurrency rule).
     #[inline]
     fn hold_slot(&self, permit: &mut Permit, inflight: u64) {
-        if permit.meta.slot() == Slot::None {
+        let inflight = if permit.meta.slot() == Slot::None {
             let (inflight, slot) = self.flow.acquire_forced();
             permit.meta = permit.meta.with_slot(slot);
-            self.note_peak(inflight);
+            inflight
         } else {
-            self.note_peak(inflight);
+            inflight
+        };
+        self.note_peak(inflight);
+    }
+
+    /// The start of a timed call in the unit its thresholds were compiled in: the
+    /// timeline reading it already has, or the tick counter (never 0).
+    #[inline]
+    fn stamp(&self, fine: bool, now: u64) -> u64 {
+        if fine {
+            self.clock.ticks().max(1)
+        } else {
+            now
         }
     }
 
     /// A timed call that will run registers for hung-call detection.
     #[inline]
     fn admit(&self, permit: &mut Permit, now: u64) {
-        if permit.timeout_ticks != 0 {
+        if permit.timeout != 0 {
             if let Some(table) = self.hang.get() {
                 // The table is on the timeline: sweeps are coarser than its resolution.
                 let hang = table.register(now).map_or(NO_HANG, |s| s);
@@ -1085,9 +1086,9 @@ impl Point {
             return None;
         }
         let threshold_ns = if c.rules & R_FINE != 0 {
-            self.clock.ticks_to_ns(c.timeout_ticks)
+            self.clock.ticks_to_ns(c.timeout)
         } else {
-            c.timeout_ticks
+            c.timeout
         };
         if let Some(table) = self.hang.get() {
             let hung = table.sweep(self.clock.now(), threshold_ns);
@@ -1198,12 +1199,7 @@ impl Point {
                     return;
                 }
                 let now = self.clock.now();
-                let slow = if fine {
-                    call.slot.slow_ticks
-                } else {
-                    call.slot.slow_ns
-                };
-                let elapsed = match slow {
+                let elapsed = match call.slot.slow(fine) {
                     None => Duration::ZERO,
                     Some(_) if fine => Duration::from_nanos(self.clock.ticks_to_ns(elapsed)),
                     Some(_) => Duration::from_nanos(elapsed),
@@ -1327,13 +1323,13 @@ impl Point {
 
     #[inline]
     fn take_token(&self, now: u64, c: &Compiled) -> bool {
-        if c.token_interval_ticks == 0 {
+        if c.token_interval == 0 {
             return false;
         }
         let mut tat = self.tat.load(Ordering::Relaxed);
         loop {
-            let next = tat.max(now).saturating_add(c.token_interval_ticks);
-            if next - now > c.token_burst_ticks {
+            let next = tat.max(now).saturating_add(c.token_interval);
+            if next - now > c.token_burst {
                 return false;
             }
             match self
@@ -1678,10 +1674,10 @@ impl Point {
 #[must_use = "dropping a permit records the call as cancelled; call `finish`"]
 pub struct Permit {
     point: &'static Point,
-    /// Start time in clock ticks when the call is timed, else 0.
+    /// Start of a timed call (ticks or timeline, see `meta`), else 0.
     start: u64,
     /// The timeout rule's threshold in the unit of `start`, or 0 without one.
-    timeout_ticks: u64,
+    timeout: u64,
     /// `delay_until` of the delay period this call probes, else 0.
     probe_of: u64,
     /// The in-flight slot, the unit of `start` and the hung-call slot, in one word.
@@ -1794,7 +1790,7 @@ impl Permit {
         Permit {
             point,
             start: 0,
-            timeout_ticks: 0,
+            timeout: 0,
             probe_of: 0,
             meta: Meta::new(Slot::None, false),
             breaker: None,
@@ -1872,7 +1868,7 @@ impl Permit {
         } else {
             0
         };
-        let late = self.timeout_ticks != 0 && elapsed > self.timeout_ticks;
+        let late = self.timeout != 0 && elapsed > self.timeout;
         let hang = self.meta.hang();
         let swept = hang != NO_HANG
             && p.hang
@@ -1953,6 +1949,52 @@ mod tests {
             }
         }
         assert_eq!(Meta::new(Slot::None, false).hang(), NO_HANG);
+    }
+
+    /// README: thresholds of 200 ms and more are measured on the timeline, shorter
+    /// ones (or a short burst span, or a short slow-call limit) on the tick counter.
+    #[test]
+    fn the_duration_unit_follows_the_shortest_threshold() {
+        let clock = Clock::system();
+        let fine = |p: Policy, slow: Option<Duration>| {
+            let slot = slow.map(|d| BreakerSlot {
+                imp: BreakerImpl::Sre(SreBreaker::new(Default::default(), 1).unwrap()),
+                slow_ns: Some(nanos(d)),
+                slow_ticks: Some(clock.ns_to_ticks(nanos(d))),
+            });
+            let c = Compiled::new(
+                Some((&p, std::ptr::null())),
+                slot.as_ref(),
+                None,
+                None,
+                &clock,
+            );
+            c.rules & R_FINE != 0
+        };
+        let ms = Duration::from_millis;
+        let timeouts = |t| Policy::builder().timeouts(t, 1).build().unwrap();
+        let tokens = |rate, capacity| {
+            Policy::builder()
+                .token_bucket(rate, capacity)
+                .build()
+                .unwrap()
+        };
+        assert!(!fine(timeouts(ms(200)), None));
+        assert!(fine(timeouts(ms(199)), None));
+        assert!(!fine(tokens(1000.0, 200), None), "a 200 ms burst span");
+        assert!(fine(tokens(1000.0, 199), None));
+        assert!(!fine(timeouts(ms(500)), Some(ms(300))));
+        assert!(
+            fine(timeouts(ms(500)), Some(ms(50))),
+            "a short slow-call limit"
+        );
+        // The thresholds are compiled in the chosen unit.
+        let p = timeouts(ms(300));
+        let c = Compiled::new(Some((&p, std::ptr::null())), None, None, None, &clock);
+        assert_eq!(c.timeout, 300_000_000);
+        let p = timeouts(ms(30));
+        let c = Compiled::new(Some((&p, std::ptr::null())), None, None, None, &clock);
+        assert_eq!(c.timeout, clock.ns_to_ticks(30_000_000));
     }
 
     #[test]

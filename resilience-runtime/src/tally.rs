@@ -285,6 +285,11 @@ mod tests {
         assert!(seen.iter().all(|(id, v)| ids[*v as usize - 1] == *id));
         assert_eq!(table.get(1), 0);
         assert!(!add_one(MAX_IDS), "out of range is the caller's to count");
+        assert_eq!(
+            std::mem::size_of::<Chunk>(),
+            2048,
+            "README: 2 KiB per block"
+        );
         assert_eq!(total(MAX_IDS), 0);
     }
 }

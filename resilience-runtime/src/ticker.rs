@@ -187,6 +187,42 @@ mod tests {
         assert!(is_ticking());
     }
 
+    /// README: the thread goes idle after a second without readers and comes back on
+    /// the next read. Checked in a forked child, where no other test reads the clock.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_thread_idles_without_readers_and_wakes_on_demand() {
+        // SAFETY: the child only reads the clock, sleeps and exits with `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let _ = now();
+            std::thread::sleep(Duration::from_millis(100));
+            let ticking = is_ticking() && NOW.load(Ordering::Relaxed) != 0;
+            // Watching the state is not reading the clock. Without reads the next
+            // probe (after ~1 s of ticks) finds no demand: idle, cache cleared.
+            let wait_for = |want: fn() -> bool, limit_ms: u64| {
+                (0..limit_ms / 10).any(|_| {
+                    std::thread::sleep(Duration::from_millis(10));
+                    want()
+                })
+            };
+            let idle = wait_for(|| !is_ticking() && NOW.load(Ordering::Relaxed) == 0, 5_000);
+            let _ = now();
+            // The idle thread looks for demand every 50 ms.
+            let back = wait_for(|| is_ticking() && NOW.load(Ordering::Relaxed) != 0, 2_000);
+            let code = i32::from(!ticking) | i32::from(!idle) << 1 | i32::from(!back) << 2;
+            // SAFETY: ends the child without running the parent's test harness.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child did not exit: {status}");
+        // Bits: 1 = not ticking after a read, 2 = not idle without readers, 4 = no wake-up.
+        assert_eq!(libc::WEXITSTATUS(status), 0);
+    }
+
     #[cfg(target_os = "linux")]
     #[test]
     fn a_forked_child_gets_a_live_clock() {
