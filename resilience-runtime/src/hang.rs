@@ -124,12 +124,8 @@ impl HangTable {
 
     #[inline]
     fn register_as(&self, lane: u32, start: u64) -> Option<u32> {
-        if let Some(own) = self
-            .lanes
-            .get(lane as usize)
-            .filter(|_| (lane as usize) < OWNED_LANES)
-        {
-            for (i, slot) in own.0.iter().enumerate() {
+        if (lane as usize) < OWNED_LANES {
+            for (i, slot) in self.lanes[lane as usize].0.iter().enumerate() {
                 // Only this thread writes a start into its lane; others only free
                 // slots (store 0) or mark them swept, so a free slot stays free.
                 if slot.load(Ordering::Relaxed) == 0 {

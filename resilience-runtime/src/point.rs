@@ -5,7 +5,7 @@
 //! live in a seqlock of plain words, so reading one costs a handful of loads and a
 //! policy change never resets any of the state next to it.
 
-use crate::adaptive::{AdaptiveLimiter, GradientLimiter, SystemCpu};
+use crate::adaptive::{AdaptiveLimiter, GradientLimiter, LatencyLimiter, LatencyPermit, SystemCpu};
 use crate::breaker::{ClassicBreaker, ClassicState, DroppingTransition, SreBreaker, Transition};
 use crate::clock::{Clock, COARSE_ENOUGH_NS};
 use crate::error::{Downgraded, Reason};
@@ -389,20 +389,11 @@ struct AdaptiveCall {
 impl AdaptiveCall {
     /// Ends the call: a latency sample if it completed well, else it just leaves.
     fn end(self, ok: bool) {
-        match &self.slot.imp {
-            AdaptiveImpl::Gradient(l) => {
-                let p = l.permit_from_start(self.start);
-                if ok {
-                    p.pass(l.now());
-                }
-            }
-            AdaptiveImpl::Shedder(l) => {
-                let p = l.permit_from_start(self.start);
-                if ok {
-                    p.pass(l.now());
-                }
-            }
-        }
+        let limiter: &dyn LatencyLimiter = match &self.slot.imp {
+            AdaptiveImpl::Gradient(l) => l,
+            AdaptiveImpl::Shedder(l) => l,
+        };
+        limiter.end_call(self.start, ok.then(|| limiter.now()));
     }
 }
 
@@ -1105,14 +1096,8 @@ impl Point {
         // SAFETY: adaptive slots are never freed while the point lives.
         let slot: &'static AdaptiveSlot = unsafe { &*(c.adaptive as *const AdaptiveSlot) };
         let start = match &slot.imp {
-            AdaptiveImpl::Gradient(l) => l
-                .try_acquire(l.now())
-                .ok()
-                .map(GradientLimiter::permit_into_start),
-            AdaptiveImpl::Shedder(l) => l
-                .try_acquire(l.now())
-                .ok()
-                .map(AdaptiveLimiter::permit_into_start),
+            AdaptiveImpl::Gradient(l) => l.try_acquire(l.now()).ok().map(LatencyPermit::into_start),
+            AdaptiveImpl::Shedder(l) => l.try_acquire(l.now()).ok().map(LatencyPermit::into_start),
         };
         start.map(|start| AdaptiveCall { slot, start })
     }

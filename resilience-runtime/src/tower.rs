@@ -55,6 +55,7 @@
 
 use crate::adaptive::{
     AdaptiveLimiter, AdaptivePermit, Gate, GatePermit, GradientLimiter, GradientPermit,
+    LatencyLimiter, LatencyPermit,
 };
 use crate::{Downgraded, Permit, Point, PointNameError, Reason};
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
@@ -307,18 +308,7 @@ impl CallGuard for GatePermit<Arc<Gate>> {
     }
 }
 
-impl CallGuard for AdaptivePermit<Arc<AdaptiveLimiter>> {
-    fn finish(self, failed: bool) {
-        if failed {
-            self.fail();
-        } else {
-            let now = self.limiter().now();
-            self.pass(now);
-        }
-    }
-}
-
-impl CallGuard for GradientPermit<Arc<GradientLimiter>> {
+impl<T: LatencyLimiter + Send + Sync + 'static> CallGuard for LatencyPermit<Arc<T>> {
     fn finish(self, failed: bool) {
         if failed {
             self.fail();

@@ -18,11 +18,11 @@
 //! twice the short-term one (load just went away) it decays by 5% per window.
 
 use super::error::{ConfigError, Overloaded};
+use super::permit::{LatencyLimiter, LatencyPermit};
 use super::{nanos, Timer};
 use crate::clock::Clock;
 use crossbeam_utils::CachePadded;
 use std::fmt;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -268,11 +268,7 @@ impl GradientLimiter {
     #[inline]
     pub fn try_acquire(&self, now: u64) -> Result<GradientPermit<&Self>, Overloaded> {
         self.admit()?;
-        Ok(GradientPermit {
-            limiter: self,
-            start: now,
-            end: None,
-        })
+        Ok(LatencyPermit::new(self, now))
     }
 
     /// Like [`try_acquire`](GradientLimiter::try_acquire), with a permit that owns a
@@ -287,11 +283,7 @@ impl GradientLimiter {
         now: u64,
     ) -> Result<GradientPermit<Arc<Self>>, Overloaded> {
         self.admit()?;
-        Ok(GradientPermit {
-            limiter: Arc::clone(self),
-            start: now,
-            end: None,
-        })
+        Ok(LatencyPermit::new(Arc::clone(self), now))
     }
 
     fn admit(&self) -> Result<(), Overloaded> {
@@ -387,68 +379,18 @@ impl Estimator {
 }
 
 /// A call admitted by a [`GradientLimiter`]; dropping it without
-/// [`pass`](GradientPermit::pass) ends the call without a latency sample.
-#[must_use = "dropping the permit ends the call without a latency sample; call `pass`"]
-pub struct GradientPermit<L: Deref<Target = GradientLimiter>> {
-    limiter: L,
-    start: u64,
-    end: Option<u64>,
-}
+/// [`pass`](LatencyPermit::pass) ends the call without a latency sample.
+pub type GradientPermit<L> = LatencyPermit<L>;
 
-impl<L: Deref<Target = GradientLimiter>> fmt::Debug for GradientPermit<L> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GradientPermit")
-            .field("start", &self.start)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<L: Deref<Target = GradientLimiter>> GradientPermit<L> {
-    /// When the call was admitted (the `now` given to `try_acquire`).
-    pub fn start(&self) -> u64 {
-        self.start
+impl LatencyLimiter for GradientLimiter {
+    fn now(&self) -> u64 {
+        GradientLimiter::now(self)
     }
 
-    /// The limiter that admitted the call.
-    pub fn limiter(&self) -> &GradientLimiter {
-        &self.limiter
-    }
-
-    /// The call completed at `now`; its latency is `now - start`.
-    pub fn pass(mut self, now: u64) {
-        self.end = Some(now);
-    }
-
-    /// The call failed: it leaves the flight without a latency sample.
-    pub fn fail(self) {
-        drop(self);
-    }
-}
-
-impl GradientLimiter {
-    /// Takes a permit of this limiter apart into its start time, leaving the call in
-    /// flight; [`permit_from_start`](Self::permit_from_start) puts it back together.
-    pub(crate) fn permit_into_start(permit: GradientPermit<&Self>) -> u64 {
-        let permit = std::mem::ManuallyDrop::new(permit);
-        permit.start
-    }
-
-    /// The permit [`permit_into_start`](Self::permit_into_start) took apart.
-    pub(crate) fn permit_from_start(&self, start: u64) -> GradientPermit<&Self> {
-        GradientPermit {
-            limiter: self,
-            start,
-            end: None,
-        }
-    }
-}
-
-impl<L: Deref<Target = GradientLimiter>> Drop for GradientPermit<L> {
-    fn drop(&mut self) {
-        let limiter = &*self.limiter;
-        limiter.in_flight.fetch_sub(1, Ordering::Release);
-        if let Some(now) = self.end {
-            limiter.record(now, Duration::from_nanos(now.saturating_sub(self.start)));
+    fn end_call(&self, start: u64, end: Option<u64>) {
+        self.in_flight.fetch_sub(1, Ordering::Release);
+        if let Some(now) = end {
+            self.record(now, Duration::from_nanos(now.saturating_sub(start)));
         }
     }
 }

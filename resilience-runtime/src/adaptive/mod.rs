@@ -40,6 +40,7 @@ mod error;
 mod ewma;
 mod gate;
 mod gradient;
+mod permit;
 mod shedder;
 pub mod sim;
 
@@ -48,6 +49,7 @@ pub use error::{CapacityExhausted, ConfigError, Overloaded};
 pub use ewma::LatencyEwma;
 pub use gate::{Gate, GatePermit};
 pub use gradient::{GradientConfig, GradientLimiter, GradientPermit};
+pub use permit::{LatencyLimiter, LatencyPermit};
 pub use shedder::{AdaptiveConfig, AdaptiveLimiter, AdaptivePermit, AdaptiveStats};
 
 use crate::clock::Clock;

@@ -18,12 +18,12 @@
 use super::cpu::{CpuSource, SystemCpu, CPU_MAX};
 use super::error::{ConfigError, Overloaded};
 use super::ewma::AtomicEwma;
+use super::permit::{LatencyLimiter, LatencyPermit};
 use super::{nanos, Timer};
 use crate::clock::Clock;
 use crate::rolling::{RollingWindow, MAX_BUCKETS};
 use crossbeam_utils::CachePadded;
 use std::fmt;
-use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -312,11 +312,7 @@ impl AdaptiveLimiter {
     #[inline]
     pub fn try_acquire(&self, now: u64) -> Result<AdaptivePermit<&Self>, Overloaded> {
         self.admit(now)?;
-        Ok(AdaptivePermit {
-            limiter: self,
-            start: now,
-            end: None,
-        })
+        Ok(LatencyPermit::new(self, now))
     }
 
     /// Like [`try_acquire`](AdaptiveLimiter::try_acquire), with a permit that owns a
@@ -331,11 +327,7 @@ impl AdaptiveLimiter {
         now: u64,
     ) -> Result<AdaptivePermit<Arc<Self>>, Overloaded> {
         self.admit(now)?;
-        Ok(AdaptivePermit {
-            limiter: Arc::clone(self),
-            start: now,
-            end: None,
-        })
+        Ok(LatencyPermit::new(Arc::clone(self), now))
     }
 
     #[inline]
@@ -500,79 +492,24 @@ impl AdaptiveLimiter {
     }
 }
 
-/// A call admitted by an [`AdaptiveLimiter`]; report how it ended.
-///
-/// `L` is `&AdaptiveLimiter` from [`AdaptiveLimiter::try_acquire`] or
-/// `Arc<AdaptiveLimiter>` from [`AdaptiveLimiter::try_acquire_owned`]. Dropping the
-/// permit without [`pass`](AdaptivePermit::pass) counts as a failure.
-#[must_use = "dropping the permit ends the call as a failure; call `pass`"]
-pub struct AdaptivePermit<L: Deref<Target = AdaptiveLimiter>> {
-    limiter: L,
-    start: u64,
-    /// Set by `pass`; the destructor does the accounting either way.
-    end: Option<u64>,
-}
+/// A call admitted by an [`AdaptiveLimiter`]; dropping it without
+/// [`pass`](LatencyPermit::pass) counts as a failure.
+pub type AdaptivePermit<L> = LatencyPermit<L>;
 
-impl<L: Deref<Target = AdaptiveLimiter>> fmt::Debug for AdaptivePermit<L> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdaptivePermit")
-            .field("start", &self.start)
-            .finish_non_exhaustive()
-    }
-}
-
-impl<L: Deref<Target = AdaptiveLimiter>> AdaptivePermit<L> {
-    /// When the call was admitted (the `now` given to `try_acquire`).
-    pub fn start(&self) -> u64 {
-        self.start
+impl LatencyLimiter for AdaptiveLimiter {
+    fn now(&self) -> u64 {
+        AdaptiveLimiter::now(self)
     }
 
-    /// The limiter that admitted the call.
-    pub fn limiter(&self) -> &AdaptiveLimiter {
-        &self.limiter
-    }
-
-    /// The call completed at `now`: it leaves the flight and its latency
-    /// (`now - start`) and a pass are recorded.
-    pub fn pass(mut self, now: u64) {
-        self.end = Some(now);
-    }
-
-    /// The call failed: it leaves the flight without a latency sample.
-    pub fn fail(self) {
-        drop(self);
-    }
-}
-
-impl AdaptiveLimiter {
-    /// Takes a permit of this limiter apart into its start time, leaving the call in
-    /// flight; [`permit_from_start`](Self::permit_from_start) puts it back together.
-    pub(crate) fn permit_into_start(permit: AdaptivePermit<&Self>) -> u64 {
-        let permit = std::mem::ManuallyDrop::new(permit);
-        permit.start
-    }
-
-    /// The permit [`permit_into_start`](Self::permit_into_start) took apart.
-    pub(crate) fn permit_from_start(&self, start: u64) -> AdaptivePermit<&Self> {
-        AdaptivePermit {
-            limiter: self,
-            start,
-            end: None,
-        }
-    }
-}
-
-impl<L: Deref<Target = AdaptiveLimiter>> Drop for AdaptivePermit<L> {
-    fn drop(&mut self) {
-        let limiter = &*self.limiter;
-        let in_flight = limiter.flying.fetch_sub(1, Ordering::Relaxed) - 1;
-        match self.end {
-            Some(now) => limiter.record(
+    fn end_call(&self, start: u64, end: Option<u64>) {
+        let in_flight = self.flying.fetch_sub(1, Ordering::Relaxed) - 1;
+        match end {
+            Some(now) => self.record(
                 now,
-                Duration::from_nanos(now.saturating_sub(self.start)),
+                Duration::from_nanos(now.saturating_sub(start)),
                 in_flight,
             ),
-            None => limiter.record_failure(in_flight),
+            None => self.record_failure(in_flight),
         }
     }
 }
