@@ -1,6 +1,6 @@
 //! The Redis bloom filter's error type.
 
-use super::conn::CallError;
+use super::conn::{CallError, Failure};
 use crate::bloom::BloomError;
 use std::fmt;
 use std::time::Duration;
@@ -116,27 +116,17 @@ impl RedisBloomError {
     }
 
     pub(crate) fn from_call(operation: &'static str, err: CallError) -> Self {
-        use ::redis::ErrorKind;
-        let err = match err {
-            CallError::Timeout(after) => return RedisBloomError::Timeout { operation, after },
-            CallError::Redis(err) => err,
-        };
-        match err.kind() {
-            ErrorKind::Server(_) | ErrorKind::Extension => RedisBloomError::Server {
+        match err.failure() {
+            Failure::Timeout(after) => RedisBloomError::Timeout { operation, after },
+            Failure::Connection(message) => RedisBloomError::Connection { operation, message },
+            Failure::Server { code, message } => RedisBloomError::Server {
                 operation,
-                code: err.code().map(str::to_owned),
-                message: err.to_string(),
+                code,
+                message,
             },
-            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => {
-                RedisBloomError::UnexpectedReply {
-                    operation,
-                    message: err.to_string(),
-                }
+            Failure::UnexpectedReply(message) => {
+                RedisBloomError::UnexpectedReply { operation, message }
             }
-            _ => RedisBloomError::Connection {
-                operation,
-                message: err.to_string(),
-            },
         }
     }
 }

@@ -5,7 +5,7 @@
 //! See [`RedisTokenLimiter`] for the bucket's layout in Redis and its fallback, and
 //! [`ClusterLease`] for leasing and its over-admission bound.
 
-use super::conn::{CallError, Connector};
+use super::conn::{CallError, Connector, Failure};
 use super::period::{Alignment, LocalWindow, PERIOD_SCRIPT};
 use crate::sync::{AtomicU64, AtomicU8, Ordering};
 use crate::Clock;
@@ -203,33 +203,25 @@ impl RedisLimitError {
     }
 
     pub(crate) fn from_call(operation: &'static str, err: CallError) -> Self {
-        match err {
-            CallError::Timeout(after) => RedisLimitError::Timeout { operation, after },
-            CallError::Redis(err) => Self::from_redis(operation, &err),
-        }
+        Self::from_failure(operation, err.failure())
     }
 
     pub(crate) fn from_redis(operation: &'static str, err: &RedisError) -> Self {
-        match err.kind() {
-            ErrorKind::Server(_) | ErrorKind::Extension => RedisLimitError::Server {
+        Self::from_failure(operation, Failure::of(err))
+    }
+
+    fn from_failure(operation: &'static str, failure: Failure) -> Self {
+        match failure {
+            Failure::Timeout(after) => RedisLimitError::Timeout { operation, after },
+            Failure::Connection(message) => RedisLimitError::Connection { operation, message },
+            Failure::Server { code, message } => RedisLimitError::Server {
                 operation,
-                code: err.code().map(str::to_owned),
-                message: err.to_string(),
+                code,
+                message,
             },
-            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => {
-                RedisLimitError::UnexpectedReply {
-                    operation,
-                    message: err.to_string(),
-                }
+            Failure::UnexpectedReply(message) => {
+                RedisLimitError::UnexpectedReply { operation, message }
             }
-            _ if err.is_timeout() => RedisLimitError::Connection {
-                operation,
-                message: format!("timed out: {err}"),
-            },
-            _ => RedisLimitError::Connection {
-                operation,
-                message: err.to_string(),
-            },
         }
     }
 }
