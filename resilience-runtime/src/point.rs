@@ -442,6 +442,16 @@ struct BreakerCall {
     word: u64,
 }
 
+/// What the SRE breaker records for a finished call.
+#[inline]
+fn sre_outcome(failed: bool) -> crate::breaker::Outcome {
+    if failed {
+        crate::breaker::Outcome::Failure
+    } else {
+        crate::breaker::Outcome::Success
+    }
+}
+
 fn classic_state(s: ClassicState) -> BreakerState {
     match s {
         ClassicState::Closed => BreakerState::Closed,
@@ -1169,11 +1179,7 @@ impl Point {
                 // later): no clock read on the way out.
                 let slow = call.word;
                 let failed = failed || (slow != 0 && elapsed > slow);
-                b.record_admitted(if failed {
-                    crate::breaker::Outcome::Failure
-                } else {
-                    crate::breaker::Outcome::Success
-                });
+                b.record_admitted(sre_outcome(failed));
             }
             BreakerImpl::Classic(b) => {
                 // The start is not needed: the duration comes from the permit.
@@ -1810,16 +1816,14 @@ impl Permit {
             match self.breaker {
                 None => {}
                 // An untimed call of a breaker-only point: one counter of the breaker.
-                Some(BreakerCall { slot, word: 0 }) if outcome != Outcome::Cancelled => match &slot
-                    .imp
-                {
-                    BreakerImpl::Sre(b) => b.record_admitted(if outcome == Outcome::Exception {
-                        crate::breaker::Outcome::Failure
-                    } else {
-                        crate::breaker::Outcome::Success
-                    }),
-                    BreakerImpl::Classic(_) => return self.complete_slow(outcome),
-                },
+                Some(BreakerCall { slot, word: 0 }) if outcome != Outcome::Cancelled => {
+                    match &slot.imp {
+                        BreakerImpl::Sre(b) => {
+                            b.record_admitted(sre_outcome(outcome == Outcome::Exception))
+                        }
+                        BreakerImpl::Classic(_) => return self.complete_slow(outcome),
+                    }
+                }
                 Some(_) => return self.complete_slow(outcome),
             }
             if outcome == Outcome::Exception {

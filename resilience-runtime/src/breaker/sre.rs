@@ -504,12 +504,7 @@ impl SreBreaker {
     pub fn record(&self, now: u64, outcome: Outcome) {
         // Bring the window to `now` first, so the outcome lands in its bucket.
         let _ = self.ring.base(now, || self.current());
-        let i = match outcome {
-            Outcome::Success => SUCCESS,
-            Outcome::Failure => FAILURE,
-            Outcome::Drop => DROP,
-        };
-        self.counts[i].fetch_add(1, Ordering::Relaxed);
+        self.record_admitted(outcome);
     }
 
     /// Records an outcome in the newest bucket the window has reached, without reading
