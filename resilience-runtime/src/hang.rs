@@ -18,6 +18,7 @@
 use crate::point::Point;
 use crate::sync::{AtomicU64, Ordering};
 use crate::wheel::TimingWheel;
+use std::cell::Cell;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
@@ -41,7 +42,7 @@ struct Lane([AtomicU64; LANE]);
 /// In-flight timed calls of one point: their start times on the timeline (0 = free).
 #[derive(Debug)]
 pub(crate) struct HangTable {
-    lanes: Box<[Lane]>,
+    lanes: Box<[Lane; OWNED_LANES + SHARED_LANES]>,
 }
 
 /// Lane numbers of live threads; a thread's number is returned when it exits.
@@ -83,6 +84,7 @@ impl ThreadLane {
 
 impl Drop for ThreadLane {
     fn drop(&mut self) {
+        LANE_FAST.set(0);
         NUMBERS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -92,26 +94,45 @@ impl Drop for ThreadLane {
 
 thread_local! {
     static THREAD_LANE: ThreadLane = ThreadLane::claim();
+    /// `THREAD_LANE`'s number plus one, readable without the lazy-initialisation
+    /// check (0 until it exists and once it is gone).
+    static LANE_FAST: Cell<u32> = const { Cell::new(0) };
 }
 
 /// This thread's lane number; `u32::MAX` while thread-locals are being torn down.
 #[inline]
 fn thread_lane() -> u32 {
-    THREAD_LANE.try_with(|l| l.0).unwrap_or(u32::MAX)
+    match LANE_FAST.get() {
+        0 => thread_lane_slow(),
+        n => n - 1,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn thread_lane_slow() -> u32 {
+    THREAD_LANE
+        .try_with(|l| {
+            LANE_FAST.set(l.0.saturating_add(1));
+            l.0
+        })
+        .unwrap_or(u32::MAX)
 }
 
 impl HangTable {
     pub(crate) fn new() -> HangTable {
         HangTable {
-            lanes: (0..OWNED_LANES + SHARED_LANES)
-                .map(|_| Lane(std::array::from_fn(|_| AtomicU64::new(0))))
-                .collect(),
+            lanes: Box::new(std::array::from_fn(|_| {
+                Lane(std::array::from_fn(|_| AtomicU64::new(0)))
+            })),
         }
     }
 
     #[inline]
     fn slot(&self, index: u32) -> &AtomicU64 {
-        let i = index as usize;
+        // Masked into range: slot numbers come from `register`, so this changes
+        // nothing but spares the bounds check.
+        let i = index as usize & (SLOTS - 1);
         &self.lanes[i / LANE].0[i % LANE]
     }
 
@@ -298,6 +319,19 @@ mod tests {
         assert_eq!(n.take(), 1);
         assert_eq!(n.take(), 3);
         assert_eq!(n.take(), 5);
+    }
+
+    #[test]
+    fn the_cached_lane_is_the_claimed_one() {
+        std::thread::spawn(|| {
+            assert_eq!(LANE_FAST.get(), 0, "nothing cached before the first call");
+            let first = thread_lane();
+            assert_eq!(LANE_FAST.get(), first + 1);
+            assert_eq!(THREAD_LANE.with(|l| l.0), first);
+            assert_eq!(thread_lane(), first, "the cached number is stable");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

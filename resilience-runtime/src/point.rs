@@ -1812,29 +1812,36 @@ impl Permit {
 
     #[inline]
     fn complete(&mut self, outcome: Outcome) {
-        if self.meta.slot() == Slot::None {
-            match self.breaker {
-                None => {}
-                // An untimed call of a breaker-only point: one counter of the breaker.
-                Some(BreakerCall { slot, word: 0 }) if outcome != Outcome::Cancelled => {
-                    match &slot.imp {
-                        BreakerImpl::Sre(b) => {
-                            b.record_admitted(sre_outcome(outcome == Outcome::Exception))
-                        }
-                        BreakerImpl::Classic(_) => return self.complete_slow(outcome),
-                    }
-                }
-                Some(_) => return self.complete_slow(outcome),
+        let slot = self.meta.slot();
+        if slot != Slot::None {
+            if self.breaker.is_none() && self.adaptive.is_none() && self.probe_of == 0 {
+                // A call under a policy alone (no breaker, limiter or delay probe):
+                // settled here, in line.
+                let _ = self.settle(outcome);
+                self.point.flow.release(slot);
+                return;
             }
-            if outcome == Outcome::Exception {
-                self.point
-                    .counters
-                    .exceptions
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            return;
+            return self.complete_slow(outcome);
         }
-        self.complete_slow(outcome);
+        match self.breaker {
+            None => {}
+            // An untimed call of a breaker-only point: one counter of the breaker.
+            Some(BreakerCall { slot, word: 0 }) if outcome != Outcome::Cancelled => {
+                match &slot.imp {
+                    BreakerImpl::Sre(b) => {
+                        b.record_admitted(sre_outcome(outcome == Outcome::Exception))
+                    }
+                    BreakerImpl::Classic(_) => return self.complete_slow(outcome),
+                }
+            }
+            Some(_) => return self.complete_slow(outcome),
+        }
+        if outcome == Outcome::Exception {
+            self.point
+                .counters
+                .exceptions
+                .fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Counts the exception, measures the call, frees its hung-call slot and counts a
