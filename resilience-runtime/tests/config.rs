@@ -1159,3 +1159,131 @@ mod tracing_events {
         assert_eq!(watcher.status().version, 1);
     }
 }
+
+// ---- cluster section ----
+
+#[cfg(feature = "redis")]
+#[test]
+fn cluster_limits_parse_and_round_trip_in_toml_and_json() {
+    use resilience_runtime::ClusterLimit;
+    let text = r#"
+        [points."cl.visits".cluster]
+        algorithm = "visits"
+        url = "redis://127.0.0.1:6379/"
+        key = "limits:visits"
+        period = "1m"
+        quota = 600
+        batch = 25
+
+        [points."cl.tokens"]
+        max_visits = 10
+        cluster = { algorithm = "token_bucket", url = "redis://127.0.0.1:6379/", key = "limits:tokens", rate = 12.5, burst = 40 }
+    "#;
+    let file = PolicyFile::parse(text, Format::Toml).unwrap();
+    let visits = ClusterLimit::Visits {
+        url: "redis://127.0.0.1:6379/".into(),
+        key: "limits:visits".into(),
+        period: Duration::from_secs(60),
+        quota: 600,
+        batch: 25,
+    };
+    let tokens = ClusterLimit::TokenBucket {
+        url: "redis://127.0.0.1:6379/".into(),
+        key: "limits:tokens".into(),
+        rate: 12.5,
+        burst: 40,
+        // Left out: the default batch.
+        batch: resilience_runtime::redis::DEFAULT_BATCH,
+    };
+    assert_eq!(file.points["cl.visits"].policy.cluster(), Some(&visits));
+    assert_eq!(file.points["cl.tokens"].policy.cluster(), Some(&tokens));
+    assert_eq!(file.points["cl.tokens"].policy.max_visits(), Some(10));
+
+    for format in [Format::Toml, Format::Json] {
+        let written = file.to_text(format).unwrap();
+        // The default batch is not written; a chosen one is.
+        assert_eq!(written.matches("batch").count(), 1, "{written}");
+        let again = PolicyFile::parse(&written, format).unwrap();
+        assert_eq!(again, file, "{written}");
+    }
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn every_cluster_problem_is_named() {
+    let text = r#"
+        [points."cl.shape"]
+        cluster = "redis"
+
+        [points."cl.missing"]
+        cluster = { algorithm = "visits", key = "k", period = "1s" }
+
+        [points."cl.names"]
+        cluster = { algorithm = "token-bucket", url = "redis://h/", key = "k" }
+
+        [points."cl.fields"]
+        cluster = { algorithm = "token_bucket", url = "redis://h/", key = "k", rate = 1, burst = 1, quota = 3, bach = 2 }
+
+        [points."cl.types"]
+        cluster = { algorithm = "visits", url = 6379, key = "k", period = 10, quota = "3" }
+
+        [points."cl.ranges"]
+        cluster = { algorithm = "token_bucket", url = "http://not-redis/", key = "", rate = -1.0, burst = 0, batch = 0 }
+
+        [points."cl.visits_ranges"]
+        cluster = { algorithm = "visits", url = "redis://h/", key = "k", period = "0s", quota = 0 }
+    "#;
+    let err = PolicyFile::parse(text, Format::Toml).unwrap_err();
+    use ProblemKind::*;
+    let key = |p: &(ProblemKind, Option<&str>, Option<&str>)| {
+        (p.0.as_str(), p.1.map(str::to_owned), p.2.map(str::to_owned))
+    };
+    let mut found = problems(&err);
+    found.sort_by_key(key);
+    let mut expected = vec![
+        (WrongType, Some("cl.shape"), Some("cluster")),
+        (MissingField, Some("cl.missing"), Some("cluster.url")),
+        (MissingField, Some("cl.missing"), Some("cluster.quota")),
+        (WrongType, Some("cl.names"), Some("cluster.algorithm")),
+        (UnknownField, Some("cl.fields"), Some("cluster.bach")),
+        (UnknownField, Some("cl.fields"), Some("cluster.quota")),
+        (WrongType, Some("cl.types"), Some("cluster.url")),
+        (WrongType, Some("cl.types"), Some("cluster.period")),
+        (WrongType, Some("cl.types"), Some("cluster.quota")),
+        (OutOfRange, Some("cl.ranges"), Some("cluster.url")),
+        (OutOfRange, Some("cl.ranges"), Some("cluster.key")),
+        (OutOfRange, Some("cl.ranges"), Some("cluster.rate")),
+        (OutOfRange, Some("cl.ranges"), Some("cluster.burst")),
+        (OutOfRange, Some("cl.ranges"), Some("cluster.batch")),
+        (OutOfRange, Some("cl.visits_ranges"), Some("cluster.period")),
+        (OutOfRange, Some("cl.visits_ranges"), Some("cluster.quota")),
+    ];
+    expected.sort_by_key(key);
+    assert_eq!(found, expected, "{err}");
+    let text = err.to_string();
+    for says in [
+        "point `cl.names`, field `cluster.algorithm`: unknown algorithm `token-bucket`, did you mean `token_bucket`?",
+        "point `cl.fields`, field `cluster.quota`: `quota` is not a setting of the `token_bucket` cluster",
+        "point `cl.missing`, field `cluster.url`: `cluster.url` is required",
+    ] {
+        assert!(text.contains(says), "{says}\n{text}");
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+#[test]
+fn a_cluster_section_without_the_redis_feature_is_named() {
+    let text = r#"
+        [points."cl.x"]
+        cluster = { algorithm = "visits", url = "redis://h/", key = "k", period = "1s", quota = 3 }
+    "#;
+    let err = PolicyFile::parse(text, Format::Toml).unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [(ProblemKind::UnknownField, Some("cl.x"), Some("cluster"))]
+    );
+    assert!(
+        err.to_string().contains("needs the `redis` feature"),
+        "{err}"
+    );
+}

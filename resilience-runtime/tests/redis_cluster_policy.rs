@@ -107,3 +107,48 @@ fn invalid_cluster_settings_are_named() {
         ]
     );
 }
+
+/// The same limit set from a policy file: the `cluster` section builds the lease and
+/// the calls are limited across the cluster.
+#[cfg(feature = "config")]
+#[test]
+fn a_cluster_limit_from_a_policy_file_is_enforced() {
+    use resilience_runtime::config::Format;
+    let key = redis_server::unique_key("cluster-file");
+    let text = format!(
+        r#"
+        [points."cluster.file".cluster]
+        algorithm = "visits"
+        url = "{url}"
+        key = "{key}"
+        period = "1m"
+        quota = 3
+        batch = 1
+        "#,
+        url = redis_server::shared_url(),
+    );
+    let r = registry();
+    let report = r.load_policies_str(&text, Format::Toml).unwrap();
+    assert_eq!(report.applied, ["cluster.file"]);
+    let p = r.point("cluster.file").unwrap();
+    let mut outcomes = Vec::new();
+    for _ in 0..5 {
+        outcomes.push(
+            p.enter()
+                .map(|permit| permit.finish(false))
+                .map_err(|d| d.reason()),
+        );
+        // let the refill thread answer
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        outcomes,
+        [
+            Ok(()),
+            Ok(()),
+            Ok(()),
+            Err(Reason::ClusterVisits),
+            Err(Reason::ClusterVisits)
+        ]
+    );
+}

@@ -15,7 +15,7 @@ use std::time::Duration;
 const TOP_LEVEL: [&str; 2] = ["strict", "points"];
 
 /// The keys of a point's table, in the order the reference documents them.
-pub(crate) const POINT_FIELDS: [&str; 12] = [
+pub(crate) const POINT_FIELDS: [&str; 13] = [
     "shadow",
     "max_visits",
     "max_concurrency",
@@ -27,6 +27,7 @@ pub(crate) const POINT_FIELDS: [&str; 12] = [
     "delay",
     "window",
     "adaptive",
+    "cluster",
     "breaker",
 ];
 
@@ -347,6 +348,21 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
                 sections::check_adaptive(&mut r, v),
                 PolicyBuilder::adaptive,
             ),
+            #[cfg(feature = "redis")]
+            "cluster" => apply(
+                b,
+                sections::check_cluster(&mut r, v),
+                PolicyBuilder::cluster,
+            ),
+            #[cfg(not(feature = "redis"))]
+            "cluster" => {
+                r.push(
+                    key,
+                    ProblemKind::UnknownField,
+                    "`cluster` needs the `redis` feature of resilience-runtime".to_owned(),
+                );
+                b
+            }
             "breaker" => {
                 breaker = sections::check_breaker(&mut r, v);
                 b
@@ -536,6 +552,6 @@ mod tests {
         assert!(
             unknown_key_message("max_visit", &POINT_FIELDS).contains("did you mean `max_visits`")
         );
-        assert!(!unknown_key_message("cluster", &POINT_FIELDS).contains("did you mean"));
+        assert!(!unknown_key_message("tokens_total", &POINT_FIELDS).contains("did you mean"));
     }
 }

@@ -18,6 +18,13 @@
 //! algorithm = "gradient"             # or "shedder"
 //! max_limit = 200
 //!
+//! [points."order.create".cluster]    # cluster-wide limit in Redis (`redis` feature)
+//! algorithm = "token_bucket"         # or "visits" (with `period` and `quota`)
+//! url = "redis://127.0.0.1:6379/"
+//! key = "limits:order.create"
+//! rate = 500.0
+//! burst = 100
+//!
 //! [points."order.create".breaker]    # circuit breaker
 //! algorithm = "classic"              # or "sre", "disabled"
 //! failure_rate = 0.5
@@ -644,8 +651,72 @@ struct PointOut {
     window: Option<WindowOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     adaptive: Option<AdaptiveOut>,
+    #[cfg(feature = "redis")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<ClusterOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     breaker: Option<BreakerOut>,
+}
+
+/// A cluster-wide limit: `algorithm`, its fields, and `batch` unless it is the default.
+#[cfg(feature = "redis")]
+#[derive(Serialize)]
+struct ClusterOut {
+    algorithm: &'static str,
+    url: String,
+    key: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    period: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quota: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rate: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    burst: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    batch: Option<u64>,
+}
+
+#[cfg(feature = "redis")]
+impl ClusterOut {
+    fn of(limit: &crate::policy::ClusterLimit) -> ClusterOut {
+        use crate::policy::ClusterLimit;
+        let batch = |b: u64| Some(b).filter(|&b| b != crate::redis::DEFAULT_BATCH);
+        match limit {
+            ClusterLimit::Visits {
+                url,
+                key,
+                period,
+                quota,
+                batch: b,
+            } => ClusterOut {
+                algorithm: "visits",
+                url: url.clone(),
+                key: key.clone(),
+                period: Some(duration::format_duration(*period)),
+                quota: Some(*quota),
+                rate: None,
+                burst: None,
+                batch: batch(*b),
+            },
+            ClusterLimit::TokenBucket {
+                url,
+                key,
+                rate,
+                burst,
+                batch: b,
+            } => ClusterOut {
+                algorithm: "token_bucket",
+                url: url.clone(),
+                key: key.clone(),
+                period: None,
+                quota: None,
+                rate: Some(*rate),
+                burst: Some(*burst),
+                batch: batch(*b),
+            },
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -894,6 +965,8 @@ impl PointOut {
                     bucket_width: text(w.bucket_width),
                 }),
             adaptive: p.adaptive().as_ref().map(AdaptiveOut::of),
+            #[cfg(feature = "redis")]
+            cluster: p.cluster().map(ClusterOut::of),
             breaker: config.breaker.as_ref().map(BreakerOut::of),
         }
     }

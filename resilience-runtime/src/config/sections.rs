@@ -409,6 +409,85 @@ fn reset_breaker(p: &mut BreakerPolicy, field: &str) -> bool {
     true
 }
 
+/// The fields of the `cluster` section's `algorithm = "visits"`.
+#[cfg(feature = "redis")]
+pub(crate) const CLUSTER_VISITS_FIELDS: &[&str] = &["url", "key", "period", "quota", "batch"];
+
+/// The fields of the `cluster` section's `algorithm = "token_bucket"`.
+#[cfg(feature = "redis")]
+pub(crate) const CLUSTER_TOKEN_FIELDS: &[&str] = &["url", "key", "rate", "burst", "batch"];
+
+#[cfg(feature = "redis")]
+const CLUSTERS: [Algorithm; 2] = [
+    Algorithm {
+        name: "visits",
+        fields: CLUSTER_VISITS_FIELDS,
+    },
+    Algorithm {
+        name: "token_bucket",
+        fields: CLUSTER_TOKEN_FIELDS,
+    },
+];
+
+/// Checks `[points."x".cluster]`; `None` once reported. The ranges (`quota`, `rate`,
+/// `burst`, `batch`, the URL and the key) are the policy's own validation, reported
+/// with the other range problems of the point.
+#[cfg(feature = "redis")]
+pub(super) fn check_cluster(
+    r: &mut Reporter<'_>,
+    value: &Node,
+) -> Option<crate::policy::ClusterLimit> {
+    use crate::policy::ClusterLimit;
+    let (algorithm, f) = choose(r, "cluster", value, &CLUSTERS)?;
+    let before = r.count();
+    let text = |r: &mut Reporter<'_>, name: &str| -> Option<String> {
+        let path = f.path(name);
+        match r.required(&path, f.get(name))? {
+            Node::Str(s) => Some(s.clone()),
+            other => {
+                r.wrong_type(&path, "a string", other);
+                None
+            }
+        }
+    };
+    let url = text(r, "url");
+    let key = text(r, "key");
+    let mut batch = crate::redis::DEFAULT_BATCH;
+    f.set(r, "batch", &mut batch, Reporter::u64);
+    let required = |r: &mut Reporter<'_>, name: &str| r.required(&f.path(name), f.get(name));
+    let limit = if algorithm == "visits" {
+        let period = required(r, "period").and_then(|v| r.duration("cluster.period", v));
+        let quota = required(r, "quota").and_then(|v| r.u64("cluster.quota", v));
+        match (url, key, period, quota) {
+            (Some(url), Some(key), Some(period), Some(quota)) => Some(ClusterLimit::Visits {
+                url,
+                key,
+                period,
+                quota,
+                batch,
+            }),
+            _ => None,
+        }
+    } else {
+        let rate = required(r, "rate").and_then(|v| r.number("cluster.rate", v));
+        let burst = required(r, "burst").and_then(|v| r.u64("cluster.burst", v));
+        match (url, key, rate, burst) {
+            (Some(url), Some(key), Some(rate), Some(burst)) => Some(ClusterLimit::TokenBucket {
+                url,
+                key,
+                rate,
+                burst,
+                batch,
+            }),
+            _ => None,
+        }
+    };
+    if r.count() > before {
+        return None;
+    }
+    limit
+}
+
 /// Checks `[points."x".adaptive]`; `None` once reported.
 pub(super) fn check_adaptive(r: &mut Reporter<'_>, value: &Node) -> Option<AdaptiveLimit> {
     let (algorithm, f) = choose(r, "adaptive", value, &ADAPTIVES)?;

@@ -246,6 +246,11 @@ impl Policy {
     pub fn is_shadow(&self) -> bool {
         self.shadow
     }
+    /// The cluster-wide limit, if set (`redis` feature).
+    #[cfg(feature = "redis")]
+    pub fn cluster(&self) -> Option<&ClusterLimit> {
+        self.cluster.as_ref()
+    }
 }
 
 /// Builds a [`Policy`]; [`build`](PolicyBuilder::build) validates every field.
