@@ -255,6 +255,28 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_section_is_stored_in_canonical_form() {
+        let doc = Document::from_json(&json!({
+            "points": {"a": {"cluster": {"algorithm": "visits", "url": "redis://127.0.0.1:6379/",
+                                         "key": "k", "period": "60s", "quota": 5, "batch": 10}}}
+        }))
+        .unwrap();
+        // The default batch is left out and the period takes its largest exact unit.
+        assert_eq!(
+            doc.json["points"]["a"]["cluster"],
+            json!({"algorithm": "visits", "url": "redis://127.0.0.1:6379/", "key": "k",
+                   "period": "1m", "quota": 5})
+        );
+        let problems = Document::from_json(&json!({
+            "points": {"a": {"cluster": {"algorithm": "visits", "url": "redis://h/", "key": "k",
+                                         "period": "1s", "quota": 0}}}
+        }))
+        .unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert_eq!(problems[0].field.as_deref(), Some("cluster.quota"));
+    }
+
+    #[test]
     fn problems_name_point_and_field() {
         let problems = Document::from_json(&json!({
             "points": {"a": {"max_visits": -1, "timeouts": {"threshold": "fast"}}}
