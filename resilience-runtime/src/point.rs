@@ -54,6 +54,10 @@ const R_CLUSTER: u64 = 1 << 12;
 /// timeline's millisecond resolution. Without it they use the timeline (nanoseconds).
 const R_FINE: u64 = 1 << 13;
 
+/// Rule bits outside the plain rules (SDS's, with fixed thresholds on the timeline):
+/// a point without any of them takes the leaner [`Point::enter_policy`] instance.
+const NOT_PLAIN: u64 = R_DELAY | R_SHADOW | R_BREAKER | R_ADAPTIVE | R_CLUSTER | R_FINE;
+
 /// A policy flattened into words for the seqlock.
 #[derive(Clone, Copy, Debug, Default)]
 struct Compiled {
@@ -78,6 +82,10 @@ struct Compiled {
 }
 
 const WORDS: usize = 17;
+/// Words 0..PLAIN_WORDS (rules to percentage) are all the plain rules read.
+const PLAIN_WORDS: usize = 11;
+/// Index of the ring address in the policy words.
+const RING_WORD: usize = 13;
 /// Index of the breaker address in the policy words.
 const BREAKER_WORD: usize = 14;
 
@@ -252,10 +260,29 @@ impl PolicyCell {
 
     #[inline]
     fn load(&self) -> Compiled {
+        self.load_words(WORDS)
+    }
+
+    /// The words of the plain rules only (up to the percentage, and the ring); the
+    /// others read as 0. For a policy without [`NOT_PLAIN`] rules, which never reads them.
+    #[inline]
+    fn load_plain(&self) -> Compiled {
+        self.load_words(PLAIN_WORDS)
+    }
+
+    /// A consistent copy of the first `n` words and the ring (the rest 0).
+    #[inline(always)]
+    fn load_words(&self, n: usize) -> Compiled {
         loop {
             let s1 = self.seq.load(Ordering::Acquire);
             if s1 & 1 == 0 {
-                let w = self.words.each_ref().map(|a| a.load(Ordering::Relaxed));
+                let w: [u64; WORDS] = std::array::from_fn(|i| {
+                    if i < n || i == RING_WORD {
+                        self.words[i].load(Ordering::Relaxed)
+                    } else {
+                        0
+                    }
+                });
                 std::sync::atomic::fence(Ordering::Acquire);
                 if self.seq.load(Ordering::Relaxed) == s1 {
                     return Compiled::from_words(w);
@@ -849,19 +876,42 @@ impl Point {
         if rules & ACTIVE == 0 {
             return self.enter_unpoliced(rules);
         }
-        self.enter_governed()
+        self.enter_governed(rules)
     }
 
-    fn enter_governed(&'static self) -> Result<Permit, Downgraded> {
-        let c = self.cfg.load();
+    /// A point with a policy: the plain rules alone take a leaner instance of the
+    /// same code, without the words and branches of the others.
+    #[inline(never)]
+    fn enter_governed(&'static self, rules: u64) -> Result<Permit, Downgraded> {
+        if rules & NOT_PLAIN == 0 {
+            self.enter_policy::<true>()
+        } else {
+            self.enter_policy::<false>()
+        }
+    }
+
+    /// Enters under the point's policy. With `PLAIN`, the policy has none of the
+    /// [`NOT_PLAIN`] rules (checked again on the consistent copy before anything
+    /// is counted: a policy changed meanwhile goes the general way).
+    #[inline(always)]
+    fn enter_policy<const PLAIN: bool>(&'static self) -> Result<Permit, Downgraded> {
+        let c = if PLAIN {
+            self.cfg.load_plain()
+        } else {
+            self.cfg.load()
+        };
+        if PLAIN && c.rules & NOT_PLAIN != 0 {
+            return self.enter_policy::<false>();
+        }
         if c.rules & ACTIVE == 0 {
-            // The policy was cleared meanwhile.
+            // The policy was cleared meanwhile (under `PLAIN` the rules then have no
+            // breaker either, so the unread breaker word is not needed).
             return self.enter_breaker_only(c.rules, c.breaker);
         }
         // One timeline reading per call; the tick counter only when some threshold is
         // too short for the timeline.
         let now = self.clock.now();
-        let fine = c.rules & R_FINE != 0;
+        let fine = !PLAIN && c.rules & R_FINE != 0;
         let stamp = self.stamp(fine, now);
         self.observe_cycle(now);
         // SAFETY: a compiled policy always points at a ring owned by `self.rings`,
@@ -895,7 +945,7 @@ impl Point {
         };
 
         // Shadow policies never start a real delay: that state would outlive the dry run.
-        if c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
+        if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
             let until = self.delay_until.load(Ordering::Acquire);
             if now < until {
                 if c.retry_ns != 0 && self.claim_probe(now) {
@@ -944,14 +994,14 @@ impl Point {
                     }
                 }
             }
-            if c.rules & R_CLUSTER != 0 {
+            if !PLAIN && c.rules & R_CLUSTER != 0 {
                 // SAFETY: a cluster slot outlives every reader (see `Clusters`).
                 let slot = unsafe { &*(c.cluster as *const ClusterSlot) };
                 if !slot.admits() {
                     break 'chain Some(slot.reason);
                 }
             }
-            if c.rules & R_ADAPTIVE != 0 {
+            if !PLAIN && c.rules & R_ADAPTIVE != 0 {
                 match self.adaptive_admit(&c) {
                     Some(call) => permit.adaptive = Some(call),
                     None => break 'chain Some(Reason::Overloaded),
@@ -960,13 +1010,13 @@ impl Point {
             None
         };
         if let Some(reason) = tripped {
-            if c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
+            if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
                 self.start_delay(now, &c, reason);
             }
             return self.trip(&c, reason, permit, now);
         }
         // The breaker comes last: calls downgraded by a rule never reach it.
-        if c.rules & R_BREAKER != 0 {
+        if !PLAIN && c.rules & R_BREAKER != 0 {
             match self.breaker_admit(c.rules, c.breaker, now) {
                 Some(call) => permit.breaker = Some(call),
                 None => {
@@ -1068,7 +1118,7 @@ impl Point {
     }
 
     /// A timed call that will run registers for hung-call detection.
-    #[inline]
+    #[inline(always)]
     fn admit(&self, permit: &mut Permit, now: u64) {
         if permit.timeout != 0 {
             if let Some(table) = self.hang.get() {
@@ -1931,6 +1981,30 @@ impl Drop for Permit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_plain_copy_reads_the_plain_words_and_the_ring_only() {
+        let cell = PolicyCell::new();
+        let words: [u64; WORDS] = std::array::from_fn(|i| 100 + i as u64);
+        cell.store(Compiled::from_words(words));
+        assert_eq!(cell.load().to_words(), words);
+        let plain = cell.load_plain().to_words();
+        for (i, w) in plain.iter().enumerate() {
+            let expected = if i < PLAIN_WORDS || i == RING_WORD {
+                words[i]
+            } else {
+                0
+            };
+            assert_eq!(*w, expected, "word {i}");
+        }
+        // Every word a plain policy reads is in the plain copy.
+        let c = Compiled::from_words(plain);
+        assert_eq!(c.percentage, words[10]);
+        assert_eq!(c.token_burst, words[9]);
+        assert_eq!(c.ring, words[RING_WORD] as usize);
+        assert_eq!(c.breaker, 0);
+        assert_eq!(NOT_PLAIN & (R_VISITS | R_TOKENS | R_CONCURRENCY), 0);
+    }
 
     #[test]
     fn permit_meta_round_trips_every_field() {

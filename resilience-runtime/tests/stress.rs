@@ -3,6 +3,7 @@
 use resilience_runtime::{Clock, Policy, Registry};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 const THREADS: usize = 4;
 const CALLS: u64 = 100_000;
@@ -136,13 +137,21 @@ fn policy_swaps_under_load_never_tear_or_leak() {
             })
         })
         .collect();
-    // Alternate between two limits (and other rules) while calls run.
+    // Alternate between two limits (and other rules) while calls run, between plain
+    // rules and rules that take the general entry (a delay; a threshold short enough
+    // for the tick counter), so that calls race with the switch between the two.
     for i in 0..2_000 {
         let b = Policy::builder().max_concurrency(if i % 2 == 0 { 1 } else { 2 });
         let b = if i % 3 == 0 {
             b.max_visits(1_000_000)
         } else {
             b
+        };
+        let b = match i % 5 {
+            0 => b.delay(Duration::from_secs(1), Some(Duration::from_millis(100))),
+            1 => b.timeouts(Duration::from_millis(50), 1_000_000),
+            2 => b.timeouts(Duration::from_secs(5), 1_000_000),
+            _ => b,
         };
         reg.set_policy("stress-swap", b.build().unwrap()).unwrap();
     }
@@ -151,7 +160,9 @@ fn policy_swaps_under_load_never_tear_or_leak() {
         w.join().unwrap();
     }
     assert!(max_seen.load(Ordering::SeqCst) <= 2);
-    assert_eq!(p.stats().concurrency, 0);
+    let s = p.stats();
+    assert_eq!(s.concurrency, 0);
+    assert_eq!(s.totals.visits, s.totals.passes + s.totals.downgrades);
 }
 
 /// `#[breaker]` calls racing with breaker and policy changes (set, clear, replace,
