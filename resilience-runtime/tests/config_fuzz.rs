@@ -539,3 +539,64 @@ fn structured_documents_are_often_valid() {
     );
     assert!(points_applied >= total / 10, "only {points_applied} points");
 }
+
+/// A random valid cluster-wide limit (parsed and written only: applying one would start
+/// a Redis lease per point).
+#[cfg(feature = "redis")]
+fn valid_cluster() -> impl Strategy<Value = resilience_runtime::ClusterLimit> {
+    use resilience_runtime::ClusterLimit;
+    use std::time::Duration;
+    let url = prop_oneof![
+        Just("redis://127.0.0.1:6379/".to_owned()),
+        "[a-z]{1,8}".prop_map(|h| format!("redis://{h}:6380/2")),
+    ];
+    let key = "[a-z:._-]{1,20}";
+    prop_oneof![
+        (
+            url.clone(),
+            key,
+            1..100_000_000u64,
+            1..1_000_000u64,
+            1..1_000u64
+        )
+            .prop_map(|(url, key, ms, quota, batch)| ClusterLimit::Visits {
+                url,
+                key,
+                period: Duration::from_millis(ms),
+                quota,
+                batch,
+            }),
+        (url, key, 1e-3..1e6f64, 1..1_000_000u64, 1..1_000u64).prop_map(
+            |(url, key, rate, burst, batch)| ClusterLimit::TokenBucket {
+                url,
+                key,
+                rate,
+                burst,
+                batch,
+            }
+        ),
+    ]
+}
+
+#[cfg(feature = "redis")]
+proptest! {
+    #![proptest_config(config(300))]
+
+    #[test]
+    fn random_cluster_limits_round_trip(
+        points in proptest::collection::btree_map("[a-c]{1,2}", (valid_policy(), valid_cluster()), 1..4),
+    ) {
+        let mut file = PolicyFile::default();
+        for (name, (policy, cluster)) in &points {
+            let mut b = Policy::builder().cluster(cluster.clone());
+            if let Some(v) = policy.max_visits() {
+                b = b.max_visits(v);
+            }
+            file.points.insert(name.clone(), PointConfig::new(b.build().unwrap()));
+        }
+        for format in [Format::Toml, Format::Json] {
+            let text = file.to_text(format).unwrap();
+            prop_assert_eq!(&PolicyFile::parse(&text, format).unwrap(), &file, "{}", text);
+        }
+    }
+}
