@@ -263,6 +263,17 @@ impl Reporter<'_> {
         }
     }
 
+    #[cfg(feature = "redis")]
+    pub(super) fn string(&mut self, field: &str, value: &Node) -> Option<String> {
+        match value {
+            Node::Str(text) => Some(text.clone()),
+            other => {
+                self.wrong_type(field, "a string", other);
+                None
+            }
+        }
+    }
+
     pub(super) fn duration(&mut self, field: &str, value: &Node) -> Option<Duration> {
         match value {
             Node::Str(text) => match parse_duration(text) {

@@ -660,7 +660,7 @@ struct PointOut {
 
 /// A cluster-wide limit: `algorithm`, its fields, and `batch` unless it is the default.
 #[cfg(feature = "redis")]
-#[derive(Serialize)]
+#[derive(Serialize, Default)]
 struct ClusterOut {
     algorithm: &'static str,
     url: String,
@@ -681,39 +681,30 @@ struct ClusterOut {
 impl ClusterOut {
     fn of(limit: &crate::policy::ClusterLimit) -> ClusterOut {
         use crate::policy::ClusterLimit;
-        let batch = |b: u64| Some(b).filter(|&b| b != crate::redis::DEFAULT_BATCH);
+        let (ClusterLimit::Visits {
+            url, key, batch, ..
+        }
+        | ClusterLimit::TokenBucket {
+            url, key, batch, ..
+        }) = limit;
+        let common = ClusterOut {
+            url: url.clone(),
+            key: key.clone(),
+            batch: Some(*batch).filter(|&b| b != crate::redis::DEFAULT_BATCH),
+            ..ClusterOut::default()
+        };
         match limit {
-            ClusterLimit::Visits {
-                url,
-                key,
-                period,
-                quota,
-                batch: b,
-            } => ClusterOut {
+            ClusterLimit::Visits { period, quota, .. } => ClusterOut {
                 algorithm: "visits",
-                url: url.clone(),
-                key: key.clone(),
                 period: Some(duration::format_duration(*period)),
                 quota: Some(*quota),
-                rate: None,
-                burst: None,
-                batch: batch(*b),
+                ..common
             },
-            ClusterLimit::TokenBucket {
-                url,
-                key,
-                rate,
-                burst,
-                batch: b,
-            } => ClusterOut {
+            ClusterLimit::TokenBucket { rate, burst, .. } => ClusterOut {
                 algorithm: "token_bucket",
-                url: url.clone(),
-                key: key.clone(),
-                period: None,
-                quota: None,
                 rate: Some(*rate),
                 burst: Some(*burst),
-                batch: batch(*b),
+                ..common
             },
         }
     }

@@ -440,24 +440,15 @@ pub(super) fn check_cluster(
     use crate::policy::ClusterLimit;
     let (algorithm, f) = choose(r, "cluster", value, &CLUSTERS)?;
     let before = r.count();
-    let text = |r: &mut Reporter<'_>, name: &str| -> Option<String> {
-        let path = f.path(name);
-        match r.required(&path, f.get(name))? {
-            Node::Str(s) => Some(s.clone()),
-            other => {
-                r.wrong_type(&path, "a string", other);
-                None
-            }
-        }
-    };
-    let url = text(r, "url");
-    let key = text(r, "key");
+    // Every field but `batch` is required.
+    let need = |r: &mut Reporter<'_>, name: &str| r.required(&f.path(name), f.get(name));
+    let url = need(r, "url").and_then(|v| r.string("cluster.url", v));
+    let key = need(r, "key").and_then(|v| r.string("cluster.key", v));
     let mut batch = crate::redis::DEFAULT_BATCH;
     f.set(r, "batch", &mut batch, Reporter::u64);
-    let required = |r: &mut Reporter<'_>, name: &str| r.required(&f.path(name), f.get(name));
     let limit = if algorithm == "visits" {
-        let period = required(r, "period").and_then(|v| r.duration("cluster.period", v));
-        let quota = required(r, "quota").and_then(|v| r.u64("cluster.quota", v));
+        let period = need(r, "period").and_then(|v| r.duration("cluster.period", v));
+        let quota = need(r, "quota").and_then(|v| r.u64("cluster.quota", v));
         match (url, key, period, quota) {
             (Some(url), Some(key), Some(period), Some(quota)) => Some(ClusterLimit::Visits {
                 url,
@@ -469,8 +460,8 @@ pub(super) fn check_cluster(
             _ => None,
         }
     } else {
-        let rate = required(r, "rate").and_then(|v| r.number("cluster.rate", v));
-        let burst = required(r, "burst").and_then(|v| r.u64("cluster.burst", v));
+        let rate = need(r, "rate").and_then(|v| r.number("cluster.rate", v));
+        let burst = need(r, "burst").and_then(|v| r.u64("cluster.burst", v));
         match (url, key, rate, burst) {
             (Some(url), Some(key), Some(rate), Some(burst)) => Some(ClusterLimit::TokenBucket {
                 url,
