@@ -51,12 +51,18 @@ fn guarded_buckets(x: u64) -> u64 {
 
 /// Every strategy the issue names, with thresholds that never trip.
 fn all_five(buckets: u32) -> Policy {
+    five_rules(buckets, 1_000_000_000, Duration::from_secs(3600))
+}
+
+/// The five strategies with a token bucket of `capacity` at 10^9 tokens/s and a
+/// timeout of `timeout`, in a 10 s window of `buckets` buckets.
+fn five_rules(buckets: u32, capacity: u64, timeout: Duration) -> Policy {
     Policy::builder()
         .max_visits(u64::MAX / 2)
         .max_concurrency(1_000_000)
-        .token_bucket(1e9, 1_000_000_000)
+        .token_bucket(1e9, capacity)
         .max_exceptions(u64::MAX / 2)
-        .timeouts(Duration::from_secs(3600), u64::MAX / 2)
+        .timeouts(timeout, u64::MAX / 2)
         .window(
             buckets,
             Duration::from_millis(1000 * 10 / u64::from(buckets).max(1)),
@@ -98,14 +104,7 @@ fn yardsticks(c: &mut Criterion) {
     registry()
         .set_policy(
             "bench.fine",
-            Policy::builder()
-                .max_visits(u64::MAX / 2)
-                .max_concurrency(1_000_000)
-                .token_bucket(1e9, 1_000_000)
-                .max_exceptions(u64::MAX / 2)
-                .timeouts(Duration::from_millis(50), u64::MAX / 2)
-                .build()
-                .unwrap(),
+            five_rules(10, 1_000_000, Duration::from_millis(50)),
         )
         .unwrap();
     g.bench_function("downgrade_all_five_fine_thresholds", |b| {

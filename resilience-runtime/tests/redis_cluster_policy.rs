@@ -3,11 +3,26 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use resilience_runtime::{Clock, ClusterLimit, Policy, Reason, Registry};
+use resilience_runtime::{Clock, ClusterLimit, Point, Policy, Reason, Registry};
 use std::time::Duration;
 
 fn registry() -> &'static Registry {
     Box::leak(Box::new(Registry::with_clock(Clock::system())))
+}
+
+/// `n` calls on `p`, 20 ms apart (time for the lease's refill thread to answer): what
+/// each got.
+fn calls(p: &'static Point, n: usize) -> Vec<Result<(), Reason>> {
+    (0..n)
+        .map(|_| {
+            let outcome = p
+                .enter()
+                .map(|permit| permit.finish(false))
+                .map_err(|d| d.reason());
+            std::thread::sleep(Duration::from_millis(20));
+            outcome
+        })
+        .collect()
 }
 
 #[test]
@@ -64,16 +79,7 @@ fn a_cluster_token_bucket_reports_its_reason() {
         Policy::builder().cluster(limit).build().unwrap(),
     )
     .unwrap();
-    let p = r.point("cluster.tokens").unwrap();
-    let mut outcomes = Vec::new();
-    for _ in 0..6 {
-        outcomes.push(
-            p.enter()
-                .map(|permit| permit.finish(false))
-                .map_err(|d| d.reason()),
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let outcomes = calls(r.point("cluster.tokens").unwrap(), 6);
     assert_eq!(
         outcomes.iter().filter(|o| o.is_ok()).count(),
         3,
@@ -130,19 +136,8 @@ fn a_cluster_limit_from_a_policy_file_is_enforced() {
     let r = registry();
     let report = r.load_policies_str(&text, Format::Toml).unwrap();
     assert_eq!(report.applied, ["cluster.file"]);
-    let p = r.point("cluster.file").unwrap();
-    let mut outcomes = Vec::new();
-    for _ in 0..5 {
-        outcomes.push(
-            p.enter()
-                .map(|permit| permit.finish(false))
-                .map_err(|d| d.reason()),
-        );
-        // let the refill thread answer
-        std::thread::sleep(Duration::from_millis(20));
-    }
     assert_eq!(
-        outcomes,
+        calls(r.point("cluster.file").unwrap(), 5),
         [
             Ok(()),
             Ok(()),
