@@ -1036,7 +1036,7 @@ impl Point {
     }
 
     /// A point without policy but with a breaker, entered through [`enter`](Self::enter)
-    /// (kept small so that it inlines at every call site).
+    /// (out of line, so that `enter` stays small enough to inline at every call site).
     #[inline(never)]
     fn enter_unpoliced(&'static self, rules: u64) -> Result<Permit, Downgraded> {
         self.enter_breaker_only(rules, self.cfg.breaker_after(rules))
