@@ -103,7 +103,12 @@ fn panicking_calls_release_their_permits_under_contention() {
     let s = p.stats();
     assert_eq!(s.concurrency, 0);
     assert_eq!(s.totals.exceptions, panics);
-    assert_eq!(s.totals.visits, s.totals.passes + s.totals.downgrades);
+    assert_eq!(
+        s.totals.visits,
+        THREADS as u64 * 2_000,
+        "every call is one visit"
+    );
+    assert_eq!(s.totals.downgrades, s.totals.downgrades_by_reason.total());
 }
 
 #[test]
