@@ -11,7 +11,7 @@ mod redis_server;
 
 use redis_server::{free_port, shared_url, unique_key, RedisServer};
 use resilience_runtime::bloom::{BloomConfig, BloomError, BloomFilter};
-use resilience_runtime::redis::{Expiry, RedisBloom, RedisBloomError, MAX_BITS};
+use resilience_runtime::redis::{Expiry, RedisBloom, RedisBloomError, RedisFailure, MAX_BITS};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -316,7 +316,7 @@ async fn redis_error_replies_are_errors_not_absent() {
         filter.snapshot().await.map(|_| true),
     ] {
         match result {
-            Err(RedisBloomError::Server { code, .. }) => {
+            Err(RedisBloomError::Redis(RedisFailure::Server { code, .. })) => {
                 assert_eq!(code.as_deref(), Some("WRONGTYPE"));
             }
             other => panic!("expected a WRONGTYPE error, got {other:?}"),
@@ -364,10 +364,12 @@ async fn unreachable_redis_is_an_error_within_the_timeout() {
     assert!(
         matches!(
             err,
-            RedisBloomError::Connection {
-                operation: "contains",
-                ..
-            } | RedisBloomError::Timeout { .. }
+            RedisBloomError::Redis(
+                RedisFailure::Connection {
+                    operation: "contains",
+                    ..
+                } | RedisFailure::Timeout { .. }
+            )
         ),
         "{err:?}"
     );
@@ -442,7 +444,7 @@ async fn paused_redis_times_out_then_recovers() {
     let elapsed = start.elapsed();
     server.resume();
     match result {
-        Err(RedisBloomError::Timeout { operation, after }) => {
+        Err(RedisBloomError::Redis(RedisFailure::Timeout { operation, after })) => {
             assert_eq!((operation, after), ("contains", timeout));
         }
         other => panic!("expected a timeout from a paused Redis, got {other:?}"),

@@ -18,7 +18,7 @@ mod redis_server;
 use redis_server::{free_port, shared_url, unique_key, RedisServer};
 use resilience_runtime::redis::{
     Alignment, ClusterDecision, ClusterLease, ClusterMode, ModeSwitch, PeriodDecision,
-    RedisLimitError, RedisPeriodLimiter, RedisTokenLimiter, RefillClock,
+    RedisFailure, RedisLimitError, RedisPeriodLimiter, RedisTokenLimiter, RefillClock,
 };
 use resilience_runtime::{Clock, ManualClock};
 use std::collections::BTreeMap;
@@ -253,7 +253,9 @@ async fn period_limit_failures_are_errors() {
     let _: i64 = query(&mut conn, ::redis::cmd("HSET").arg(&key).arg("f").arg(1)).await;
     let l = RedisPeriodLimiter::new(&url, &key, Duration::from_secs(1), 5).unwrap();
     match l.take().await {
-        Err(RedisLimitError::Server { code, .. }) => assert_eq!(code.as_deref(), Some("WRONGTYPE")),
+        Err(RedisLimitError::Redis(RedisFailure::Server { code, .. })) => {
+            assert_eq!(code.as_deref(), Some("WRONGTYPE"))
+        }
         other => panic!("expected a WRONGTYPE error, got {other:?}"),
     }
 
@@ -265,10 +267,10 @@ async fn period_limit_failures_are_errors() {
     assert!(
         matches!(
             err,
-            RedisLimitError::Connection {
+            RedisLimitError::Redis(RedisFailure::Connection {
                 operation: "take",
                 ..
-            }
+            })
         ),
         "{err:?}"
     );
@@ -536,7 +538,10 @@ fn callers_never_wait_longer_than_the_timeout_on_a_paused_redis() {
         // The period limiter has no fallback: its take fails with a timeout, in time.
         let start = Instant::now();
         let err = period.take().await.unwrap_err();
-        assert!(matches!(err, RedisLimitError::Timeout { .. }), "{err:?}");
+        assert!(
+            matches!(err, RedisLimitError::Redis(RedisFailure::Timeout { .. })),
+            "{err:?}"
+        );
         assert!(start.elapsed() < timeout + Duration::from_millis(100));
     });
     // The lease never waits: drain its tokens, then keep asking while its refill

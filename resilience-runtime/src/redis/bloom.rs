@@ -2,7 +2,7 @@
 //! bit layout.
 
 use super::conn::Connector;
-use super::error::RedisBloomError;
+use super::error::{RedisBloomError, RedisFailure};
 use crate::bloom::{BloomConfig, BloomFilter};
 use std::fmt;
 use std::sync::LazyLock;
@@ -126,7 +126,7 @@ impl RedisBloomBuilder {
 
     /// The longest any call may take, connecting included (default
     /// [`DEFAULT_TIMEOUT`]). A call that takes longer returns
-    /// [`RedisBloomError::Timeout`].
+    /// [`RedisBloomError::Redis`] with [`RedisFailure::Timeout`].
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -336,8 +336,8 @@ impl RedisBloom {
     ///
     /// # Errors
     ///
-    /// [`RedisBloomError::Timeout`], [`RedisBloomError::Connection`] or
-    /// [`RedisBloomError::Server`] (for instance `WRONGTYPE` if the key holds a list).
+    /// [`RedisBloomError::Redis`]: a timeout, a broken connection or an error reply
+    /// (for instance `WRONGTYPE` if the key holds a list).
     pub async fn insert<K: AsRef<[u8]>>(&self, item: K) -> Result<bool, RedisBloomError> {
         let offsets: Vec<u64> = self.config.positions(item.as_ref()).collect();
         self.set_bits("insert", &offsets).await
@@ -384,8 +384,7 @@ impl RedisBloom {
     ///
     /// # Errors
     ///
-    /// [`RedisBloomError::Timeout`], [`RedisBloomError::Connection`] or
-    /// [`RedisBloomError::Server`].
+    /// [`RedisBloomError::Redis`]: a timeout, a broken connection or an error reply.
     pub async fn delete(&self) -> Result<bool, RedisBloomError> {
         let key = self.key.as_slice();
         let removed: i64 = self
@@ -482,10 +481,10 @@ impl RedisBloom {
 }
 
 fn unexpected(operation: &'static str, reply: &Value) -> RedisBloomError {
-    RedisBloomError::UnexpectedReply {
+    RedisBloomError::Redis(RedisFailure::UnexpectedReply {
         operation,
         message: format!("{reply:?}"),
-    }
+    })
 }
 
 impl fmt::Debug for RedisBloom {

@@ -10,6 +10,8 @@ use std::time::Duration;
 use ::redis::aio::MultiplexedConnection;
 use ::redis::{AsyncConnectionConfig, Client, RedisError};
 
+use super::error::RedisFailure;
+
 /// Why a call through a [`Connector`] failed, before it is given the caller's error type.
 #[derive(Debug)]
 pub(crate) enum CallError {
@@ -19,46 +21,12 @@ pub(crate) enum CallError {
     Redis(RedisError),
 }
 
-/// A failed call sorted into what every Redis-backed error type reports.
-#[derive(Debug)]
-pub(crate) enum Failure {
-    /// No answer within the timeout.
-    Timeout(Duration),
-    /// Redis could not be reached, or the connection broke.
-    Connection(String),
-    /// Redis answered with an error reply.
-    Server {
-        code: Option<String>,
-        message: String,
-    },
-    /// A reply of a shape the caller does not expect.
-    UnexpectedReply(String),
-}
-
 impl CallError {
-    /// Sorts the failure.
-    pub(crate) fn failure(self) -> Failure {
+    /// Sorts the failure of `operation`.
+    pub(crate) fn failure(self, operation: &'static str) -> RedisFailure {
         match self {
-            CallError::Timeout(after) => Failure::Timeout(after),
-            CallError::Redis(err) => Failure::of(&err),
-        }
-    }
-}
-
-impl Failure {
-    /// Sorts an error of the client library.
-    pub(crate) fn of(err: &RedisError) -> Failure {
-        use ::redis::ErrorKind;
-        match err.kind() {
-            ErrorKind::Server(_) | ErrorKind::Extension => Failure::Server {
-                code: err.code().map(str::to_owned),
-                message: err.to_string(),
-            },
-            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => {
-                Failure::UnexpectedReply(err.to_string())
-            }
-            _ if err.is_timeout() => Failure::Connection(format!("timed out: {err}")),
-            _ => Failure::Connection(err.to_string()),
+            CallError::Timeout(after) => RedisFailure::Timeout { operation, after },
+            CallError::Redis(err) => RedisFailure::of(operation, &err),
         }
     }
 }

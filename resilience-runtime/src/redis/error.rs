@@ -1,9 +1,121 @@
-//! The Redis bloom filter's error type.
+//! The error types of the Redis-backed filter and limiters, and the failure of Redis
+//! they share.
 
-use super::conn::{CallError, Failure};
+use super::conn::CallError;
 use crate::bloom::BloomError;
+use ::redis::RedisError;
 use std::fmt;
 use std::time::Duration;
+
+/// A failure of Redis or of the way to it, as every Redis-backed type reports it
+/// (inside [`RedisBloomError::Redis`] and [`RedisLimitError::Redis`]).
+///
+/// Each variant names the method that failed (`operation`, such as `"insert"` or
+/// `"take"`).
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::redis::RedisFailure;
+/// use std::time::Duration;
+///
+/// let failure = RedisFailure::Timeout { operation: "take", after: Duration::from_millis(100) };
+/// assert_eq!(failure.operation(), "take");
+/// assert_eq!(failure.to_string(), "`take`: no answer from Redis within 100ms");
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum RedisFailure {
+    /// Redis did not answer within the timeout (connecting included). The call may or
+    /// may not have been carried out.
+    Timeout {
+        /// The method that timed out.
+        operation: &'static str,
+        /// The configured timeout.
+        after: Duration,
+    },
+    /// Redis could not be reached, or the connection failed during the call.
+    Connection {
+        /// The method that failed.
+        operation: &'static str,
+        /// The client library's description.
+        message: String,
+    },
+    /// Redis answered with an error, such as `WRONGTYPE` when the key holds a value of
+    /// another type.
+    Server {
+        /// The method that failed.
+        operation: &'static str,
+        /// The error code Redis sent (`WRONGTYPE`, `ERR`, ...), if any.
+        code: Option<String>,
+        /// The full description.
+        message: String,
+    },
+    /// Redis answered with a reply of a shape the caller does not expect.
+    UnexpectedReply {
+        /// The method that received it.
+        operation: &'static str,
+        /// What was received.
+        message: String,
+    },
+}
+
+impl RedisFailure {
+    /// The method that failed.
+    pub fn operation(&self) -> &'static str {
+        match self {
+            RedisFailure::Timeout { operation, .. }
+            | RedisFailure::Connection { operation, .. }
+            | RedisFailure::Server { operation, .. }
+            | RedisFailure::UnexpectedReply { operation, .. } => operation,
+        }
+    }
+
+    /// Sorts an error of the client library met by `operation`.
+    pub(crate) fn of(operation: &'static str, err: &RedisError) -> RedisFailure {
+        use ::redis::ErrorKind;
+        match err.kind() {
+            ErrorKind::Server(_) | ErrorKind::Extension => RedisFailure::Server {
+                operation,
+                code: err.code().map(str::to_owned),
+                message: err.to_string(),
+            },
+            ErrorKind::Parse | ErrorKind::UnexpectedReturnType => RedisFailure::UnexpectedReply {
+                operation,
+                message: err.to_string(),
+            },
+            _ if err.is_timeout() => RedisFailure::Connection {
+                operation,
+                message: format!("timed out: {err}"),
+            },
+            _ => RedisFailure::Connection {
+                operation,
+                message: err.to_string(),
+            },
+        }
+    }
+}
+
+impl fmt::Display for RedisFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedisFailure::Timeout { operation, after } => {
+                write!(f, "`{operation}`: no answer from Redis within {after:?}")
+            }
+            RedisFailure::Connection { operation, message } => {
+                write!(f, "`{operation}`: connection to Redis failed: {message}")
+            }
+            RedisFailure::Server {
+                operation, message, ..
+            } => write!(f, "`{operation}`: Redis error: {message}"),
+            RedisFailure::UnexpectedReply { operation, message } => {
+                write!(f, "`{operation}`: unexpected reply from Redis: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RedisFailure {}
 
 /// Why a [`RedisBloom`](super::RedisBloom) could not be built or a call on it failed.
 ///
@@ -62,72 +174,29 @@ pub enum RedisBloomError {
         /// Why it was refused (the URL itself is left out: it may hold a password).
         message: String,
     },
-    /// Redis did not answer within the timeout (connecting included). The call may
-    /// or may not have been carried out.
-    Timeout {
-        /// The method that timed out, such as `"insert"`.
-        operation: &'static str,
-        /// The configured timeout.
-        after: Duration,
-    },
-    /// Redis could not be reached, or the connection failed during the call.
-    Connection {
-        /// The method that failed, such as `"contains"`.
-        operation: &'static str,
-        /// The client library's description.
-        message: String,
-    },
-    /// Redis answered with an error, such as `WRONGTYPE` when the key holds something
-    /// other than a string.
-    Server {
-        /// The method that failed.
-        operation: &'static str,
-        /// The error code Redis sent (`WRONGTYPE`, `ERR`, ...), if any.
-        code: Option<String>,
-        /// The full description.
-        message: String,
-    },
-    /// Redis answered with a reply of a shape the filter does not expect.
-    UnexpectedReply {
-        /// The method that received it.
-        operation: &'static str,
-        /// What was received.
-        message: String,
-    },
+    /// Redis failed, or the way to it did: unreachable, timed out, an error reply or a
+    /// reply of the wrong shape.
+    Redis(RedisFailure),
 }
 
 impl RedisBloomError {
-    /// Whether this is a failure of Redis or of the way to it ([`Timeout`],
-    /// [`Connection`], [`Server`], [`UnexpectedReply`]) rather than a mistake in the
-    /// filter's configuration or arguments.
-    ///
-    /// [`Timeout`]: RedisBloomError::Timeout
-    /// [`Connection`]: RedisBloomError::Connection
-    /// [`Server`]: RedisBloomError::Server
-    /// [`UnexpectedReply`]: RedisBloomError::UnexpectedReply
+    /// Whether this is a failure of Redis or of the way to it
+    /// ([`Redis`](RedisBloomError::Redis)) rather than a mistake in the filter's
+    /// configuration or arguments.
     pub fn is_redis_failure(&self) -> bool {
-        matches!(
-            self,
-            RedisBloomError::Timeout { .. }
-                | RedisBloomError::Connection { .. }
-                | RedisBloomError::Server { .. }
-                | RedisBloomError::UnexpectedReply { .. }
-        )
+        matches!(self, RedisBloomError::Redis(_))
+    }
+
+    /// The failure of Redis, if this is one.
+    pub fn redis_failure(&self) -> Option<&RedisFailure> {
+        match self {
+            RedisBloomError::Redis(failure) => Some(failure),
+            _ => None,
+        }
     }
 
     pub(crate) fn from_call(operation: &'static str, err: CallError) -> Self {
-        match err.failure() {
-            Failure::Timeout(after) => RedisBloomError::Timeout { operation, after },
-            Failure::Connection(message) => RedisBloomError::Connection { operation, message },
-            Failure::Server { code, message } => RedisBloomError::Server {
-                operation,
-                code,
-                message,
-            },
-            Failure::UnexpectedReply(message) => {
-                RedisBloomError::UnexpectedReply { operation, message }
-            }
-        }
+        RedisBloomError::Redis(err.failure(operation))
     }
 }
 
@@ -156,21 +225,7 @@ impl fmt::Display for RedisBloomError {
             ),
             RedisBloomError::ZeroTimeout => f.write_str("`timeout` must be greater than zero"),
             RedisBloomError::InvalidUrl { message } => write!(f, "invalid `url`: {message}"),
-            RedisBloomError::Timeout { operation, after } => write!(
-                f,
-                "redis bloom `{operation}`: no answer from Redis within {after:?}"
-            ),
-            RedisBloomError::Connection { operation, message } => write!(
-                f,
-                "redis bloom `{operation}`: connection to Redis failed: {message}"
-            ),
-            RedisBloomError::Server {
-                operation, message, ..
-            } => write!(f, "redis bloom `{operation}`: Redis error: {message}"),
-            RedisBloomError::UnexpectedReply { operation, message } => write!(
-                f,
-                "redis bloom `{operation}`: unexpected reply from Redis: {message}"
-            ),
+            RedisBloomError::Redis(failure) => write!(f, "redis bloom {failure}"),
         }
     }
 }
@@ -179,7 +234,183 @@ impl std::error::Error for RedisBloomError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             RedisBloomError::Bloom(err) => Some(err),
+            RedisBloomError::Redis(failure) => Some(failure),
             _ => None,
         }
+    }
+}
+
+/// Why a Redis limiter could not be built or a call on it failed.
+///
+/// Configuration mistakes name the setting at fault and are found before anything is
+/// sent to Redis. Failures of Redis itself are errors only where a limiter has no
+/// fallback ([`RedisPeriodLimiter`](super::RedisPeriodLimiter)); the token limiter
+/// and the lease answer from their local fallback instead.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::redis::{RedisLimitError, RedisTokenLimiter};
+///
+/// let err = RedisTokenLimiter::new("redis://127.0.0.1/", "api", 0.0, 10).unwrap_err();
+/// assert!(matches!(err, RedisLimitError::InvalidConfig { field: "rate", .. }));
+/// assert!(err.to_string().contains("`rate`"));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum RedisLimitError {
+    /// A setting is out of range; `field` names it (`rate`, `burst`, `batch`, ...).
+    InvalidConfig {
+        /// The setting at fault.
+        field: &'static str,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// `url` is not a valid Redis URL.
+    InvalidUrl {
+        /// Why it was refused (the URL itself is left out: it may hold a password).
+        message: String,
+    },
+    /// Redis failed, or the way to it did: unreachable, timed out, an error reply or a
+    /// reply of the wrong shape.
+    Redis(RedisFailure),
+    /// The background thread of a [`ClusterLease`](super::ClusterLease) could not be started.
+    Thread {
+        /// The operating system's description.
+        message: String,
+    },
+}
+
+impl RedisLimitError {
+    /// Whether this is a failure of Redis or of the way to it
+    /// ([`Redis`](RedisLimitError::Redis)) rather than a mistake in the configuration.
+    pub fn is_redis_failure(&self) -> bool {
+        matches!(self, RedisLimitError::Redis(_))
+    }
+
+    /// The failure of Redis, if this is one.
+    pub fn redis_failure(&self) -> Option<&RedisFailure> {
+        match self {
+            RedisLimitError::Redis(failure) => Some(failure),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn config(field: &'static str, reason: impl Into<String>) -> Self {
+        RedisLimitError::InvalidConfig {
+            field,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn from_call(operation: &'static str, err: CallError) -> Self {
+        RedisLimitError::Redis(err.failure(operation))
+    }
+
+    pub(crate) fn from_redis(operation: &'static str, err: &RedisError) -> Self {
+        RedisLimitError::Redis(RedisFailure::of(operation, err))
+    }
+}
+
+impl fmt::Display for RedisLimitError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RedisLimitError::InvalidConfig { field, reason } => {
+                write!(f, "invalid `{field}`: {reason}")
+            }
+            RedisLimitError::InvalidUrl { message } => write!(f, "invalid `url`: {message}"),
+            RedisLimitError::Redis(failure) => write!(f, "redis limiter {failure}"),
+            RedisLimitError::Thread { message } => {
+                write!(f, "cannot start the lease refill thread: {message}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RedisLimitError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RedisLimitError::Redis(failure) => Some(failure),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    fn failures() -> Vec<RedisFailure> {
+        vec![
+            RedisFailure::Timeout {
+                operation: "insert",
+                after: Duration::from_millis(250),
+            },
+            RedisFailure::Connection {
+                operation: "contains",
+                message: "refused".into(),
+            },
+            RedisFailure::Server {
+                operation: "take",
+                code: Some("WRONGTYPE".into()),
+                message: "WRONGTYPE: wrong kind of value".into(),
+            },
+            RedisFailure::UnexpectedReply {
+                operation: "allow",
+                message: "nil".into(),
+            },
+        ]
+    }
+
+    #[test]
+    fn both_errors_report_a_failure_of_redis_the_same_way() {
+        let expected = [
+            "`insert`: no answer from Redis within 250ms",
+            "`contains`: connection to Redis failed: refused",
+            "`take`: Redis error: WRONGTYPE: wrong kind of value",
+            "`allow`: unexpected reply from Redis: nil",
+        ];
+        for (failure, text) in failures().into_iter().zip(expected) {
+            assert_eq!(failure.to_string(), text);
+            let op = failure.operation();
+            assert!(text.starts_with(&format!("`{op}`")));
+
+            let bloom = RedisBloomError::Redis(failure.clone());
+            assert!(bloom.is_redis_failure());
+            assert_eq!(bloom.redis_failure(), Some(&failure));
+            assert_eq!(bloom.to_string(), format!("redis bloom {text}"));
+            assert_eq!(bloom.source().unwrap().to_string(), text);
+
+            let limit = RedisLimitError::Redis(failure.clone());
+            assert!(limit.is_redis_failure());
+            assert_eq!(limit.redis_failure(), Some(&failure));
+            assert_eq!(limit.to_string(), format!("redis limiter {text}"));
+            assert_eq!(limit.source().unwrap().to_string(), text);
+        }
+    }
+
+    #[test]
+    fn configuration_mistakes_are_not_failures_of_redis() {
+        let bloom = RedisBloomError::ZeroTimeout;
+        assert!(!bloom.is_redis_failure());
+        assert_eq!(bloom.redis_failure(), None);
+        let limit = RedisLimitError::config("rate", "must be positive");
+        assert!(!limit.is_redis_failure());
+        assert_eq!(limit.redis_failure(), None);
+        assert!(limit.source().is_none());
+        assert_eq!(limit.to_string(), "invalid `rate`: must be positive");
+    }
+
+    #[test]
+    fn a_timeout_of_the_caller_keeps_its_operation_and_limit() {
+        let err = CallError::Timeout(Duration::from_millis(100)).failure("snapshot");
+        assert_eq!(
+            err,
+            RedisFailure::Timeout {
+                operation: "snapshot",
+                after: Duration::from_millis(100)
+            }
+        );
     }
 }

@@ -45,10 +45,10 @@ mod limit;
 mod period;
 
 pub use bloom::{Expiry, RedisBloom, RedisBloomBuilder, DEFAULT_TIMEOUT, MAX_BITS};
-pub use error::RedisBloomError;
+pub use error::{RedisBloomError, RedisFailure, RedisLimitError};
 pub use limit::{
     ClusterDecision, ClusterLease, ClusterLeaseBuilder, ClusterMode, ClusterStatus, ModeSwitch,
-    RedisLimitError, RedisTokenLimiter, RedisTokenLimiterBuilder, RefillClock, DEFAULT_BATCH,
-    DEFAULT_LIMIT_TIMEOUT, DEFAULT_PROBE_INTERVAL,
+    RedisTokenLimiter, RedisTokenLimiterBuilder, RefillClock, DEFAULT_BATCH, DEFAULT_LIMIT_TIMEOUT,
+    DEFAULT_PROBE_INTERVAL,
 };
 pub use period::{Alignment, PeriodDecision, RedisPeriodLimiter, RedisPeriodLimiterBuilder};

@@ -3,7 +3,8 @@
 //! [`ClusterLease`](super::ClusterLease) shares with it.
 
 use super::conn::Connector;
-use super::limit::{RedisLimitError, DEFAULT_LIMIT_TIMEOUT, MAX_TTL_MS};
+use super::error::{RedisFailure, RedisLimitError};
+use super::limit::{DEFAULT_LIMIT_TIMEOUT, MAX_TTL_MS};
 use crate::sync::{AtomicU64, Ordering};
 use crate::Clock;
 use std::fmt;
@@ -433,9 +434,11 @@ impl RedisPeriodLimiter {
             })
             .await
             .map_err(|e| RedisLimitError::from_call("take", e))?;
-        let count = u64::try_from(count).map_err(|_| RedisLimitError::UnexpectedReply {
-            operation: "take",
-            message: format!("negative count {count}"),
+        let count = u64::try_from(count).map_err(|_| {
+            RedisLimitError::Redis(RedisFailure::UnexpectedReply {
+                operation: "take",
+                message: format!("negative count {count}"),
+            })
         })?;
         Ok(PeriodDecision::from_count(count, self.quota))
     }
