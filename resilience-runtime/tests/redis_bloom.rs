@@ -9,30 +9,11 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use redis_server::{free_port, shared_url, unique_key, RedisServer};
+use redis_server::{free_port, query, raw, shared_url, unique_key, RedisServer};
 use resilience_runtime::bloom::{BloomConfig, BloomError, BloomFilter};
 use resilience_runtime::redis::{Expiry, RedisBloom, RedisBloomError, RedisFailure, MAX_BITS};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A plain connection for inspecting keys behind the filter's back.
-async fn raw(url: &str) -> ::redis::aio::MultiplexedConnection {
-    let client =
-        ::redis::Client::open(url).unwrap_or_else(|e| panic!("bad Redis URL {url:?}: {e}"));
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to Redis at {url}: {e}"))
-}
-
-async fn query<T: ::redis::FromRedisValue>(
-    conn: &mut ::redis::aio::MultiplexedConnection,
-    cmd: &mut ::redis::Cmd,
-) -> T {
-    cmd.query_async(conn)
-        .await
-        .unwrap_or_else(|e| panic!("raw Redis command failed: {e}"))
-}
 
 /// The raw bytes at `key` (`GET`), empty if missing.
 async fn get_bytes(conn: &mut ::redis::aio::MultiplexedConnection, key: &str) -> Vec<u8> {
@@ -172,6 +153,30 @@ async fn go_zero_layout_is_byte_for_byte_the_in_memory_one() {
     }
 }
 
+/// Builds a filter with a 100 s `expiry`, inserts one item, shortens the key's time to
+/// live to 5 s behind the filter's back, inserts another and returns the time to live
+/// (ms) the second insert left.
+async fn ttl_after_second_insert(
+    url: &str,
+    conn: &mut ::redis::aio::MultiplexedConnection,
+    name: &str,
+    config: BloomConfig,
+    expiry: impl FnOnce(Duration) -> Expiry,
+) -> i64 {
+    let key = unique_key(name);
+    let filter = RedisBloom::builder(url, key.as_str(), config)
+        .expiry(expiry(Duration::from_secs(100)))
+        .build()
+        .unwrap();
+    filter.insert("a").await.unwrap();
+    let pttl: i64 = query(conn, ::redis::cmd("PTTL").arg(&key)).await;
+    assert!(pttl > 90_000 && pttl <= 100_000, "{name}: {pttl}");
+    let _: i64 = query(conn, ::redis::cmd("PEXPIRE").arg(&key).arg(5_000)).await;
+    filter.insert("b").await.unwrap();
+    let pttl: i64 = query(conn, ::redis::cmd("PTTL").arg(&key)).await;
+    filter.delete().await.unwrap();
+    pttl
+}
 #[tokio::test]
 async fn expiry_is_set_on_insert() {
     let url = shared_url();
@@ -187,34 +192,18 @@ async fn expiry_is_set_on_insert() {
     filter.delete().await.unwrap();
 
     // After the last insert: every insert resets the time to live.
-    let key = unique_key("expiry-sliding");
-    let filter = RedisBloom::builder(&url, key.as_str(), config)
-        .expiry(Expiry::AfterLastInsert(Duration::from_secs(100)))
-        .build()
-        .unwrap();
-    filter.insert("a").await.unwrap();
-    let pttl: i64 = query(&mut conn, ::redis::cmd("PTTL").arg(&key)).await;
-    assert!(pttl > 90_000 && pttl <= 100_000, "{pttl}");
-    let _: i64 = query(&mut conn, ::redis::cmd("PEXPIRE").arg(&key).arg(5_000)).await;
-    filter.insert("b").await.unwrap();
-    let pttl: i64 = query(&mut conn, ::redis::cmd("PTTL").arg(&key)).await;
-    assert!(pttl > 90_000, "sliding expiry not reset: {pttl}");
-    filter.delete().await.unwrap();
+    let ttl = ttl_after_second_insert(&url, &mut conn, "expiry-sliding", config, |ttl| {
+        Expiry::AfterLastInsert(ttl)
+    })
+    .await;
+    assert!(ttl > 90_000, "sliding expiry not reset: {ttl}");
 
     // After the first insert: later inserts leave the time to live alone.
-    let key = unique_key("expiry-fixed");
-    let filter = RedisBloom::builder(&url, key.as_str(), config)
-        .expiry(Expiry::AfterFirstInsert(Duration::from_secs(100)))
-        .build()
-        .unwrap();
-    filter.insert("a").await.unwrap();
-    let pttl: i64 = query(&mut conn, ::redis::cmd("PTTL").arg(&key)).await;
-    assert!(pttl > 90_000 && pttl <= 100_000, "{pttl}");
-    let _: i64 = query(&mut conn, ::redis::cmd("PEXPIRE").arg(&key).arg(5_000)).await;
-    filter.insert("b").await.unwrap();
-    let pttl: i64 = query(&mut conn, ::redis::cmd("PTTL").arg(&key)).await;
-    assert!(pttl > 0 && pttl <= 5_000, "fixed expiry was reset: {pttl}");
-    filter.delete().await.unwrap();
+    let ttl = ttl_after_second_insert(&url, &mut conn, "expiry-fixed", config, |ttl| {
+        Expiry::AfterFirstInsert(ttl)
+    })
+    .await;
+    assert!(ttl > 0 && ttl <= 5_000, "fixed expiry was reset: {ttl}");
 
     // A real expiry: the filter is empty once the time to live has passed.
     let key = unique_key("expiry-real");

@@ -15,7 +15,7 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use redis_server::{free_port, shared_url, unique_key, RedisServer};
+use redis_server::{free_port, query, raw, shared_url, unique_key, RedisServer};
 use resilience_runtime::redis::{
     Alignment, ClusterDecision, ClusterLease, ClusterMode, ModeSwitch, PeriodDecision,
     RedisFailure, RedisLimitError, RedisPeriodLimiter, RedisTokenLimiter, RefillClock,
@@ -30,25 +30,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 // ---------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------
-
-/// A plain connection for inspecting keys behind the limiters' backs.
-async fn raw(url: &str) -> ::redis::aio::MultiplexedConnection {
-    let client =
-        ::redis::Client::open(url).unwrap_or_else(|e| panic!("bad Redis URL {url:?}: {e}"));
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to Redis at {url}: {e}"))
-}
-
-async fn query<T: ::redis::FromRedisValue>(
-    conn: &mut ::redis::aio::MultiplexedConnection,
-    cmd: &mut ::redis::Cmd,
-) -> T {
-    cmd.query_async(conn)
-        .await
-        .unwrap_or_else(|e| panic!("raw Redis command failed: {e}"))
-}
 
 fn raw_sync(url: &str) -> ::redis::Connection {
     ::redis::Client::open(url)

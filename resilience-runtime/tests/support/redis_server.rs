@@ -97,6 +97,26 @@ pub(crate) fn answers_ping(port: u16, wait: Duration) -> bool {
 }
 
 /// A private `redis-server` on a loopback port, without persistence, killed on drop.
+/// A plain connection for inspecting keys behind the backs of the types under test.
+pub(crate) async fn raw(url: &str) -> ::redis::aio::MultiplexedConnection {
+    let client =
+        ::redis::Client::open(url).unwrap_or_else(|e| panic!("bad Redis URL {url:?}: {e}"));
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("cannot connect to Redis at {url}: {e}"))
+}
+
+/// Runs a raw command on a [`raw`] connection; panics if it fails.
+pub(crate) async fn query<T: ::redis::FromRedisValue>(
+    conn: &mut ::redis::aio::MultiplexedConnection,
+    cmd: &mut ::redis::Cmd,
+) -> T {
+    cmd.query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("raw Redis command failed: {e}"))
+}
+
 #[derive(Debug)]
 pub(crate) struct RedisServer {
     child: Option<Child>,
