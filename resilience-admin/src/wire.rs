@@ -211,6 +211,25 @@ impl<'a, 'e> Reader<'a, 'e> {
     }
 
     /// A required integer time in ms.
+    /// An optional count: `Some(None)` when absent, `None` when malformed.
+    fn optional_count(&mut self, key: &str) -> Option<Option<u64>> {
+        match self.get(key) {
+            None => Some(None),
+            Some(v) => self.count_value(self.field(key), v).map(Some),
+        }
+    }
+
+    /// Records that the list of points at `key` holds `n` points, more than a
+    /// heartbeat may.
+    fn too_many_points<T>(&mut self, key: &str, n: usize) -> Option<T> {
+        let f = self.field(key);
+        self.error(
+            f,
+            format!("{n} points, more than the limit of {MAX_POINTS_PER_HEARTBEAT}"),
+        );
+        None
+    }
+
     fn time(&mut self, key: &str) -> Option<i64> {
         match self.get(key) {
             None => {
@@ -415,31 +434,29 @@ fn read_json_heartbeat(
     errors: &mut Vec<InputError>,
 ) -> Option<Heartbeat> {
     let mut r = Reader::root(v, "", errors)?;
-    let group = r.name("app_group");
-    let app = r.name("app");
-    let instance = r.name("instance");
-    let host = r.name_or("host", "");
-    let ip = r.name_or("ip", ctx.peer_ip);
-    let start = r.time("cycle_start_ms");
-    let start_ok = start.is_some_and(|s| check_cycle(&mut r, "cycle_start_ms", s, ctx));
-    let version = match r.get("policy_version") {
-        None => Some(None),
-        Some(v) => r.count_value(r.field("policy_version"), v).map(Some),
+    // Read in this order, so that errors are listed in it.
+    let parts = Parts {
+        group: r.name("app_group"),
+        app: r.name("app"),
+        instance: r.name("instance"),
+        host: r.name_or("host", ""),
+        ip: r.name_or("ip", ctx.peer_ip),
+        start: r
+            .time("cycle_start_ms")
+            .filter(|&s| check_cycle(&mut r, "cycle_start_ms", s, ctx)),
+        version: r.optional_count("policy_version"),
+        known: r.names("known_points"),
+        declared: r.names("declared_points"),
+        points: json_points(&mut r),
     };
-    let known = r.names("known_points");
-    let declared = r.names("declared_points");
-    let points = match r.get("points") {
+    parts.heartbeat(Protocol::Json)
+}
+
+fn json_points(r: &mut Reader<'_, '_>) -> Option<Vec<PointCycle>> {
+    match r.get("points") {
         None => Some(Vec::new()),
         Some(Value::Array(items)) if items.len() > MAX_POINTS_PER_HEARTBEAT => {
-            let f = r.field("points");
-            r.error(
-                f,
-                format!(
-                    "{} points, more than the limit of {MAX_POINTS_PER_HEARTBEAT}",
-                    items.len()
-                ),
-            );
-            None
+            r.too_many_points("points", items.len())
         }
         Some(Value::Array(items)) => {
             let mut out = Vec::with_capacity(items.len());
@@ -455,7 +472,7 @@ fn read_json_heartbeat(
                 }
             }
             if ok {
-                check_unique(&mut r, "points", &out).then_some(out)
+                check_unique(r, "points", &out).then_some(out)
             } else {
                 None
             }
@@ -468,22 +485,41 @@ fn read_json_heartbeat(
             );
             None
         }
-    };
-    if !start_ok {
-        return None;
     }
-    Some(Heartbeat {
-        app: AppKey::new(group?, app?),
-        instance: instance?,
-        host: host?,
-        ip: ip?,
-        protocol: Protocol::Json,
-        cycle_start_ms: start?,
-        points: points?,
-        known_points: known?,
-        declared_points: declared?,
-        policy_version: version?,
-    })
+}
+
+/// The fields of a heartbeat as read, in either protocol; `None` where a field was
+/// malformed (its error is already recorded).
+struct Parts {
+    group: Option<String>,
+    app: Option<String>,
+    instance: Option<String>,
+    host: Option<String>,
+    ip: Option<String>,
+    /// The cycle's start, `None` also when it was refused by `check_cycle`.
+    start: Option<i64>,
+    points: Option<Vec<PointCycle>>,
+    known: Option<Vec<String>>,
+    declared: Option<Vec<String>>,
+    version: Option<Option<u64>>,
+}
+
+impl Parts {
+    /// The heartbeat, if every field was well formed.
+    fn heartbeat(self, protocol: Protocol) -> Option<Heartbeat> {
+        Some(Heartbeat {
+            app: AppKey::new(self.group?, self.app?),
+            instance: self.instance?,
+            host: self.host?,
+            ip: self.ip?,
+            protocol,
+            cycle_start_ms: self.start?,
+            points: self.points?,
+            known_points: self.known?,
+            declared_points: self.declared?,
+            policy_version: self.version?,
+        })
+    }
 }
 
 /// Field names of one point's counts in each protocol.
@@ -592,6 +628,7 @@ fn read_sds_heartbeat(
     errors: &mut Vec<InputError>,
 ) -> Option<Heartbeat> {
     let mut r = Reader::root(v, "client", errors)?;
+    // Read in this order, so that errors are listed in it.
     let group = r.name("appGroupName");
     let app = r.name("appName");
     let host = r.name_or("hostname", "");
@@ -605,28 +642,30 @@ fn read_sds_heartbeat(
             ip.as_deref().unwrap_or("")
         )),
     };
-    // SDS sends the END of the reported cycle (the start of the current one).
-    let end = r.time("statisticsCycleTime");
-    let start = end.map(|e| e - CYCLE_MS);
-    let start_ok = start.is_some_and(|s| check_cycle(&mut r, "statisticsCycleTime", s, ctx));
-    let version = match r.get("version") {
-        None => Some(None),
-        Some(v) => r.count_value(r.field("version"), v).map(Some),
+    let parts = Parts {
+        group,
+        app,
+        instance,
+        host,
+        ip,
+        // SDS sends the END of the reported cycle (the start of the current one).
+        start: r
+            .time("statisticsCycleTime")
+            .map(|end| end - CYCLE_MS)
+            .filter(|&s| check_cycle(&mut r, "statisticsCycleTime", s, ctx)),
+        version: r.optional_count("version"),
+        known: r.names("knownPoints"),
+        declared: r.names("declaredPoints"),
+        points: sds_points(&mut r),
     };
-    let known = r.names("knownPoints");
-    let declared = r.names("declaredPoints");
-    let points = match r.get("pointInfoMap") {
+    parts.heartbeat(Protocol::Sds)
+}
+
+fn sds_points(r: &mut Reader<'_, '_>) -> Option<Vec<PointCycle>> {
+    match r.get("pointInfoMap") {
         None => Some(Vec::new()),
         Some(Value::Object(m)) if m.len() > MAX_POINTS_PER_HEARTBEAT => {
-            let f = r.field("pointInfoMap");
-            r.error(
-                f,
-                format!(
-                    "{} points, more than the limit of {MAX_POINTS_PER_HEARTBEAT}",
-                    m.len()
-                ),
-            );
-            None
+            r.too_many_points("pointInfoMap", m.len())
         }
         Some(Value::Object(m)) => {
             let mut out = Vec::with_capacity(m.len());
@@ -664,22 +703,7 @@ fn read_sds_heartbeat(
             );
             None
         }
-    };
-    if !start_ok {
-        return None;
     }
-    Some(Heartbeat {
-        app: AppKey::new(group?, app?),
-        instance: instance?,
-        host: host?,
-        ip: ip?,
-        protocol: Protocol::Sds,
-        cycle_start_ms: start?,
-        points: points?,
-        known_points: known?,
-        declared_points: declared?,
-        policy_version: version?,
-    })
 }
 
 fn is_idle(p: &PointCycle) -> bool {
