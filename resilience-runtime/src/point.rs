@@ -448,16 +448,27 @@ impl ClusterSlot {
     }
 }
 
-/// Cluster limits of a point: the current one and those replaced recently. A replaced
-/// lease is dropped (stopping its refill thread) only after a grace period, because a
-/// call that read the old policy a moment ago may still be asking it.
+/// Cluster limits of a point: the current one and every one it replaced. Slots are
+/// never freed while the point lives, because a call that read an older policy may
+/// still be asking its slot, however long ago it read it. A replaced slot's lease
+/// keeps its refill thread for a grace period (such calls get real answers) and is
+/// then stopped, at the next change of the point's cluster limit; a stopped lease
+/// hands out what it holds and then answers without Redis.
+// The boxes keep each slot's address stable while the Vecs grow.
+#[allow(clippy::vec_box)]
+#[cfg(feature = "redis")]
 #[derive(Debug, Default)]
 struct Clusters {
     current: Option<Box<ClusterSlot>>,
-    retired: Vec<(std::time::Instant, Box<ClusterSlot>)>,
+    /// Replaced slots whose lease still runs, with the timeline reading of their
+    /// replacement.
+    retired: Vec<(u64, Box<ClusterSlot>)>,
+    /// Replaced slots whose lease is stopped.
+    stopped: Vec<Box<ClusterSlot>>,
 }
 
-/// How long a replaced cluster lease is kept alive (load-bearing: see `Clusters`).
+/// How long a replaced cluster lease keeps its refill thread.
+#[cfg(feature = "redis")]
 const CLUSTER_GRACE: Duration = Duration::from_secs(10);
 
 /// The breaker's side of a running call, in two words: the breaker and either the
@@ -532,6 +543,7 @@ pub struct Point {
     // The boxes keep each limiter's address stable while the Vec grows.
     #[allow(clippy::vec_box)]
     adaptives: Mutex<Vec<Box<AdaptiveSlot>>>,
+    #[cfg(feature = "redis")]
     clusters: Mutex<Clusters>,
     /// In-flight timed calls, created with the first timeout rule.
     hang: std::sync::OnceLock<HangTable>,
@@ -586,6 +598,7 @@ impl Point {
             settings: Mutex::new(Settings::default()),
             breaker_set: std::sync::atomic::AtomicBool::new(false),
             adaptives: Mutex::new(Vec::new()),
+            #[cfg(feature = "redis")]
             clusters: Mutex::new(Clusters::default()),
             hang: std::sync::OnceLock::new(),
             breakers: Mutex::new(Vec::new()),
@@ -740,32 +753,43 @@ impl Point {
     }
 
     /// The cluster slot for a policy, building a lease when the setting changed.
+    #[cfg(feature = "redis")]
     fn cluster_for(&self, policy: Option<&Policy>) -> Option<*const ClusterSlot> {
-        let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-        clusters
-            .retired
-            .retain(|(at, _)| at.elapsed() < CLUSTER_GRACE);
-        #[cfg(feature = "redis")]
-        {
-            let wanted = policy.and_then(|p| p.cluster.clone());
-            let same = match (&wanted, &clusters.current) {
-                (Some(w), Some(c)) => *w == c.config,
-                (None, None) => true,
-                _ => false,
-            };
-            if !same {
-                if let Some(old) = clusters.current.take() {
-                    clusters.retired.push((std::time::Instant::now(), old));
-                }
-                clusters.current = wanted.and_then(|w| self.build_cluster(w));
-            }
+        let mut guard = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        let clusters = &mut *guard;
+        let now = self.clock.now();
+        let grace = nanos(CLUSTER_GRACE);
+        let (expired, young): (Vec<_>, Vec<_>) = std::mem::take(&mut clusters.retired)
+            .into_iter()
+            .partition(|(at, _)| now.saturating_sub(*at) >= grace);
+        clusters.retired = young;
+        for (_, mut slot) in expired {
+            slot.lease.stop();
+            clusters.stopped.push(slot);
         }
-        #[cfg(not(feature = "redis"))]
-        let _ = policy;
+
+        let wanted = policy.and_then(|p| p.cluster.clone());
+        let same = match (&wanted, &clusters.current) {
+            (Some(w), Some(c)) => *w == c.config,
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            if let Some(old) = clusters.current.take() {
+                clusters.retired.push((now, old));
+            }
+            clusters.current = wanted.and_then(|w| self.build_cluster(w));
+        }
         clusters
             .current
             .as_ref()
             .map(|c| &**c as *const ClusterSlot)
+    }
+
+    /// Without the `redis` feature, policies have no cluster limit.
+    #[cfg(not(feature = "redis"))]
+    fn cluster_for(&self, _policy: Option<&Policy>) -> Option<*const ClusterSlot> {
+        None
     }
 
     #[cfg(feature = "redis")]
@@ -995,7 +1019,8 @@ impl Point {
                 }
             }
             if !PLAIN && c.rules & R_CLUSTER != 0 {
-                // SAFETY: a cluster slot outlives every reader (see `Clusters`).
+                // SAFETY: cluster slots are never freed while the point lives (see
+                // `Clusters`).
                 let slot = unsafe { &*(c.cluster as *const ClusterSlot) };
                 if !slot.admits() {
                     break 'chain Some(slot.reason);
@@ -1981,6 +2006,65 @@ impl Drop for Permit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn replaced_cluster_slots_stay_allocated_and_their_leases_stop_after_the_grace() {
+        use crate::{ClusterLimit, ManualClock, Registry};
+        let manual = ManualClock::new();
+        let registry: &'static Registry =
+            Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+        // Nothing listens there: the leases fall back to local limits, which is enough
+        // for the bookkeeping under test.
+        let policy = |key: &str| {
+            Policy::builder()
+                .cluster(ClusterLimit::Visits {
+                    url: "redis://127.0.0.1:1/".into(),
+                    key: key.into(),
+                    period: Duration::from_secs(60),
+                    quota: 5,
+                    batch: 1,
+                })
+                .build()
+                .unwrap()
+        };
+        registry.set_policy("cluster.slots", policy("a")).unwrap();
+        let point = registry.point("cluster.slots").unwrap();
+        let first = point.cfg.load().cluster;
+        assert_ne!(first, 0);
+
+        registry.set_policy("cluster.slots", policy("b")).unwrap();
+        let second = point.cfg.load().cluster;
+        assert_ne!(second, first);
+        {
+            let c = point.clusters.lock().unwrap();
+            assert_eq!(c.retired.len(), 1);
+            assert!(!c.retired[0].1.lease.is_stopped(), "still in its grace");
+            assert!(c.stopped.is_empty());
+        }
+
+        // The same limit again changes nothing but retires what outlived the grace.
+        manual.advance(CLUSTER_GRACE);
+        registry.set_policy("cluster.slots", policy("b")).unwrap();
+        assert_eq!(point.cfg.load().cluster, second);
+        {
+            let c = point.clusters.lock().unwrap();
+            assert!(c.retired.is_empty());
+            assert_eq!(c.stopped.len(), 1);
+            assert!(c.stopped[0].lease.is_stopped());
+            assert_eq!(&*c.stopped[0] as *const ClusterSlot as usize, first);
+        }
+        // A call that read the first policy long ago can still ask its slot.
+        // SAFETY: the slot is kept (asserted above).
+        let stale = unsafe { &*(first as *const ClusterSlot) };
+        let _ = stale.admits();
+
+        // Removing the limit retires the current slot in turn.
+        registry.clear_policy("cluster.slots").unwrap();
+        let c = point.clusters.lock().unwrap();
+        assert!(c.current.is_none());
+        assert_eq!((c.retired.len(), c.stopped.len()), (1, 1));
+    }
 
     #[test]
     fn the_plain_copy_reads_the_plain_words_and_the_ring_only() {

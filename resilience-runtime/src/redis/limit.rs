@@ -1633,8 +1633,11 @@ impl Refiller {
     }
 }
 
-impl Drop for ClusterLease {
-    fn drop(&mut self) {
+impl ClusterLease {
+    /// Stops the refill thread and waits for it (within one Redis call, bounded by the
+    /// timeout). The lease stays usable: it hands out the tokens it still holds, then
+    /// answers as its mode says without asking Redis again.
+    pub(crate) fn stop(&mut self) {
         self.shared.stop.store(1, Ordering::Release);
         {
             let _guard = self.shared.guard();
@@ -1644,6 +1647,20 @@ impl Drop for ClusterLease {
             // The thread notices within one Redis call (bounded by the timeout).
             let _ = handle.join();
         }
+    }
+}
+
+impl Drop for ClusterLease {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+#[cfg(test)]
+impl ClusterLease {
+    /// Whether the refill thread has been stopped.
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.refiller.is_none()
     }
 }
 
