@@ -1,7 +1,9 @@
 //! Fuzzing the policy-file parser and loader with proptest: arbitrary text and bytes,
 //! random mutations of a valid file, and structured but random TOML and JSON
 //! documents. No input may panic, a rejected load must leave every policy as it was,
-//! and an accepted one must apply exactly what the file says.
+//! and an accepted one must apply exactly what the file says. With the `redis` feature,
+//! files with cluster-wide limits are also applied against the real Redis
+//! (`RESILIENCE_REDIS_URL`, started by `scripts/test.sh`).
 //!
 //! Case counts are set per test below; `PROPTEST_CASES` overrides them all.
 
@@ -540,16 +542,23 @@ fn structured_documents_are_often_valid() {
     assert!(points_applied >= total / 10, "only {points_applied} points");
 }
 
-/// A random valid cluster-wide limit (parsed and written only: applying one would start
-/// a Redis lease per point).
+/// A random valid cluster-wide limit, on random Redis addresses (for parsing and
+/// writing only).
 #[cfg(feature = "redis")]
 fn valid_cluster() -> impl Strategy<Value = resilience_runtime::ClusterLimit> {
-    use resilience_runtime::ClusterLimit;
-    use std::time::Duration;
-    let url = prop_oneof![
+    cluster_at(prop_oneof![
         Just("redis://127.0.0.1:6379/".to_owned()),
         "[a-z]{1,8}".prop_map(|h| format!("redis://{h}:6380/2")),
-    ];
+    ])
+}
+
+/// A random valid cluster-wide limit on a Redis at one of `url`'s values.
+#[cfg(feature = "redis")]
+fn cluster_at(
+    url: impl Strategy<Value = String> + Clone,
+) -> impl Strategy<Value = resilience_runtime::ClusterLimit> {
+    use resilience_runtime::ClusterLimit;
+    use std::time::Duration;
     let key = "[a-z:._-]{1,20}";
     prop_oneof![
         (
@@ -599,4 +608,125 @@ proptest! {
             prop_assert_eq!(&PolicyFile::parse(&text, format).unwrap(), &file, "{}", text);
         }
     }
+}
+
+#[cfg(feature = "redis")]
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+/// Live refill threads of cluster leases in this process (no other test of this file
+/// starts any).
+#[cfg(all(feature = "redis", target_os = "linux"))]
+fn lease_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        // Thread names are cut to 15 bytes: "resilience-lease-refill".
+        .filter(|name| name.trim_end() == "resilience-leas")
+        .count()
+}
+
+/// Cluster limits in files are applied against the real Redis: a valid file starts one
+/// lease per point, a file with one bad limit applies nothing and starts none, and the
+/// leases of removed limits stop once their grace has passed.
+#[cfg(feature = "redis")]
+#[test]
+fn cluster_limits_in_files_apply_all_or_nothing_and_stop_when_removed() {
+    use proptest::test_runner::TestRunner;
+    use resilience_runtime::{ClusterLimit, ManualClock};
+    use std::time::Duration;
+
+    let manual = ManualClock::new();
+    let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+    let url = redis_server::shared_url();
+    // A unique key prefix per run: the keys of earlier runs may hold spent quotas.
+    let prefix = redis_server::unique_key("fuzz");
+    let points = proptest::collection::btree_map(
+        "[a-c]{1,2}",
+        (
+            valid_policy(),
+            cluster_at(Just(url)).prop_map(move |mut c| {
+                match &mut c {
+                    ClusterLimit::Visits { key, .. } | ClusterLimit::TokenBucket { key, .. } => {
+                        *key = format!("{prefix}:{key}")
+                    }
+                }
+                c
+            }),
+        ),
+        1..4,
+    );
+    let mut runner = TestRunner::new(config(24));
+    runner
+        .run(
+            &(points, any::<bool>(), 0..3usize),
+            |(points, broken, which)| {
+                #[cfg(target_os = "linux")]
+                prop_assert_eq!(lease_threads(), 0, "a case starts with no lease");
+                let mut file = PolicyFile::default();
+                for (name, (policy, cluster)) in &points {
+                    let mut b = Policy::builder().cluster(cluster.clone());
+                    if let Some(v) = policy.max_visits() {
+                        b = b.max_visits(v);
+                    }
+                    file.points
+                        .insert(name.clone(), PointConfig::new(b.build().unwrap()));
+                }
+                let mut doc: serde_json::Value =
+                    serde_json::from_str(&file.to_text(Format::Json).unwrap()).unwrap();
+                let bad = points.keys().nth(which % points.len()).unwrap().clone();
+                if broken {
+                    // A limit the policy checks refuse, in one point only.
+                    let cluster = &mut doc["points"][bad.as_str()]["cluster"];
+                    match cluster["algorithm"].as_str() {
+                        Some("visits") => cluster["quota"] = 0.into(),
+                        _ => cluster["burst"] = 0.into(),
+                    }
+                }
+                let before = snapshot(r);
+                match r.load_policies_str(&doc.to_string(), Format::Json) {
+                    Err(e) => {
+                        prop_assert!(broken, "a valid file was refused: {}", e);
+                        prop_assert!(
+                            e.to_string()
+                                .contains(&format!("point `{bad}`, field `cluster.")),
+                            "{}",
+                            e
+                        );
+                        prop_assert_eq!(snapshot(r), before);
+                        #[cfg(target_os = "linux")]
+                        prop_assert_eq!(lease_threads(), 0, "a refused file started a lease");
+                    }
+                    Ok(_) => {
+                        prop_assert!(!broken, "a file with a bad limit was applied");
+                        for (name, config) in &file.points {
+                            let policy = r.policy(name).unwrap().unwrap();
+                            prop_assert_eq!(policy.cluster(), config.policy.cluster());
+                            // Calls are admitted or downgraded, never anything worse.
+                            let point = r.point(name).unwrap();
+                            for _ in 0..3 {
+                                match point.enter() {
+                                    Ok(permit) => permit.finish(false),
+                                    Err(d) => prop_assert_eq!(d.point(), name.as_str()),
+                                }
+                            }
+                        }
+                        #[cfg(target_os = "linux")]
+                        prop_assert_eq!(lease_threads(), points.len(), "one lease per point");
+                    }
+                }
+                // Remove the limits; their leases stop at the first change after the grace.
+                for name in points.keys() {
+                    r.clear_policy(name).unwrap();
+                }
+                manual.advance(Duration::from_secs(11));
+                for name in points.keys() {
+                    r.clear_policy(name).unwrap();
+                }
+                #[cfg(target_os = "linux")]
+                prop_assert_eq!(lease_threads(), 0, "removed limits left leases running");
+                Ok(())
+            },
+        )
+        .unwrap();
 }
