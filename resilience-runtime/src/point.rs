@@ -448,23 +448,31 @@ impl ClusterSlot {
     }
 }
 
+// Slots cross threads as addresses in the policy words, which the compiler cannot
+// follow: check here that every slot type may be shared.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<Ring>();
+    shared::<BreakerSlot>();
+    shared::<AdaptiveSlot>();
+    shared::<ClusterSlot>();
+};
+
 /// Cluster limits of a point: the current one and every one it replaced. Slots are
-/// never freed while the point lives, because a call that read an older policy may
-/// still be asking its slot, however long ago it read it. A replaced slot's lease
-/// keeps its refill thread for a grace period (such calls get real answers) and is
-/// then stopped, at the next change of the point's cluster limit; a stopped lease
-/// hands out what it holds and then answers without Redis.
-// The boxes keep each slot's address stable while the Vecs grow.
-#[allow(clippy::vec_box)]
+/// leaked, never freed nor moved, because a call that read an older policy may still
+/// be asking its slot, however long ago it read it. A replaced slot's lease keeps its
+/// refill thread for a grace period (such calls get real answers) and is then stopped,
+/// at the next change of the point's cluster limit; a stopped lease hands out what it
+/// holds and then answers without Redis.
 #[cfg(feature = "redis")]
 #[derive(Debug, Default)]
 struct Clusters {
-    current: Option<Box<ClusterSlot>>,
+    current: Option<&'static ClusterSlot>,
     /// Replaced slots whose lease still runs, with the timeline reading of their
     /// replacement.
-    retired: Vec<(u64, Box<ClusterSlot>)>,
+    retired: Vec<(u64, &'static ClusterSlot)>,
     /// Replaced slots whose lease is stopped.
-    stopped: Vec<Box<ClusterSlot>>,
+    stopped: Vec<&'static ClusterSlot>,
 }
 
 /// How long a replaced cluster lease keeps its refill thread.
@@ -533,26 +541,22 @@ pub struct Point {
     delay_cause: AtomicU8,
     /// The policy and breaker as given, and the writer lock of `cfg`.
     settings: Mutex<Settings>,
-    /// Every breaker this point has had; the current one is in `cfg`.
-    // The boxes keep each breaker's address stable while the Vec grows.
-    #[allow(clippy::vec_box)]
-    breakers: Mutex<Vec<Box<BreakerSlot>>>,
+    /// Every breaker this point has had, leaked (never freed nor moved: a call may
+    /// still hold a replaced one); the current one is in `cfg`.
+    breakers: Mutex<Vec<&'static BreakerSlot>>,
     /// Whether a breaker setting exists (possibly `Disabled`).
     breaker_set: std::sync::atomic::AtomicBool,
-    /// Every adaptive limiter this point has had; the current one is in `cfg`.
-    // The boxes keep each limiter's address stable while the Vec grows.
-    #[allow(clippy::vec_box)]
-    adaptives: Mutex<Vec<Box<AdaptiveSlot>>>,
+    /// Every adaptive limiter this point has had, leaked like the breakers; the
+    /// current one is in `cfg`.
+    adaptives: Mutex<Vec<&'static AdaptiveSlot>>,
     #[cfg(feature = "redis")]
     clusters: Mutex<Clusters>,
     /// In-flight timed calls, created with the first timeout rule.
     hang: std::sync::OnceLock<HangTable>,
     /// Every window ring this point has had; the current one is in `cfg`. Rings are
-    /// kept (and reused for an equal geometry) because a concurrent reader may still
-    /// hold a pointer to a replaced one.
-    // The boxes keep each ring's address stable while the Vec grows.
-    #[allow(clippy::vec_box)]
-    rings: Mutex<Vec<Box<Ring>>>,
+    /// leaked, never freed nor moved (and reused for an equal geometry), because a
+    /// concurrent reader may still hold a pointer to a replaced one.
+    rings: Mutex<Vec<&'static Ring>>,
     ring: AtomicPtr<Ring>,
 }
 
@@ -666,11 +670,11 @@ impl Point {
             Some(BreakerPolicy::Disabled) | None => None,
         };
         if let Some((imp, slow)) = slot {
-            let slot = Box::new(BreakerSlot {
+            let slot: &'static BreakerSlot = Box::leak(Box::new(BreakerSlot {
                 imp,
                 slow_ns: slow.map(nanos),
                 slow_ticks: slow.map(|d| self.clock.ns_to_ticks(nanos(d))),
-            });
+            }));
             self.breakers
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -734,7 +738,7 @@ impl Point {
                 // `build()` validated the configuration, so this cannot fail.
                 match imp {
                     Ok(imp) => {
-                        adaptives.push(Box::new(AdaptiveSlot { config: a, imp }));
+                        adaptives.push(Box::leak(Box::new(AdaptiveSlot { config: a, imp })));
                         adaptives.last()
                     }
                     Err(_) => None,
@@ -745,8 +749,8 @@ impl Point {
         let cluster = self.cluster_for(settings.policy.as_ref());
         self.cfg.store(Compiled::new(
             ring,
-            breaker.map(|b| &**b),
-            adaptive.map(|a| &**a),
+            breaker.copied(),
+            adaptive.copied(),
             cluster,
             &self.clock,
         ));
@@ -763,13 +767,11 @@ impl Point {
             .into_iter()
             .partition(|(at, _)| now.saturating_sub(*at) >= grace);
         clusters.retired = young;
-        for (_, mut slot) in expired {
-            slot.lease.stop();
-            clusters.stopped.push(slot);
-        }
+        let expired: Vec<&'static ClusterSlot> = expired.into_iter().map(|(_, s)| s).collect();
+        clusters.stopped.extend(&expired);
 
         let wanted = policy.and_then(|p| p.cluster.clone());
-        let same = match (&wanted, &clusters.current) {
+        let same = match (&wanted, clusters.current) {
             (Some(w), Some(c)) => *w == c.config,
             (None, None) => true,
             _ => false,
@@ -780,10 +782,13 @@ impl Point {
             }
             clusters.current = wanted.and_then(|w| self.build_cluster(w));
         }
-        clusters
-            .current
-            .as_ref()
-            .map(|c| &**c as *const ClusterSlot)
+        let current = clusters.current.map(|c| c as *const ClusterSlot);
+        drop(guard);
+        // Outside the lock: stopping waits for the refill thread (up to one Redis call).
+        for slot in expired {
+            slot.lease.stop();
+        }
+        current
     }
 
     /// Without the `redis` feature, policies have no cluster limit.
@@ -793,7 +798,7 @@ impl Point {
     }
 
     #[cfg(feature = "redis")]
-    fn build_cluster(&self, config: crate::policy::ClusterLimit) -> Option<Box<ClusterSlot>> {
+    fn build_cluster(&self, config: crate::policy::ClusterLimit) -> Option<&'static ClusterSlot> {
         use crate::policy::ClusterLimit;
         use crate::redis::ClusterLease;
         let (builder, reason, batch) = match &config {
@@ -823,11 +828,12 @@ impl Point {
         // `Policy::build` validated every field, so only a failed thread spawn can end
         // here; the point then runs without its cluster limit, and says so.
         match builder.batch(batch).build() {
-            Ok(lease) => Some(Box::new(ClusterSlot {
+            // Leaked: see `Clusters`.
+            Ok(lease) => Some(Box::leak(Box::new(ClusterSlot {
                 config,
                 lease,
                 reason,
-            })),
+            }))),
             Err(_e) => {
                 #[cfg(feature = "tracing")]
                 tracing::warn!(point = self.name, error = %_e, "resilience: cluster limit not started");
@@ -855,18 +861,17 @@ impl Point {
             Some(r) => {
                 // A new geometry restarts the window; totals are kept.
                 r.reset(now, self.counters.tracked(&self.flow));
-                &**r
+                *r
             }
             None => {
-                let ring = Box::new(Ring::new(
+                let ring: &'static Ring = Box::leak(Box::new(Ring::new(
                     w.buckets,
                     width,
                     now,
                     self.counters.tracked(&self.flow),
-                ));
-                let ptr: *const Ring = &*ring;
+                )));
                 rings.push(ring);
-                ptr
+                ring
             }
         };
         self.ring.store(ptr.cast_mut(), Ordering::Release);
@@ -2052,7 +2057,7 @@ mod tests {
             assert!(c.retired.is_empty());
             assert_eq!(c.stopped.len(), 1);
             assert!(c.stopped[0].lease.is_stopped());
-            assert_eq!(&*c.stopped[0] as *const ClusterSlot as usize, first);
+            assert_eq!(c.stopped[0] as *const ClusterSlot as usize, first);
         }
         // A call that read the first policy long ago can still ask its slot.
         // SAFETY: the slot is kept (asserted above).

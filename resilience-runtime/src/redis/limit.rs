@@ -1204,7 +1204,7 @@ impl ClusterLeaseBuilder {
             key: self.key,
             kind: self.kind,
             timeout: self.common.timeout,
-            refiller: Some(handle),
+            refiller: Mutex::new(Some(handle)),
         })
     }
 }
@@ -1332,7 +1332,8 @@ pub struct ClusterLease {
     key: String,
     kind: LeaseKind,
     timeout: Duration,
-    refiller: Option<thread::JoinHandle<()>>,
+    /// The refill thread, until [`stop`](Self::stop) joins it.
+    refiller: Mutex<Option<thread::JoinHandle<()>>>,
 }
 
 struct LeaseShared {
@@ -1637,13 +1638,18 @@ impl ClusterLease {
     /// Stops the refill thread and waits for it (within one Redis call, bounded by the
     /// timeout). The lease stays usable: it hands out the tokens it still holds, then
     /// answers as its mode says without asking Redis again.
-    pub(crate) fn stop(&mut self) {
+    pub(crate) fn stop(&self) {
         self.shared.stop.store(1, Ordering::Release);
         {
             let _guard = self.shared.guard();
             self.shared.wake.notify_all();
         }
-        if let Some(handle) = self.refiller.take() {
+        let handle = self
+            .refiller
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(handle) = handle {
             // The thread notices within one Redis call (bounded by the timeout).
             let _ = handle.join();
         }
@@ -1660,7 +1666,10 @@ impl Drop for ClusterLease {
 impl ClusterLease {
     /// Whether the refill thread has been stopped.
     pub(crate) fn is_stopped(&self) -> bool {
-        self.refiller.is_none()
+        self.refiller
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none()
     }
 }
 
