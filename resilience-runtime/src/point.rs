@@ -1609,8 +1609,9 @@ impl Point {
         }
     }
 
-    /// Approximate memory held by this point, in bytes (the point itself plus its
-    /// window rings).
+    /// Approximate memory held by this point, in bytes: the point itself, its window
+    /// rings, breakers, adaptive limiters, cluster-limit slots and hung-call table
+    /// (not the heap of a limiter's own state, nor a cluster lease's thread).
     pub fn memory_bytes(&self) -> usize {
         let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         std::mem::size_of::<Point>()
@@ -1632,8 +1633,26 @@ impl Point {
                         }
                 })
                 .sum::<usize>()
+            + self
+                .adaptives
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .len()
+                * std::mem::size_of::<AdaptiveSlot>()
+            + self.cluster_slots() * std::mem::size_of::<ClusterSlot>()
             + self.hang.get().map_or(0, HangTable::heap_bytes)
             + self.name.len()
+    }
+
+    /// Cluster-limit slots this point has had.
+    fn cluster_slots(&self) -> usize {
+        #[cfg(feature = "redis")]
+        {
+            let c = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+            usize::from(c.current.is_some()) + c.retired.len() + c.stopped.len()
+        }
+        #[cfg(not(feature = "redis"))]
+        0
     }
 
     /// Runs `f` under this point: if the point is downgraded, `fallback` gets the
@@ -2064,8 +2083,12 @@ mod tests {
         let stale = unsafe { &*(first as *const ClusterSlot) };
         let _ = stale.admits();
 
+        // Every slot is counted in the point's memory.
+        assert_eq!(point.cluster_slots(), 2);
+        let bytes = point.memory_bytes();
         // Removing the limit retires the current slot in turn.
         registry.clear_policy("cluster.slots").unwrap();
+        assert_eq!(point.memory_bytes(), bytes, "slots are kept, not freed");
         let c = point.clusters.lock().unwrap();
         assert!(c.current.is_none());
         assert_eq!((c.retired.len(), c.stopped.len()), (1, 1));
