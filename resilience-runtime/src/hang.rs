@@ -6,7 +6,7 @@
 //! free one with a load and a store, and a call frees its slot with a load and a store
 //! (or one swap if it ran past the threshold), wherever it ends. Threads beyond the
 //! owned lanes, and calls that find their lane full, claim shared slots by
-//! compare-and-swap. A recurring timer of the process-wide [`TimingWheel`] sweeps the
+//! compare-and-swap. A recurring timer of the process-wide timing wheel (`chores`) sweeps the
 //! table every quarter of the threshold (between 10 ms and 1 s) and marks every call
 //! older than the threshold as timed out, counting it once; the call, when it returns,
 //! sees the mark and is not counted again. Points without a timeout rule never touch
@@ -15,11 +15,9 @@
 //! When more calls are in flight than the table has room for, the extra calls are not
 //! registered and are measured when they return, as before.
 
-use crate::point::Point;
 use crate::sync::{AtomicU64, Ordering};
-use crate::wheel::TimingWheel;
 use std::cell::Cell;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Slots per cache line (a lane).
@@ -218,37 +216,9 @@ impl HangTable {
     }
 }
 
-type Sweeper = TimingWheel<usize, &'static Point>;
-
-fn sweeper() -> Option<&'static Sweeper> {
-    static WHEEL: OnceLock<Option<Sweeper>> = OnceLock::new();
-    WHEEL
-        .get_or_init(|| {
-            TimingWheel::new(
-                Duration::from_millis(10),
-                128,
-                |_, point: &'static Point| {
-                    if let Some(period) = point.sweep_hung_calls() {
-                        schedule(point, period);
-                    }
-                },
-            )
-            .ok()
-        })
-        .as_ref()
-}
-
 /// The sweep period for a threshold: a quarter of it, within 10 ms ..= 1 s.
 pub(crate) fn period(threshold: Duration) -> Duration {
     (threshold / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
-}
-
-/// Arms (or re-arms) the sweep of `point` after `after`.
-pub(crate) fn schedule(point: &'static Point, after: Duration) {
-    if let Some(wheel) = sweeper() {
-        let key = point as *const Point as usize;
-        let _ = wheel.set_timer(key, point, after);
-    }
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@
 pub mod adaptive;
 pub mod bloom;
 pub mod breaker;
+mod chores;
 mod clock;
 #[cfg(feature = "config")]
 pub mod config;

@@ -7,6 +7,7 @@
 
 use crate::adaptive::{AdaptiveLimiter, GradientLimiter, LatencyLimiter, LatencyPermit, SystemCpu};
 use crate::breaker::{ClassicBreaker, ClassicState, DroppingTransition, SreBreaker, Transition};
+use crate::chores::{self, Chore};
 use crate::clock::{Clock, COARSE_ENOUGH_NS};
 use crate::error::{Downgraded, Reason};
 use crate::flow::{Flow, Slot};
@@ -462,8 +463,9 @@ const _: () = {
 /// leaked, never freed nor moved, because a call that read an older policy may still
 /// be asking its slot, however long ago it read it. A replaced slot's lease keeps its
 /// refill thread for a grace period (such calls get real answers) and is then stopped,
-/// at the next change of the point's cluster limit; a stopped lease hands out what it
-/// holds and then answers without Redis.
+/// by a chore of the timing wheel (see `chores`) or at the next change of the point's
+/// cluster limit, whichever comes first; a stopped lease hands out what it holds and
+/// then answers without Redis.
 #[cfg(feature = "redis")]
 #[derive(Debug, Default)]
 struct Clusters {
@@ -473,6 +475,39 @@ struct Clusters {
     retired: Vec<(u64, &'static ClusterSlot)>,
     /// Replaced slots whose lease is stopped.
     stopped: Vec<&'static ClusterSlot>,
+}
+
+#[cfg(feature = "redis")]
+impl Clusters {
+    /// Moves the slots replaced at least [`CLUSTER_GRACE`] before `now` to `stopped`
+    /// and returns them, for the caller to stop their leases once it has let go of
+    /// the lock; and how long until the youngest of the others is due, if any.
+    fn retire_expired(&mut self, now: u64) -> (Vec<&'static ClusterSlot>, Option<Duration>) {
+        let grace = nanos(CLUSTER_GRACE);
+        let mut expired = Vec::new();
+        let mut due_in: Option<u64> = None;
+        self.retired.retain(|&(at, slot)| {
+            let age = now.saturating_sub(at);
+            if age >= grace {
+                expired.push(slot);
+                false
+            } else {
+                due_in = Some(due_in.map_or(grace - age, |d| d.min(grace - age)));
+                true
+            }
+        });
+        self.stopped.extend(&expired);
+        (expired, due_in.map(Duration::from_nanos))
+    }
+}
+
+/// Stops the leases of replaced cluster limits; each waits for its refill thread (up
+/// to one Redis call), so callers let go of the point's locks first.
+#[cfg(feature = "redis")]
+fn stop_leases(slots: Vec<&'static ClusterSlot>) {
+    for slot in slots {
+        slot.lease.stop();
+    }
 }
 
 /// How long a replaced cluster lease keeps its refill thread.
@@ -633,7 +668,7 @@ impl Point {
     pub(crate) fn apply(&'static self, policy: Option<Policy>) {
         if let Some(t) = policy.as_ref().and_then(Policy::timeouts) {
             self.hang.get_or_init(HangTable::new);
-            hang::schedule(self, hang::period(t.threshold));
+            chores::schedule(self, Chore::SweepHungCalls, hang::period(t.threshold));
         }
         let mut settings = self.settings();
         if policy.is_some() && settings.policy.is_none() {
@@ -646,12 +681,12 @@ impl Point {
     }
 
     /// Sets (or, with `None`, removes) the breaker. A new breaker starts empty.
-    pub(crate) fn apply_breaker(&self, breaker: Option<BreakerPolicy>) {
+    pub(crate) fn apply_breaker(&'static self, breaker: Option<BreakerPolicy>) {
         let mut settings = self.settings();
         self.install_breaker(&mut settings, breaker);
     }
 
-    fn install_breaker(&self, settings: &mut Settings, breaker: Option<BreakerPolicy>) {
+    fn install_breaker(&'static self, settings: &mut Settings, breaker: Option<BreakerPolicy>) {
         let slot = match breaker {
             Some(BreakerPolicy::Sre { config, slow_call }) => {
                 SreBreaker::new(config, self.clock.now())
@@ -703,14 +738,14 @@ impl Point {
     }
 
     #[cold]
-    fn ensure_breaker(&self) {
+    fn ensure_breaker(&'static self) {
         let mut settings = self.settings();
         if settings.breaker.is_none() {
             self.install_breaker(&mut settings, Some(BreakerPolicy::default()));
         }
     }
 
-    fn recompile(&self, settings: &Settings) {
+    fn recompile(&'static self, settings: &Settings) {
         let ring = settings
             .policy
             .as_ref()
@@ -758,18 +793,11 @@ impl Point {
 
     /// The cluster slot for a policy, building a lease when the setting changed.
     #[cfg(feature = "redis")]
-    fn cluster_for(&self, policy: Option<&Policy>) -> Option<*const ClusterSlot> {
+    fn cluster_for(&'static self, policy: Option<&Policy>) -> Option<*const ClusterSlot> {
         let mut guard = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
         let clusters = &mut *guard;
         let now = self.clock.now();
-        let grace = nanos(CLUSTER_GRACE);
-        let (expired, young): (Vec<_>, Vec<_>) = std::mem::take(&mut clusters.retired)
-            .into_iter()
-            .partition(|(at, _)| now.saturating_sub(*at) >= grace);
-        clusters.retired = young;
-        let expired: Vec<&'static ClusterSlot> = expired.into_iter().map(|(_, s)| s).collect();
-        clusters.stopped.extend(&expired);
-
+        let (expired, _) = clusters.retire_expired(now);
         let wanted = policy.and_then(|p| p.cluster.clone());
         let same = match (&wanted, clusters.current) {
             (Some(w), Some(c)) => *w == c.config,
@@ -779,16 +807,25 @@ impl Point {
         if !same {
             if let Some(old) = clusters.current.take() {
                 clusters.retired.push((now, old));
+                chores::schedule(self, Chore::StopRetiredLeases, CLUSTER_GRACE);
             }
             clusters.current = wanted.and_then(|w| self.build_cluster(w));
         }
         let current = clusters.current.map(|c| c as *const ClusterSlot);
         drop(guard);
-        // Outside the lock: stopping waits for the refill thread (up to one Redis call).
-        for slot in expired {
-            slot.lease.stop();
-        }
+        stop_leases(expired);
         current
+    }
+
+    /// Stops the leases of cluster limits replaced more than [`CLUSTER_GRACE`] ago
+    /// (a chore, see `chores`); returns when to look again, if some are still young.
+    #[cfg(feature = "redis")]
+    pub(crate) fn stop_retired_leases(&self) -> Option<Duration> {
+        let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        let (expired, again) = clusters.retire_expired(self.clock.now());
+        drop(clusters);
+        stop_leases(expired);
+        again
     }
 
     /// Without the `redis` feature, policies have no cluster limit.
@@ -2067,10 +2104,14 @@ mod tests {
             assert!(c.stopped.is_empty());
         }
 
-        // The same limit again changes nothing but retires what outlived the grace.
-        manual.advance(CLUSTER_GRACE);
-        registry.set_policy("cluster.slots", policy("b")).unwrap();
-        assert_eq!(point.cfg.load().cluster, second);
+        // The chore that stops replaced leases looks again when the grace is over...
+        assert_eq!(point.stop_retired_leases(), Some(CLUSTER_GRACE));
+        manual.advance(CLUSTER_GRACE / 4);
+        assert_eq!(point.stop_retired_leases(), Some(CLUSTER_GRACE * 3 / 4));
+        assert!(point.clusters.lock().unwrap().stopped.is_empty());
+        // ...and then stops them, without any change of the point.
+        manual.advance(CLUSTER_GRACE * 3 / 4);
+        assert_eq!(point.stop_retired_leases(), None);
         {
             let c = point.clusters.lock().unwrap();
             assert!(c.retired.is_empty());
@@ -2078,6 +2119,9 @@ mod tests {
             assert!(c.stopped[0].lease.is_stopped());
             assert_eq!(c.stopped[0] as *const ClusterSlot as usize, first);
         }
+        // The same limit again changes nothing.
+        registry.set_policy("cluster.slots", policy("b")).unwrap();
+        assert_eq!(point.cfg.load().cluster, second);
         // A call that read the first policy long ago can still ask its slot.
         // SAFETY: the slot is kept (asserted above).
         let stale = unsafe { &*(first as *const ClusterSlot) };
@@ -2086,12 +2130,20 @@ mod tests {
         // Every slot is counted in the point's memory.
         assert_eq!(point.cluster_slots(), 2);
         let bytes = point.memory_bytes();
-        // Removing the limit retires the current slot in turn.
+        // Removing the limit retires the current slot in turn; the next change after
+        // the grace stops it too, if the chore has not.
         registry.clear_policy("cluster.slots").unwrap();
         assert_eq!(point.memory_bytes(), bytes, "slots are kept, not freed");
+        {
+            let c = point.clusters.lock().unwrap();
+            assert!(c.current.is_none());
+            assert_eq!((c.retired.len(), c.stopped.len()), (1, 1));
+        }
+        manual.advance(CLUSTER_GRACE);
+        registry.clear_policy("cluster.slots").unwrap();
         let c = point.clusters.lock().unwrap();
-        assert!(c.current.is_none());
-        assert_eq!((c.retired.len(), c.stopped.len()), (1, 1));
+        assert_eq!((c.retired.len(), c.stopped.len()), (0, 2));
+        assert!(c.stopped.iter().all(|s| s.lease.is_stopped()));
     }
 
     #[test]

@@ -97,6 +97,32 @@ pub(crate) fn answers_ping(port: u16, wait: Duration) -> bool {
 }
 
 /// A private `redis-server` on a loopback port, without persistence, killed on drop.
+/// Live refill threads of cluster leases in this process (Linux only). Tests that
+/// count them must be the only ones in their test binary that start leases.
+#[cfg(target_os = "linux")]
+pub(crate) fn lease_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task lists this process's threads")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        // Thread names are cut to 15 bytes: "resilience-lease-refill".
+        .filter(|name| name.trim_end() == "resilience-leas")
+        .count()
+}
+
+/// [`lease_threads`] once it is 0, or after `wait` (leases being stopped on another
+/// thread take a moment to go).
+#[cfg(target_os = "linux")]
+pub(crate) fn lease_threads_settled(wait: Duration) -> usize {
+    let start = Instant::now();
+    loop {
+        let n = lease_threads();
+        if n == 0 || start.elapsed() >= wait {
+            return n;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// A plain connection for inspecting keys behind the backs of the types under test.
 pub(crate) async fn raw(url: &str) -> ::redis::aio::MultiplexedConnection {
     let client =
