@@ -1,7 +1,10 @@
 //! Background chores of points, run by one process-wide [`TimingWheel`]: sweeping the
 //! hung calls of points with a timeout rule, and stopping the leases of replaced
 //! cluster limits once their grace has passed. Each point has at most one pending
-//! timer per chore; arming it again moves it.
+//! timer per chore; arming it again moves it. Chores run one after the other on the
+//! wheel's thread: stopping a lease waits for its refill thread (at most one Redis
+//! call, bounded by the lease's timeout), and delays the sweeps due meanwhile by as
+//! much.
 
 use crate::point::Point;
 use crate::wheel::TimingWheel;
