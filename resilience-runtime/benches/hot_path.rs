@@ -6,7 +6,9 @@
 //! strategies <= 2.5x governor and <= 1/3 of failsafe; 2 threads on one point <= 8x
 //! the single-thread cost per call; flat in the number of points, buckets and listeners.
 //! `downgrade_all_five_fine_thresholds` shows the cost when thresholds are short enough
-//! to need the tick counter instead of the cached timeline.
+//! to need the tick counter instead of the cached timeline. At the end, the targets'
+//! ratios are also printed as measured interleaved (see `ratios`), which holds up
+//! better on a noisy host than ratios of rows measured seconds apart.
 
 // `criterion_group!` generates undocumented public functions.
 #![allow(missing_docs)]
@@ -176,11 +178,65 @@ fn scaling(c: &mut Criterion) {
     );
 }
 
+/// The targets as ratios measured interleaved (see `support::interleaved`): each
+/// ratio is the median over rounds of the ratio within a round, which a host that
+/// flips between fast and slow phases moves far less than it moves the criterion rows
+/// measured seconds apart.
+fn ratios(_: &mut Criterion) {
+    let counter = AtomicU64::new(0);
+    let limiter = governor::RateLimiter::direct(governor::Quota::per_second(
+        NonZeroU32::new(u32::MAX).unwrap(),
+    ));
+    let breaker = failsafe::Config::new().build();
+    registry().clear_policy("bench.none").unwrap();
+    registry().set_policy("bench.all", all_five(10)).unwrap();
+    let atomic = || {
+        black_box(black_box(&counter).fetch_add(1, Ordering::Relaxed));
+    };
+    let governor = || {
+        let _ = black_box(limiter.check());
+    };
+    let failsafe = || {
+        use failsafe::CircuitBreaker;
+        let _ = black_box(breaker.call(|| Ok::<_, ()>(plain(7))));
+    };
+    let none = || {
+        black_box(guarded_none(black_box(7)));
+    };
+    let all = || {
+        black_box(guarded_all(black_box(7)));
+    };
+    let t = support::interleaved(400, 5_000, &[&atomic, &governor, &failsafe, &none, &all]);
+    let [atomic, governor, failsafe, none, all] = [0, 1, 2, 3, 4].map(|i| &t[i][..]);
+    println!("interleaved, median of 400 rounds of 5 000 calls each:");
+    for (name, times) in [
+        ("atomic increment", atomic),
+        ("governor check", governor),
+        ("failsafe call", failsafe),
+        ("no policy", none),
+        ("all five", all),
+    ] {
+        println!("  {name:<18} {:>7.1} ns", support::median(times.to_vec()));
+    }
+    println!(
+        "  no policy / atomic increment = {:.2} (target <= 3)",
+        support::median_ratio(none, atomic)
+    );
+    println!(
+        "  all five / governor check    = {:.2} (target <= 2.5)",
+        support::median_ratio(all, governor)
+    );
+    println!(
+        "  all five / failsafe call     = {:.2} (target <= 0.33)",
+        support::median_ratio(all, failsafe)
+    );
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = yardsticks, scaling
+    targets = yardsticks, scaling, ratios
 }
 criterion_main!(benches);
