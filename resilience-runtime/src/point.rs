@@ -462,10 +462,10 @@ const _: () = {
 /// Cluster limits of a point: the current one and every one it replaced. Slots are
 /// leaked, never freed nor moved, because a call that read an older policy may still
 /// be asking its slot, however long ago it read it. A replaced slot's lease keeps its
-/// refill thread for a grace period (such calls get real answers) and is then stopped,
-/// by a chore of the timing wheel (see `chores`) or at the next change of the point's
-/// cluster limit, whichever comes first; a stopped lease hands out what it holds and
-/// then answers without Redis.
+/// refill thread for a grace period (such calls get real answers) and is then stopped
+/// by a chore of the timing wheel (see `chores`), which a change of the point's cluster
+/// limit also calls early for slots already past their grace. A stopped lease hands
+/// out what it holds and then answers without Redis.
 #[cfg(feature = "redis")]
 #[derive(Debug, Default)]
 struct Clusters {
@@ -473,40 +473,31 @@ struct Clusters {
     /// Replaced slots whose lease still runs, with the timeline reading of their
     /// replacement.
     retired: Vec<(u64, &'static ClusterSlot)>,
+    /// Replaced slots past their grace whose lease the chore is yet to stop.
+    stopping: Vec<&'static ClusterSlot>,
     /// Replaced slots whose lease is stopped.
     stopped: Vec<&'static ClusterSlot>,
 }
 
 #[cfg(feature = "redis")]
 impl Clusters {
-    /// Moves the slots replaced at least [`CLUSTER_GRACE`] before `now` to `stopped`
-    /// and returns them, for the caller to stop their leases once it has let go of
-    /// the lock; and how long until the youngest of the others is due, if any.
-    fn retire_expired(&mut self, now: u64) -> (Vec<&'static ClusterSlot>, Option<Duration>) {
+    /// Moves the slots replaced at least [`CLUSTER_GRACE`] before `now` to
+    /// `stopping`; returns how long until the youngest of the others is due, if any.
+    fn expire(&mut self, now: u64) -> Option<Duration> {
         let grace = nanos(CLUSTER_GRACE);
-        let mut expired = Vec::new();
         let mut due_in: Option<u64> = None;
+        let stopping = &mut self.stopping;
         self.retired.retain(|&(at, slot)| {
             let age = now.saturating_sub(at);
             if age >= grace {
-                expired.push(slot);
+                stopping.push(slot);
                 false
             } else {
                 due_in = Some(due_in.map_or(grace - age, |d| d.min(grace - age)));
                 true
             }
         });
-        self.stopped.extend(&expired);
-        (expired, due_in.map(Duration::from_nanos))
-    }
-}
-
-/// Stops the leases of replaced cluster limits; each waits for its refill thread (up
-/// to one Redis call), so callers let go of the point's locks first.
-#[cfg(feature = "redis")]
-fn stop_leases(slots: Vec<&'static ClusterSlot>) {
-    for slot in slots {
-        slot.lease.stop();
+        due_in.map(Duration::from_nanos)
     }
 }
 
@@ -797,7 +788,12 @@ impl Point {
         let mut guard = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
         let clusters = &mut *guard;
         let now = self.clock.now();
-        let (expired, _) = clusters.retire_expired(now);
+        // Leases past their grace are stopped by the chore, on its thread: stopping
+        // one waits for a Redis call, too long to hold the point's locks for.
+        clusters.expire(now);
+        if !clusters.stopping.is_empty() {
+            chores::schedule(self, Chore::StopRetiredLeases, Duration::ZERO);
+        }
         let wanted = policy.and_then(|p| p.cluster.clone());
         let same = match (&wanted, clusters.current) {
             (Some(w), Some(c)) => *w == c.config,
@@ -811,20 +807,32 @@ impl Point {
             }
             clusters.current = wanted.and_then(|w| self.build_cluster(w));
         }
-        let current = clusters.current.map(|c| c as *const ClusterSlot);
-        drop(guard);
-        stop_leases(expired);
-        current
+        clusters.current.map(|c| c as *const ClusterSlot)
     }
 
     /// Stops the leases of cluster limits replaced more than [`CLUSTER_GRACE`] ago
-    /// (a chore, see `chores`); returns when to look again, if some are still young.
+    /// (a chore, see `chores`), holding none of the point's locks while it waits for
+    /// them; returns when to look again, if some are still young.
     #[cfg(feature = "redis")]
     pub(crate) fn stop_retired_leases(&self) -> Option<Duration> {
         let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-        let (expired, again) = clusters.retire_expired(self.clock.now());
+        let again = clusters.expire(self.clock.now());
+        let batch = clusters.stopping.clone();
         drop(clusters);
-        stop_leases(expired);
+        for slot in &batch {
+            slot.lease.stop();
+        }
+        // Another caller may have stopped and moved some meanwhile: move what is left.
+        let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut done = Vec::new();
+        clusters.stopping.retain(|&s| {
+            let stopped = batch.iter().any(|&b| std::ptr::eq(b, s));
+            if stopped {
+                done.push(s);
+            }
+            !stopped
+        });
+        clusters.stopped.extend(done);
         again
     }
 
@@ -1686,7 +1694,7 @@ impl Point {
         #[cfg(feature = "redis")]
         {
             let c = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-            usize::from(c.current.is_some()) + c.retired.len() + c.stopped.len()
+            usize::from(c.current.is_some()) + c.retired.len() + c.stopping.len() + c.stopped.len()
         }
         #[cfg(not(feature = "redis"))]
         0
@@ -2130,8 +2138,8 @@ mod tests {
         // Every slot is counted in the point's memory.
         assert_eq!(point.cluster_slots(), 2);
         let bytes = point.memory_bytes();
-        // Removing the limit retires the current slot in turn; the next change after
-        // the grace stops it too, if the chore has not.
+        // Removing the limit retires the current slot in turn. A change after its
+        // grace hands it to the chore (which the wheel may be running right now).
         registry.clear_policy("cluster.slots").unwrap();
         assert_eq!(point.memory_bytes(), bytes, "slots are kept, not freed");
         {
@@ -2141,8 +2149,10 @@ mod tests {
         }
         manual.advance(CLUSTER_GRACE);
         registry.clear_policy("cluster.slots").unwrap();
+        assert_eq!(point.stop_retired_leases(), None);
         let c = point.clusters.lock().unwrap();
-        assert_eq!((c.retired.len(), c.stopped.len()), (0, 2));
+        assert!(c.retired.is_empty() && c.stopping.is_empty());
+        assert_eq!(c.stopped.len(), 2);
         assert!(c.stopped.iter().all(|s| s.lease.is_stopped()));
     }
 
