@@ -2076,6 +2076,85 @@ impl Drop for Permit {
 mod tests {
     use super::*;
 
+    /// Every cluster limit that `Policy::build` accepts starts its lease: the point
+    /// never runs without a limit its policy names (as it did when the policy let
+    /// through a batch larger than the burst, or a period under a millisecond).
+    #[cfg(feature = "redis")]
+    #[test]
+    fn every_cluster_limit_a_policy_accepts_starts_its_lease() {
+        use crate::{ClusterLimit, ManualClock, Registry};
+        use proptest::prelude::*;
+        let manual = ManualClock::new();
+        let registry: &'static Registry =
+            Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+        let point = registry.point("cluster.accepted").unwrap();
+        // Nothing listens there: a lease starts all the same (in fallback).
+        let url = "redis://127.0.0.1:1/";
+        // Durations around both ends of the range: sub-millisecond up to 20 years.
+        let period = (0u32..64, 0u64..4).prop_map(|(shift, extra)| {
+            Duration::from_nanos(
+                (1u64 << shift)
+                    .saturating_add(extra)
+                    .min(20 * 365 * 86_400 * 1_000_000_000),
+            )
+        });
+        let rate = prop_oneof![
+            Just(f64::NAN),
+            Just(0.0),
+            Just(1e-9),
+            0.001..1e9f64,
+            Just(f64::INFINITY)
+        ];
+        let limit = prop_oneof![
+            (period, 0u64..4, 0u64..6).prop_map(move |(period, quota, batch)| {
+                ClusterLimit::Visits {
+                    url: url.into(),
+                    key: "k".into(),
+                    period,
+                    quota,
+                    batch,
+                }
+            }),
+            (rate, 0u64..6, 0u64..8).prop_map(move |(rate, burst, batch)| {
+                ClusterLimit::TokenBucket {
+                    url: url.into(),
+                    key: "k".into(),
+                    rate,
+                    burst,
+                    batch,
+                }
+            }),
+        ];
+        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+            cases: 200,
+            failure_persistence: None,
+            ..ProptestConfig::default()
+        });
+        let (accepted, refused) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+        runner
+            .run(&limit, |limit| {
+                match Policy::builder().cluster(limit.clone()).build() {
+                    Err(_) => refused.set(refused.get() + 1),
+                    Ok(policy) => {
+                        accepted.set(accepted.get() + 1);
+                        registry.set_policy("cluster.accepted", policy).unwrap();
+                        prop_assert_ne!(point.cfg.load().cluster, 0, "no lease for {:?}", limit);
+                        // Stop the lease before the next case.
+                        registry.clear_policy("cluster.accepted").unwrap();
+                        manual.advance(CLUSTER_GRACE);
+                        point.stop_retired_leases();
+                    }
+                }
+                Ok(())
+            })
+            .unwrap();
+        let (accepted, refused) = (accepted.get(), refused.get());
+        assert!(
+            accepted > 20 && refused > 20,
+            "{accepted} accepted, {refused} refused"
+        );
+    }
+
     #[cfg(feature = "redis")]
     #[test]
     fn replaced_cluster_slots_stay_allocated_and_their_leases_stop_after_the_grace() {

@@ -1178,6 +1178,9 @@ fn cluster_limits_parse_and_round_trip_in_toml_and_json() {
         [points."cl.tokens"]
         max_visits = 10
         cluster = { algorithm = "token_bucket", url = "redis://127.0.0.1:6379/", key = "limits:tokens", rate = 12.5, burst = 40 }
+
+        [points."cl.small"]
+        cluster = { algorithm = "token_bucket", url = "redis://127.0.0.1:6379/", key = "limits:small", rate = 2, burst = 4 }
     "#;
     let file = PolicyFile::parse(text, Format::Toml).unwrap();
     let visits = ClusterLimit::Visits {
@@ -1198,6 +1201,15 @@ fn cluster_limits_parse_and_round_trip_in_toml_and_json() {
     assert_eq!(file.points["cl.visits"].policy.cluster(), Some(&visits));
     assert_eq!(file.points["cl.tokens"].policy.cluster(), Some(&tokens));
     assert_eq!(file.points["cl.tokens"].policy.max_visits(), Some(10));
+    // A bucket smaller than the default batch leases its whole burst at most.
+    assert!(matches!(
+        file.points["cl.small"].policy.cluster(),
+        Some(ClusterLimit::TokenBucket {
+            burst: 4,
+            batch: 4,
+            ..
+        })
+    ));
 
     for format in [Format::Toml, Format::Json] {
         let written = file.to_text(format).unwrap();
@@ -1232,6 +1244,12 @@ fn every_cluster_problem_is_named() {
 
         [points."cl.visits_ranges"]
         cluster = { algorithm = "visits", url = "redis://h/", key = "k", period = "0s", quota = 0 }
+
+        [points."cl.lease_ranges"]
+        cluster = { algorithm = "token_bucket", url = "redis://h/", key = "k", rate = 5, burst = 2, batch = 3 }
+
+        [points."cl.sub_ms"]
+        cluster = { algorithm = "visits", url = "redis://h/", key = "k", period = "500us", quota = 3 }
     "#;
     let err = PolicyFile::parse(text, Format::Toml).unwrap_err();
     use ProblemKind::*;
@@ -1257,6 +1275,8 @@ fn every_cluster_problem_is_named() {
         (OutOfRange, Some("cl.ranges"), Some("cluster.batch")),
         (OutOfRange, Some("cl.visits_ranges"), Some("cluster.period")),
         (OutOfRange, Some("cl.visits_ranges"), Some("cluster.quota")),
+        (OutOfRange, Some("cl.lease_ranges"), Some("cluster.batch")),
+        (OutOfRange, Some("cl.sub_ms"), Some("cluster.period")),
     ];
     expected.sort_by_key(key);
     assert_eq!(found, expected, "{err}");
@@ -1265,6 +1285,8 @@ fn every_cluster_problem_is_named() {
         "point `cl.names`, field `cluster.algorithm`: unknown algorithm `token-bucket`, did you mean `token_bucket`?",
         "point `cl.fields`, field `cluster.quota`: `quota` is not a setting of the `token_bucket` cluster",
         "point `cl.missing`, field `cluster.url`: `cluster.url` is required",
+        "point `cl.lease_ranges`, field `cluster.batch`: must not exceed `burst` (2), got 3",
+        "point `cl.sub_ms`, field `cluster.period`: must be between 1 ms and 10 years, got 500µs",
     ] {
         assert!(text.contains(says), "{says}\n{text}");
     }

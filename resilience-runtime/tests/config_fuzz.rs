@@ -581,7 +581,8 @@ fn cluster_at(
                 key,
                 rate,
                 burst,
-                batch,
+                // A batch is taken from the bucket at once: at most `burst`.
+                batch: batch.min(burst),
             }
         ),
     ]

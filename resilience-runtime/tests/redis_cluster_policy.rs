@@ -147,3 +147,101 @@ fn a_cluster_limit_from_a_policy_file_is_enforced() {
         ]
     );
 }
+
+/// Calls on three threads while a fourth swaps the point's cluster limit 60 times and
+/// moves the clock past the grace after each swap, so that leases are stopped while
+/// calls that read an older policy may still be asking them. Every call is admitted
+/// or downgraded by a cluster limit, the counts add up, every permit comes back, and
+/// no more calls are admitted than the limits' keys allow in all.
+#[test]
+fn swapping_cluster_limits_under_calls() {
+    use resilience_runtime::{ManualClock, Reason};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    let manual = ManualClock::new();
+    let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+    let url = redis_server::shared_url();
+    let prefix = redis_server::unique_key("cluster-swaps");
+    let limit = |i: u64| {
+        let cluster = if i.is_multiple_of(2) {
+            ClusterLimit::Visits {
+                url: url.clone(),
+                key: format!("{prefix}:{i}"),
+                period: Duration::from_secs(60),
+                quota: 1 + i % 7,
+                batch: 1 + i % 3,
+            }
+        } else {
+            let burst = 1 + i % 5;
+            ClusterLimit::TokenBucket {
+                url: url.clone(),
+                key: format!("{prefix}:{i}"),
+                // Refills too slow to count: the bucket gives `burst` tokens, once.
+                rate: 0.001,
+                burst,
+                batch: 1 + (i / 2) % burst,
+            }
+        };
+        Policy::builder()
+            .max_concurrency(2)
+            .cluster(cluster)
+            .build()
+            .unwrap()
+    };
+    r.set_policy("cluster.swaps", limit(0)).unwrap();
+    let point = r.point("cluster.swaps").unwrap();
+    let done = AtomicBool::new(false);
+    let (calls, admitted) = (AtomicU64::new(0), AtomicU64::new(0));
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    calls.fetch_add(1, Ordering::Relaxed);
+                    match point.enter() {
+                        Ok(permit) => {
+                            admitted.fetch_add(1, Ordering::Relaxed);
+                            permit.finish(false);
+                        }
+                        Err(d) => assert!(
+                            matches!(
+                                d.reason(),
+                                Reason::ClusterVisits
+                                    | Reason::ClusterTokenBucket
+                                    | Reason::Concurrency
+                            ),
+                            "{d:?}"
+                        ),
+                    }
+                }
+            });
+        }
+        for i in 1..=60 {
+            r.set_policy("cluster.swaps", limit(i)).unwrap();
+            manual.advance(Duration::from_secs(11));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        done.store(true, Ordering::Relaxed);
+    });
+    let s = r.stats("cluster.swaps").unwrap();
+    let calls = calls.load(Ordering::Relaxed);
+    assert!(calls > 0);
+    assert_eq!(s.totals.visits, calls, "every call counted once");
+    assert_eq!(s.totals.passes, admitted.load(Ordering::Relaxed));
+    let by_reason: u64 = s.totals.downgrades_by_reason.iter().map(|(_, n)| n).sum();
+    assert_eq!(s.totals.downgrades, by_reason);
+    assert_eq!(s.concurrency, 0, "every permit came back");
+    assert!(s.peak_concurrency <= 2);
+    // Each limit has its own key: the cluster admits at most its quota or burst.
+    let most: u64 = (0..=60u64)
+        .map(|i| match limit(i).cluster() {
+            Some(ClusterLimit::Visits { quota, .. }) => *quota,
+            Some(ClusterLimit::TokenBucket { burst, .. }) => *burst,
+            None => unreachable!(),
+        })
+        .sum();
+    assert!(
+        (1..=most).contains(&s.totals.passes),
+        "{} admitted, at most {most} allowed",
+        s.totals.passes
+    );
+}

@@ -690,7 +690,7 @@ impl ClusterOut {
         let common = ClusterOut {
             url: url.clone(),
             key: key.clone(),
-            batch: Some(*batch).filter(|&b| b != crate::redis::DEFAULT_BATCH),
+            batch: Some(*batch).filter(|&b| b != limit.default_batch()),
             ..ClusterOut::default()
         };
         match limit {

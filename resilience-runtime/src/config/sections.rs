@@ -444,8 +444,8 @@ pub(super) fn check_cluster(
     let need = |r: &mut Reporter<'_>, name: &str| r.required(&f.path(name), f.get(name));
     let url = need(r, "url").and_then(|v| r.string("cluster.url", v));
     let key = need(r, "key").and_then(|v| r.string("cluster.key", v));
-    let mut batch = crate::redis::DEFAULT_BATCH;
-    f.set(r, "batch", &mut batch, Reporter::u64);
+    let mut batch = None;
+    f.set_some(r, "batch", &mut batch, Reporter::u64);
     let limit = if algorithm == "visits" {
         let period = need(r, "period").and_then(|v| r.duration("cluster.period", v));
         let quota = need(r, "quota").and_then(|v| r.u64("cluster.quota", v));
@@ -455,7 +455,7 @@ pub(super) fn check_cluster(
                 key,
                 period,
                 quota,
-                batch,
+                batch: batch.unwrap_or(ClusterLimit::default_visits_batch()),
             }),
             _ => None,
         }
@@ -468,7 +468,7 @@ pub(super) fn check_cluster(
                 key,
                 rate,
                 burst,
-                batch,
+                batch: batch.unwrap_or(ClusterLimit::default_token_batch(burst)),
             }),
             _ => None,
         }

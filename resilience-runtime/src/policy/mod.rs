@@ -72,7 +72,7 @@ pub enum ClusterLimit {
         url: String,
         /// Redis key of the shared counter.
         key: String,
-        /// Window length.
+        /// Window length, from 1 ms to 10 years.
         period: Duration,
         /// Visits per window.
         quota: u64,
@@ -89,9 +89,33 @@ pub enum ClusterLimit {
         rate: f64,
         /// Bucket capacity.
         burst: u64,
-        /// Tokens leased per Redis round trip.
+        /// Tokens leased per Redis round trip, at most `burst`.
         batch: u64,
     },
+}
+
+#[cfg(feature = "redis")]
+impl ClusterLimit {
+    /// The `batch` a policy file means when it leaves the field out:
+    /// [`DEFAULT_BATCH`](crate::redis::DEFAULT_BATCH) for a visits limit.
+    pub(crate) fn default_visits_batch() -> u64 {
+        crate::redis::DEFAULT_BATCH
+    }
+
+    /// The `batch` a policy file means when it leaves the field out of a token bucket
+    /// of `burst`: [`DEFAULT_BATCH`](crate::redis::DEFAULT_BATCH), or `burst` if that
+    /// is smaller (a batch is taken from the bucket at once).
+    pub(crate) fn default_token_batch(burst: u64) -> u64 {
+        crate::redis::DEFAULT_BATCH.min(burst).max(1)
+    }
+
+    /// The default `batch` for this limit's algorithm and burst.
+    pub(crate) fn default_batch(&self) -> u64 {
+        match self {
+            ClusterLimit::Visits { .. } => ClusterLimit::default_visits_batch(),
+            ClusterLimit::TokenBucket { burst, .. } => ClusterLimit::default_token_batch(*burst),
+        }
+    }
 }
 
 /// An adaptive concurrency limit: the limit follows the measured capacity of the
@@ -492,8 +516,12 @@ impl PolicyBuilder {
                     quota,
                     batch,
                 } => {
-                    if period.is_zero() {
-                        fail("cluster.period", "must be greater than zero".into());
+                    // The lease's own check, so that every policy that builds can
+                    // start its lease.
+                    if let Err(crate::redis::RedisLimitError::InvalidConfig { reason, .. }) =
+                        crate::redis::check_period(*period)
+                    {
+                        fail("cluster.period", reason);
                     }
                     if *quota == 0 {
                         fail("cluster.quota", "must be at least 1".into());
@@ -515,6 +543,12 @@ impl PolicyBuilder {
                     }
                     if *burst == 0 {
                         fail("cluster.burst", "must be at least 1".into());
+                    } else if *batch > *burst {
+                        // A batch is taken from the bucket at once.
+                        fail(
+                            "cluster.batch",
+                            format!("must not exceed `burst` ({burst}), got {batch}"),
+                        );
                     }
                     (url, key, batch)
                 }

@@ -51,4 +51,5 @@ pub use limit::{
     RedisTokenLimiter, RedisTokenLimiterBuilder, RefillClock, DEFAULT_BATCH, DEFAULT_LIMIT_TIMEOUT,
     DEFAULT_PROBE_INTERVAL,
 };
+pub(crate) use period::check_period;
 pub use period::{Alignment, PeriodDecision, RedisPeriodLimiter, RedisPeriodLimiterBuilder};
