@@ -2076,17 +2076,25 @@ impl Drop for Permit {
 mod tests {
     use super::*;
 
+    /// A registry of its own on a manual clock.
+    #[cfg(feature = "redis")]
+    fn manual_registry() -> (crate::ManualClock, &'static crate::Registry) {
+        let manual = crate::ManualClock::new();
+        let registry = Box::leak(Box::new(crate::Registry::with_clock(Clock::manual(
+            &manual,
+        ))));
+        (manual, registry)
+    }
+
     /// Every cluster limit that `Policy::build` accepts starts its lease: the point
     /// never runs without a limit its policy names (as it did when the policy let
     /// through a batch larger than the burst, or a period under a millisecond).
     #[cfg(feature = "redis")]
     #[test]
     fn every_cluster_limit_a_policy_accepts_starts_its_lease() {
-        use crate::{ClusterLimit, ManualClock, Registry};
+        use crate::ClusterLimit;
         use proptest::prelude::*;
-        let manual = ManualClock::new();
-        let registry: &'static Registry =
-            Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+        let (manual, registry) = manual_registry();
         let point = registry.point("cluster.accepted").unwrap();
         // Nothing listens there: a lease starts all the same (in fallback).
         let url = "redis://127.0.0.1:1/";
@@ -2158,10 +2166,8 @@ mod tests {
     #[cfg(feature = "redis")]
     #[test]
     fn replaced_cluster_slots_stay_allocated_and_their_leases_stop_after_the_grace() {
-        use crate::{ClusterLimit, ManualClock, Registry};
-        let manual = ManualClock::new();
-        let registry: &'static Registry =
-            Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+        use crate::ClusterLimit;
+        let (manual, registry) = manual_registry();
         // Nothing listens there: the leases fall back to local limits, which is enough
         // for the bookkeeping under test.
         let policy = |key: &str| {

@@ -622,14 +622,11 @@ mod redis_server;
 #[test]
 fn cluster_limits_in_files_apply_all_or_nothing_and_stop_when_removed() {
     use proptest::test_runner::TestRunner;
-    use resilience_runtime::{ClusterLimit, ManualClock};
+    use resilience_runtime::ClusterLimit;
     use std::time::Duration;
 
-    let manual = ManualClock::new();
-    let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+    let (manual, r, prefix) = redis_server::manual_registry("fuzz");
     let url = redis_server::shared_url();
-    // A unique key prefix per run: the keys of earlier runs may hold spent quotas.
-    let prefix = redis_server::unique_key("fuzz");
     let points = proptest::collection::btree_map(
         "[a-c]{1,2}",
         (

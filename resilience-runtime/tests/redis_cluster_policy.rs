@@ -155,13 +155,11 @@ fn a_cluster_limit_from_a_policy_file_is_enforced() {
 /// no more calls are admitted than the limits' keys allow in all.
 #[test]
 fn swapping_cluster_limits_under_calls() {
-    use resilience_runtime::{ManualClock, Reason};
+    use resilience_runtime::Reason;
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-    let manual = ManualClock::new();
-    let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+    let (manual, r, prefix) = redis_server::manual_registry("cluster-swaps");
     let url = redis_server::shared_url();
-    let prefix = redis_server::unique_key("cluster-swaps");
     let limit = |i: u64| {
         let cluster = if i.is_multiple_of(2) {
             ClusterLimit::Visits {

@@ -123,6 +123,21 @@ pub(crate) fn lease_threads_settled(wait: Duration) -> usize {
     }
 }
 
+/// A registry of its own on a manual clock, and a key prefix no other run uses (keys
+/// of earlier runs may hold spent quotas).
+pub(crate) fn manual_registry(
+    name: &str,
+) -> (
+    resilience_runtime::ManualClock,
+    &'static resilience_runtime::Registry,
+    String,
+) {
+    let manual = resilience_runtime::ManualClock::new();
+    let clock = resilience_runtime::Clock::manual(&manual);
+    let registry = Box::leak(Box::new(resilience_runtime::Registry::with_clock(clock)));
+    (manual, registry, unique_key(name))
+}
+
 /// A plain connection for inspecting keys behind the backs of the types under test.
 pub(crate) async fn raw(url: &str) -> ::redis::aio::MultiplexedConnection {
     let client =
