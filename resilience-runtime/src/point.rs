@@ -2076,14 +2076,127 @@ impl Drop for Permit {
 mod tests {
     use super::*;
 
+    /// Runs `check` on `cases` random settings; it returns `None` when the policy
+    /// refuses the setting, else whether the point took it up. Fails on the first
+    /// setting accepted but not taken up, and unless both kinds make a tenth of cases.
+    fn for_accepted<S>(cases: u32, settings: S, check: impl Fn(S::Value) -> Option<bool>)
+    where
+        S: proptest::strategy::Strategy,
+        S::Value: Clone,
+    {
+        use proptest::test_runner::{Config, TestCaseError, TestRunner};
+        let mut runner = TestRunner::new(Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        });
+        let accepted = std::cell::Cell::new(0);
+        runner
+            .run(&settings, |setting| match check(setting.clone()) {
+                None => Ok(()),
+                Some(true) => {
+                    accepted.set(accepted.get() + 1);
+                    Ok(())
+                }
+                Some(false) => Err(TestCaseError::fail(format!(
+                    "accepted, but not taken up: {setting:?}"
+                ))),
+            })
+            .unwrap();
+        let accepted = accepted.get();
+        assert!(
+            accepted >= cases / 10 && cases - accepted >= cases / 10,
+            "{accepted} of {cases} accepted"
+        );
+    }
+
     /// A registry of its own on a manual clock.
-    #[cfg(feature = "redis")]
     fn manual_registry() -> (crate::ManualClock, &'static crate::Registry) {
         let manual = crate::ManualClock::new();
         let registry = Box::leak(Box::new(crate::Registry::with_clock(Clock::manual(
             &manual,
         ))));
         (manual, registry)
+    }
+
+    /// Every adaptive limit that `Policy::build` accepts starts its limiter: the point
+    /// never runs without a limit its policy names.
+    #[test]
+    fn every_adaptive_limit_a_policy_accepts_starts_its_limiter() {
+        use crate::adaptive::{AdaptiveConfig, GradientConfig};
+        use proptest::prelude::*;
+        let (_manual, registry) = manual_registry();
+        let point = registry.point("adaptive.accepted").unwrap();
+        // Mostly plausible values, sometimes edges and nonsense.
+        let real = || {
+            prop_oneof![
+                6 => 0.01..0.99f64,
+                2 => 1.0..100.0f64,
+                1 => prop_oneof![
+                    Just(f64::NAN),
+                    Just(f64::INFINITY),
+                    Just(-1.0),
+                    Just(0.0),
+                    Just(1.0),
+                ],
+            ]
+        };
+        let span = || {
+            prop_oneof![
+                4 => (1u64..10_000).prop_map(Duration::from_millis),
+                1 => (0u32..45).prop_map(|shift| Duration::from_nanos((1u64 << shift) - 1)),
+            ]
+        };
+        let limits = (0u32..2_000, 0u32..2_000, 0u32..2_000, any::<bool>()).prop_map(
+            |(a, b, c, ordered)| {
+                let mut v = [a, b, c];
+                if ordered {
+                    v.sort_unstable();
+                }
+                v
+            },
+        );
+        let gradient = (
+            (limits, real(), real(), real()),
+            (0u32..2_000, span(), 0u32..100),
+        )
+            .prop_map(
+                |(([min, initial, max], smoothing, tolerance, queue), (long, sample, samples))| {
+                    AdaptiveLimit::Gradient(GradientConfig {
+                        initial_limit: initial,
+                        min_limit: min,
+                        max_limit: max,
+                        smoothing,
+                        rtt_tolerance: tolerance,
+                        queue_size: queue,
+                        long_window: long,
+                        sample_window: sample,
+                        min_samples: samples,
+                    })
+                },
+            );
+        let shedder = (
+            (span(), 0u32..2_000, 0u64..1_100),
+            (span(), span(), real(), real()),
+        )
+            .prop_map(
+                |((window, buckets, cpu), (cool_off, min_rt, beta, factor))| {
+                    AdaptiveLimit::Shedder(AdaptiveConfig {
+                        window,
+                        buckets,
+                        cpu_threshold: cpu,
+                        cool_off,
+                        default_min_rt: min_rt,
+                        flying_beta: beta,
+                        min_overload_factor: factor,
+                    })
+                },
+            );
+        for_accepted(500, prop_oneof![gradient, shedder], |limit| {
+            let policy = Policy::builder().adaptive(limit).build().ok()?;
+            registry.set_policy("adaptive.accepted", policy).unwrap();
+            Some(point.cfg.load().adaptive != 0)
+        });
     }
 
     /// Every cluster limit that `Policy::build` accepts starts its lease: the point
@@ -2133,34 +2246,16 @@ mod tests {
                 }
             }),
         ];
-        let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
-            cases: 200,
-            failure_persistence: None,
-            ..ProptestConfig::default()
+        for_accepted(200, limit, |limit| {
+            let policy = Policy::builder().cluster(limit).build().ok()?;
+            registry.set_policy("cluster.accepted", policy).unwrap();
+            let started = point.cfg.load().cluster != 0;
+            // Stop the lease before the next case.
+            registry.clear_policy("cluster.accepted").unwrap();
+            manual.advance(CLUSTER_GRACE);
+            point.stop_retired_leases();
+            Some(started)
         });
-        let (accepted, refused) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
-        runner
-            .run(&limit, |limit| {
-                match Policy::builder().cluster(limit.clone()).build() {
-                    Err(_) => refused.set(refused.get() + 1),
-                    Ok(policy) => {
-                        accepted.set(accepted.get() + 1);
-                        registry.set_policy("cluster.accepted", policy).unwrap();
-                        prop_assert_ne!(point.cfg.load().cluster, 0, "no lease for {:?}", limit);
-                        // Stop the lease before the next case.
-                        registry.clear_policy("cluster.accepted").unwrap();
-                        manual.advance(CLUSTER_GRACE);
-                        point.stop_retired_leases();
-                    }
-                }
-                Ok(())
-            })
-            .unwrap();
-        let (accepted, refused) = (accepted.get(), refused.get());
-        assert!(
-            accepted > 20 && refused > 20,
-            "{accepted} accepted, {refused} refused"
-        );
     }
 
     #[cfg(feature = "redis")]
