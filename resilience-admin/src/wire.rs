@@ -210,7 +210,6 @@ impl<'a, 'e> Reader<'a, 'e> {
         }
     }
 
-    /// A required integer time in ms.
     /// An optional count: `Some(None)` when absent, `None` when malformed.
     fn optional_count(&mut self, key: &str) -> Option<Option<u64>> {
         match self.get(key) {
@@ -230,6 +229,7 @@ impl<'a, 'e> Reader<'a, 'e> {
         None
     }
 
+    /// A required integer time in ms.
     fn time(&mut self, key: &str) -> Option<i64> {
         match self.get(key) {
             None => {
