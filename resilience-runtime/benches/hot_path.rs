@@ -216,7 +216,7 @@ fn ratios(_: &mut Criterion) {
         ("no policy", none),
         ("all five", all),
     ] {
-        println!("  {name:<18} {:>7.1} ns", support::median(times.to_vec()));
+        println!("  {name:<18} {:>7.1} ns", support::median(times));
     }
     println!(
         "  no policy / atomic increment = {:.2} (target <= 3)",

@@ -43,12 +43,14 @@ pub(crate) fn interleaved(rounds: usize, batch: u64, candidates: &[&dyn Fn()]) -
 }
 
 /// The median of `values` (which must not be empty).
-pub(crate) fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+pub(crate) fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
 }
 
 /// The median over rounds of the ratio `a[k] / b[k]`.
 pub(crate) fn median_ratio(a: &[f64], b: &[f64]) -> f64 {
-    median(a.iter().zip(b).map(|(a, b)| a / b).collect())
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| a / b).collect();
+    median(&ratios)
 }
