@@ -446,37 +446,29 @@ pub(super) fn check_cluster(
     let key = need(r, "key").and_then(|v| r.string("cluster.key", v));
     let mut batch = None;
     f.set_some(r, "batch", &mut batch, Reporter::u64);
+    // Every field is read (and every problem reported) before `?` gives up.
     let limit = if algorithm == "visits" {
         let period = need(r, "period").and_then(|v| r.duration("cluster.period", v));
         let quota = need(r, "quota").and_then(|v| r.u64("cluster.quota", v));
-        match (url, key, period, quota) {
-            (Some(url), Some(key), Some(period), Some(quota)) => Some(ClusterLimit::Visits {
-                url,
-                key,
-                period,
-                quota,
-                batch: batch.unwrap_or(ClusterLimit::default_visits_batch()),
-            }),
-            _ => None,
+        ClusterLimit::Visits {
+            url: url?,
+            key: key?,
+            period: period?,
+            quota: quota?,
+            batch: batch.unwrap_or(ClusterLimit::default_batch_up_to(u64::MAX)),
         }
     } else {
         let rate = need(r, "rate").and_then(|v| r.number("cluster.rate", v));
-        let burst = need(r, "burst").and_then(|v| r.u64("cluster.burst", v));
-        match (url, key, rate, burst) {
-            (Some(url), Some(key), Some(rate), Some(burst)) => Some(ClusterLimit::TokenBucket {
-                url,
-                key,
-                rate,
-                burst,
-                batch: batch.unwrap_or(ClusterLimit::default_token_batch(burst)),
-            }),
-            _ => None,
+        let burst = need(r, "burst").and_then(|v| r.u64("cluster.burst", v))?;
+        ClusterLimit::TokenBucket {
+            url: url?,
+            key: key?,
+            rate: rate?,
+            burst,
+            batch: batch.unwrap_or(ClusterLimit::default_batch_up_to(burst)),
         }
     };
-    if r.count() > before {
-        return None;
-    }
-    limit
+    (r.count() == before).then_some(limit)
 }
 
 /// Checks `[points."x".adaptive]`; `None` once reported.

@@ -97,23 +97,17 @@ pub enum ClusterLimit {
 #[cfg(feature = "redis")]
 impl ClusterLimit {
     /// The `batch` a policy file means when it leaves the field out:
-    /// [`DEFAULT_BATCH`](crate::redis::DEFAULT_BATCH) for a visits limit.
-    pub(crate) fn default_visits_batch() -> u64 {
-        crate::redis::DEFAULT_BATCH
-    }
-
-    /// The `batch` a policy file means when it leaves the field out of a token bucket
-    /// of `burst`: [`DEFAULT_BATCH`](crate::redis::DEFAULT_BATCH), or `burst` if that
-    /// is smaller (a batch is taken from the bucket at once).
-    pub(crate) fn default_token_batch(burst: u64) -> u64 {
-        crate::redis::DEFAULT_BATCH.min(burst).max(1)
+    /// [`DEFAULT_BATCH`](crate::redis::DEFAULT_BATCH), or `cap` (a token bucket's
+    /// `burst`: a batch is taken from the bucket at once) if that is smaller.
+    pub(crate) fn default_batch_up_to(cap: u64) -> u64 {
+        crate::redis::DEFAULT_BATCH.min(cap).max(1)
     }
 
     /// The default `batch` for this limit's algorithm and burst.
     pub(crate) fn default_batch(&self) -> u64 {
         match self {
-            ClusterLimit::Visits { .. } => ClusterLimit::default_visits_batch(),
-            ClusterLimit::TokenBucket { burst, .. } => ClusterLimit::default_token_batch(*burst),
+            ClusterLimit::Visits { .. } => ClusterLimit::default_batch_up_to(u64::MAX),
+            ClusterLimit::TokenBucket { burst, .. } => ClusterLimit::default_batch_up_to(*burst),
         }
     }
 }
