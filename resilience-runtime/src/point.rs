@@ -470,34 +470,27 @@ const _: () = {
 #[derive(Debug, Default)]
 struct Clusters {
     current: Option<&'static ClusterSlot>,
-    /// Replaced slots whose lease still runs, with the timeline reading of their
-    /// replacement.
-    retired: Vec<(u64, &'static ClusterSlot)>,
-    /// Replaced slots past their grace whose lease the chore is yet to stop.
-    stopping: Vec<&'static ClusterSlot>,
-    /// Replaced slots whose lease is stopped.
-    stopped: Vec<&'static ClusterSlot>,
+    /// Every slot replaced, with the timeline reading of its replacement.
+    replaced: Vec<(u64, &'static ClusterSlot)>,
 }
 
 #[cfg(feature = "redis")]
 impl Clusters {
-    /// Moves the slots replaced at least [`CLUSTER_GRACE`] before `now` to
-    /// `stopping`; returns how long until the youngest of the others is due, if any.
-    fn expire(&mut self, now: u64) -> Option<Duration> {
+    /// The replaced slots past their grace at `now` whose lease still runs, and how
+    /// long until the next of the others is past its grace, if any.
+    fn due(&self, now: u64) -> (Vec<&'static ClusterSlot>, Option<Duration>) {
         let grace = nanos(CLUSTER_GRACE);
-        let mut due_in: Option<u64> = None;
-        let stopping = &mut self.stopping;
-        self.retired.retain(|&(at, slot)| {
+        let mut due = Vec::new();
+        let mut next: Option<u64> = None;
+        for &(at, slot) in &self.replaced {
             let age = now.saturating_sub(at);
-            if age >= grace {
-                stopping.push(slot);
-                false
-            } else {
-                due_in = Some(due_in.map_or(grace - age, |d| d.min(grace - age)));
-                true
+            if age < grace {
+                next = Some(next.map_or(grace - age, |n| n.min(grace - age)));
+            } else if !slot.lease.is_stopped() {
+                due.push(slot);
             }
-        });
-        due_in.map(Duration::from_nanos)
+        }
+        (due, next.map(Duration::from_nanos))
     }
 }
 
@@ -788,12 +781,6 @@ impl Point {
         let mut guard = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
         let clusters = &mut *guard;
         let now = self.clock.now();
-        // Leases past their grace are stopped by the chore, on its thread: stopping
-        // one waits for a Redis call, too long to hold the point's locks for.
-        clusters.expire(now);
-        if !clusters.stopping.is_empty() {
-            chores::schedule(self, Chore::StopRetiredLeases, Duration::ZERO);
-        }
         let wanted = policy.and_then(|p| p.cluster.clone());
         let same = match (&wanted, clusters.current) {
             (Some(w), Some(c)) => *w == c.config,
@@ -802,10 +789,18 @@ impl Point {
         };
         if !same {
             if let Some(old) = clusters.current.take() {
-                clusters.retired.push((now, old));
-                chores::schedule(self, Chore::StopRetiredLeases, CLUSTER_GRACE);
+                clusters.replaced.push((now, old));
             }
             clusters.current = wanted.and_then(|w| self.build_cluster(w));
+        }
+        // Leases are stopped by the chore, on its thread: stopping one waits for a
+        // Redis call, too long to hold the point's locks for.
+        match clusters.due(now) {
+            (due, _) if !due.is_empty() => {
+                chores::schedule(self, Chore::StopRetiredLeases, Duration::ZERO)
+            }
+            (_, Some(next)) => chores::schedule(self, Chore::StopRetiredLeases, next),
+            _ => {}
         }
         clusters.current.map(|c| c as *const ClusterSlot)
     }
@@ -815,25 +810,13 @@ impl Point {
     /// them; returns when to look again, if some are still young.
     #[cfg(feature = "redis")]
     pub(crate) fn stop_retired_leases(&self) -> Option<Duration> {
-        let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-        let again = clusters.expire(self.clock.now());
-        let batch = clusters.stopping.clone();
+        let clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        let (due, next) = clusters.due(self.clock.now());
         drop(clusters);
-        for slot in &batch {
+        for slot in due {
             slot.lease.stop();
         }
-        // Another caller may have stopped and moved some meanwhile: move what is left.
-        let mut clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-        let mut done = Vec::new();
-        clusters.stopping.retain(|&s| {
-            let stopped = batch.iter().any(|&b| std::ptr::eq(b, s));
-            if stopped {
-                done.push(s);
-            }
-            !stopped
-        });
-        clusters.stopped.extend(done);
-        again
+        next
     }
 
     /// Without the `redis` feature, policies have no cluster limit.
@@ -1694,7 +1677,7 @@ impl Point {
         #[cfg(feature = "redis")]
         {
             let c = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-            usize::from(c.current.is_some()) + c.retired.len() + c.stopping.len() + c.stopped.len()
+            usize::from(c.current.is_some()) + c.replaced.len()
         }
         #[cfg(not(feature = "redis"))]
         0
@@ -2287,25 +2270,26 @@ mod tests {
         assert_ne!(second, first);
         {
             let c = point.clusters.lock().unwrap();
-            assert_eq!(c.retired.len(), 1);
-            assert!(!c.retired[0].1.lease.is_stopped(), "still in its grace");
-            assert!(c.stopped.is_empty());
+            assert_eq!(c.replaced.len(), 1);
+            assert!(!c.replaced[0].1.lease.is_stopped(), "still in its grace");
         }
 
         // The chore that stops replaced leases looks again when the grace is over...
         assert_eq!(point.stop_retired_leases(), Some(CLUSTER_GRACE));
         manual.advance(CLUSTER_GRACE / 4);
         assert_eq!(point.stop_retired_leases(), Some(CLUSTER_GRACE * 3 / 4));
-        assert!(point.clusters.lock().unwrap().stopped.is_empty());
+        assert!(!point.clusters.lock().unwrap().replaced[0]
+            .1
+            .lease
+            .is_stopped());
         // ...and then stops them, without any change of the point.
         manual.advance(CLUSTER_GRACE * 3 / 4);
         assert_eq!(point.stop_retired_leases(), None);
         {
             let c = point.clusters.lock().unwrap();
-            assert!(c.retired.is_empty());
-            assert_eq!(c.stopped.len(), 1);
-            assert!(c.stopped[0].lease.is_stopped());
-            assert_eq!(c.stopped[0] as *const ClusterSlot as usize, first);
+            assert_eq!(c.replaced.len(), 1);
+            assert!(c.replaced[0].1.lease.is_stopped());
+            assert_eq!(c.replaced[0].1 as *const ClusterSlot as usize, first);
         }
         // The same limit again changes nothing.
         registry.set_policy("cluster.slots", policy("b")).unwrap();
@@ -2325,15 +2309,19 @@ mod tests {
         {
             let c = point.clusters.lock().unwrap();
             assert!(c.current.is_none());
-            assert_eq!((c.retired.len(), c.stopped.len()), (1, 1));
+            let stopped: Vec<bool> = c
+                .replaced
+                .iter()
+                .map(|(_, s)| s.lease.is_stopped())
+                .collect();
+            assert_eq!(stopped, [true, false], "the second is in its grace");
         }
         manual.advance(CLUSTER_GRACE);
         registry.clear_policy("cluster.slots").unwrap();
         assert_eq!(point.stop_retired_leases(), None);
         let c = point.clusters.lock().unwrap();
-        assert!(c.retired.is_empty() && c.stopping.is_empty());
-        assert_eq!(c.stopped.len(), 2);
-        assert!(c.stopped.iter().all(|s| s.lease.is_stopped()));
+        assert_eq!(c.replaced.len(), 2);
+        assert!(c.replaced.iter().all(|(_, s)| s.lease.is_stopped()));
     }
 
     #[test]

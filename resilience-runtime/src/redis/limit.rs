@@ -1662,9 +1662,8 @@ impl Drop for ClusterLease {
     }
 }
 
-#[cfg(test)]
 impl ClusterLease {
-    /// Whether the refill thread has been stopped.
+    /// Whether [`stop`](Self::stop) was called.
     pub(crate) fn is_stopped(&self) -> bool {
         self.refiller
             .lock()
