@@ -48,7 +48,7 @@ fn wheel() -> Option<&'static Wheel> {
 
 /// Arms (or re-arms) `chore` of `point` after `after`. Without a wheel (its thread
 /// could not start) chores are not run: hung calls are then measured when they
-/// return, and replaced leases stop at the point's next cluster change.
+/// return, and replaced cluster leases keep their refill threads.
 pub(crate) fn schedule(point: &'static Point, chore: Chore, after: Duration) {
     if let Some(wheel) = wheel() {
         let key = (point as *const Point as usize, chore);

@@ -6,10 +6,10 @@
 //! free one with a load and a store, and a call frees its slot with a load and a store
 //! (or one swap if it ran past the threshold), wherever it ends. Threads beyond the
 //! owned lanes, and calls that find their lane full, claim shared slots by
-//! compare-and-swap. A recurring timer of the process-wide timing wheel (`chores`) sweeps the
-//! table every quarter of the threshold (between 10 ms and 1 s) and marks every call
-//! older than the threshold as timed out, counting it once; the call, when it returns,
-//! sees the mark and is not counted again. Points without a timeout rule never touch
+//! compare-and-swap. A recurring timer of the process-wide timing wheel (`chores`)
+//! sweeps the table every quarter of the threshold (between 10 ms and 1 s) and marks
+//! every call older than the threshold as timed out, counting it once; the call, when
+//! it returns, sees the mark and is not counted again. Points without a timeout rule never touch
 //! any of this.
 //!
 //! When more calls are in flight than the table has room for, the extra calls are not

@@ -1654,21 +1654,19 @@ impl ClusterLease {
             let _ = handle.join();
         }
     }
-}
 
-impl Drop for ClusterLease {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-impl ClusterLease {
     /// Whether [`stop`](Self::stop) was called.
     pub(crate) fn is_stopped(&self) -> bool {
         self.refiller
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .is_none()
+    }
+}
+
+impl Drop for ClusterLease {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
