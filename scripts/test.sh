@@ -20,3 +20,5 @@ source scripts/redis.sh
 source resilience-admin/scripts/chromium.sh
 source resilience-admin/scripts/postgres.sh
 cargo test --workspace --all-features
+# Without the `redis` feature, policy files name the `cluster` section as needing it.
+cargo test -p resilience-runtime --no-default-features --features config,macros --test config

@@ -1309,3 +1309,25 @@ fn a_cluster_section_without_the_redis_feature_is_named() {
         "{err}"
     );
 }
+
+/// README: the one-line `cluster` section it shows is a valid point setting.
+#[cfg(feature = "redis")]
+#[test]
+fn the_readme_cluster_line_parses() {
+    use resilience_runtime::ClusterLimit;
+    let readme = include_str!("../../README.md");
+    let line = readme
+        .lines()
+        .find(|l| l.starts_with("`cluster = {"))
+        .expect("README shows a `cluster = { ... }` line")
+        .trim_matches(|c| c == '`' || c == '.');
+    let file = PolicyFile::parse(
+        &format!("[points.\"orders.create\"]\n{line}\n"),
+        Format::Toml,
+    )
+    .unwrap_or_else(|e| panic!("{line}: {e}"));
+    assert!(matches!(
+        file.points["orders.create"].policy.cluster(),
+        Some(ClusterLimit::Visits { quota: 500, .. })
+    ));
+}

@@ -225,8 +225,7 @@ fn swapping_cluster_limits_under_calls() {
     assert!(calls > 0);
     assert_eq!(s.totals.visits, calls, "every call counted once");
     assert_eq!(s.totals.passes, admitted.load(Ordering::Relaxed));
-    let by_reason: u64 = s.totals.downgrades_by_reason.iter().map(|(_, n)| n).sum();
-    assert_eq!(s.totals.downgrades, by_reason);
+    assert_eq!(s.totals.downgrades, s.totals.downgrades_by_reason.total());
     assert_eq!(s.concurrency, 0, "every permit came back");
     assert!(s.peak_concurrency <= 2);
     // Each limit has its own key: the cluster admits at most its quota or burst.

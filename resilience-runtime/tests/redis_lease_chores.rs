@@ -36,13 +36,9 @@ fn replaced_cluster_leases_stop_after_their_grace() {
         "replaced leases run on through their grace"
     );
     // The chore runs on the timing wheel (10 ms ticks) once 10 s have passed.
-    while redis_server::lease_threads() > 0 {
-        assert!(
-            replaced.elapsed() < Duration::from_secs(20),
-            "replaced leases still running after 20 s"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    redis_server::wait_for("replaced leases stopped", Duration::from_secs(20), || {
+        redis_server::lease_threads() == 0
+    });
     assert!(
         replaced.elapsed() >= Duration::from_millis(9_900),
         "stopped before the grace: {:?}",

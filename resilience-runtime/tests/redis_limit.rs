@@ -15,7 +15,7 @@
 #[path = "support/redis_server.rs"]
 mod redis_server;
 
-use redis_server::{free_port, query, raw, shared_url, unique_key, RedisServer};
+use redis_server::{free_port, query, raw, shared_url, unique_key, wait_for, RedisServer};
 use resilience_runtime::redis::{
     Alignment, ClusterDecision, ClusterLease, ClusterMode, ModeSwitch, PeriodDecision,
     RedisFailure, RedisLimitError, RedisPeriodLimiter, RedisTokenLimiter, RefillClock,
@@ -74,16 +74,6 @@ impl Switches {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
-}
-
-/// Polls `cond` every 10 ms for up to `limit`; returns how long it took.
-fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "{what}: not true after {limit:?}");
-        thread::sleep(Duration::from_millis(10));
-    }
-    start.elapsed()
 }
 
 /// The timing-heavy tests (the multi-process ones, the outages) run one at a time, so

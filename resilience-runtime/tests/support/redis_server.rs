@@ -109,18 +109,15 @@ pub(crate) fn lease_threads() -> usize {
         .count()
 }
 
-/// [`lease_threads`] once it is 0, or after `wait` (leases being stopped on another
-/// thread take a moment to go).
-#[cfg(target_os = "linux")]
-pub(crate) fn lease_threads_settled(wait: Duration) -> usize {
+/// Polls `cond` every 10 ms for up to `limit` (then panics naming `what`); returns how
+/// long it took.
+pub(crate) fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
-    loop {
-        let n = lease_threads();
-        if n == 0 || start.elapsed() >= wait {
-            return n;
-        }
+    while !cond() {
+        assert!(start.elapsed() < limit, "{what}: not true after {limit:?}");
         thread::sleep(Duration::from_millis(10));
     }
+    start.elapsed()
 }
 
 /// A registry of its own on a manual clock, and a key prefix no other run uses (keys
