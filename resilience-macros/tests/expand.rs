@@ -31,7 +31,7 @@ pub mod __private {
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Event {
-        /// `Point::enter` let the call through.
+        /// `enter` let the call through.
         Entered,
         /// `enter_breaker` let the call through.
         BreakerEntered,
@@ -73,24 +73,45 @@ pub mod __private {
     }
 
     impl Point {
-        pub fn enter(&'static self) -> Result<Permit, Downgraded> {
-            self.admit(Event::Entered)
-        }
-
-        fn admit(&'static self, event: Event) -> Result<Permit, Downgraded> {
+        fn admit(&'static self, event: Event, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
             if REJECT.lock().unwrap().contains(&self.name) {
                 log(self.name, Event::Rejected);
                 return Err(Downgraded { point: self.name });
             }
             log(self.name, event);
-            Ok(Permit {
+            *slot = Some(Permit {
                 point: Some(self.name),
-            })
+            });
+            Ok(())
         }
     }
 
-    pub fn enter_breaker(point: &'static Point) -> Result<Permit, Downgraded> {
-        point.admit(Event::BreakerEntered)
+    pub fn enter(point: &'static Point, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
+        point.admit(Event::Entered, slot)
+    }
+
+    pub fn enter_breaker(
+        point: &'static Point,
+        slot: &mut Option<Permit>,
+    ) -> Result<(), Downgraded> {
+        point.admit(Event::BreakerEntered, slot)
+    }
+
+    pub fn finish(slot: &mut Option<Permit>, is_exception: bool) {
+        let event = if is_exception {
+            Event::Exception
+        } else {
+            Event::Success
+        };
+        if let Some(point) = slot.take().and_then(|mut p| p.point.take()) {
+            log(point, event);
+        }
+    }
+
+    pub fn panicked(slot: &mut Option<Permit>) {
+        if let Some(point) = slot.take().and_then(|mut p| p.point.take()) {
+            log(point, Event::Panicked);
+        }
     }
 
     #[derive(Debug)]
@@ -117,27 +138,6 @@ pub mod __private {
     #[derive(Debug)]
     pub struct Permit {
         point: Option<&'static str>,
-    }
-
-    impl Permit {
-        pub fn finish(mut self, is_exception: bool) {
-            if let Some(point) = self.point.take() {
-                log(
-                    point,
-                    if is_exception {
-                        Event::Exception
-                    } else {
-                        Event::Success
-                    },
-                );
-            }
-        }
-
-        pub fn panicked(mut self) {
-            if let Some(point) = self.point.take() {
-                log(point, Event::Panicked);
-            }
-        }
     }
 
     impl Drop for Permit {

@@ -705,20 +705,26 @@ impl Point {
     }
 
     /// The entry of `#[breaker]`: installs the default breaker unless one was set
-    /// (even `Disabled`), then enters like any call.
+    /// (even `Disabled`), then enters like any call (see [`enter_in`](Self::enter_in)).
     #[inline]
-    pub(crate) fn enter_breaker(&'static self) -> Result<Permit, Downgraded> {
+    pub(crate) fn enter_breaker_in(
+        &'static self,
+        slot: &mut Option<Permit>,
+    ) -> Result<(), Downgraded> {
         let rules = self.cfg.rules();
         if rules & (ACTIVE | R_BREAKER) == R_BREAKER {
             // The common case: a breaker and no policy.
-            return self.enter_breaker_only(rules, self.cfg.breaker_after(rules));
+            return place(
+                self.enter_breaker_only(rules, self.cfg.breaker_after(rules)),
+                slot,
+            );
         }
         // A live breaker shows in the rule bits; only without one can the setting be
         // missing (or `Disabled`).
         if rules & R_BREAKER == 0 && !self.breaker_set.load(Ordering::Acquire) {
             self.ensure_breaker();
         }
-        self.enter()
+        self.enter_in(slot)
     }
 
     #[cold]
@@ -925,25 +931,43 @@ impl Point {
     /// ```
     #[inline]
     pub fn enter(&'static self) -> Result<Permit, Downgraded> {
+        let mut slot = None;
+        self.enter_in(&mut slot)?;
+        match slot {
+            Some(permit) => Ok(permit),
+            None => unreachable!("an admitted call's permit is in its slot"),
+        }
+    }
+
+    /// [`enter`](Self::enter) for the generated code: an admitted call's permit is
+    /// written into `slot`, where it stays until [`Permit::finish_in`]. A permit moved
+    /// around by value is copied through the stack in wide loads that stall on the
+    /// narrower stores that built it; written in place, it is not moved at all.
+    #[inline(always)]
+    pub(crate) fn enter_in(&'static self, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
         let rules = self.cfg.rules();
         if rules == 0 {
             self.visit_untracked();
-            return Ok(Permit::untracked(self));
+            return put(Permit::untracked(self), slot);
         }
         if rules & ACTIVE == 0 {
-            return self.enter_unpoliced(rules);
+            return place(self.enter_unpoliced(rules), slot);
         }
-        self.enter_governed(rules)
+        self.enter_governed(rules, slot)
     }
 
     /// A point with a policy: the plain rules alone take a leaner instance of the
     /// same code, without the words and branches of the others.
     #[inline(never)]
-    fn enter_governed(&'static self, rules: u64) -> Result<Permit, Downgraded> {
+    fn enter_governed(
+        &'static self,
+        rules: u64,
+        slot: &mut Option<Permit>,
+    ) -> Result<(), Downgraded> {
         if rules & NOT_PLAIN == 0 {
-            self.enter_policy::<true>()
+            self.enter_policy::<true>(slot)
         } else {
-            self.enter_policy::<false>()
+            self.enter_policy::<false>(slot)
         }
     }
 
@@ -951,19 +975,22 @@ impl Point {
     /// [`NOT_PLAIN`] rules (checked again on the consistent copy before anything
     /// is counted: a policy changed meanwhile goes the general way).
     #[inline(always)]
-    fn enter_policy<const PLAIN: bool>(&'static self) -> Result<Permit, Downgraded> {
+    fn enter_policy<const PLAIN: bool>(
+        &'static self,
+        slot: &mut Option<Permit>,
+    ) -> Result<(), Downgraded> {
         let c = if PLAIN {
             self.cfg.load_plain()
         } else {
             self.cfg.load()
         };
         if PLAIN && c.rules & NOT_PLAIN != 0 {
-            return self.enter_policy::<false>();
+            return self.enter_policy::<false>(slot);
         }
         if c.rules & ACTIVE == 0 {
             // The policy was cleared meanwhile (under `PLAIN` the rules then have no
             // breaker either, so the unread breaker word is not needed).
-            return self.enter_breaker_only(c.rules, c.breaker);
+            return place(self.enter_breaker_only(c.rules, c.breaker), slot);
         }
         // One timeline reading per call; the tick counter only when some threshold is
         // too short for the timeline.
@@ -1009,9 +1036,9 @@ impl Point {
                     permit.probe_of = until;
                     self.hold_slot(&mut permit, entry.inflight);
                     self.admit(&mut permit, now);
-                    return Ok(permit);
+                    return put(permit, slot);
                 }
-                return self.trip(&c, Reason::Delay, permit, now);
+                return place(self.trip(&c, Reason::Delay, permit, now), slot);
             }
         }
 
@@ -1071,7 +1098,7 @@ impl Point {
             if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
                 self.start_delay(now, &c, reason);
             }
-            return self.trip(&c, reason, permit, now);
+            return place(self.trip(&c, reason, permit, now), slot);
         }
         // The breaker comes last: calls downgraded by a rule never reach it.
         if !PLAIN && c.rules & R_BREAKER != 0 {
@@ -1090,7 +1117,7 @@ impl Point {
         }
         self.note_peak(entry.inflight);
         self.admit(&mut permit, now);
-        Ok(permit)
+        put(permit, slot)
     }
 
     /// A point without policy but with a breaker, entered through [`enter`](Self::enter)
@@ -1808,6 +1835,23 @@ pub struct Permit {
 
 const NO_HANG: u32 = u32::MAX;
 
+/// Writes an admitted call's permit into the caller's empty slot (see
+/// [`Point::enter_in`]), at the point where it was built: a permit merged from
+/// several paths into one value first would be copied through the stack.
+#[inline(always)]
+fn put(permit: Permit, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
+    debug_assert!(slot.is_none(), "a permit slot is filled once");
+    // The old value is `None`: forgetting it skips the check a drop would make.
+    std::mem::forget(slot.replace(permit));
+    Ok(())
+}
+
+/// [`put`] for an entry that returns its permit.
+#[inline(always)]
+fn place(entered: Result<Permit, Downgraded>, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
+    put(entered?, slot)
+}
+
 /// The small fields of a [`Permit`] packed in one word, so that a permit is always
 /// written and read in whole words (a byte written next to a word that is then read
 /// whole stalls the CPU's store forwarding): the hung-call slot in the low 32 bits, the
@@ -1902,6 +1946,17 @@ enum Outcome {
     Cancelled,
 }
 
+impl Outcome {
+    #[inline(always)]
+    fn of(exception: bool) -> Outcome {
+        if exception {
+            Outcome::Exception
+        } else {
+            Outcome::Ok
+        }
+    }
+}
+
 impl Permit {
     #[inline]
     fn untracked(point: &'static Point) -> Permit {
@@ -1924,12 +1979,16 @@ impl Permit {
     /// Records that the call finished; `exception` says whether it failed.
     #[inline(always)]
     pub fn finish(self, exception: bool) {
-        let mut this = ManuallyDrop::new(self);
-        this.complete(if exception {
-            Outcome::Exception
-        } else {
-            Outcome::Ok
-        });
+        let this = ManuallyDrop::new(self);
+        let outcome = Outcome::of(exception);
+        if !this.complete_untracked(outcome) {
+            // Completed on a copy: the caller's permit then never has its address
+            // taken and can stay in registers (see `Point::enter_in`).
+            // SAFETY: every field is `Copy`, and neither the copy nor `this` is
+            // dropped.
+            let mut copy = ManuallyDrop::new(unsafe { std::ptr::read(&*this) });
+            copy.complete_tracked(outcome);
+        }
     }
 
     /// Records that the call panicked (counted as an exception).
@@ -1937,28 +1996,40 @@ impl Permit {
         self.finish(true);
     }
 
-    /// Records the outcome. A call without policy or breaker is settled here, small
-    /// enough to inline at every call site; the others in
+    /// [`finish`](Self::finish) for a permit that [`Point::enter_in`] wrote into
+    /// `slot`, completed where it is; the slot is left empty.
+    #[inline(always)]
+    pub(crate) fn finish_in(slot: &mut Option<Permit>, exception: bool) {
+        if let Some(permit) = slot {
+            permit.complete(Outcome::of(exception));
+        }
+        std::mem::forget(slot.take());
+    }
+
+    /// Records the outcome: a call without policy or breaker here, small enough to
+    /// inline at every call site; the others in
     /// [`complete_tracked`](Self::complete_tracked).
     #[inline(always)]
     fn complete(&mut self, outcome: Outcome) {
-        if self.meta.slot() == Slot::None && self.breaker.is_none() {
-            if outcome == Outcome::Exception {
-                self.point
-                    .counters
-                    .exceptions
-                    .fetch_add(1, Ordering::Relaxed);
-            }
-            return;
+        if !self.complete_untracked(outcome) {
+            self.complete_tracked(outcome);
         }
-        // Completed on a copy: the caller's permit then never has its address taken,
-        // so the compiler keeps it in registers instead of moving it through the
-        // stack in wide loads that stall on the narrower stores that built it (a
-        // third of the cost of a call under a policy, before).
-        // SAFETY: every field is `Copy`; the copy is never dropped, and callers do
-        // not use `self` after completing it (`finish` forgets it, `drop` ends it).
-        let mut copy = ManuallyDrop::new(unsafe { std::ptr::read(self) });
-        copy.complete_tracked(outcome)
+    }
+
+    /// Completes a call without policy or breaker (only an exception is counted);
+    /// returns false for any other call.
+    #[inline(always)]
+    fn complete_untracked(&self, outcome: Outcome) -> bool {
+        if self.meta.slot() != Slot::None || self.breaker.is_some() {
+            return false;
+        }
+        if outcome == Outcome::Exception {
+            self.point
+                .counters
+                .exceptions
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        true
     }
 
     /// The rest of [`complete`](Self::complete), out of line.

@@ -128,9 +128,30 @@ impl<F: Future> Future for CatchUnwind<F> {
 pub use crate::declared::{DeclaredPoint, DECLARED_POINTS};
 pub use linkme;
 
-/// The entry of `#[breaker]`: like [`Point::enter`], but installs the default SRE
-/// breaker on the point unless a breaker setting exists.
+/// The entry of `#[downgrade]`: [`Point::enter`], writing an admitted call's permit
+/// into `slot` (the generated code's own variable), where it stays until [`finish`]
+/// or [`panicked`]; a permit never moved is never copied through the stack.
+#[inline(always)]
+pub fn enter(point: &'static Point, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
+    point.enter_in(slot)
+}
+
+/// The entry of `#[breaker]`: like [`enter`], but installs the default SRE breaker on
+/// the point unless a breaker setting exists.
+#[inline(always)]
+pub fn enter_breaker(point: &'static Point, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
+    point.enter_breaker_in(slot)
+}
+
+/// Records that the call whose permit [`enter`] wrote into `slot` finished;
+/// `exception` says whether it failed.
+#[inline(always)]
+pub fn finish(slot: &mut Option<Permit>, exception: bool) {
+    Permit::finish_in(slot, exception);
+}
+
+/// Records that the call whose permit [`enter`] wrote into `slot` panicked.
 #[inline]
-pub fn enter_breaker(point: &'static Point) -> Result<Permit, Downgraded> {
-    point.enter_breaker()
+pub fn panicked(slot: &mut Option<Permit>) {
+    Permit::finish_in(slot, true);
 }

@@ -225,10 +225,12 @@ fn breaker_swaps_under_load_keep_counts_exact() {
             std::thread::spawn(move || {
                 let mut ran = 0u64;
                 for i in 0..calls {
-                    if let Ok(permit) = resilience_runtime::__private::enter_breaker(p) {
+                    let mut slot = None;
+                    if resilience_runtime::__private::enter_breaker(p, &mut slot).is_ok() {
                         ran += 1;
-                        permit.finish((i + t) % 7 == 0);
+                        resilience_runtime::__private::finish(&mut slot, (i + t) % 7 == 0);
                     }
+                    assert!(slot.is_none(), "a finished permit leaves its slot empty");
                 }
                 ran
             })

@@ -10,10 +10,10 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     super::run(Kind::Breaker, args, item, enter)
 }
 
-// Input:  __resilience_point: &'static RT::Point
-// Output: RT::enter_breaker(__resilience_point)
-fn enter(private: &TokenStream, point: &Ident) -> TokenStream {
-    quote!(#private::enter_breaker(#point))
+// Input:  __resilience_point: &'static RT::Point, __resilience_permit: Option<RT::Permit>
+// Output: RT::enter_breaker(__resilience_point, &mut __resilience_permit)
+fn enter(private: &TokenStream, point: &Ident, slot: &Ident) -> TokenStream {
+    quote!(#private::enter_breaker(#point, &mut #slot))
 }
 
 #[cfg(test)]
@@ -31,11 +31,11 @@ mod tests {
         .to_string();
         assert!(
             out.contains(
-                ":: resilience_runtime :: __private :: enter_breaker (__resilience_point)"
+                ":: resilience_runtime :: __private :: enter_breaker (__resilience_point , & mut __resilience_permit)"
             ),
             "{out}"
         );
-        assert!(!out.contains("Point :: enter"), "{out}");
+        assert!(!out.contains("__private :: enter ("), "{out}");
     }
 
     #[test]

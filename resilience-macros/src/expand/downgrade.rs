@@ -1,4 +1,5 @@
-//! Owns `#[downgrade]`: the shared wrapping, entered through `Point::enter`.
+//! Owns `#[downgrade]`: the shared wrapping, entered through `Point::enter`'s
+//! in-place form.
 
 use proc_macro2::{Ident, TokenStream};
 use quote::quote;
@@ -10,8 +11,8 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
     super::run(Kind::Downgrade, args, item, enter)
 }
 
-// Input:  __resilience_point: &'static RT::Point
-// Output: RT::Point::enter(__resilience_point)
-pub(super) fn enter(private: &TokenStream, point: &Ident) -> TokenStream {
-    quote!(#private::Point::enter(#point))
+// Input:  __resilience_point: &'static RT::Point, __resilience_permit: Option<RT::Permit>
+// Output: RT::enter(__resilience_point, &mut __resilience_permit)
+pub(super) fn enter(private: &TokenStream, point: &Ident, slot: &Ident) -> TokenStream {
+    quote!(#private::enter(#point, &mut #slot))
 }

@@ -27,9 +27,10 @@ use crate::paths::Runtime;
 use crate::validate::{self, Errors};
 
 /// Builds the expression that asks the runtime for a permit, of type
-/// `Result<Permit, Downgraded>`, from the runtime's `__private` path and the
-/// identifier holding the `&'static Point`.
-pub(crate) type Enter = fn(private: &TokenStream, point: &Ident) -> TokenStream;
+/// `Result<(), Downgraded>`, from the runtime's `__private` path, the identifier
+/// holding the `&'static Point` and the one of the `Option<Permit>` the runtime
+/// writes an admitted call's permit into.
+pub(crate) type Enter = fn(private: &TokenStream, point: &Ident, slot: &Ident) -> TokenStream;
 
 /// The pipeline: parse -> validate -> expand.
 pub(crate) fn run(kind: Kind, args: TokenStream, item: TokenStream, enter: Enter) -> TokenStream {
@@ -71,15 +72,20 @@ fn ident(name: &str) -> Ident {
 // where GUARDED is
 //             let __resilience_point = { static __RESILIENCE_POINT: .. = ..; .. };   // point_handle
 //             { #[distributed_slice(..)] static __RESILIENCE_DECLARED: .. = ..; }  // declared_point
+//             let mut __resilience_permit: Option<RT::Permit> = None;
 //             #[allow(unreachable_code, clippy::diverging_sub_expression)]          // for `-> !`
-//             let __resilience_permit = match ENTER(__resilience_point) {            // acquire_permit
-//                 Ok(__resilience_permit) => __resilience_permit,
+//             let () = match ENTER(__resilience_point, &mut __resilience_permit) {   // acquire_permit
+//                 Ok(()) => (),
 //                 Err(..) => return FALLBACK | DEFAULT | DowngradeReturn,            // on_downgrade
 //             };
 //             match CAUGHT_BODY {                                                    // caught_body
-//                 Ok(__resilience_out) => { finish(permit, CLASSIFY); __resilience_out } // record_outcome
-//                 Err(__resilience_panic) => { panicked(permit); resume_unwind(__resilience_panic) }
+//                 Ok(__resilience_out) => { finish(&mut permit, CLASSIFY); __resilience_out } // record_outcome
+//                 Err(__resilience_panic) => { panicked(&mut permit); resume_unwind(__resilience_panic) }
 //             }
+//
+// The permit stays in its variable from entry to completion: moved by value, the
+// compiler would copy it through the stack in wide loads that stall on the narrower
+// stores that built it.
 //
 // For an `#[async_trait]` method (see `Shape::Boxed`):
 // Input:  fn get<'a>(&'a self) -> Pin<Box<dyn Future<Output = R> + Send + 'a>> {
@@ -135,15 +141,16 @@ fn wrap(kind: Kind, args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream 
         // and clippy calls it a diverging sub-expression. Neither is the
         // user's concern. On the statement, because clippy reads lint levels
         // there, not on the match arm.
+        let mut #permit: ::core::option::Option<#private::Permit> = ::core::option::Option::None;
         #[allow(unreachable_code, clippy::diverging_sub_expression)]
-        let #permit = #acquire;
+        let () = #acquire;
         match #caught {
             ::core::result::Result::Ok(#out) => {
                 #outcome
                 #out
             }
             ::core::result::Result::Err(#panic) => {
-                #private::Permit::panicked(#permit);
+                #private::panicked(&mut #permit);
                 ::std::panic::resume_unwind(#panic)
             }
         }
@@ -400,9 +407,10 @@ fn declared_point(private: &TokenStream, kind: Kind, args: &Args, sig: &Signatur
     })
 }
 
-// Input:  ENTER(__resilience_point), e.g. `RT::Point::enter(__resilience_point)`
-// Output: match ENTER(__resilience_point) {
-//             Ok(__resilience_permit) => __resilience_permit,
+// Input:  ENTER(__resilience_point, __resilience_permit), e.g.
+//         `RT::enter(__resilience_point, &mut __resilience_permit)`
+// Output: match ENTER(__resilience_point, __resilience_permit) {
+//             Ok(()) => (),
 //             Err(_) => return Self::fb(self, id),                              // fallback
 //             Err(_) => return ::core::default::Default::default(),             // bare default
 //             Err(__resilience_downgraded) =>                                   // neither
@@ -418,7 +426,7 @@ fn acquire_permit(
 ) -> TokenStream {
     let permit = ident("__resilience_permit");
     let downgraded = ident("__resilience_downgraded");
-    let entered = enter(&runtime.private(), &ident("__resilience_point"));
+    let entered = enter(&runtime.private(), &ident("__resilience_point"), &permit);
 
     let (binding, value) = if let Some(fallback) = &args.fallback {
         (quote!(_), fallback_call(&fallback.value, shape, rebound))
@@ -448,7 +456,7 @@ fn acquire_permit(
 
     quote! {
         match #entered {
-            ::core::result::Result::Ok(#permit) => #permit,
+            ::core::result::Result::Ok(()) => (),
             ::core::result::Result::Err(#binding) => return #value,
         }
     }
@@ -528,7 +536,7 @@ fn caught_body(
 
 // Input:  __resilience_out: the value the body produced
 // Output: let __resilience_is_exception: bool = CLASSIFY;
-//         RT::Permit::finish(__resilience_permit, __resilience_is_exception);
+//         RT::finish(&mut __resilience_permit, __resilience_is_exception);
 //
 // CLASSIFY, without `is_exception`, uses autoref specialization so that it
 // compiles for any return type (only `Err` of a `Result` is an exception):
@@ -566,7 +574,7 @@ fn record_outcome(private: &TokenStream, args: &Args, output: &ReturnKind) -> To
     };
     quote! {
         let #is_exception: bool = #classify;
-        #private::Permit::finish(#permit, #is_exception);
+        #private::finish(&mut #permit, #is_exception);
     }
 }
 
@@ -836,7 +844,7 @@ mod tests {
             ),
         );
         assert!(out.contains("move || -> !"), "{out}");
-        assert!(!out.contains("Permit :: finish"), "{out}");
+        assert!(!out.contains("__private :: finish"), "{out}");
     }
 
     #[test]
@@ -902,10 +910,7 @@ mod tests {
                 fn f() {}
             ),
         );
-        assert!(
-            out.contains("crate :: rt :: __private :: Point :: enter"),
-            "{out}"
-        );
+        assert!(out.contains("crate :: rt :: __private :: enter ("), "{out}");
         assert!(!out.contains("resilience_runtime"), "{out}");
     }
 
