@@ -1018,15 +1018,19 @@ impl Point {
             .saturating_sub(base[window::DOWNGRADES]);
 
         let timed = c.rules & (R_TIMEOUTS | R_BREAKER_TIMED) != 0;
-        let mut permit = Permit {
-            point: self,
-            start: if timed { stamp } else { 0 },
-            timeout: c.timeout,
-            probe_of: 0,
-            meta: Meta::new(entry.slot, fine),
-            breaker: None,
-            adaptive: None,
-        };
+        // Built in the caller's slot and completed there: never moved on the way in.
+        let permit = fill(
+            slot,
+            Permit {
+                point: self,
+                start: if timed { stamp } else { 0 },
+                timeout: c.timeout,
+                probe_of: 0,
+                meta: Meta::new(entry.slot, fine),
+                breaker: None,
+                adaptive: None,
+            },
+        );
 
         // Shadow policies never start a real delay: that state would outlive the dry run.
         if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
@@ -1034,11 +1038,11 @@ impl Point {
             if now < until {
                 if c.retry_ns != 0 && self.claim_probe(now) {
                     permit.probe_of = until;
-                    self.hold_slot(&mut permit, entry.inflight);
-                    self.admit(&mut permit, now);
-                    return put(permit, slot);
+                    self.hold_slot(permit, entry.inflight);
+                    self.admit(permit, now);
+                    return Ok(());
                 }
-                return place(self.trip(&c, Reason::Delay, permit, now), slot);
+                return place(self.trip(&c, Reason::Delay, take(slot), now), slot);
             }
         }
 
@@ -1098,7 +1102,7 @@ impl Point {
             if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
                 self.start_delay(now, &c, reason);
             }
-            return place(self.trip(&c, reason, permit, now), slot);
+            return place(self.trip(&c, reason, take(slot), now), slot);
         }
         // The breaker comes last: calls downgraded by a rule never reach it.
         if !PLAIN && c.rules & R_BREAKER != 0 {
@@ -1110,14 +1114,14 @@ impl Point {
                         a.end(false);
                     }
                     self.flow.release(permit.meta.slot());
-                    std::mem::forget(permit);
+                    std::mem::forget(take(slot));
                     return Err(self.downgrade(Reason::BreakerOpen, now, false));
                 }
             }
         }
         self.note_peak(entry.inflight);
-        self.admit(&mut permit, now);
-        put(permit, slot)
+        self.admit(permit, now);
+        Ok(())
     }
 
     /// A point without policy but with a breaker, entered through [`enter`](Self::enter)
@@ -1844,6 +1848,28 @@ fn put(permit: Permit, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
     // The old value is `None`: forgetting it skips the check a drop would make.
     std::mem::forget(slot.replace(permit));
     Ok(())
+}
+
+/// Writes `permit` into the caller's empty slot and returns it there, to be
+/// completed in place.
+#[inline(always)]
+fn fill(slot: &mut Option<Permit>, permit: Permit) -> &mut Permit {
+    debug_assert!(slot.is_none(), "a permit slot is filled once");
+    std::mem::forget(slot.replace(permit));
+    match slot {
+        Some(permit) => permit,
+        None => unreachable!("just filled"),
+    }
+}
+
+/// Takes back the permit [`fill`] wrote, for a call that is not admitted after all
+/// (or is admitted by `trip`, which then hands it back).
+#[inline(always)]
+fn take(slot: &mut Option<Permit>) -> Permit {
+    match slot.take() {
+        Some(permit) => permit,
+        None => unreachable!("filled before"),
+    }
 }
 
 /// [`put`] for an entry that returns its permit.
