@@ -1736,17 +1736,18 @@ impl Point {
         f: impl FnOnce() -> Result<T, E>,
         fallback: impl FnOnce(Downgraded) -> Result<T, E>,
     ) -> Result<T, E> {
-        let permit = match self.enter() {
-            Ok(p) => p,
-            Err(d) => return fallback(d),
-        };
+        // The permit stays in place, as in the code `#[downgrade]` generates.
+        let mut permit = None;
+        if let Err(d) = self.enter_in(&mut permit) {
+            return fallback(d);
+        }
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
             Ok(out) => {
-                permit.finish(out.is_err());
+                Permit::finish_in(&mut permit, out.is_err());
                 out
             }
             Err(panic) => {
-                permit.panicked();
+                Permit::finish_in(&mut permit, true);
                 std::panic::resume_unwind(panic)
             }
         }
@@ -1797,17 +1798,17 @@ impl Point {
         F: std::future::Future<Output = Result<T, E>>,
         G: std::future::Future<Output = Result<T, E>>,
     {
-        let permit = match self.enter() {
-            Ok(p) => p,
-            Err(d) => return fallback(d).await,
-        };
+        let mut permit = None;
+        if let Err(d) = self.enter_in(&mut permit) {
+            return fallback(d).await;
+        }
         match crate::private::CatchUnwind::new(f()).await {
             Ok(out) => {
-                permit.finish(out.is_err());
+                Permit::finish_in(&mut permit, out.is_err());
                 out
             }
             Err(panic) => {
-                permit.panicked();
+                Permit::finish_in(&mut permit, true);
                 std::panic::resume_unwind(panic)
             }
         }
