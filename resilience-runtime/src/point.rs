@@ -2033,14 +2033,25 @@ impl Permit {
         std::mem::forget(slot.take());
     }
 
-    /// Records the outcome: a call without policy or breaker here, small enough to
-    /// inline at every call site; the others in
-    /// [`complete_tracked`](Self::complete_tracked).
+    /// Records the outcome. Calls without policy or breaker, and calls under a policy
+    /// alone (no breaker, adaptive limit or delay probe), are settled here, in line at
+    /// every call site; the others in [`complete_tracked`](Self::complete_tracked).
     #[inline(always)]
     fn complete(&mut self, outcome: Outcome) {
-        if !self.complete_untracked(outcome) {
-            self.complete_tracked(outcome);
+        if self.complete_untracked(outcome) {
+            return;
         }
+        let slot = self.meta.slot();
+        if slot != Slot::None
+            && self.breaker.is_none()
+            && self.adaptive.is_none()
+            && self.probe_of == 0
+        {
+            let _ = self.settle(outcome);
+            self.point.flow.release(slot);
+            return;
+        }
+        self.complete_tracked(outcome);
     }
 
     /// Completes a call without policy or breaker (only an exception is counted);
@@ -2059,14 +2070,14 @@ impl Permit {
         true
     }
 
-    /// The rest of [`complete`](Self::complete), out of line.
+    /// Completes any call but one without policy or breaker, out of line: the rest of
+    /// [`complete`](Self::complete), and all of it for [`finish`](Self::finish).
     #[inline(never)]
     fn complete_tracked(&mut self, outcome: Outcome) {
         let slot = self.meta.slot();
         if slot != Slot::None {
             if self.breaker.is_none() && self.adaptive.is_none() && self.probe_of == 0 {
-                // A call under a policy alone (no breaker, limiter or delay probe):
-                // settled here, in line.
+                // A call under a policy alone (no breaker, limiter or delay probe).
                 let _ = self.settle(outcome);
                 self.point.flow.release(slot);
                 return;
