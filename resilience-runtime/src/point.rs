@@ -2227,6 +2227,62 @@ mod tests {
         );
     }
 
+    /// The in-place protocol of the generated code: an admitted call's permit is in
+    /// its slot until it is finished there (slot empty, slot of the limit back); a
+    /// downgraded call leaves the slot empty; a filled slot dropped is a cancelled call.
+    #[test]
+    fn permits_written_in_place_are_completed_in_place() {
+        let (_manual, registry) = manual_registry();
+        let point = registry.point("in_place").unwrap();
+        registry
+            .set_policy(
+                "in_place",
+                Policy::builder()
+                    .max_concurrency(1)
+                    .timeouts(Duration::from_secs(60), 100)
+                    .build()
+                    .unwrap(),
+            )
+            .unwrap();
+
+        let mut first = None;
+        assert!(point.enter_in(&mut first).is_ok());
+        assert!(first.is_some(), "an admitted call's permit is in its slot");
+        assert_eq!(point.stats().concurrency, 1);
+
+        let mut second = None;
+        let refused = point.enter_in(&mut second).unwrap_err();
+        assert_eq!(refused.reason(), Reason::Concurrency);
+        assert!(second.is_none(), "a downgraded call leaves its slot empty");
+
+        Permit::finish_in(&mut first, true);
+        assert!(first.is_none(), "a finished permit leaves its slot");
+        let stats = point.stats();
+        assert_eq!(stats.concurrency, 0, "the slot of the limit is back");
+        assert_eq!(stats.totals.exceptions, 1);
+        assert_eq!(stats.totals.passes, 1);
+        assert_eq!(stats.totals.downgrades, 1);
+
+        // Dropped while filled (a future dropped mid-flight): cancelled, nothing counted.
+        let mut third = None;
+        assert!(point.enter_in(&mut third).is_ok());
+        drop(third);
+        let stats = point.stats();
+        assert_eq!(stats.concurrency, 0);
+        assert_eq!(
+            stats.totals.exceptions, 1,
+            "a cancelled call is no exception"
+        );
+
+        // Without a policy the permit is untracked, and finishing it counts exceptions.
+        registry.clear_policy("in_place").unwrap();
+        let mut fourth = None;
+        assert!(point.enter_in(&mut fourth).is_ok());
+        Permit::finish_in(&mut fourth, true);
+        assert!(fourth.is_none());
+        assert_eq!(point.stats().totals.exceptions, 2);
+    }
+
     /// A registry of its own on a manual clock.
     fn manual_registry() -> (crate::ManualClock, &'static crate::Registry) {
         let manual = crate::ManualClock::new();
