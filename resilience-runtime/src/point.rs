@@ -1845,9 +1845,7 @@ const NO_HANG: u32 = u32::MAX;
 /// several paths into one value first would be copied through the stack.
 #[inline(always)]
 fn put(permit: Permit, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
-    debug_assert!(slot.is_none(), "a permit slot is filled once");
-    // The old value is `None`: forgetting it skips the check a drop would make.
-    std::mem::forget(slot.replace(permit));
+    fill(slot, permit);
     Ok(())
 }
 
@@ -1856,6 +1854,7 @@ fn put(permit: Permit, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
 #[inline(always)]
 fn fill(slot: &mut Option<Permit>, permit: Permit) -> &mut Permit {
     debug_assert!(slot.is_none(), "a permit slot is filled once");
+    // The old value is `None`: forgetting it skips the check a drop would make.
     std::mem::forget(slot.replace(permit));
     match slot {
         Some(permit) => permit,
