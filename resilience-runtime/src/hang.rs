@@ -9,8 +9,8 @@
 //! compare-and-swap. A recurring timer of the process-wide timing wheel (`chores`)
 //! sweeps the table every quarter of the threshold (between 10 ms and 1 s) and marks
 //! every call older than the threshold as timed out, counting it once; the call, when
-//! it returns, sees the mark and is not counted again. Points without a timeout rule never touch
-//! any of this.
+//! it returns, sees the mark and is not counted again. Points without a timeout rule
+//! never touch any of this.
 //!
 //! When more calls are in flight than the table has room for, the extra calls are not
 //! registered and are measured when they return, as before.
