@@ -951,7 +951,7 @@ impl Point {
             return put(Permit::untracked(self), slot);
         }
         if rules & ACTIVE == 0 {
-            return place(self.enter_unpoliced(rules), slot);
+            return self.enter_unpoliced(rules, slot);
         }
         self.enter_governed(rules, slot)
     }
@@ -1124,11 +1124,19 @@ impl Point {
         Ok(())
     }
 
-    /// A point without policy but with a breaker, entered through [`enter`](Self::enter)
-    /// (out of line, so that `enter` stays small enough to inline at every call site).
+    /// A point without policy but with a breaker, entered through
+    /// [`enter_in`](Self::enter_in) (out of line, so that `enter_in` stays small enough
+    /// to inline at every call site).
     #[inline(never)]
-    fn enter_unpoliced(&'static self, rules: u64) -> Result<Permit, Downgraded> {
-        self.enter_breaker_only(rules, self.cfg.breaker_after(rules))
+    fn enter_unpoliced(
+        &'static self,
+        rules: u64,
+        slot: &mut Option<Permit>,
+    ) -> Result<(), Downgraded> {
+        place(
+            self.enter_breaker_only(rules, self.cfg.breaker_after(rules)),
+            slot,
+        )
     }
 
     /// A point without policy but with a breaker. The closed path of an untimed SRE
@@ -2005,16 +2013,8 @@ impl Permit {
     /// Records that the call finished; `exception` says whether it failed.
     #[inline(always)]
     pub fn finish(self, exception: bool) {
-        let this = ManuallyDrop::new(self);
-        let outcome = Outcome::of(exception);
-        if !this.complete_untracked(outcome) {
-            // Completed on a copy: the caller's permit then never has its address
-            // taken and can stay in registers (see `Point::enter_in`).
-            // SAFETY: every field is `Copy`, and neither the copy nor `this` is
-            // dropped.
-            let mut copy = ManuallyDrop::new(unsafe { std::ptr::read(&*this) });
-            copy.complete_tracked(outcome);
-        }
+        let mut this = ManuallyDrop::new(self);
+        this.complete(Outcome::of(exception));
     }
 
     /// Records that the call panicked (counted as an exception).
@@ -2069,18 +2069,10 @@ impl Permit {
         true
     }
 
-    /// Completes any call but one without policy or breaker, out of line: the rest of
-    /// [`complete`](Self::complete), and all of it for [`finish`](Self::finish).
+    /// The rest of [`complete`](Self::complete), out of line.
     #[inline(never)]
     fn complete_tracked(&mut self, outcome: Outcome) {
-        let slot = self.meta.slot();
-        if slot != Slot::None {
-            if self.breaker.is_none() && self.adaptive.is_none() && self.probe_of == 0 {
-                // A call under a policy alone (no breaker, limiter or delay probe).
-                let _ = self.settle(outcome);
-                self.point.flow.release(slot);
-                return;
-            }
+        if self.meta.slot() != Slot::None {
             return self.complete_slow(outcome);
         }
         match self.breaker {
