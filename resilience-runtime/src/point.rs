@@ -59,7 +59,8 @@ const R_FINE: u64 = 1 << 13;
 /// a point without any of them takes the leaner [`Point::enter_policy`] instance.
 const NOT_PLAIN: u64 = R_DELAY | R_SHADOW | R_BREAKER | R_ADAPTIVE | R_CLUSTER | R_FINE;
 
-/// A policy flattened into words for the seqlock.
+/// A policy compiled for the hot path: rule bits, thresholds in the point's units and
+/// the addresses of its slots. Immutable once published (see [`PolicyCell`]).
 #[derive(Clone, Copy, Debug, Default)]
 struct Compiled {
     rules: u64,
@@ -83,12 +84,27 @@ struct Compiled {
 }
 
 const WORDS: usize = 17;
-/// Words 0..PLAIN_WORDS (rules to percentage) are all the plain rules read.
-const PLAIN_WORDS: usize = 11;
-/// Index of the ring address in the policy words.
-const RING_WORD: usize = 13;
-/// Index of the breaker address in the policy words.
-const BREAKER_WORD: usize = 14;
+
+/// The compiled form without any rule or breaker (a point that has none).
+const EMPTY: Compiled = Compiled {
+    rules: 0,
+    max_visits: 0,
+    max_concurrency: 0,
+    max_exceptions: 0,
+    rate: 0.0,
+    rate_floor: 0,
+    timeout: 0,
+    timeout_count: 0,
+    token_interval: 0,
+    token_burst: 0,
+    percentage: 0,
+    delay_ns: 0,
+    retry_ns: 0,
+    ring: 0,
+    breaker: 0,
+    adaptive: 0,
+    cluster: 0,
+};
 
 impl Compiled {
     fn new(
@@ -211,115 +227,69 @@ impl Compiled {
             self.cluster as u64,
         ]
     }
-
-    fn from_words(w: [u64; WORDS]) -> Compiled {
-        Compiled {
-            rules: w[0],
-            max_visits: w[1],
-            max_concurrency: w[2],
-            max_exceptions: w[3],
-            rate: f64::from_bits(w[4]),
-            rate_floor: w[5],
-            timeout: w[6],
-            timeout_count: w[7],
-            token_interval: w[8],
-            token_burst: w[9],
-            percentage: w[10],
-            delay_ns: w[11],
-            retry_ns: w[12],
-            ring: w[13] as usize,
-            breaker: w[14] as usize,
-            adaptive: w[15] as usize,
-            cluster: w[16] as usize,
-        }
-    }
 }
 
 fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Policy words behind a sequence lock: readers never block and never see a torn policy.
+/// A point's compiled policy behind one pointer: a reader loads it (acquire) and reads
+/// an immutable [`Compiled`] in place, one load and nothing copied, never a torn policy.
+///
+/// A published form is never freed nor moved, because a call that loaded it may still
+/// be reading it. Forms are kept per point and an equal one is reused, so a point keeps
+/// one form (`size_of::<Compiled>()` bytes plus its map entry) per distinct setting it
+/// has had: a policy toggled between two values keeps two.
 #[derive(Debug)]
 struct PolicyCell {
-    seq: AtomicU64,
-    words: [AtomicU64; WORDS],
+    /// The current form, or null for a point without rules and breaker.
+    current: AtomicPtr<Compiled>,
+    /// Every form published, by content.
+    kept: Mutex<std::collections::HashMap<[u64; WORDS], &'static Compiled>>,
 }
 
 impl PolicyCell {
     fn new() -> PolicyCell {
         PolicyCell {
-            seq: AtomicU64::new(0),
-            words: std::array::from_fn(|_| AtomicU64::new(0)),
+            current: AtomicPtr::new(std::ptr::null_mut()),
+            kept: Mutex::new(std::collections::HashMap::new()),
         }
     }
 
-    #[inline]
-    fn rules(&self) -> u64 {
-        self.words[0].load(Ordering::Acquire)
-    }
-
-    #[inline]
-    fn load(&self) -> Compiled {
-        self.load_words(WORDS)
-    }
-
-    /// The words of the plain rules only (up to the percentage, and the ring); the
-    /// others read as 0. For a policy without [`NOT_PLAIN`] rules, which never reads them.
-    #[inline]
-    fn load_plain(&self) -> Compiled {
-        self.load_words(PLAIN_WORDS)
-    }
-
-    /// A consistent copy of the first `n` words and the ring (the rest 0).
+    /// The current form, or `None` for a point without rules and breaker.
     #[inline(always)]
-    fn load_words(&self, n: usize) -> Compiled {
-        loop {
-            let s1 = self.seq.load(Ordering::Acquire);
-            if s1 & 1 == 0 {
-                let w: [u64; WORDS] = std::array::from_fn(|i| {
-                    if i < n || i == RING_WORD {
-                        self.words[i].load(Ordering::Relaxed)
-                    } else {
-                        0
-                    }
-                });
-                std::sync::atomic::fence(Ordering::Acquire);
-                if self.seq.load(Ordering::Relaxed) == s1 {
-                    return Compiled::from_words(w);
-                }
-            }
-            std::hint::spin_loop();
-        }
+    fn get(&self) -> Option<&'static Compiled> {
+        let c = self.current.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer is a form leaked by `store`, never freed.
+        unsafe { c.cast_const().as_ref() }
     }
 
-    /// Callers serialise writes (the point's policy mutex).
-    ///
-    /// The rule word is written last and released, and the breaker word never goes
-    /// back to 0 once set (a removed breaker leaves its slot's address behind), so a
-    /// reader that acquires the rules and sees `R_BREAKER` reads a live breaker word
-    /// without the sequence check ([`breaker_after`](Self::breaker_after)).
-    fn store(&self, mut c: Compiled) {
-        if c.breaker == 0 {
-            c.breaker = self.words[BREAKER_WORD].load(Ordering::Relaxed) as usize;
-        }
-        let s = self.seq.load(Ordering::Relaxed);
-        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
-        std::sync::atomic::fence(Ordering::Release);
-        let words = c.to_words();
-        for (cell, w) in self.words.iter().zip(words).skip(1) {
-            cell.store(w, Ordering::Relaxed);
-        }
-        self.words[0].store(words[0], Ordering::Release);
-        self.seq.store(s.wrapping_add(2), Ordering::Release);
-    }
-
-    /// The breaker word, for a caller that acquired rule bits with `R_BREAKER` set
-    /// (see [`store`](Self::store)): the address of a breaker slot of the point.
+    /// The current form ([`EMPTY`] for a point without rules and breaker).
     #[inline]
-    fn breaker_after(&self, rules: u64) -> usize {
-        debug_assert!(rules & R_BREAKER != 0);
-        self.words[BREAKER_WORD].load(Ordering::Relaxed) as usize
+    fn load(&self) -> &'static Compiled {
+        self.get().unwrap_or(&EMPTY)
+    }
+
+    /// Publishes `c` for the next call on every thread. Callers serialise writes (the
+    /// point's policy mutex).
+    fn store(&self, c: Compiled) {
+        let ptr = if c.rules == 0 {
+            std::ptr::null_mut()
+        } else {
+            let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+            let form: &'static Compiled = kept
+                .entry(c.to_words())
+                .or_insert_with(|| Box::leak(Box::new(c)));
+            std::ptr::from_ref(form).cast_mut()
+        };
+        self.current.store(ptr, Ordering::Release);
+    }
+
+    /// Bytes of the kept forms and their map.
+    fn heap_bytes(&self) -> usize {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.capacity() * (std::mem::size_of::<([u64; WORDS], &Compiled)>() + 1)
+            + kept.len() * std::mem::size_of::<Compiled>()
     }
 }
 
@@ -711,17 +681,14 @@ impl Point {
         &'static self,
         slot: &mut Option<Permit>,
     ) -> Result<(), Downgraded> {
-        let rules = self.cfg.rules();
-        if rules & (ACTIVE | R_BREAKER) == R_BREAKER {
+        let c = self.cfg.load();
+        if c.rules & (ACTIVE | R_BREAKER) == R_BREAKER {
             // The common case: a breaker and no policy.
-            return place(
-                self.enter_breaker_only(rules, self.cfg.breaker_after(rules)),
-                slot,
-            );
+            return place(self.enter_breaker_only(c), slot);
         }
         // A live breaker shows in the rule bits; only without one can the setting be
         // missing (or `Disabled`).
-        if rules & R_BREAKER == 0 && !self.breaker_set.load(Ordering::Acquire) {
+        if c.rules & R_BREAKER == 0 && !self.breaker_set.load(Ordering::Acquire) {
             self.ensure_breaker();
         }
         self.enter_in(slot)
@@ -945,15 +912,14 @@ impl Point {
     /// narrower stores that built it; written in place, it is not moved at all.
     #[inline(always)]
     pub(crate) fn enter_in(&'static self, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
-        let rules = self.cfg.rules();
-        if rules == 0 {
+        let Some(c) = self.cfg.get() else {
             self.visit_untracked();
             return put(Permit::untracked(self), slot);
+        };
+        if c.rules & ACTIVE == 0 {
+            return self.enter_unpoliced(c, slot);
         }
-        if rules & ACTIVE == 0 {
-            return self.enter_unpoliced(rules, slot);
-        }
-        self.enter_governed(rules, slot)
+        self.enter_governed(c, slot)
     }
 
     /// A point with a policy: the plain rules alone take a leaner instance of the
@@ -961,37 +927,25 @@ impl Point {
     #[inline(never)]
     fn enter_governed(
         &'static self,
-        rules: u64,
+        c: &'static Compiled,
         slot: &mut Option<Permit>,
     ) -> Result<(), Downgraded> {
-        if rules & NOT_PLAIN == 0 {
-            self.enter_policy::<true>(slot)
+        if c.rules & NOT_PLAIN == 0 {
+            self.enter_policy::<true>(c, slot)
         } else {
-            self.enter_policy::<false>(slot)
+            self.enter_policy::<false>(c, slot)
         }
     }
 
-    /// Enters under the point's policy. With `PLAIN`, the policy has none of the
-    /// [`NOT_PLAIN`] rules (checked again on the consistent copy before anything
-    /// is counted: a policy changed meanwhile goes the general way).
+    /// Enters under the policy `c` (with [`ACTIVE`]). With `PLAIN`, it has none of the
+    /// [`NOT_PLAIN`] rules.
     #[inline(always)]
     fn enter_policy<const PLAIN: bool>(
         &'static self,
+        c: &'static Compiled,
         slot: &mut Option<Permit>,
     ) -> Result<(), Downgraded> {
-        let c = if PLAIN {
-            self.cfg.load_plain()
-        } else {
-            self.cfg.load()
-        };
-        if PLAIN && c.rules & NOT_PLAIN != 0 {
-            return self.enter_policy::<false>(slot);
-        }
-        if c.rules & ACTIVE == 0 {
-            // The policy was cleared meanwhile (under `PLAIN` the rules then have no
-            // breaker either, so the unread breaker word is not needed).
-            return place(self.enter_breaker_only(c.rules, c.breaker), slot);
-        }
+        debug_assert!(c.rules & ACTIVE != 0 && (!PLAIN || c.rules & NOT_PLAIN == 0));
         // One timeline reading per call; the tick counter only when some threshold is
         // too short for the timeline.
         let now = self.clock.now();
@@ -1018,39 +972,42 @@ impl Point {
             .saturating_sub(base[window::DOWNGRADES]);
 
         let timed = c.rules & (R_TIMEOUTS | R_BREAKER_TIMED) != 0;
-        // Built in the caller's slot and completed there: never moved on the way in.
-        let permit = fill(
-            slot,
-            Permit {
-                point: self,
-                start: if timed { stamp } else { 0 },
-                timeout: c.timeout,
-                probe_of: 0,
-                meta: Meta::new(entry.slot, fine),
-                breaker: None,
-                adaptive: None,
-            },
-        );
+        let start = if timed { stamp } else { 0 };
+        let meta = Meta::new(entry.slot, fine);
+        // Nothing below until the caller's slot is filled may unwind: the in-flight
+        // slot taken above is only given back by a permit.
+        let permit = |adaptive| Permit {
+            point: self,
+            start,
+            timeout: c.timeout,
+            probe_of: 0,
+            meta,
+            breaker: None,
+            adaptive,
+        };
 
         // Shadow policies never start a real delay: that state would outlive the dry run.
         if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
             let until = self.delay_until.load(Ordering::Acquire);
             if now < until {
                 if c.retry_ns != 0 && self.claim_probe(now) {
+                    let permit = fill(slot, permit(None));
                     permit.probe_of = until;
                     self.hold_slot(permit, entry.inflight);
                     self.admit(permit, now);
                     return Ok(());
                 }
-                return place(self.trip(&c, Reason::Delay, take(slot), now), slot);
+                return place(self.trip(c, Reason::Delay, permit(None), now), slot);
             }
         }
+
+        let mut adaptive = None;
 
         let tripped = 'chain: {
             if c.rules & R_VISITS != 0 && v.saturating_sub(d) > c.max_visits {
                 break 'chain Some(Reason::Visits);
             }
-            if c.rules & R_TOKENS != 0 && !self.take_token(stamp, &c) {
+            if c.rules & R_TOKENS != 0 && !self.take_token(stamp, c) {
                 break 'chain Some(Reason::TokenBucket);
             }
             if c.rules & R_CONCURRENCY != 0 && entry.slot == Slot::None {
@@ -1091,8 +1048,8 @@ impl Point {
                 }
             }
             if !PLAIN && c.rules & R_ADAPTIVE != 0 {
-                match self.adaptive_admit(&c) {
-                    Some(call) => permit.adaptive = Some(call),
+                match self.adaptive_admit(c) {
+                    Some(call) => adaptive = Some(call),
                     None => break 'chain Some(Reason::Overloaded),
                 }
             }
@@ -1100,27 +1057,40 @@ impl Point {
         };
         if let Some(reason) = tripped {
             if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
-                self.start_delay(now, &c, reason);
+                self.start_delay(now, c, reason);
             }
-            return place(self.trip(&c, reason, take(slot), now), slot);
+            return place(self.trip(c, reason, permit(adaptive), now), slot);
         }
         // The breaker comes last: calls downgraded by a rule never reach it.
+        let mut breaker = None;
         if !PLAIN && c.rules & R_BREAKER != 0 {
             match self.breaker_admit(c.rules, c.breaker, now) {
-                Some(call) => permit.breaker = Some(call),
+                Some(call) => breaker = Some(call),
                 None => {
-                    // Leave the adaptive limiter's flight; forget the rest.
-                    if let Some(a) = permit.adaptive.take() {
+                    // Leave the adaptive limiter's flight and the in-flight slot.
+                    if let Some(a) = adaptive {
                         a.end(false);
                     }
-                    self.flow.release(permit.meta.slot());
-                    std::mem::forget(take(slot));
+                    self.flow.release(entry.slot);
                     return Err(self.downgrade(Reason::BreakerOpen, now, false));
                 }
             }
         }
         self.note_peak(entry.inflight);
-        self.admit(permit, now);
+        // Built in the caller's slot, with every field known, and completed there:
+        // never moved, and written after the locked instructions above.
+        fill(
+            slot,
+            Permit {
+                point: self,
+                start,
+                timeout: c.timeout,
+                probe_of: 0,
+                meta: meta.with_hang(self.hang_slot(c.timeout, now)),
+                breaker,
+                adaptive,
+            },
+        );
         Ok(())
     }
 
@@ -1130,19 +1100,17 @@ impl Point {
     #[inline(never)]
     fn enter_unpoliced(
         &'static self,
-        rules: u64,
+        c: &'static Compiled,
         slot: &mut Option<Permit>,
     ) -> Result<(), Downgraded> {
-        place(
-            self.enter_breaker_only(rules, self.cfg.breaker_after(rules)),
-            slot,
-        )
+        place(self.enter_breaker_only(c), slot)
     }
 
     /// A point without policy but with a breaker. The closed path of an untimed SRE
     /// breaker stays in this small function; everything else is out of line.
     #[inline]
-    fn enter_breaker_only(&'static self, rules: u64, breaker: usize) -> Result<Permit, Downgraded> {
+    fn enter_breaker_only(&'static self, c: &'static Compiled) -> Result<Permit, Downgraded> {
+        let (rules, breaker) = (c.rules, c.breaker);
         self.visit_untracked();
         if rules & (R_BREAKER | R_BREAKER_TIMED) == R_BREAKER {
             // SAFETY: see `breaker_admit`.
@@ -1217,13 +1185,20 @@ impl Point {
     /// A timed call that will run registers for hung-call detection.
     #[inline(always)]
     fn admit(&self, permit: &mut Permit, now: u64) {
-        if permit.timeout != 0 {
+        permit.meta = permit.meta.with_hang(self.hang_slot(permit.timeout, now));
+    }
+
+    /// Registers an admitted call with a timeout in the hung-call table: its slot there,
+    /// or [`NO_HANG`].
+    #[inline]
+    fn hang_slot(&self, timeout: u64, now: u64) -> u32 {
+        if timeout != 0 {
             if let Some(table) = self.hang.get() {
                 // The table is on the timeline: sweeps are coarser than its resolution.
-                let hang = table.register(now).map_or(NO_HANG, |s| s);
-                permit.meta = permit.meta.with_hang(hang);
+                return table.register(now).map_or(NO_HANG, |s| s);
             }
         }
+        NO_HANG
     }
 
     /// Counts the calls that outlived the timeout threshold while still running.
@@ -1708,6 +1683,7 @@ impl Point {
                 * std::mem::size_of::<AdaptiveSlot>()
             + self.cluster_slots() * std::mem::size_of::<ClusterSlot>()
             + self.hang.get().map_or(0, HangTable::heap_bytes)
+            + self.cfg.heap_bytes()
             + self.name.len()
     }
 
@@ -1867,16 +1843,6 @@ fn fill(slot: &mut Option<Permit>, permit: Permit) -> &mut Permit {
     match slot {
         Some(permit) => permit,
         None => unreachable!("just filled"),
-    }
-}
-
-/// Takes back the permit [`fill`] wrote, for a call that is not admitted after all
-/// (or is admitted by `trip`, which then hands it back).
-#[inline(always)]
-fn take(slot: &mut Option<Permit>) -> Permit {
-    match slot.take() {
-        Some(permit) => permit,
-        None => unreachable!("filled before"),
     }
 }
 
@@ -2506,26 +2472,37 @@ mod tests {
     }
 
     #[test]
-    fn the_plain_copy_reads_the_plain_words_and_the_ring_only() {
+    fn the_policy_cell_publishes_kept_forms_and_reuses_equal_ones() {
         let cell = PolicyCell::new();
-        let words: [u64; WORDS] = std::array::from_fn(|i| 100 + i as u64);
-        cell.store(Compiled::from_words(words));
-        assert_eq!(cell.load().to_words(), words);
-        let plain = cell.load_plain().to_words();
-        for (i, w) in plain.iter().enumerate() {
-            let expected = if i < PLAIN_WORDS || i == RING_WORD {
-                words[i]
-            } else {
-                0
-            };
-            assert_eq!(*w, expected, "word {i}");
-        }
-        // Every word a plain policy reads is in the plain copy.
-        let c = Compiled::from_words(plain);
-        assert_eq!(c.percentage, words[10]);
-        assert_eq!(c.token_burst, words[9]);
-        assert_eq!(c.ring, words[RING_WORD] as usize);
-        assert_eq!(c.breaker, 0);
+        assert!(cell.get().is_none(), "a new point has no rules");
+        assert_eq!(cell.load().to_words(), EMPTY.to_words());
+        let form = |visits: u64| Compiled {
+            rules: ACTIVE | R_VISITS,
+            max_visits: visits,
+            ring: 0x40,
+            ..Compiled::default()
+        };
+        cell.store(form(5));
+        let five = cell.get().expect("published");
+        assert_eq!(
+            (five.rules, five.max_visits, five.ring),
+            (ACTIVE | R_VISITS, 5, 0x40)
+        );
+        let bytes = cell.heap_bytes();
+        assert!(bytes >= std::mem::size_of::<Compiled>(), "{bytes}");
+        cell.store(form(6));
+        let six = cell.get().unwrap();
+        assert_eq!(six.max_visits, 6);
+        // A reader that loaded the first form still reads it, unchanged.
+        assert_eq!(five.max_visits, 5);
+        // Toggling back reuses the kept form instead of keeping another.
+        cell.store(form(5));
+        assert!(std::ptr::eq(cell.get().unwrap(), five));
+        assert_eq!(cell.kept.lock().unwrap().len(), 2);
+        // Without rules the cell reads empty, and nothing more is kept.
+        cell.store(Compiled::default());
+        assert!(cell.get().is_none());
+        assert_eq!(cell.kept.lock().unwrap().len(), 2);
         assert_eq!(NOT_PLAIN & (R_VISITS | R_TOKENS | R_CONCURRENCY), 0);
     }
 
