@@ -1613,7 +1613,7 @@ impl Point {
                     .each_ref()
                     .map(|a| a.load(Ordering::Relaxed)),
             ),
-            breaker: (c.rules & R_BREAKER != 0).then(|| self.breaker_stats(&c, now)),
+            breaker: (c.rules & R_BREAKER != 0).then(|| self.breaker_stats(c, now)),
         }
     }
 
