@@ -238,21 +238,21 @@ fn nanos(d: Duration) -> u64 {
 ///
 /// A published form is never freed nor moved, because a call that loaded it may still
 /// be reading it. Forms are kept per point and an equal one is reused, so a point keeps
-/// one form (`size_of::<Compiled>()` bytes plus its map entry) per distinct setting it
-/// has had: a policy toggled between two values keeps two.
+/// one form (`size_of::<Compiled>()` bytes plus a pointer) per distinct setting it has
+/// had: a policy toggled between two values keeps two.
 #[derive(Debug)]
 struct PolicyCell {
     /// The current form, or null for a point without rules and breaker.
     current: AtomicPtr<Compiled>,
-    /// Every form published, by content.
-    kept: Mutex<std::collections::HashMap<[u64; WORDS], &'static Compiled>>,
+    /// Every form published (settings change rarely: searched in order).
+    kept: Mutex<Vec<&'static Compiled>>,
 }
 
 impl PolicyCell {
     fn new() -> PolicyCell {
         PolicyCell {
             current: AtomicPtr::new(std::ptr::null_mut()),
-            kept: Mutex::new(std::collections::HashMap::new()),
+            kept: Mutex::new(Vec::new()),
         }
     }
 
@@ -277,9 +277,15 @@ impl PolicyCell {
             std::ptr::null_mut()
         } else {
             let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-            let form: &'static Compiled = kept
-                .entry(c.to_words())
-                .or_insert_with(|| Box::leak(Box::new(c)));
+            let words = c.to_words();
+            let form: &'static Compiled = match kept.iter().find(|k| k.to_words() == words) {
+                Some(k) => k,
+                None => {
+                    let form = Box::leak(Box::new(c));
+                    kept.push(form);
+                    form
+                }
+            };
             std::ptr::from_ref(form).cast_mut()
         };
         self.current.store(ptr, Ordering::Release);
@@ -288,7 +294,7 @@ impl PolicyCell {
     /// Bytes of the kept forms and their map.
     fn heap_bytes(&self) -> usize {
         let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.capacity() * (std::mem::size_of::<([u64; WORDS], &Compiled)>() + 1)
+        kept.capacity() * std::mem::size_of::<&Compiled>()
             + kept.len() * std::mem::size_of::<Compiled>()
     }
 }
@@ -514,7 +520,7 @@ pub struct Point {
     cfg: PolicyCell,
     /// Visits and calls in flight of calls under a policy...
     flow: Flow,
-    /// ...while calls without one are counted per thread under this id.
+    /// ...while calls without one are counted per thread under this key (`tally::key`).
     id: u32,
     counters: Counters,
     peak: AtomicU64,
@@ -568,7 +574,7 @@ impl Point {
             flow: Flow::new(),
             id: {
                 static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-                NEXT_ID.fetch_add(1, Ordering::Relaxed)
+                crate::tally::key(NEXT_ID.fetch_add(1, Ordering::Relaxed))
             },
             counters: Counters {
                 downgrades: AtomicU64::new(0),
@@ -916,10 +922,17 @@ impl Point {
             self.visit_untracked();
             return put(Permit::untracked(self), slot);
         };
-        if c.rules & ACTIVE == 0 {
-            return self.enter_unpoliced(c, slot);
-        }
-        self.enter_governed(c, slot)
+        // The entries out of line answer with the reason alone, a byte in a
+        // register: the refusal is built here.
+        let entered = if c.rules & ACTIVE == 0 {
+            self.enter_unpoliced(c, slot)
+        } else {
+            self.enter_governed(c, slot)
+        };
+        entered.map_err(|reason| Downgraded {
+            point: self.name,
+            reason,
+        })
     }
 
     /// A point with a policy: the plain rules alone take a leaner instance of the
@@ -929,12 +942,13 @@ impl Point {
         &'static self,
         c: &'static Compiled,
         slot: &mut Option<Permit>,
-    ) -> Result<(), Downgraded> {
-        if c.rules & NOT_PLAIN == 0 {
+    ) -> Result<(), Reason> {
+        let entered = if c.rules & NOT_PLAIN == 0 {
             self.enter_policy::<true>(c, slot)
         } else {
             self.enter_policy::<false>(c, slot)
-        }
+        };
+        entered.map_err(|d| d.reason)
     }
 
     /// Enters under the policy `c` (with [`ACTIVE`]). With `PLAIN`, it has none of the
@@ -976,12 +990,12 @@ impl Point {
         let meta = Meta::new(entry.slot, fine);
         // Nothing below until the caller's slot is filled may unwind: the in-flight
         // slot taken above is only given back by a permit.
-        let permit = |adaptive| Permit {
+        let permit = |adaptive: Option<AdaptiveCall>| Permit {
             point: self,
             start,
             timeout: c.timeout,
             probe_of: 0,
-            meta,
+            meta: meta.with_extra(adaptive.is_some()),
             breaker: None,
             adaptive,
         };
@@ -993,6 +1007,7 @@ impl Point {
                 if c.retry_ns != 0 && self.claim_probe(now) {
                     let permit = fill(slot, permit(None));
                     permit.probe_of = until;
+                    permit.meta = permit.meta.with_extra(true);
                     self.hold_slot(permit, entry.inflight);
                     self.admit(permit, now);
                     return Ok(());
@@ -1077,6 +1092,9 @@ impl Point {
             }
         }
         self.note_peak(entry.inflight);
+        let meta = meta
+            .with_hang(self.hang_slot(c.timeout, now))
+            .with_extra(breaker.is_some() || adaptive.is_some());
         // Built in the caller's slot, with every field known, and completed there:
         // never moved, and written after the locked instructions above.
         fill(
@@ -1086,7 +1104,7 @@ impl Point {
                 start,
                 timeout: c.timeout,
                 probe_of: 0,
-                meta: meta.with_hang(self.hang_slot(c.timeout, now)),
+                meta,
                 breaker,
                 adaptive,
             },
@@ -1102,8 +1120,8 @@ impl Point {
         &'static self,
         c: &'static Compiled,
         slot: &mut Option<Permit>,
-    ) -> Result<(), Downgraded> {
-        place(self.enter_breaker_only(c), slot)
+    ) -> Result<(), Reason> {
+        place(self.enter_breaker_only(c), slot).map_err(|d| d.reason)
     }
 
     /// A point without policy but with a breaker. The closed path of an untimed SRE
@@ -1119,6 +1137,7 @@ impl Point {
                 if b.accepts_surely(self.clock.now()) {
                     let mut permit = Permit::untracked(self);
                     permit.breaker = Some(BreakerCall { slot, word: 0 });
+                    permit.meta = permit.meta.with_extra(true);
                     return Ok(permit);
                 }
             }
@@ -1138,7 +1157,10 @@ impl Point {
                 permit.start = self.stamp(fine, now);
             }
             match self.breaker_admit(rules, breaker, now) {
-                Some(call) => permit.breaker = Some(call),
+                Some(call) => {
+                    permit.breaker = Some(call);
+                    permit.meta = permit.meta.with_extra(true);
+                }
                 None => {
                     std::mem::forget(permit);
                     return Err(self.downgrade(Reason::BreakerOpen, now, false));
@@ -1855,7 +1877,9 @@ fn place(entered: Result<Permit, Downgraded>, slot: &mut Option<Permit>) -> Resu
 /// The small fields of a [`Permit`] packed in one word, so that a permit is always
 /// written and read in whole words (a byte written next to a word that is then read
 /// whole stalls the CPU's store forwarding): the hung-call slot in the low 32 bits, the
-/// in-flight slot in bits 32-33, the unit of `start` in bit 34, and bit 63 always set.
+/// in-flight slot in bits 32-33, the unit of `start` in bit 34, whether the permit has
+/// a breaker call, an adaptive flight or a probe in bit 35 (so that completion tells
+/// the common calls from one word), and bit 63 always set.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Meta(std::num::NonZeroU64);
 
@@ -1864,6 +1888,17 @@ impl Meta {
     const SLOT_SHIFT: u32 = 32;
     const SLOT_MASK: u64 = 0b11 << Self::SLOT_SHIFT;
     const FINE: u64 = 1 << 34;
+    const EXTRA: u64 = 1 << 35;
+
+    #[inline]
+    fn extra(self) -> bool {
+        self.bits() & Self::EXTRA != 0
+    }
+
+    #[inline]
+    fn with_extra(self, extra: bool) -> Meta {
+        Meta::from_bits(self.bits() & !Self::EXTRA | if extra { Self::EXTRA } else { 0 })
+    }
 
     #[inline]
     fn from_bits(bits: u64) -> Meta {
@@ -2003,36 +2038,28 @@ impl Permit {
     /// every call site; the others in [`complete_tracked`](Self::complete_tracked).
     #[inline(always)]
     fn complete(&mut self, outcome: Outcome) {
-        if self.complete_untracked(outcome) {
+        debug_assert_eq!(
+            self.meta.extra(),
+            self.breaker.is_some() || self.adaptive.is_some() || self.probe_of != 0,
+            "the extra bit follows the permit's fields"
+        );
+        let meta = self.meta.bits();
+        if meta & (Meta::SLOT_MASK | Meta::EXTRA) == 0 {
+            // Without policy or breaker only an exception is counted.
+            if outcome == Outcome::Exception {
+                self.point
+                    .counters
+                    .exceptions
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             return;
         }
-        let slot = self.meta.slot();
-        if slot != Slot::None
-            && self.breaker.is_none()
-            && self.adaptive.is_none()
-            && self.probe_of == 0
-        {
+        if meta & Meta::EXTRA == 0 {
             let _ = self.settle(outcome);
-            self.point.flow.release(slot);
+            self.point.flow.release(self.meta.slot());
             return;
         }
         self.complete_tracked(outcome);
-    }
-
-    /// Completes a call without policy or breaker (only an exception is counted);
-    /// returns false for any other call.
-    #[inline(always)]
-    fn complete_untracked(&self, outcome: Outcome) -> bool {
-        if self.meta.slot() != Slot::None || self.breaker.is_some() {
-            return false;
-        }
-        if outcome == Outcome::Exception {
-            self.point
-                .counters
-                .exceptions
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        true
     }
 
     /// The rest of [`complete`](Self::complete), out of line.

@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 const FAN: usize = 256;
-/// Points with ids at or above this are counted elsewhere by the caller.
-pub(crate) const MAX_IDS: u32 = (FAN * FAN * FAN) as u32;
+/// Points with ids at or above this are counted elsewhere by the caller. The last
+/// top-level block is never allocated: [`key`] maps every larger id into it.
+pub(crate) const MAX_IDS: u32 = ((FAN - 1) * FAN * FAN) as u32;
 
 struct Chunk([AtomicU64; FAN]);
 struct Level2([AtomicPtr<Chunk>; FAN]);
@@ -30,20 +31,36 @@ fn null_array<T>() -> [AtomicPtr<T>; FAN] {
     std::array::from_fn(|_| AtomicPtr::new(std::ptr::null_mut()))
 }
 
+/// The table of a thread that has none (yet, or any more): nothing is allocated in
+/// it, so every lookup misses and takes the slow path.
+static EMPTY: Table = Table {
+    l1: [const { AtomicPtr::new(std::ptr::null_mut()) }; FAN],
+};
+
+/// The counting key of point `id`: `id` itself below [`MAX_IDS`], else a key whose
+/// block is never allocated, so that [`add_one`] needs no range check.
+pub(crate) fn key(id: u32) -> u32 {
+    id.min(MAX_IDS)
+}
+
 impl Table {
     fn new() -> Table {
         Table { l1: null_array() }
     }
 
+    /// Top-level, second-level and cell index of a key (any `u32`: the top index is
+    /// masked, and keys past [`MAX_IDS`] only ever miss).
+    #[inline]
     fn split(id: u32) -> (usize, usize, usize) {
         let id = id as usize;
-        (id / (FAN * FAN), id / FAN % FAN, id % FAN)
+        (id / (FAN * FAN) % FAN, id / FAN % FAN, id % FAN)
     }
 
     /// The cell of `id`, allocated if missing. Only the owner of a thread table (or
     /// a holder of the registry lock, for the shared table) calls this.
     #[inline]
     fn cell(&self, id: u32) -> &AtomicU64 {
+        debug_assert!(id < MAX_IDS && !std::ptr::eq(self, &EMPTY));
         let (a, b, c) = Table::split(id);
         let mut l2 = self.l1[a].load(Ordering::Acquire);
         if l2.is_null() {
@@ -163,7 +180,7 @@ impl ThreadTable {
 impl Drop for ThreadTable {
     fn drop(&mut self) {
         // From now on this thread's calls are counted by their callers.
-        MINE_FAST.set(std::ptr::null());
+        MINE_FAST.set(&EMPTY);
         let mut shared = shared();
         let Shared { live, exited } = &mut *shared;
         // Fold and unregister under one lock: a reader sees the counts either here or
@@ -178,25 +195,23 @@ impl Drop for ThreadTable {
 thread_local! {
     /// This thread's registered table (lazily, unregistered at thread exit).
     static MINE: ThreadTable = ThreadTable::register();
-    /// The same table as a plain pointer (null until `MINE` exists and after it is
+    /// The same table as a plain pointer (`EMPTY` until `MINE` exists and after it is
     /// gone), readable without the lazy-initialisation check.
-    static MINE_FAST: Cell<*const Table> = const { Cell::new(std::ptr::null()) };
+    static MINE_FAST: Cell<*const Table> = const { Cell::new(&EMPTY) };
 }
 
-/// Counts one call of point `id` on this thread. Returns `false` (nothing counted)
-/// when `id` is out of range or the thread's locals are already torn down; the caller
-/// then counts the call itself.
+/// Counts one call of the point with [`key`] `id` on this thread. Returns `false`
+/// (nothing counted) when `id` is out of range or the thread's locals are already torn
+/// down; the caller then counts the call itself.
 #[inline]
 pub(crate) fn add_one(id: u32) -> bool {
-    let table = MINE_FAST.get();
-    if !table.is_null() && id < MAX_IDS {
-        // SAFETY: `MINE_FAST` points into `MINE`, which outlives it (its drop clears
-        // the pointer first), and only this thread uses it.
-        if let Some(cell) = unsafe { &*table }.existing(id) {
-            // Only this thread writes this cell: no read-modify-write needed.
-            cell.store(cell.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-            return true;
-        }
+    // SAFETY: `MINE_FAST` is `EMPTY` or points into `MINE`, which outlives it (its
+    // drop resets the pointer first), and only this thread uses it.
+    let table = unsafe { &*MINE_FAST.get() };
+    if let Some(cell) = table.existing(id) {
+        // Only this thread writes this cell: no read-modify-write needed.
+        cell.store(cell.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        return true;
     }
     add_one_slow(id)
 }
@@ -285,6 +300,12 @@ mod tests {
         assert!(seen.iter().all(|(id, v)| ids[*v as usize - 1] == *id));
         assert_eq!(table.get(1), 0);
         assert!(!add_one(MAX_IDS), "out of range is the caller's to count");
+        for id in [MAX_IDS, MAX_IDS + 1, u32::MAX] {
+            assert_eq!(key(id), MAX_IDS);
+            assert!(!add_one(key(id)));
+            assert!(!add_one(id), "any key past the range misses");
+        }
+        assert_eq!(key(MAX_IDS - 1), MAX_IDS - 1);
         assert_eq!(
             std::mem::size_of::<Chunk>(),
             2048,
