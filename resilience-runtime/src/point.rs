@@ -1,9 +1,9 @@
 //! Points: the per-name state of the registry and the guard API around a call.
 //!
 //! A [`Point`] owns the cumulative counters, the sliding window, the concurrency count,
-//! the token bucket, the delay state and the current policy of one point name. Policies
-//! live in a seqlock of plain words, so reading one costs a handful of loads and a
-//! policy change never resets any of the state next to it.
+//! the token bucket, the delay state and the current policy of one point name. A policy
+//! is compiled into an immutable form behind one pointer, so reading it costs one load
+//! and a policy change never resets any of the state next to it.
 
 use crate::adaptive::{AdaptiveLimiter, GradientLimiter, LatencyLimiter, LatencyPermit, SystemCpu};
 use crate::breaker::{ClassicBreaker, ClassicState, DroppingTransition, SreBreaker, Transition};
@@ -425,7 +425,7 @@ impl ClusterSlot {
     }
 }
 
-// Slots cross threads as addresses in the policy words, which the compiler cannot
+// Slots cross threads as addresses in the compiled policy, which the compiler cannot
 // follow: check here that every slot type may be shared.
 const _: () = {
     const fn shared<T: Send + Sync>() {}

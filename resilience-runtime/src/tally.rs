@@ -5,10 +5,11 @@
 //!
 //! Each thread owns a sparse table indexed by point id (256 x 256 x 256 cells, chunks
 //! allocated on first use: the first uncounted call of a thread on each block of 256
-//! points allocates 2 KiB). Reading a total takes the registry lock and adds the
-//! cells of every live thread to those of the threads that exited, which fold their
-//! counts into a shared table under the same lock, so a total never counts a call
-//! twice or misses a finished one.
+//! points allocates 2 KiB; the last 65 536 ids are never allocated, so points created
+//! past the first 16 711 680 are counted by their callers with an atomic instead).
+//! Reading a total takes the registry lock and adds the cells of every live thread to
+//! those of the threads that exited, which fold their counts into a shared table under
+//! the same lock, so a total never counts a call twice or misses a finished one.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
