@@ -97,20 +97,30 @@ pub mod __private {
         point.admit(Event::BreakerEntered, slot)
     }
 
-    pub fn finish(slot: &mut Option<Permit>, is_exception: bool) {
+    /// The generated code hands back the point it entered with the slot it entered.
+    fn completed(point: &'static Point, slot: &mut Option<Permit>) -> Option<&'static str> {
+        let name = slot.take().and_then(|mut p| p.point.take());
+        assert!(
+            name.is_none_or(|name| name == point.name),
+            "finished on another point"
+        );
+        name
+    }
+
+    pub fn finish(point: &'static Point, slot: &mut Option<Permit>, is_exception: bool) {
         let event = if is_exception {
             Event::Exception
         } else {
             Event::Success
         };
-        if let Some(point) = slot.take().and_then(|mut p| p.point.take()) {
-            log(point, event);
+        if let Some(name) = completed(point, slot) {
+            log(name, event);
         }
     }
 
-    pub fn panicked(slot: &mut Option<Permit>) {
-        if let Some(point) = slot.take().and_then(|mut p| p.point.take()) {
-            log(point, Event::Panicked);
+    pub fn panicked(point: &'static Point, slot: &mut Option<Permit>) {
+        if let Some(name) = completed(point, slot) {
+            log(name, Event::Panicked);
         }
     }
 

@@ -906,21 +906,20 @@ impl Point {
     pub fn enter(&'static self) -> Result<Permit, Downgraded> {
         let mut slot = None;
         self.enter_in(&mut slot)?;
-        match slot {
-            Some(permit) => Ok(permit),
-            None => unreachable!("an admitted call's permit is in its slot"),
-        }
+        Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
     }
 
     /// [`enter`](Self::enter) for the generated code: an admitted call's permit is
     /// written into `slot`, where it stays until [`Permit::finish_in`]. A permit moved
     /// around by value is copied through the stack in wide loads that stall on the
-    /// narrower stores that built it; written in place, it is not moved at all.
+    /// narrower stores that built it; written in place, it is not moved at all. A call
+    /// on a point without policy or breaker, which has nothing to complete but an
+    /// exception, is admitted with the slot left empty: nothing is written at all.
     #[inline(always)]
     pub(crate) fn enter_in(&'static self, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
         let Some(c) = self.cfg.get() else {
             self.visit_untracked();
-            return put(Permit::untracked(self), slot);
+            return Ok(());
         };
         // The entries out of line answer with the reason alone, a byte in a
         // register: the refusal is built here.
@@ -1168,6 +1167,12 @@ impl Point {
             }
         }
         Ok(permit)
+    }
+
+    /// Counts an exception of a call without policy or breaker.
+    #[inline]
+    fn count_exception(&self) {
+        self.counters.exceptions.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts the visit of a call without a policy: in this thread's own cell, without
@@ -1749,11 +1754,11 @@ impl Point {
         }
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
             Ok(out) => {
-                Permit::finish_in(&mut permit, out.is_err());
+                Permit::finish_in(self, &mut permit, out.is_err());
                 out
             }
             Err(panic) => {
-                Permit::finish_in(&mut permit, true);
+                Permit::finish_in(self, &mut permit, true);
                 std::panic::resume_unwind(panic)
             }
         }
@@ -1810,11 +1815,11 @@ impl Point {
         }
         match crate::private::CatchUnwind::new(f()).await {
             Ok(out) => {
-                Permit::finish_in(&mut permit, out.is_err());
+                Permit::finish_in(self, &mut permit, out.is_err());
                 out
             }
             Err(panic) => {
-                Permit::finish_in(&mut permit, true);
+                Permit::finish_in(self, &mut permit, true);
                 std::panic::resume_unwind(panic)
             }
         }
@@ -2023,12 +2028,15 @@ impl Permit {
         self.finish(true);
     }
 
-    /// [`finish`](Self::finish) for a permit that [`Point::enter_in`] wrote into
-    /// `slot`, completed where it is; the slot is left empty.
+    /// [`finish`](Self::finish) for a call that [`Point::enter_in`] admitted on `point`,
+    /// its permit completed where it is; the slot is left empty. An empty slot is an
+    /// untracked call: only an exception is counted.
     #[inline(always)]
-    pub(crate) fn finish_in(slot: &mut Option<Permit>, exception: bool) {
-        if let Some(permit) = slot {
-            permit.complete(Outcome::of(exception));
+    pub(crate) fn finish_in(point: &'static Point, slot: &mut Option<Permit>, exception: bool) {
+        match slot {
+            Some(permit) => permit.complete(Outcome::of(exception)),
+            None if exception => point.count_exception(),
+            None => {}
         }
         std::mem::forget(slot.take());
     }
@@ -2047,10 +2055,7 @@ impl Permit {
         if meta & (Meta::SLOT_MASK | Meta::EXTRA) == 0 {
             // Without policy or breaker only an exception is counted.
             if outcome == Outcome::Exception {
-                self.point
-                    .counters
-                    .exceptions
-                    .fetch_add(1, Ordering::Relaxed);
+                self.point.count_exception();
             }
             return;
         }
@@ -2239,7 +2244,7 @@ mod tests {
         assert_eq!(refused.reason(), Reason::Concurrency);
         assert!(second.is_none(), "a downgraded call leaves its slot empty");
 
-        Permit::finish_in(&mut first, true);
+        Permit::finish_in(point, &mut first, true);
         assert!(first.is_none(), "a finished permit leaves its slot");
         let stats = point.stats();
         assert_eq!(stats.concurrency, 0, "the slot of the limit is back");
@@ -2258,13 +2263,30 @@ mod tests {
             "a cancelled call is no exception"
         );
 
-        // Without a policy the permit is untracked, and finishing it counts exceptions.
+        // Without a policy the call is untracked: admitted with its slot left empty,
+        // and finishing it counts exceptions only.
         registry.clear_policy("in_place").unwrap();
         let mut fourth = None;
         assert!(point.enter_in(&mut fourth).is_ok());
-        Permit::finish_in(&mut fourth, true);
+        assert!(fourth.is_none(), "nothing to complete, nothing written");
+        Permit::finish_in(point, &mut fourth, true);
         assert!(fourth.is_none());
-        assert_eq!(point.stats().totals.exceptions, 2);
+        let mut fifth = None;
+        assert!(point.enter_in(&mut fifth).is_ok());
+        Permit::finish_in(point, &mut fifth, false);
+        let stats = point.stats();
+        assert_eq!(
+            stats.totals.exceptions, 2,
+            "the untracked exception, and only it"
+        );
+        assert_eq!(
+            stats.totals.passes, 4,
+            "first, third (cancelled), fourth and fifth"
+        );
+        assert_eq!(stats.concurrency, 0);
+        // The public API still hands out a permit, which counts the same way.
+        point.enter().unwrap().finish(true);
+        assert_eq!(point.stats().totals.exceptions, 3);
     }
 
     /// A registry of its own on a manual clock.

@@ -130,7 +130,8 @@ pub use linkme;
 
 /// The entry of `#[downgrade]`: [`Point::enter`], writing an admitted call's permit
 /// into `slot` (the generated code's own variable), where it stays until [`finish`]
-/// or [`panicked`]; a permit never moved is never copied through the stack.
+/// or [`panicked`]; a permit never moved is never copied through the stack. A call with
+/// nothing to complete but an exception (no policy, no breaker) leaves `slot` empty.
 #[inline(always)]
 pub fn enter(point: &'static Point, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
     point.enter_in(slot)
@@ -143,15 +144,16 @@ pub fn enter_breaker(point: &'static Point, slot: &mut Option<Permit>) -> Result
     point.enter_breaker_in(slot)
 }
 
-/// Records that the call whose permit [`enter`] wrote into `slot` finished;
-/// `exception` says whether it failed.
+/// Records that the call [`enter`] admitted on `point` (its permit, if any, in `slot`)
+/// finished; `exception` says whether it failed.
 #[inline(always)]
-pub fn finish(slot: &mut Option<Permit>, exception: bool) {
-    Permit::finish_in(slot, exception);
+pub fn finish(point: &'static Point, slot: &mut Option<Permit>, exception: bool) {
+    Permit::finish_in(point, slot, exception);
 }
 
-/// Records that the call whose permit [`enter`] wrote into `slot` panicked.
+/// Records that the call [`enter`] admitted on `point` (its permit, if any, in `slot`)
+/// panicked.
 #[inline]
-pub fn panicked(slot: &mut Option<Permit>) {
-    Permit::finish_in(slot, true);
+pub fn panicked(point: &'static Point, slot: &mut Option<Permit>) {
+    Permit::finish_in(point, slot, true);
 }

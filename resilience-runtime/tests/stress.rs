@@ -228,7 +228,7 @@ fn breaker_swaps_under_load_keep_counts_exact() {
                     let mut slot = None;
                     if resilience_runtime::__private::enter_breaker(p, &mut slot).is_ok() {
                         ran += 1;
-                        resilience_runtime::__private::finish(&mut slot, (i + t) % 7 == 0);
+                        resilience_runtime::__private::finish(p, &mut slot, (i + t) % 7 == 0);
                     }
                     assert!(slot.is_none(), "a finished permit leaves its slot empty");
                 }

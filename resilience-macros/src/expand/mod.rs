@@ -79,8 +79,8 @@ fn ident(name: &str) -> Ident {
 //                 Err(..) => return FALLBACK | DEFAULT | DowngradeReturn,            // on_downgrade
 //             };
 //             match CAUGHT_BODY {                                                    // caught_body
-//                 Ok(__resilience_out) => { finish(&mut permit, CLASSIFY); __resilience_out } // record_outcome
-//                 Err(__resilience_panic) => { panicked(&mut permit); resume_unwind(__resilience_panic) }
+//                 Ok(__resilience_out) => { finish(point, &mut permit, CLASSIFY); __resilience_out } // record_outcome
+//                 Err(__resilience_panic) => { panicked(point, &mut permit); resume_unwind(__resilience_panic) }
 //             }
 //
 // The permit stays in its variable from entry to completion: moved by value, the
@@ -150,7 +150,7 @@ fn wrap(kind: Kind, args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream 
                 #out
             }
             ::core::result::Result::Err(#panic) => {
-                #private::panicked(&mut #permit);
+                #private::panicked(#point, &mut #permit);
                 ::std::panic::resume_unwind(#panic)
             }
         }
@@ -536,7 +536,7 @@ fn caught_body(
 
 // Input:  __resilience_out: the value the body produced
 // Output: let __resilience_is_exception: bool = CLASSIFY;
-//         RT::finish(&mut __resilience_permit, __resilience_is_exception);
+//         RT::finish(__resilience_point, &mut __resilience_permit, __resilience_is_exception);
 //
 // CLASSIFY, without `is_exception`, uses autoref specialization so that it
 // compiles for any return type (only `Err` of a `Result` is an exception):
@@ -551,6 +551,7 @@ fn record_outcome(private: &TokenStream, args: &Args, output: &ReturnKind) -> To
         return TokenStream::new();
     }
     let out = ident("__resilience_out");
+    let point = ident("__resilience_point");
     let permit = ident("__resilience_permit");
     let is_exception = ident("__resilience_is_exception");
     let classify = match &args.is_exception {
@@ -574,7 +575,7 @@ fn record_outcome(private: &TokenStream, args: &Args, output: &ReturnKind) -> To
     };
     quote! {
         let #is_exception: bool = #classify;
-        #private::finish(&mut #permit, #is_exception);
+        #private::finish(#point, &mut #permit, #is_exception);
     }
 }
 
