@@ -82,7 +82,7 @@ impl ThreadLane {
 
 impl Drop for ThreadLane {
     fn drop(&mut self) {
-        LANE_FAST.set(0);
+        LANE_FAST.set(UNKNOWN);
         NUMBERS
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -90,19 +90,22 @@ impl Drop for ThreadLane {
     }
 }
 
+/// `LANE_FAST` before `THREAD_LANE` exists and once it is gone.
+const UNKNOWN: u32 = u32::MAX;
+
 thread_local! {
     static THREAD_LANE: ThreadLane = ThreadLane::claim();
-    /// `THREAD_LANE`'s number plus one, readable without the lazy-initialisation
-    /// check (0 until it exists and once it is gone).
-    static LANE_FAST: Cell<u32> = const { Cell::new(0) };
+    /// `THREAD_LANE`'s number, readable without the lazy-initialisation check
+    /// ([`UNKNOWN`] until it exists and once it is gone).
+    static LANE_FAST: Cell<u32> = const { Cell::new(UNKNOWN) };
 }
 
 /// This thread's lane number; `u32::MAX` while thread-locals are being torn down.
 #[inline]
 fn thread_lane() -> u32 {
     match LANE_FAST.get() {
-        0 => thread_lane_slow(),
-        n => n - 1,
+        UNKNOWN => thread_lane_slow(),
+        n => n,
     }
 }
 
@@ -111,7 +114,7 @@ fn thread_lane() -> u32 {
 fn thread_lane_slow() -> u32 {
     THREAD_LANE
         .try_with(|l| {
-            LANE_FAST.set(l.0.saturating_add(1));
+            LANE_FAST.set(l.0);
             l.0
         })
         .unwrap_or(u32::MAX)
@@ -135,9 +138,26 @@ impl HangTable {
     }
 
     /// Registers a call that started at `start` (non-zero); returns its slot, or `None`
-    /// if the table is full.
+    /// if the table is full. In line: the first slot of the thread's own lane, free
+    /// unless the thread has another timed call of the point in flight.
     #[inline]
     pub(crate) fn register(&self, start: u64) -> Option<u32> {
+        // `UNKNOWN` and lanes past the owned ones fail the test.
+        let lane = LANE_FAST.get();
+        if (lane as usize) < OWNED_LANES {
+            let first = &self.lanes[lane as usize].0[0];
+            if first.load(Ordering::Relaxed) == 0 {
+                first.store(start, Ordering::Relaxed);
+                return Some(lane * LANE as u32);
+            }
+        }
+        self.register_slow(start)
+    }
+
+    /// The rest of [`register`](Self::register), out of line.
+    #[cold]
+    #[inline(never)]
+    fn register_slow(&self, start: u64) -> Option<u32> {
         self.register_as(thread_lane(), start)
     }
 
@@ -292,11 +312,37 @@ mod tests {
     }
 
     #[test]
+    fn register_takes_the_first_slot_of_the_own_lane_in_line() {
+        std::thread::spawn(|| {
+            let t = HangTable::new();
+            // Before the lane is known, the slow path claims it.
+            let a = t.register(10).unwrap();
+            let lane = thread_lane();
+            if (lane as usize) >= OWNED_LANES {
+                assert!(a as usize >= OWNED_LANES * LANE, "a shared slot");
+                return;
+            }
+            assert_eq!(a, lane * LANE as u32, "the first slot of the own lane");
+            let b = t.register(11).unwrap();
+            assert_eq!(b, a + 1, "the next slot while the first is in flight");
+            assert!(!t.unregister(a, false));
+            assert_eq!(t.register(12), Some(a), "in line, the first slot again");
+            assert_eq!(t.sweep(1_000, 100), 2, "both registered calls are seen");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
     fn the_cached_lane_is_the_claimed_one() {
         std::thread::spawn(|| {
-            assert_eq!(LANE_FAST.get(), 0, "nothing cached before the first call");
+            assert_eq!(
+                LANE_FAST.get(),
+                UNKNOWN,
+                "nothing cached before the first call"
+            );
             let first = thread_lane();
-            assert_eq!(LANE_FAST.get(), first + 1);
+            assert_eq!(LANE_FAST.get(), first);
             assert_eq!(THREAD_LANE.with(|l| l.0), first);
             assert_eq!(thread_lane(), first, "the cached number is stable");
         })
