@@ -42,6 +42,50 @@ pub(crate) fn interleaved(rounds: usize, batch: u64, candidates: &[&dyn Fn()]) -
     times
 }
 
+/// Per-call times (ns) of `f` on one thread and on two threads at once, in `rounds`
+/// rounds: a round times a batch of `batch` calls on this thread alone, then a batch on
+/// this thread and a helper thread together (the slower of the two), so that the ratio
+/// within a round compares them under the same conditions, as in [`interleaved`].
+/// Returns `(one, two)`.
+// Each bench compiles this module on its own and not every bench uses everything.
+#[allow(dead_code)]
+pub(crate) fn one_and_two_threads(
+    rounds: usize,
+    batch: u64,
+    f: &(dyn Fn() + Sync),
+) -> (Vec<f64>, Vec<f64>) {
+    let start = Barrier::new(2);
+    let end = Barrier::new(2);
+    let helper_ns = std::sync::atomic::AtomicU64::new(0);
+    let mut one = Vec::with_capacity(rounds);
+    let mut two = Vec::with_capacity(rounds);
+    let time = || {
+        let t = Instant::now();
+        for _ in 0..batch {
+            f();
+        }
+        t.elapsed().as_nanos() as u64
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for _ in 0..rounds {
+                start.wait();
+                helper_ns.store(time(), std::sync::atomic::Ordering::Relaxed);
+                end.wait();
+            }
+        });
+        for _ in 0..rounds {
+            one.push(time() as f64 / batch as f64);
+            start.wait();
+            let mine = time();
+            end.wait();
+            let theirs = helper_ns.load(std::sync::atomic::Ordering::Relaxed);
+            two.push(mine.max(theirs) as f64 / batch as f64);
+        }
+    });
+    (one, two)
+}
+
 /// The median of `values` (which must not be empty).
 pub(crate) fn median(values: &[f64]) -> f64 {
     let mut sorted = values.to_vec();
