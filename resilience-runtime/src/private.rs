@@ -6,7 +6,7 @@ use std::any::Any;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::task::{Context, Poll};
 
 pub use crate::point::{Permit, Point};
@@ -15,7 +15,8 @@ pub use crate::point::{Permit, Point};
 #[derive(Debug)]
 pub struct StaticPoint {
     name: &'static str,
-    cell: OnceLock<&'static Point>,
+    /// The point once looked up (null before): one load on every call.
+    cell: AtomicPtr<Point>,
 }
 
 impl StaticPoint {
@@ -23,14 +24,16 @@ impl StaticPoint {
     pub const fn new(name: &'static str) -> StaticPoint {
         StaticPoint {
             name,
-            cell: OnceLock::new(),
+            cell: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
     /// The point, looked up in the global registry on the first call only.
     #[inline]
     pub fn get(&'static self) -> &'static Point {
-        match self.cell.get() {
+        let point = self.cell.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer was stored by `init` from a `&'static Point`.
+        match unsafe { point.cast_const().as_ref() } {
             Some(p) => p,
             None => self.init(),
         }
@@ -44,7 +47,10 @@ impl StaticPoint {
             // this is unreachable from generated code.
             Err(e) => panic!("{e}"),
         };
-        self.cell.get_or_init(|| point)
+        // Threads racing here store the same point: the registry has one per name.
+        self.cell
+            .store(std::ptr::from_ref(point).cast_mut(), Ordering::Release);
+        point
     }
 }
 
