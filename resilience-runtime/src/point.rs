@@ -291,7 +291,7 @@ impl PolicyCell {
         self.current.store(ptr, Ordering::Release);
     }
 
-    /// Bytes of the kept forms and their map.
+    /// Bytes of the kept forms and their list.
     fn heap_bytes(&self) -> usize {
         let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         kept.capacity() * std::mem::size_of::<&Compiled>()
