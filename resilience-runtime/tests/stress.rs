@@ -149,7 +149,13 @@ fn policy_swaps_under_load_never_tear_or_leak() {
     // Alternate between two limits (and other rules) while calls run, between plain
     // rules and rules that take the general entry (a delay; a threshold short enough
     // for the tick counter), so that calls race with the switch between the two.
+    // The settings repeat every 30 swaps: the point keeps one compiled form per
+    // distinct setting, so its memory stops growing after the first 30.
+    let mut after_one_cycle = 0;
     for i in 0..2_000 {
+        if i == 30 {
+            after_one_cycle = p.memory_bytes();
+        }
         let b = Policy::builder().max_concurrency(if i % 2 == 0 { 1 } else { 2 });
         let b = if i % 3 == 0 {
             b.max_visits(1_000_000)
@@ -170,6 +176,11 @@ fn policy_swaps_under_load_never_tear_or_leak() {
         .map(|w| w.join().unwrap())
         .fold((0, 0), |(c, r), (wc, wr)| (c + wc, r + wr));
     assert!(max_seen.load(Ordering::SeqCst) <= 2);
+    assert_eq!(
+        p.memory_bytes(),
+        after_one_cycle,
+        "repeated settings reuse their kept forms"
+    );
     let s = p.stats();
     assert_eq!(s.concurrency, 0);
     assert_eq!(s.totals.visits, calls, "every call is one visit");
