@@ -161,7 +161,7 @@ impl HangTable {
         self.register_as(thread_lane(), start)
     }
 
-    #[inline(always)]
+    #[inline]
     fn register_as(&self, lane: u32, start: u64) -> Option<u32> {
         if (lane as usize) < OWNED_LANES {
             for (i, slot) in self.lanes[lane as usize].0.iter().enumerate() {

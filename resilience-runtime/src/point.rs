@@ -58,10 +58,11 @@ const R_FINE: u64 = 1 << 13;
 /// Rule bits outside the plain rules (SDS's, with fixed thresholds on the timeline):
 /// a point without any of them takes the leaner [`Point::enter_policy`] instance.
 const NOT_PLAIN: u64 = R_DELAY | R_SHADOW | R_BREAKER | R_ADAPTIVE | R_CLUSTER | R_FINE;
+const _: () = assert!(NOT_PLAIN & (R_VISITS | R_TOKENS | R_CONCURRENCY | R_RATE) == 0);
 
 /// A policy compiled for the hot path: rule bits, thresholds in the point's units and
 /// the addresses of its slots. Immutable once published (see [`PolicyCell`]).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 struct Compiled {
     rules: u64,
     max_visits: u64,
@@ -85,7 +86,8 @@ struct Compiled {
 
 const WORDS: usize = 17;
 
-/// The compiled form without any rule or breaker (a point that has none).
+/// The compiled form without any rule or breaker (a point that has none), and the
+/// default every compiled policy starts from.
 const EMPTY: Compiled = Compiled {
     rules: 0,
     max_visits: 0,
@@ -105,6 +107,12 @@ const EMPTY: Compiled = Compiled {
     adaptive: 0,
     cluster: 0,
 };
+
+impl Default for Compiled {
+    fn default() -> Compiled {
+        EMPTY
+    }
+}
 
 impl Compiled {
     fn new(
@@ -986,16 +994,19 @@ impl Point {
 
         let timed = c.rules & (R_TIMEOUTS | R_BREAKER_TIMED) != 0;
         let start = if timed { stamp } else { 0 };
-        let meta = Meta::new(entry.slot, fine);
         // Nothing below until the caller's slot is filled may unwind: the in-flight
-        // slot taken above is only given back by a permit.
-        let permit = |adaptive: Option<AdaptiveCall>| Permit {
+        // slot taken above is only given back by a permit. Built with every field
+        // known, in the caller's slot: never moved, and written after the locked
+        // instructions.
+        let permit = |adaptive: Option<AdaptiveCall>, breaker: Option<BreakerCall>, hang| Permit {
             point: self,
             start,
             timeout: c.timeout,
             probe_of: 0,
-            meta: meta.with_extra(adaptive.is_some()),
-            breaker: None,
+            meta: Meta::new(entry.slot, fine)
+                .with_hang(hang)
+                .with_extra(adaptive.is_some() || breaker.is_some()),
+            breaker,
             adaptive,
         };
 
@@ -1004,14 +1015,16 @@ impl Point {
             let until = self.delay_until.load(Ordering::Acquire);
             if now < until {
                 if c.retry_ns != 0 && self.claim_probe(now) {
-                    let permit = fill(slot, permit(None));
-                    permit.probe_of = until;
-                    permit.meta = permit.meta.with_extra(true);
+                    let permit = fill(slot, permit(None, None, NO_HANG));
+                    permit.attach_probe(until);
                     self.hold_slot(permit, entry.inflight);
                     self.admit(permit, now);
                     return Ok(());
                 }
-                return place(self.trip(c, Reason::Delay, permit(None), now), slot);
+                return place(
+                    self.trip(c, Reason::Delay, permit(None, None, NO_HANG), now),
+                    slot,
+                );
             }
         }
 
@@ -1073,7 +1086,10 @@ impl Point {
             if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
                 self.start_delay(now, c, reason);
             }
-            return place(self.trip(c, reason, permit(adaptive), now), slot);
+            return place(
+                self.trip(c, reason, permit(adaptive, None, NO_HANG), now),
+                slot,
+            );
         }
         // The breaker comes last: calls downgraded by a rule never reach it.
         let mut breaker = None;
@@ -1091,23 +1107,8 @@ impl Point {
             }
         }
         self.note_peak(entry.inflight);
-        let meta = meta
-            .with_hang(self.hang_slot(c.timeout, now))
-            .with_extra(breaker.is_some() || adaptive.is_some());
-        // Built in the caller's slot, with every field known, and completed there:
-        // never moved, and written after the locked instructions above.
-        fill(
-            slot,
-            Permit {
-                point: self,
-                start,
-                timeout: c.timeout,
-                probe_of: 0,
-                meta,
-                breaker,
-                adaptive,
-            },
-        );
+        let hang = self.hang_slot(c.timeout, now);
+        fill(slot, permit(adaptive, breaker, hang));
         Ok(())
     }
 
@@ -1135,8 +1136,7 @@ impl Point {
             if let BreakerImpl::Sre(b) = &slot.imp {
                 if b.accepts_surely(self.clock.now()) {
                     let mut permit = Permit::untracked(self);
-                    permit.breaker = Some(BreakerCall { slot, word: 0 });
-                    permit.meta = permit.meta.with_extra(true);
+                    permit.attach_breaker(BreakerCall { slot, word: 0 });
                     return Ok(permit);
                 }
             }
@@ -1156,10 +1156,7 @@ impl Point {
                 permit.start = self.stamp(fine, now);
             }
             match self.breaker_admit(rules, breaker, now) {
-                Some(call) => {
-                    permit.breaker = Some(call);
-                    permit.meta = permit.meta.with_extra(true);
-                }
+                Some(call) => permit.attach_breaker(call),
                 None => {
                     std::mem::forget(permit);
                     return Err(self.downgrade(Reason::BreakerOpen, now, false));
@@ -1851,15 +1848,6 @@ pub struct Permit {
 
 const NO_HANG: u32 = u32::MAX;
 
-/// Writes an admitted call's permit into the caller's empty slot (see
-/// [`Point::enter_in`]), at the point where it was built: a permit merged from
-/// several paths into one value first would be copied through the stack.
-#[inline(always)]
-fn put(permit: Permit, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
-    fill(slot, permit);
-    Ok(())
-}
-
 /// Writes `permit` into the caller's empty slot and returns it there, to be
 /// completed in place.
 #[inline(always)]
@@ -1873,10 +1861,12 @@ fn fill(slot: &mut Option<Permit>, permit: Permit) -> &mut Permit {
     }
 }
 
-/// [`put`] for an entry that returns its permit.
+/// Writes the permit of an entry that returns one into the caller's empty slot (see
+/// [`Point::enter_in`]).
 #[inline(always)]
 fn place(entered: Result<Permit, Downgraded>, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
-    put(entered?, slot)
+    fill(slot, entered?);
+    Ok(())
 }
 
 /// The small fields of a [`Permit`] packed in one word, so that a permit is always
@@ -1998,6 +1988,22 @@ impl Outcome {
 }
 
 impl Permit {
+    /// Gives the permit its breaker call. With [`attach_probe`](Self::attach_probe)
+    /// and the governed entry's constructor, the only writers of the fields that
+    /// [`Meta::EXTRA`] stands for, so the bit always follows them.
+    #[inline]
+    fn attach_breaker(&mut self, call: BreakerCall) {
+        self.breaker = Some(call);
+        self.meta = self.meta.with_extra(true);
+    }
+
+    /// Makes the permit the probe of the delay period ending at `until`.
+    #[inline]
+    fn attach_probe(&mut self, until: u64) {
+        self.probe_of = until;
+        self.meta = self.meta.with_extra(true);
+    }
+
     #[inline]
     fn untracked(point: &'static Point) -> Permit {
         Permit {
@@ -2552,7 +2558,10 @@ mod tests {
         cell.store(Compiled::default());
         assert!(cell.get().is_none());
         assert_eq!(cell.kept.lock().unwrap().len(), 2);
-        assert_eq!(NOT_PLAIN & (R_VISITS | R_TOKENS | R_CONCURRENCY), 0);
+        assert!(
+            std::mem::size_of::<Compiled>() <= 144,
+            "README: a kept form is about 140 bytes"
+        );
     }
 
     #[test]
