@@ -1,27 +1,41 @@
-//! The visit counter and the in-flight count of a point, in one atomic word, so that
-//! a single atomic operation both counts a call and admits it under a concurrency
-//! limit (and a single one releases it).
+//! The passes and the calls in flight of a point, in one atomic word, so that a single
+//! compare-and-swap admits a call under both the visits rule and the concurrency limit
+//! (and a single atomic operation releases it).
 //!
-//! The low 24 bits hold the calls in flight, the high 40 bits the visits modulo 2^40.
-//! Full 64-bit visit totals are rebuilt from a base that the call crossing each 2^32
-//! boundary moves up, so they stay exact as long as fewer than 2^40 - 2^32 (about
-//! 10^12) calls happen while that one call is between its increment and its update.
-//! Concurrency limits go up to 2^22; calls admitted without a limit that would push
-//! the in-flight field past 2^23 are counted in a separate spill counter instead, so
-//! the field can never carry into the visits.
+//! # Layout
+//!
+//! The low 24 bits hold the calls in flight, the high 40 bits the passes (admitted
+//! calls) modulo 2^40. Full 64-bit totals are rebuilt from a base that the call
+//! crossing each 2^32 boundary moves up, so they stay exact as long as fewer than
+//! 2^40 - 2^32 (about 10^12) calls pass while that one call is between its increment
+//! and its update. Concurrency limits go up to 2^22; calls admitted without a limit
+//! that would push the in-flight field past 2^23 are counted in a separate spill
+//! counter instead, so the field can never carry into the passes.
+//!
+//! # The guarantee kept here
+//!
+//! [`Flow::admit`] decides with [`decide`] on the word it read and commits with a
+//! compare-and-swap of that very word, so a call is admitted only if, at the instant
+//! of its commit, fewer than `limits.passes` calls had passed and fewer than
+//! `limits.inflight` were in flight. Every admission is one step of the word's total
+//! modification order, so under any number of threads the passes never exceed the
+//! pass limit and the calls in flight never exceed the concurrency limit: exact, not
+//! "about". A refusal changes nothing.
 
 use crate::sync::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 const INFLIGHT_BITS: u32 = 24;
-/// One visit in the word.
-const VISIT: u64 = 1 << INFLIGHT_BITS;
-const INFLIGHT_MASK: u64 = VISIT - 1;
-const VISIT_MASK: u64 = (1 << (64 - INFLIGHT_BITS)) - 1;
-/// The base moves each time the low 32 bits of the visit field wrap.
+/// One pass in the word.
+const PASS: u64 = 1 << INFLIGHT_BITS;
+const INFLIGHT_MASK: u64 = PASS - 1;
+const PASS_MASK: u64 = (1 << (64 - INFLIGHT_BITS)) - 1;
+/// The base moves each time the low 32 bits of the pass field wrap.
 const BASE_STEP_MASK: u64 = (1 << 32) - 1;
 /// Unlimited admissions beyond this many calls in flight go to the spill counter.
 const SPILL_AT: u64 = 1 << 23;
+/// No limit (the largest value a limit can have).
+pub(crate) const NO_LIMIT: u64 = u64::MAX;
 
 /// Where an admitted call holds its in-flight slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,19 +51,58 @@ pub(crate) enum Slot {
 /// What one admission saw.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entry {
-    /// The call's visit number: the point's visit total including this call.
-    pub(crate) visit: u64,
-    /// Calls in flight right after this one took its slot (without one: before it).
+    /// Calls in flight right after this one took its slot.
     pub(crate) inflight: u64,
-    /// The slot taken, if any.
+    /// The slot taken.
     pub(crate) slot: Slot,
 }
 
-/// Visits and calls in flight of one point.
+/// The limits one admission is checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Limits {
+    /// Admit only while fewer than this many passes were counted in all (the window's
+    /// base plus the visits threshold), or [`NO_LIMIT`].
+    pub(crate) passes: u64,
+    /// Admit only while fewer than this many calls are in flight (at most 2^22), or
+    /// [`NO_LIMIT`].
+    pub(crate) inflight: u64,
+}
+
+impl Limits {
+    /// No limit at all.
+    pub(crate) const NONE: Limits = Limits {
+        passes: NO_LIMIT,
+        inflight: NO_LIMIT,
+    };
+}
+
+/// Why [`decide`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// The pass limit is reached (the visits rule).
+    Visits,
+    /// Every slot is taken (the concurrency rule).
+    Concurrency,
+}
+
+/// The pure decision: may one more call pass when `passes` have passed and `inflight`
+/// are in flight? The visits rule is checked first, as SDS orders its rules.
+#[inline(always)]
+pub(crate) fn decide(passes: u64, inflight: u64, limits: Limits) -> Result<(), Refused> {
+    if passes >= limits.passes {
+        Err(Refused::Visits)
+    } else if inflight >= limits.inflight {
+        Err(Refused::Concurrency)
+    } else {
+        Ok(())
+    }
+}
+
+/// Passes and calls in flight of one point.
 #[derive(Debug)]
 pub(crate) struct Flow {
     word: CachePadded<AtomicU64>,
-    /// A full visit total at most 2^40 below the true one (see the module docs).
+    /// A full pass total at most 2^40 below the true one (see the module docs).
     base: AtomicU64,
     spill: AtomicU64,
 }
@@ -59,93 +112,100 @@ impl Flow {
         Flow::starting_at(0)
     }
 
-    /// A flow whose visit total starts at `visits` (tests of the wrap-around).
-    pub(crate) fn starting_at(visits: u64) -> Flow {
+    /// A flow whose pass total starts at `passes` (tests of the wrap-around).
+    pub(crate) fn starting_at(passes: u64) -> Flow {
         Flow {
-            word: CachePadded::new(AtomicU64::new((visits & VISIT_MASK) << INFLIGHT_BITS)),
-            base: AtomicU64::new(visits),
+            word: CachePadded::new(AtomicU64::new((passes & PASS_MASK) << INFLIGHT_BITS)),
+            base: AtomicU64::new(passes),
             spill: AtomicU64::new(0),
         }
     }
 
-    /// Counts a visit without taking a slot; returns the visit number.
+    /// Counts a pass that takes no slot (a call that is not tracked in flight).
     #[inline]
-    pub(crate) fn visit(&self) -> u64 {
-        let old = self.word.fetch_add(VISIT, Ordering::Relaxed);
-        self.number(old)
+    pub(crate) fn pass(&self) {
+        let old = self.word.fetch_add(PASS, Ordering::Relaxed);
+        self.crossed(old);
     }
 
-    /// Counts a visit and takes a slot if fewer than `max` calls are in flight (`max`
-    /// at most 2^22).
+    /// Admits a call under `limits`: counts its pass and takes its slot in one step,
+    /// or refuses and changes nothing (see the module docs for the guarantee).
     #[inline]
-    pub(crate) fn visit_limited(&self, max: u64) -> Entry {
+    pub(crate) fn admit(&self, limits: Limits) -> Result<Entry, Refused> {
+        if limits == Limits::NONE {
+            return Ok(self.admit_unlimited());
+        }
         let mut cur = self.word.load(Ordering::Relaxed);
         loop {
             let inflight = cur & INFLIGHT_MASK;
-            if inflight >= max {
-                let old = self.word.fetch_add(VISIT, Ordering::Relaxed);
-                return Entry {
-                    visit: self.number(old),
-                    inflight: old & INFLIGHT_MASK,
-                    slot: Slot::None,
-                };
+            decide(self.extend(cur >> INFLIGHT_BITS), inflight, limits)?;
+            if inflight >= SPILL_AT {
+                // Only without a concurrency limit (limits are at most 2^22).
+                return self.admit_spilled(cur, limits);
             }
             match self.word.compare_exchange_weak(
                 cur,
-                cur + VISIT + 1,
+                cur.wrapping_add(PASS + 1),
                 Ordering::Acquire,
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    return Entry {
-                        visit: self.number(cur),
+                    self.crossed(cur);
+                    return Ok(Entry {
                         inflight: inflight + 1,
                         slot: Slot::Word,
-                    }
+                    });
                 }
                 Err(seen) => cur = seen,
             }
         }
     }
 
-    /// Counts a visit and takes a slot whatever the count.
+    /// Admits a call whatever the counts: one atomic addition.
     #[inline]
-    pub(crate) fn visit_forced(&self) -> Entry {
-        let old = self.word.fetch_add(VISIT + 1, Ordering::Acquire);
-        let visit = self.number(old);
+    pub(crate) fn admit_unlimited(&self) -> Entry {
+        let old = self.word.fetch_add(PASS + 1, Ordering::Acquire);
+        self.crossed(old);
         let inflight = (old & INFLIGHT_MASK) + 1;
         if inflight <= SPILL_AT {
             return Entry {
-                visit,
                 inflight,
                 slot: Slot::Word,
             };
         }
-        let (inflight, slot) = self.spill_one();
-        Entry {
-            visit,
-            inflight,
-            slot,
-        }
-    }
-
-    /// Takes a slot for an already counted visit, whatever the count; returns the
-    /// calls in flight after it and the slot.
-    #[inline]
-    pub(crate) fn acquire_forced(&self) -> (u64, Slot) {
-        let inflight = (self.word.fetch_add(1, Ordering::Acquire) & INFLIGHT_MASK) + 1;
-        if inflight <= SPILL_AT {
-            return (inflight, Slot::Word);
-        }
+        self.word.fetch_sub(1, Ordering::Relaxed);
         self.spill_one()
     }
 
-    /// Moves a slot just taken in the word to the spill counter.
+    /// [`admit`](Self::admit) past [`SPILL_AT`] calls in flight: the pass goes into the
+    /// word (still under the pass limit), the slot into the spill counter.
     #[cold]
-    fn spill_one(&self) -> (u64, Slot) {
-        self.word.fetch_sub(1, Ordering::Relaxed);
+    fn admit_spilled(&self, mut cur: u64, limits: Limits) -> Result<Entry, Refused> {
+        loop {
+            decide(self.extend(cur >> INFLIGHT_BITS), 0, limits)?;
+            match self.word.compare_exchange_weak(
+                cur,
+                cur.wrapping_add(PASS),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.crossed(cur);
+                    return Ok(self.spill_one());
+                }
+                Err(seen) => cur = seen,
+            }
+        }
+    }
+
+    /// Takes a slot in the spill counter.
+    #[cold]
+    fn spill_one(&self) -> Entry {
         let spilled = self.spill.fetch_add(1, Ordering::Acquire) + 1;
-        (SPILL_AT + spilled, Slot::Spill)
+        Entry {
+            inflight: SPILL_AT + spilled,
+            slot: Slot::Spill,
+        }
     }
 
     /// Gives a slot back.
@@ -162,9 +222,17 @@ impl Flow {
         }
     }
 
-    /// The visit total.
-    pub(crate) fn visits(&self) -> u64 {
-        self.extend((self.word.load(Ordering::Relaxed) >> INFLIGHT_BITS) & VISIT_MASK)
+    /// The passes and the calls in flight in the word now (the spill counter aside):
+    /// what [`admit`](Self::admit) would decide on.
+    #[inline]
+    pub(crate) fn peek(&self) -> (u64, u64) {
+        let w = self.word.load(Ordering::Relaxed);
+        (self.extend(w >> INFLIGHT_BITS), w & INFLIGHT_MASK)
+    }
+
+    /// The pass total.
+    pub(crate) fn passes(&self) -> u64 {
+        self.peek().0
     }
 
     /// Calls in flight.
@@ -172,20 +240,21 @@ impl Flow {
         (self.word.load(Ordering::Relaxed) & INFLIGHT_MASK) + self.spill.load(Ordering::Relaxed)
     }
 
-    /// The visit number of the call whose increment returned `old`.
+    /// Moves the base when the increment that returned `old` crossed a 2^32 boundary.
     #[inline]
-    fn number(&self, old: u64) -> u64 {
-        let field = ((old >> INFLIGHT_BITS) + 1) & VISIT_MASK;
+    fn crossed(&self, old: u64) {
+        let field = ((old >> INFLIGHT_BITS) + 1) & PASS_MASK;
         if field & BASE_STEP_MASK == 0 {
             self.advance(field);
         }
-        self.extend(field)
     }
 
+    /// The full total of a pass field (`PASS_MASK` bits, or more: masked here).
     #[inline]
     fn extend(&self, field: u64) -> u64 {
+        let field = field & PASS_MASK;
         let base = self.base.load(Ordering::Relaxed);
-        base.wrapping_add(field.wrapping_sub(base) & VISIT_MASK)
+        base.wrapping_add(field.wrapping_sub(base) & PASS_MASK)
     }
 
     #[cold]
@@ -195,67 +264,88 @@ impl Flow {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicU64 as StdU64;
     use std::sync::Arc;
 
+    const fn limits(passes: u64, inflight: u64) -> Limits {
+        Limits { passes, inflight }
+    }
+
     #[test]
-    fn counts_visits_and_slots() {
+    fn counts_passes_and_slots() {
         let f = Flow::new();
-        assert_eq!(f.visit(), 1);
-        let e = f.visit_limited(1);
-        assert_eq!((e.visit, e.inflight, e.slot), (2, 1, Slot::Word));
-        let e = f.visit_limited(1);
-        assert_eq!((e.visit, e.inflight, e.slot), (3, 1, Slot::None), "full");
-        let e = f.visit_forced();
-        assert_eq!((e.visit, e.inflight, e.slot), (4, 2, Slot::Word));
-        assert_eq!(f.acquire_forced(), (3, Slot::Word));
-        assert_eq!((f.visits(), f.inflight()), (4, 3));
-        for _ in 0..3 {
-            f.release(Slot::Word);
-        }
-        f.release(Slot::None);
-        assert_eq!((f.visits(), f.inflight()), (4, 0));
+        f.pass();
+        let e = f.admit(limits(NO_LIMIT, 1)).unwrap();
+        assert_eq!((e.inflight, e.slot), (1, Slot::Word));
         assert_eq!(
-            f.visit_limited(0).slot,
-            Slot::None,
+            f.admit(limits(NO_LIMIT, 1)).unwrap_err(),
+            Refused::Concurrency
+        );
+        assert_eq!(
+            f.admit(limits(2, 5)).unwrap_err(),
+            Refused::Visits,
+            "2 passed"
+        );
+        let e = f.admit_unlimited();
+        assert_eq!((e.inflight, e.slot), (2, Slot::Word));
+        assert_eq!(f.peek(), (3, 2), "refusals changed nothing");
+        assert_eq!((f.passes(), f.inflight()), (3, 2));
+        f.release(Slot::Word);
+        f.release(Slot::Word);
+        f.release(Slot::None);
+        assert_eq!((f.passes(), f.inflight()), (3, 0));
+        assert_eq!(
+            f.admit(limits(NO_LIMIT, 0)).unwrap_err(),
+            Refused::Concurrency,
             "a limit of 0 admits none"
+        );
+        assert_eq!(
+            f.admit(limits(3, 0)).unwrap_err(),
+            Refused::Visits,
+            "visits first"
         );
     }
 
     #[test]
-    fn visit_totals_survive_the_40_bit_wrap() {
+    fn pass_totals_survive_the_40_bit_wrap() {
         let start = (1u64 << 40) - 3;
         let f = Flow::starting_at(start);
-        let mut last = start;
-        for _ in 0..10 {
-            let n = f.visit_forced().visit;
-            assert_eq!(n, last + 1);
-            last = n;
+        for i in 1..=10 {
+            f.admit(limits(start + 10, NO_LIMIT)).unwrap();
+            assert_eq!(f.passes(), start + i);
         }
-        assert_eq!(f.visits(), start + 10);
+        assert_eq!(
+            f.admit(limits(start + 10, NO_LIMIT)).unwrap_err(),
+            Refused::Visits,
+            "the limit holds across the wrap"
+        );
         assert_eq!(f.inflight(), 10, "the in-flight field never carried");
         // Far past several wraps, with the base moved at each 2^32 boundary.
         let f = Flow::starting_at((5u64 << 40) + (1 << 32) - 2);
-        assert_eq!(f.visit(), (5u64 << 40) + (1 << 32) - 1);
-        assert_eq!(f.visit(), (5u64 << 40) + (1 << 32));
+        f.pass();
+        assert_eq!(f.passes(), (5u64 << 40) + (1 << 32) - 1);
+        f.pass();
         assert_eq!(f.base.load(Ordering::Relaxed), (5u64 << 40) + (1 << 32));
-        assert_eq!(f.visit(), (5u64 << 40) + (1 << 32) + 1);
+        f.admit_unlimited();
+        assert_eq!(f.passes(), (5u64 << 40) + (1 << 32) + 1);
     }
 
     #[test]
     fn unlimited_admissions_spill_instead_of_carrying() {
         let f = Flow::new();
         f.word.fetch_add(SPILL_AT - 1, Ordering::Relaxed);
-        let e = f.visit_forced();
+        let e = f.admit_unlimited();
         assert_eq!((e.inflight, e.slot), (SPILL_AT, Slot::Word));
-        let e = f.visit_forced();
+        let e = f.admit_unlimited();
         assert_eq!((e.inflight, e.slot), (SPILL_AT + 1, Slot::Spill));
-        assert_eq!(f.acquire_forced(), (SPILL_AT + 2, Slot::Spill));
+        let e = f.admit(limits(100, NO_LIMIT)).unwrap();
+        assert_eq!((e.inflight, e.slot), (SPILL_AT + 2, Slot::Spill));
         assert_eq!(f.inflight(), SPILL_AT + 2);
-        assert_eq!(f.visits(), 2);
+        assert_eq!(f.passes(), 3);
+        assert_eq!(f.admit(limits(3, NO_LIMIT)).unwrap_err(), Refused::Visits);
         f.release(Slot::Spill);
         f.release(Slot::Spill);
         f.release(Slot::Word);
@@ -263,29 +353,27 @@ mod tests {
     }
 
     #[test]
-    fn racing_threads_never_exceed_the_limit_and_counts_add_up() {
-        const LIMIT: u64 = 3;
+    fn racing_threads_never_exceed_either_limit() {
+        const SLOTS: u64 = 3;
+        const PASSES: u64 = 50_000;
         let f = Arc::new(Flow::new());
         let running = Arc::new(StdU64::new(0));
+        let peak = Arc::new(StdU64::new(0));
         let admitted = Arc::new(StdU64::new(0));
         let handles: Vec<_> = (0..4)
             .map(|_| {
-                let (f, running, admitted) = (f.clone(), running.clone(), admitted.clone());
+                let (f, running, peak, admitted) =
+                    (f.clone(), running.clone(), peak.clone(), admitted.clone());
                 std::thread::spawn(move || {
-                    for i in 0..50_000u32 {
-                        let e = if i % 5 == 0 {
-                            f.visit_forced()
-                        } else {
-                            f.visit_limited(LIMIT)
-                        };
-                        if e.slot == Slot::Word && i % 5 != 0 {
+                    for _ in 0..50_000u32 {
+                        if let Ok(e) = f.admit(limits(PASSES, SLOTS)) {
                             let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                            assert!(now <= LIMIT + 4, "{now} in flight");
-                            assert!(e.inflight <= LIMIT);
+                            peak.fetch_max(now, Ordering::SeqCst);
+                            assert!(e.inflight <= SLOTS);
                             admitted.fetch_add(1, Ordering::Relaxed);
                             running.fetch_sub(1, Ordering::SeqCst);
+                            f.release(e.slot);
                         }
-                        f.release(e.slot);
                     }
                 })
             })
@@ -293,8 +381,70 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
-        assert_eq!(f.visits(), 200_000);
+        assert!(peak.load(Ordering::SeqCst) <= SLOTS);
+        assert_eq!(f.passes(), admitted.load(Ordering::Relaxed));
+        assert!(f.passes() <= PASSES);
         assert_eq!(f.inflight(), 0);
-        assert!(admitted.load(Ordering::Relaxed) > 0);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The plain reference: the visits rule, then the concurrency rule.
+    fn reference(passes: u64, inflight: u64, max_passes: u64, max_inflight: u64) -> &'static str {
+        if passes >= max_passes {
+            "visits"
+        } else if inflight >= max_inflight {
+            "concurrency"
+        } else {
+            "admit"
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn decide_matches_the_reference(
+            passes in 0u64..1000, inflight in 0u64..64,
+            max_passes in prop_oneof![0u64..1000, Just(NO_LIMIT)],
+            max_inflight in prop_oneof![0u64..64, Just(NO_LIMIT)],
+        ) {
+            let got = match decide(passes, inflight, Limits { passes: max_passes, inflight: max_inflight }) {
+                Ok(()) => "admit",
+                Err(Refused::Visits) => "visits",
+                Err(Refused::Concurrency) => "concurrency",
+            };
+            prop_assert_eq!(got, reference(passes, inflight, max_passes, max_inflight));
+        }
+
+        /// A sequence of admissions and releases on one flow keeps both counts where
+        /// the reference keeps them.
+        #[test]
+        fn admissions_follow_the_reference(
+            ops in proptest::collection::vec(any::<bool>(), 1..200),
+            max_passes in 0u64..100, max_inflight in 0u64..8,
+        ) {
+            let f = Flow::new();
+            let (mut passes, mut held) = (0u64, Vec::new());
+            for admit in ops {
+                if admit {
+                    let want = reference(passes, held.len() as u64, max_passes, max_inflight);
+                    match f.admit(Limits { passes: max_passes, inflight: max_inflight }) {
+                        Ok(e) => {
+                            prop_assert_eq!(want, "admit");
+                            passes += 1;
+                            held.push(e.slot);
+                        }
+                        Err(Refused::Visits) => prop_assert_eq!(want, "visits"),
+                        Err(Refused::Concurrency) => prop_assert_eq!(want, "concurrency"),
+                    }
+                } else if let Some(slot) = held.pop() {
+                    f.release(slot);
+                }
+                prop_assert_eq!(f.peek(), (passes, held.len() as u64));
+            }
+        }
     }
 }

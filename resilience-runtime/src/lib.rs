@@ -19,6 +19,7 @@ mod flow;
 mod hang;
 #[cfg(feature = "heartbeat")]
 pub mod heartbeat;
+mod limit;
 mod listener;
 #[cfg(feature = "metrics")]
 pub mod metrics;

@@ -10,14 +10,47 @@ use crate::breaker::{ClassicBreaker, ClassicState, DroppingTransition, SreBreake
 use crate::chores::{self, Chore};
 use crate::clock::{Clock, COARSE_ENOUGH_NS};
 use crate::error::{Downgraded, Reason};
-use crate::flow::{Flow, Slot};
+use crate::flow::{Flow, Limits, Refused, Slot, NO_LIMIT};
 use crate::hang::{self, HangTable};
+use crate::limit::{Gcra, GcraCell};
 use crate::listener::{BreakerChange, Dispatcher, DowngradeEvent};
 use crate::policy::{AdaptiveLimit, BreakerPolicy, Policy, WindowConfig};
 use crate::stats::{
     BreakerState, BreakerStats, CycleStats, PointStats, ReasonCounts, Totals, WindowCounts,
 };
 use crate::sync::{AtomicPtr, AtomicU64, AtomicU8, Ordering};
+
+/// The delay rule's decisions, pure: the point keeps the delay's end and the next
+/// probe time in two atomics and asks these.
+mod delay {
+    /// The next probe time while a probe is out (or the delay has none).
+    pub(super) const PROBE_TAKEN: u64 = u64::MAX;
+    /// The delay's end while the thread starting it sets the first probe time.
+    pub(super) const STARTING: u64 = u64::MAX - 1;
+
+    /// Whether a delay ending at `until` runs at `now`.
+    #[inline(always)]
+    pub(super) fn in_delay(now: u64, until: u64) -> bool {
+        now < until
+    }
+
+    /// Whether a call at `now`, inside the delay ending at `until`, may claim the
+    /// probe whose time is `next`: one probe at a time, none before its time, none
+    /// while the delay is being started.
+    #[inline]
+    pub(super) fn may_probe(now: u64, until: u64, next: u64) -> bool {
+        until != STARTING && next != PROBE_TAKEN && now >= next
+    }
+}
+
+/// The exception-rate rule: `exceptions / passes >= rate` once the window has more
+/// than `floor` visits, counting the asking call's own visit and pass (SDS's
+/// `visits - downgrades`).
+#[inline]
+fn rate_trips(exceptions: u64, passes: u64, downgrades: u64, rate: f64, floor: u64) -> bool {
+    let visits = passes.saturating_add(downgrades).saturating_add(1);
+    visits > floor && exceptions as f64 >= rate * passes.saturating_add(1) as f64
+}
 use crate::window::{self, Ring, TRACKED};
 use std::fmt;
 use std::mem::ManuallyDrop;
@@ -27,8 +60,7 @@ use std::time::Duration;
 const REASONS: usize = Reason::ALL.len();
 /// Length of a statistics cycle: 10 s, aligned to wall-clock boundaries like SDS.
 pub(crate) const CYCLE_NS: u64 = 10_000_000_000;
-/// Marks a probe slot as taken.
-const PROBE_TAKEN: u64 = u64::MAX;
+use delay::PROBE_TAKEN;
 const NO_CAUSE: u8 = u8::MAX;
 
 // Rule bits of a compiled policy. `ACTIVE` is set whenever a policy is present, so a
@@ -60,9 +92,38 @@ const R_FINE: u64 = 1 << 13;
 const NOT_PLAIN: u64 = R_DELAY | R_SHADOW | R_BREAKER | R_ADAPTIVE | R_CLUSTER | R_FINE;
 const _: () = assert!(NOT_PLAIN & (R_VISITS | R_TOKENS | R_CONCURRENCY | R_RATE) == 0);
 
+/// A slot leaked for the rest of the process (never freed nor moved: a call that read
+/// an older policy may still use it), compared by address: two compiled forms are equal
+/// only if they name the very same slots.
+#[derive(Debug)]
+struct Leaked<T: 'static>(&'static T);
+
+impl<T> Clone for Leaked<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Leaked<T> {}
+
+impl<T> PartialEq for Leaked<T> {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.0, other.0)
+    }
+}
+
+impl<T> std::ops::Deref for Leaked<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        self.0
+    }
+}
+
 /// A policy compiled for the hot path: rule bits, thresholds in the point's units and
-/// the addresses of its slots. Immutable once published (see [`PolicyCell`]).
-#[derive(Clone, Copy, Debug)]
+/// its slots. Immutable once published (see [`PolicyCell`]). Equality is field by
+/// field (derived, so no field can be forgotten): an equal form is reused.
+#[derive(Clone, Copy, Debug, PartialEq)]
 struct Compiled {
     rules: u64,
     max_visits: u64,
@@ -73,18 +134,17 @@ struct Compiled {
     /// The thresholds below are in ticks with `R_FINE`, else timeline nanoseconds.
     timeout: u64,
     timeout_count: u64,
-    token_interval: u64,
-    token_burst: u64,
     percentage: u64,
     delay_ns: u64,
     retry_ns: u64,
-    ring: usize,
-    breaker: usize,
-    adaptive: usize,
-    cluster: usize,
+    /// The window ring (with `ACTIVE`).
+    ring: Option<Leaked<Ring>>,
+    /// The token bucket (with `R_TOKENS`).
+    bucket: Option<Leaked<BucketSlot>>,
+    breaker: Option<Leaked<BreakerSlot>>,
+    adaptive: Option<Leaked<AdaptiveSlot>>,
+    cluster: Option<Leaked<ClusterSlot>>,
 }
-
-const WORDS: usize = 17;
 
 /// The compiled form without any rule or breaker (a point that has none), and the
 /// default every compiled policy starts from.
@@ -97,15 +157,14 @@ const EMPTY: Compiled = Compiled {
     rate_floor: 0,
     timeout: 0,
     timeout_count: 0,
-    token_interval: 0,
-    token_burst: 0,
     percentage: 0,
     delay_ns: 0,
     retry_ns: 0,
-    ring: 0,
-    breaker: 0,
-    adaptive: 0,
-    cluster: 0,
+    ring: None,
+    bucket: None,
+    breaker: None,
+    adaptive: None,
+    cluster: None,
 };
 
 impl Default for Compiled {
@@ -114,31 +173,33 @@ impl Default for Compiled {
     }
 }
 
+/// What a compiled form is made of, besides the policy's own numbers.
+#[derive(Clone, Copy, Default)]
+struct Parts {
+    ring: Option<&'static Ring>,
+    bucket: Option<&'static BucketSlot>,
+    breaker: Option<&'static BreakerSlot>,
+    adaptive: Option<&'static AdaptiveSlot>,
+    cluster: Option<&'static ClusterSlot>,
+}
+
 impl Compiled {
-    fn new(
-        policy: Option<(&Policy, *const Ring)>,
-        breaker: Option<&BreakerSlot>,
-        adaptive: Option<&AdaptiveSlot>,
-        cluster: Option<*const ClusterSlot>,
-        clock: &Clock,
-    ) -> Compiled {
-        // One unit for every duration of the point: ticks if any threshold is too
-        // short for the timeline's resolution.
-        let fine = policy.is_some_and(|(p, _)| Compiled::needs_ticks(p))
-            || breaker.is_some_and(|b| b.slow_ns.is_some_and(|ns| ns < COARSE_ENOUGH_NS));
-        let mut c = match policy {
-            Some((p, ring)) => Compiled::from_policy_in(p, ring, clock, fine),
-            None => Compiled::default(),
+    /// Compiles `policy` (with its ring and bucket in `parts`) and the point's slots;
+    /// `fine` says whether durations are in ticks (see [`Compiled::needs_ticks`]).
+    fn new(policy: Option<&Policy>, parts: Parts, fine: bool, clock: &Clock) -> Compiled {
+        let mut c = match (policy, parts.ring) {
+            (Some(p), Some(ring)) => Compiled::from_policy_in(p, ring, parts.bucket, clock, fine),
+            _ => Compiled::default(),
         };
-        if let (Some(a), true) = (adaptive, c.rules & ACTIVE != 0) {
+        if let (Some(a), true) = (parts.adaptive, c.rules & ACTIVE != 0) {
             c.rules |= R_ADAPTIVE;
-            c.adaptive = a as *const AdaptiveSlot as usize;
+            c.adaptive = Some(Leaked(a));
         }
-        if let (Some(cl), true) = (cluster, c.rules & ACTIVE != 0) {
+        if let (Some(cl), true) = (parts.cluster, c.rules & ACTIVE != 0) {
             c.rules |= R_CLUSTER;
-            c.cluster = cl as usize;
+            c.cluster = Some(Leaked(cl));
         }
-        if let Some(b) = breaker {
+        if let Some(b) = parts.breaker {
             c.rules |= R_BREAKER;
             if b.slow_ns.is_some() {
                 c.rules |= R_BREAKER_TIMED;
@@ -146,29 +207,37 @@ impl Compiled {
             if fine {
                 c.rules |= R_FINE;
             }
-            c.breaker = b as *const BreakerSlot as usize;
+            c.breaker = Some(Leaked(b));
         }
         c
     }
 
-    /// Whether a policy has a threshold too short for the timeline.
-    fn needs_ticks(p: &Policy) -> bool {
-        let short_timeout = p
-            .timeouts
-            .is_some_and(|t| nanos(t.threshold) < COARSE_ENOUGH_NS);
-        let short_burst = p.token_bucket.is_some_and(|tb| {
-            tb.rate > 0.0 && (tb.capacity as f64 / tb.rate) * 1e9 < COARSE_ENOUGH_NS as f64
-        });
-        short_timeout || short_burst
+    /// Whether a policy or breaker has a threshold too short for the timeline.
+    fn needs_ticks(policy: Option<&Policy>, breaker: Option<&BreakerSlot>) -> bool {
+        policy.is_some_and(|p| {
+            let short_timeout = p
+                .timeouts
+                .is_some_and(|t| nanos(t.threshold) < COARSE_ENOUGH_NS);
+            let short_burst = p.token_bucket.is_some_and(|tb| {
+                tb.rate > 0.0 && (tb.capacity as f64 / tb.rate) * 1e9 < COARSE_ENOUGH_NS as f64
+            });
+            short_timeout || short_burst
+        }) || breaker.is_some_and(|b| b.slow_ns.is_some_and(|ns| ns < COARSE_ENOUGH_NS))
     }
 
     /// Compiles a policy with durations in ticks (`fine`) or timeline nanoseconds.
-    fn from_policy_in(p: &Policy, ring: *const Ring, clock: &Clock, fine: bool) -> Compiled {
+    fn from_policy_in(
+        p: &Policy,
+        ring: &'static Ring,
+        bucket: Option<&'static BucketSlot>,
+        clock: &Clock,
+        fine: bool,
+    ) -> Compiled {
         let unit = |ns: u64| if fine { clock.ns_to_ticks(ns) } else { ns };
         let mut c = Compiled {
             rules: ACTIVE | if fine { R_FINE } else { 0 },
             percentage: u64::from(p.downgrade_percentage),
-            ring: ring as usize,
+            ring: Some(Leaked(ring)),
             ..Compiled::default()
         };
         if let Some(v) = p.max_visits {
@@ -193,15 +262,9 @@ impl Compiled {
             c.timeout = unit(nanos(t.threshold)).max(1);
             c.timeout_count = t.max_count;
         }
-        if let Some(tb) = p.token_bucket {
+        if let (Some(_), Some(b)) = (p.token_bucket, bucket) {
             c.rules |= R_TOKENS;
-            // GCRA: one token every `interval`; a burst of `capacity` tokens is a
-            // tolerance of `capacity * interval`. Rate 0 keeps interval 0 = admit none.
-            if tb.rate > 0.0 {
-                let interval = unit((1e9 / tb.rate).round() as u64).max(1);
-                c.token_interval = interval;
-                c.token_burst = interval.saturating_mul(tb.capacity);
-            }
+            c.bucket = Some(Leaked(b));
         }
         if p.shadow {
             c.rules |= R_SHADOW;
@@ -214,26 +277,13 @@ impl Compiled {
         c
     }
 
-    fn to_words(self) -> [u64; WORDS] {
-        [
-            self.rules,
-            self.max_visits,
-            self.max_concurrency,
-            self.max_exceptions,
-            self.rate.to_bits(),
-            self.rate_floor,
-            self.timeout,
-            self.timeout_count,
-            self.token_interval,
-            self.token_burst,
-            self.percentage,
-            self.delay_ns,
-            self.retry_ns,
-            self.ring as u64,
-            self.breaker as u64,
-            self.adaptive as u64,
-            self.cluster as u64,
-        ]
+    /// The window ring of a form with a policy.
+    #[inline(always)]
+    fn ring(&self) -> &'static Ring {
+        match self.ring {
+            Some(r) => r.0,
+            None => unreachable!("a compiled policy has a ring"),
+        }
     }
 }
 
@@ -285,8 +335,7 @@ impl PolicyCell {
             std::ptr::null_mut()
         } else {
             let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-            let words = c.to_words();
-            let form: &'static Compiled = match kept.iter().find(|k| k.to_words() == words) {
+            let form: &'static Compiled = match kept.iter().find(|k| ***k == c) {
                 Some(k) => k,
                 None => {
                     let form = Box::leak(Box::new(c));
@@ -322,7 +371,7 @@ struct Counters {
 impl Counters {
     fn tracked(&self, flow: &Flow) -> [u64; TRACKED] {
         let mut t = [0; TRACKED];
-        t[window::VISITS] = flow.visits();
+        t[window::PASSES] = flow.passes();
         t[window::DOWNGRADES] = self.downgrades.load(Ordering::Relaxed);
         t[window::EXCEPTIONS] = self.exceptions.load(Ordering::Relaxed);
         t[window::TIMEOUTS] = self.timeouts.load(Ordering::Relaxed);
@@ -433,11 +482,31 @@ impl ClusterSlot {
     }
 }
 
-// Slots cross threads as addresses in the compiled policy, which the compiler cannot
-// follow: check here that every slot type may be shared.
+/// A token bucket of a point: its parameters in the point's duration unit and its
+/// state (leaked like the other slots). A point keeps one per distinct setting and
+/// carries the deficit from one to the next when the setting changes (see
+/// [`Point::bucket_for`]).
+#[derive(Debug)]
+struct BucketSlot {
+    gcra: Gcra,
+    /// Whether the bucket's time is in ticks (else timeline nanoseconds).
+    fine: bool,
+    cell: GcraCell,
+}
+
+/// The token buckets of a point: the last one in use and every one it has had.
+#[derive(Debug, Default)]
+struct Buckets {
+    last: Option<&'static BucketSlot>,
+    kept: Vec<&'static BucketSlot>,
+}
+
+// Slots are shared by every thread that reads the compiled policy: check here that
+// every slot type may be.
 const _: () = {
     const fn shared<T: Send + Sync>() {}
     shared::<Ring>();
+    shared::<BucketSlot>();
     shared::<BreakerSlot>();
     shared::<AdaptiveSlot>();
     shared::<ClusterSlot>();
@@ -537,8 +606,8 @@ pub struct Point {
     /// Timeline reading at which the next cycle begins (saves a division per call).
     next_cycle_at: AtomicU64,
     cycle: Mutex<CycleState>,
-    /// GCRA theoretical arrival time of the token bucket.
-    tat: AtomicU64,
+    /// The token buckets (see [`Buckets`]).
+    buckets: Mutex<Buckets>,
     delay_until: AtomicU64,
     next_probe: AtomicU64,
     delay_cause: AtomicU8,
@@ -556,11 +625,10 @@ pub struct Point {
     clusters: Mutex<Clusters>,
     /// In-flight timed calls, created with the first timeout rule.
     hang: std::sync::OnceLock<HangTable>,
-    /// Every window ring this point has had; the current one is in `cfg`. Rings are
-    /// leaked, never freed nor moved (and reused for an equal geometry), because a
-    /// concurrent reader may still hold a pointer to a replaced one.
+    /// Every window ring this point has had, the one in use last. Rings are leaked,
+    /// never freed nor moved (and reused for an equal geometry), because a concurrent
+    /// reader may still hold a replaced one.
     rings: Mutex<Vec<&'static Ring>>,
-    ring: AtomicPtr<Ring>,
 }
 
 impl fmt::Debug for Point {
@@ -598,7 +666,7 @@ impl Point {
             cycle_id: AtomicU64::new(0),
             next_cycle_at: AtomicU64::new(0),
             cycle: Mutex::new(CycleState::default()),
-            tat: AtomicU64::new(0),
+            buckets: Mutex::new(Buckets::default()),
             delay_until: AtomicU64::new(0),
             next_probe: AtomicU64::new(0),
             delay_cause: AtomicU8::new(NO_CAUSE),
@@ -610,7 +678,6 @@ impl Point {
             hang: std::sync::OnceLock::new(),
             breakers: Mutex::new(Vec::new()),
             rings: Mutex::new(Vec::new()),
-            ring: AtomicPtr::new(std::ptr::null_mut()),
         }
     }
 
@@ -717,10 +784,8 @@ impl Point {
     }
 
     fn recompile(&'static self, settings: &Settings) {
-        let ring = settings
-            .policy
-            .as_ref()
-            .map(|p| (p, self.ring_for(p.window)));
+        let policy = settings.policy.as_ref();
+        let ring = policy.map(|p| self.ring_for(p.window));
         let slots = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
         let breaker = match settings.breaker {
             Some(BreakerPolicy::Sre { .. } | BreakerPolicy::Classic(_)) => slots.last(),
@@ -752,19 +817,81 @@ impl Point {
             }
             None => None,
         };
-        let cluster = self.cluster_for(settings.policy.as_ref());
-        self.cfg.store(Compiled::new(
+        let cluster = self.cluster_for(policy);
+        // One unit for every duration of the point: ticks if any threshold is too
+        // short for the timeline's resolution.
+        let breaker = breaker.copied();
+        let fine = Compiled::needs_ticks(policy, breaker);
+        let parts = Parts {
             ring,
-            breaker.copied(),
-            adaptive.copied(),
+            bucket: self.bucket_for(policy, fine),
+            breaker,
+            adaptive: adaptive.copied(),
             cluster,
-            &self.clock,
-        ));
+        };
+        self.cfg
+            .store(Compiled::new(policy, parts, fine, &self.clock));
+    }
+
+    /// The bucket slot for a policy's token bucket in the unit `fine` says. A setting
+    /// the point has had before gets its slot back; when the bucket in use changes, the
+    /// new one takes over the deficit of the last (tokens taken and not yet refilled,
+    /// at most its capacity), so a raised capacity is there at once, a lowered one
+    /// clamps and a changed rate applies from the next call. A call that read the
+    /// replaced policy just before the change may still take a token from the old
+    /// bucket: at most one per thread calling at that instant.
+    fn bucket_for(&self, policy: Option<&Policy>, fine: bool) -> Option<&'static BucketSlot> {
+        let tb = policy?.token_bucket?;
+        // The tick counter has no exact ratio to nanoseconds: its interval is rounded
+        // up. A manual clock's ticks are nanoseconds.
+        let gcra = if fine && !self.clock.is_manual() {
+            let ns = (1e9 / tb.rate).ceil();
+            let ticks = if tb.rate > 0.0 && ns < u64::MAX as f64 {
+                self.clock.ns_to_ticks(ns as u64).saturating_add(1) as f64
+            } else {
+                0.0
+            };
+            Gcra::with_interval(ticks, tb.capacity)
+        } else {
+            Gcra::per_second(tb.rate, tb.capacity)
+        };
+        let time = |fine: bool| {
+            if fine {
+                self.clock.ticks()
+            } else {
+                self.clock.now()
+            }
+        };
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = match buckets
+            .kept
+            .iter()
+            .find(|b| b.gcra == gcra && b.fine == fine)
+        {
+            Some(b) => *b,
+            None => {
+                let slot: &'static BucketSlot = Box::leak(Box::new(BucketSlot {
+                    gcra,
+                    fine,
+                    cell: GcraCell::new(&gcra, gcra.scaled(time(fine))),
+                }));
+                buckets.kept.push(slot);
+                slot
+            }
+        };
+        if let Some(last) = buckets.last.filter(|l| !std::ptr::eq(*l, slot)) {
+            let then = last.gcra.scaled(time(last.fine));
+            let now = slot.gcra.scaled(time(slot.fine));
+            slot.cell
+                .set(slot.gcra.carry(&last.gcra, last.cell.tat(), then, now));
+        }
+        buckets.last = Some(slot);
+        Some(slot)
     }
 
     /// The cluster slot for a policy, building a lease when the setting changed.
     #[cfg(feature = "redis")]
-    fn cluster_for(&'static self, policy: Option<&Policy>) -> Option<*const ClusterSlot> {
+    fn cluster_for(&'static self, policy: Option<&Policy>) -> Option<&'static ClusterSlot> {
         let mut guard = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
         let clusters = &mut *guard;
         let now = self.clock.now();
@@ -789,7 +916,7 @@ impl Point {
             (_, Some(next)) => chores::schedule(self, Chore::StopRetiredLeases, next),
             _ => {}
         }
-        clusters.current.map(|c| c as *const ClusterSlot)
+        clusters.current
     }
 
     /// Stops the leases of cluster limits replaced more than [`CLUSTER_GRACE`] ago
@@ -808,7 +935,7 @@ impl Point {
 
     /// Without the `redis` feature, policies have no cluster limit.
     #[cfg(not(feature = "redis"))]
-    fn cluster_for(&self, _policy: Option<&Policy>) -> Option<*const ClusterSlot> {
+    fn cluster_for(&self, _policy: Option<&Policy>) -> Option<&'static ClusterSlot> {
         None
     }
 
@@ -857,40 +984,37 @@ impl Point {
         }
     }
 
-    fn ring_for(&self, w: WindowConfig) -> *const Ring {
+    fn ring_for(&self, w: WindowConfig) -> &'static Ring {
         let width = nanos(w.bucket_width);
         let buckets = u64::from(w.buckets);
-        let current = self.ring.load(Ordering::Acquire);
-        // SAFETY: rings are never freed while the point lives (see `rings`).
-        if let Some(r) = unsafe { current.as_ref() } {
-            if r.width_ns == width && r.buckets == buckets {
-                return current;
-            }
+        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = rings
+            .last()
+            .filter(|r| r.width_ns == width && r.buckets == buckets)
+        {
+            return r;
         }
         let now = self.clock.now();
-        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
-        let ptr: *const Ring = match rings
+        let ring: &'static Ring = match rings
             .iter()
-            .find(|r| r.width_ns == width && r.buckets == buckets)
+            .position(|r| r.width_ns == width && r.buckets == buckets)
         {
-            Some(r) => {
+            Some(i) => {
                 // A new geometry restarts the window; totals are kept.
+                let r = rings.remove(i);
                 r.reset(now, self.counters.tracked(&self.flow));
-                *r
+                r
             }
-            None => {
-                let ring: &'static Ring = Box::leak(Box::new(Ring::new(
-                    w.buckets,
-                    width,
-                    now,
-                    self.counters.tracked(&self.flow),
-                )));
-                rings.push(ring);
-                ring
-            }
+            None => Box::leak(Box::new(Ring::new(
+                w.buckets,
+                width,
+                now,
+                self.counters.tracked(&self.flow),
+            ))),
         };
-        self.ring.store(ptr.cast_mut(), Ordering::Release);
-        ptr
+        // The last ring is the one in use.
+        rings.push(ring);
+        ring
     }
 
     /// Asks whether a call may run.
@@ -926,7 +1050,7 @@ impl Point {
     #[inline(always)]
     pub(crate) fn enter_in(&'static self, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
         let Some(c) = self.cfg.get() else {
-            self.visit_untracked();
+            self.pass_untracked();
             return Ok(());
         };
         // The entries out of line answer with the reason alone, a byte in a
@@ -960,6 +1084,13 @@ impl Point {
 
     /// Enters under the policy `c` (with [`ACTIVE`]). With `PLAIN`, it has none of the
     /// [`NOT_PLAIN`] rules.
+    ///
+    /// The rules are asked in SDS order on what the call sees (the visits and the
+    /// calls in flight read once, before any token is taken); the call is then
+    /// admitted by one compare-and-swap of the flow word that checks the visits and
+    /// concurrency limits again on the word it replaces ([`Flow::admit`]), so those two
+    /// bounds hold exactly under any number of threads. Only an admitted call counts a
+    /// pass and holds a slot: nothing is taken and given back.
     #[inline(always)]
     fn enter_policy<const PLAIN: bool>(
         &'static self,
@@ -973,74 +1104,50 @@ impl Point {
         let fine = !PLAIN && c.rules & R_FINE != 0;
         let stamp = self.stamp(fine, now);
         self.observe_cycle(now);
-        // SAFETY: a compiled policy always points at a ring owned by `self.rings`,
-        // which is never shrunk while the point lives.
-        let ring = unsafe { &*(c.ring as *const Ring) };
-        let base = ring.base(now, || self.counters.tracked(&self.flow));
-
-        // Count the visit and take the in-flight slot in one step; the rules below
-        // give the slot back if the call is downgraded after all.
-        let entry = if c.rules & R_CONCURRENCY != 0 {
-            self.flow.visit_limited(c.max_concurrency)
-        } else {
-            self.flow.visit_forced()
+        let base = c.ring().base(now, || self.counters.tracked(&self.flow));
+        let limits = Limits {
+            passes: if c.rules & R_VISITS != 0 {
+                base[window::PASSES].saturating_add(c.max_visits)
+            } else {
+                NO_LIMIT
+            },
+            inflight: if c.rules & R_CONCURRENCY != 0 {
+                c.max_concurrency
+            } else {
+                NO_LIMIT
+            },
         };
-        let v = entry.visit.saturating_sub(base[window::VISITS]);
-        let d = self
-            .counters
-            .downgrades
-            .load(Ordering::Relaxed)
-            .saturating_sub(base[window::DOWNGRADES]);
-
         let timed = c.rules & (R_TIMEOUTS | R_BREAKER_TIMED) != 0;
         let start = if timed { stamp } else { 0 };
-        // Nothing below until the caller's slot is filled may unwind: the in-flight
-        // slot taken above is only given back by a permit. Built with every field
-        // known, in the caller's slot: never moved, and written after the locked
-        // instructions.
-        let permit = |adaptive: Option<AdaptiveCall>, breaker: Option<BreakerCall>, hang| Permit {
-            point: self,
-            start,
-            timeout: c.timeout,
-            probe_of: 0,
-            meta: Meta::new(entry.slot, fine)
-                .with_hang(hang)
-                .with_extra(adaptive.is_some() || breaker.is_some()),
-            breaker,
-            adaptive,
-        };
 
-        // Shadow policies never start a real delay: that state would outlive the dry run.
+        // Inside a delay, only the probe may go on to the rules (shadow policies never
+        // start a real delay: that state would outlive the dry run).
+        let mut probe = None;
         if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
             let until = self.delay_until.load(Ordering::Acquire);
-            if now < until {
-                if c.retry_ns != 0 && self.claim_probe(now) {
-                    let permit = fill(slot, permit(None, None, NO_HANG));
-                    permit.attach_probe(until);
-                    self.hold_slot(permit, entry.inflight);
-                    self.admit(permit, now);
-                    return Ok(());
+            if delay::in_delay(now, until) {
+                match self.claim_probe(c, now, until) {
+                    Some(claimed) => probe = Some((until, claimed)),
+                    None => return place(self.trip(c, Reason::Delay, start, fine, now), slot),
                 }
-                return place(
-                    self.trip(c, Reason::Delay, permit(None, None, NO_HANG), now),
-                    slot,
-                );
             }
         }
 
         let mut adaptive = None;
-
+        let (passes, inflight) = self.flow.peek();
         let tripped = 'chain: {
-            if c.rules & R_VISITS != 0 && v.saturating_sub(d) > c.max_visits {
+            if c.rules & R_VISITS != 0 && passes >= limits.passes {
                 break 'chain Some(Reason::Visits);
             }
-            if c.rules & R_TOKENS != 0 && !self.take_token(stamp, c) {
+            if c.rules & R_TOKENS != 0 && !self.take_token(c, stamp) {
                 break 'chain Some(Reason::TokenBucket);
             }
-            if c.rules & R_CONCURRENCY != 0 && entry.slot == Slot::None {
+            if c.rules & R_CONCURRENCY != 0 && inflight >= limits.inflight {
                 break 'chain Some(Reason::Concurrency);
             }
-            if c.rules & (R_TIMEOUTS | R_EXCEPTIONS | R_RATE) != 0 {
+            // A probe asks whether the dependency recovered: it obeys every limit
+            // but not the health rules whose trip the delay stands for.
+            if c.rules & (R_TIMEOUTS | R_EXCEPTIONS | R_RATE) != 0 && (PLAIN || probe.is_none()) {
                 if c.rules & R_TIMEOUTS != 0 {
                     let t = self
                         .counters
@@ -1059,19 +1166,22 @@ impl Point {
                 if c.rules & R_EXCEPTIONS != 0 && e >= c.max_exceptions {
                     break 'chain Some(Reason::Exceptions);
                 }
-                if c.rules & R_RATE != 0 && v > c.rate_floor {
-                    let admitted = v.saturating_sub(d);
-                    if admitted > 0 && e as f64 >= c.rate * admitted as f64 {
+                if c.rules & R_RATE != 0 {
+                    // This call's visit included, as SDS counts it.
+                    let p = passes.saturating_sub(base[window::PASSES]);
+                    let d = self
+                        .counters
+                        .downgrades
+                        .load(Ordering::Relaxed)
+                        .saturating_sub(base[window::DOWNGRADES]);
+                    if rate_trips(e, p, d, c.rate, c.rate_floor) {
                         break 'chain Some(Reason::ExceptionRate);
                     }
                 }
             }
-            if !PLAIN && c.rules & R_CLUSTER != 0 {
-                // SAFETY: cluster slots are never freed while the point lives (see
-                // `Clusters`).
-                let slot = unsafe { &*(c.cluster as *const ClusterSlot) };
-                if !slot.admits() {
-                    break 'chain Some(slot.reason);
+            if let (false, Some(cluster)) = (PLAIN, c.cluster) {
+                if !cluster.admits() {
+                    break 'chain Some(cluster.reason);
                 }
             }
             if !PLAIN && c.rules & R_ADAPTIVE != 0 {
@@ -1083,33 +1193,77 @@ impl Point {
             None
         };
         if let Some(reason) = tripped {
-            if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
-                self.start_delay(now, c, reason);
-            }
-            return place(
-                self.trip(c, reason, permit(adaptive, None, NO_HANG), now),
-                slot,
-            );
+            return place(self.refuse(c, reason, probe, start, fine, now), slot);
         }
         // The breaker comes last: calls downgraded by a rule never reach it.
         let mut breaker = None;
-        if !PLAIN && c.rules & R_BREAKER != 0 {
-            match self.breaker_admit(c.rules, c.breaker, now) {
+        if let (false, Some(b)) = (PLAIN, c.breaker) {
+            match self.breaker_admit(c.rules, b, now) {
                 Some(call) => breaker = Some(call),
                 None => {
-                    // Leave the adaptive limiter's flight and the in-flight slot.
+                    // Leave the adaptive limiter's flight and give the probe back.
                     if let Some(a) = adaptive {
                         a.end(false);
                     }
-                    self.flow.release(entry.slot);
+                    if let Some((_, claimed)) = probe {
+                        self.unclaim_probe(claimed);
+                    }
                     return Err(self.downgrade(Reason::BreakerOpen, now, false));
                 }
             }
         }
+        // The commit: the visits and concurrency limits checked again, exactly.
+        let entry = match self.flow.admit(limits) {
+            Ok(entry) => entry,
+            Err(refused) => {
+                // Another call took the last pass or slot since the look above.
+                if let Some(a) = adaptive {
+                    a.end(false);
+                }
+                if let Some(b) = breaker {
+                    self.breaker_outcome(b, Outcome::Cancelled, false, 0, fine);
+                }
+                let reason = match refused {
+                    Refused::Visits => Reason::Visits,
+                    Refused::Concurrency => Reason::Concurrency,
+                };
+                return place(self.refuse(c, reason, probe, start, fine, now), slot);
+            }
+        };
+        // Nothing below until the caller's slot is filled may unwind: the in-flight
+        // slot taken above is only given back by a permit. Written with every field
+        // known, in the caller's slot: never moved, and after the locked instructions.
         self.note_peak(entry.inflight);
         let hang = self.hang_slot(c.timeout, now);
-        fill(slot, permit(adaptive, breaker, hang));
+        let permit = fill(
+            slot,
+            Permit::governed(self, c, start, fine, entry.slot, hang, adaptive, breaker),
+        );
+        if let Some((until, _)) = probe {
+            permit.attach_probe(until);
+        }
         Ok(())
+    }
+
+    /// A rule refused a call: a probe it claimed goes back for the next call, the delay
+    /// starts (if the policy has one), and the call is downgraded or spared.
+    #[inline(never)]
+    fn refuse(
+        &'static self,
+        c: &Compiled,
+        reason: Reason,
+        probe: Option<(u64, u64)>,
+        start: u64,
+        fine: bool,
+        now: u64,
+    ) -> Result<Permit, Downgraded> {
+        if let Some((_, claimed)) = probe {
+            self.unclaim_probe(claimed);
+        }
+        if c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
+            self.start_delay(now, c, reason);
+        }
+        self.trip(c, reason, start, fine, now)
     }
 
     /// A point without policy but with a breaker, entered through
@@ -1128,34 +1282,34 @@ impl Point {
     /// breaker stays in this small function; everything else is out of line.
     #[inline]
     fn enter_breaker_only(&'static self, c: &'static Compiled) -> Result<Permit, Downgraded> {
-        let (rules, breaker) = (c.rules, c.breaker);
-        self.visit_untracked();
-        if rules & (R_BREAKER | R_BREAKER_TIMED) == R_BREAKER {
-            // SAFETY: see `breaker_admit`.
-            let slot: &'static BreakerSlot = unsafe { &*(breaker as *const BreakerSlot) };
+        if let (R_BREAKER, Some(slot)) = (c.rules & (R_BREAKER | R_BREAKER_TIMED), c.breaker) {
             if let BreakerImpl::Sre(b) = &slot.imp {
                 if b.accepts_surely(self.clock.now()) {
+                    self.pass_untracked();
                     let mut permit = Permit::untracked(self);
-                    permit.attach_breaker(BreakerCall { slot, word: 0 });
+                    permit.attach_breaker(BreakerCall {
+                        slot: slot.0,
+                        word: 0,
+                    });
                     return Ok(permit);
                 }
             }
         }
-        self.enter_breaker_slow(rules, breaker)
+        self.enter_breaker_slow(c)
     }
 
-    /// The rest of [`enter_breaker_only`](Self::enter_breaker_only), the visit counted.
+    /// The rest of [`enter_breaker_only`](Self::enter_breaker_only).
     #[inline(never)]
-    fn enter_breaker_slow(&'static self, rules: u64, breaker: usize) -> Result<Permit, Downgraded> {
+    fn enter_breaker_slow(&'static self, c: &'static Compiled) -> Result<Permit, Downgraded> {
         let mut permit = Permit::untracked(self);
-        if rules & R_BREAKER != 0 {
+        if let Some(breaker) = c.breaker {
             let now = self.clock.now();
-            if rules & R_BREAKER_TIMED != 0 {
-                let fine = rules & R_FINE != 0;
+            if c.rules & R_BREAKER_TIMED != 0 {
+                let fine = c.rules & R_FINE != 0;
                 permit.meta = permit.meta.with_fine(fine);
                 permit.start = self.stamp(fine, now);
             }
-            match self.breaker_admit(rules, breaker, now) {
+            match self.breaker_admit(c.rules, breaker, now) {
                 Some(call) => permit.attach_breaker(call),
                 None => {
                     std::mem::forget(permit);
@@ -1163,6 +1317,7 @@ impl Point {
                 }
             }
         }
+        self.pass_untracked();
         Ok(permit)
     }
 
@@ -1172,27 +1327,13 @@ impl Point {
         self.counters.exceptions.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts the visit of a call without a policy: in this thread's own cell, without
+    /// Counts the pass of a call without a policy: in this thread's own cell, without
     /// a read-modify-write (see `tally`).
     #[inline]
-    fn visit_untracked(&self) {
+    fn pass_untracked(&self) {
         if !crate::tally::add_one(self.id) {
-            self.flow.visit();
+            self.flow.pass();
         }
-    }
-
-    /// Makes sure an admitted call holds an in-flight slot (a call that runs although
-    /// a rule tripped, or a probe refused by the concurrency rule).
-    #[inline]
-    fn hold_slot(&self, permit: &mut Permit, inflight: u64) {
-        let inflight = if permit.meta.slot() == Slot::None {
-            let (inflight, slot) = self.flow.acquire_forced();
-            permit.meta = permit.meta.with_slot(slot);
-            inflight
-        } else {
-            inflight
-        };
-        self.note_peak(inflight);
     }
 
     /// The start of a timed call in the unit its thresholds were compiled in: the
@@ -1204,12 +1345,6 @@ impl Point {
         } else {
             now
         }
-    }
-
-    /// A timed call that will run registers for hung-call detection.
-    #[inline(always)]
-    fn admit(&self, permit: &mut Permit, now: u64) {
-        permit.meta = permit.meta.with_hang(self.hang_slot(permit.timeout, now));
     }
 
     /// Registers an admitted call with a timeout in the hung-call table: its slot there,
@@ -1249,8 +1384,7 @@ impl Point {
 
     /// Asks the point's adaptive limiter; `None` means over the limit.
     fn adaptive_admit(&self, c: &Compiled) -> Option<AdaptiveCall> {
-        // SAFETY: adaptive slots are never freed while the point lives.
-        let slot: &'static AdaptiveSlot = unsafe { &*(c.adaptive as *const AdaptiveSlot) };
+        let slot = c.adaptive?.0;
         let start = match &slot.imp {
             AdaptiveImpl::Gradient(l) => l.try_acquire(l.now()).ok().map(LatencyPermit::into_start),
             AdaptiveImpl::Shedder(l) => l.try_acquire(l.now()).ok().map(LatencyPermit::into_start),
@@ -1259,10 +1393,13 @@ impl Point {
     }
 
     /// Asks the point's breaker; `None` means rejected (a drop is recorded).
-    fn breaker_admit(&self, rules: u64, breaker: usize, now: u64) -> Option<BreakerCall> {
-        // SAFETY: breaker slots are never freed while the point lives (`breakers`),
-        // and points live for the rest of the process.
-        let slot: &'static BreakerSlot = unsafe { &*(breaker as *const BreakerSlot) };
+    fn breaker_admit(
+        &self,
+        rules: u64,
+        breaker: Leaked<BreakerSlot>,
+        now: u64,
+    ) -> Option<BreakerCall> {
+        let slot = breaker.0;
         match &slot.imp {
             BreakerImpl::Sre(b) if b.accepts_surely(now) => Some(BreakerCall {
                 slot,
@@ -1390,33 +1527,48 @@ impl Point {
     }
 
     /// A rule tripped: roll the downgrade percentage and either downgrade or let the
-    /// call run anyway (holding a concurrency slot like any running call).
+    /// call run anyway. A call that runs counts its pass and holds a slot like any
+    /// admitted call, under the concurrency limit: a concurrency refusal is never
+    /// spared (the limit holds whatever the percentage), and a spared call that finds
+    /// no free slot is downgraded for concurrency. A shadow policy runs every call.
     fn trip(
         &'static self,
         c: &Compiled,
         reason: Reason,
-        mut permit: Permit,
+        start: u64,
+        fine: bool,
         now: u64,
     ) -> Result<Permit, Downgraded> {
-        if c.percentage < 100 && (c.percentage == 0 || crate::rand::below(100) >= c.percentage) {
-            self.hold_slot(&mut permit, self.flow.inflight());
-            self.admit(&mut permit, now);
-            return Ok(permit);
+        let shadow = c.rules & R_SHADOW != 0;
+        let spared = c.percentage < 100
+            && (c.percentage == 0 || crate::rand::below(100) >= c.percentage)
+            && (shadow || reason != Reason::Concurrency);
+        let mut reason = reason;
+        if spared || shadow {
+            if !spared {
+                // Dry run: count and report what would have happened, then run it.
+                self.counters.shadow_by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
+                self.event(reason, now, true);
+            }
+            let limits = if !shadow && c.rules & R_CONCURRENCY != 0 {
+                Limits {
+                    passes: NO_LIMIT,
+                    inflight: c.max_concurrency,
+                }
+            } else {
+                Limits::NONE
+            };
+            match self.flow.admit(limits) {
+                Ok(entry) => {
+                    self.note_peak(entry.inflight);
+                    let hang = self.hang_slot(c.timeout, now);
+                    return Ok(Permit::governed(
+                        self, c, start, fine, entry.slot, hang, None, None,
+                    ));
+                }
+                Err(_) => reason = Reason::Concurrency,
+            }
         }
-        if c.rules & R_SHADOW != 0 {
-            // Dry run: count and report what would have happened, then run the call.
-            self.counters.shadow_by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
-            self.event(reason, now, true);
-            self.hold_slot(&mut permit, self.flow.inflight());
-            self.admit(&mut permit, now);
-            return Ok(permit);
-        }
-        if let Some(a) = permit.adaptive.take() {
-            a.end(false);
-        }
-        self.flow.release(permit.meta.slot());
-        // The permit never ran: forget it without touching counters.
-        std::mem::forget(permit);
         Err(self.downgrade(reason, now, false))
     }
 
@@ -1458,24 +1610,12 @@ impl Point {
         }
     }
 
+    /// Takes a token from the policy's bucket at `stamp` (in the bucket's unit).
     #[inline]
-    fn take_token(&self, now: u64, c: &Compiled) -> bool {
-        if c.token_interval == 0 {
-            return false;
-        }
-        let mut tat = self.tat.load(Ordering::Relaxed);
-        loop {
-            let next = tat.max(now).saturating_add(c.token_interval);
-            if next - now > c.token_burst {
-                return false;
-            }
-            match self
-                .tat
-                .compare_exchange_weak(tat, next, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return true,
-                Err(seen) => tat = seen,
-            }
+    fn take_token(&self, c: &Compiled, stamp: u64) -> bool {
+        match c.bucket {
+            Some(b) => b.cell.try_take(&b.gcra, b.gcra.scaled(stamp), 1),
+            None => false,
         }
     }
 
@@ -1487,38 +1627,56 @@ impl Point {
         }
     }
 
-    fn claim_probe(&self, now: u64) -> bool {
+    /// Claims the delay's probe at `now`; returns the probe time it replaced, to put
+    /// back if the probe is refused after all (see [`unclaim_probe`](Self::unclaim_probe)).
+    fn claim_probe(&self, c: &Compiled, now: u64, until: u64) -> Option<u64> {
+        if c.retry_ns == 0 {
+            return None;
+        }
         let next = self.next_probe.load(Ordering::Acquire);
-        next != PROBE_TAKEN
-            && now >= next
+        (delay::may_probe(now, until, next)
             && self
                 .next_probe
                 .compare_exchange(next, PROBE_TAKEN, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
+                .is_ok())
+        .then_some(next)
     }
 
+    /// Gives back a probe that a rule refused: the next call may probe at once.
+    fn unclaim_probe(&self, claimed: u64) {
+        let _ = self.next_probe.compare_exchange(
+            PROBE_TAKEN,
+            claimed,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Starts the delay after a trip at `now`, unless one runs. The thread that wins
+    /// the start marks the delay [`delay::STARTING`] (no probe while it is) until it
+    /// has set the first probe time, so no call probes before a retry interval.
     fn start_delay(&self, now: u64, c: &Compiled, reason: Reason) {
         let until = self.delay_until.load(Ordering::Acquire);
-        if now >= until
-            && self
+        if delay::in_delay(now, until)
+            || self
                 .delay_until
-                .compare_exchange(
-                    until,
-                    now.saturating_add(c.delay_ns),
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
+                .compare_exchange(until, delay::STARTING, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
         {
-            self.delay_cause
-                .store(reason.index() as u8, Ordering::Relaxed);
-            let next = if c.retry_ns == 0 {
-                PROBE_TAKEN
-            } else {
-                now.saturating_add(c.retry_ns)
-            };
-            self.next_probe.store(next, Ordering::Release);
+            return;
         }
+        self.delay_cause
+            .store(reason.index() as u8, Ordering::Relaxed);
+        let next = if c.retry_ns == 0 {
+            PROBE_TAKEN
+        } else {
+            now.saturating_add(c.retry_ns)
+        };
+        self.next_probe.store(next, Ordering::Release);
+        self.delay_until.store(
+            now.saturating_add(c.delay_ns).min(delay::STARTING - 1),
+            Ordering::Release,
+        );
     }
 
     /// Rolls the statistics cycle if `now` is in a later one. Never blocks: if another
@@ -1546,12 +1704,12 @@ impl Point {
         let peak = self.cycle_peak.swap(inflight, Ordering::Relaxed);
         st.last = Some(if prev != 0 && prev + 1 == id {
             let diff = |i: usize| now_counts[i].saturating_sub(st.start[i]);
-            let visits = diff(window::VISITS);
+            let passes = diff(window::PASSES);
             let downgrades = diff(window::DOWNGRADES);
             CycleStats {
                 start: self.clock_cycle_start(prev),
-                visits,
-                passes: visits.saturating_sub(downgrades),
+                visits: passes + downgrades,
+                passes,
                 downgrades,
                 exceptions: diff(window::EXCEPTIONS),
                 timeouts: diff(window::TIMEOUTS),
@@ -1590,16 +1748,16 @@ impl Point {
         let c = self.cfg.load();
         let now = self.clock.now();
         let tracked = self.counters.tracked(&self.flow);
-        // Calls under a policy are in the flow word, the others in per-thread cells.
-        let visits = tracked[window::VISITS] + crate::tally::total(self.id);
+        // Passes under a policy are in the flow word, the others in per-thread cells;
+        // every visit is a pass or a downgrade.
+        let passes = tracked[window::PASSES] + crate::tally::total(self.id);
+        let visits = passes + tracked[window::DOWNGRADES];
         let window = (c.rules & ACTIVE != 0).then(|| {
-            // SAFETY: see `enter_governed`.
-            let ring = unsafe { &*(c.ring as *const Ring) };
-            let base = ring.base(now, || self.counters.tracked(&self.flow));
+            let base = c.ring().base(now, || self.counters.tracked(&self.flow));
             let d = |i: usize| tracked[i].saturating_sub(base[i]);
             WindowCounts {
-                visits: d(window::VISITS),
-                passes: d(window::VISITS).saturating_sub(d(window::DOWNGRADES)),
+                visits: d(window::PASSES) + d(window::DOWNGRADES),
+                passes: d(window::PASSES),
                 downgrades: d(window::DOWNGRADES),
                 exceptions: d(window::EXCEPTIONS),
                 timeouts: d(window::TIMEOUTS),
@@ -1619,7 +1777,7 @@ impl Point {
             name: self.name,
             totals: Totals {
                 visits,
-                passes: visits.saturating_sub(tracked[window::DOWNGRADES]),
+                passes,
                 downgrades: tracked[window::DOWNGRADES],
                 exceptions: tracked[window::EXCEPTIONS],
                 timeouts: tracked[window::TIMEOUTS],
@@ -1637,15 +1795,14 @@ impl Point {
                     .each_ref()
                     .map(|a| a.load(Ordering::Relaxed)),
             ),
-            breaker: (c.rules & R_BREAKER != 0).then(|| self.breaker_stats(c, now)),
+            breaker: self.breaker_stats(c, now),
         }
     }
 
-    fn breaker_stats(&self, c: &Compiled, now: u64) -> BreakerStats {
-        // SAFETY: see `breaker_admit`.
-        let slot: &BreakerSlot = unsafe { &*(c.breaker as *const BreakerSlot) };
+    fn breaker_stats(&self, c: &Compiled, now: u64) -> Option<BreakerStats> {
+        let slot = c.breaker?.0;
         let transitions = self.counters.breaker_transitions.load(Ordering::Relaxed);
-        match &slot.imp {
+        Some(match &slot.imp {
             BreakerImpl::Sre(b) => {
                 let h = b.history(now);
                 BreakerStats {
@@ -1672,7 +1829,7 @@ impl Point {
                     transitions,
                 }
             }
-        }
+        })
     }
 
     /// Approximate memory held by this point, in bytes: the point itself, its window
@@ -1988,6 +2145,33 @@ impl Outcome {
 }
 
 impl Permit {
+    /// The permit of a call admitted under the policy `c`, holding `slot`, with
+    /// every field known (written once, in the caller's slot).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn governed(
+        point: &'static Point,
+        c: &Compiled,
+        start: u64,
+        fine: bool,
+        slot: Slot,
+        hang: u32,
+        adaptive: Option<AdaptiveCall>,
+        breaker: Option<BreakerCall>,
+    ) -> Permit {
+        Permit {
+            point,
+            start,
+            timeout: c.timeout,
+            probe_of: 0,
+            meta: Meta::new(slot, fine)
+                .with_hang(hang)
+                .with_extra(adaptive.is_some() || breaker.is_some()),
+            breaker,
+            adaptive,
+        }
+    }
+
     /// Gives the permit its breaker call. With [`attach_probe`](Self::attach_probe)
     /// and the governed entry's constructor, the only writers of the fields that
     /// [`Meta::EXTRA`] stands for, so the bit always follows them.
@@ -2380,7 +2564,7 @@ mod tests {
         for_accepted(500, prop_oneof![gradient, shedder], |limit| {
             let policy = Policy::builder().adaptive(limit).build().ok()?;
             registry.set_policy("adaptive.accepted", policy).unwrap();
-            Some(point.cfg.load().adaptive != 0)
+            Some(point.cfg.load().adaptive.is_some())
         });
     }
 
@@ -2434,7 +2618,7 @@ mod tests {
         for_accepted(200, limit, |limit| {
             let policy = Policy::builder().cluster(limit).build().ok()?;
             registry.set_policy("cluster.accepted", policy).unwrap();
-            let started = point.cfg.load().cluster != 0;
+            let started = point.cfg.load().cluster.is_some();
             // Stop the lease before the next case.
             registry.clear_policy("cluster.accepted").unwrap();
             manual.advance(CLUSTER_GRACE);
@@ -2464,12 +2648,11 @@ mod tests {
         };
         registry.set_policy("cluster.slots", policy("a")).unwrap();
         let point = registry.point("cluster.slots").unwrap();
-        let first = point.cfg.load().cluster;
-        assert_ne!(first, 0);
+        let first = point.cfg.load().cluster.expect("started");
 
         registry.set_policy("cluster.slots", policy("b")).unwrap();
-        let second = point.cfg.load().cluster;
-        assert_ne!(second, first);
+        let second = point.cfg.load().cluster.expect("started");
+        assert!(second != first);
         {
             let c = point.clusters.lock().unwrap();
             assert_eq!(c.replaced.len(), 1);
@@ -2491,15 +2674,13 @@ mod tests {
             let c = point.clusters.lock().unwrap();
             assert_eq!(c.replaced.len(), 1);
             assert!(c.replaced[0].1.lease.is_stopped());
-            assert_eq!(c.replaced[0].1 as *const ClusterSlot as usize, first);
+            assert!(Leaked(c.replaced[0].1) == first);
         }
         // The same limit again changes nothing.
         registry.set_policy("cluster.slots", policy("b")).unwrap();
-        assert_eq!(point.cfg.load().cluster, second);
+        assert!(point.cfg.load().cluster == Some(second));
         // A call that read the first policy long ago can still ask its slot.
-        // SAFETY: the slot is kept (asserted above).
-        let stale = unsafe { &*(first as *const ClusterSlot) };
-        let _ = stale.admits();
+        let _ = first.admits();
 
         // Every slot is counted in the point's memory.
         assert_eq!(point.cluster_slots(), 2);
@@ -2530,18 +2711,26 @@ mod tests {
     fn the_policy_cell_publishes_kept_forms_and_reuses_equal_ones() {
         let cell = PolicyCell::new();
         assert!(cell.get().is_none(), "a new point has no rules");
-        assert_eq!(cell.load().to_words(), EMPTY.to_words());
+        assert_eq!(*cell.load(), EMPTY);
+        let ring: &'static Ring = Box::leak(Box::new(Ring::new(1, 1, 0, [0; TRACKED])));
         let form = |visits: u64| Compiled {
             rules: ACTIVE | R_VISITS,
             max_visits: visits,
-            ring: 0x40,
+            ring: Some(Leaked(ring)),
             ..Compiled::default()
         };
         cell.store(form(5));
         let five = cell.get().expect("published");
-        assert_eq!(
-            (five.rules, five.max_visits, five.ring),
-            (ACTIVE | R_VISITS, 5, 0x40)
+        assert_eq!((five.rules, five.max_visits), (ACTIVE | R_VISITS, 5));
+        assert!(std::ptr::eq(five.ring(), ring));
+        // Another ring is another form, whatever the thresholds.
+        let other: &'static Ring = Box::leak(Box::new(Ring::new(1, 1, 0, [0; TRACKED])));
+        assert!(
+            form(5)
+                != Compiled {
+                    ring: Some(Leaked(other)),
+                    ..form(5)
+                }
         );
         let bytes = cell.heap_bytes();
         assert!(bytes >= std::mem::size_of::<Compiled>(), "{bytes}");
@@ -2590,14 +2779,7 @@ mod tests {
                 slow_ns: Some(nanos(d)),
                 slow_ticks: Some(clock.ns_to_ticks(nanos(d))),
             });
-            let c = Compiled::new(
-                Some((&p, std::ptr::null())),
-                slot.as_ref(),
-                None,
-                None,
-                &clock,
-            );
-            c.rules & R_FINE != 0
+            Compiled::needs_ticks(Some(&p), slot.as_ref())
         };
         let ms = Duration::from_millis;
         let timeouts = |t| Policy::builder().timeouts(t, 1).build().unwrap();
@@ -2618,10 +2800,18 @@ mod tests {
         );
         // The thresholds are compiled in the chosen unit.
         let p = timeouts(ms(300));
-        let c = Compiled::new(Some((&p, std::ptr::null())), None, None, None, &clock);
+        let ring: &'static Ring = Box::leak(Box::new(Ring::new(1, 1, 0, [0; TRACKED])));
+        let compile = |p: &Policy| {
+            let parts = Parts {
+                ring: Some(ring),
+                ..Parts::default()
+            };
+            Compiled::new(Some(p), parts, Compiled::needs_ticks(Some(p), None), &clock)
+        };
+        let c = compile(&p);
         assert_eq!(c.timeout, 300_000_000);
         let p = timeouts(ms(30));
-        let c = Compiled::new(Some((&p, std::ptr::null())), None, None, None, &clock);
+        let c = compile(&p);
         assert_eq!(c.timeout, clock.ns_to_ticks(30_000_000));
     }
 

@@ -1,6 +1,6 @@
 //! The sliding window of a point: constant-time window sums over cumulative counters.
 //!
-//! The point keeps cumulative counters (visits, downgrades, exceptions, timeouts) that
+//! The point keeps cumulative counters (passes, downgrades, exceptions, timeouts) that
 //! only ever grow. The window stores, for each bucket, the value the counters had when
 //! that bucket began. The sum over the window is then `counter_now - snapshot[oldest]`:
 //! two loads, whatever the number of buckets, and no per-call write to the window at all.
@@ -11,7 +11,8 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// Number of cumulative counters the window follows.
 pub(crate) const TRACKED: usize = 4;
-pub(crate) const VISITS: usize = 0;
+/// Calls admitted; a window's visits are its passes plus its downgrades.
+pub(crate) const PASSES: usize = 0;
 pub(crate) const DOWNGRADES: usize = 1;
 pub(crate) const EXCEPTIONS: usize = 2;
 pub(crate) const TIMEOUTS: usize = 3;
@@ -168,12 +169,12 @@ mod tests {
             let now = tick * S + S / 2;
             // rotation happens before the visit is counted
             let _ = ring.base(now, || cum);
-            cum[VISITS] += 1;
-            let v = sums(&ring, now, cum)[VISITS];
+            cum[PASSES] += 1;
+            let v = sums(&ring, now, cum)[PASSES];
             assert_eq!(v, (i as u64 + 1).min(3), "tick {tick}");
         }
         // after a long idle period the window is empty
-        assert_eq!(sums(&ring, 100 * S, cum)[VISITS], 0);
+        assert_eq!(sums(&ring, 100 * S, cum)[PASSES], 0);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 use super::conn::Connector;
 use super::error::RedisLimitError;
 use super::period::{Alignment, LocalWindow, PERIOD_SCRIPT};
+use crate::limit::{Gcra, GcraCell};
 use crate::sync::{AtomicU64, AtomicU8, Ordering};
 use crate::Clock;
 use std::fmt;
@@ -307,42 +308,29 @@ impl Counters {
 // Local fallback limiters
 // ---------------------------------------------------------------------------------
 
-/// A lock-free token bucket (GCRA): one token every `interval` ns, at most `burst`
-/// tokens saved up, full at start. Time is passed in (`now`, ns on any monotonic
-/// timeline), so the arithmetic is deterministic.
+/// A lock-free token bucket of `rate` tokens per second holding `burst`, full at
+/// start: the engine's own GCRA ([`crate::limit`]) on the limiter's timeline, so the
+/// fallback refills exactly like a point's bucket.
 pub(crate) struct LocalBucket {
-    interval: u64,
-    /// `interval x burst`: how far the theoretical arrival time may run ahead of now.
-    tolerance: u64,
-    tat: AtomicU64,
+    gcra: Gcra,
+    cell: GcraCell,
 }
 
 impl LocalBucket {
-    /// A bucket of `rate` tokens per second holding `burst` tokens; `rate` must be
-    /// finite and positive, `burst` at least 1.
-    pub(crate) fn new(rate: f64, burst: u64) -> Self {
-        let interval = (1e9 / rate).round();
-        let interval = if interval >= u64::MAX as f64 {
-            u64::MAX
-        } else {
-            (interval as u64).max(1)
-        };
+    /// A bucket of `rate` tokens per second holding `burst` tokens, full at `now` (ns
+    /// on the timeline later calls pass); `rate` must be finite and positive, `burst`
+    /// at least 1.
+    pub(crate) fn new(rate: f64, burst: u64, now: u64) -> Self {
+        let gcra = Gcra::per_second(rate, burst);
         LocalBucket {
-            interval,
-            tolerance: interval.saturating_mul(burst),
-            tat: AtomicU64::new(0),
+            cell: GcraCell::new(&gcra, gcra.scaled(now)),
+            gcra,
         }
     }
 
     /// Takes `n` tokens at `now` if they are there.
     pub(crate) fn try_take(&self, n: u64, now: u64) -> bool {
-        let cost = self.interval.saturating_mul(n);
-        self.tat
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-                let next = tat.max(now).saturating_add(cost);
-                (next - now <= self.tolerance).then_some(next)
-            })
-            .is_ok()
+        self.cell.try_take(&self.gcra, self.gcra.scaled(now), n)
     }
 }
 
@@ -355,12 +343,12 @@ enum Fallback {
 }
 
 impl Fallback {
-    fn bucket(rate: f64, burst: u64, share: f64) -> Self {
+    fn bucket(rate: f64, burst: u64, share: f64, now: u64) -> Self {
         if share <= 0.0 {
             return Fallback::Closed;
         }
         let burst = ((burst as f64 * share).floor() as u64).max(1);
-        Fallback::Bucket(LocalBucket::new(rate * share, burst))
+        Fallback::Bucket(LocalBucket::new(rate * share, burst, now))
     }
 
     fn try_take(&self, n: u64, clock: &Clock, now: u64) -> bool {
@@ -375,11 +363,7 @@ impl Fallback {
 impl fmt::Debug for Fallback {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Fallback::Bucket(b) => f
-                .debug_struct("Bucket")
-                .field("interval_ns", &b.interval)
-                .field("tolerance_ns", &b.tolerance)
-                .finish(),
+            Fallback::Bucket(b) => f.debug_struct("Bucket").field("gcra", &b.gcra).finish(),
             Fallback::Window(w) => w.fmt(f),
             Fallback::Closed => f.write_str("Closed"),
         }
@@ -635,7 +619,8 @@ impl RedisTokenLimiterBuilder {
         self.common.check()?;
         let client = open_client(&self.url)?;
         let (tokens_key, ts_key) = token_keys(&self.key);
-        let fallback = Fallback::bucket(self.rate, self.burst, self.common.fallback_share);
+        let now = self.common.clock.clone().unwrap_or_default().now();
+        let fallback = Fallback::bucket(self.rate, self.burst, self.common.fallback_share, now);
         Ok(RedisTokenLimiter {
             inner: Arc::new(TokenInner {
                 connector: Connector::new(client.clone(), self.common.timeout),
@@ -1115,6 +1100,7 @@ impl ClusterLeaseBuilder {
             ));
         }
         let share = self.common.fallback_share;
+        let now = self.common.clock.clone().unwrap_or_default().now();
         let (source, fallback) = match self.kind {
             LeaseKind::Tokens { rate, burst } => {
                 check_rate_burst(rate, burst)?;
@@ -1140,7 +1126,7 @@ impl ClusterLeaseBuilder {
                     max_wait_us: reservation_us(rate, burst),
                     refill_clock: self.refill_clock.unwrap_or_default(),
                 };
-                (source, Fallback::bucket(rate, burst, share))
+                (source, Fallback::bucket(rate, burst, share, now))
             }
             LeaseKind::Visits { period, quota } => {
                 let period_ms = super::period::check_period(period)?;
@@ -1702,8 +1688,8 @@ mod tests {
 
     #[test]
     fn local_bucket_bursts_then_refills_at_rate() {
-        let b = LocalBucket::new(10.0, 3);
         let t0 = 5_000_000_000;
+        let b = LocalBucket::new(10.0, 3, t0);
         assert!((0..3).all(|_| b.try_take(1, t0)));
         assert!(!b.try_take(1, t0));
         // One token every 100 ms.
@@ -1720,7 +1706,7 @@ mod tests {
 
     #[test]
     fn fallback_share_scales_rate_and_burst() {
-        let Fallback::Bucket(b) = Fallback::bucket(90.0, 30, 1.0 / 3.0) else {
+        let Fallback::Bucket(b) = Fallback::bucket(90.0, 30, 1.0 / 3.0, 1_000_000_000) else {
             panic!("expected a bucket");
         };
         // 30 tokens per second, 10 at once.
@@ -1733,9 +1719,12 @@ mod tests {
             10,
             "after 1 s the bucket is full again, not over-full"
         );
-        assert!(matches!(Fallback::bucket(90.0, 30, 0.0), Fallback::Closed));
+        assert!(matches!(
+            Fallback::bucket(90.0, 30, 0.0, 0),
+            Fallback::Closed
+        ));
         // A tiny share still leaves one token of burst.
-        let Fallback::Bucket(b) = Fallback::bucket(1.0, 2, 0.1) else {
+        let Fallback::Bucket(b) = Fallback::bucket(1.0, 2, 0.1, 0) else {
             panic!("expected a bucket");
         };
         assert!(b.try_take(1, t0));
