@@ -9,14 +9,11 @@
 pub mod adaptive;
 pub mod bloom;
 pub mod breaker;
-mod chores;
 mod clock;
 #[cfg(feature = "config")]
 pub mod config;
 pub mod declared;
 mod error;
-mod flow;
-mod hang;
 #[cfg(feature = "heartbeat")]
 pub mod heartbeat;
 mod limit;
@@ -32,7 +29,6 @@ mod registry;
 pub mod rolling;
 mod stats;
 mod sync;
-mod tally;
 mod ticker;
 #[cfg(feature = "tower")]
 pub mod tower;

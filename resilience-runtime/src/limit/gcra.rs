@@ -68,7 +68,7 @@ impl Gcra {
     /// A bucket taking one token every `interval` clock units (rounded up to a whole
     /// unit) and holding `capacity`.
     pub(crate) fn with_interval(interval: f64, capacity: u64) -> Gcra {
-        if !(interval > 0.0) {
+        if interval.is_nan() || interval <= 0.0 {
             return Gcra::CLOSED;
         }
         let interval = if interval >= MAX_SPAN as f64 {

@@ -6,7 +6,7 @@
 //! call, bounded by the lease's timeout), and delays the sweeps due meanwhile by as
 //! much.
 
-use crate::point::Point;
+use super::Point;
 use crate::wheel::TimingWheel;
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -15,7 +15,7 @@
 //! When more calls are in flight than the table has room for, the extra calls are not
 //! registered and are measured when they return, as before.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{thread_local, AtomicU64, Ordering};
 use std::cell::Cell;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -241,7 +241,7 @@ pub(crate) fn period(threshold: Duration) -> Duration {
     (threshold / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

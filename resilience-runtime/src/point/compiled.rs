@@ -1,0 +1,253 @@
+//! A policy compiled for the hot path: the rule bits, the thresholds in the point's
+//! duration unit and typed handles of the point's slots, immutable once published.
+//! Equality is derived, so an equal form is reused and no field can be left out of the
+//! comparison.
+
+use super::*;
+
+// Rule bits of a compiled policy. `ACTIVE` is set whenever a policy is present, so a
+// word of zero means "no policy" and selects the fast path.
+pub(super) const ACTIVE: u64 = 1 << 0;
+
+pub(super) const R_VISITS: u64 = 1 << 1;
+
+pub(super) const R_TOKENS: u64 = 1 << 2;
+
+pub(super) const R_CONCURRENCY: u64 = 1 << 3;
+
+pub(super) const R_TIMEOUTS: u64 = 1 << 4;
+
+pub(super) const R_EXCEPTIONS: u64 = 1 << 5;
+
+pub(super) const R_RATE: u64 = 1 << 6;
+
+pub(super) const R_DELAY: u64 = 1 << 7;
+
+/// The point has a breaker (with or without a policy).
+pub(super) const R_BREAKER: u64 = 1 << 8;
+
+/// The breaker needs call durations.
+pub(super) const R_BREAKER_TIMED: u64 = 1 << 9;
+
+/// Dry run: rules are evaluated and counted, calls are never downgraded.
+pub(super) const R_SHADOW: u64 = 1 << 10;
+
+/// An adaptive concurrency limit.
+pub(super) const R_ADAPTIVE: u64 = 1 << 11;
+
+/// A cluster-wide limit through Redis.
+pub(super) const R_CLUSTER: u64 = 1 << 12;
+
+/// Durations and refills use the tick counter: some threshold is too short for the
+/// timeline's millisecond resolution. Without it they use the timeline (nanoseconds).
+pub(super) const R_FINE: u64 = 1 << 13;
+
+/// Rule bits outside the plain rules (SDS's, with fixed thresholds on the timeline):
+/// a point without any of them takes the leaner [`Point::enter_policy`] instance.
+pub(super) const NOT_PLAIN: u64 = R_DELAY | R_SHADOW | R_BREAKER | R_ADAPTIVE | R_CLUSTER | R_FINE;
+
+const _: () = assert!(NOT_PLAIN & (R_VISITS | R_TOKENS | R_CONCURRENCY | R_RATE) == 0);
+
+/// A slot leaked for the rest of the process (never freed nor moved: a call that read
+/// an older policy may still use it), compared by address: two compiled forms are equal
+/// only if they name the very same slots.
+#[derive(Debug)]
+pub(super) struct Leaked<T: 'static>(pub(super) &'static T);
+
+impl<T> Clone for Leaked<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Leaked<T> {}
+
+impl<T> PartialEq for Leaked<T> {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.0, other.0)
+    }
+}
+
+impl<T> std::ops::Deref for Leaked<T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        self.0
+    }
+}
+
+/// A policy compiled for the hot path: rule bits, thresholds in the point's units and
+/// its slots. Immutable once published (see [`PolicyCell`]). Equality is field by
+/// field (derived, so no field can be forgotten): an equal form is reused.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Compiled {
+    pub(super) rules: u64,
+    pub(super) max_visits: u64,
+    pub(super) max_concurrency: u64,
+    pub(super) max_exceptions: u64,
+    pub(super) rate: f64,
+    pub(super) rate_floor: u64,
+    /// The thresholds below are in ticks with `R_FINE`, else timeline nanoseconds.
+    pub(super) timeout: u64,
+    pub(super) timeout_count: u64,
+    pub(super) percentage: u64,
+    pub(super) delay_ns: u64,
+    pub(super) retry_ns: u64,
+    /// The window ring (with `ACTIVE`).
+    pub(super) ring: Option<Leaked<Ring>>,
+    /// The token bucket (with `R_TOKENS`).
+    pub(super) bucket: Option<Leaked<BucketSlot>>,
+    pub(super) breaker: Option<Leaked<BreakerSlot>>,
+    pub(super) adaptive: Option<Leaked<AdaptiveSlot>>,
+    pub(super) cluster: Option<Leaked<ClusterSlot>>,
+}
+
+/// The compiled form without any rule or breaker (a point that has none), and the
+/// default every compiled policy starts from.
+pub(super) const EMPTY: Compiled = Compiled {
+    rules: 0,
+    max_visits: 0,
+    max_concurrency: 0,
+    max_exceptions: 0,
+    rate: 0.0,
+    rate_floor: 0,
+    timeout: 0,
+    timeout_count: 0,
+    percentage: 0,
+    delay_ns: 0,
+    retry_ns: 0,
+    ring: None,
+    bucket: None,
+    breaker: None,
+    adaptive: None,
+    cluster: None,
+};
+
+impl Default for Compiled {
+    fn default() -> Compiled {
+        EMPTY
+    }
+}
+
+/// What a compiled form is made of, besides the policy's own numbers.
+#[derive(Clone, Copy, Default)]
+pub(super) struct Parts {
+    pub(super) ring: Option<&'static Ring>,
+    pub(super) bucket: Option<&'static BucketSlot>,
+    pub(super) breaker: Option<&'static BreakerSlot>,
+    pub(super) adaptive: Option<&'static AdaptiveSlot>,
+    pub(super) cluster: Option<&'static ClusterSlot>,
+}
+
+impl Compiled {
+    /// Compiles `policy` (with its ring and bucket in `parts`) and the point's slots;
+    /// `fine` says whether durations are in ticks (see [`Compiled::needs_ticks`]).
+    pub(super) fn new(
+        policy: Option<&Policy>,
+        parts: Parts,
+        fine: bool,
+        clock: &Clock,
+    ) -> Compiled {
+        let mut c = match (policy, parts.ring) {
+            (Some(p), Some(ring)) => Compiled::from_policy_in(p, ring, parts.bucket, clock, fine),
+            _ => Compiled::default(),
+        };
+        if let (Some(a), true) = (parts.adaptive, c.rules & ACTIVE != 0) {
+            c.rules |= R_ADAPTIVE;
+            c.adaptive = Some(Leaked(a));
+        }
+        if let (Some(cl), true) = (parts.cluster, c.rules & ACTIVE != 0) {
+            c.rules |= R_CLUSTER;
+            c.cluster = Some(Leaked(cl));
+        }
+        if let Some(b) = parts.breaker {
+            c.rules |= R_BREAKER;
+            if b.slow_ns.is_some() {
+                c.rules |= R_BREAKER_TIMED;
+            }
+            if fine {
+                c.rules |= R_FINE;
+            }
+            c.breaker = Some(Leaked(b));
+        }
+        c
+    }
+
+    /// Whether a policy or breaker has a threshold too short for the timeline.
+    pub(super) fn needs_ticks(policy: Option<&Policy>, breaker: Option<&BreakerSlot>) -> bool {
+        policy.is_some_and(|p| {
+            let short_timeout = p
+                .timeouts
+                .is_some_and(|t| nanos(t.threshold) < COARSE_ENOUGH_NS);
+            let short_burst = p.token_bucket.is_some_and(|tb| {
+                tb.rate > 0.0 && (tb.capacity as f64 / tb.rate) * 1e9 < COARSE_ENOUGH_NS as f64
+            });
+            short_timeout || short_burst
+        }) || breaker.is_some_and(|b| b.slow_ns.is_some_and(|ns| ns < COARSE_ENOUGH_NS))
+    }
+
+    /// Compiles a policy with durations in ticks (`fine`) or timeline nanoseconds.
+    pub(super) fn from_policy_in(
+        p: &Policy,
+        ring: &'static Ring,
+        bucket: Option<&'static BucketSlot>,
+        clock: &Clock,
+        fine: bool,
+    ) -> Compiled {
+        let unit = |ns: u64| if fine { clock.ns_to_ticks(ns) } else { ns };
+        let mut c = Compiled {
+            rules: ACTIVE | if fine { R_FINE } else { 0 },
+            percentage: u64::from(p.downgrade_percentage),
+            ring: Some(Leaked(ring)),
+            ..Compiled::default()
+        };
+        if let Some(v) = p.max_visits {
+            c.rules |= R_VISITS;
+            c.max_visits = v;
+        }
+        if let Some(v) = p.max_concurrency {
+            c.rules |= R_CONCURRENCY;
+            c.max_concurrency = u64::from(v);
+        }
+        if let Some(v) = p.max_exceptions {
+            c.rules |= R_EXCEPTIONS;
+            c.max_exceptions = v;
+        }
+        if let Some(r) = p.exception_rate {
+            c.rules |= R_RATE;
+            c.rate = r.rate;
+            c.rate_floor = r.min_visits;
+        }
+        if let Some(t) = p.timeouts {
+            c.rules |= R_TIMEOUTS;
+            c.timeout = unit(nanos(t.threshold)).max(1);
+            c.timeout_count = t.max_count;
+        }
+        if let (Some(_), Some(b)) = (p.token_bucket, bucket) {
+            c.rules |= R_TOKENS;
+            c.bucket = Some(Leaked(b));
+        }
+        if p.shadow {
+            c.rules |= R_SHADOW;
+        }
+        if let Some(d) = p.delay {
+            c.rules |= R_DELAY;
+            c.delay_ns = nanos(d.duration);
+            c.retry_ns = d.retry_interval.map_or(0, nanos);
+        }
+        c
+    }
+
+    /// The window ring of a form with a policy.
+    #[inline(always)]
+    pub(super) fn ring(&self) -> &'static Ring {
+        match self.ring {
+            Some(r) => r.0,
+            None => unreachable!("a compiled policy has a ring"),
+        }
+    }
+}
+
+pub(super) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,318 @@
+//! Installing configuration (cold): a policy or breaker setting is turned into slots
+//! and a compiled form, and published for the next call. Nothing here resets the
+//! counters, the window, the delay or the calls in flight.
+
+use super::*;
+
+impl Point {
+    pub(crate) fn apply(&'static self, policy: Option<Policy>) {
+        if let Some(t) = policy.as_ref().and_then(Policy::timeouts) {
+            self.hang.get_or_init(HangTable::new);
+            chores::schedule(self, Chore::SweepHungCalls, hang::period(t.threshold));
+        }
+        let mut settings = self.settings();
+        if policy.is_some() && settings.policy.is_none() {
+            // Calls admitted without a policy are not tracked in flight; start the
+            // cycle from now so its numbers cover only tracked calls.
+            self.observe_cycle(self.clock.now());
+        }
+        settings.policy = policy;
+        self.recompile(&settings);
+    }
+
+    /// Sets (or, with `None`, removes) the breaker. A new breaker starts empty.
+    pub(crate) fn apply_breaker(&'static self, breaker: Option<BreakerPolicy>) {
+        let mut settings = self.settings();
+        self.install_breaker(&mut settings, breaker);
+    }
+
+    pub(super) fn install_breaker(
+        &'static self,
+        settings: &mut Settings,
+        breaker: Option<BreakerPolicy>,
+    ) {
+        let slot = match breaker {
+            Some(BreakerPolicy::Sre { config, slow_call }) => {
+                SreBreaker::new(config, self.clock.now())
+                    .ok()
+                    .map(|b| (BreakerImpl::Sre(b), slow_call))
+            }
+            Some(BreakerPolicy::Classic(config)) => {
+                let slow = config
+                    .slow_call_rate
+                    .is_some()
+                    .then_some(config.slow_call_duration);
+                ClassicBreaker::new(config, self.clock.now())
+                    .ok()
+                    .map(|b| (BreakerImpl::Classic(b), slow))
+            }
+            Some(BreakerPolicy::Disabled) | None => None,
+        };
+        if let Some((imp, slow)) = slot {
+            let slot: &'static BreakerSlot = Box::leak(Box::new(BreakerSlot {
+                imp,
+                slow_ns: slow.map(nanos),
+                slow_ticks: slow.map(|d| self.clock.ns_to_ticks(nanos(d))),
+            }));
+            self.breakers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(slot);
+        }
+        self.breaker_set.store(breaker.is_some(), Ordering::Release);
+        settings.breaker = breaker;
+        self.recompile(settings);
+    }
+
+    #[cold]
+    pub(super) fn ensure_breaker(&'static self) {
+        let mut settings = self.settings();
+        if settings.breaker.is_none() {
+            self.install_breaker(&mut settings, Some(BreakerPolicy::default()));
+        }
+    }
+
+    pub(super) fn recompile(&'static self, settings: &Settings) {
+        let policy = settings.policy.as_ref();
+        let ring = policy.map(|p| self.ring_for(p.window));
+        let slots = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
+        let breaker = match settings.breaker {
+            Some(BreakerPolicy::Sre { .. } | BreakerPolicy::Classic(_)) => slots.last(),
+            _ => None,
+        };
+        let mut adaptives = self.adaptives.lock().unwrap_or_else(|e| e.into_inner());
+        let adaptive = match settings.policy.as_ref().and_then(Policy::adaptive) {
+            // An unchanged configuration keeps its limiter and what it learned.
+            Some(a) if adaptives.last().is_some_and(|s| s.config == a) => adaptives.last(),
+            Some(a) => {
+                let clock = self.clock.clone();
+                let imp = match a {
+                    AdaptiveLimit::Gradient(c) => {
+                        GradientLimiter::with_clock(c, clock).map(AdaptiveImpl::Gradient)
+                    }
+                    AdaptiveLimit::Shedder(c) => {
+                        AdaptiveLimiter::with_parts(c, Arc::new(SystemCpu), clock)
+                            .map(AdaptiveImpl::Shedder)
+                    }
+                };
+                // `build()` validated the configuration, so this cannot fail.
+                match imp {
+                    Ok(imp) => {
+                        adaptives.push(Box::leak(Box::new(AdaptiveSlot { config: a, imp })));
+                        adaptives.last()
+                    }
+                    Err(_) => None,
+                }
+            }
+            None => None,
+        };
+        let cluster = self.cluster_for(policy);
+        // One unit for every duration of the point: ticks if any threshold is too
+        // short for the timeline's resolution.
+        let breaker = breaker.copied();
+        let fine = Compiled::needs_ticks(policy, breaker);
+        let parts = Parts {
+            ring,
+            bucket: self.bucket_for(policy, fine),
+            breaker,
+            adaptive: adaptive.copied(),
+            cluster,
+        };
+        self.cfg
+            .store(Compiled::new(policy, parts, fine, &self.clock));
+    }
+
+    /// The bucket slot for a policy's token bucket in the unit `fine` says. A setting
+    /// the point has had before gets its slot back; when the bucket in use changes, the
+    /// new one takes over the deficit of the last (tokens taken and not yet refilled,
+    /// at most its capacity), so a raised capacity is there at once, a lowered one
+    /// clamps and a changed rate applies from the next call. A call that read the
+    /// replaced policy just before the change may still take a token from the old
+    /// bucket: at most one per thread calling at that instant.
+    pub(super) fn bucket_for(
+        &self,
+        policy: Option<&Policy>,
+        fine: bool,
+    ) -> Option<&'static BucketSlot> {
+        let tb = policy?.token_bucket?;
+        // The tick counter has no exact ratio to nanoseconds: its interval is rounded
+        // up. A manual clock's ticks are nanoseconds.
+        let gcra = if fine && !self.clock.is_manual() {
+            let ns = (1e9 / tb.rate).ceil();
+            let ticks = if tb.rate > 0.0 && ns < u64::MAX as f64 {
+                self.clock.ns_to_ticks(ns as u64).saturating_add(1) as f64
+            } else {
+                0.0
+            };
+            Gcra::with_interval(ticks, tb.capacity)
+        } else {
+            Gcra::per_second(tb.rate, tb.capacity)
+        };
+        let time = |fine: bool| {
+            if fine {
+                self.clock.ticks()
+            } else {
+                self.clock.now()
+            }
+        };
+        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = match buckets
+            .kept
+            .iter()
+            .find(|b| b.gcra == gcra && b.fine == fine)
+        {
+            Some(b) => *b,
+            None => {
+                let slot: &'static BucketSlot = Box::leak(Box::new(BucketSlot {
+                    gcra,
+                    fine,
+                    cell: GcraCell::new(&gcra, gcra.scaled(time(fine))),
+                }));
+                buckets.kept.push(slot);
+                slot
+            }
+        };
+        if let Some(last) = buckets.last.filter(|l| !std::ptr::eq(*l, slot)) {
+            let then = last.gcra.scaled(time(last.fine));
+            let now = slot.gcra.scaled(time(slot.fine));
+            slot.cell
+                .set(slot.gcra.carry(&last.gcra, last.cell.tat(), then, now));
+        }
+        buckets.last = Some(slot);
+        Some(slot)
+    }
+
+    /// The cluster slot for a policy, building a lease when the setting changed.
+    #[cfg(feature = "redis")]
+    pub(super) fn cluster_for(
+        &'static self,
+        policy: Option<&Policy>,
+    ) -> Option<&'static ClusterSlot> {
+        let mut guard = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        let clusters = &mut *guard;
+        let now = self.clock.now();
+        let wanted = policy.and_then(|p| p.cluster.clone());
+        let same = match (&wanted, clusters.current) {
+            (Some(w), Some(c)) => *w == c.config,
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            if let Some(old) = clusters.current.take() {
+                clusters.replaced.push((now, old));
+            }
+            clusters.current = wanted.and_then(|w| self.build_cluster(w));
+        }
+        // Leases are stopped by the chore, on its thread: stopping one waits for a
+        // Redis call, too long to hold the point's locks for.
+        match clusters.due(now) {
+            (due, _) if !due.is_empty() => {
+                chores::schedule(self, Chore::StopRetiredLeases, Duration::ZERO)
+            }
+            (_, Some(next)) => chores::schedule(self, Chore::StopRetiredLeases, next),
+            _ => {}
+        }
+        clusters.current
+    }
+
+    /// Stops the leases of cluster limits replaced more than [`CLUSTER_GRACE`] ago
+    /// (a chore, see `chores`), holding none of the point's locks while it waits for
+    /// them; returns when to look again, if some are still young.
+    #[cfg(feature = "redis")]
+    pub(crate) fn stop_retired_leases(&self) -> Option<Duration> {
+        let clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+        let (due, next) = clusters.due(self.clock.now());
+        drop(clusters);
+        for slot in due {
+            slot.lease.stop();
+        }
+        next
+    }
+
+    /// Without the `redis` feature, policies have no cluster limit.
+    #[cfg(not(feature = "redis"))]
+    pub(super) fn cluster_for(&self, _policy: Option<&Policy>) -> Option<&'static ClusterSlot> {
+        None
+    }
+
+    #[cfg(feature = "redis")]
+    pub(super) fn build_cluster(
+        &self,
+        config: crate::policy::ClusterLimit,
+    ) -> Option<&'static ClusterSlot> {
+        use crate::policy::ClusterLimit;
+        use crate::redis::ClusterLease;
+        let (builder, reason, batch) = match &config {
+            ClusterLimit::Visits {
+                url,
+                key,
+                period,
+                quota,
+                batch,
+            } => (
+                ClusterLease::visits(url, key, *period, *quota),
+                Reason::ClusterVisits,
+                *batch,
+            ),
+            ClusterLimit::TokenBucket {
+                url,
+                key,
+                rate,
+                burst,
+                batch,
+            } => (
+                ClusterLease::token_bucket(url, key, *rate, *burst),
+                Reason::ClusterTokenBucket,
+                *batch,
+            ),
+        };
+        // `Policy::build` validated every field, so only a failed thread spawn can end
+        // here; the point then runs without its cluster limit, and says so.
+        match builder.batch(batch).build() {
+            // Leaked: see `Clusters`.
+            Ok(lease) => Some(Box::leak(Box::new(ClusterSlot {
+                config,
+                lease,
+                reason,
+            }))),
+            Err(_e) => {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(point = self.name, error = %_e, "resilience: cluster limit not started");
+                None
+            }
+        }
+    }
+
+    pub(super) fn ring_for(&self, w: WindowConfig) -> &'static Ring {
+        let width = nanos(w.bucket_width);
+        let buckets = u64::from(w.buckets);
+        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = rings
+            .last()
+            .filter(|r| r.width_ns == width && r.buckets == buckets)
+        {
+            return r;
+        }
+        let now = self.clock.now();
+        let ring: &'static Ring = match rings
+            .iter()
+            .position(|r| r.width_ns == width && r.buckets == buckets)
+        {
+            Some(i) => {
+                // A new geometry restarts the window; totals are kept.
+                let r = rings.remove(i);
+                r.reset(now, self.counters.tracked(&self.flow));
+                r
+            }
+            None => Box::leak(Box::new(Ring::new(
+                w.buckets,
+                width,
+                now,
+                self.counters.tracked(&self.flow),
+            ))),
+        };
+        // The last ring is the one in use.
+        rings.push(ring);
+        ring
+    }
+}

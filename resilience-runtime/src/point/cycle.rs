@@ -1,0 +1,89 @@
+//! The 10 s statistics cycle and the hung-call sweep: the background side of the
+//! point's counting.
+
+use super::*;
+
+impl Point {
+    /// Counts the calls that outlived the timeout threshold while still running.
+    /// Returns when to sweep again, or `None` once the point has no timeout rule.
+    pub(crate) fn sweep_hung_calls(&self) -> Option<Duration> {
+        let c = self.cfg.load();
+        if c.rules & R_TIMEOUTS == 0 {
+            return None;
+        }
+        let threshold_ns = if c.rules & R_FINE != 0 {
+            self.clock.ticks_to_ns(c.timeout)
+        } else {
+            c.timeout
+        };
+        if let Some(table) = self.hang.get() {
+            let hung = table.sweep(self.clock.now(), threshold_ns);
+            if hung > 0 {
+                self.counters.timeouts.fetch_add(hung, Ordering::Relaxed);
+            }
+        }
+        let threshold = Duration::from_nanos(threshold_ns);
+        Some(hang::period(threshold))
+    }
+
+    /// Rolls the statistics cycle if `now` is in a later one. Never blocks: if another
+    /// thread is rolling, this call leaves it to that thread.
+    #[inline]
+    pub(super) fn observe_cycle(&self, now: u64) {
+        if now >= self.next_cycle_at.load(Ordering::Relaxed) {
+            self.roll_cycle(self.clock.wall_nanos(now) / CYCLE_NS);
+        }
+    }
+
+    #[cold]
+    pub(super) fn roll_cycle(&self, id: u64) {
+        let Ok(mut st) = self.cycle.try_lock() else {
+            return;
+        };
+        let prev = self.cycle_id.load(Ordering::Relaxed);
+        if id <= prev {
+            // Another thread rolled it between our check and the lock.
+            return;
+        }
+        let now_counts = self.counters.tracked(&self.flow);
+        let now_reasons = self.counters.reasons().0;
+        let inflight = self.flow.inflight();
+        let peak = self.cycle_peak.swap(inflight, Ordering::Relaxed);
+        st.last = Some(if prev != 0 && prev + 1 == id {
+            let diff = |i: usize| now_counts[i].saturating_sub(st.start[i]);
+            let passes = diff(window::PASSES);
+            let downgrades = diff(window::DOWNGRADES);
+            CycleStats {
+                start: self.clock_cycle_start(prev),
+                visits: passes + downgrades,
+                passes,
+                downgrades,
+                exceptions: diff(window::EXCEPTIONS),
+                timeouts: diff(window::TIMEOUTS),
+                peak_concurrency: peak,
+                downgrades_by_reason: ReasonCounts(std::array::from_fn(|i| {
+                    now_reasons[i].saturating_sub(st.start_reasons[i])
+                })),
+            }
+        } else {
+            // The previous cycle saw no call at all (or the point is new).
+            CycleStats {
+                start: self.clock_cycle_start(id - 1),
+                peak_concurrency: inflight,
+                ..CycleStats::default()
+            }
+        });
+        st.start = now_counts;
+        st.start_reasons = now_reasons;
+        self.cycle_id.store(id, Ordering::Relaxed);
+        self.next_cycle_at.store(
+            self.clock
+                .timeline_at_wall((id + 1).saturating_mul(CYCLE_NS)),
+            Ordering::Relaxed,
+        );
+    }
+
+    pub(super) fn clock_cycle_start(&self, id: u64) -> std::time::SystemTime {
+        std::time::UNIX_EPOCH + Duration::from_nanos(id.saturating_mul(CYCLE_NS))
+    }
+}

@@ -1,0 +1,527 @@
+//! Admission (hot): every call asks here whether it may run.
+//!
+//! # The guarantees kept here
+//!
+//! - visits: passes in the window never exceed `max_visits` (`0` admits none), under
+//!   any number of threads: the pass is counted by the same compare-and-swap that
+//!   checks the limit ([`Flow::admit`]).
+//! - concurrency: at most `max_concurrency` calls in flight, probes and calls spared by
+//!   `downgrade_percentage` included: every admitted call takes its slot through the
+//!   same compare-and-swap.
+//! - token bucket: at most `capacity + rate * t` admissions over any interval `t`
+//!   (see [`crate::limit`]).
+//! - exceptions, exception rate, timeouts: no call is admitted once the window holds the
+//!   threshold; calls already past the check may still finish and add their own.
+//! - delay: one probe at a time, none before its time (see `delay`).
+
+use super::*;
+
+/// The exception-rate rule: `exceptions / passes >= rate` once the window has more
+/// than `floor` visits, counting the asking call's own visit and pass (SDS's
+/// `visits - downgrades`).
+#[inline]
+pub(super) fn rate_trips(
+    exceptions: u64,
+    passes: u64,
+    downgrades: u64,
+    rate: f64,
+    floor: u64,
+) -> bool {
+    let visits = passes.saturating_add(downgrades).saturating_add(1);
+    visits > floor && exceptions as f64 >= rate * passes.saturating_add(1) as f64
+}
+
+impl Point {
+    /// The entry of `#[breaker]`: installs the default breaker unless one was set
+    /// (even `Disabled`), then enters like any call (see [`enter_in`](Self::enter_in)).
+    #[inline]
+    pub(crate) fn enter_breaker_in(
+        &'static self,
+        slot: &mut Option<Permit>,
+    ) -> Result<(), Downgraded> {
+        let c = self.cfg.load();
+        if c.rules & (ACTIVE | R_BREAKER) == R_BREAKER {
+            // The common case: a breaker and no policy.
+            return place(self.enter_breaker_only(c), slot);
+        }
+        // A live breaker shows in the rule bits; only without one can the setting be
+        // missing (or `Disabled`).
+        if c.rules & R_BREAKER == 0 && !self.breaker_set.load(Ordering::Acquire) {
+            self.ensure_breaker();
+        }
+        self.enter_in(slot)
+    }
+
+    /// Asks whether a call may run.
+    ///
+    /// On `Ok`, run the call and report its outcome through the [`Permit`] (dropping it
+    /// counts as a cancelled call: no exception, slot released). On `Err`, do not run it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy};
+    ///
+    /// let point = registry().point("docs.enter").unwrap();
+    /// registry().set_policy("docs.enter", Policy::builder().max_concurrency(1).build().unwrap()).unwrap();
+    /// let first = point.enter().expect("one slot is free");
+    /// assert!(point.enter().is_err(), "the only slot is taken");
+    /// first.finish(false);
+    /// assert!(point.enter().is_ok());
+    /// ```
+    #[inline]
+    pub fn enter(&'static self) -> Result<Permit, Downgraded> {
+        let mut slot = None;
+        self.enter_in(&mut slot)?;
+        Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
+    }
+
+    /// [`enter`](Self::enter) for the generated code: an admitted call's permit is
+    /// written into `slot`, where it stays until [`Permit::finish_in`]. A permit moved
+    /// around by value is copied through the stack in wide loads that stall on the
+    /// narrower stores that built it; written in place, it is not moved at all. A call
+    /// on a point without policy or breaker, which has nothing to complete but an
+    /// exception, is admitted with the slot left empty: nothing is written at all.
+    #[inline(always)]
+    pub(crate) fn enter_in(&'static self, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
+        let Some(c) = self.cfg.get() else {
+            self.pass_untracked();
+            return Ok(());
+        };
+        // The entries out of line answer with the reason alone, a byte in a
+        // register: the refusal is built here.
+        let entered = if c.rules & ACTIVE == 0 {
+            self.enter_unpoliced(c, slot)
+        } else {
+            self.enter_governed(c, slot)
+        };
+        entered.map_err(|reason| Downgraded {
+            point: self.name,
+            reason,
+        })
+    }
+
+    /// A point with a policy: the plain rules alone take a leaner instance of the
+    /// same code, without the words and branches of the others.
+    #[inline(never)]
+    pub(super) fn enter_governed(
+        &'static self,
+        c: &'static Compiled,
+        slot: &mut Option<Permit>,
+    ) -> Result<(), Reason> {
+        let entered = if c.rules & NOT_PLAIN == 0 {
+            self.enter_policy::<true>(c, slot)
+        } else {
+            self.enter_policy::<false>(c, slot)
+        };
+        entered.map_err(|d| d.reason)
+    }
+
+    /// Enters under the policy `c` (with [`ACTIVE`]). With `PLAIN`, it has none of the
+    /// [`NOT_PLAIN`] rules.
+    ///
+    /// The rules are asked in SDS order on what the call sees (the visits and the
+    /// calls in flight read once, before any token is taken); the call is then
+    /// admitted by one compare-and-swap of the flow word that checks the visits and
+    /// concurrency limits again on the word it replaces ([`Flow::admit`]), so those two
+    /// bounds hold exactly under any number of threads. Only an admitted call counts a
+    /// pass and holds a slot: nothing is taken and given back.
+    #[inline(always)]
+    pub(super) fn enter_policy<const PLAIN: bool>(
+        &'static self,
+        c: &'static Compiled,
+        slot: &mut Option<Permit>,
+    ) -> Result<(), Downgraded> {
+        debug_assert!(c.rules & ACTIVE != 0 && (!PLAIN || c.rules & NOT_PLAIN == 0));
+        // One timeline reading per call; the tick counter only when some threshold is
+        // too short for the timeline.
+        let now = self.clock.now();
+        let fine = !PLAIN && c.rules & R_FINE != 0;
+        let stamp = self.stamp(fine, now);
+        self.observe_cycle(now);
+        let base = c.ring().base(now, || self.counters.tracked(&self.flow));
+        let limits = Limits {
+            passes: if c.rules & R_VISITS != 0 {
+                base[window::PASSES].saturating_add(c.max_visits)
+            } else {
+                NO_LIMIT
+            },
+            inflight: if c.rules & R_CONCURRENCY != 0 {
+                c.max_concurrency
+            } else {
+                NO_LIMIT
+            },
+        };
+        let timed = c.rules & (R_TIMEOUTS | R_BREAKER_TIMED) != 0;
+        let start = if timed { stamp } else { 0 };
+
+        // Inside a delay, only the probe may go on to the rules (shadow policies never
+        // start a real delay: that state would outlive the dry run).
+        let mut probe = None;
+        if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
+            let until = self.delay.until();
+            if delay::in_delay(now, until) {
+                match self.delay.claim(now, until, c.retry_ns) {
+                    Some(claimed) => probe = Some((until, claimed)),
+                    None => return place(self.trip(c, Reason::Delay, start, fine, now), slot),
+                }
+            }
+        }
+
+        let mut adaptive = None;
+        let (passes, inflight) = self.flow.peek();
+        let tripped = 'chain: {
+            if c.rules & R_VISITS != 0 && passes >= limits.passes {
+                break 'chain Some(Reason::Visits);
+            }
+            if c.rules & R_TOKENS != 0 && !self.take_token(c, stamp) {
+                break 'chain Some(Reason::TokenBucket);
+            }
+            if c.rules & R_CONCURRENCY != 0 && inflight >= limits.inflight {
+                break 'chain Some(Reason::Concurrency);
+            }
+            // A probe asks whether the dependency recovered: it obeys every limit
+            // but not the health rules whose trip the delay stands for.
+            if c.rules & (R_TIMEOUTS | R_EXCEPTIONS | R_RATE) != 0 && (PLAIN || probe.is_none()) {
+                if c.rules & R_TIMEOUTS != 0 {
+                    let t = self
+                        .counters
+                        .timeouts
+                        .load(Ordering::Relaxed)
+                        .saturating_sub(base[window::TIMEOUTS]);
+                    if t >= c.timeout_count {
+                        break 'chain Some(Reason::Timeouts);
+                    }
+                }
+                let e = self
+                    .counters
+                    .exceptions
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(base[window::EXCEPTIONS]);
+                if c.rules & R_EXCEPTIONS != 0 && e >= c.max_exceptions {
+                    break 'chain Some(Reason::Exceptions);
+                }
+                if c.rules & R_RATE != 0 {
+                    // This call's visit included, as SDS counts it.
+                    let p = passes.saturating_sub(base[window::PASSES]);
+                    let d = self
+                        .counters
+                        .downgrades
+                        .load(Ordering::Relaxed)
+                        .saturating_sub(base[window::DOWNGRADES]);
+                    if rate_trips(e, p, d, c.rate, c.rate_floor) {
+                        break 'chain Some(Reason::ExceptionRate);
+                    }
+                }
+            }
+            if let (false, Some(cluster)) = (PLAIN, c.cluster) {
+                if !cluster.admits() {
+                    break 'chain Some(cluster.reason);
+                }
+            }
+            if !PLAIN && c.rules & R_ADAPTIVE != 0 {
+                match self.adaptive_admit(c) {
+                    Some(call) => adaptive = Some(call),
+                    None => break 'chain Some(Reason::Overloaded),
+                }
+            }
+            None
+        };
+        if let Some(reason) = tripped {
+            return place(self.refuse(c, reason, probe, start, fine, now), slot);
+        }
+        // The breaker comes last: calls downgraded by a rule never reach it.
+        let mut breaker = None;
+        if let (false, Some(b)) = (PLAIN, c.breaker) {
+            match self.breaker_admit(c.rules, b, now) {
+                Some(call) => breaker = Some(call),
+                None => {
+                    // Leave the adaptive limiter's flight and give the probe back.
+                    if let Some(a) = adaptive {
+                        a.end(false);
+                    }
+                    if let Some((_, claimed)) = probe {
+                        self.delay.unclaim(claimed);
+                    }
+                    return Err(self.downgrade(Reason::BreakerOpen, now, false));
+                }
+            }
+        }
+        // The commit: the visits and concurrency limits checked again, exactly.
+        let entry = match self.flow.admit(limits) {
+            Ok(entry) => entry,
+            Err(refused) => {
+                // Another call took the last pass or slot since the look above.
+                if let Some(a) = adaptive {
+                    a.end(false);
+                }
+                if let Some(b) = breaker {
+                    self.breaker_outcome(b, Outcome::Cancelled, false, 0, fine);
+                }
+                let reason = match refused {
+                    Refused::Visits => Reason::Visits,
+                    Refused::Concurrency => Reason::Concurrency,
+                };
+                return place(self.refuse(c, reason, probe, start, fine, now), slot);
+            }
+        };
+        // Nothing below until the caller's slot is filled may unwind: the in-flight
+        // slot taken above is only given back by a permit. Written with every field
+        // known, in the caller's slot: never moved, and after the locked instructions.
+        self.note_peak(entry.inflight);
+        let hang = self.hang_slot(c.timeout, now);
+        let permit = fill(
+            slot,
+            Permit::governed(self, c, start, fine, entry.slot, hang, adaptive, breaker),
+        );
+        if let Some((until, _)) = probe {
+            permit.attach_probe(until);
+        }
+        Ok(())
+    }
+
+    /// A rule refused a call: a probe it claimed goes back for the next call, the delay
+    /// starts (if the policy has one), and the call is downgraded or spared.
+    #[inline(never)]
+    pub(super) fn refuse(
+        &'static self,
+        c: &Compiled,
+        reason: Reason,
+        probe: Option<(u64, u64)>,
+        start: u64,
+        fine: bool,
+        now: u64,
+    ) -> Result<Permit, Downgraded> {
+        if let Some((_, claimed)) = probe {
+            self.delay.unclaim(claimed);
+        }
+        if c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
+            self.delay
+                .start(now, c.delay_ns, c.retry_ns, reason.index() as u8);
+        }
+        self.trip(c, reason, start, fine, now)
+    }
+
+    /// A point without policy but with a breaker, entered through
+    /// [`enter_in`](Self::enter_in) (out of line, so that `enter_in` stays small enough
+    /// to inline at every call site).
+    #[inline(never)]
+    pub(super) fn enter_unpoliced(
+        &'static self,
+        c: &'static Compiled,
+        slot: &mut Option<Permit>,
+    ) -> Result<(), Reason> {
+        place(self.enter_breaker_only(c), slot).map_err(|d| d.reason)
+    }
+
+    /// A point without policy but with a breaker. The closed path of an untimed SRE
+    /// breaker stays in this small function; everything else is out of line.
+    #[inline]
+    pub(super) fn enter_breaker_only(
+        &'static self,
+        c: &'static Compiled,
+    ) -> Result<Permit, Downgraded> {
+        if let (R_BREAKER, Some(slot)) = (c.rules & (R_BREAKER | R_BREAKER_TIMED), c.breaker) {
+            if let BreakerImpl::Sre(b) = &slot.imp {
+                if b.accepts_surely(self.clock.now()) {
+                    self.pass_untracked();
+                    let mut permit = Permit::untracked(self);
+                    permit.attach_breaker(BreakerCall {
+                        slot: slot.0,
+                        word: 0,
+                    });
+                    return Ok(permit);
+                }
+            }
+        }
+        self.enter_breaker_slow(c)
+    }
+
+    /// The rest of [`enter_breaker_only`](Self::enter_breaker_only).
+    #[inline(never)]
+    pub(super) fn enter_breaker_slow(
+        &'static self,
+        c: &'static Compiled,
+    ) -> Result<Permit, Downgraded> {
+        let mut permit = Permit::untracked(self);
+        if let Some(breaker) = c.breaker {
+            let now = self.clock.now();
+            if c.rules & R_BREAKER_TIMED != 0 {
+                let fine = c.rules & R_FINE != 0;
+                permit.meta = permit.meta.with_fine(fine);
+                permit.start = self.stamp(fine, now);
+            }
+            match self.breaker_admit(c.rules, breaker, now) {
+                Some(call) => permit.attach_breaker(call),
+                None => {
+                    std::mem::forget(permit);
+                    return Err(self.downgrade(Reason::BreakerOpen, now, false));
+                }
+            }
+        }
+        self.pass_untracked();
+        Ok(permit)
+    }
+
+    /// Counts an exception of a call without policy or breaker.
+    #[inline]
+    pub(super) fn count_exception(&self) {
+        self.counters.exceptions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts the pass of a call without a policy: in this thread's own cell, without
+    /// a read-modify-write (see `tally`).
+    #[inline]
+    pub(super) fn pass_untracked(&self) {
+        if !tally::add_one(self.id) {
+            self.flow.pass();
+        }
+    }
+
+    /// The start of a timed call in the unit its thresholds were compiled in: the
+    /// timeline reading it already has, or the tick counter (never 0).
+    #[inline]
+    pub(super) fn stamp(&self, fine: bool, now: u64) -> u64 {
+        if fine {
+            self.clock.ticks().max(1)
+        } else {
+            now
+        }
+    }
+
+    /// Registers an admitted call with a timeout in the hung-call table: its slot there,
+    /// or [`NO_HANG`].
+    #[inline]
+    pub(super) fn hang_slot(&self, timeout: u64, now: u64) -> u32 {
+        if timeout != 0 {
+            if let Some(table) = self.hang.get() {
+                // The table is on the timeline: sweeps are coarser than its resolution.
+                return table.register(now).map_or(NO_HANG, |s| s);
+            }
+        }
+        NO_HANG
+    }
+
+    /// Asks the point's adaptive limiter; `None` means over the limit.
+    pub(super) fn adaptive_admit(&self, c: &Compiled) -> Option<AdaptiveCall> {
+        let slot = c.adaptive?.0;
+        let start = match &slot.imp {
+            AdaptiveImpl::Gradient(l) => l.try_acquire(l.now()).ok().map(LatencyPermit::into_start),
+            AdaptiveImpl::Shedder(l) => l.try_acquire(l.now()).ok().map(LatencyPermit::into_start),
+        };
+        start.map(|start| AdaptiveCall { slot, start })
+    }
+
+    /// Asks the point's breaker; `None` means rejected (a drop is recorded).
+    pub(super) fn breaker_admit(
+        &self,
+        rules: u64,
+        breaker: Leaked<BreakerSlot>,
+        now: u64,
+    ) -> Option<BreakerCall> {
+        let slot = breaker.0;
+        match &slot.imp {
+            BreakerImpl::Sre(b) if b.accepts_surely(now) => Some(BreakerCall {
+                slot,
+                word: slot.slow_in(rules),
+            }),
+            BreakerImpl::Sre(b) => {
+                let d = b.allow(now);
+                if let Some(t) = d.transition {
+                    let (from, to) = match t {
+                        DroppingTransition::Started => (BreakerState::Closed, BreakerState::Open),
+                        DroppingTransition::Stopped => (BreakerState::Open, BreakerState::Closed),
+                    };
+                    self.breaker_changed(
+                        now,
+                        BreakerChange {
+                            from,
+                            to,
+                            cause: None,
+                        },
+                    );
+                }
+                d.is_admitted().then_some(BreakerCall {
+                    slot,
+                    word: slot.slow_in(rules),
+                })
+            }
+            BreakerImpl::Classic(b) => match b.allow(now) {
+                Ok(ticket) => {
+                    if let Some(t) = ticket.transition() {
+                        self.classic_changed(t);
+                    }
+                    let (epoch, _started, probe) = ticket.into_raw();
+                    Some(BreakerCall {
+                        slot,
+                        word: epoch << 1 | u64::from(probe),
+                    })
+                }
+                Err(_) => None,
+            },
+        }
+    }
+
+    /// A rule tripped: roll the downgrade percentage and either downgrade or let the
+    /// call run anyway. A call that runs counts its pass and holds a slot like any
+    /// admitted call, under the concurrency limit: a concurrency refusal is never
+    /// spared (the limit holds whatever the percentage), and a spared call that finds
+    /// no free slot is downgraded for concurrency. A shadow policy runs every call.
+    pub(super) fn trip(
+        &'static self,
+        c: &Compiled,
+        reason: Reason,
+        start: u64,
+        fine: bool,
+        now: u64,
+    ) -> Result<Permit, Downgraded> {
+        let shadow = c.rules & R_SHADOW != 0;
+        let spared = c.percentage < 100
+            && (c.percentage == 0 || crate::rand::below(100) >= c.percentage)
+            && (shadow || reason != Reason::Concurrency);
+        let mut reason = reason;
+        if spared || shadow {
+            if !spared {
+                // Dry run: count and report what would have happened, then run it.
+                self.counters.shadow_by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
+                self.event(reason, now, true);
+            }
+            let limits = if !shadow && c.rules & R_CONCURRENCY != 0 {
+                Limits {
+                    passes: NO_LIMIT,
+                    inflight: c.max_concurrency,
+                }
+            } else {
+                Limits::NONE
+            };
+            match self.flow.admit(limits) {
+                Ok(entry) => {
+                    self.note_peak(entry.inflight);
+                    let hang = self.hang_slot(c.timeout, now);
+                    return Ok(Permit::governed(
+                        self, c, start, fine, entry.slot, hang, None, None,
+                    ));
+                }
+                Err(_) => reason = Reason::Concurrency,
+            }
+        }
+        Err(self.downgrade(reason, now, false))
+    }
+
+    /// Takes a token from the policy's bucket at `stamp` (in the bucket's unit).
+    #[inline]
+    pub(super) fn take_token(&self, c: &Compiled, stamp: u64) -> bool {
+        match c.bucket {
+            Some(b) => b.cell.try_take(&b.gcra, b.gcra.scaled(stamp), 1),
+            None => false,
+        }
+    }
+
+    #[inline]
+    pub(super) fn note_peak(&self, inflight: u64) {
+        if inflight > self.cycle_peak.load(Ordering::Relaxed) {
+            self.cycle_peak.fetch_max(inflight, Ordering::Relaxed);
+            self.peak.fetch_max(inflight, Ordering::Relaxed);
+        }
+    }
+}

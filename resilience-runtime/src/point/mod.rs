@@ -1,0 +1,213 @@
+//! Points: the per-name state of the registry and the guard API around a call.
+//!
+//! A [`Point`] owns the cumulative counters, the sliding window, the concurrency count,
+//! the token bucket, the delay state and the current policy of one point name. A policy
+//! is compiled into an immutable form behind one pointer, so reading it costs one load
+//! and a policy change never resets any of the state next to it.
+
+pub(crate) mod chores;
+mod delay;
+mod flow;
+mod hang;
+mod tally;
+
+mod call;
+mod cell;
+mod compiled;
+mod configure;
+mod cycle;
+mod enter;
+mod permit;
+mod report;
+mod slots;
+mod snapshot;
+#[cfg(test)]
+mod tests;
+
+// The engine's files share one namespace: each imports `super::*`.
+use cell::*;
+use compiled::*;
+pub use permit::Permit;
+use permit::*;
+use slots::*;
+
+use crate::adaptive::{AdaptiveLimiter, GradientLimiter, LatencyLimiter, LatencyPermit, SystemCpu};
+use crate::breaker::{ClassicBreaker, ClassicState, DroppingTransition, SreBreaker, Transition};
+use crate::clock::{Clock, COARSE_ENOUGH_NS};
+use crate::error::{Downgraded, Reason};
+use crate::limit::{Gcra, GcraCell};
+use crate::listener::{BreakerChange, Dispatcher, DowngradeEvent};
+use crate::policy::{AdaptiveLimit, BreakerPolicy, Policy, WindowConfig};
+use crate::stats::{
+    BreakerState, BreakerStats, CycleStats, PointStats, ReasonCounts, Totals, WindowCounts,
+};
+use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use crate::window::{self, Ring, TRACKED};
+use chores::Chore;
+use flow::{Flow, Limits, Refused, Slot, NO_LIMIT};
+use hang::HangTable;
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const REASONS: usize = Reason::ALL.len();
+
+/// Length of a statistics cycle: 10 s, aligned to wall-clock boundaries like SDS.
+pub(crate) const CYCLE_NS: u64 = 10_000_000_000;
+
+use delay::{Delay, ProbeEnd};
+
+#[derive(Debug)]
+struct Counters {
+    downgrades: AtomicU64,
+    exceptions: AtomicU64,
+    timeouts: AtomicU64,
+    by_reason: [AtomicU64; REASONS],
+    /// Shadow (dry-run) policies: calls that would have been downgraded, per reason.
+    shadow_by_reason: [AtomicU64; REASONS],
+    dropped_events: AtomicU64,
+    breaker_transitions: AtomicU64,
+}
+
+impl Counters {
+    fn tracked(&self, flow: &Flow) -> [u64; TRACKED] {
+        let mut t = [0; TRACKED];
+        t[window::PASSES] = flow.passes();
+        t[window::DOWNGRADES] = self.downgrades.load(Ordering::Relaxed);
+        t[window::EXCEPTIONS] = self.exceptions.load(Ordering::Relaxed);
+        t[window::TIMEOUTS] = self.timeouts.load(Ordering::Relaxed);
+        t
+    }
+
+    fn reasons(&self) -> ReasonCounts {
+        ReasonCounts(self.by_reason.each_ref().map(|a| a.load(Ordering::Relaxed)))
+    }
+}
+
+/// What a point is configured with: the writer side of its [`PolicyCell`].
+#[derive(Debug, Default)]
+struct Settings {
+    policy: Option<Policy>,
+    breaker: Option<BreakerPolicy>,
+}
+
+#[derive(Debug, Default)]
+struct CycleState {
+    /// Cumulative counters at the start of the current cycle.
+    start: [u64; TRACKED],
+    start_reasons: [u64; REASONS],
+    last: Option<CycleStats>,
+}
+
+/// The per-name state of the registry and the handle the macros call into.
+///
+/// Get one with [`Registry::point`](crate::Registry::point). Points are created on first
+/// use and live as long as the process, so the handle is `&'static`.
+pub struct Point {
+    name: &'static str,
+    clock: Clock,
+    events: Arc<Dispatcher>,
+    cfg: PolicyCell,
+    /// Visits and calls in flight of calls under a policy...
+    flow: Flow,
+    /// ...while calls without one are counted per thread under this key (`tally::key`).
+    id: u32,
+    counters: Counters,
+    peak: AtomicU64,
+    cycle_peak: AtomicU64,
+    cycle_id: AtomicU64,
+    /// Timeline reading at which the next cycle begins (saves a division per call).
+    next_cycle_at: AtomicU64,
+    cycle: Mutex<CycleState>,
+    /// The token buckets (see [`Buckets`]).
+    buckets: Mutex<Buckets>,
+    /// The delay rule's state.
+    delay: Delay,
+    /// The policy and breaker as given, and the writer lock of `cfg`.
+    settings: Mutex<Settings>,
+    /// Every breaker this point has had, leaked (never freed nor moved: a call may
+    /// still hold a replaced one); the current one is in `cfg`.
+    breakers: Mutex<Vec<&'static BreakerSlot>>,
+    /// Whether a breaker setting exists (possibly `Disabled`).
+    breaker_set: std::sync::atomic::AtomicBool,
+    /// Every adaptive limiter this point has had, leaked like the breakers; the
+    /// current one is in `cfg`.
+    adaptives: Mutex<Vec<&'static AdaptiveSlot>>,
+    #[cfg(feature = "redis")]
+    clusters: Mutex<Clusters>,
+    /// In-flight timed calls, created with the first timeout rule.
+    hang: std::sync::OnceLock<HangTable>,
+    /// Every window ring this point has had, the one in use last. Rings are leaked,
+    /// never freed nor moved (and reused for an equal geometry), because a concurrent
+    /// reader may still hold a replaced one.
+    rings: Mutex<Vec<&'static Ring>>,
+}
+
+impl fmt::Debug for Point {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Point")
+            .field("name", &self.name)
+            .field("policy", &self.policy())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Point {
+    pub(crate) fn new(name: &'static str, clock: Clock, events: Arc<Dispatcher>) -> Point {
+        Point {
+            name,
+            clock,
+            events,
+            cfg: PolicyCell::new(),
+            flow: Flow::new(),
+            id: {
+                static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                tally::key(NEXT_ID.fetch_add(1, Ordering::Relaxed))
+            },
+            counters: Counters {
+                downgrades: AtomicU64::new(0),
+                exceptions: AtomicU64::new(0),
+                timeouts: AtomicU64::new(0),
+                by_reason: std::array::from_fn(|_| AtomicU64::new(0)),
+                shadow_by_reason: std::array::from_fn(|_| AtomicU64::new(0)),
+                dropped_events: AtomicU64::new(0),
+                breaker_transitions: AtomicU64::new(0),
+            },
+            peak: AtomicU64::new(0),
+            cycle_peak: AtomicU64::new(0),
+            cycle_id: AtomicU64::new(0),
+            next_cycle_at: AtomicU64::new(0),
+            cycle: Mutex::new(CycleState::default()),
+            buckets: Mutex::new(Buckets::default()),
+            delay: Delay::new(),
+            settings: Mutex::new(Settings::default()),
+            breaker_set: std::sync::atomic::AtomicBool::new(false),
+            adaptives: Mutex::new(Vec::new()),
+            #[cfg(feature = "redis")]
+            clusters: Mutex::new(Clusters::default()),
+            hang: std::sync::OnceLock::new(),
+            breakers: Mutex::new(Vec::new()),
+            rings: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The point's name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The current policy, if any.
+    pub fn policy(&self) -> Option<Policy> {
+        self.settings().policy.clone()
+    }
+
+    /// The current breaker setting, if any.
+    pub fn breaker(&self) -> Option<BreakerPolicy> {
+        self.settings().breaker
+    }
+
+    fn settings(&self) -> std::sync::MutexGuard<'_, Settings> {
+        self.settings.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

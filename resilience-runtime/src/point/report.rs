@@ -1,0 +1,85 @@
+//! What a point reports: downgrades to its counters and listeners, breaker changes to
+//! its listeners and `tracing`.
+
+use super::*;
+
+impl Point {
+    pub(super) fn classic_changed(&self, t: Transition) {
+        self.breaker_changed(
+            t.at,
+            BreakerChange {
+                from: classic_state(t.from),
+                to: classic_state(t.to),
+                cause: Some(t.reason),
+            },
+        );
+    }
+
+    pub(super) fn breaker_changed(&self, now: u64, change: BreakerChange) {
+        self.counters
+            .breaker_transitions
+            .fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::info!(
+            point = self.name,
+            from = change.from.as_str(),
+            to = change.to.as_str(),
+            cause = ?change.cause,
+            "resilience: breaker state changed"
+        );
+        if self.events.has_listeners() {
+            self.send(DowngradeEvent {
+                point: self.name,
+                reason: Reason::BreakerOpen,
+                delay_cause: None,
+                time: self.clock.system_time(now),
+                breaker: Some(change),
+                shadow: false,
+            });
+        }
+    }
+
+    pub(super) fn send(&self, event: DowngradeEvent) {
+        if !self.events.emit(event) {
+            self.counters.dropped_events.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a downgrade and reports it to the listeners.
+    pub(super) fn downgrade(&self, reason: Reason, now: u64, shadow: bool) -> Downgraded {
+        self.counters.downgrades.fetch_add(1, Ordering::Relaxed);
+        self.counters.by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
+        self.event(reason, now, shadow);
+        Downgraded {
+            point: self.name,
+            reason,
+        }
+    }
+
+    #[inline]
+    pub(super) fn event(&self, reason: Reason, now: u64, shadow: bool) {
+        // Downgrades can come by the thousand per second: debug level.
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            point = self.name,
+            reason = reason.as_str(),
+            shadow,
+            "resilience: call downgraded"
+        );
+        if self.events.has_listeners() {
+            let delay_cause = if reason == Reason::Delay {
+                Reason::from_index(self.delay.cause())
+            } else {
+                None
+            };
+            self.send(DowngradeEvent {
+                point: self.name,
+                reason,
+                delay_cause,
+                time: self.clock.system_time(now),
+                breaker: None,
+                shadow,
+            });
+        }
+    }
+}

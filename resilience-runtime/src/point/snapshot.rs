@@ -1,0 +1,144 @@
+//! Snapshots of a point: its statistics and the memory it holds.
+
+use super::*;
+
+impl Point {
+    /// A snapshot of the point's statistics.
+    ///
+    /// Totals are exact. The window and the last cycle are present while the point has
+    /// a policy (a point without policy only counts totals: that is its fast path).
+    pub fn stats(&self) -> PointStats {
+        let c = self.cfg.load();
+        let now = self.clock.now();
+        let tracked = self.counters.tracked(&self.flow);
+        // Passes under a policy are in the flow word, the others in per-thread cells;
+        // every visit is a pass or a downgrade.
+        let passes = tracked[window::PASSES] + tally::total(self.id);
+        let visits = passes + tracked[window::DOWNGRADES];
+        let window = (c.rules & ACTIVE != 0).then(|| {
+            let base = c.ring().base(now, || self.counters.tracked(&self.flow));
+            let d = |i: usize| tracked[i].saturating_sub(base[i]);
+            WindowCounts {
+                visits: d(window::PASSES) + d(window::DOWNGRADES),
+                passes: d(window::PASSES),
+                downgrades: d(window::DOWNGRADES),
+                exceptions: d(window::EXCEPTIONS),
+                timeouts: d(window::TIMEOUTS),
+            }
+        });
+        let last_cycle = if c.rules & ACTIVE != 0 {
+            self.observe_cycle(now);
+            self.cycle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .last
+                .clone()
+        } else {
+            None
+        };
+        PointStats {
+            name: self.name,
+            totals: Totals {
+                visits,
+                passes,
+                downgrades: tracked[window::DOWNGRADES],
+                exceptions: tracked[window::EXCEPTIONS],
+                timeouts: tracked[window::TIMEOUTS],
+                downgrades_by_reason: self.counters.reasons(),
+            },
+            window,
+            last_cycle,
+            concurrency: self.flow.inflight(),
+            peak_concurrency: self.peak.load(Ordering::Relaxed),
+            in_delay: c.rules & R_DELAY != 0 && delay::in_delay(now, self.delay.until()),
+            dropped_events: self.counters.dropped_events.load(Ordering::Relaxed),
+            shadow_downgrades_by_reason: ReasonCounts(
+                self.counters
+                    .shadow_by_reason
+                    .each_ref()
+                    .map(|a| a.load(Ordering::Relaxed)),
+            ),
+            breaker: self.breaker_stats(c, now),
+        }
+    }
+
+    pub(super) fn breaker_stats(&self, c: &Compiled, now: u64) -> Option<BreakerStats> {
+        let slot = c.breaker?.0;
+        let transitions = self.counters.breaker_transitions.load(Ordering::Relaxed);
+        Some(match &slot.imp {
+            BreakerImpl::Sre(b) => {
+                let h = b.history(now);
+                BreakerStats {
+                    kind: "sre",
+                    state: if b.is_dropping() {
+                        BreakerState::Open
+                    } else {
+                        BreakerState::Closed
+                    },
+                    window_successes: h.accepts,
+                    window_failures: h.failures,
+                    window_drops: Some(h.drops),
+                    transitions,
+                }
+            }
+            BreakerImpl::Classic(b) => {
+                let st = b.stats(now);
+                BreakerStats {
+                    kind: "classic",
+                    state: classic_state(st.state),
+                    window_successes: st.calls.saturating_sub(st.failures),
+                    window_failures: st.failures,
+                    window_drops: None,
+                    transitions,
+                }
+            }
+        })
+    }
+
+    /// Approximate memory held by this point, in bytes: the point itself, its window
+    /// rings, breakers, adaptive limiters, cluster-limit slots and hung-call table
+    /// (not the heap of a limiter's own state, nor a cluster lease's thread).
+    pub fn memory_bytes(&self) -> usize {
+        let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
+        std::mem::size_of::<Point>()
+            + rings
+                .iter()
+                .map(|r| std::mem::size_of::<Ring>() + r.heap_bytes())
+                .sum::<usize>()
+            + rings.capacity() * std::mem::size_of::<usize>()
+            + self
+                .breakers
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .map(|b| {
+                    std::mem::size_of::<BreakerSlot>()
+                        + match &b.imp {
+                            BreakerImpl::Sre(s) => s.heap_bytes(),
+                            BreakerImpl::Classic(_) => 0,
+                        }
+                })
+                .sum::<usize>()
+            + self
+                .adaptives
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .len()
+                * std::mem::size_of::<AdaptiveSlot>()
+            + self.cluster_slots() * std::mem::size_of::<ClusterSlot>()
+            + self.hang.get().map_or(0, HangTable::heap_bytes)
+            + self.cfg.heap_bytes()
+            + self.name.len()
+    }
+
+    /// Cluster-limit slots this point has had.
+    pub(super) fn cluster_slots(&self) -> usize {
+        #[cfg(feature = "redis")]
+        {
+            let c = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+            usize::from(c.current.is_some()) + c.replaced.len()
+        }
+        #[cfg(not(feature = "redis"))]
+        0
+    }
+}

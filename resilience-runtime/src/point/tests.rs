@@ -1,0 +1,451 @@
+//! Unit tests of the point engine.
+
+use super::*;
+
+/// Runs `check` on `cases` random settings; it returns `None` when the policy
+/// refuses the setting, else whether the point took it up. Fails on the first
+/// setting accepted but not taken up, and unless both kinds make a tenth of cases.
+fn for_accepted<S>(cases: u32, settings: S, check: impl Fn(S::Value) -> Option<bool>)
+where
+    S: proptest::strategy::Strategy,
+    S::Value: Clone,
+{
+    use proptest::test_runner::{Config, TestCaseError, TestRunner};
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let accepted = std::cell::Cell::new(0);
+    runner
+        .run(&settings, |setting| match check(setting.clone()) {
+            None => Ok(()),
+            Some(true) => {
+                accepted.set(accepted.get() + 1);
+                Ok(())
+            }
+            Some(false) => Err(TestCaseError::fail(format!(
+                "accepted, but not taken up: {setting:?}"
+            ))),
+        })
+        .unwrap();
+    let accepted = accepted.get();
+    assert!(
+        accepted >= cases / 10 && cases - accepted >= cases / 10,
+        "{accepted} of {cases} accepted"
+    );
+}
+
+/// The in-place protocol of the generated code: an admitted call's permit is in
+/// its slot until it is finished there (slot empty, slot of the limit back); a
+/// downgraded call leaves the slot empty; a filled slot dropped is a cancelled call.
+#[test]
+fn permits_written_in_place_are_completed_in_place() {
+    let (_manual, registry) = manual_registry();
+    let point = registry.point("in_place").unwrap();
+    registry
+        .set_policy(
+            "in_place",
+            Policy::builder()
+                .max_concurrency(1)
+                .timeouts(Duration::from_secs(60), 100)
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+
+    let mut first = None;
+    assert!(point.enter_in(&mut first).is_ok());
+    assert!(first.is_some(), "an admitted call's permit is in its slot");
+    assert_eq!(point.stats().concurrency, 1);
+
+    let mut second = None;
+    let refused = point.enter_in(&mut second).unwrap_err();
+    assert_eq!(refused.reason(), Reason::Concurrency);
+    assert!(second.is_none(), "a downgraded call leaves its slot empty");
+
+    Permit::finish_in(point, &mut first, true);
+    assert!(first.is_none(), "a finished permit leaves its slot");
+    let stats = point.stats();
+    assert_eq!(stats.concurrency, 0, "the slot of the limit is back");
+    assert_eq!(stats.totals.exceptions, 1);
+    assert_eq!(stats.totals.passes, 1);
+    assert_eq!(stats.totals.downgrades, 1);
+
+    // Dropped while filled (a future dropped mid-flight): cancelled, nothing counted.
+    let mut third = None;
+    assert!(point.enter_in(&mut third).is_ok());
+    drop(third);
+    let stats = point.stats();
+    assert_eq!(stats.concurrency, 0);
+    assert_eq!(
+        stats.totals.exceptions, 1,
+        "a cancelled call is no exception"
+    );
+
+    // Without a policy the call is untracked: admitted with its slot left empty,
+    // and finishing it counts exceptions only.
+    registry.clear_policy("in_place").unwrap();
+    let mut fourth = None;
+    assert!(point.enter_in(&mut fourth).is_ok());
+    assert!(fourth.is_none(), "nothing to complete, nothing written");
+    Permit::finish_in(point, &mut fourth, true);
+    assert!(fourth.is_none());
+    let mut fifth = None;
+    assert!(point.enter_in(&mut fifth).is_ok());
+    Permit::finish_in(point, &mut fifth, false);
+    let stats = point.stats();
+    assert_eq!(
+        stats.totals.exceptions, 2,
+        "the untracked exception, and only it"
+    );
+    assert_eq!(
+        stats.totals.passes, 4,
+        "first, third (cancelled), fourth and fifth"
+    );
+    assert_eq!(stats.concurrency, 0);
+    // The public API still hands out a permit, which counts the same way.
+    point.enter().unwrap().finish(true);
+    assert_eq!(point.stats().totals.exceptions, 3);
+}
+
+/// A registry of its own on a manual clock.
+fn manual_registry() -> (crate::ManualClock, &'static crate::Registry) {
+    let manual = crate::ManualClock::new();
+    let registry = Box::leak(Box::new(crate::Registry::with_clock(Clock::manual(
+        &manual,
+    ))));
+    (manual, registry)
+}
+
+/// Every adaptive limit that `Policy::build` accepts starts its limiter: the point
+/// never runs without a limit its policy names.
+#[test]
+fn every_adaptive_limit_a_policy_accepts_starts_its_limiter() {
+    use crate::adaptive::{AdaptiveConfig, GradientConfig};
+    use proptest::prelude::*;
+    let (_manual, registry) = manual_registry();
+    let point = registry.point("adaptive.accepted").unwrap();
+    // Mostly plausible values, sometimes edges and nonsense.
+    let real = || {
+        prop_oneof![
+            6 => 0.01..0.99f64,
+            2 => 1.0..100.0f64,
+            1 => prop_oneof![
+                Just(f64::NAN),
+                Just(f64::INFINITY),
+                Just(-1.0),
+                Just(0.0),
+                Just(1.0),
+            ],
+        ]
+    };
+    let span = || {
+        prop_oneof![
+            4 => (1u64..10_000).prop_map(Duration::from_millis),
+            1 => (0u32..45).prop_map(|shift| Duration::from_nanos((1u64 << shift) - 1)),
+        ]
+    };
+    let limits =
+        (0u32..2_000, 0u32..2_000, 0u32..2_000, any::<bool>()).prop_map(|(a, b, c, ordered)| {
+            let mut v = [a, b, c];
+            if ordered {
+                v.sort_unstable();
+            }
+            v
+        });
+    let gradient = (
+        (limits, real(), real(), real()),
+        (0u32..2_000, span(), 0u32..100),
+    )
+        .prop_map(
+            |(([min, initial, max], smoothing, tolerance, queue), (long, sample, samples))| {
+                AdaptiveLimit::Gradient(GradientConfig {
+                    initial_limit: initial,
+                    min_limit: min,
+                    max_limit: max,
+                    smoothing,
+                    rtt_tolerance: tolerance,
+                    queue_size: queue,
+                    long_window: long,
+                    sample_window: sample,
+                    min_samples: samples,
+                })
+            },
+        );
+    let shedder = (
+        (span(), 0u32..2_000, 0u64..1_100),
+        (span(), span(), real(), real()),
+    )
+        .prop_map(
+            |((window, buckets, cpu), (cool_off, min_rt, beta, factor))| {
+                AdaptiveLimit::Shedder(AdaptiveConfig {
+                    window,
+                    buckets,
+                    cpu_threshold: cpu,
+                    cool_off,
+                    default_min_rt: min_rt,
+                    flying_beta: beta,
+                    min_overload_factor: factor,
+                })
+            },
+        );
+    for_accepted(500, prop_oneof![gradient, shedder], |limit| {
+        let policy = Policy::builder().adaptive(limit).build().ok()?;
+        registry.set_policy("adaptive.accepted", policy).unwrap();
+        Some(point.cfg.load().adaptive.is_some())
+    });
+}
+
+/// Every cluster limit that `Policy::build` accepts starts its lease: the point
+/// never runs without a limit its policy names (as it did when the policy let
+/// through a batch larger than the burst, or a period under a millisecond).
+#[cfg(feature = "redis")]
+#[test]
+fn every_cluster_limit_a_policy_accepts_starts_its_lease() {
+    use crate::ClusterLimit;
+    use proptest::prelude::*;
+    let (manual, registry) = manual_registry();
+    let point = registry.point("cluster.accepted").unwrap();
+    // Nothing listens there: a lease starts all the same (in fallback).
+    let url = "redis://127.0.0.1:1/";
+    // Durations around both ends of the range: sub-millisecond up to 20 years.
+    let period = (0u32..64, 0u64..4).prop_map(|(shift, extra)| {
+        Duration::from_nanos(
+            (1u64 << shift)
+                .saturating_add(extra)
+                .min(20 * 365 * 86_400 * 1_000_000_000),
+        )
+    });
+    let rate = prop_oneof![
+        Just(f64::NAN),
+        Just(0.0),
+        Just(1e-9),
+        0.001..1e9f64,
+        Just(f64::INFINITY)
+    ];
+    let limit = prop_oneof![
+        (period, 0u64..4, 0u64..6).prop_map(move |(period, quota, batch)| {
+            ClusterLimit::Visits {
+                url: url.into(),
+                key: "k".into(),
+                period,
+                quota,
+                batch,
+            }
+        }),
+        (rate, 0u64..6, 0u64..8).prop_map(move |(rate, burst, batch)| {
+            ClusterLimit::TokenBucket {
+                url: url.into(),
+                key: "k".into(),
+                rate,
+                burst,
+                batch,
+            }
+        }),
+    ];
+    for_accepted(200, limit, |limit| {
+        let policy = Policy::builder().cluster(limit).build().ok()?;
+        registry.set_policy("cluster.accepted", policy).unwrap();
+        let started = point.cfg.load().cluster.is_some();
+        // Stop the lease before the next case.
+        registry.clear_policy("cluster.accepted").unwrap();
+        manual.advance(CLUSTER_GRACE);
+        point.stop_retired_leases();
+        Some(started)
+    });
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn replaced_cluster_slots_stay_allocated_and_their_leases_stop_after_the_grace() {
+    use crate::ClusterLimit;
+    let (manual, registry) = manual_registry();
+    // Nothing listens there: the leases fall back to local limits, which is enough
+    // for the bookkeeping under test.
+    let policy = |key: &str| {
+        Policy::builder()
+            .cluster(ClusterLimit::Visits {
+                url: "redis://127.0.0.1:1/".into(),
+                key: key.into(),
+                period: Duration::from_secs(60),
+                quota: 5,
+                batch: 1,
+            })
+            .build()
+            .unwrap()
+    };
+    registry.set_policy("cluster.slots", policy("a")).unwrap();
+    let point = registry.point("cluster.slots").unwrap();
+    let first = point.cfg.load().cluster.expect("started");
+
+    registry.set_policy("cluster.slots", policy("b")).unwrap();
+    let second = point.cfg.load().cluster.expect("started");
+    assert!(second != first);
+    {
+        let c = point.clusters.lock().unwrap();
+        assert_eq!(c.replaced.len(), 1);
+        assert!(!c.replaced[0].1.lease.is_stopped(), "still in its grace");
+    }
+
+    // The chore that stops replaced leases looks again when the grace is over...
+    assert_eq!(point.stop_retired_leases(), Some(CLUSTER_GRACE));
+    manual.advance(CLUSTER_GRACE / 4);
+    assert_eq!(point.stop_retired_leases(), Some(CLUSTER_GRACE * 3 / 4));
+    assert!(!point.clusters.lock().unwrap().replaced[0]
+        .1
+        .lease
+        .is_stopped());
+    // ...and then stops them, without any change of the point.
+    manual.advance(CLUSTER_GRACE * 3 / 4);
+    assert_eq!(point.stop_retired_leases(), None);
+    {
+        let c = point.clusters.lock().unwrap();
+        assert_eq!(c.replaced.len(), 1);
+        assert!(c.replaced[0].1.lease.is_stopped());
+        assert!(Leaked(c.replaced[0].1) == first);
+    }
+    // The same limit again changes nothing.
+    registry.set_policy("cluster.slots", policy("b")).unwrap();
+    assert!(point.cfg.load().cluster == Some(second));
+    // A call that read the first policy long ago can still ask its slot.
+    let _ = first.admits();
+
+    // Every slot is counted in the point's memory.
+    assert_eq!(point.cluster_slots(), 2);
+    let bytes = point.memory_bytes();
+    // Removing the limit retires the current slot in turn. A change after its
+    // grace hands it to the chore (which the wheel may be running right now).
+    registry.clear_policy("cluster.slots").unwrap();
+    assert_eq!(point.memory_bytes(), bytes, "slots are kept, not freed");
+    {
+        let c = point.clusters.lock().unwrap();
+        assert!(c.current.is_none());
+        let stopped: Vec<bool> = c
+            .replaced
+            .iter()
+            .map(|(_, s)| s.lease.is_stopped())
+            .collect();
+        assert_eq!(stopped, [true, false], "the second is in its grace");
+    }
+    manual.advance(CLUSTER_GRACE);
+    registry.clear_policy("cluster.slots").unwrap();
+    assert_eq!(point.stop_retired_leases(), None);
+    let c = point.clusters.lock().unwrap();
+    assert_eq!(c.replaced.len(), 2);
+    assert!(c.replaced.iter().all(|(_, s)| s.lease.is_stopped()));
+}
+
+#[test]
+fn the_policy_cell_publishes_kept_forms_and_reuses_equal_ones() {
+    let cell = PolicyCell::new();
+    assert!(cell.get().is_none(), "a new point has no rules");
+    assert_eq!(*cell.load(), EMPTY);
+    let ring: &'static Ring = Box::leak(Box::new(Ring::new(1, 1, 0, [0; TRACKED])));
+    let form = |visits: u64| Compiled {
+        rules: ACTIVE | R_VISITS,
+        max_visits: visits,
+        ring: Some(Leaked(ring)),
+        ..Compiled::default()
+    };
+    cell.store(form(5));
+    let five = cell.get().expect("published");
+    assert_eq!((five.rules, five.max_visits), (ACTIVE | R_VISITS, 5));
+    assert!(std::ptr::eq(five.ring(), ring));
+    // Another ring is another form, whatever the thresholds.
+    let other: &'static Ring = Box::leak(Box::new(Ring::new(1, 1, 0, [0; TRACKED])));
+    assert!(
+        form(5)
+            != Compiled {
+                ring: Some(Leaked(other)),
+                ..form(5)
+            }
+    );
+    let bytes = cell.heap_bytes();
+    assert!(bytes >= std::mem::size_of::<Compiled>(), "{bytes}");
+    cell.store(form(6));
+    let six = cell.get().unwrap();
+    assert_eq!(six.max_visits, 6);
+    // A reader that loaded the first form still reads it, unchanged.
+    assert_eq!(five.max_visits, 5);
+    // Toggling back reuses the kept form instead of keeping another.
+    cell.store(form(5));
+    assert!(std::ptr::eq(cell.get().unwrap(), five));
+    assert_eq!(cell.kept.lock().unwrap().len(), 2);
+    // Without rules the cell reads empty, and nothing more is kept.
+    cell.store(Compiled::default());
+    assert!(cell.get().is_none());
+    assert_eq!(cell.kept.lock().unwrap().len(), 2);
+    assert!(
+        std::mem::size_of::<Compiled>() <= 144,
+        "README: a kept form is about 140 bytes"
+    );
+}
+
+#[test]
+fn permit_meta_round_trips_every_field() {
+    for slot in [Slot::None, Slot::Word, Slot::Spill] {
+        for fine in [false, true] {
+            for hang in [0, 7, 511, NO_HANG] {
+                let m = Meta::new(slot, fine).with_hang(hang);
+                assert_eq!((m.slot(), m.fine(), m.hang()), (slot, fine, hang));
+                let m = m.with_slot(Slot::Word).with_fine(!fine);
+                assert_eq!((m.slot(), m.fine(), m.hang()), (Slot::Word, !fine, hang));
+            }
+        }
+    }
+    assert_eq!(Meta::new(Slot::None, false).hang(), NO_HANG);
+}
+
+/// README: thresholds of 200 ms and more are measured on the timeline, shorter
+/// ones (or a short burst span, or a short slow-call limit) on the tick counter.
+#[test]
+fn the_duration_unit_follows_the_shortest_threshold() {
+    let clock = Clock::system();
+    let fine = |p: Policy, slow: Option<Duration>| {
+        let slot = slow.map(|d| BreakerSlot {
+            imp: BreakerImpl::Sre(SreBreaker::new(Default::default(), 1).unwrap()),
+            slow_ns: Some(nanos(d)),
+            slow_ticks: Some(clock.ns_to_ticks(nanos(d))),
+        });
+        Compiled::needs_ticks(Some(&p), slot.as_ref())
+    };
+    let ms = Duration::from_millis;
+    let timeouts = |t| Policy::builder().timeouts(t, 1).build().unwrap();
+    let tokens = |rate, capacity| {
+        Policy::builder()
+            .token_bucket(rate, capacity)
+            .build()
+            .unwrap()
+    };
+    assert!(!fine(timeouts(ms(200)), None));
+    assert!(fine(timeouts(ms(199)), None));
+    assert!(!fine(tokens(1000.0, 200), None), "a 200 ms burst span");
+    assert!(fine(tokens(1000.0, 199), None));
+    assert!(!fine(timeouts(ms(500)), Some(ms(300))));
+    assert!(
+        fine(timeouts(ms(500)), Some(ms(50))),
+        "a short slow-call limit"
+    );
+    // The thresholds are compiled in the chosen unit.
+    let p = timeouts(ms(300));
+    let ring: &'static Ring = Box::leak(Box::new(Ring::new(1, 1, 0, [0; TRACKED])));
+    let compile = |p: &Policy| {
+        let parts = Parts {
+            ring: Some(ring),
+            ..Parts::default()
+        };
+        Compiled::new(Some(p), parts, Compiled::needs_ticks(Some(p), None), &clock)
+    };
+    let c = compile(&p);
+    assert_eq!(c.timeout, 300_000_000);
+    let p = timeouts(ms(30));
+    let c = compile(&p);
+    assert_eq!(c.timeout, clock.ns_to_ticks(30_000_000));
+}
+
+#[test]
+fn a_permit_is_nine_words_and_its_result_no_larger() {
+    assert_eq!(std::mem::size_of::<Permit>(), 72);
+    assert_eq!(std::mem::size_of::<Result<Permit, Downgraded>>(), 72);
+}
