@@ -24,6 +24,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// Thresholds (call timeouts, slow-call limits, a token bucket's burst span) of at
 /// least this many nanoseconds are measured on the cached timeline, whose ~1 ms
 /// resolution is then under 1% of them; shorter ones on the tick counter.
+/// Nanoseconds of a duration, saturated to `u64`.
+pub(crate) fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 pub(crate) const COARSE_ENOUGH_NS: u64 = 200_000_000;
 
 /// A source of time for a [`Registry`](crate::Registry).

@@ -32,19 +32,20 @@ mod sync;
 mod ticker;
 #[cfg(feature = "tower")]
 pub mod tower;
+mod unwind;
 pub mod wheel;
 mod window;
 
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
-pub(crate) use crate::__private as private;
 
 pub use clock::{Clock, ManualClock};
 pub use declared::{DeclaredPoint, MacroKind};
 pub use error::{AlreadyInitialized, ConfigError, Downgraded, PointNameError, Reason};
 pub use listener::{BreakerChange, DowngradeEvent, ListenerId, EVENT_QUEUE_CAPACITY};
-pub use point::{Permit, Point};
+pub use point::permit::Permit;
+pub use point::Point;
 #[cfg(feature = "redis")]
 pub use policy::ClusterLimit;
 pub use policy::{

@@ -2,14 +2,10 @@
 //! stability promise, no docs promised.
 
 use crate::error::Downgraded;
-use std::any::Any;
-use std::future::Future;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::task::{Context, Poll};
 
-pub use crate::point::{Permit, Point};
+pub use crate::point::permit::Permit;
+pub use crate::point::Point;
 
 /// A point handle cached in a function-local `static` at each call site.
 #[derive(Debug)]
@@ -102,36 +98,8 @@ impl<T, E: From<Downgraded>> DowngradeReturn for Result<T, E> {
     }
 }
 
-/// A future that catches a panic of the future it wraps.
-#[derive(Debug)]
-#[must_use = "futures do nothing unless polled"]
-pub struct CatchUnwind<F> {
-    inner: F,
-}
-
-impl<F> CatchUnwind<F> {
-    /// Wraps `inner`.
-    pub fn new(inner: F) -> Self {
-        CatchUnwind { inner }
-    }
-}
-
-impl<F: Future> Future for CatchUnwind<F> {
-    type Output = Result<F::Output, Box<dyn Any + Send>>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // SAFETY: `inner` is structurally pinned: it is never moved out of `self`,
-        // and `CatchUnwind` has no `Drop` impl nor `Unpin` impl of its own.
-        let inner = unsafe { self.map_unchecked_mut(|s| &mut s.inner) };
-        match catch_unwind(AssertUnwindSafe(|| inner.poll(cx))) {
-            Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready(v)) => Poll::Ready(Ok(v)),
-            Err(panic) => Poll::Ready(Err(panic)),
-        }
-    }
-}
-
 pub use crate::declared::{DeclaredPoint, DECLARED_POINTS};
+pub use crate::unwind::CatchUnwind;
 pub use linkme;
 
 /// The entry of `#[downgrade]`: [`Point::enter`], writing an admitted call's permit

@@ -144,9 +144,7 @@ impl Timer {
     }
 }
 
-pub(crate) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
+pub(crate) use crate::clock::nanos;
 
 #[cfg(test)]
 mod tests {

@@ -142,7 +142,4 @@ fn roll() -> f64 {
     crate::rand::below(SCALE) as f64 / SCALE as f64
 }
 
-/// Nanoseconds of a duration, saturated to `u64`.
-fn nanos(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
+use crate::clock::nanos;

@@ -1,7 +1,9 @@
 //! Running a closure or future under a point: the guard of [`Point::enter`] in one
 //! call, with a fallback for downgrades.
 
-use super::*;
+use super::permit::Permit;
+use super::Point;
+use crate::Downgraded;
 
 impl Point {
     /// Runs `f` under this point: if the point is downgraded, `fallback` gets the
@@ -92,7 +94,7 @@ impl Point {
         if let Err(d) = self.enter_in(&mut permit) {
             return fallback(d).await;
         }
-        match crate::private::CatchUnwind::new(f()).await {
+        match crate::unwind::CatchUnwind::new(f()).await {
             Ok(out) => {
                 Permit::finish_in(self, &mut permit, out.is_err());
                 out

@@ -6,7 +6,9 @@
 //! or changed, so a call sees one whole policy, never a torn mix of two; the next call
 //! after a store sees the new form.
 
-use super::*;
+use super::compiled::{Compiled, EMPTY};
+use crate::sync::{AtomicPtr, Ordering};
+use std::sync::Mutex;
 
 /// A point's compiled policy behind one pointer: a reader loads it (acquire) and reads
 /// an immutable [`Compiled`] in place, one load and nothing copied, never a torn policy.

@@ -6,7 +6,6 @@
 //! call, bounded by the lease's timeout), and delays the sweeps due meanwhile by as
 //! much.
 
-use super::Point;
 use crate::wheel::TimingWheel;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -21,7 +20,13 @@ pub(crate) enum Chore {
     StopRetiredLeases,
 }
 
-type Wheel = TimingWheel<(usize, Chore), (&'static Point, Chore)>;
+/// What has chores: a point (this file knows nothing else of it).
+pub(crate) trait Chores: Sync {
+    /// Runs `chore`; returns when to run it again, if ever.
+    fn run(&'static self, chore: Chore) -> Option<Duration>;
+}
+
+type Wheel = TimingWheel<(usize, Chore), (&'static dyn Chores, Chore)>;
 
 fn wheel() -> Option<&'static Wheel> {
     static WHEEL: OnceLock<Option<Wheel>> = OnceLock::new();
@@ -30,14 +35,9 @@ fn wheel() -> Option<&'static Wheel> {
             TimingWheel::new(
                 Duration::from_millis(10),
                 128,
-                |_, (point, chore): (&'static Point, Chore)| {
-                    let again = match chore {
-                        Chore::SweepHungCalls => point.sweep_hung_calls(),
-                        #[cfg(feature = "redis")]
-                        Chore::StopRetiredLeases => point.stop_retired_leases(),
-                    };
-                    if let Some(after) = again {
-                        schedule(point, chore, after);
+                |_, (target, chore): (&'static dyn Chores, Chore)| {
+                    if let Some(after) = target.run(chore) {
+                        schedule(target, chore, after);
                     }
                 },
             )
@@ -49,9 +49,9 @@ fn wheel() -> Option<&'static Wheel> {
 /// Arms (or re-arms) `chore` of `point` after `after`. Without a wheel (its thread
 /// could not start) chores are not run: hung calls are then measured when they
 /// return, and replaced cluster leases keep their refill threads.
-pub(crate) fn schedule(point: &'static Point, chore: Chore, after: Duration) {
+pub(crate) fn schedule(target: &'static dyn Chores, chore: Chore, after: Duration) {
     if let Some(wheel) = wheel() {
-        let key = (point as *const Point as usize, chore);
-        let _ = wheel.set_timer(key, (point, chore), after);
+        let key = (std::ptr::from_ref(target).cast::<()>() as usize, chore);
+        let _ = wheel.set_timer(key, (target, chore), after);
     }
 }

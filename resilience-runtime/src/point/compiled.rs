@@ -3,7 +3,10 @@
 //! Equality is derived, so an equal form is reused and no field can be left out of the
 //! comparison.
 
-use super::*;
+use super::slots::{AdaptiveSlot, BreakerSlot, BucketSlot, ClusterSlot};
+use crate::clock::{nanos, COARSE_ENOUGH_NS};
+use crate::window::Ring;
+use crate::{Clock, Policy};
 
 // Rule bits of a compiled policy. `ACTIVE` is set whenever a policy is present, so a
 // word of zero means "no policy" and selects the fast path.
@@ -246,8 +249,4 @@ impl Compiled {
             None => unreachable!("a compiled policy has a ring"),
         }
     }
-}
-
-pub(super) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

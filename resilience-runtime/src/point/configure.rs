@@ -2,7 +2,20 @@
 //! and a compiled form, and published for the next call. Nothing here resets the
 //! counters, the window, the delay or the calls in flight.
 
-use super::*;
+use super::chores::Chore;
+use super::compiled::{Compiled, Parts};
+use super::hang::HangTable;
+use super::slots::{AdaptiveImpl, AdaptiveSlot, BreakerImpl, BreakerSlot, BucketSlot, ClusterSlot};
+use super::{chores, hang, Point, Settings};
+use crate::adaptive::{AdaptiveLimiter, GradientLimiter, SystemCpu};
+use crate::breaker::{ClassicBreaker, SreBreaker};
+use crate::clock::nanos;
+use crate::limit::{Gcra, GcraCell};
+use crate::sync::Ordering;
+use crate::window::Ring;
+use crate::{AdaptiveLimit, BreakerPolicy, Policy, Reason, WindowConfig};
+use std::sync::Arc;
+use std::time::Duration;
 
 impl Point {
     pub(crate) fn apply(&'static self, policy: Option<Policy>) {

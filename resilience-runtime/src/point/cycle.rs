@@ -1,7 +1,12 @@
 //! The 10 s statistics cycle and the hung-call sweep: the background side of the
 //! point's counting.
 
-use super::*;
+use super::chores::{Chore, Chores};
+use super::compiled::{R_FINE, R_TIMEOUTS};
+use super::{hang, Point, CYCLE_NS};
+use crate::sync::Ordering;
+use crate::{window, CycleStats, ReasonCounts};
+use std::time::Duration;
 
 impl Point {
     /// Counts the calls that outlived the timeout threshold while still running.
@@ -85,5 +90,15 @@ impl Point {
 
     pub(super) fn clock_cycle_start(&self, id: u64) -> std::time::SystemTime {
         std::time::UNIX_EPOCH + Duration::from_nanos(id.saturating_mul(CYCLE_NS))
+    }
+}
+
+impl Chores for Point {
+    fn run(&'static self, chore: Chore) -> Option<Duration> {
+        match chore {
+            Chore::SweepHungCalls => self.sweep_hung_calls(),
+            #[cfg(feature = "redis")]
+            Chore::StopRetiredLeases => self.stop_retired_leases(),
+        }
     }
 }

@@ -14,7 +14,18 @@
 //!   threshold; calls already past the check may still finish and add their own.
 //! - delay: one probe at a time, none before its time (see `delay`).
 
-use super::*;
+use super::compiled::{
+    Compiled, Leaked, ACTIVE, NOT_PLAIN, R_ADAPTIVE, R_BREAKER, R_BREAKER_TIMED, R_CONCURRENCY,
+    R_DELAY, R_EXCEPTIONS, R_FINE, R_RATE, R_SHADOW, R_TIMEOUTS, R_TOKENS, R_VISITS,
+};
+use super::flow::{Limits, Refused, NO_LIMIT};
+use super::permit::{fill, place, Outcome, Permit, NO_HANG};
+use super::slots::{AdaptiveCall, AdaptiveImpl, BreakerCall, BreakerImpl, BreakerSlot};
+use super::{delay, tally, Point};
+use crate::adaptive::LatencyPermit;
+use crate::breaker::DroppingTransition;
+use crate::sync::Ordering;
+use crate::{window, BreakerChange, BreakerState, Downgraded, Reason};
 
 /// The exception-rate rule: `exceptions / passes >= rate` once the window has more
 /// than `floor` visits, counting the asking call's own visit and pass (SDS's
@@ -423,7 +434,7 @@ impl Point {
         match &slot.imp {
             BreakerImpl::Sre(b) if b.accepts_surely(now) => Some(BreakerCall {
                 slot,
-                word: slot.slow_in(rules),
+                word: slot.slow_or_zero(rules & R_FINE != 0),
             }),
             BreakerImpl::Sre(b) => {
                 let d = b.allow(now);
@@ -443,7 +454,7 @@ impl Point {
                 }
                 d.is_admitted().then_some(BreakerCall {
                     slot,
-                    word: slot.slow_in(rules),
+                    word: slot.slow_or_zero(rules & R_FINE != 0),
                 })
             }
             BreakerImpl::Classic(b) => match b.allow(now) {

@@ -17,46 +17,33 @@ mod compiled;
 mod configure;
 mod cycle;
 mod enter;
-mod permit;
+pub(crate) mod permit;
 mod report;
 mod slots;
 mod snapshot;
 #[cfg(test)]
 mod tests;
 
-// The engine's files share one namespace: each imports `super::*`.
-use cell::*;
-use compiled::*;
-pub use permit::Permit;
-use permit::*;
-use slots::*;
+use cell::PolicyCell;
+use delay::Delay;
+use slots::{AdaptiveSlot, BreakerSlot, Buckets, Clusters};
 
-use crate::adaptive::{AdaptiveLimiter, GradientLimiter, LatencyLimiter, LatencyPermit, SystemCpu};
-use crate::breaker::{ClassicBreaker, ClassicState, DroppingTransition, SreBreaker, Transition};
-use crate::clock::{Clock, COARSE_ENOUGH_NS};
-use crate::error::{Downgraded, Reason};
-use crate::limit::{Gcra, GcraCell};
-use crate::listener::{BreakerChange, Dispatcher, DowngradeEvent};
-use crate::policy::{AdaptiveLimit, BreakerPolicy, Policy, WindowConfig};
-use crate::stats::{
-    BreakerState, BreakerStats, CycleStats, PointStats, ReasonCounts, Totals, WindowCounts,
-};
-use crate::sync::{AtomicPtr, AtomicU64, Ordering};
+use crate::clock::Clock;
+use crate::error::Reason;
+use crate::listener::Dispatcher;
+use crate::policy::{BreakerPolicy, Policy};
+use crate::stats::{CycleStats, ReasonCounts};
+use crate::sync::{AtomicU64, Ordering};
 use crate::window::{self, Ring, TRACKED};
-use chores::Chore;
-use flow::{Flow, Limits, Refused, Slot, NO_LIMIT};
+use flow::Flow;
 use hang::HangTable;
 use std::fmt;
-use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 const REASONS: usize = Reason::ALL.len();
 
 /// Length of a statistics cycle: 10 s, aligned to wall-clock boundaries like SDS.
 pub(crate) const CYCLE_NS: u64 = 10_000_000_000;
-
-use delay::{Delay, ProbeEnd};
 
 #[derive(Debug)]
 struct Counters {

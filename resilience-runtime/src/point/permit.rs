@@ -2,7 +2,16 @@
 //! duration measured, the slot given back, the breaker, adaptive limiter and delay
 //! told. A permit is written once in the caller's slot and completed there.
 
-use super::*;
+use super::compiled::Compiled;
+use super::delay::ProbeEnd;
+use super::flow::Slot;
+use super::slots::{sre_outcome, AdaptiveCall, BreakerCall, BreakerImpl};
+use super::Point;
+use crate::sync::Ordering;
+use crate::Downgraded;
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::time::Duration;
 
 /// Permission to run one call, returned by [`Point::enter`].
 ///

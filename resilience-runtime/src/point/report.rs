@@ -1,7 +1,11 @@
 //! What a point reports: downgrades to its counters and listeners, breaker changes to
 //! its listeners and `tracing`.
 
-use super::*;
+use super::slots::classic_state;
+use super::Point;
+use crate::breaker::Transition;
+use crate::sync::Ordering;
+use crate::{BreakerChange, DowngradeEvent, Downgraded, Reason};
 
 impl Point {
     pub(super) fn classic_changed(&self, t: Transition) {

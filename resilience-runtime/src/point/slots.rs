@@ -6,7 +6,13 @@
 //! nor moved: a call that read an older compiled policy may still use the slot it
 //! names, however long ago it read it. A setting seen before gets its slot back.
 
-use super::*;
+use crate::adaptive::{AdaptiveLimiter, GradientLimiter, LatencyLimiter};
+use crate::breaker::{ClassicBreaker, ClassicState, SreBreaker};
+use crate::clock::nanos;
+use crate::limit::{Gcra, GcraCell};
+use crate::window::Ring;
+use crate::{AdaptiveLimit, BreakerState, Reason};
+use std::time::Duration;
 
 /// A live breaker of a point. Slots are never freed while the point lives: a call in
 /// flight may still report to a replaced one.
@@ -30,10 +36,10 @@ impl BreakerSlot {
         }
     }
 
-    /// The slow-call threshold in the unit of a compiled policy (0: none).
+    /// The slow-call threshold in ticks (`fine`) or nanoseconds; 0 for none.
     #[inline]
-    pub(super) fn slow_in(&self, rules: u64) -> u64 {
-        self.slow(rules & R_FINE != 0).unwrap_or(0)
+    pub(super) fn slow_or_zero(&self, fine: bool) -> u64 {
+        self.slow(fine).unwrap_or(0)
     }
 }
 

@@ -1,6 +1,12 @@
 //! Snapshots of a point: its statistics and the memory it holds.
 
-use super::*;
+use super::compiled::{Compiled, ACTIVE, R_DELAY};
+use super::hang::HangTable;
+use super::slots::{classic_state, AdaptiveSlot, BreakerImpl, BreakerSlot, ClusterSlot};
+use super::{delay, tally, Point};
+use crate::sync::Ordering;
+use crate::window::Ring;
+use crate::{window, BreakerState, BreakerStats, PointStats, ReasonCounts, Totals, WindowCounts};
 
 impl Point {
     /// A snapshot of the point's statistics.

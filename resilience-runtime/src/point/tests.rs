@@ -1,6 +1,14 @@
 //! Unit tests of the point engine.
 
+use super::compiled::{Compiled, Leaked, Parts, ACTIVE, EMPTY, R_VISITS};
+use super::flow::Slot;
+use super::permit::{Meta, Permit, NO_HANG};
+use super::slots::{BreakerImpl, BreakerSlot, CLUSTER_GRACE};
 use super::*;
+use crate::breaker::SreBreaker;
+use crate::clock::nanos;
+use crate::{AdaptiveLimit, Downgraded};
+use std::time::Duration;
 
 /// Runs `check` on `cases` random settings; it returns `None` when the policy
 /// refuses the setting, else whether the point took it up. Fails on the first
