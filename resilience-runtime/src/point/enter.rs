@@ -19,28 +19,14 @@ use super::compiled::{
     R_DELAY, R_EXCEPTIONS, R_FINE, R_RATE, R_SHADOW, R_TIMEOUTS, R_TOKENS, R_VISITS,
 };
 use super::flow::{Limits, Refused, NO_LIMIT};
+use super::health::{self, Health};
 use super::permit::{fill, place, Outcome, Permit, NO_HANG};
 use super::slots::{AdaptiveCall, AdaptiveImpl, BreakerCall, BreakerImpl, BreakerSlot};
 use super::{delay, tally, Point};
 use crate::adaptive::LatencyPermit;
 use crate::breaker::DroppingTransition;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 use crate::{window, BreakerChange, BreakerState, Downgraded, Reason};
-
-/// The exception-rate rule: `exceptions / passes >= rate` once the window has more
-/// than `floor` visits, counting the asking call's own visit and pass (SDS's
-/// `visits - downgrades`).
-#[inline]
-pub(super) fn rate_trips(
-    exceptions: u64,
-    passes: u64,
-    downgrades: u64,
-    rate: f64,
-    floor: u64,
-) -> bool {
-    let visits = passes.saturating_add(downgrades).saturating_add(1);
-    visits > floor && exceptions as f64 >= rate * passes.saturating_add(1) as f64
-}
 
 impl Point {
     /// The entry of `#[breaker]`: installs the default breaker unless one was set
@@ -194,35 +180,25 @@ impl Point {
             // A probe asks whether the dependency recovered: it obeys every limit
             // but not the health rules whose trip the delay stands for.
             if c.rules & (R_TIMEOUTS | R_EXCEPTIONS | R_RATE) != 0 && (PLAIN || probe.is_none()) {
-                if c.rules & R_TIMEOUTS != 0 {
-                    let t = self
-                        .counters
-                        .timeouts
-                        .load(Ordering::Relaxed)
-                        .saturating_sub(base[window::TIMEOUTS]);
-                    if t >= c.timeout_count {
-                        break 'chain Some(Reason::Timeouts);
-                    }
-                }
-                let e = self
-                    .counters
-                    .exceptions
-                    .load(Ordering::Relaxed)
-                    .saturating_sub(base[window::EXCEPTIONS]);
-                if c.rules & R_EXCEPTIONS != 0 && e >= c.max_exceptions {
-                    break 'chain Some(Reason::Exceptions);
-                }
-                if c.rules & R_RATE != 0 {
-                    // This call's visit included, as SDS counts it.
-                    let p = passes.saturating_sub(base[window::PASSES]);
-                    let d = self
-                        .counters
-                        .downgrades
-                        .load(Ordering::Relaxed)
-                        .saturating_sub(base[window::DOWNGRADES]);
-                    if rate_trips(e, p, d, c.rate, c.rate_floor) {
-                        break 'chain Some(Reason::ExceptionRate);
-                    }
+                let count = |counter: &AtomicU64, i: usize| {
+                    counter.load(Ordering::Relaxed).saturating_sub(base[i])
+                };
+                let h = Health {
+                    passes: passes.saturating_sub(base[window::PASSES]),
+                    downgrades: if c.rules & R_RATE != 0 {
+                        count(&self.counters.downgrades, window::DOWNGRADES)
+                    } else {
+                        0
+                    },
+                    exceptions: count(&self.counters.exceptions, window::EXCEPTIONS),
+                    timeouts: if c.rules & R_TIMEOUTS != 0 {
+                        count(&self.counters.timeouts, window::TIMEOUTS)
+                    } else {
+                        0
+                    },
+                };
+                if let Some(reason) = health::trips(h, c) {
+                    break 'chain Some(reason);
                 }
             }
             if let (false, Some(cluster)) = (PLAIN, c.cluster) {

@@ -17,6 +17,7 @@ mod compiled;
 mod configure;
 mod cycle;
 mod enter;
+mod health;
 pub(crate) mod permit;
 mod report;
 mod slots;
