@@ -283,8 +283,11 @@ pub struct PolicyBuilder {
 pub const MAX_CONCURRENCY: u32 = 1 << 22;
 
 impl PolicyBuilder {
-    /// Visits rule: pass while `visits - downgrades <= max` in the window; `0` downgrades
-    /// every call (a kill switch).
+    /// Visits rule: a call passes only while fewer than `max` calls have passed in the
+    /// window (SDS's `visits - downgrades`); `0` downgrades every call (a kill switch).
+    ///
+    /// Bound: passes in any window <= `max`, exactly, under any number of threads, and
+    /// kept across a policy change that keeps the window (the count is the window's).
     pub fn max_visits(mut self, max: u64) -> Self {
         self.policy.max_visits = Some(max);
         self
@@ -292,19 +295,32 @@ impl PolicyBuilder {
 
     /// Concurrency rule: at most `max` calls in flight; never waits. `0` downgrades every
     /// call; at most [`MAX_CONCURRENCY`] (4 194 304).
+    ///
+    /// Bound: at most `max` calls in flight at any instant, under any number of threads,
+    /// delay probes and calls spared by
+    /// [`downgrade_percentage`](Self::downgrade_percentage) included (a concurrency
+    /// refusal is never spared). Calls that began before the point had a policy are not
+    /// counted.
     pub fn max_concurrency(mut self, max: u32) -> Self {
         self.policy.max_concurrency = Some(max);
         self
     }
 
     /// Exception rule: downgrade once the window holds `max` exceptions (pass while fewer).
+    ///
+    /// Bound: no call is admitted once the window holds `max`; calls already admitted may
+    /// still fail, so the window holds at most `max - 1 + n` exceptions when at most `n`
+    /// calls can be between their check and their end (threads, or the concurrency
+    /// limit).
     pub fn max_exceptions(mut self, max: u64) -> Self {
         self.policy.max_exceptions = Some(max);
         self
     }
 
     /// Exception-rate rule: downgrade when `exceptions / (visits - downgrades) >= rate`,
-    /// once `visits > min_visits`. `rate` is a fraction in `0.0..=1.0`.
+    /// once `visits > min_visits` (the asking call's own visit counted). `rate` is a
+    /// fraction in `0.0..=1.0`. Bound: as for [`max_exceptions`](Self::max_exceptions),
+    /// no call is admitted once the rate is reached.
     pub fn exception_rate(mut self, rate: f64, min_visits: u64) -> Self {
         self.policy.exception_rate = Some(ExceptionRate { rate, min_visits });
         self
@@ -312,6 +328,8 @@ impl PolicyBuilder {
 
     /// Timeout rule: a call slower than `threshold` is a timeout; downgrade once the
     /// window holds `max_count` of them. Time spent in a fallback is never measured.
+    /// Bound: as for [`max_exceptions`](Self::max_exceptions); a hung call counts once,
+    /// as soon as its deadline passes.
     pub fn timeouts(mut self, threshold: Duration, max_count: u64) -> Self {
         self.policy.timeouts = Some(Timeouts {
             threshold,
@@ -321,13 +339,22 @@ impl PolicyBuilder {
     }
 
     /// Token bucket: `rate` tokens per second, `capacity` tokens at most, full at start.
+    ///
+    /// Bound: over any interval of length `t`, at most `capacity + rate * t` calls are
+    /// admitted, under any number of threads. The arithmetic is exact (integers in
+    /// scaled time, no drift) for rates that are whole thousandths of a token per
+    /// second; other rates have their interval rounded up, never refilling faster than
+    /// asked. A changed rate or capacity applies from the next call: the new bucket takes
+    /// over the deficit of the old one (tokens taken and not yet refilled, at most the
+    /// new capacity), so a raised capacity is available at once and a lowered one clamps.
     pub fn token_bucket(mut self, rate: f64, capacity: u64) -> Self {
         self.policy.token_bucket = Some(TokenBucketConfig { rate, capacity });
         self
     }
 
     /// The probability, 0–100, that a tripped rule really downgrades (default 100;
-    /// 0 never downgrades and emits no event).
+    /// 0 never downgrades and emits no event). The concurrency rule always downgrades:
+    /// a spared call still needs a free slot. The other rules' bounds hold at 100.
     pub fn downgrade_percentage(mut self, percent: u8) -> Self {
         self.policy.downgrade_percentage = percent;
         self
@@ -335,6 +362,11 @@ impl PolicyBuilder {
 
     /// Delay rule: stay downgraded for `duration` after a trip, letting one probe
     /// through every `retry_interval` (or none).
+    ///
+    /// Bound: one probe at a time, none before its time. A probe obeys every limit
+    /// (visits, token bucket, concurrency, cluster, adaptive, breaker) but not the
+    /// health rules (exceptions, exception rate, timeouts) whose trip the delay stands
+    /// for; a probe that a limit refuses goes back for the next call.
     pub fn delay(mut self, duration: Duration, retry_interval: Option<Duration>) -> Self {
         self.policy.delay = Some(Delay {
             duration,
