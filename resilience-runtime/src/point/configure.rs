@@ -13,8 +13,11 @@ use crate::clock::nanos;
 use crate::limit::{Gcra, GcraCell};
 use crate::sync::Ordering;
 use crate::window::Ring;
-use crate::{AdaptiveLimit, BreakerPolicy, Policy, Reason, WindowConfig};
+#[cfg(feature = "redis")]
+use crate::Reason;
+use crate::{AdaptiveLimit, BreakerPolicy, Policy, WindowConfig};
 use std::sync::Arc;
+#[cfg(feature = "redis")]
 use std::time::Duration;
 
 impl Point {

@@ -27,7 +27,9 @@ mod tests;
 
 use cell::PolicyCell;
 use delay::Delay;
-use slots::{AdaptiveSlot, BreakerSlot, Buckets, Clusters};
+#[cfg(feature = "redis")]
+use slots::Clusters;
+use slots::{AdaptiveSlot, BreakerSlot, Buckets};
 
 use crate::clock::Clock;
 use crate::error::Reason;

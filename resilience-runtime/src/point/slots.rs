@@ -8,10 +8,12 @@
 
 use crate::adaptive::{AdaptiveLimiter, GradientLimiter, LatencyLimiter};
 use crate::breaker::{ClassicBreaker, ClassicState, SreBreaker};
+#[cfg(feature = "redis")]
 use crate::clock::nanos;
 use crate::limit::{Gcra, GcraCell};
 use crate::window::Ring;
 use crate::{AdaptiveLimit, BreakerState, Reason};
+#[cfg(feature = "redis")]
 use std::time::Duration;
 
 /// A live breaker of a point. Slots are never freed while the point lives: a call in
