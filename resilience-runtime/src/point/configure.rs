@@ -134,8 +134,9 @@ impl Point {
             adaptive: adaptive.copied(),
             cluster,
         };
-        self.cfg
-            .store(Compiled::new(policy, parts, fine, &self.clock));
+        // A form without rules or breaker is none: such a point takes the fast path.
+        let c = Compiled::new(policy, parts, fine, &self.clock);
+        self.cfg.store((c.rules != 0).then_some(c));
     }
 
     /// The bucket slot for a policy's token bucket in the unit `fine` says. A setting

@@ -12,7 +12,7 @@ impl Point {
     /// Counts the calls that outlived the timeout threshold while still running.
     /// Returns when to sweep again, or `None` once the point has no timeout rule.
     pub(crate) fn sweep_hung_calls(&self) -> Option<Duration> {
-        let c = self.cfg.load();
+        let c = self.compiled();
         if c.rules & R_TIMEOUTS == 0 {
             return None;
         }

@@ -36,7 +36,7 @@ impl Point {
         &'static self,
         slot: &mut Option<Permit>,
     ) -> Result<(), Downgraded> {
-        let c = self.cfg.load();
+        let c = self.compiled();
         if c.rules & (ACTIVE | R_BREAKER) == R_BREAKER {
             // The common case: a breaker and no policy.
             return place(self.enter_breaker_only(c), slot);

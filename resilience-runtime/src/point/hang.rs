@@ -15,9 +15,8 @@
 //! When more calls are in flight than the table has room for, the extra calls are not
 //! registered and are measured when they return, as before.
 
-use crate::sync::{thread_local, AtomicU64, Ordering};
+use crate::sync::{thread_local, AtomicU64, Mutex, Ordering};
 use std::cell::Cell;
-use std::sync::Mutex;
 use std::time::Duration;
 
 /// Slots per cache line (a lane).

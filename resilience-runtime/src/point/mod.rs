@@ -26,6 +26,7 @@ mod snapshot;
 mod tests;
 
 use cell::PolicyCell;
+use compiled::{Compiled, EMPTY};
 use delay::Delay;
 #[cfg(feature = "redis")]
 use slots::Clusters;
@@ -98,7 +99,7 @@ pub struct Point {
     name: &'static str,
     clock: Clock,
     events: Arc<Dispatcher>,
-    cfg: PolicyCell,
+    cfg: PolicyCell<Compiled>,
     /// Visits and calls in flight of calls under a policy...
     flow: Flow,
     /// ...while calls without one are counted per thread under this key (`tally::key`).
@@ -180,6 +181,12 @@ impl Point {
             breakers: Mutex::new(Vec::new()),
             rings: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The compiled form in force ([`EMPTY`] for a point without rules and breaker).
+    #[inline]
+    fn compiled(&self) -> &'static Compiled {
+        self.cfg.get().unwrap_or(&EMPTY)
     }
 
     /// The point's name.

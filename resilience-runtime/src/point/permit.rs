@@ -376,7 +376,7 @@ impl Permit {
                 Outcome::Cancelled => ProbeEnd::Cancelled,
                 _ => ProbeEnd::Failed,
             };
-            let retry_ns = p.cfg.load().retry_ns;
+            let retry_ns = p.compiled().retry_ns;
             p.delay
                 .probe_ended(self.probe_of, p.clock.now(), end, retry_ns);
         }

@@ -14,7 +14,7 @@ impl Point {
     /// Totals are exact. The window and the last cycle are present while the point has
     /// a policy (a point without policy only counts totals: that is its fast path).
     pub fn stats(&self) -> PointStats {
-        let c = self.cfg.load();
+        let c = self.compiled();
         let now = self.clock.now();
         let tracked = self.counters.tracked(&self.flow);
         // Passes under a policy are in the flow word, the others in per-thread cells;
