@@ -62,6 +62,7 @@ impl<T: PartialEq> PolicyCell<T> {
     }
 
     /// How many forms are kept.
+    #[cfg(test)]
     pub(crate) fn kept(&self) -> usize {
         self.kept.lock().unwrap_or_else(|e| e.into_inner()).len()
     }
