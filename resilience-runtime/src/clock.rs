@@ -16,9 +16,9 @@
 //! ~6 ns, a tick ~10 ns and the cached timeline ~0.7 ns, against ~8 ns for an atomic
 //! increment.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::Arc;
 use crate::ticker;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Thresholds (call timeouts, slow-call limits, a token bucket's burst span) of at

@@ -4,11 +4,11 @@
 use crate::breaker::TransitionReason;
 use crate::error::Reason;
 use crate::stats::BreakerState;
+use crate::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use crate::sync::{Arc, Mutex, OnceLock, RwLock};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::SystemTime;
 
 /// How many events may wait for delivery before new ones are dropped (and counted).

@@ -2,7 +2,7 @@
 //! stability promise, no docs promised.
 
 use crate::error::Downgraded;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use crate::sync::atomic::{AtomicPtr, Ordering};
 
 pub use crate::point::permit::Permit;
 pub use crate::point::Point;

@@ -6,9 +6,9 @@ use crate::listener::{Dispatcher, DowngradeEvent, ListenerId};
 use crate::point::Point;
 use crate::policy::{BreakerError, BreakerPolicy, Policy};
 use crate::stats::PointStats;
+use crate::sync::{Arc, OnceLock};
 use dashmap::DashMap;
 use std::fmt;
-use std::sync::{Arc, OnceLock};
 
 static GLOBAL: OnceLock<Registry> = OnceLock::new();
 

@@ -54,8 +54,8 @@
 //! breakers use the same ring with their own counters
 //! ([`OutcomeCells`](crate::breaker::OutcomeCells) counts successes, failures and drops).
 
+use crate::sync::atomic::{fence, AtomicU64, Ordering};
 use std::fmt;
-use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The largest number of buckets a window may have.

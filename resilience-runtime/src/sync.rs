@@ -1,6 +1,12 @@
-//! Atomics (and the mutex and thread-local macro of the hung-call table's lane
-//! numbers) used by the runtime, in one place so a model checker can replace them.
+//! Every atomic, lock and cell the runtime shares between threads, in one place, so a
+//! model checker can replace them: `resilience-loom` compiles the engine's decision
+//! files against loom's versions of these names (see its crate docs). Nothing else in
+//! the crate names `std::sync`.
 
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-pub(crate) use std::sync::Mutex;
+pub(crate) use std::sync::atomic::{self, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+#[cfg(test)]
+pub(crate) use std::sync::Barrier;
+pub(crate) use std::sync::{mpsc, Arc, Mutex, MutexGuard, Once, OnceLock, PoisonError, RwLock};
+#[cfg(feature = "redis")]
+pub(crate) use std::sync::{Condvar, LazyLock, Weak};
 pub(crate) use std::thread_local;

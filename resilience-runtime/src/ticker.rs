@@ -14,7 +14,7 @@
 //! has no such thread, forgets the cached reading and starts its own thread on its
 //! first read. If no thread can be spawned, every read asks the OS.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 /// The cached reading in nanoseconds, or 0 while the thread is not ticking.
@@ -71,7 +71,7 @@ fn start() {
     // inherits a cached reading without the handler that clears it.
     #[cfg(unix)]
     {
-        static AT_FORK: std::sync::Once = std::sync::Once::new();
+        static AT_FORK: crate::sync::Once = crate::sync::Once::new();
         // SAFETY: registers a plain function that only stores to atomics, which is
         // async-signal-safe as a fork child handler must be.
         AT_FORK.call_once(|| unsafe {
@@ -154,7 +154,7 @@ pub(crate) fn precise_monotonic() -> u64 {
 /// that 0 keeps meaning "unset".
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn precise_monotonic() -> u64 {
-    use std::sync::OnceLock;
+    use crate::sync::OnceLock;
     use std::time::Instant;
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     let origin = *ORIGIN.get_or_init(Instant::now);

@@ -57,6 +57,7 @@ use crate::adaptive::{
     AdaptiveLimiter, AdaptivePermit, Gate, GatePermit, GradientLimiter, GradientPermit,
     LatencyLimiter, LatencyPermit,
 };
+use crate::sync::Arc;
 use crate::{Downgraded, Permit, Point, PointNameError, Reason};
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::StatusCode;
@@ -65,7 +66,6 @@ use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 use tower::{Layer, Service};

@@ -113,7 +113,7 @@ impl<const K: usize> Ring<K> {
         // Publish only if no later rotation has claimed a newer tick meanwhile: that
         // one publishes its own window, and an older one must not overwrite it.
         if self.claim.load(Ordering::Acquire) == tick {
-            std::sync::atomic::fence(Ordering::Release);
+            crate::sync::atomic::fence(Ordering::Release);
             self.publish(tick);
         }
     }

@@ -6,11 +6,11 @@
 //! [`SystemCpu`] reads a process-wide sampler that a background thread refreshes every
 //! 250 ms, smoothed like go-zero's `core/stat`: `cpu = 0.95 prev + 0.05 sample`.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Arc, OnceLock};
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Full CPU usage, in millicores of the quota.

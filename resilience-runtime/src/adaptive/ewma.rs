@@ -1,7 +1,7 @@
 //! Exponentially weighted moving averages, lock-free on one atomic word.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// The latency average of a [`Gate`](super::Gate): integer nanoseconds,

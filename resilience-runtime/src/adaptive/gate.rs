@@ -4,11 +4,11 @@ use super::error::{CapacityExhausted, ConfigError};
 use super::ewma::LatencyEwma;
 use super::{littles_law, Timer};
 use crate::clock::Clock;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::Arc;
 use crossbeam_utils::CachePadded;
 use std::fmt;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// A non-blocking semaphore of `capacity` slots: a call either takes a slot at once or

@@ -21,10 +21,10 @@ use super::error::{ConfigError, Overloaded};
 use super::permit::{LatencyLimiter, LatencyPermit};
 use super::{nanos, Timer};
 use crate::clock::Clock;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Arc, Mutex};
 use crossbeam_utils::CachePadded;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The constants of a [`GradientLimiter`]; [`Default`] follows Netflix's

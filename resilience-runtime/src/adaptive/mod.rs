@@ -53,7 +53,7 @@ pub use permit::{LatencyLimiter, LatencyPermit};
 pub use shedder::{AdaptiveConfig, AdaptiveLimiter, AdaptivePermit, AdaptiveStats};
 
 use crate::clock::Clock;
-use std::sync::OnceLock;
+use crate::sync::OnceLock;
 use std::time::Duration;
 
 /// The concurrency limit `L` that Little's law gives for an arrival rate (calls per

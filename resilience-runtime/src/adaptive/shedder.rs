@@ -22,10 +22,10 @@ use super::permit::{LatencyLimiter, LatencyPermit};
 use super::{nanos, Timer};
 use crate::clock::Clock;
 use crate::rolling::{RollingWindow, MAX_BUCKETS};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::Arc;
 use crossbeam_utils::CachePadded;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The constants of an [`AdaptiveLimiter`]; [`Default`] is go-zero's.

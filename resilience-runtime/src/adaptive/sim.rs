@@ -25,9 +25,9 @@ use super::gradient::{GradientConfig, GradientLimiter, GradientPermit};
 use super::nanos;
 use super::shedder::{AdaptiveConfig, AdaptiveLimiter, AdaptivePermit};
 use crate::clock::{Clock, ManualClock};
+use crate::sync::Arc;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The simulated service and its load.

@@ -4,9 +4,9 @@ use super::config::ClassicConfig;
 use super::error::{ConfigError, Rejected};
 use super::{nanos, roll};
 use crate::rolling::{BucketCells, RollingWindow};
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Mutex, PoisonError};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 /// The state of a [`ClassicBreaker`].

@@ -38,7 +38,7 @@ pub use error::{ConfigError, Rejected};
 pub use sre::{drop_ratio, DroppingTransition, SreBreaker, SreDecision, SreHistory, SreVerdict};
 
 use crate::rolling::BucketCells;
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, Ordering};
 
 /// The outcome of one call, as the SRE breaker records it (go-zero's `success`, `fail`
 /// and `drop`).

@@ -7,8 +7,8 @@ use super::{nanos, roll, Outcome, OutcomeCounts};
 const SUCCESS: usize = 0;
 const FAILURE: usize = 1;
 const DROP: usize = 2;
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::window::Ring;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// The probability with which the SRE breaker rejects a call, from the window's
 /// statistics; `0.0` means "accept without rolling the dice".

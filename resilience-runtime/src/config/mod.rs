@@ -86,11 +86,11 @@ use crate::adaptive::{AdaptiveConfig, GradientConfig};
 use crate::breaker::{ClassicConfig, SreConfig};
 use crate::policy::{AdaptiveLimit, BreakerPolicy, Policy, WindowConfig};
 use crate::registry::Registry;
+use crate::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use node::Node;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 /// The syntax of a policy file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -428,7 +428,8 @@ fn load_state(registry: &Registry) -> Arc<Mutex<LoadState>> {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    m.lock()
+        .unwrap_or_else(crate::sync::PoisonError::into_inner)
 }
 
 impl Registry {

@@ -3,11 +3,11 @@
 
 use super::{lock, ConfigError, Format, LoadReport, Problem, ProblemKind};
 use crate::registry::Registry;
+use crate::sync::mpsc::{self, RecvTimeoutError};
+use crate::sync::{Arc, Mutex};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 

@@ -74,10 +74,10 @@ pub use config::{HeartbeatConfig, Protocol, ServerAddr};
 pub use error::HeartbeatError;
 
 use crate::registry::{registry, Registry};
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{mpsc, Arc, Mutex, MutexGuard};
 use serde_json::Value;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 use wire::{Collector, PullAnswer, CYCLE_MS};
@@ -193,7 +193,8 @@ impl fmt::Debug for HeartbeatClient {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    m.lock()
+        .unwrap_or_else(crate::sync::PoisonError::into_inner)
 }
 
 /// The error message a server put in its JSON answer, if any.

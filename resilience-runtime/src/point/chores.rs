@@ -6,8 +6,8 @@
 //! call, bounded by the lease's timeout), and delays the sweeps due meanwhile by as
 //! much.
 
+use crate::sync::OnceLock;
 use crate::wheel::TimingWheel;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// What a timer does when it fires.

@@ -11,12 +11,12 @@ use crate::adaptive::{AdaptiveLimiter, GradientLimiter, SystemCpu};
 use crate::breaker::{ClassicBreaker, SreBreaker};
 use crate::clock::nanos;
 use crate::limit::{Gcra, GcraCell};
+use crate::sync::Arc;
 use crate::sync::Ordering;
 use crate::window::Ring;
 #[cfg(feature = "redis")]
 use crate::Reason;
 use crate::{AdaptiveLimit, BreakerPolicy, Policy, WindowConfig};
-use std::sync::Arc;
 #[cfg(feature = "redis")]
 use std::time::Duration;
 

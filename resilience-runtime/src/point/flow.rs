@@ -267,8 +267,8 @@ impl Flow {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64 as StdU64;
-    use std::sync::Arc;
+    use crate::sync::atomic::AtomicU64 as StdU64;
+    use crate::sync::Arc;
 
     const fn limits(passes: u64, inflight: u64) -> Limits {
         Limits { passes, inflight }

@@ -351,7 +351,7 @@ mod tests {
 
     #[test]
     fn live_threads_have_distinct_lanes() {
-        let barrier = std::sync::Arc::new(std::sync::Barrier::new(5));
+        let barrier = crate::sync::Arc::new(crate::sync::Barrier::new(5));
         let handles: Vec<_> = (0..4)
             .map(|_| {
                 let b = barrier.clone();
@@ -373,7 +373,7 @@ mod tests {
 
     #[test]
     fn racing_threads_never_share_a_slot() {
-        let t = std::sync::Arc::new(HangTable::new());
+        let t = crate::sync::Arc::new(HangTable::new());
         let handles: Vec<_> = (0..8u64)
             .map(|id| {
                 let t = t.clone();

@@ -37,12 +37,12 @@ use crate::error::Reason;
 use crate::listener::Dispatcher;
 use crate::policy::{BreakerPolicy, Policy};
 use crate::stats::{CycleStats, ReasonCounts};
+use crate::sync::{Arc, Mutex};
 use crate::sync::{AtomicU64, Ordering};
 use crate::window::{self, Ring, TRACKED};
 use flow::Flow;
 use hang::HangTable;
 use std::fmt;
-use std::sync::{Arc, Mutex};
 
 const REASONS: usize = Reason::ALL.len();
 
@@ -121,14 +121,14 @@ pub struct Point {
     /// still hold a replaced one); the current one is in `cfg`.
     breakers: Mutex<Vec<&'static BreakerSlot>>,
     /// Whether a breaker setting exists (possibly `Disabled`).
-    breaker_set: std::sync::atomic::AtomicBool,
+    breaker_set: crate::sync::atomic::AtomicBool,
     /// Every adaptive limiter this point has had, leaked like the breakers; the
     /// current one is in `cfg`.
     adaptives: Mutex<Vec<&'static AdaptiveSlot>>,
     #[cfg(feature = "redis")]
     clusters: Mutex<Clusters>,
     /// In-flight timed calls, created with the first timeout rule.
-    hang: std::sync::OnceLock<HangTable>,
+    hang: crate::sync::OnceLock<HangTable>,
     /// Every window ring this point has had, the one in use last. Rings are leaked,
     /// never freed nor moved (and reused for an equal geometry), because a concurrent
     /// reader may still hold a replaced one.
@@ -153,7 +153,8 @@ impl Point {
             cfg: PolicyCell::new(),
             flow: Flow::new(),
             id: {
-                static NEXT_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                static NEXT_ID: crate::sync::atomic::AtomicU32 =
+                    crate::sync::atomic::AtomicU32::new(0);
                 tally::key(NEXT_ID.fetch_add(1, Ordering::Relaxed))
             },
             counters: Counters {
@@ -173,11 +174,11 @@ impl Point {
             buckets: Mutex::new(Buckets::default()),
             delay: Delay::new(),
             settings: Mutex::new(Settings::default()),
-            breaker_set: std::sync::atomic::AtomicBool::new(false),
+            breaker_set: crate::sync::atomic::AtomicBool::new(false),
             adaptives: Mutex::new(Vec::new()),
             #[cfg(feature = "redis")]
             clusters: Mutex::new(Clusters::default()),
-            hang: std::sync::OnceLock::new(),
+            hang: crate::sync::OnceLock::new(),
             breakers: Mutex::new(Vec::new()),
             rings: Mutex::new(Vec::new()),
         }
@@ -204,7 +205,7 @@ impl Point {
         self.settings().breaker
     }
 
-    fn settings(&self) -> std::sync::MutexGuard<'_, Settings> {
+    fn settings(&self) -> crate::sync::MutexGuard<'_, Settings> {
         self.settings.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -11,9 +11,9 @@
 //! those of the threads that exited, which fold their counts into a shared table under
 //! the same lock, so a total never counts a call twice or misses a finished one.
 
+use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use crate::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 const FAN: usize = 256;
 /// Points with ids at or above this are counted elsewhere by the caller. The last
@@ -244,7 +244,7 @@ pub(crate) fn total(id: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU32;
+    use crate::sync::atomic::AtomicU32;
 
     /// Ids no other test uses.
     fn fresh_id() -> u32 {

@@ -4,8 +4,8 @@
 use super::conn::Connector;
 use super::error::{RedisBloomError, RedisFailure};
 use crate::bloom::{BloomConfig, BloomFilter};
+use crate::sync::LazyLock;
 use std::fmt;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use ::redis::{Client, Script, Value};

@@ -1,10 +1,10 @@
 //! One lazily opened, self-healing multiplexed connection per Redis-backed object, with
 //! a caller-side timeout around every call.
 
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::{Mutex, MutexGuard, PoisonError};
 use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;

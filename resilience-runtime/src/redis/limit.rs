@@ -9,11 +9,11 @@ use super::conn::Connector;
 use super::error::RedisLimitError;
 use super::period::{Alignment, LocalWindow, PERIOD_SCRIPT};
 use crate::limit::{Gcra, GcraCell};
+use crate::sync::mpsc;
+use crate::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use crate::sync::{AtomicU64, AtomicU8, Ordering};
 use crate::Clock;
 use std::fmt;
-use std::sync::mpsc;
-use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 

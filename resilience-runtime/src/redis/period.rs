@@ -5,10 +5,10 @@
 use super::conn::Connector;
 use super::error::{RedisFailure, RedisLimitError};
 use super::limit::{DEFAULT_LIMIT_TIMEOUT, MAX_TTL_MS};
+use crate::sync::LazyLock;
 use crate::sync::{AtomicU64, Ordering};
 use crate::Clock;
 use std::fmt;
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use ::redis::{Client, Script};

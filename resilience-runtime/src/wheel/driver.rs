@@ -5,10 +5,10 @@
 //! cannot delay or stop the ticks.
 
 use super::{Execute, Shared};
+use crate::sync::atomic::Ordering;
+use crate::sync::mpsc::{Receiver, Sender};
+use crate::sync::Arc;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, Sender};
-use std::sync::Arc;
 use std::thread;
 use std::time::Instant;
 

@@ -56,11 +56,11 @@ mod raw;
 pub use error::WheelError;
 pub use raw::RawWheel;
 
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
