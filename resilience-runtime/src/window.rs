@@ -6,8 +6,19 @@
 //! two loads, whatever the number of buckets, and no per-call write to the window at all.
 //! Rotation (writing the snapshot of a bucket that begins) happens once per bucket width,
 //! done by the first thread that notices, without blocking the others.
+//!
+//! # The guarantee kept here
+//!
+//! A reader never takes a snapshot newer than its window's start as the base: that
+//! would make the window look emptier than it is, and let the visits and health rules
+//! admit too much. The bucket that begins is written into the slot of the window's
+//! oldest bucket, so a rotation first publishes the new window (whose own base slot
+//! already holds its snapshot) and only then overwrites the old base, behind a release
+//! fence; a reader checks, after an acquire fence, that the window it read the base of
+//! is still the published one, and reads again if not (a seqlock whose sequence is the
+//! published tick). A base older than its window is only conservative.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{atomic, AtomicU64, Ordering};
 
 /// Number of cumulative counters the window follows.
 pub(crate) const TRACKED: usize = 4;
@@ -28,8 +39,9 @@ pub(crate) struct Ring<const K: usize = TRACKED> {
     /// Where the tick after the newest published one begins: the pass path compares
     /// against it instead of dividing.
     next_boundary: AtomicU64,
-    /// The slot of the oldest tick in the window ending at the newest published tick.
-    base_slot: AtomicU64,
+    /// The newest published tick: the window ends there, and its oldest bucket's slot is
+    /// `(published + 1) % buckets`. Only grows.
+    published: AtomicU64,
     /// The newest tick a rotating thread has claimed.
     claim: AtomicU64,
     slots: Box<[Slot<K>]>,
@@ -44,7 +56,7 @@ impl<const K: usize> Ring<K> {
             width_ns,
             buckets: u64::from(buckets),
             next_boundary: AtomicU64::new(0),
-            base_slot: AtomicU64::new(0),
+            published: AtomicU64::new(0),
             claim: AtomicU64::new(0),
             slots,
         };
@@ -61,17 +73,21 @@ impl<const K: usize> Ring<K> {
         }
         let tick = now / self.width_ns;
         self.claim.store(tick, Ordering::Relaxed);
-        self.publish(tick);
+        self.published.store(tick, Ordering::Release);
+        self.next_boundary
+            .store(self.boundary_after(tick), Ordering::Release);
     }
 
+    fn boundary_after(&self, tick: u64) -> u64 {
+        tick.saturating_add(1).saturating_mul(self.width_ns)
+    }
+
+    /// Publishes the window ending at `tick` unless a newer one is.
     fn publish(&self, tick: u64) {
         self.claim.fetch_max(tick, Ordering::Relaxed);
-        self.base_slot
-            .store((tick + 1) % self.buckets, Ordering::Relaxed);
-        self.next_boundary.store(
-            tick.saturating_add(1).saturating_mul(self.width_ns),
-            Ordering::Release,
-        );
+        self.published.fetch_max(tick, Ordering::Release);
+        self.next_boundary
+            .fetch_max(self.boundary_after(tick), Ordering::Release);
     }
 
     /// Brings the window up to `now` and returns the counter values at the start of the
@@ -82,10 +98,19 @@ impl<const K: usize> Ring<K> {
         if now >= self.next_boundary.load(Ordering::Acquire) {
             self.rotate(now / self.width_ns, read);
         }
-        // The oldest tick of the window ending at tick `h` is `h - (buckets - 1)`,
-        // whose slot is `(h + 1) % buckets`.
-        let slot = &self.slots[self.base_slot.load(Ordering::Acquire) as usize];
-        slot.0.each_ref().map(|c| c.load(Ordering::Relaxed))
+        loop {
+            // The oldest tick of the window ending at tick `h` is `h - (buckets - 1)`,
+            // whose slot is `(h + 1) % buckets`.
+            let tick = self.published.load(Ordering::Acquire);
+            let slot = &self.slots[((tick + 1) % self.buckets) as usize];
+            let base = slot.0.each_ref().map(|c| c.load(Ordering::Relaxed));
+            // Pairs with the rotation's release fence: a value written after a newer
+            // window was published shows that window here.
+            atomic::fence(Ordering::Acquire);
+            if self.published.load(Ordering::Relaxed) == tick {
+                return base;
+            }
+        }
     }
 
     #[cold]
@@ -103,18 +128,17 @@ impl<const K: usize> Ring<K> {
         // Nothing observed the ticks since `claimed`, so every bucket that began in
         // between starts with today's counters (they saw no calls).
         let current = read();
+        // The new window's base slot holds its snapshot already (or, after a gap of a
+        // whole window, an older one: only conservative), so publish it first; the
+        // slots written below are outside it.
+        self.publish(tick);
+        atomic::fence(Ordering::Release);
         let first = (claimed + 1).max(tick.saturating_sub(self.buckets - 1));
         for t in first..=tick {
             let slot = &self.slots[(t % self.buckets) as usize];
             for (cell, v) in slot.0.iter().zip(current) {
                 cell.store(v, Ordering::Relaxed);
             }
-        }
-        // Publish only if no later rotation has claimed a newer tick meanwhile: that
-        // one publishes its own window, and an older one must not overwrite it.
-        if self.claim.load(Ordering::Acquire) == tick {
-            crate::sync::atomic::fence(Ordering::Release);
-            self.publish(tick);
         }
     }
 
@@ -123,7 +147,7 @@ impl<const K: usize> Ring<K> {
     /// up to date. `O(buckets)`: for slow paths only.
     pub(crate) fn for_each_bucket(&self, current: [u64; K], mut f: impl FnMut([u64; K])) {
         let n = self.slots.len();
-        let first = self.base_slot.load(Ordering::Acquire) as usize;
+        let first = ((self.published.load(Ordering::Acquire) + 1) % self.buckets) as usize;
         let load = |i: usize| {
             self.slots[i % n]
                 .0

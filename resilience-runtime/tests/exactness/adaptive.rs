@@ -1,0 +1,150 @@
+//! Adaptive limits.
+//!
+//! * The backpressure `Gate`: never more than `capacity` permits out, as the holders
+//!   count them, for capacity 1 and 3; and never more than 3 while another thread keeps
+//!   resizing the gate between 2 and 3.
+//! * The gradient limiter through a point: with `min_limit = max_limit =
+//!   initial_limit = 3` the limit cannot move (its windows close every millisecond,
+//!   so the estimator runs all along), and never more than 3 calls are in flight.
+
+use crate::support::*;
+use resilience_runtime::adaptive::{Gate, GradientConfig};
+use resilience_runtime::{AdaptiveLimit, Policy, Reason};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+// ---- the gate -----------------------------------------------------------------------------
+
+/// `threads` callers of a `Gate::new(capacity)` holding each permit briefly; with
+/// `toggle`, another thread keeps setting the capacity to 2 and back to 3. At most
+/// `bound` permits are out at once; every attempt is admitted or refused, and the
+/// gate's refusals and slots agree with the callers'.
+fn gate_case(v: &Verdicts, threads: usize, capacity: u64, toggle: bool) {
+    let (rule, bound) = if toggle {
+        ("Gate::new(3), capacity toggled 2 <-> 3".to_owned(), 3)
+    } else {
+        (format!("Gate::new({capacity})"), capacity)
+    };
+    // No policy here: the resizing is named in the rule.
+    let case = Case::new(rule, Shape::Direct, threads, false);
+    let gate = Gate::new(capacity).unwrap();
+    let refused = AtomicU64::new(0);
+    let call = |seen: &Seen, i: u64, load: Load| match gate.try_acquire() {
+        Ok(permit) => {
+            let inside = seen.inside();
+            hold_sync(load.hold, i);
+            drop(inside);
+            drop(permit);
+        }
+        Err(_) => {
+            refused.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    let resize = || {
+        gate.set_capacity(2).unwrap();
+        gate.set_capacity(3).unwrap();
+    };
+    let seen = drive(
+        Target::Call(&call),
+        threads,
+        Load::calls(threads, BRIEF),
+        toggle.then_some(&resize as &(dyn Fn() + Sync)),
+    );
+    let refused = refused.load(Ordering::Relaxed);
+    v.check(seen.max_inflight() <= bound, || {
+        format!(
+            "{case}: the holders saw {} permits out at once, at most {bound} may be",
+            seen.max_inflight()
+        )
+    });
+    v.check(seen.admitted() + refused == seen.calls(), || {
+        format!(
+            "{case}: {} calls, {} admitted + {refused} refused",
+            seen.calls(),
+            seen.admitted()
+        )
+    });
+    v.check(gate.rejected() == refused, || {
+        format!(
+            "{case}: the callers saw {refused} refusals, the gate counted {}",
+            gate.rejected()
+        )
+    });
+    v.check(gate.active() == 0, || {
+        format!("{case}: {} slots never came back", gate.active())
+    });
+    v.check(seen.admitted() > 0, || {
+        format!("{case}: no call admitted of {}", seen.calls())
+    });
+}
+
+#[test]
+fn a_gate_never_has_more_than_its_capacity_out() {
+    let v = Verdicts::default();
+    for threads in THREADS {
+        for capacity in [1, 3] {
+            gate_case(&v, threads, capacity, false);
+        }
+    }
+    v.conclude();
+}
+
+#[test]
+fn a_gate_resized_between_2_and_3_never_has_more_than_3_out() {
+    let v = Verdicts::default();
+    for threads in THREADS {
+        gate_case(&v, threads, 3, true);
+    }
+    v.conclude();
+}
+
+// ---- the gradient limiter through a point ---------------------------------------------------
+
+/// The fixed limit of the gradient case.
+const GRADIENT_LIMIT: u32 = 3;
+
+#[test]
+fn a_pinned_gradient_limit_is_never_exceeded_through_a_point() {
+    let config = GradientConfig {
+        initial_limit: GRADIENT_LIMIT,
+        min_limit: GRADIENT_LIMIT,
+        max_limit: GRADIENT_LIMIT,
+        // Windows close as often as possible: the estimator runs all along, and must
+        // keep the limit where min and max pin it.
+        sample_window: Duration::from_millis(1),
+        min_samples: 1,
+        ..GradientConfig::default()
+    };
+    let policy = Policy::builder()
+        .adaptive(AdaptiveLimit::Gradient(config))
+        .build()
+        .unwrap();
+    let n = u64::from(GRADIENT_LIMIT);
+    let v = Verdicts::default();
+    for threads in THREADS {
+        let reg = system_registry();
+        let name = format!("gradient.{threads}");
+        let case = Case::new(
+            format!("adaptive gradient, min = max = initial limit {GRADIENT_LIMIT}"),
+            Shape::Enter,
+            threads,
+            false,
+        );
+        reg.set_policy(&name, policy.clone()).unwrap();
+        let p = reg.point(&name).unwrap();
+        let seen = drive(Target::Enter(p), threads, Load::calls(threads, BRIEF), None);
+        let s = p.stats();
+        check_books(&v, &case, &s, &seen);
+        check_reasons(&v, &case, &s, &[Reason::Overloaded]);
+        v.check(seen.max_inflight() <= n, || {
+            format!(
+                "{case}: the callers saw {} calls in flight at once, at most {n} may be",
+                seen.max_inflight()
+            )
+        });
+        v.check(seen.admitted() > 0, || {
+            format!("{case}: no call admitted of {}", seen.calls())
+        });
+    }
+    v.conclude();
+}

@@ -1,0 +1,213 @@
+//! Concurrency: `max_concurrency(n)` never has more than `n` calls in flight (the
+//! callers' own count and `peak_concurrency`): plain, while the policy is swapped, and
+//! with a delay rule whose probes arrive while the limit is still full. Through
+//! `enter`/`finish`, a sync `#[downgrade]` fn and an `async fn` with `#[downgrade]`.
+
+use crate::support::*;
+use resilience_runtime::{downgrade, registry, Point, Policy, Reason};
+use std::sync::Arc;
+use std::time::Duration;
+
+sync_points!(S_C1: s_c1_1 "fn.c1.1", s_c1_2 "fn.c1.2", s_c1_4 "fn.c1.4", s_c1_8 "fn.c1.8", s_c1_16 "fn.c1.16", s_c1_64 "fn.c1.64");
+sync_points!(S_C3: s_c3_1 "fn.c3.1", s_c3_2 "fn.c3.2", s_c3_4 "fn.c3.4", s_c3_8 "fn.c3.8", s_c3_16 "fn.c3.16", s_c3_64 "fn.c3.64");
+sync_points!(S_C1SWAP: s_c1swap_1 "fn.c1swap.1", s_c1swap_2 "fn.c1swap.2", s_c1swap_4 "fn.c1swap.4", s_c1swap_8 "fn.c1swap.8", s_c1swap_16 "fn.c1swap.16", s_c1swap_64 "fn.c1swap.64");
+sync_points!(S_C3SWAP: s_c3swap_1 "fn.c3swap.1", s_c3swap_2 "fn.c3swap.2", s_c3swap_4 "fn.c3swap.4", s_c3swap_8 "fn.c3swap.8", s_c3swap_16 "fn.c3swap.16", s_c3swap_64 "fn.c3swap.64");
+sync_points!(S_C1DELAY: s_c1delay_1 "fn.c1delay.1", s_c1delay_2 "fn.c1delay.2", s_c1delay_4 "fn.c1delay.4", s_c1delay_8 "fn.c1delay.8", s_c1delay_16 "fn.c1delay.16", s_c1delay_64 "fn.c1delay.64");
+sync_points!(S_C3DELAY: s_c3delay_1 "fn.c3delay.1", s_c3delay_2 "fn.c3delay.2", s_c3delay_4 "fn.c3delay.4", s_c3delay_8 "fn.c3delay.8", s_c3delay_16 "fn.c3delay.16", s_c3delay_64 "fn.c3delay.64");
+async_points!(A_C1: a_c1_1 "async.c1.1", a_c1_2 "async.c1.2", a_c1_4 "async.c1.4", a_c1_8 "async.c1.8", a_c1_16 "async.c1.16", a_c1_64 "async.c1.64");
+async_points!(A_C3: a_c3_1 "async.c3.1", a_c3_2 "async.c3.2", a_c3_4 "async.c3.4", a_c3_8 "async.c3.8", a_c3_16 "async.c3.16", a_c3_64 "async.c3.64");
+async_points!(A_C1SWAP: a_c1swap_1 "async.c1swap.1", a_c1swap_2 "async.c1swap.2", a_c1swap_4 "async.c1swap.4", a_c1swap_8 "async.c1swap.8", a_c1swap_16 "async.c1swap.16", a_c1swap_64 "async.c1swap.64");
+async_points!(A_C3SWAP: a_c3swap_1 "async.c3swap.1", a_c3swap_2 "async.c3swap.2", a_c3swap_4 "async.c3swap.4", a_c3swap_8 "async.c3swap.8", a_c3swap_16 "async.c3swap.16", a_c3swap_64 "async.c3swap.64");
+async_points!(A_C1DELAY: a_c1delay_1 "async.c1delay.1", a_c1delay_2 "async.c1delay.2", a_c1delay_4 "async.c1delay.4", a_c1delay_8 "async.c1delay.8", a_c1delay_16 "async.c1delay.16", a_c1delay_64 "async.c1delay.64");
+async_points!(A_C3DELAY: a_c3delay_1 "async.c3delay.1", a_c3delay_2 "async.c3delay.2", a_c3delay_4 "async.c3delay.4", a_c3delay_8 "async.c3delay.8", a_c3delay_16 "async.c3delay.16", a_c3delay_64 "async.c3delay.64");
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ConcMode {
+    /// `max_concurrency(n)` alone.
+    Plain,
+    /// Swapped with `max_concurrency(n).max_visits(u64::MAX / 2)` in a loop.
+    Swap,
+    /// `max_concurrency(n).delay(1 s, Some(10 ms))`: a trip starts a delay whose probes
+    /// come every 10 ms, while the callers that filled the limit still hold it.
+    Delay,
+}
+
+/// `max_concurrency(n)`: at most `n` calls in flight, as the callers count them and as
+/// the point's peak says.
+fn concurrency_case(
+    v: &Verdicts,
+    at: At<'_>,
+    target: impl FnOnce(&'static Point) -> Target<'static>,
+    n: u32,
+    mode: ConcMode,
+) {
+    let At {
+        reg,
+        name,
+        shape,
+        threads,
+    } = at;
+    let plain = Policy::builder().max_concurrency(n);
+    let (policy, other, rule, load) = match mode {
+        ConcMode::Plain | ConcMode::Swap => (
+            plain.clone().build().unwrap(),
+            plain.max_visits(u64::MAX / 2).build().unwrap(),
+            format!("max_concurrency({n})"),
+            Load::calls(threads, BRIEF),
+        ),
+        ConcMode::Delay => {
+            let p = plain
+                .delay(Duration::from_secs(1), Some(RETRY))
+                .build()
+                .unwrap();
+            (
+                p.clone(),
+                p,
+                format!("max_concurrency({n}).delay(1s, Some({RETRY:?}))"),
+                Load::timed(DELAY_RUN, DELAY_HOLD),
+            )
+        }
+    };
+    let swap = mode == ConcMode::Swap;
+    let case = Case::new(rule, shape, threads, swap);
+    reg.set_policy(name, policy.clone()).unwrap();
+    let p = reg.point(name).unwrap();
+    let swapper = || {
+        reg.set_policy(name, other.clone()).unwrap();
+        reg.set_policy(name, policy.clone()).unwrap();
+    };
+    let seen = drive(
+        target(p),
+        threads,
+        load,
+        swap.then_some(&swapper as &(dyn Fn() + Sync)),
+    );
+    let s = p.stats();
+    check_books(v, &case, &s, &seen);
+    check_reasons(v, &case, &s, &[Reason::Concurrency, Reason::Delay]);
+    v.check(seen.max_inflight() <= u64::from(n), || {
+        format!(
+            "{case}: the callers saw {} calls in flight at once, at most {n} may be",
+            seen.max_inflight()
+        )
+    });
+    v.check(s.peak_concurrency <= u64::from(n), || {
+        format!(
+            "{case}: peak_concurrency {}, at most {n} may be",
+            s.peak_concurrency
+        )
+    });
+    if shape == Shape::AsyncMacro {
+        v.check(s.totals.exceptions == 0, || {
+            format!(
+                "{case}: {} exceptions, but no call failed (dropped futures are cancelled calls)",
+                s.totals.exceptions
+            )
+        });
+    }
+}
+
+fn concurrency_enter(mode: ConcMode) {
+    let v = Verdicts::default();
+    for threads in THREADS {
+        for n in [1, 3] {
+            let reg = system_registry();
+            let name = format!("concurrency.{mode:?}.{n}.{threads}");
+            concurrency_case(
+                &v,
+                At {
+                    reg,
+                    name: &name,
+                    shape: Shape::Enter,
+                    threads,
+                },
+                Target::Enter,
+                n,
+                mode,
+            );
+        }
+    }
+    v.conclude();
+}
+
+#[test]
+fn concurrency_is_never_exceeded() {
+    concurrency_enter(ConcMode::Plain);
+}
+
+#[test]
+fn concurrency_is_never_exceeded_while_the_policy_is_swapped() {
+    concurrency_enter(ConcMode::Swap);
+}
+
+#[test]
+fn concurrency_is_never_exceeded_by_delay_probes() {
+    concurrency_enter(ConcMode::Delay);
+}
+
+type MacroTable<F> = [(&'static [(F, &'static str); 6], u32, ConcMode); 6];
+
+const SYNC_CONCURRENCY: MacroTable<SyncFn> = [
+    (&S_C1, 1, ConcMode::Plain),
+    (&S_C3, 3, ConcMode::Plain),
+    (&S_C1SWAP, 1, ConcMode::Swap),
+    (&S_C3SWAP, 3, ConcMode::Swap),
+    (&S_C1DELAY, 1, ConcMode::Delay),
+    (&S_C3DELAY, 3, ConcMode::Delay),
+];
+
+const ASYNC_CONCURRENCY: MacroTable<AsyncFn> = [
+    (&A_C1, 1, ConcMode::Plain),
+    (&A_C3, 3, ConcMode::Plain),
+    (&A_C1SWAP, 1, ConcMode::Swap),
+    (&A_C3SWAP, 3, ConcMode::Swap),
+    (&A_C1DELAY, 1, ConcMode::Delay),
+    (&A_C3DELAY, 3, ConcMode::Delay),
+];
+
+#[test]
+fn downgrade_fn_concurrency_is_never_exceeded() {
+    let v = Verdicts::default();
+    for (k, threads) in THREADS.into_iter().enumerate() {
+        for (table, n, mode) in SYNC_CONCURRENCY {
+            let (f, name) = table[k];
+            concurrency_case(
+                &v,
+                At {
+                    reg: registry(),
+                    name,
+                    shape: Shape::SyncMacro,
+                    threads,
+                },
+                |_| Target::Sync(f),
+                n,
+                mode,
+            );
+        }
+    }
+    v.conclude();
+}
+
+#[test]
+fn async_downgrade_concurrency_is_never_exceeded() {
+    let v = Verdicts::default();
+    let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime()));
+    for (k, threads) in THREADS.into_iter().enumerate() {
+        for (table, n, mode) in ASYNC_CONCURRENCY {
+            let (f, name) = table[k];
+            concurrency_case(
+                &v,
+                At {
+                    reg: registry(),
+                    name,
+                    shape: Shape::AsyncMacro,
+                    threads,
+                },
+                |_| Target::Async(f, rt),
+                n,
+                mode,
+            );
+        }
+    }
+    v.conclude();
+}

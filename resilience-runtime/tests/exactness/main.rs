@@ -1,0 +1,62 @@
+//! The concurrency matrix: every bound the engine states for a rule, checked exactly
+//! under 1, 2, 4, 8, 16 and 64 threads (or tasks).
+//!
+//! Each case counts what it saw itself: its own in-flight counter, incremented right
+//! after admission and decremented before the call finishes, with its maximum, its
+//! own count of admitted calls, and its own count of refusals by reason. It then
+//! checks the stated bound exactly:
+//!
+//! * visits ([`visits`]): `max_visits(N)` in a single window admits exactly
+//!   `min(N, calls)`, and `N = 0` (the kill switch) admits nothing, ever; also while
+//!   another thread keeps swapping the policy between two forms that share the window;
+//! * concurrency ([`concurrency`]): `max_concurrency(n)` never has more than `n` calls
+//!   in flight (the callers' own count and `peak_concurrency`): plain, while the policy
+//!   is swapped, and with a delay rule whose probes arrive while the limit is still
+//!   full;
+//! * token bucket ([`tokens`]), on a manual clock: a frozen bucket admits exactly its
+//!   capacity; a clock advanced by `T` while the calls run admits at most
+//!   `capacity + floor(rate * T)`; refill is exact; a new, larger bucket admits the
+//!   very next call;
+//! * exceptions and timeouts ([`health`]): `max_exceptions(N)` / `timeouts(_, N)` with
+//!   `T` threads doing one call at a time record at least `N` and at most `N - 1 + T`;
+//! * classic breaker ([`breakers`]): half-open admits exactly `half_open_probes` of the
+//!   calls racing for the probes, also while another thread keeps swapping the point's
+//!   policy;
+//! * SRE breaker ([`breakers`]): while dropping, at most one forced probe per
+//!   `force_pass_interval` (none before the first pass, exactly one when every thread
+//!   asks after a full interval, none half an interval later), also along a timeline
+//!   walked by every thread at once across bucket boundaries, where with a roll of 0
+//!   nothing else may be admitted and every decision must see the window's failures;
+//! * adaptive ([`adaptive`]): a `Gate` never has more than `capacity` permits out
+//!   (capacity 1 and 3, and at most 3 while another thread resizes it between 2 and
+//!   3); a gradient limit pinned at 3 (`min = max = initial`) never has more than 3
+//!   calls in flight through a point;
+//! * cluster lease (`cluster`, feature `redis`, against the Redis of
+//!   `RESILIENCE_REDIS_URL`; fails without one): a visits lease admits at most `quota`
+//!   calls per Redis window, and, alone on its key and drained, exactly `quota`.
+//!
+//! Call shapes: `Point::enter` / `Permit::finish` (and dropped permits) for every
+//! point case; a sync `#[downgrade]` fn and an `async fn` with `#[downgrade]` on a
+//! multi-thread tokio runtime (some futures dropped mid-flight) for the visits and
+//! concurrency cases; the types themselves for the SRE breaker, the gate and the
+//! lease. Every point case also checks the books: every call is one visit, `visits ==
+//! passes + downgrades`, the refusals the callers saw are the point's downgrades
+//! reason by reason, every permit came back (`concurrency == 0`), and the calls the
+//! callers saw admitted are the point's passes.
+//!
+//! Each test runs all its combinations and then fails with every failed check, each
+//! naming its case, shape, thread count and swap mode and what was seen.
+//!
+//! Shared helpers are in [`support`]; a `#[downgrade]` fn stamped out by its macros
+//! lives in the module that uses it, and every point name is distinct.
+
+mod support;
+
+mod adaptive;
+mod breakers;
+#[cfg(feature = "redis")]
+mod cluster;
+mod concurrency;
+mod health;
+mod tokens;
+mod visits;
