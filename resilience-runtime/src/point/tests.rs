@@ -3,7 +3,9 @@
 use super::compiled::{Compiled, Leaked, Parts, ACTIVE, R_VISITS};
 use super::flow::Slot;
 use super::permit::{Meta, Permit, NO_HANG};
-use super::slots::{BreakerImpl, BreakerSlot, CLUSTER_GRACE};
+#[cfg(feature = "redis")]
+use super::slots::CLUSTER_GRACE;
+use super::slots::{BreakerImpl, BreakerSlot};
 use super::*;
 use crate::breaker::SreBreaker;
 use crate::clock::nanos;
