@@ -1,0 +1,155 @@
+//! The flow word (`point/flow.rs`): the visits rule and the concurrency limit are
+//! exact under every interleaving, because each admission is one compare-and-swap of
+//! the word it decided on.
+
+use super::check;
+use crate::flow::{Flow, Limits, Refused, NO_LIMIT};
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+
+/// Runs `body` on three threads sharing `flow`; returns how many were admitted.
+fn three(flow: &Arc<Flow>, body: impl Fn(&Flow) -> bool + Send + Sync + 'static) -> usize {
+    let body = Arc::new(body);
+    let handles: Vec<_> = (0..3)
+        .map(|_| {
+            let (flow, body) = (flow.clone(), body.clone());
+            thread::spawn(move || body(&flow))
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .filter(|&admitted| admitted)
+        .count()
+}
+
+/// What the admitted calls of a model share, under a concurrency limit of 1: how many
+/// are inside, and data that the one call inside changes without synchronising. loom
+/// checks every access to `data` against the happens-before relation, so a model
+/// fails unless each release happens before the next admission (the release's
+/// `Release`, the admission's `Acquire`): a limit of 1 is a lock.
+struct Inside {
+    running: AtomicUsize,
+    data: UnsafeCell<u64>,
+}
+
+// SAFETY: `data` is only touched by an admitted call, and the flow admits one at a
+// time; that is what the models check (loom panics on a concurrent access).
+unsafe impl Sync for Inside {}
+
+impl Inside {
+    fn new() -> Arc<Inside> {
+        Arc::new(Inside {
+            running: AtomicUsize::new(0),
+            data: UnsafeCell::new(0),
+        })
+    }
+
+    /// The data's final value: one per call that got in.
+    fn calls(&self) -> u64 {
+        // SAFETY: every thread was joined.
+        self.data.with(|n| unsafe { *n })
+    }
+}
+
+/// A call under `limits` (at most 1 in flight): inside, it counts itself in `running`
+/// (asserting the limit there) and changes the data, then releases its slot.
+fn run_call(flow: &Flow, limits: Limits, inside: &Inside) -> bool {
+    assert_eq!(limits.inflight, 1, "the data is for one call at a time");
+    match flow.admit(limits) {
+        Ok(e) => {
+            assert_eq!(e.inflight, 1, "entry saw {}", e.inflight);
+            // Relaxed: the counter must add no ordering of its own (a `SeqCst` or
+            // `AcqRel` one would order the calls and hide a missing `Acquire` or
+            // `Release` in the flow from the data check).
+            let now = inside.running.fetch_add(1, Ordering::Relaxed) + 1;
+            assert_eq!(now, 1, "{now} calls inside at once");
+            // SAFETY: see `Inside`; loom checks it.
+            inside.data.with_mut(|n| unsafe { *n += 1 });
+            inside.running.fetch_sub(1, Ordering::Relaxed);
+            flow.release(e.slot);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+/// A pass limit of 0 (the kill switch) admits nobody, and refusals change nothing.
+#[test]
+fn kill_switch_admits_none() {
+    check(|| {
+        let flow = Arc::new(Flow::new());
+        let limits = Limits {
+            passes: 0,
+            inflight: NO_LIMIT,
+        };
+        let admitted = three(&flow, move |f| match f.admit(limits) {
+            Ok(_) => true,
+            Err(r) => {
+                assert_eq!(r, Refused::Visits);
+                false
+            }
+        });
+        assert_eq!(admitted, 0);
+        assert_eq!(flow.peek(), (0, 0));
+    });
+}
+
+/// Three callers racing for a pass limit of 2: exactly two pass, and the count says 2.
+#[test]
+fn visits_admit_exactly_the_limit() {
+    check(|| {
+        let flow = Arc::new(Flow::new());
+        let limits = Limits {
+            passes: 2,
+            inflight: NO_LIMIT,
+        };
+        let admitted = three(&flow, move |f| f.admit(limits).is_ok());
+        assert_eq!(admitted, 2);
+        assert_eq!(flow.passes(), 2);
+        assert_eq!(flow.inflight(), 2, "the admitted calls hold their slots");
+    });
+}
+
+/// A concurrency limit of 1 with releases: never two calls inside at once, each
+/// call's release happens before the next call's admission (see [`Inside`]), and
+/// every slot comes back.
+#[test]
+fn concurrency_never_exceeds_the_limit() {
+    check(|| {
+        let flow = Arc::new(Flow::new());
+        let inside = Inside::new();
+        let limits = Limits {
+            passes: NO_LIMIT,
+            inflight: 1,
+        };
+        let i = inside.clone();
+        let admitted = three(&flow, move |f| run_call(f, limits, &i));
+        assert!(admitted >= 1, "the first caller always gets in");
+        assert_eq!(flow.passes(), admitted as u64);
+        assert_eq!(inside.calls(), admitted as u64);
+        assert_eq!(flow.inflight(), 0);
+    });
+}
+
+/// Both limits at once (2 passes, 1 in flight), with releases: at most 2 pass, one at
+/// a time (see [`Inside`]), and the counts match what happened.
+#[test]
+fn both_limits_at_once() {
+    check(|| {
+        let flow = Arc::new(Flow::new());
+        let inside = Inside::new();
+        let limits = Limits {
+            passes: 2,
+            inflight: 1,
+        };
+        let i = inside.clone();
+        let admitted = three(&flow, move |f| run_call(f, limits, &i));
+        assert!((1..=2).contains(&admitted), "{admitted} admitted");
+        assert_eq!(flow.passes(), admitted as u64);
+        assert_eq!(inside.calls(), admitted as u64);
+        assert_eq!(flow.inflight(), 0);
+    });
+}
