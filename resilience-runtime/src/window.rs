@@ -12,11 +12,13 @@
 //! A reader never takes a snapshot newer than its window's start as the base: that
 //! would make the window look emptier than it is, and let the visits and health rules
 //! admit too much. The bucket that begins is written into the slot of the window's
-//! oldest bucket, so a rotation first publishes the new window (whose own base slot
-//! already holds its snapshot) and only then overwrites the old base, behind a release
-//! fence; a reader checks, after an acquire fence, that the window it read the base of
-//! is still the published one, and reads again if not (a seqlock whose sequence is the
-//! published tick). A base older than its window is only conservative.
+//! oldest bucket, so a rotation (one at a time: the claim word holds a busy bit) first
+//! publishes the new window (whose own base slot already holds its snapshot, or one
+//! older, which is only conservative) and only then overwrites the old base, behind a
+//! release fence. A reader checks, after an acquire fence, that no rotation published
+//! since it picked its base slot, and reads again if one did: a seqlock whose sequence
+//! counts rotations, in the same word as the slot. A thread that finds a rotation running goes on with the window
+//! last published: older, so again only conservative.
 
 use crate::sync::{atomic, AtomicU64, Ordering};
 
@@ -39,55 +41,79 @@ pub(crate) struct Ring<const K: usize = TRACKED> {
     /// Where the tick after the newest published one begins: the pass path compares
     /// against it instead of dividing.
     next_boundary: AtomicU64,
-    /// The newest published tick: the window ends there, and its oldest bucket's slot is
-    /// `(published + 1) % buckets`. Only grows.
+    /// The slot of the oldest tick in the window ending at the newest published tick
+    /// (the low [`SLOT_BITS`] bits), and the number of rotations published (the rest):
+    /// a reader's base is good if this word did not move while it read the slot.
     published: AtomicU64,
-    /// The newest tick a rotating thread has claimed.
+    /// The newest tick rotated to, with [`BUSY`] while a rotation runs.
     claim: AtomicU64,
     slots: Box<[Slot<K>]>,
 }
 
+/// Set in the claim word while a rotation runs.
+const BUSY: u64 = 1 << 63;
+/// Bits of the base slot in the published word: rings have at most 2^16 buckets, and
+/// the 2^48 rotations left are more than a reader can ever sleep through.
+const SLOT_BITS: u32 = 16;
+const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
+
 impl<const K: usize> Ring<K> {
     pub(crate) fn new(buckets: u32, width_ns: u64, now: u64, current: [u64; K]) -> Ring<K> {
+        assert!(u64::from(buckets) <= SLOT_MASK + 1, "at most 2^16 buckets");
         let slots = (0..buckets)
             .map(|_| Slot(current.map(AtomicU64::new)))
             .collect();
+        let tick = now / width_ns;
         let ring = Ring {
             width_ns,
             buckets: u64::from(buckets),
             next_boundary: AtomicU64::new(0),
             published: AtomicU64::new(0),
-            claim: AtomicU64::new(0),
+            claim: AtomicU64::new(tick),
             slots,
         };
-        ring.publish(now / width_ns);
+        ring.publish(tick);
         ring
     }
 
-    /// Empties the window (used when a ring is reused after a geometry change).
+    /// Empties the window (used when a ring is reused after a geometry change): every
+    /// slot starts at `current`, as a window that begins now.
     pub(crate) fn reset(&self, now: u64, current: [u64; K]) {
+        let tick = now / self.width_ns;
+        // Wait out a rotation in progress (a few stores), then hold the claim.
+        loop {
+            let claimed = self.claim.load(Ordering::Relaxed);
+            if claimed & BUSY == 0
+                && self
+                    .claim
+                    .compare_exchange(claimed, tick | BUSY, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        self.publish(tick);
+        atomic::fence(Ordering::Release);
         for slot in self.slots.iter() {
             for (cell, v) in slot.0.iter().zip(current) {
                 cell.store(v, Ordering::Relaxed);
             }
         }
-        let tick = now / self.width_ns;
-        self.claim.store(tick, Ordering::Relaxed);
-        self.published.store(tick, Ordering::Release);
-        self.next_boundary
-            .store(self.boundary_after(tick), Ordering::Release);
+        self.claim.store(tick, Ordering::Release);
     }
 
-    fn boundary_after(&self, tick: u64) -> u64 {
-        tick.saturating_add(1).saturating_mul(self.width_ns)
-    }
-
-    /// Publishes the window ending at `tick` unless a newer one is.
+    /// Publishes the window ending at `tick` (the caller holds the claim).
     fn publish(&self, tick: u64) {
-        self.claim.fetch_max(tick, Ordering::Relaxed);
-        self.published.fetch_max(tick, Ordering::Release);
-        self.next_boundary
-            .fetch_max(self.boundary_after(tick), Ordering::Release);
+        let count = (self.published.load(Ordering::Relaxed) >> SLOT_BITS).wrapping_add(1);
+        self.published.store(
+            (count << SLOT_BITS) | ((tick + 1) % self.buckets),
+            Ordering::Release,
+        );
+        self.next_boundary.store(
+            tick.saturating_add(1).saturating_mul(self.width_ns),
+            Ordering::Release,
+        );
     }
 
     /// Brings the window up to `now` and returns the counter values at the start of the
@@ -101,13 +127,13 @@ impl<const K: usize> Ring<K> {
         loop {
             // The oldest tick of the window ending at tick `h` is `h - (buckets - 1)`,
             // whose slot is `(h + 1) % buckets`.
-            let tick = self.published.load(Ordering::Acquire);
-            let slot = &self.slots[((tick + 1) % self.buckets) as usize];
+            let published = self.published.load(Ordering::Acquire);
+            let slot = &self.slots[(published & SLOT_MASK) as usize];
             let base = slot.0.each_ref().map(|c| c.load(Ordering::Relaxed));
             // Pairs with the rotation's release fence: a value written after a newer
-            // window was published shows that window here.
+            // window was published shows that rotation's count here.
             atomic::fence(Ordering::Acquire);
-            if self.published.load(Ordering::Relaxed) == tick {
+            if self.published.load(Ordering::Relaxed) == published {
                 return base;
             }
         }
@@ -116,10 +142,11 @@ impl<const K: usize> Ring<K> {
     #[cold]
     fn rotate(&self, tick: u64, read: impl FnOnce() -> [u64; K]) {
         let claimed = self.claim.load(Ordering::Relaxed);
-        if claimed >= tick
+        if claimed & BUSY != 0
+            || claimed >= tick
             || self
                 .claim
-                .compare_exchange(claimed, tick, Ordering::AcqRel, Ordering::Relaxed)
+                .compare_exchange(claimed, tick | BUSY, Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
         {
             // Another thread is rotating; use the window it last published.
@@ -140,6 +167,7 @@ impl<const K: usize> Ring<K> {
                 cell.store(v, Ordering::Relaxed);
             }
         }
+        self.claim.store(tick, Ordering::Release);
     }
 
     /// Calls `f` with the counts of every bucket of the window, oldest first, given the
@@ -147,7 +175,7 @@ impl<const K: usize> Ring<K> {
     /// up to date. `O(buckets)`: for slow paths only.
     pub(crate) fn for_each_bucket(&self, current: [u64; K], mut f: impl FnMut([u64; K])) {
         let n = self.slots.len();
-        let first = ((self.published.load(Ordering::Acquire) + 1) % self.buckets) as usize;
+        let first = (self.published.load(Ordering::Acquire) & SLOT_MASK) as usize;
         let load = |i: usize| {
             self.slots[i % n]
                 .0

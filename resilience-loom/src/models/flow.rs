@@ -82,6 +82,7 @@ fn kill_switch_admits_none() {
     check(|| {
         let flow = Arc::new(Flow::new());
         let limits = Limits {
+            from: 0,
             passes: 0,
             inflight: NO_LIMIT,
         };
@@ -93,7 +94,7 @@ fn kill_switch_admits_none() {
             }
         });
         assert_eq!(admitted, 0);
-        assert_eq!(flow.peek(), (0, 0));
+        assert_eq!(flow.peek(0), (0, 0));
     });
 }
 
@@ -103,6 +104,7 @@ fn visits_admit_exactly_the_limit() {
     check(|| {
         let flow = Arc::new(Flow::new());
         let limits = Limits {
+            from: 0,
             passes: 2,
             inflight: NO_LIMIT,
         };
@@ -122,6 +124,7 @@ fn concurrency_never_exceeds_the_limit() {
         let flow = Arc::new(Flow::new());
         let inside = Inside::new();
         let limits = Limits {
+            from: 0,
             passes: NO_LIMIT,
             inflight: 1,
         };
@@ -142,6 +145,7 @@ fn both_limits_at_once() {
         let flow = Arc::new(Flow::new());
         let inside = Inside::new();
         let limits = Limits {
+            from: 0,
             passes: 2,
             inflight: 1,
         };

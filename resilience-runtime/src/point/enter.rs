@@ -138,8 +138,9 @@ impl Point {
         self.observe_cycle(now);
         let base = c.ring().base(now, || self.counters.tracked(&self.flow));
         let limits = Limits {
+            from: base[window::PASSES],
             passes: if c.rules & R_VISITS != 0 {
-                base[window::PASSES].saturating_add(c.max_visits)
+                c.max_visits
             } else {
                 NO_LIMIT
             },
@@ -166,7 +167,8 @@ impl Point {
         }
 
         let mut adaptive = None;
-        let (passes, inflight) = self.flow.peek();
+        // Passes in the window so far, and calls in flight.
+        let (passes, inflight) = self.flow.peek(limits.from);
         let tripped = 'chain: {
             if c.rules & R_VISITS != 0 && passes >= limits.passes {
                 break 'chain Some(Reason::Visits);
@@ -184,7 +186,7 @@ impl Point {
                     counter.load(Ordering::Relaxed).saturating_sub(base[i])
                 };
                 let h = Health {
-                    passes: passes.saturating_sub(base[window::PASSES]),
+                    passes,
                     downgrades: if c.rules & R_RATE != 0 {
                         count(&self.counters.downgrades, window::DOWNGRADES)
                     } else {
@@ -235,7 +237,12 @@ impl Point {
             }
         }
         // The commit: the visits and concurrency limits checked again, exactly.
-        let entry = match self.flow.admit(limits) {
+        let admitted = if c.rules & (R_VISITS | R_CONCURRENCY) != 0 {
+            self.flow.admit(limits)
+        } else {
+            Ok(self.flow.admit_unlimited())
+        };
+        let entry = match admitted {
             Ok(entry) => entry,
             Err(refused) => {
                 // Another call took the last pass or slot since the look above.
@@ -473,15 +480,16 @@ impl Point {
                 self.counters.shadow_by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
                 self.event(reason, now, true);
             }
-            let limits = if !shadow && c.rules & R_CONCURRENCY != 0 {
-                Limits {
+            let admitted = if !shadow && c.rules & R_CONCURRENCY != 0 {
+                self.flow.admit(Limits {
+                    from: 0,
                     passes: NO_LIMIT,
                     inflight: c.max_concurrency,
-                }
+                })
             } else {
-                Limits::NONE
+                Ok(self.flow.admit_unlimited())
             };
-            match self.flow.admit(limits) {
+            match admitted {
                 Ok(entry) => {
                     self.note_peak(entry.inflight);
                     let hang = self.hang_slot(c.timeout, now);

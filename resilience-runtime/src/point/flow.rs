@@ -60,20 +60,14 @@ pub(crate) struct Entry {
 /// The limits one admission is checked against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Limits {
-    /// Admit only while fewer than this many passes were counted in all (the window's
-    /// base plus the visits threshold), or [`NO_LIMIT`].
+    /// The pass total the window starts from (its base).
+    pub(crate) from: u64,
+    /// Admit only while fewer than this many calls passed since `from` (the visits
+    /// threshold), or [`NO_LIMIT`].
     pub(crate) passes: u64,
     /// Admit only while fewer than this many calls are in flight (at most 2^22), or
     /// [`NO_LIMIT`].
     pub(crate) inflight: u64,
-}
-
-impl Limits {
-    /// No limit at all.
-    pub(crate) const NONE: Limits = Limits {
-        passes: NO_LIMIT,
-        inflight: NO_LIMIT,
-    };
 }
 
 /// Why [`decide`] refused.
@@ -85,8 +79,9 @@ pub(crate) enum Refused {
     Concurrency,
 }
 
-/// The pure decision: may one more call pass when `passes` have passed and `inflight`
-/// are in flight? The visits rule is checked first, as SDS orders its rules.
+/// The pure decision: may one more call pass when `passes` have passed in the window
+/// and `inflight` are in flight? The visits rule is checked first, as SDS orders its
+/// rules.
 #[inline(always)]
 pub(crate) fn decide(passes: u64, inflight: u64, limits: Limits) -> Result<(), Refused> {
     if passes >= limits.passes {
@@ -129,16 +124,15 @@ impl Flow {
     }
 
     /// Admits a call under `limits`: counts its pass and takes its slot in one step,
-    /// or refuses and changes nothing (see the module docs for the guarantee).
+    /// or refuses and changes nothing (see the module docs for the guarantee). Without
+    /// any limit, [`admit_unlimited`](Self::admit_unlimited) does the same in one
+    /// atomic addition.
     #[inline]
     pub(crate) fn admit(&self, limits: Limits) -> Result<Entry, Refused> {
-        if limits == Limits::NONE {
-            return Ok(self.admit_unlimited());
-        }
         let mut cur = self.word.load(Ordering::Relaxed);
         loop {
             let inflight = cur & INFLIGHT_MASK;
-            decide(self.extend(cur >> INFLIGHT_BITS), inflight, limits)?;
+            decide(Flow::since(cur, limits.from), inflight, limits)?;
             if inflight >= SPILL_AT {
                 // Only without a concurrency limit (limits are at most 2^22).
                 return self.admit_spilled(cur, limits);
@@ -182,7 +176,7 @@ impl Flow {
     #[cold]
     fn admit_spilled(&self, mut cur: u64, limits: Limits) -> Result<Entry, Refused> {
         loop {
-            decide(self.extend(cur >> INFLIGHT_BITS), 0, limits)?;
+            decide(Flow::since(cur, limits.from), 0, limits)?;
             match self.word.compare_exchange_weak(
                 cur,
                 cur.wrapping_add(PASS),
@@ -222,17 +216,24 @@ impl Flow {
         }
     }
 
-    /// The passes and the calls in flight in the word now (the spill counter aside):
-    /// what [`admit`](Self::admit) would decide on.
+    /// The passes since the total `from` and the calls in flight in the word now (the
+    /// spill counter aside): what [`admit`](Self::admit) would decide on.
     #[inline]
-    pub(crate) fn peek(&self) -> (u64, u64) {
+    pub(crate) fn peek(&self, from: u64) -> (u64, u64) {
         let w = self.word.load(Ordering::Relaxed);
-        (self.extend(w >> INFLIGHT_BITS), w & INFLIGHT_MASK)
+        (Flow::since(w, from), w & INFLIGHT_MASK)
+    }
+
+    /// The passes counted in `word` since the total `from` (at most 2^40 - 1 of them:
+    /// counted in the word's own field, without the base).
+    #[inline(always)]
+    fn since(word: u64, from: u64) -> u64 {
+        (word >> INFLIGHT_BITS).wrapping_sub(from) & PASS_MASK
     }
 
     /// The pass total.
     pub(crate) fn passes(&self) -> u64 {
-        self.peek().0
+        self.extend(self.word.load(Ordering::Relaxed) >> INFLIGHT_BITS)
     }
 
     /// Calls in flight.
@@ -271,7 +272,11 @@ mod tests {
     use crate::sync::Arc;
 
     const fn limits(passes: u64, inflight: u64) -> Limits {
-        Limits { passes, inflight }
+        Limits {
+            from: 0,
+            passes,
+            inflight,
+        }
     }
 
     #[test]
@@ -291,7 +296,8 @@ mod tests {
         );
         let e = f.admit_unlimited();
         assert_eq!((e.inflight, e.slot), (2, Slot::Word));
-        assert_eq!(f.peek(), (3, 2), "refusals changed nothing");
+        assert_eq!(f.peek(0), (3, 2), "refusals changed nothing");
+        assert_eq!(f.peek(1), (2, 2), "passes since a base");
         assert_eq!((f.passes(), f.inflight()), (3, 2));
         f.release(Slot::Word);
         f.release(Slot::Word);
@@ -313,12 +319,17 @@ mod tests {
     fn pass_totals_survive_the_40_bit_wrap() {
         let start = (1u64 << 40) - 3;
         let f = Flow::starting_at(start);
+        let window = Limits {
+            from: start,
+            passes: 10,
+            inflight: NO_LIMIT,
+        };
         for i in 1..=10 {
-            f.admit(limits(start + 10, NO_LIMIT)).unwrap();
+            f.admit(window).unwrap();
             assert_eq!(f.passes(), start + i);
         }
         assert_eq!(
-            f.admit(limits(start + 10, NO_LIMIT)).unwrap_err(),
+            f.admit(window).unwrap_err(),
             Refused::Visits,
             "the limit holds across the wrap"
         );
@@ -411,7 +422,7 @@ mod properties {
             max_passes in prop_oneof![0u64..1000, Just(NO_LIMIT)],
             max_inflight in prop_oneof![0u64..64, Just(NO_LIMIT)],
         ) {
-            let got = match decide(passes, inflight, Limits { passes: max_passes, inflight: max_inflight }) {
+            let got = match decide(passes, inflight, Limits { from: 0, passes: max_passes, inflight: max_inflight }) {
                 Ok(()) => "admit",
                 Err(Refused::Visits) => "visits",
                 Err(Refused::Concurrency) => "concurrency",
@@ -431,7 +442,7 @@ mod properties {
             for admit in ops {
                 if admit {
                     let want = reference(passes, held.len() as u64, max_passes, max_inflight);
-                    match f.admit(Limits { passes: max_passes, inflight: max_inflight }) {
+                    match f.admit(Limits { from: 0, passes: max_passes, inflight: max_inflight }) {
                         Ok(e) => {
                             prop_assert_eq!(want, "admit");
                             passes += 1;
@@ -443,7 +454,7 @@ mod properties {
                 } else if let Some(slot) = held.pop() {
                     f.release(slot);
                 }
-                prop_assert_eq!(f.peek(), (passes, held.len() as u64));
+                prop_assert_eq!(f.peek(0), (passes, held.len() as u64));
             }
         }
     }
