@@ -4,6 +4,36 @@
 //! the token bucket, the delay state and the current policy of one point name. A policy
 //! is compiled into an immutable form behind one pointer, so reading it costs one load
 //! and a policy change never resets any of the state next to it.
+//!
+//! # Reading order
+//!
+//! - The state and its decisions, each a pure function beside a thin atomic shell:
+//!   `flow` (passes and calls in flight in one word: the visits and concurrency
+//!   limits), `delay` (the delay's end and its probe), `health` (the timeouts,
+//!   exceptions and exception-rate rules), `hang` (hung-call detection), `tally` (the
+//!   per-thread counts of calls without a policy), and the token bucket in
+//!   [`crate::limit`] and the window in `crate::window`.
+//! - The configuration: `slots` (breakers, adaptive limiters, cluster limits, token
+//!   buckets), `compiled` (a policy compiled for the hot path), `cell` (its
+//!   publication), `configure` (turning a setting into slots and a form, cold).
+//! - The call: `enter` (admission, hot), `permit` (the permit and completion), `report`
+//!   (downgrades and breaker changes to the counters and listeners), `call`
+//!   (`Point::call` and friends).
+//! - Around it: `cycle` (the 10 s statistics cycle, the hung-call sweep), `snapshot`
+//!   (statistics and memory), `chores` (the background timers), `tests`.
+//!
+//! Files import only from those before them (and `mod.rs`, which defines [`Point`]).
+//!
+//! # Slots and their lifetimes
+//!
+//! Every slot a compiled form names (window ring, token bucket, breaker, adaptive
+//! limiter, cluster lease) and every compiled form is leaked when made and kept by the
+//! point for the rest of the process: a call that read an older form may still use
+//! it, however long ago it read it. Forms and slots are reused for an equal setting,
+//! so a point holds one per distinct setting it has had, not one per change. The
+//! handles are `&'static` references: no address is cast, and the only `unsafe` left
+//! in the engine is the pointer load of [`cell`] and the per-thread cells of
+//! [`tally`], each with its SAFETY comment.
 
 pub(crate) mod chores;
 mod delay;
