@@ -690,6 +690,104 @@ fn a_burst_of_writes_is_applied_once() {
     assert_eq!(r.policy("burst").unwrap().unwrap().max_visits(), Some(2));
 }
 
+/// A writer that pauses longer than the debounce half-way through (point `a` written,
+/// a 400 ms pause, then point `b`): the half-written file is never applied, so `b` is
+/// never cleared, because the two reads a settle period apart do not agree.
+#[test]
+fn a_slow_writer_is_not_applied_half_way() {
+    let dir = TempDir::new("slow");
+    let path = dir.path("policies.toml");
+    let full = "[points.a]\nmax_visits = 1\n[points.b]\nmax_visits = 2\n";
+    std::fs::write(&path, full).unwrap();
+    let r = new_registry();
+    let watcher = r
+        .watch_policies_with(
+            &path,
+            WatchOptions::new()
+                .debounce(Duration::from_millis(200))
+                .settle(Duration::from_millis(500)),
+        )
+        .unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen_cleared = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let observer = {
+        let (done, seen_cleared) = (done.clone(), seen_cleared.clone());
+        let r: &'static resilience_runtime::Registry = r;
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                if r.policy("b").unwrap().is_none() {
+                    seen_cleared.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    // The slow save: truncate and write `a` (with a new value), pause, then `b`.
+    let edited = "[points.a]\nmax_visits = 10\n[points.b]\nmax_visits = 20\n";
+    let (head, tail) = edited.split_at(edited.find("[points.b]").unwrap());
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&path).unwrap();
+        f.write_all(head.as_bytes()).unwrap();
+        f.sync_all().unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        f.write_all(tail.as_bytes()).unwrap();
+        f.sync_all().unwrap();
+    }
+    let status = wait_for("version 2", || {
+        Some(watcher.status()).filter(|s| s.version == 2)
+    });
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    observer.join().unwrap();
+    assert!(
+        !seen_cleared.load(std::sync::atomic::Ordering::Relaxed),
+        "point b was cleared while the file was half written"
+    );
+    assert_eq!(status.failures, 0, "{:?}", status.last_error);
+    assert_eq!(r.policy("a").unwrap().unwrap().max_visits(), Some(10));
+    assert_eq!(r.policy("b").unwrap().unwrap().max_visits(), Some(20));
+    assert_eq!(r.policy_file_version(), 2, "applied once, complete");
+}
+
+/// A file rejected and then restored to the content in force: the watcher says it is
+/// good again (status and `on_reload`), although there is nothing new to apply.
+#[test]
+fn a_rejected_file_restored_to_good_text_is_reported() {
+    let dir = TempDir::new("restored");
+    let path = dir.path("policies.toml");
+    let good = "[points.restored]\nmax_visits = 5\n";
+    std::fs::write(&path, good).unwrap();
+    let r = new_registry();
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let watcher = r
+        .watch_policies_with(
+            &path,
+            WatchOptions::new()
+                .debounce(Duration::from_millis(50))
+                .settle(Duration::from_millis(50))
+                .on_reload(move |result| {
+                    let summary = result.map(|r| r.version).map_err(|e| e.to_string());
+                    let _ = tx.lock().unwrap().send(summary);
+                }),
+        )
+        .unwrap();
+    replace_atomically(&path, "[points.restored]\nmax_visits = []\n");
+    let reported = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(reported.is_err(), "{reported:?}");
+    assert!(watcher.status().last_error.is_some());
+    replace_atomically(&path, good);
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        Ok(1),
+        "good again, at the version in force"
+    );
+    let status = watcher.status();
+    assert!(status.last_error.is_none());
+    assert_eq!(status.version, 1);
+    assert_eq!(r.policy_file_version(), 1, "nothing new was applied");
+}
+
 #[test]
 fn a_broken_file_at_start_is_an_error() {
     let dir = TempDir::new("start");

@@ -33,6 +33,7 @@ type Callback = Arc<dyn Fn(Result<&LoadReport, &ConfigError>) + Send + Sync>;
 #[derive(Clone)]
 pub struct WatchOptions {
     debounce: Duration,
+    settle: Duration,
     on_reload: Option<Callback>,
 }
 
@@ -40,6 +41,7 @@ impl fmt::Debug for WatchOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("WatchOptions")
             .field("debounce", &self.debounce)
+            .field("settle", &self.settle)
             .field("on_reload", &self.on_reload.is_some())
             .finish()
     }
@@ -52,10 +54,11 @@ impl Default for WatchOptions {
 }
 
 impl WatchOptions {
-    /// Default options: a 200 ms debounce and no callback.
+    /// Default options: a 200 ms debounce, a 500 ms settle period and no callback.
     pub fn new() -> WatchOptions {
         WatchOptions {
             debounce: Duration::from_millis(200),
+            settle: Duration::from_millis(500),
             on_reload: None,
         }
     }
@@ -69,9 +72,21 @@ impl WatchOptions {
         self
     }
 
+    /// How long apart two reads of the file must agree before it is applied: a writer
+    /// that pauses longer than the debounce half-way through would otherwise have its
+    /// half-written file applied. Content still changing is never applied; a writer
+    /// that pauses longer than debounce plus settle cannot be told from a finished one,
+    /// so writing a new file and renaming it over the old stays the safe way.
+    pub fn settle(mut self, period: Duration) -> WatchOptions {
+        self.settle = period;
+        self
+    }
+
     /// A function called on the watcher's thread after every reload attempt: with the
     /// report of an applied file, or with the error of a rejected one (the last good
-    /// policies stay in force). It is not called for the initial load, whose result
+    /// policies stay in force); and when a rejected file is restored to the content in
+    /// force, with the report of the policies in force (the file is good again, and
+    /// nothing new was applied). It is not called for the initial load, whose result
     /// [`Registry::watch_policies`] returns. It must not drop the watcher itself.
     pub fn on_reload<F>(mut self, f: F) -> WatchOptions
     where
@@ -244,9 +259,10 @@ impl Registry {
             on_reload: options.on_reload,
         };
         let debounce = options.debounce;
+        let settle = options.settle;
         let worker = std::thread::Builder::new()
             .name("resilience-policy-watch".into())
-            .spawn(move || worker.run(&rx, debounce))
+            .spawn(move || worker.run(&rx, debounce, settle))
             .map_err(|error| ConfigError::Io {
                 path: path.clone(),
                 error,
@@ -285,39 +301,73 @@ struct Worker {
 }
 
 impl Worker {
-    fn run(mut self, rx: &mpsc::Receiver<Message>, quiet: Duration) {
+    fn run(mut self, rx: &mpsc::Receiver<Message>, quiet: Duration, settle: Duration) {
         let start = Instant::now();
         let now = || u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         let quiet_ns = u64::try_from(quiet.as_nanos()).unwrap_or(u64::MAX);
+        let settle_ns = u64::try_from(settle.as_nanos()).unwrap_or(u64::MAX);
         let mut debouncer = Debouncer::new(quiet_ns, quiet_ns.saturating_mul(10));
+        // A read waiting for a second one, a settle period later, to agree with it.
+        let mut settling: Option<(String, u64)> = None;
         loop {
-            let message = match debouncer.wait(now()) {
+            let settle_wait = settling
+                .as_ref()
+                .map(|(_, at)| at.saturating_add(settle_ns).saturating_sub(now()));
+            let wait = match (debouncer.wait(now()), settle_wait) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let message = match wait {
                 None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
                 Some(wait) => rx.recv_timeout(Duration::from_nanos(wait)),
             };
             match message {
-                Ok(Message::Changed) => debouncer.event(now()),
+                Ok(Message::Changed) => {
+                    // Still being written: start over once it goes quiet again.
+                    settling = None;
+                    debouncer.event(now());
+                }
                 Ok(Message::Stop) | Err(RecvTimeoutError::Disconnected) => return,
                 Err(RecvTimeoutError::Timeout) => {}
             }
             if debouncer.due(now()) {
-                self.reload();
+                if let Some(text) = self.read() {
+                    settling = Some((text, now()));
+                }
+            }
+            if let Some((first, at)) = &settling {
+                if now() >= at.saturating_add(settle_ns) {
+                    match self.read() {
+                        Some(again) if again == *first => {
+                            settling = None;
+                            self.reload(again);
+                        }
+                        // Changed in between: wait for it to agree with itself.
+                        Some(again) => settling = Some((again, now())),
+                        None => settling = None,
+                    }
+                }
             }
         }
     }
 
-    fn reload(&mut self) {
-        let text = match std::fs::read_to_string(&self.path) {
-            Ok(text) => text,
+    /// Reads the file; a read error is recorded (and `None` returned).
+    fn read(&mut self) -> Option<String> {
+        match std::fs::read_to_string(&self.path) {
+            Ok(text) => Some(text),
             Err(error) => {
                 let error = ConfigError::Io {
                     path: self.path.clone(),
                     error,
                 };
                 self.record(Err(error), None);
-                return;
+                None
             }
-        };
+        }
+    }
+
+    /// Applies `text`, read twice a settle period apart with the same content.
+    fn reload(&mut self, text: String) {
         if text.trim().is_empty() {
             // What a truncating save looks like half-way. Clearing every policy takes a
             // file that says so: an empty `[points]` table, or `{}` in JSON.
@@ -335,11 +385,27 @@ impl Worker {
             return;
         }
         if text == self.last_good {
-            // Touched, or back to the last good content: nothing to apply, and
-            // nothing wrong with the file any more.
-            let mut status = lock(&self.status);
-            status.last_error = None;
-            status.last_checked = SystemTime::now();
+            // Touched, or back to the last good content: nothing to apply. If the file
+            // was rejected before, it is good again: say so.
+            let recovered = {
+                let mut status = lock(&self.status);
+                status.last_checked = SystemTime::now();
+                status
+                    .last_error
+                    .take()
+                    .map(|_| status.last_applied.clone())
+            };
+            if let Some(report) = recovered {
+                #[cfg(feature = "tracing")]
+                tracing::info!(
+                    file = %self.path.display(),
+                    version = report.version,
+                    "policy file valid again (back to the policies in force)"
+                );
+                if let Some(callback) = &self.on_reload {
+                    callback(Ok(&report));
+                }
+            }
             return;
         }
         let result = self
