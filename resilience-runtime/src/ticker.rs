@@ -234,9 +234,11 @@ mod tests {
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
             let a = now();
-            std::thread::sleep(Duration::from_millis(30));
+            // Long enough for the child's new clock thread to be scheduled and tick
+            // on a loaded machine (a whole test suite runs beside this test).
+            std::thread::sleep(Duration::from_millis(200));
             let b = now();
-            // Exit status 0 when the child's clock moved (~30 ms).
+            // Exit status 0 when the child's clock moved (~200 ms).
             let moved = b.saturating_sub(a) >= 20_000_000;
             // SAFETY: ends the child without running the parent's test harness.
             unsafe { libc::_exit(if moved { 0 } else { 1 }) };
