@@ -2,9 +2,17 @@
 //! callers' own count and `peak_concurrency`): plain, while the policy is swapped, and
 //! with a delay rule whose probes arrive while the limit is still full. Through
 //! `enter`/`finish`, a sync `#[downgrade]` fn and an `async fn` with `#[downgrade]`.
+//!
+//! With a classic breaker offering more half-open probes than the limit has slots
+//! (`max_concurrency(2)`, 5 probes): the calls racing for the probes never have more
+//! than 2 in flight, exactly `min(2, T)` are admitted, the others are refused for
+//! `Concurrency` or `BreakerOpen`, and the probes refused by the limit free their
+//! breaker slots (the `5 - min(2, T)` probes left are admitted one by one and close
+//! the breaker).
 
 use crate::support::*;
-use resilience_runtime::{downgrade, registry, Point, Policy, Reason};
+use resilience_runtime::breaker::{Backoff, ClassicConfig};
+use resilience_runtime::{downgrade, registry, BreakerPolicy, BreakerState, Point, Policy, Reason};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -208,6 +216,138 @@ fn async_downgrade_concurrency_is_never_exceeded() {
                 mode,
             );
         }
+    }
+    v.conclude();
+}
+
+// ---- concurrency and a half-open classic breaker ------------------------------------------
+
+/// The slots of the half-open case: fewer than the breaker's probes.
+const SLOTS: u32 = 2;
+const PROBES: u32 = 5;
+const FAILURES: u32 = 3;
+const OPEN_WAIT: Duration = Duration::from_secs(5);
+
+/// `max_concurrency(SLOTS)` and a classic breaker with `PROBES > SLOTS` half-open
+/// probes, on a manual clock: `FAILURES` failures open the breaker, the open wait
+/// passes, and `threads` calls race for the probes, each holding its permit until every
+/// thread has tried. The concurrency rule is asked before the breaker and again by the
+/// final compare-and-swap, after it; a probe refused there is cancelled, which frees
+/// its half-open slot. So: at most `SLOTS` in flight, exactly `min(SLOTS, threads)`
+/// admitted, every refusal `Concurrency` or `BreakerOpen`; after the probes succeed the
+/// breaker is still half-open (it closes when all `PROBES` have succeeded), and exactly
+/// the `PROBES - admitted` probes left are admitted one at a time, the last closing it.
+fn half_open_case(v: &Verdicts, threads: usize) {
+    let (reg, clock) = manual_registry();
+    let name = format!("concurrency.half_open.{threads}");
+    let case = Case::new(
+        format!(
+            "max_concurrency({SLOTS}) + classic breaker, {FAILURES} failures open it, {PROBES} half-open probes"
+        ),
+        Shape::Enter,
+        threads,
+        false,
+    );
+    reg.set_policy(
+        &name,
+        Policy::builder().max_concurrency(SLOTS).build().unwrap(),
+    )
+    .unwrap();
+    reg.set_breaker(
+        &name,
+        BreakerPolicy::Classic(ClassicConfig {
+            consecutive_failures: Some(FAILURES),
+            open_wait: Backoff::fixed(OPEN_WAIT),
+            half_open_probes: PROBES,
+            ..ClassicConfig::default()
+        }),
+    )
+    .unwrap();
+    let p = reg.point(&name).unwrap();
+    let seen = Seen::default();
+    let state = || p.stats().breaker.map(|b| b.state);
+    for _ in 0..FAILURES {
+        let r = one_call(p, &seen, true);
+        v.check(r.is_ok(), || {
+            format!("{case}: a closed breaker under a free limit refused a call: {r:?}")
+        });
+    }
+    let open = one_call(p, &seen, false);
+    v.check(open == Err(Reason::BreakerOpen), || {
+        format!("{case}: after {FAILURES} failures the breaker must be open, the call got {open:?}")
+    });
+    clock.advance(OPEN_WAIT + Duration::from_millis(1));
+
+    let race = race(p, threads, &seen);
+    let want = u64::from(SLOTS).min(threads as u64);
+    let peak = p.stats().peak_concurrency;
+    v.check(race.admitted() == want, || {
+        format!(
+            "{case}: {} of {threads} racing calls admitted half-open, exactly min({SLOTS}, {threads}) = {want} must be",
+            race.admitted()
+        )
+    });
+    v.check(seen.max_inflight() <= u64::from(SLOTS), || {
+        format!(
+            "{case}: the callers saw {} calls in flight at once, at most {SLOTS} may be",
+            seen.max_inflight()
+        )
+    });
+    v.check(peak <= u64::from(SLOTS), || {
+        format!("{case}: peak_concurrency {peak}, at most {SLOTS} may be")
+    });
+    let (by_limit, by_breaker) = (
+        race.refused_for(Reason::Concurrency),
+        race.refused_for(Reason::BreakerOpen),
+    );
+    v.check(by_limit + by_breaker == race.refused.len() as u64, || {
+        format!(
+            "{case}: the racers were refused for {:?}, only Concurrency or BreakerOpen may refuse",
+            race.refused
+        )
+    });
+    race.finish(false);
+
+    // `want` probes succeeded of `PROBES`: still half-open, with `PROBES - want` slots
+    // left if every cancelled probe gave its slot back.
+    let after = state();
+    v.check(after == Some(BreakerState::HalfOpen), || {
+        format!(
+            "{case}: after {want} of {PROBES} probes succeeded the breaker must still be half-open, it is {after:?}"
+        )
+    });
+    for k in want..u64::from(PROBES) {
+        let r = one_call(p, &seen, false);
+        v.check(r.is_ok(), || {
+            format!(
+                "{case}: probe {} of {PROBES}, alone, was refused ({r:?}): the {} cancelled probes did not all free their slots",
+                k + 1,
+                by_limit
+            )
+        });
+        let now = state();
+        let wanted = if k + 1 == u64::from(PROBES) {
+            BreakerState::Closed
+        } else {
+            BreakerState::HalfOpen
+        };
+        v.check(now == Some(wanted), || {
+            format!(
+                "{case}: after {} of {PROBES} probes succeeded the breaker must be {wanted:?}, it is {now:?}",
+                k + 1
+            )
+        });
+    }
+    let s = p.stats();
+    check_books(v, &case, &s, &seen);
+    check_reasons(v, &case, &s, &[Reason::Concurrency, Reason::BreakerOpen]);
+}
+
+#[test]
+fn concurrency_holds_while_a_half_open_breaker_offers_more_probes_than_slots() {
+    let v = Verdicts::default();
+    for threads in THREADS {
+        half_open_case(&v, threads);
     }
     v.conclude();
 }

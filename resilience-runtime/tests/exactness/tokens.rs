@@ -1,46 +1,198 @@
-//! Token bucket, on a manual clock: a frozen bucket admits exactly its capacity; a
-//! clock advanced by `T` while the calls run admits at most `capacity + floor(rate *
-//! T)`; refill is exact; a new, larger bucket admits the very next call.
+//! Token bucket.
+//!
+//! * On a manual clock: a frozen bucket admits exactly its capacity, also while
+//!   another thread keeps swapping the policy for one with the same bucket (plus a
+//!   concurrency rule that never trips); a clock advanced by `T` while the calls run
+//!   admits at most `capacity + floor(rate * T)`; refill is exact; a new, larger bucket
+//!   admits the very next call.
+//! * Through a sync `#[downgrade]` fn and an `async fn` with `#[downgrade]` (the global
+//!   registry, on the system clock): `token_bucket(0.001, 500)`, one token per 1000 s
+//!   and so no refill while the case runs, admits exactly 500, with and without the
+//!   policy swapped. The async futures dropped mid-flight took their tokens: the
+//!   admissions are counted inside the body and must be the point's passes.
 
 use crate::support::*;
-use resilience_runtime::{Point, Policy, Reason};
+use resilience_runtime::{downgrade, registry, Point, Policy, Reason};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Barrier;
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
+
+sync_points!(S_T500: s_t500_1 "fn.t500.1", s_t500_2 "fn.t500.2", s_t500_4 "fn.t500.4", s_t500_8 "fn.t500.8", s_t500_16 "fn.t500.16", s_t500_64 "fn.t500.64");
+sync_points!(S_T500SWAP: s_t500swap_1 "fn.t500swap.1", s_t500swap_2 "fn.t500swap.2", s_t500swap_4 "fn.t500swap.4", s_t500swap_8 "fn.t500swap.8", s_t500swap_16 "fn.t500swap.16", s_t500swap_64 "fn.t500swap.64");
+async_points!(A_T500: a_t500_1 "async.t500.1", a_t500_2 "async.t500.2", a_t500_4 "async.t500.4", a_t500_8 "async.t500.8", a_t500_16 "async.t500.16", a_t500_64 "async.t500.64");
+async_points!(A_T500SWAP: a_t500swap_1 "async.t500swap.1", a_t500swap_2 "async.t500swap.2", a_t500swap_4 "async.t500swap.4", a_t500swap_8 "async.t500swap.8", a_t500swap_16 "async.t500swap.16", a_t500swap_64 "async.t500swap.64");
 
 fn take(p: &'static Point) -> bool {
     p.enter().map(|permit| permit.finish(false)).is_ok()
 }
 
-#[test]
-fn a_frozen_token_bucket_admits_exactly_its_capacity() {
+/// `token_bucket(rate, capacity)`, and the same with `max_concurrency(1_000_000)` (the
+/// same bucket: a swap between the two keeps it).
+fn bucket_policies(rate: f64, capacity: u64) -> (Policy, Policy) {
+    let b = Policy::builder().token_bucket(rate, capacity);
+    (
+        b.clone().build().unwrap(),
+        b.max_concurrency(1_000_000).build().unwrap(),
+    )
+}
+
+/// A bucket that cannot refill while the case runs admits exactly its `capacity`;
+/// with `swap`, another thread keeps swapping the policy between
+/// [`bucket_policies`]. The admissions are counted by the callers (inside the body for
+/// the `#[downgrade]` shapes).
+fn bucket_case(
+    v: &Verdicts,
+    at: At<'_>,
+    target: impl FnOnce(&'static Point) -> Target<'static>,
+    (rate, capacity): (f64, u64),
+    swap: bool,
+) {
+    let At {
+        reg,
+        name,
+        shape,
+        threads,
+    } = at;
+    let clock = if reg.clock().is_manual() {
+        "frozen clock"
+    } else {
+        "system clock"
+    };
+    let case = Case::new(
+        format!("token_bucket({rate}, {capacity}), {clock}"),
+        shape,
+        threads,
+        swap,
+    );
+    let (plain, other) = bucket_policies(rate, capacity);
+    reg.set_policy(name, plain.clone()).unwrap();
+    let p = reg.point(name).unwrap();
+    let swapper = || {
+        reg.set_policy(name, other.clone()).unwrap();
+        reg.set_policy(name, plain.clone()).unwrap();
+    };
+    let seen = drive(
+        target(p),
+        threads,
+        Load::calls(threads, BRIEF),
+        swap.then_some(&swapper as &(dyn Fn() + Sync)),
+    );
+    let s = p.stats();
+    check_books(v, &case, &s, &seen);
+    check_reasons(v, &case, &s, &[Reason::TokenBucket]);
+    v.check(seen.admitted() == capacity, || {
+        format!(
+            "{case}: {} of {} calls admitted, exactly {capacity} must be",
+            seen.admitted(),
+            seen.calls()
+        )
+    });
+    if shape == Shape::AsyncMacro {
+        // Every admitted future ran its body up to its first await (where the
+        // admission is counted) and took a token; some were then dropped there.
+        let cancelled = seen.admitted() - seen.completed().min(seen.admitted());
+        v.check(seen.completed() < seen.admitted(), || {
+            format!(
+                "{case}: {} futures admitted, {} completed: none was dropped mid-flight \
+                 holding its token, the case tests nothing",
+                seen.admitted(),
+                seen.completed()
+            )
+        });
+        v.check(s.totals.passes == capacity, || {
+            format!(
+                "{case}: {} passes, exactly {capacity} tokens ({} completed calls + \
+                 {cancelled} futures dropped mid-flight)",
+                s.totals.passes,
+                seen.completed()
+            )
+        });
+        v.check(s.totals.exceptions == 0, || {
+            format!(
+                "{case}: {} exceptions, but no call failed (dropped futures are cancelled calls)",
+                s.totals.exceptions
+            )
+        });
+    }
+}
+
+fn frozen(swap: bool) {
     let v = Verdicts::default();
     for threads in THREADS {
         let (reg, _clock) = manual_registry();
-        let name = format!("tokens.frozen.{threads}");
-        reg.set_policy(
-            &name,
-            Policy::builder().token_bucket(100.0, 50).build().unwrap(),
-        )
-        .unwrap();
-        let p = reg.point(&name).unwrap();
-        let case = Case::new(
-            "token_bucket(100, 50), frozen clock",
-            Shape::Enter,
-            threads,
-            false,
+        let name = format!("tokens.frozen.{swap}.{threads}");
+        bucket_case(
+            &v,
+            At {
+                reg,
+                name: &name,
+                shape: Shape::Enter,
+                threads,
+            },
+            Target::Enter,
+            (100.0, 50),
+            swap,
         );
-        let seen = drive(Target::Enter(p), threads, Load::calls(threads, BRIEF), None);
-        let s = p.stats();
-        check_books(&v, &case, &s, &seen);
-        check_reasons(&v, &case, &s, &[Reason::TokenBucket]);
-        v.check(seen.admitted() == 50, || {
-            format!(
-                "{case}: {} of {} calls admitted, exactly 50 must be",
-                seen.admitted(),
-                seen.calls()
-            )
-        });
+    }
+    v.conclude();
+}
+
+#[test]
+fn a_frozen_token_bucket_admits_exactly_its_capacity() {
+    frozen(false);
+}
+
+#[test]
+fn a_frozen_token_bucket_admits_exactly_its_capacity_while_the_policy_is_swapped() {
+    frozen(true);
+}
+
+/// One token per 1000 s: no refill while a case runs.
+const SLOW_BUCKET: (f64, u64) = (0.001, 500);
+
+#[test]
+fn downgrade_fn_token_bucket_admits_exactly_its_capacity() {
+    let v = Verdicts::default();
+    for (k, threads) in THREADS.into_iter().enumerate() {
+        for (table, swap) in [(&S_T500, false), (&S_T500SWAP, true)] {
+            let (f, name) = table[k];
+            bucket_case(
+                &v,
+                At {
+                    reg: registry(),
+                    name,
+                    shape: Shape::SyncMacro,
+                    threads,
+                },
+                |_| Target::Sync(f),
+                SLOW_BUCKET,
+                swap,
+            );
+        }
+    }
+    v.conclude();
+}
+
+#[test]
+fn async_downgrade_token_bucket_admits_exactly_its_capacity() {
+    let v = Verdicts::default();
+    let rt: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime()));
+    for (k, threads) in THREADS.into_iter().enumerate() {
+        for (table, swap) in [(&A_T500, false), (&A_T500SWAP, true)] {
+            let (f, name) = table[k];
+            bucket_case(
+                &v,
+                At {
+                    reg: registry(),
+                    name,
+                    shape: Shape::AsyncMacro,
+                    threads,
+                },
+                |_| Target::Async(f, rt),
+                SLOW_BUCKET,
+                swap,
+            );
+        }
     }
     v.conclude();
 }
