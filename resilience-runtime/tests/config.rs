@@ -578,25 +578,25 @@ fn replace_atomically(path: &Path, text: &str) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
+/// `options` with an `on_reload` that sends each reload's version (or error text).
+fn reports(options: WatchOptions) -> (WatchOptions, mpsc::Receiver<Result<u64, String>>) {
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let options = options.on_reload(move |result| {
+        let summary = result.map(|r| r.version).map_err(|e| e.to_string());
+        let _ = tx.lock().unwrap().send(summary);
+    });
+    (options, rx)
+}
+
 #[test]
 fn hot_reload_applies_good_edits_and_keeps_the_last_good_policies() {
     let dir = TempDir::new("watch");
     let path = dir.path("policies.toml");
     std::fs::write(&path, "[points.hot]\nmax_visits = 10\n").unwrap();
     let r = new_registry();
-    let (tx, rx) = mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    let watcher = r
-        .watch_policies_with(
-            &path,
-            WatchOptions::new()
-                .debounce(Duration::from_millis(50))
-                .on_reload(move |result| {
-                    let summary = result.map(|r| r.version).map_err(|e| e.to_string());
-                    let _ = tx.lock().unwrap().send(summary);
-                }),
-        )
-        .unwrap();
+    let (options, rx) = reports(WatchOptions::new().debounce(Duration::from_millis(50)));
+    let watcher = r.watch_policies_with(&path, options).unwrap();
     assert_eq!(watcher.status().version, 1);
     assert_eq!(r.policy("hot").unwrap().unwrap().max_visits(), Some(10));
 
@@ -758,20 +758,11 @@ fn a_rejected_file_restored_to_good_text_is_reported() {
     let good = "[points.restored]\nmax_visits = 5\n";
     std::fs::write(&path, good).unwrap();
     let r = new_registry();
-    let (tx, rx) = mpsc::channel();
-    let tx = std::sync::Mutex::new(tx);
-    let watcher = r
-        .watch_policies_with(
-            &path,
-            WatchOptions::new()
-                .debounce(Duration::from_millis(50))
-                .settle(Duration::from_millis(50))
-                .on_reload(move |result| {
-                    let summary = result.map(|r| r.version).map_err(|e| e.to_string());
-                    let _ = tx.lock().unwrap().send(summary);
-                }),
-        )
-        .unwrap();
+    let quick = WatchOptions::new()
+        .debounce(Duration::from_millis(50))
+        .settle(Duration::from_millis(50));
+    let (options, rx) = reports(quick);
+    let watcher = r.watch_policies_with(&path, options).unwrap();
     replace_atomically(&path, "[points.restored]\nmax_visits = []\n");
     let reported = rx.recv_timeout(Duration::from_secs(5)).unwrap();
     assert!(reported.is_err(), "{reported:?}");
