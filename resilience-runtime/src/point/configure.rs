@@ -2,11 +2,11 @@
 //! and a compiled form, and published for the next call. Nothing here resets the
 //! counters, the window, the delay or the calls in flight.
 
-use super::chores::Chore;
+#[cfg(feature = "redis")]
+use super::chores::{self, Chore};
 use super::compiled::{Compiled, Parts};
-use super::hang::HangTable;
 use super::slots::{AdaptiveImpl, AdaptiveSlot, BreakerImpl, BreakerSlot, BucketSlot, ClusterSlot};
-use super::{chores, hang, Point, Settings};
+use super::{Point, Settings};
 use crate::adaptive::{AdaptiveLimiter, GradientLimiter, SystemCpu};
 use crate::breaker::{ClassicBreaker, SreBreaker};
 use crate::clock::nanos;
@@ -22,10 +22,6 @@ use std::time::Duration;
 
 impl Point {
     pub(crate) fn apply(&'static self, policy: Option<Policy>) {
-        if let Some(t) = policy.as_ref().and_then(Policy::timeouts) {
-            self.hang.get_or_init(HangTable::new);
-            chores::schedule(self, Chore::SweepHungCalls, hang::period(t.threshold));
-        }
         let mut settings = self.settings();
         if policy.is_some() && settings.policy.is_none() {
             // Calls admitted without a policy are not tracked in flight; start the

@@ -1,6 +1,7 @@
 //! The 10 s statistics cycle and the hung-call sweep: the background side of the
 //! point's counting.
 
+use super::chores;
 use super::chores::{Chore, Chores};
 use super::compiled::{R_FINE, R_TIMEOUTS};
 use super::{hang, Point, CYCLE_NS};
@@ -8,27 +9,88 @@ use crate::sync::Ordering;
 use crate::{window, CycleStats, ReasonCounts};
 use std::time::Duration;
 
+/// The states of a point's hung-call sweep. A timed call that finds the sweep not
+/// `ARMED` arms it (scheduling it from `IDLE`). A sweep that finds no timed call in
+/// flight moves `ARMED` to `DRAINING` and sweeps once more, a period later, so that a
+/// call whose registration raced that sweep is seen; the second empty sweep ends it
+/// (`IDLE`).
+pub(super) mod sweep {
+    pub(in crate::point) const IDLE: u8 = 0;
+    pub(in crate::point) const ARMED: u8 = 1;
+    pub(in crate::point) const DRAINING: u8 = 2;
+}
+
 impl Point {
-    /// Counts the calls that outlived the timeout threshold while still running.
-    /// Returns when to sweep again, or `None` once the point has no timeout rule.
-    pub(crate) fn sweep_hung_calls(&self) -> Option<Duration> {
+    /// The timeout rule's threshold in nanoseconds, if the policy has one.
+    fn timeout_ns(&self) -> Option<u64> {
         let c = self.compiled();
-        if c.rules & R_TIMEOUTS == 0 {
-            return None;
-        }
-        let threshold_ns = if c.rules & R_FINE != 0 {
-            self.clock.ticks_to_ns(c.timeout)
-        } else {
-            c.timeout
-        };
-        if let Some(table) = self.hang.get() {
-            let hung = table.sweep(self.clock.now(), threshold_ns);
-            if hung > 0 {
-                self.counters.timeouts.fetch_add(hung, Ordering::Relaxed);
+        (c.rules & R_TIMEOUTS != 0).then(|| {
+            if c.rules & R_FINE != 0 {
+                self.clock.ticks_to_ns(c.timeout)
+            } else {
+                c.timeout
+            }
+        })
+    }
+
+    /// Arms the hung-call sweep (a timed call found it idle or draining).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn arm_sweep(&'static self) {
+        if self.sweeping.swap(sweep::ARMED, Ordering::AcqRel) == sweep::IDLE {
+            if let Some(ns) = self.timeout_ns() {
+                let period = hang::period(Duration::from_nanos(ns));
+                chores::schedule(self, Chore::SweepHungCalls, period);
             }
         }
-        let threshold = Duration::from_nanos(threshold_ns);
-        Some(hang::period(threshold))
+    }
+
+    /// Counts the calls that outlived the timeout threshold while still running.
+    /// Returns when to sweep again: `None` once the point has no timeout rule, or when
+    /// two sweeps in a row found no timed call in flight (see [`sweep`]), so an idle
+    /// point costs no background work.
+    pub(crate) fn sweep_hung_calls(&self) -> Option<Duration> {
+        let Some(threshold_ns) = self.timeout_ns() else {
+            self.sweeping.store(sweep::IDLE, Ordering::Release);
+            return None;
+        };
+        let pending = match self.hang.get() {
+            Some(table) => {
+                let (hung, pending) = table.sweep_counting(self.clock.now(), threshold_ns);
+                if hung > 0 {
+                    self.counters.timeouts.fetch_add(hung, Ordering::Relaxed);
+                }
+                pending
+            }
+            None => 0,
+        };
+        let again = Some(hang::period(Duration::from_nanos(threshold_ns)));
+        let state = self.sweeping.load(Ordering::Acquire);
+        if pending > 0 {
+            if state == sweep::DRAINING {
+                let _ = self.sweeping.compare_exchange(
+                    sweep::DRAINING,
+                    sweep::ARMED,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                );
+            }
+            return again;
+        }
+        let (from, to) = match state {
+            sweep::ARMED => (sweep::ARMED, sweep::DRAINING),
+            sweep::DRAINING => (sweep::DRAINING, sweep::IDLE),
+            _ => return None,
+        };
+        match self
+            .sweeping
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Relaxed)
+        {
+            Ok(_) if to == sweep::IDLE => None,
+            // Draining (one more sweep, which sees any call registered meanwhile), or a
+            // timed call armed it again.
+            _ => again,
+        }
     }
 
     /// Rolls the statistics cycle if `now` is in a later one. Never blocks: if another

@@ -18,7 +18,9 @@ use super::compiled::{
     Compiled, Leaked, ACTIVE, NOT_PLAIN, R_ADAPTIVE, R_BREAKER, R_BREAKER_TIMED, R_CONCURRENCY,
     R_DELAY, R_EXCEPTIONS, R_FINE, R_RATE, R_SHADOW, R_TIMEOUTS, R_TOKENS, R_VISITS,
 };
+use super::cycle::sweep;
 use super::flow::{Limits, Refused, NO_LIMIT};
+use super::hang::HangTable;
 use super::health::{self, Health};
 use super::permit::{fill, place, Outcome, Permit, NO_HANG};
 use super::slots::{AdaptiveCall, AdaptiveImpl, BreakerCall, BreakerImpl, BreakerSlot};
@@ -384,16 +386,29 @@ impl Point {
     }
 
     /// Registers an admitted call with a timeout in the hung-call table: its slot there,
-    /// or [`NO_HANG`].
+    /// or [`NO_HANG`]. The table is made by the first timed call, and the sweep runs
+    /// only while timed calls come (see `cycle`).
     #[inline]
-    pub(super) fn hang_slot(&self, timeout: u64, now: u64) -> u32 {
-        if timeout != 0 {
-            if let Some(table) = self.hang.get() {
-                // The table is on the timeline: sweeps are coarser than its resolution.
-                return table.register(now).map_or(NO_HANG, |s| s);
-            }
+    pub(super) fn hang_slot(&'static self, timeout: u64, now: u64) -> u32 {
+        if timeout == 0 {
+            return NO_HANG;
         }
-        NO_HANG
+        let table = match self.hang.get() {
+            Some(table) => table,
+            None => self.hang_table(),
+        };
+        // The table is on the timeline: sweeps are coarser than its resolution.
+        let slot = table.register(now).map_or(NO_HANG, |s| s);
+        if self.sweeping.load(Ordering::Relaxed) != sweep::ARMED {
+            self.arm_sweep();
+        }
+        slot
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn hang_table(&self) -> &HangTable {
+        self.hang.get_or_init(HangTable::new)
     }
 
     /// Asks the point's adaptive limiter; `None` means over the limit.

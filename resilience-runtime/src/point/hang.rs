@@ -212,22 +212,33 @@ impl HangTable {
     }
 
     /// Marks every call older than `threshold` at `now`; returns how many were newly
-    /// marked.
+    /// marked (the tests' and models' view of [`sweep_counting`](Self::sweep_counting)).
+    #[cfg(any(test, loom))]
     pub(crate) fn sweep(&self, now: u64, threshold: u64) -> u64 {
-        let mut hung = 0;
+        self.sweep_counting(now, threshold).0
+    }
+
+    /// [`sweep`](Self::sweep), also returning how many registered calls it left
+    /// unmarked (still in flight, not yet past the threshold): while there are none,
+    /// no further sweep is needed.
+    pub(crate) fn sweep_counting(&self, now: u64, threshold: u64) -> (u64, u64) {
+        let (mut hung, mut pending) = (0, 0);
         for slot in self.lanes.iter().flat_map(|l| l.0.iter()) {
             let start = slot.load(Ordering::Relaxed);
-            if start != 0
-                && start != SWEPT
-                && now.saturating_sub(start) > threshold
+            if start == 0 || start == SWEPT {
+                continue;
+            }
+            if now.saturating_sub(start) > threshold
                 && slot
                     .compare_exchange(start, SWEPT, Ordering::AcqRel, Ordering::Relaxed)
                     .is_ok()
             {
                 hung += 1;
+            } else {
+                pending += 1;
             }
         }
-        hung
+        (hung, pending)
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {

@@ -68,7 +68,7 @@ use crate::listener::Dispatcher;
 use crate::policy::{BreakerPolicy, Policy};
 use crate::stats::{CycleStats, ReasonCounts};
 use crate::sync::{Arc, Mutex};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, AtomicU8, Ordering};
 use crate::window::{self, Ring, TRACKED};
 use flow::Flow;
 use hang::HangTable;
@@ -157,7 +157,9 @@ pub struct Point {
     adaptives: Mutex<Vec<&'static AdaptiveSlot>>,
     #[cfg(feature = "redis")]
     clusters: Mutex<Clusters>,
-    /// In-flight timed calls, created with the first timeout rule.
+    /// The state of the hung-call sweep (`cycle::sweep`).
+    sweeping: AtomicU8,
+    /// In-flight timed calls, created by the first timed call.
     hang: crate::sync::OnceLock<HangTable>,
     /// Every window ring this point has had, the one in use last. Rings are leaked,
     /// never freed nor moved (and reused for an equal geometry), because a concurrent
@@ -208,6 +210,7 @@ impl Point {
             adaptives: Mutex::new(Vec::new()),
             #[cfg(feature = "redis")]
             clusters: Mutex::new(Clusters::default()),
+            sweeping: AtomicU8::new(0),
             hang: crate::sync::OnceLock::new(),
             breakers: Mutex::new(Vec::new()),
             rings: Mutex::new(Vec::new()),

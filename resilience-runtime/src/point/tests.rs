@@ -458,3 +458,55 @@ fn a_permit_is_nine_words_and_its_result_no_larger() {
     assert_eq!(std::mem::size_of::<Permit>(), 72);
     assert_eq!(std::mem::size_of::<Result<Permit, Downgraded>>(), 72);
 }
+
+/// A point with a timeout rule and no traffic has no hung-call table and no sweep;
+/// the first timed call makes both, and two empty sweeps in a row end the sweep again.
+#[test]
+fn the_hung_call_sweep_runs_only_while_timed_calls_come() {
+    use super::cycle::sweep;
+    let (manual, registry) = manual_registry();
+    let policy = Policy::builder()
+        .timeouts(Duration::from_secs(4), 100)
+        .build()
+        .unwrap();
+    registry.set_policy("sweep.idle", policy).unwrap();
+    let point = registry.point("sweep.idle").unwrap();
+    let state = || point.sweeping.load(Ordering::Acquire);
+    assert!(point.hang.get().is_none(), "no table before a timed call");
+    assert_eq!(state(), sweep::IDLE, "no sweep without traffic");
+    let idle_bytes = point.memory_bytes();
+
+    let permit = point.enter().unwrap();
+    assert!(point.hang.get().is_some());
+    assert_eq!(state(), sweep::ARMED);
+    assert!(
+        point.memory_bytes() >= idle_bytes + 4096,
+        "the table is counted"
+    );
+    // A call in flight keeps it going; a hung one is counted once.
+    assert_eq!(point.sweep_hung_calls(), Some(Duration::from_secs(1)));
+    assert_eq!(state(), sweep::ARMED);
+    manual.advance(Duration::from_secs(5));
+    // The sweep that marks the last call in flight finds none left: draining.
+    assert!(point.sweep_hung_calls().is_some());
+    assert_eq!(point.stats().totals.timeouts, 1);
+    assert_eq!(state(), sweep::DRAINING);
+    permit.finish(false);
+    assert_eq!(point.stats().totals.timeouts, 1, "not counted twice");
+    // A timed call while draining keeps the sweep.
+    let permit = point.enter().unwrap();
+    assert_eq!(state(), sweep::ARMED);
+    assert!(point.sweep_hung_calls().is_some());
+    permit.finish(false);
+    assert!(point.sweep_hung_calls().is_some());
+    assert_eq!(state(), sweep::DRAINING);
+    assert_eq!(point.sweep_hung_calls(), None);
+    assert_eq!(state(), sweep::IDLE);
+    // The next timed call arms it from idle.
+    point.enter().unwrap().finish(false);
+    assert_eq!(state(), sweep::ARMED);
+    // Without a timeout rule the sweep ends at once.
+    registry.clear_policy("sweep.idle").unwrap();
+    assert_eq!(point.sweep_hung_calls(), None);
+    assert_eq!(state(), sweep::IDLE);
+}
