@@ -51,7 +51,7 @@ fn main() {
                 .memory_bytes()
         })
         .sum::<usize>()
-        / points.min(1000).max(1);
+        / points.clamp(1, 1000);
     // Let the sweeps of the calls made above run out, then measure 5 s of idleness.
     std::thread::sleep(Duration::from_secs(3));
     let (cpu0, t0) = (cpu_time(), Instant::now());
