@@ -80,3 +80,43 @@ fn downgrades_and_breaker_changes_are_traced() {
         "{events:?}"
     );
 }
+
+/// A heartbeat client whose console does not answer says so at once, with the cause,
+/// and then not again for a minute (its status keeps the last error all along).
+#[cfg(feature = "heartbeat")]
+#[test]
+fn a_failing_heartbeat_is_logged_once_with_its_cause() {
+    use resilience_runtime::heartbeat::{HeartbeatClient, HeartbeatConfig};
+    // A port nothing listens on: the connection is refused at once.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    let capture = Capture::default();
+    let events = Arc::clone(&capture.0);
+    let client = tracing::subscriber::with_default(capture, || {
+        let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+        let config = HeartbeatConfig::new("group", "logged-app", &addr.to_string()).unwrap();
+        let client = HeartbeatClient::new(config, reg);
+        for _ in 0..3 {
+            assert!(client.pull_now().is_err());
+        }
+        client
+    });
+    let events = events.lock().unwrap();
+    let failures: Vec<_> = events
+        .iter()
+        .filter(|f| f.contains(&"request=pull".to_owned()))
+        .collect();
+    assert_eq!(failures.len(), 1, "the first failure only: {events:?}");
+    let fields = failures[0];
+    assert!(fields.contains(&"app=logged-app".to_owned()), "{fields:?}");
+    assert!(
+        fields
+            .iter()
+            .any(|f| f.starts_with("cause=") && f.contains("cannot reach")),
+        "the cause is in the message: {fields:?}"
+    );
+    let status = client.status();
+    assert_eq!(status.pull_failures, 3);
+    assert!(status.last_pull_error.is_some());
+}

@@ -67,6 +67,7 @@
 
 mod config;
 mod error;
+mod failures;
 mod http;
 mod wire;
 
@@ -76,6 +77,7 @@ pub use error::HeartbeatError;
 use crate::registry::{registry, Registry};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{mpsc, Arc, Mutex, MutexGuard};
+use failures::{FailureLog, Say};
 use serde_json::Value;
 use std::fmt;
 use std::thread;
@@ -175,6 +177,9 @@ struct Inner {
     policies_rejected: AtomicU64,
     last_upload_error: Mutex<Option<String>>,
     last_pull_error: Mutex<Option<String>>,
+    /// What was logged of failing uploads and pulls (see `failures`).
+    upload_log: Mutex<FailureLog>,
+    pull_log: Mutex<FailureLog>,
 }
 
 struct UploadState {
@@ -235,6 +240,8 @@ impl HeartbeatClient {
                 policies_rejected: AtomicU64::new(0),
                 last_upload_error: Mutex::new(None),
                 last_pull_error: Mutex::new(None),
+                upload_log: Mutex::new(FailureLog::default()),
+                pull_log: Mutex::new(FailureLog::default()),
             }),
         }
     }
@@ -303,6 +310,37 @@ impl HeartbeatClient {
         }
     }
 
+    /// Logs what `say` decided about a `request` (`upload` or `pull`) that failed with
+    /// `error` or succeeded (`None`): with the `tracing` feature, a warning for the
+    /// first failure of a run and then at most one a minute, and the recovery.
+    #[cfg_attr(not(feature = "tracing"), allow(unused_variables))]
+    fn say(&self, request: &'static str, say: Say, error: Option<&HeartbeatError>) {
+        #[cfg(feature = "tracing")]
+        {
+            let app = self.inner.config.app.as_str();
+            let cause = error.map(ToString::to_string).unwrap_or_default();
+            match say {
+                Say::Nothing => {}
+                Say::Failing => {
+                    tracing::warn!(request, app, cause, "resilience: heartbeat {request} failed")
+                }
+                Say::StillFailing { unlogged } => tracing::warn!(
+                    request,
+                    app,
+                    cause,
+                    unlogged,
+                    "resilience: heartbeat {request} still failing ({unlogged} more since the last message)"
+                ),
+                Say::Recovered { failures } => tracing::info!(
+                    request,
+                    app,
+                    failures,
+                    "resilience: heartbeat {request} works again after {failures} failures"
+                ),
+            }
+        }
+    }
+
     /// Uploads the last closed cycle now (the background thread calls this at second
     /// 5 of every cycle). A cycle is handled once: calling again within the same
     /// cycle does nothing.
@@ -346,6 +384,7 @@ impl HeartbeatClient {
             Ok((server, retried)) => {
                 inner.uploads.fetch_add(1, Ordering::Relaxed);
                 *lock(&inner.last_upload_error) = None;
+                self.say("upload", lock(&inner.upload_log).succeeded(), None);
                 Ok(UploadOutcome::Sent {
                     cycle_start_ms: cycle,
                     points: report.points.len(),
@@ -357,6 +396,8 @@ impl HeartbeatClient {
                 inner.uploads_dropped.fetch_add(1, Ordering::Relaxed);
                 state.cursor = (state.cursor + 1) % servers.len();
                 *lock(&inner.last_upload_error) = Some(e.to_string());
+                let say = lock(&inner.upload_log).failed(self.wall_ms());
+                self.say("upload", say, Some(&e));
                 Err(e)
             }
         }
@@ -394,11 +435,14 @@ impl HeartbeatClient {
                 inner.pull_failures.fetch_add(1, Ordering::Relaxed);
                 *cursor = (*cursor + 1) % inner.config.servers.len();
                 *lock(&inner.last_pull_error) = Some(e.to_string());
+                let say = lock(&inner.pull_log).failed(self.wall_ms());
+                self.say("pull", say, Some(&e));
                 return Err(e);
             }
         };
         drop(cursor);
         inner.pulls.fetch_add(1, Ordering::Relaxed);
+        self.say("pull", lock(&inner.pull_log).succeeded(), None);
         let outcome = match answer {
             PullAnswer::Unchanged(v) if v == version => Ok(PullOutcome::Unchanged { version }),
             // The server said "unchanged" for another version: nothing to apply.
