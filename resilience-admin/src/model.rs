@@ -14,8 +14,9 @@ pub const CYCLE_MS: i64 = 10_000;
 /// and cycles never overflow the database's 64-bit integers.
 pub const MAX_COUNT: u64 = 1_000_000_000_000_000;
 
-/// The longest app group, app, instance, host or point name accepted, in bytes.
-pub const MAX_NAME_LEN: usize = 256;
+/// The longest app group, app, instance, host or point name accepted, in bytes: the
+/// runtime's own limit for point names, so a point the runtime takes is never refused.
+pub const MAX_NAME_LEN: usize = resilience_runtime::MAX_POINT_NAME_LEN;
 
 /// The most points one heartbeat may carry.
 pub const MAX_POINTS_PER_HEARTBEAT: usize = 10_000;

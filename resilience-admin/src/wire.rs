@@ -292,11 +292,14 @@ impl<'a, 'e> Reader<'a, 'e> {
     }
 }
 
-/// The rules for app, instance, host and point names: not blank, at most
-/// [`MAX_NAME_LEN`] bytes, no control characters.
+/// The rules for app, instance, host and point names, the runtime's point-name rule
+/// ([`resilience_runtime::check_point_name`]): not blank, no leading or trailing
+/// whitespace, at most [`MAX_NAME_LEN`] bytes, no control characters.
 pub fn check_name(s: &str) -> Result<(), String> {
     if s.trim().is_empty() {
         Err("must not be empty or blank".into())
+    } else if s.trim() != s {
+        Err("must not begin or end with whitespace".into())
     } else if s.len() > MAX_NAME_LEN {
         Err(format!(
             "is {} bytes long, more than the limit of {MAX_NAME_LEN}",
@@ -786,6 +789,32 @@ fn read_pull(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The console refuses exactly the names the runtime refuses: one rule.
+    #[test]
+    fn names_follow_the_runtime_rule() {
+        let long = "x".repeat(MAX_NAME_LEN);
+        let too_long = "x".repeat(MAX_NAME_LEN + 1);
+        for name in [
+            "orders.create",
+            "a b",
+            "é",
+            "",
+            " ",
+            " lead",
+            "trail ",
+            "tab\there",
+            "nul\0",
+            long.as_str(),
+            too_long.as_str(),
+        ] {
+            assert_eq!(
+                check_name(name).is_ok(),
+                resilience_runtime::check_point_name(name).is_ok(),
+                "{name:?}"
+            );
+        }
+    }
     use serde_json::json;
 
     const NOW: i64 = 1_767_225_605_000;

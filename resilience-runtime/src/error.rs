@@ -125,8 +125,13 @@ impl fmt::Display for Downgraded {
 
 impl std::error::Error for Downgraded {}
 
-/// A point name was rejected: names are non-empty, not only whitespace, and free of
-/// control characters.
+/// The longest point name accepted, in bytes (the admin console's limit for every
+/// name it stores, so a name the runtime takes is never refused by the console).
+pub const MAX_POINT_NAME_LEN: usize = 256;
+
+/// A point name was rejected: names are non-empty, at most [`MAX_POINT_NAME_LEN`]
+/// bytes, free of control characters, and neither begin nor end with whitespace (see
+/// [`check_point_name`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PointNameError {
     pub(crate) name: String,
@@ -134,7 +139,7 @@ pub struct PointNameError {
 }
 
 impl PointNameError {
-    /// The rejected name.
+    /// The rejected name (its first 64 characters).
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -148,22 +153,59 @@ impl fmt::Display for PointNameError {
 
 impl std::error::Error for PointNameError {}
 
-pub(crate) fn check_point_name(name: &str) -> Result<(), PointNameError> {
-    let problem = if name.is_empty() {
-        Some("a point name must not be empty")
-    } else if name.trim().is_empty() {
-        Some("a point name must not be only whitespace")
-    } else if name.chars().any(char::is_control) {
-        Some("a point name must not contain control characters")
-    } else {
-        None
-    };
+/// The one rule for point names, shared by the runtime, the macros (for literal names,
+/// at compile time), policy files and the admin console: not empty, not only
+/// whitespace, no leading or trailing whitespace, no control characters, at most
+/// [`MAX_POINT_NAME_LEN`] bytes. A user-built name that breaks it is refused with the
+/// reason instead of reaching the console and being refused there.
+///
+/// # Errors
+///
+/// A [`PointNameError`] with the name and what is wrong with it.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::{check_point_name, MAX_POINT_NAME_LEN};
+///
+/// assert!(check_point_name("orders.create").is_ok());
+/// assert!(check_point_name(" orders").is_err());
+/// assert!(check_point_name("orders ").is_err());
+/// assert!(check_point_name(&"x".repeat(MAX_POINT_NAME_LEN)).is_ok());
+/// let err = check_point_name(&"x".repeat(MAX_POINT_NAME_LEN + 1)).unwrap_err();
+/// assert_eq!(err.name().len(), 64, "a long name is reported by its start");
+/// ```
+pub fn check_point_name(name: &str) -> Result<(), PointNameError> {
+    let problem = point_name_problem(name);
     match problem {
         Some(problem) => Err(PointNameError {
-            name: name.to_owned(),
+            // A name of any length is reported by its first bytes only.
+            name: name.chars().take(64).collect(),
             problem,
         }),
         None => Ok(()),
+    }
+}
+
+const _: () = assert!(
+    MAX_POINT_NAME_LEN == 256,
+    "the problem text names the limit"
+);
+
+/// What is wrong with a point name, if anything (the text of [`check_point_name`]).
+fn point_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("a point name must not be empty")
+    } else if name.trim().is_empty() {
+        Some("a point name must not be only whitespace")
+    } else if name.trim() != name {
+        Some("a point name must not begin or end with whitespace")
+    } else if name.chars().any(char::is_control) {
+        Some("a point name must not contain control characters")
+    } else if name.len() > MAX_POINT_NAME_LEN {
+        Some("a point name must be at most 256 bytes long (MAX_POINT_NAME_LEN)")
+    } else {
+        None
     }
 }
 

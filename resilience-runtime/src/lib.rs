@@ -42,7 +42,10 @@ pub mod __private;
 
 pub use clock::{Clock, ManualClock};
 pub use declared::{DeclaredPoint, MacroKind};
-pub use error::{AlreadyInitialized, ConfigError, Downgraded, PointNameError, Reason};
+pub use error::{
+    check_point_name, AlreadyInitialized, ConfigError, Downgraded, PointNameError, Reason,
+    MAX_POINT_NAME_LEN,
+};
 pub use listener::{BreakerChange, DowngradeEvent, ListenerId, EVENT_QUEUE_CAPACITY};
 pub use point::permit::Permit;
 pub use point::Point;

@@ -16,3 +16,13 @@ fn main() {}
 fn h() -> u32 {
     1
 }
+
+#[downgrade(point = " padded", default)]
+fn i() -> u32 {
+    1
+}
+
+#[downgrade(point = "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", default)]
+fn j() -> u32 {
+    1
+}
