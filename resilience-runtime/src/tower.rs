@@ -30,8 +30,9 @@
 //!
 //! # HTTP
 //!
-//! [`Rejected::status`] maps every limit to `429 Too Many Requests`; a rejection
-//! carries `Retry-After` when the layer was given a wait
+//! [`Rejected::status`] maps every limit to `429 Too Many Requests` and an open
+//! breaker to `503 Service Unavailable` (the server's own state, not the client's
+//! rate); a rejection carries `Retry-After` when the layer was given a wait
 //! ([`retry_after`](PointLayer::retry_after)).
 //!
 //! # Examples
@@ -133,7 +134,8 @@ impl Rejected {
         }
     }
 
-    /// The HTTP status for this rejection: `429 Too Many Requests` for every limit.
+    /// The HTTP status for this rejection: `429 Too Many Requests` for every limit,
+    /// `503 Service Unavailable` for an open breaker.
     pub fn status(&self) -> StatusCode {
         match self.reason {
             // An open breaker is the server's own state, not the client's rate.
