@@ -16,8 +16,15 @@ pub struct StaticPoint {
 }
 
 impl StaticPoint {
-    /// A handle for `name`, resolved on first use.
+    /// A handle for `name`, resolved on first use. Evaluated at compile time (the
+    /// handle is a `static`), so a name past the point-name limit (a default name, a
+    /// module path, that the macro could not measure) is a compile error, not a panic
+    /// at the first call.
     pub const fn new(name: &'static str) -> StaticPoint {
+        assert!(
+            name.len() <= crate::MAX_POINT_NAME_LEN,
+            "a point name must be at most 256 bytes long: name the point with `point = \"...\"`"
+        );
         StaticPoint {
             name,
             cell: AtomicPtr::new(std::ptr::null_mut()),
