@@ -41,7 +41,7 @@
 
 /// What the included engine files take from `crate::sync`: loom's versions.
 mod sync {
-    pub(crate) use loom::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+    pub(crate) use loom::sync::atomic::{self, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
     use std::cell::Cell;
     use std::ops::{Deref, DerefMut};
@@ -76,6 +76,12 @@ mod sync {
     /// deadlock.
     pub(crate) struct Mutex<T> {
         data: std::sync::Mutex<T>,
+    }
+
+    impl<T> std::fmt::Debug for Mutex<T> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Mutex")
+        }
     }
 
     impl<T> Mutex<T> {
@@ -178,6 +184,12 @@ mod delay;
 #[path = "../../resilience-runtime/src/point/hang.rs"]
 mod hang;
 
+#[path = "../../resilience-runtime/src/window.rs"]
+mod window;
+
+#[path = "../../resilience-runtime/src/point/cell.rs"]
+mod cell;
+
 /// The token bucket, laid out as in the runtime (`cell.rs` reaches `super::Gcra`).
 ///
 /// The `path` of an inline module is the directory of the files it declares. (A
@@ -194,10 +206,12 @@ mod limit {
 /// The models: one `#[test]` per guarantee (files in `src/models/`).
 #[cfg(test)]
 mod models {
+    mod cell;
     mod delay;
     mod flow;
     mod gcra;
     mod hang;
+    mod window;
 
     /// A loom model with the bound every test here uses: three preemptions cover the
     /// races of two or three threads (loom's own recommendation is 2-3) and keep each

@@ -1,0 +1,37 @@
+//! The policy cell (`point/cell.rs`): a reader sees no form, or one whole form as it
+//! was stored (never a torn mix of two), while a writer publishes and swaps forms.
+
+use super::check;
+use crate::cell::PolicyCell;
+use crate::sync::new_execution;
+use loom::sync::Arc;
+use loom::thread;
+
+/// A form whose two halves always agree when read whole.
+#[derive(Debug, PartialEq)]
+struct Form(u64, u64);
+
+#[test]
+fn a_reader_sees_whole_forms_only() {
+    check(|| {
+        new_execution();
+        let cell = Arc::new(PolicyCell::<Form>::new());
+        let writer = {
+            let cell = cell.clone();
+            thread::spawn(move || {
+                cell.store(Some(Form(1, 1)));
+                cell.store(Some(Form(2, 2)));
+                cell.store(Some(Form(1, 1)));
+            })
+        };
+        for _ in 0..2 {
+            if let Some(f) = cell.get() {
+                assert_eq!(f.0, f.1, "a torn form");
+                assert!(f.0 == 1 || f.0 == 2);
+            }
+        }
+        writer.join().unwrap();
+        let last = cell.get().expect("published");
+        assert_eq!(*last, Form(1, 1));
+    });
+}
