@@ -53,12 +53,19 @@ pub struct BreakerChange {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ListenerId(u64);
 
+impl ListenerId {
+    /// A fresh id, unique in the process (downgrade and policy listeners share them).
+    pub(crate) fn fresh() -> ListenerId {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        ListenerId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
 type Listener = Arc<dyn Fn(&DowngradeEvent) + Send + Sync>;
 
 pub(crate) struct Dispatcher {
     /// Number of listeners: the hot path reads only this.
     count: AtomicUsize,
-    next_id: AtomicU64,
     listeners: Arc<RwLock<Vec<(ListenerId, Listener)>>>,
     sender: OnceLock<SyncSender<DowngradeEvent>>,
     start: Mutex<()>,
@@ -79,7 +86,6 @@ impl Dispatcher {
     pub(crate) fn new() -> Dispatcher {
         Dispatcher {
             count: AtomicUsize::new(0),
-            next_id: AtomicU64::new(1),
             listeners: Arc::new(RwLock::new(Vec::new())),
             sender: OnceLock::new(),
             start: Mutex::new(()),
@@ -95,7 +101,7 @@ impl Dispatcher {
 
     pub(crate) fn add(&self, f: Listener) -> ListenerId {
         self.ensure_thread();
-        let id = ListenerId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let id = ListenerId::fresh();
         let mut list = self.listeners.write().unwrap_or_else(|e| e.into_inner());
         list.push((id, f));
         self.count.store(list.len(), Ordering::Release);

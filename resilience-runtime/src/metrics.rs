@@ -22,7 +22,7 @@
 //! | `resilience_breaker_transitions_total` | counter | `point` | breaker state changes |
 //! | `resilience_listener_events_dropped_total` | counter | | over all points |
 //! | `resilience_listener_events_delivered_total` | counter | | over all points |
-//! | `resilience_policy_file_version` | gauge | | with feature `config`: files applied so far |
+//! | `resilience_policy_source_version` | gauge | `source` | each policy source's version (`code`, `file:<path>`, `console`) |
 //!
 //! `resilience_downgrades_total` has one series per [`Reason`], zeros included, so
 //! `rate()` works from the first scrape.
@@ -348,15 +348,16 @@ fn encode_registry_metrics(
         None,
         MetricType::Counter,
     )?)?;
-    #[cfg(feature = "config")]
-    {
-        let version = gauge(registry.policy_file_version());
-        version.encode(encoder.encode_descriptor(
-            "resilience_policy_file_version",
-            "Policy files applied to the registry so far (0: none).",
-            None,
-            MetricType::Gauge,
-        )?)?;
+    let mut family = encoder.encode_descriptor(
+        "resilience_policy_source_version",
+        "The version of each policy source applied to the registry: a file's loads, the \
+         console's policy version, the code's changes.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (source, version) in registry.source_versions() {
+        let name = source.to_string();
+        gauge(version).encode(family.encode_family(&[("source", name.as_str())])?)?;
     }
     Ok(())
 }

@@ -2,6 +2,7 @@
 
 use crate::clock::Clock;
 use crate::error::{check_point_name, AlreadyInitialized, PointNameError};
+use crate::layers::{Layers, PointConfig};
 use crate::listener::{Dispatcher, DowngradeEvent, ListenerId};
 use crate::point::Point;
 use crate::policy::{BreakerError, BreakerPolicy, Policy};
@@ -53,6 +54,7 @@ pub struct Registry {
     clock: Clock,
     points: DashMap<&'static str, &'static Point>,
     events: Arc<Dispatcher>,
+    layers: Layers,
 }
 
 impl fmt::Debug for Registry {
@@ -72,7 +74,12 @@ impl Registry {
             clock,
             points: DashMap::new(),
             events: Arc::new(Dispatcher::new()),
+            layers: Layers::new(),
         }
+    }
+
+    pub(crate) fn layers_state(&self) -> &Layers {
+        &self.layers
     }
 
     /// The registry's clock.
@@ -109,33 +116,43 @@ impl Registry {
         self.points.get(name).map(|p| *p)
     }
 
-    /// Sets the policy of a point (creating the point if needed). The next call on
-    /// every thread sees it. Counters, in-flight calls, the token bucket and the delay
-    /// state are kept; a different window geometry restarts the window only.
+    /// Sets the policy of a point in the code layer ([`Source::Code`](crate::layers::Source::Code)),
+    /// creating the point if needed. The next call on every thread sees it, unless a
+    /// file or the console sets the same sections (they rank above code by default,
+    /// see [`layers`](crate::layers)). Counters, in-flight calls, the token bucket and
+    /// the delay state are kept; a different window geometry restarts the window only.
     ///
     /// # Errors
     ///
     /// [`PointNameError`] for an invalid name.
     pub fn set_policy(&self, name: &str, policy: Policy) -> Result<(), PointNameError> {
-        self.point(name)?.apply(Some(policy));
+        let point = self.point(name)?;
+        self.edit_code_layer(point, |current| {
+            let mut config = PointConfig::new(policy);
+            config.breaker = current.and_then(|c| c.breaker);
+            Some(config)
+        });
         Ok(())
     }
 
-    /// Removes the policy of a point: every call passes and only totals are counted.
+    /// Removes the policy of a point from the code layer: without other layers, every
+    /// call passes and only totals are counted.
     ///
     /// # Errors
     ///
     /// [`PointNameError`] for an invalid name.
     pub fn clear_policy(&self, name: &str) -> Result<(), PointNameError> {
-        if let Some(p) = self.get(name) {
-            p.apply(None);
-        } else {
-            check_point_name(name)?;
+        check_point_name(name)?;
+        if let Some(point) = self.get(name) {
+            self.edit_code_layer(point, |current| {
+                current.map(|c| c.with_sections(crate::layers::Sections::NONE))
+            });
         }
         Ok(())
     }
 
-    /// The current policy of a point, if any.
+    /// The policy a point enforces, if any (composed from its layers, see
+    /// [`effective_policy`](Registry::effective_policy)).
     ///
     /// # Errors
     ///
@@ -145,8 +162,10 @@ impl Registry {
         Ok(self.get(name).and_then(Point::policy))
     }
 
-    /// Sets the breaker of a point (creating the point if needed); the next call on
-    /// every thread sees it. The new breaker starts with an empty window.
+    /// Sets the breaker of a point in the code layer (creating the point if needed);
+    /// the next call on every thread sees it unless a higher layer sets a breaker. A
+    /// changed breaker starts with an empty window; setting the breaker already in
+    /// force keeps it running.
     ///
     /// # Errors
     ///
@@ -168,26 +187,37 @@ impl Registry {
     /// ```
     pub fn set_breaker(&self, name: &str, breaker: BreakerPolicy) -> Result<(), BreakerError> {
         breaker.validate()?;
-        self.point(name)?.apply_breaker(Some(breaker));
+        let point = self.point(name)?;
+        self.edit_code_layer(point, |current| {
+            Some(match current {
+                Some(c) => c.with_breaker(breaker),
+                None => PointConfig::breaker_only(breaker),
+            })
+        });
         Ok(())
     }
 
-    /// Removes the breaker setting of a point. A `#[breaker]` point gets the default
-    /// breaker again on its next call; use [`BreakerPolicy::Disabled`] to turn it off.
+    /// Removes the breaker setting of the code layer. A `#[breaker]` point without
+    /// any breaker setting gets the default breaker again on its next call; use
+    /// [`BreakerPolicy::Disabled`] to turn it off.
     ///
     /// # Errors
     ///
     /// [`PointNameError`] for an invalid name.
     pub fn clear_breaker(&self, name: &str) -> Result<(), PointNameError> {
-        if let Some(p) = self.get(name) {
-            p.apply_breaker(None);
-        } else {
-            check_point_name(name)?;
+        check_point_name(name)?;
+        if let Some(point) = self.get(name) {
+            self.edit_code_layer(point, |current| {
+                current.map(|mut c| {
+                    c.breaker = None;
+                    c
+                })
+            });
         }
         Ok(())
     }
 
-    /// The breaker setting of a point, if any.
+    /// The breaker setting a point enforces, if any.
     ///
     /// # Errors
     ///
@@ -242,9 +272,10 @@ impl Registry {
         self.events.add(Arc::new(f))
     }
 
-    /// Removes a listener; returns whether it was registered.
+    /// Removes a listener (of downgrades or of policy changes); returns whether it
+    /// was registered.
     pub fn remove_listener(&self, id: ListenerId) -> bool {
-        self.events.remove(id)
+        self.events.remove(id) | self.layers.remove_listener(id)
     }
 
     /// Events dropped because the listener queue was full, over all points.

@@ -10,6 +10,7 @@ use resilience_runtime::breaker::{Backoff, ClassicConfig, SreConfig};
 use resilience_runtime::config::{
     ConfigError, Format, PointConfig, PolicyFile, ProblemKind, WatchOptions,
 };
+use resilience_runtime::layers::Source;
 use resilience_runtime::{
     downgrade, AdaptiveLimit, BreakerPolicy, Clock, Policy, Reason, Registry,
 };
@@ -1108,7 +1109,9 @@ fn a_breaker_made_in_code_is_checked_before_anything_is_applied() {
         "code.bad".into(),
         PointConfig::new(Policy::observe()).with_breaker(bad),
     );
-    let err = r.apply_policy_file(&file).unwrap_err();
+    let err = r
+        .apply_source(Source::file("made-in-code"), &file)
+        .unwrap_err();
     assert_eq!(
         problems(&err),
         [(

@@ -9,7 +9,8 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
-use resilience_runtime::config::{Format, PointConfig, PolicyFile};
+use resilience_runtime::config::{Format, PointConfig, PolicyFile, INLINE_SOURCE};
+use resilience_runtime::layers::Source;
 use resilience_runtime::{BreakerPolicy, Clock, Policy, Registry};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -120,8 +121,11 @@ fn check_load(r: &Registry, text: &str, format: Format) -> Result<(), TestCaseEr
                 .map_err(|e| TestCaseError::fail(format!("loaded, but parse failed: {e}")))?;
             prop_assert_eq!(report.version, version + 1);
             for (name, config) in &file.points {
+                // The file is the only source: a table that sets no policy section
+                // (a breaker only) leaves the point without a policy.
                 let now = r.policy(name).unwrap();
-                prop_assert_eq!(now.as_ref(), Some(&config.policy));
+                let expected = (!config.sections.is_empty()).then_some(&config.policy);
+                prop_assert_eq!(now.as_ref(), expected);
                 if config.breaker.is_some() {
                     prop_assert_eq!(r.breaker(name).unwrap(), config.breaker);
                 }
@@ -715,10 +719,11 @@ fn cluster_limits_in_files_apply_all_or_nothing_and_stop_when_removed() {
                 }
                 // Remove the limits; a change after their grace hands their leases to the chore.
                 for name in points.keys() {
-                    r.clear_policy(name).unwrap();
+                    r.clear_layer(name, Source::file(INLINE_SOURCE)).unwrap();
                 }
                 manual.advance(Duration::from_secs(11));
                 for name in points.keys() {
+                    r.set_policy(name, Policy::observe()).unwrap();
                     r.clear_policy(name).unwrap();
                 }
                 // The change after the grace has the chore stop them, on the timing

@@ -7,6 +7,7 @@ use super::error::{Problem, ProblemKind};
 use super::node::Node;
 use super::{sections, PointConfig, PolicyFile};
 use crate::error::check_point_name;
+use crate::layers::{Section, Sections};
 use crate::policy::{Policy, PolicyBuilder, WindowConfig};
 use std::collections::HashSet;
 use std::time::Duration;
@@ -314,6 +315,22 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
     let mut b = Policy::builder();
     let mut breaker = None;
     let mut seen = HashSet::new();
+    let mut set = Sections::NONE;
+    for (key, _) in entries {
+        let section = match key.as_str() {
+            "shadow" => Section::Shadow,
+            "window" => Section::Window,
+            "adaptive" => Section::Adaptive,
+            "cluster" => Section::Cluster,
+            "breaker" => continue,
+            _ => Section::Rules,
+        };
+        set = set.with(section);
+    }
+    if entries.is_empty() {
+        // An empty table: "observe", no rule.
+        set = set.with(Section::Rules);
+    }
     for (key, v) in entries {
         if !seen.insert(key.as_str()) {
             r.push(
@@ -354,6 +371,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
             "token_bucket" => check_token_bucket(&mut r, v, b),
             "delay" => check_delay(&mut r, v, b),
             "window" => check_window(&mut r, v, b),
+            "adaptive" | "cluster" if is_off(v) => b,
             "adaptive" => apply(
                 b,
                 sections::check_adaptive(&mut r, v),
@@ -388,7 +406,11 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
     // Range checks of every field that was well typed, even if others were not, so one
     // load reports everything.
     match b.build() {
-        Ok(policy) if !r.failed => Some(PointConfig { policy, breaker }),
+        Ok(policy) if !r.failed => {
+            let mut config = PointConfig::new(policy).with_sections(set);
+            config.breaker = breaker;
+            Some(config)
+        }
         Ok(_) => None,
         Err(e) => {
             for fe in e.errors() {
@@ -409,6 +431,11 @@ impl Reporter<'_> {
             format!("expected a table of settings, got {}", value.describe()),
         ));
     }
+}
+
+/// `"off"`: the section is set to "none" (over lower layers).
+fn is_off(v: &Node) -> bool {
+    matches!(v, Node::Str(s) if s == "off")
 }
 
 fn apply<T>(

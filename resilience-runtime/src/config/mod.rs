@@ -84,12 +84,12 @@ pub use watch::{PolicyWatcher, WatchOptions, WatchStatus};
 
 use crate::adaptive::{AdaptiveConfig, GradientConfig};
 use crate::breaker::{ClassicConfig, SreConfig};
-use crate::policy::{AdaptiveLimit, BreakerPolicy, Policy, WindowConfig};
+use crate::layers::{Section, Source};
+use crate::policy::{AdaptiveLimit, BreakerPolicy};
 use crate::registry::Registry;
-use crate::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use node::Node;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// The syntax of a policy file.
@@ -126,7 +126,7 @@ impl Format {
 /// A whole policy file: the `strict` flag and one [`PointConfig`] per point name.
 ///
 /// Parse one with [`PolicyFile::parse`], write one with [`PolicyFile::to_text`], and
-/// apply one with [`Registry::apply_policy_file`] (or let
+/// apply one with [`Registry::apply_source`] (or let
 /// [`Registry::load_policies`] do all of it). It also implements serde's `Serialize`
 /// and `Deserialize`, so it can be embedded in a larger configuration; deserialising
 /// fails with every problem in the message.
@@ -158,47 +158,7 @@ pub struct PolicyFile {
     pub points: BTreeMap<String, PointConfig>,
 }
 
-/// The settings of one point in a [`PolicyFile`].
-///
-/// Holds the point's [`Policy`] (shadow flag and adaptive limit included, see
-/// `PolicyBuilder::shadow` and `PolicyBuilder::adaptive`) and, from its `breaker`
-/// section, its [`BreakerPolicy`].
-///
-/// # Examples
-///
-/// ```
-/// use resilience_runtime::config::PointConfig;
-/// use resilience_runtime::{BreakerPolicy, Policy};
-///
-/// let config = PointConfig::new(Policy::observe()).with_breaker(BreakerPolicy::default());
-/// assert_eq!(config.breaker, Some(BreakerPolicy::default()));
-/// ```
-#[derive(Clone, Debug, PartialEq)]
-#[non_exhaustive]
-pub struct PointConfig {
-    /// The point's downgrade policy.
-    pub policy: Policy,
-    /// The point's breaker (set with `Registry::set_breaker`), or `None` to leave the
-    /// breaker alone (a point whose breaker a previous file set loses it).
-    pub breaker: Option<BreakerPolicy>,
-}
-
-impl PointConfig {
-    /// Settings made of a policy, without a breaker section.
-    pub fn new(policy: Policy) -> PointConfig {
-        PointConfig {
-            policy,
-            breaker: None,
-        }
-    }
-
-    /// The same settings with a breaker.
-    #[must_use]
-    pub fn with_breaker(mut self, breaker: BreakerPolicy) -> PointConfig {
-        self.breaker = Some(breaker);
-        self
-    }
-}
+pub use crate::layers::PointConfig;
 
 impl PolicyFile {
     /// Parses and checks a file's text, without applying it.
@@ -220,23 +180,15 @@ impl PolicyFile {
         }
     }
 
-    /// The policies and breakers of every point of a registry that has either, as a
-    /// file. A point with a breaker but no policy gets [`Policy::observe`] (what an
-    /// empty point table means), so loading the file sets that policy too.
+    /// What every point of a registry enforces, as a file: each point's sections that
+    /// some layer sets ([`EffectivePolicy::to_config`](crate::layers::EffectivePolicy::to_config)).
+    /// Loading it as the only source enforces the same.
     pub fn from_registry(registry: &Registry) -> PolicyFile {
         let points = registry
             .point_names()
             .into_iter()
             .filter_map(|name| {
-                let point = registry.get(name)?;
-                let (policy, breaker) = (point.policy(), point.breaker());
-                if policy.is_none() && breaker.is_none() {
-                    return None;
-                }
-                let config = PointConfig {
-                    policy: policy.unwrap_or_else(Policy::observe),
-                    breaker,
-                };
+                let config = registry.effective_policy(name).ok()?.to_config()?;
                 Some((name.to_owned(), config))
             })
             .collect();
@@ -391,61 +343,41 @@ fn key_path(key: &str) -> Option<Vec<String>> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LoadReport {
-    /// The registry's policy-file generation after this load: 1 for the first load,
-    /// increased by one by every successful load, never by a rejected one.
+    /// The layer the file was applied to.
+    pub layer: Source,
+    /// That source's version after this load: 1 for a file's first load, increased by
+    /// one by every successful load, never by a rejected one; for the console, the
+    /// console's version.
     pub version: u64,
     /// The file, if the policies came from one.
     pub source: Option<PathBuf>,
-    /// The points whose policy was set, sorted.
+    /// The points whose layer was set, sorted.
     pub applied: Vec<String>,
-    /// The points that the previous load configured and this one does not mention:
-    /// their policy was removed (they pass every call again), sorted.
+    /// The points that the source's previous load configured and this one does not
+    /// mention: the source's layer of them was removed (they fall back to other
+    /// sources' layers, or pass every call), sorted.
     pub cleared: Vec<String>,
-    /// The points whose breaker the previous load set and this one has no `breaker`
-    /// section for: their breaker setting was removed (`Registry::clear_breaker`),
-    /// sorted.
+    /// The points whose breaker the source's previous load set and this one has no
+    /// `breaker` section for, sorted.
     pub breakers_cleared: Vec<String>,
 }
 
-/// What a registry remembers of the policy files applied to it.
-#[derive(Debug, Default)]
-struct LoadState {
-    /// Points configured by the last successful load.
-    configured: BTreeSet<String>,
-    /// Points whose breaker the last successful load set.
-    breakers: BTreeSet<String>,
-    version: u64,
-}
-
-/// The load state of a registry. Registries have no slot for it, so it is kept beside
-/// them, keyed by address: the global registry and leaked ones never move. It also
-/// serialises loads, so a reload and a manual load cannot interleave.
-fn load_state(registry: &Registry) -> Arc<Mutex<LoadState>> {
-    static STATES: OnceLock<Mutex<HashMap<usize, Arc<Mutex<LoadState>>>>> = OnceLock::new();
-    let key = std::ptr::from_ref(registry) as usize;
-    let mut states = lock(STATES.get_or_init(Mutex::default));
-    Arc::clone(states.entry(key).or_default())
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock()
-        .unwrap_or_else(crate::sync::PoisonError::into_inner)
-}
+/// The source of text loaded without a path ([`Registry::load_policies_str`]).
+pub const INLINE_SOURCE: &str = "inline";
 
 impl Registry {
     /// Reads a TOML (`.toml`) or JSON (`.json`) policy file and applies it, all or
-    /// nothing.
+    /// nothing, as the layer of [`Source::File`] named by the path.
     ///
-    /// Every point in the file gets its policy, and its breaker if it has a `breaker`
-    /// section (an unchanged breaker is kept with its state; a changed one starts with
-    /// an empty window). Points that the previous load configured but this file no
-    /// longer mentions lose their policy (they pass every call again), and points whose
-    /// breaker the previous load set but this file does not lose that breaker setting.
-    /// Points never mentioned by a file keep whatever the API set. Counters,
-    /// in-flight calls and delay state are kept, as with
-    /// [`set_policy`](Registry::set_policy). Policies are set one point after the
-    /// other: during the few microseconds of the apply, a call on another thread may
-    /// see some points already updated and others not yet.
+    /// Every point in the file gets the file's layer (see [`crate::layers`] for what a
+    /// point table sets); points that the file's previous load configured but it no
+    /// longer mentions lose the file's layer and fall back to other sources (code, the
+    /// console, other files). Other sources' layers are never touched. An unchanged
+    /// breaker is kept with its state; a changed one starts with an empty window.
+    /// Counters, in-flight calls and delay state are kept, as with
+    /// [`set_policy`](Registry::set_policy). Points are updated one after the other:
+    /// during the few microseconds of the apply, a call on another thread may see
+    /// some points already updated and others not yet.
     ///
     /// # Errors
     ///
@@ -462,7 +394,8 @@ impl Registry {
         self.load_text(&text, format, Some(path))
     }
 
-    /// Like [`load_policies`](Registry::load_policies), from text.
+    /// Like [`load_policies`](Registry::load_policies), from text, as the file source
+    /// named [`INLINE_SOURCE`].
     ///
     /// # Errors
     ///
@@ -471,28 +404,42 @@ impl Registry {
         self.load_text(text, format, None)
     }
 
-    /// Applies a parsed [`PolicyFile`] with the same rules as
-    /// [`load_policies`](Registry::load_policies) (strict check, all or nothing,
-    /// clearing points the previous load configured).
+    /// Applies a parsed [`PolicyFile`] as the whole layer of `source`, with the same
+    /// rules as [`load_policies`](Registry::load_policies) (strict check, all or
+    /// nothing, removing the source's layers of points it no longer mentions).
     ///
     /// # Errors
     ///
     /// [`ConfigError::Invalid`] if `strict` is set and a point is unknown, or if a
     /// breaker is invalid ([`BreakerPolicy::validate`]).
-    pub fn apply_policy_file(&self, file: &PolicyFile) -> Result<LoadReport, ConfigError> {
-        let names = file.points.keys().cloned().collect();
-        let checked = check::Checked {
-            file: file.clone(),
-            names,
-            problems: Vec::new(),
-        };
-        self.commit(checked, None)
+    pub fn apply_source(
+        &self,
+        source: Source,
+        file: &PolicyFile,
+    ) -> Result<LoadReport, ConfigError> {
+        self.apply_checked(source, None, checked_of(file), None)
     }
 
-    /// The number of policy files applied to this registry so far (the version of the
-    /// live file; 0 before the first).
+    /// [`apply_source`](Registry::apply_source) with the source's version given (the
+    /// console's policy version).
+    pub(crate) fn apply_source_version(
+        &self,
+        source: Source,
+        file: &PolicyFile,
+        version: u64,
+    ) -> Result<LoadReport, ConfigError> {
+        self.apply_checked(source, Some(version), checked_of(file), None)
+    }
+
+    /// The number of policy-file loads applied to this registry so far, over every
+    /// file source (0 before the first); see
+    /// [`source_version`](Registry::source_version) for one file's.
     pub fn policy_file_version(&self) -> u64 {
-        lock(&load_state(self)).version
+        self.source_versions()
+            .iter()
+            .filter(|(s, _)| matches!(s, Source::File(_)))
+            .map(|(_, v)| v)
+            .sum()
     }
 
     fn load_text(
@@ -501,19 +448,17 @@ impl Registry {
         format: Format,
         path: Option<&Path>,
     ) -> Result<LoadReport, ConfigError> {
-        self.commit(parse_checked(text, format), path)
+        self.apply_checked(file_source(path), None, parse_checked(text, format), path)
     }
 
     /// The strict check, then the apply if nothing at all is wrong.
-    fn commit(
+    fn apply_checked(
         &self,
+        source: Source,
+        version: Option<u64>,
         mut checked: check::Checked,
         path: Option<&Path>,
     ) -> Result<LoadReport, ConfigError> {
-        let state = load_state(self);
-        // Held through the check and the apply: loads are serialised, and the strict
-        // check sees the registry as the apply will.
-        let mut state = lock(&state);
         if checked.file.strict {
             for name in &checked.names {
                 if crate::error::check_point_name(name).is_ok()
@@ -542,6 +487,14 @@ impl Registry {
                     e.message,
                 ));
             }
+            if let Err(e) = crate::error::check_point_name(name) {
+                checked.problems.push(Problem::new(
+                    Some(name),
+                    None,
+                    ProblemKind::InvalidPointName,
+                    e.to_string(),
+                ));
+            }
         }
         if !checked.problems.is_empty() {
             return Err(ConfigError::Invalid {
@@ -549,64 +502,79 @@ impl Registry {
                 problems: checked.problems,
             });
         }
-        let mut applied = Vec::with_capacity(checked.file.points.len());
+        let mut points = Vec::with_capacity(checked.file.points.len());
         for (name, config) in &checked.file.points {
-            // The shadow flag travels inside the policy (`PolicyBuilder::shadow`).
             // The name passed `check_point_name` above, so this cannot fail.
-            if self.set_policy(name, config.policy.clone()).is_ok() {
-                applied.push(name.clone());
+            if let Ok(point) = self.point(name) {
+                points.push((point, config));
             }
-            // Setting a breaker starts it afresh: an unchanged one is left running.
-            if let Some(breaker) = config.breaker {
-                if self.breaker(name).ok().flatten() != Some(breaker) {
-                    // Validated above, so this cannot fail.
-                    let _ = self.set_breaker(name, breaker);
+        }
+        let mut cleared = Vec::new();
+        let mut breakers_cleared = Vec::new();
+        let version = self.edit_layers(&source, version, |table| {
+            let mut edits: Vec<_> = points
+                .iter()
+                .map(|(point, config)| (*point, Some((*config).clone())))
+                .collect();
+            for name in table.points_of(&source) {
+                let had_breaker = table
+                    .layer(name, &source)
+                    .is_some_and(|l| l.settings.breaker.is_some());
+                match checked.file.points.get(name) {
+                    None => {
+                        cleared.push(name.to_owned());
+                        if had_breaker {
+                            breakers_cleared.push(name.to_owned());
+                        }
+                        if let Some(point) = self.get(name) {
+                            edits.push((point, None));
+                        }
+                    }
+                    Some(c) if had_breaker && c.breaker.is_none() => {
+                        breakers_cleared.push(name.to_owned());
+                    }
+                    Some(_) => {}
                 }
             }
-        }
-        let mut breakers_cleared = Vec::new();
-        for name in &state.breakers {
-            let kept = checked
-                .file
-                .points
-                .get(name)
-                .is_some_and(|c| c.breaker.is_some());
-            if !kept && self.clear_breaker(name).is_ok() {
-                breakers_cleared.push(name.clone());
-            }
-        }
-        state.breakers = checked
-            .file
-            .points
-            .iter()
-            .filter(|(_, c)| c.breaker.is_some())
-            .map(|(name, _)| name.clone())
-            .collect();
-        let mut cleared = Vec::new();
-        for name in &state.configured {
-            if !checked.file.points.contains_key(name) && self.clear_policy(name).is_ok() {
-                cleared.push(name.clone());
-            }
-        }
-        state.configured = checked.file.points.keys().cloned().collect();
-        state.version += 1;
+            edits
+        });
         let report = LoadReport {
-            version: state.version,
+            layer: source,
+            version,
             source: path.map(Path::to_owned),
-            applied,
+            applied: checked.file.points.keys().cloned().collect(),
             cleared,
             breakers_cleared,
         };
         #[cfg(feature = "tracing")]
-        tracing::info!(
-            file = ?report.source,
-            version = report.version,
-            points = report.applied.len(),
-            cleared = report.cleared.len(),
-            breakers_cleared = report.breakers_cleared.len(),
-            "policy file applied"
-        );
+        {
+            let r = &report;
+            let (points, cleared) = (r.applied.len(), r.cleared.len());
+            let breakers_cleared = r.breakers_cleared.len();
+            if matches!(r.layer, Source::File(_)) {
+                tracing::info!(file = ?r.source, layer = %r.layer, version = r.version, points,
+                    cleared, breakers_cleared, "policy file applied");
+            } else {
+                tracing::info!(layer = %r.layer, version = r.version, points, cleared,
+                    breakers_cleared, "policy source applied");
+            }
+        }
         Ok(report)
+    }
+}
+
+/// The file source of a path, or [`INLINE_SOURCE`].
+fn file_source(path: Option<&Path>) -> Source {
+    Source::file(path.map_or_else(|| INLINE_SOURCE.to_owned(), |p| p.display().to_string()))
+}
+
+/// A file made in code, as if the checker had read it (the strict check and the
+/// breaker check still run).
+fn checked_of(file: &PolicyFile) -> check::Checked {
+    check::Checked {
+        file: file.clone(),
+        names: file.points.keys().cloned().collect(),
+        problems: Vec::new(),
     }
 }
 
@@ -630,8 +598,8 @@ struct FileOut<'a> {
 /// Scalar fields first: TOML needs plain values before sub-tables.
 #[derive(Serialize)]
 struct PointOut {
-    #[serde(skip_serializing_if = "is_false")]
-    shadow: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shadow: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_visits: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -651,10 +619,13 @@ struct PointOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     window: Option<WindowOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    adaptive: Option<AdaptiveOut>,
+    adaptive: Option<OrOff<AdaptiveOut>>,
     #[cfg(feature = "redis")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    cluster: Option<ClusterOut>,
+    cluster: Option<OrOff<ClusterOut>>,
+    #[cfg(not(feature = "redis"))]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cluster: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     breaker: Option<BreakerOut>,
 }
@@ -884,7 +855,15 @@ impl BreakerOut {
 }
 
 impl AdaptiveOut {
-    fn of(a: &AdaptiveLimit) -> AdaptiveOut {
+    fn off() -> OrOff<AdaptiveOut> {
+        OrOff::Off("off")
+    }
+
+    fn of(a: &AdaptiveLimit) -> OrOff<AdaptiveOut> {
+        OrOff::On(AdaptiveOut::of_limit(a))
+    }
+
+    fn of_limit(a: &AdaptiveLimit) -> AdaptiveOut {
         let text = duration_unless_default;
         match a {
             AdaptiveLimit::Gradient(c) => {
@@ -925,43 +904,89 @@ impl AdaptiveOut {
 }
 
 impl PointOut {
+    /// The sections the settings set, each written even at its default value (so that
+    /// it still sets it when read back); fields within a section are left out at their
+    /// default.
     fn of(config: &PointConfig) -> PointOut {
         let p = &config.policy;
+        let sets = |s: Section| config.sets(s);
         use duration::format_duration as text;
-        PointOut {
-            shadow: p.is_shadow(),
-            max_visits: p.max_visits(),
-            max_concurrency: p.max_concurrency(),
-            max_exceptions: p.max_exceptions(),
-            downgrade_percentage: Some(p.downgrade_percentage()).filter(|&d| d != 100),
-            exception_rate: p.exception_rate().map(|r| ExceptionRateOut {
-                rate: r.rate,
-                min_visits: r.min_visits,
-            }),
-            timeouts: p.timeouts().map(|t| TimeoutsOut {
+        let rules = sets(Section::Rules);
+        let mut out = PointOut {
+            shadow: sets(Section::Shadow).then_some(p.is_shadow()),
+            max_visits: p.max_visits().filter(|_| rules),
+            max_concurrency: p.max_concurrency().filter(|_| rules),
+            max_exceptions: p.max_exceptions().filter(|_| rules),
+            downgrade_percentage: Some(p.downgrade_percentage()).filter(|&d| rules && d != 100),
+            exception_rate: p
+                .exception_rate()
+                .filter(|_| rules)
+                .map(|r| ExceptionRateOut {
+                    rate: r.rate,
+                    min_visits: r.min_visits,
+                }),
+            timeouts: p.timeouts().filter(|_| rules).map(|t| TimeoutsOut {
                 threshold: text(t.threshold),
                 max_count: t.max_count,
             }),
-            token_bucket: p.token_bucket().map(|t| TokenBucketOut {
+            token_bucket: p.token_bucket().filter(|_| rules).map(|t| TokenBucketOut {
                 rate: t.rate,
                 capacity: t.capacity,
             }),
-            delay: p.delay().map(|d| DelayOut {
+            delay: p.delay().filter(|_| rules).map(|d| DelayOut {
                 duration: text(d.duration),
                 retry_interval: d.retry_interval.map(text),
             }),
-            window: Some(p.window())
-                .filter(|w| *w != WindowConfig::default())
-                .map(|w| WindowOut {
+            window: sets(Section::Window).then(|| {
+                let w = p.window();
+                WindowOut {
                     buckets: w.buckets,
                     bucket_width: text(w.bucket_width),
-                }),
-            adaptive: p.adaptive().as_ref().map(AdaptiveOut::of),
+                }
+            }),
+            adaptive: sets(Section::Adaptive).then(|| {
+                p.adaptive()
+                    .as_ref()
+                    .map_or(AdaptiveOut::off(), AdaptiveOut::of)
+            }),
             #[cfg(feature = "redis")]
-            cluster: p.cluster().map(ClusterOut::of),
+            cluster: sets(Section::Cluster).then(|| {
+                p.cluster()
+                    .map_or(OrOff::Off("off"), |c| OrOff::On(ClusterOut::of(c)))
+            }),
+            #[cfg(not(feature = "redis"))]
+            cluster: sets(Section::Cluster).then_some("off"),
             breaker: config.breaker.as_ref().map(BreakerOut::of),
+        };
+        let no_rule_written = out.max_visits.is_none()
+            && out.max_concurrency.is_none()
+            && out.max_exceptions.is_none()
+            && out.downgrade_percentage.is_none()
+            && out.exception_rate.is_none()
+            && out.timeouts.is_none()
+            && out.token_bucket.is_none()
+            && out.delay.is_none();
+        let other_written = out.shadow.is_some()
+            || out.window.is_some()
+            || out.adaptive.is_some()
+            || out.cluster.is_some()
+            || out.breaker.is_some();
+        if rules && no_rule_written && other_written {
+            // Rules set to "none": a table with other keys but no rule key would not
+            // set the rules when read back, so say it with the default percentage.
+            out.downgrade_percentage = Some(100);
         }
+        out
     }
+}
+
+/// A section that is either written out or `"off"` (set to "none" over lower layers).
+#[derive(Serialize)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum OrOff<T> {
+    On(T),
+    Off(&'static str),
 }
 
 impl Serialize for PolicyFile {

@@ -1,15 +1,19 @@
 //! Hot reload: a policy file watched with `notify`, re-applied all or nothing after
 //! each burst of changes.
 
-use super::{lock, ConfigError, Format, LoadReport, Problem, ProblemKind};
+use super::{ConfigError, Format, LoadReport, Problem, ProblemKind};
 use crate::registry::Registry;
 use crate::sync::mpsc::{self, RecvTimeoutError};
-use crate::sync::{Arc, Mutex};
+use crate::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Called after every reload attempt with what it did.
 type Callback = Arc<dyn Fn(Result<&LoadReport, &ConfigError>) + Send + Sync>;

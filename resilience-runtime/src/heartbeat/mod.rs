@@ -12,10 +12,13 @@
 //!   report how much their totals grew since the previous upload (their peak
 //!   concurrency is not tracked: 0).
 //! - **Pull** every 5 s with the policy version the client holds. When the server
-//!   says the version changed, the whole set of policies is replaced through the
-//!   policy-file loader ([`Registry::apply_policy_file`]): all or nothing, and points
-//!   the previous version configured but the new one does not lose their policy. A
-//!   set the loader refuses is not applied; the client keeps its version and policies.
+//!   says the version changed, the console's layer ([`Source::Console`]) is replaced
+//!   through the policy-file loader ([`Registry::apply_source`]): all or nothing, and
+//!   points the previous version configured but the new one does not lose the
+//!   console's layer. Files and code keep their own layers: the console overrides
+//!   them section by section (by the registry's [`Precedence`](crate::layers::Precedence))
+//!   and never clears them. A set the loader refuses is not applied; the client keeps
+//!   its version and policies.
 //! - **Failover**: the server list is tried in order; an error moves the client to
 //!   the next address. A failed upload is retried once on the next server, then
 //!   dropped and counted ([`HeartbeatStatus::uploads_dropped`]). Every request has a
@@ -74,6 +77,7 @@ mod wire;
 pub use config::{HeartbeatConfig, Protocol, ServerAddr};
 pub use error::HeartbeatError;
 
+use crate::layers::Source;
 use crate::registry::{registry, Registry};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{mpsc, Arc, Mutex, MutexGuard};
@@ -448,7 +452,11 @@ impl HeartbeatClient {
             // The server said "unchanged" for another version: nothing to apply.
             PullAnswer::Unchanged(_) => Ok(PullOutcome::Unchanged { version }),
             PullAnswer::Changed(new, file) => {
-                match file.and_then(|f| inner.registry.apply_policy_file(&f)) {
+                match file.and_then(|f| {
+                    inner
+                        .registry
+                        .apply_source_version(Source::Console, &f, new)
+                }) {
                     Ok(report) => {
                         inner.version.store(new, Ordering::Release);
                         inner.policy_updates.fetch_add(1, Ordering::Relaxed);

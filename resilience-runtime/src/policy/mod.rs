@@ -214,6 +214,42 @@ impl Policy {
         }
     }
 
+    /// Copies one section of `from` into this policy (nothing for the breaker, which
+    /// is not part of a policy).
+    pub(crate) fn take_section(&mut self, from: &Policy, section: crate::layers::Section) {
+        use crate::layers::Section;
+        match section {
+            Section::Rules => {
+                self.max_visits = from.max_visits;
+                self.max_concurrency = from.max_concurrency;
+                self.max_exceptions = from.max_exceptions;
+                self.exception_rate = from.exception_rate;
+                self.timeouts = from.timeouts;
+                self.token_bucket = from.token_bucket;
+                self.downgrade_percentage = from.downgrade_percentage;
+                self.delay = from.delay;
+            }
+            Section::Window => self.window = from.window,
+            Section::Shadow => self.shadow = from.shadow,
+            Section::Adaptive => self.adaptive = from.adaptive,
+            Section::Cluster => {
+                #[cfg(feature = "redis")]
+                {
+                    self.cluster = from.cluster.clone();
+                }
+            }
+            Section::Breaker => {}
+        }
+    }
+
+    /// Whether the policy has a cluster-wide limit (always false without `redis`).
+    pub(crate) fn has_cluster(&self) -> bool {
+        #[cfg(feature = "redis")]
+        return self.cluster.is_some();
+        #[cfg(not(feature = "redis"))]
+        false
+    }
+
     /// A policy with no rule: the point tracks its window, cycle and concurrency but
     /// never downgrades.
     pub fn observe() -> Policy {

@@ -1,0 +1,105 @@
+//! The pure composition of a point's layers into its effective settings.
+
+use super::{EffectivePolicy, Layer, Origin, Precedence, Section};
+use crate::Policy;
+
+/// Composes layers: each section comes from the highest-ranked layer (by `precedence`)
+/// that sets it; a section no layer sets keeps its default. The policy is `None` if no
+/// layer sets any policy section.
+pub(crate) fn compose(layers: &[Layer], precedence: &Precedence) -> EffectivePolicy {
+    let mut policy = Policy::observe();
+    let mut any_policy = false;
+    let mut breaker = None;
+    let mut origins: [Option<Origin>; 6] = Default::default();
+    for section in Section::ALL {
+        let winner = layers
+            .iter()
+            .filter(|l| l.settings.sets(section))
+            .max_by(|a, b| precedence.compare(section, &a.source, &b.source));
+        let Some(layer) = winner else { continue };
+        origins[section as usize] = Some(Origin {
+            source: layer.source.clone(),
+            version: layer.version,
+        });
+        if section == Section::Breaker {
+            breaker = layer.settings.breaker;
+        } else {
+            policy.take_section(&layer.settings.policy, section);
+            any_policy = true;
+        }
+    }
+    EffectivePolicy::new(any_policy.then_some(policy), breaker, origins)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layers::{PointConfig, Sections, Source, SourceKind};
+    use crate::BreakerPolicy;
+    use std::time::Duration;
+
+    fn layer(source: Source, config: PointConfig) -> Layer {
+        Layer {
+            source,
+            version: 1,
+            settings: config,
+        }
+    }
+
+    #[test]
+    fn sections_come_from_their_own_winners() {
+        let file = Policy::builder()
+            .max_visits(5)
+            .window(4, Duration::from_millis(250))
+            .build()
+            .unwrap();
+        let console = Policy::builder().max_visits(9).build().unwrap();
+        let layers = [
+            layer(
+                Source::file("a.toml"),
+                PointConfig::new(file).with_breaker(BreakerPolicy::default()),
+            ),
+            layer(Source::Console, PointConfig::new(console)),
+        ];
+        let e = compose(&layers, &Precedence::default());
+        let p = e.policy.clone().unwrap();
+        assert_eq!(p.max_visits(), Some(9), "console wins the rules");
+        assert_eq!(p.window().buckets, 4, "the file's window stays");
+        assert_eq!(e.breaker, Some(BreakerPolicy::default()));
+        assert_eq!(e.origin(Section::Rules).unwrap().source, Source::Console);
+        assert_eq!(
+            e.origin(Section::Window).unwrap().source,
+            Source::file("a.toml")
+        );
+        assert_eq!(e.origin(Section::Adaptive), None);
+
+        let code_first =
+            Precedence::uniform([SourceKind::Code, SourceKind::File, SourceKind::Console]).unwrap();
+        let e = compose(&layers, &code_first);
+        assert_eq!(e.policy.unwrap().max_visits(), Some(5));
+    }
+
+    #[test]
+    fn later_file_names_win_and_nothing_set_means_no_policy() {
+        let a = PointConfig::new(Policy::builder().max_visits(1).build().unwrap());
+        let b = PointConfig::new(Policy::builder().max_visits(2).build().unwrap());
+        let layers = [
+            layer(Source::file("20-incident.toml"), b),
+            layer(Source::file("10-base.toml"), a),
+        ];
+        let e = compose(&layers, &Precedence::default());
+        assert_eq!(e.policy.unwrap().max_visits(), Some(2));
+        let only_breaker = [layer(
+            Source::Code,
+            PointConfig::breaker_only(BreakerPolicy::Disabled),
+        )];
+        let e = compose(&only_breaker, &Precedence::default());
+        assert_eq!((e.policy, e.breaker), (None, Some(BreakerPolicy::Disabled)));
+        assert_eq!(
+            compose(&[], &Precedence::default()),
+            EffectivePolicy::default()
+        );
+        let nothing = PointConfig::new(Policy::observe()).with_sections(Sections::NONE);
+        assert!(nothing.is_empty());
+    }
+}

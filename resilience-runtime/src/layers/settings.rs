@@ -1,0 +1,183 @@
+//! What a layer holds, and what composing layers gives.
+
+use super::{Section, Sections, Source};
+use crate::{BreakerPolicy, Policy};
+
+/// The settings of one point from one source: a policy (of which only the sections in
+/// [`sections`](PointConfig::sections) count) and, optionally, a breaker.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::layers::{PointConfig, Section};
+/// use resilience_runtime::{BreakerPolicy, Policy};
+///
+/// let config = PointConfig::new(Policy::observe()).with_breaker(BreakerPolicy::default());
+/// assert_eq!(config.breaker, Some(BreakerPolicy::default()));
+/// assert!(config.sets(Section::Rules) && config.sets(Section::Breaker));
+/// // A default window, no shadow, no adaptive limit: left to other sources.
+/// assert!(!config.sets(Section::Window) && !config.sets(Section::Adaptive));
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct PointConfig {
+    /// The point's downgrade policy.
+    pub policy: Policy,
+    /// Which sections of [`policy`](PointConfig::policy) this setting sets; the
+    /// others are left to lower layers (or their defaults).
+    pub sections: Sections,
+    /// The point's breaker, or `None` to leave the breaker to other sources.
+    pub breaker: Option<BreakerPolicy>,
+}
+
+impl PointConfig {
+    /// Settings made of a policy, without a breaker: they set the rules and every
+    /// other section whose value is not the default (a window other than 10 x 1 s,
+    /// shadow on, an adaptive or cluster limit).
+    pub fn new(policy: Policy) -> PointConfig {
+        let mut sections = Sections::NONE.with(Section::Rules);
+        if policy.window() != crate::WindowConfig::default() {
+            sections = sections.with(Section::Window);
+        }
+        if policy.is_shadow() {
+            sections = sections.with(Section::Shadow);
+        }
+        if policy.adaptive().is_some() {
+            sections = sections.with(Section::Adaptive);
+        }
+        if policy.has_cluster() {
+            sections = sections.with(Section::Cluster);
+        }
+        PointConfig {
+            policy,
+            sections,
+            breaker: None,
+        }
+    }
+
+    /// Settings that set only a breaker.
+    pub fn breaker_only(breaker: BreakerPolicy) -> PointConfig {
+        PointConfig {
+            policy: Policy::observe(),
+            sections: Sections::NONE,
+            breaker: Some(breaker),
+        }
+    }
+
+    /// The same settings with a breaker.
+    #[must_use]
+    pub fn with_breaker(mut self, breaker: BreakerPolicy) -> PointConfig {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// The same settings setting exactly `sections` of the policy.
+    #[must_use]
+    pub fn with_sections(mut self, sections: Sections) -> PointConfig {
+        self.sections = sections;
+        self
+    }
+
+    /// Whether these settings set `section`.
+    pub fn sets(&self, section: Section) -> bool {
+        match section {
+            Section::Breaker => self.breaker.is_some(),
+            s => self.sections.contains(s),
+        }
+    }
+
+    /// Whether these settings set nothing at all.
+    pub fn is_empty(&self) -> bool {
+        self.sections.is_empty() && self.breaker.is_none()
+    }
+}
+
+/// One source's settings of one point, with the source's version when they were set.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Layer {
+    /// Who set them.
+    pub source: Source,
+    /// The source's version: for a file, how many times it was applied; for the
+    /// console, the console's policy version; for code, a counter of code changes.
+    pub version: u64,
+    /// The settings.
+    pub settings: PointConfig,
+}
+
+/// Where a section of an effective policy came from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Origin {
+    /// The source whose layer won.
+    pub source: Source,
+    /// That layer's version.
+    pub version: u64,
+}
+
+/// The effective settings of a point, with the origin of each section.
+#[derive(Clone, Debug, PartialEq, Default)]
+#[non_exhaustive]
+pub struct EffectivePolicy {
+    /// The policy enforced, or `None` if no layer sets any policy section.
+    pub policy: Option<Policy>,
+    /// The breaker setting enforced, if any layer sets one.
+    pub breaker: Option<BreakerPolicy>,
+    origins: [Option<Origin>; 6],
+}
+
+impl EffectivePolicy {
+    pub(crate) fn new(
+        policy: Option<Policy>,
+        breaker: Option<BreakerPolicy>,
+        origins: [Option<Origin>; 6],
+    ) -> EffectivePolicy {
+        EffectivePolicy {
+            policy,
+            breaker,
+            origins,
+        }
+    }
+
+    /// The layer a section came from; `None` if no layer sets it (its default
+    /// applies).
+    pub fn origin(&self, section: Section) -> Option<&Origin> {
+        self.origins[section as usize].as_ref()
+    }
+
+    /// Every section some layer sets, with its origin, in [`Section::ALL`] order.
+    pub fn origins(&self) -> impl Iterator<Item = (Section, &Origin)> {
+        Section::ALL
+            .into_iter()
+            .filter_map(|s| self.origin(s).map(|o| (s, o)))
+    }
+
+    /// The sections set by some layer, as a setting ([`PointConfig`]) a policy file
+    /// can hold: writing it to a file and loading that file as the only source
+    /// enforces the same.
+    pub fn to_config(&self) -> Option<PointConfig> {
+        let mut sections = Sections::NONE;
+        for (s, _) in self.origins() {
+            sections = sections.with(s);
+        }
+        let config = PointConfig {
+            policy: self.policy.clone().unwrap_or_else(Policy::observe),
+            sections,
+            breaker: self.breaker,
+        };
+        (!config.is_empty()).then_some(config)
+    }
+}
+
+/// The effective settings of a point changed because a layer changed.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct PolicyChange {
+    /// The point.
+    pub point: &'static str,
+    /// The source whose layer changed.
+    pub source: Source,
+    /// What was enforced before.
+    pub before: EffectivePolicy,
+    /// What is enforced now.
+    pub after: EffectivePolicy,
+}

@@ -1,0 +1,169 @@
+//! Where settings come from, and which source wins.
+
+use super::Section;
+use std::cmp::Ordering;
+use std::fmt;
+use std::sync::Arc;
+
+/// A source of policies. Each source owns one layer per point; applying a source
+/// replaces only its own layer.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Source {
+    /// The program itself: [`Registry::set_policy`](crate::Registry::set_policy) and
+    /// [`Registry::set_breaker`](crate::Registry::set_breaker).
+    Code,
+    /// A policy file, by name (its path, or `inline` for text loaded with
+    /// `load_policies_str`).
+    File(Arc<str>),
+    /// The admin console, through the heartbeat client's pulls.
+    Console,
+}
+
+impl Source {
+    /// A file source named `name`.
+    pub fn file(name: impl Into<Arc<str>>) -> Source {
+        Source::File(name.into())
+    }
+
+    /// The kind of the source.
+    pub fn kind(&self) -> SourceKind {
+        match self {
+            Source::Code => SourceKind::Code,
+            Source::File(_) => SourceKind::File,
+            Source::Console => SourceKind::Console,
+        }
+    }
+}
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Code => f.write_str("code"),
+            Source::File(name) => write!(f, "file:{name}"),
+            Source::Console => f.write_str("console"),
+        }
+    }
+}
+
+/// The kinds of [`Source`], the unit of [`Precedence`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SourceKind {
+    /// [`Source::Code`].
+    Code,
+    /// Every [`Source::File`].
+    File,
+    /// [`Source::Console`].
+    Console,
+}
+
+/// Which source wins, per section: an order of the three kinds, highest first.
+/// Between two files, the one whose name sorts last wins (the `conf.d` rule: name
+/// them `10-base.toml`, `20-incident.toml`).
+///
+/// The default, for every section, is console over file over code: what an operator
+/// changes in an incident wins over what was deployed, which wins over what the
+/// program set at start.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::layers::{Precedence, Section, SourceKind};
+///
+/// // Breakers are owned by the code; everything else as by default.
+/// let p = Precedence::default()
+///     .with_section(Section::Breaker, [SourceKind::Code, SourceKind::Console, SourceKind::File])?;
+/// assert_eq!(p.order(Section::Breaker)[0], SourceKind::Code);
+/// assert_eq!(p.order(Section::Rules)[0], SourceKind::Console);
+/// # Ok::<(), resilience_runtime::layers::PrecedenceError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Precedence {
+    orders: [[SourceKind; 3]; 6],
+}
+
+/// A precedence order that is not an order of the three source kinds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PrecedenceError {
+    /// The section whose order is wrong.
+    pub section: Section,
+    /// The order given.
+    pub order: [SourceKind; 3],
+}
+
+impl fmt::Display for PrecedenceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "precedence of `{}`: {:?} must name code, file and console once each",
+            self.section, self.order
+        )
+    }
+}
+
+impl std::error::Error for PrecedenceError {}
+
+const DEFAULT_ORDER: [SourceKind; 3] = [SourceKind::Console, SourceKind::File, SourceKind::Code];
+
+impl Default for Precedence {
+    fn default() -> Precedence {
+        Precedence {
+            orders: [DEFAULT_ORDER; 6],
+        }
+    }
+}
+
+impl Precedence {
+    /// The same order for every section.
+    ///
+    /// # Errors
+    ///
+    /// [`PrecedenceError`] unless `order` names each kind once.
+    pub fn uniform(order: [SourceKind; 3]) -> Result<Precedence, PrecedenceError> {
+        let mut p = Precedence::default();
+        for section in Section::ALL {
+            p = p.with_section(section, order)?;
+        }
+        Ok(p)
+    }
+
+    /// The same precedence with another order for one section.
+    ///
+    /// # Errors
+    ///
+    /// [`PrecedenceError`] unless `order` names each kind once.
+    pub fn with_section(
+        mut self,
+        section: Section,
+        order: [SourceKind; 3],
+    ) -> Result<Precedence, PrecedenceError> {
+        let distinct = order[0] != order[1] && order[1] != order[2] && order[0] != order[2];
+        if !distinct {
+            return Err(PrecedenceError { section, order });
+        }
+        self.orders[section as usize] = order;
+        Ok(self)
+    }
+
+    /// The order of a section, highest first.
+    pub fn order(&self, section: Section) -> [SourceKind; 3] {
+        self.orders[section as usize]
+    }
+
+    /// Compares two sources for a section: `Greater` if `a` wins over `b`.
+    pub fn compare(&self, section: Section, a: &Source, b: &Source) -> Ordering {
+        let rank = |s: &Source| {
+            let order = self.order(section);
+            3 - order.iter().position(|k| *k == s.kind()).unwrap_or(3)
+        };
+        rank(a).cmp(&rank(b)).then_with(|| match (a, b) {
+            (Source::File(x), Source::File(y)) => x.cmp(y),
+            _ => Ordering::Equal,
+        })
+    }
+}

@@ -1,0 +1,143 @@
+//! The registry's table of layers: per point, one layer per source, and the effective
+//! settings last installed in the point. Pure bookkeeping; the registry installs what
+//! it returns.
+
+use super::compose::compose;
+use super::{EffectivePolicy, Layer, PointConfig, Precedence, Source};
+use std::collections::{BTreeSet, HashMap};
+
+#[derive(Debug, Default)]
+struct Entry {
+    layers: Vec<Layer>,
+    effective: EffectivePolicy,
+}
+
+/// The layers of every point that has any, and every source's version.
+#[derive(Debug, Default)]
+pub(crate) struct Table {
+    precedence: Precedence,
+    points: HashMap<&'static str, Entry>,
+    versions: HashMap<Source, u64>,
+    by_source: HashMap<Source, BTreeSet<&'static str>>,
+}
+
+/// The effective settings of a point before and after an update that changed them.
+pub(crate) type Changed = (EffectivePolicy, EffectivePolicy);
+
+impl Table {
+    pub(crate) fn precedence(&self) -> Precedence {
+        self.precedence
+    }
+
+    /// Sets the precedence; returns the points whose effective settings changed.
+    pub(crate) fn set_precedence(
+        &mut self,
+        precedence: Precedence,
+    ) -> Vec<(&'static str, Changed)> {
+        self.precedence = precedence;
+        let mut changed = Vec::new();
+        for (&name, entry) in &mut self.points {
+            let after = compose(&entry.layers, &precedence);
+            if after != entry.effective {
+                let before = std::mem::replace(&mut entry.effective, after.clone());
+                changed.push((name, (before, after)));
+            }
+        }
+        changed
+    }
+
+    /// The version of a source's last update (0 if none).
+    pub(crate) fn version(&self, source: &Source) -> u64 {
+        self.versions.get(source).copied().unwrap_or(0)
+    }
+
+    /// Every source's version, sorted by source.
+    pub(crate) fn versions(&self) -> Vec<(Source, u64)> {
+        let mut v: Vec<_> = self.versions.iter().map(|(s, v)| (s.clone(), *v)).collect();
+        v.sort();
+        v
+    }
+
+    /// Records a new version of a source: `Some(v)` as given, `None` as the next one.
+    pub(crate) fn bump(&mut self, source: &Source, version: Option<u64>) -> u64 {
+        let v = self.versions.entry(source.clone()).or_insert(0);
+        *v = version.unwrap_or(*v + 1);
+        *v
+    }
+
+    /// The points a source has a layer for, sorted.
+    pub(crate) fn points_of(&self, source: &Source) -> Vec<&'static str> {
+        self.by_source
+            .get(source)
+            .map(|s| s.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// A point's layers, sorted by source.
+    pub(crate) fn layers(&self, point: &str) -> Vec<Layer> {
+        let mut layers = self
+            .points
+            .get(point)
+            .map(|e| e.layers.clone())
+            .unwrap_or_default();
+        layers.sort_by(|a, b| a.source.cmp(&b.source));
+        layers
+    }
+
+    /// A source's layer of a point.
+    pub(crate) fn layer(&self, point: &str, source: &Source) -> Option<&Layer> {
+        self.points
+            .get(point)?
+            .layers
+            .iter()
+            .find(|l| l.source == *source)
+    }
+
+    /// A point's effective settings as last composed.
+    pub(crate) fn effective(&self, point: &str) -> EffectivePolicy {
+        self.points
+            .get(point)
+            .map(|e| e.effective.clone())
+            .unwrap_or_default()
+    }
+
+    /// Replaces (`Some`) or removes (`None`, or settings that set nothing) a source's
+    /// layer of a point; returns the effective settings before and after if they
+    /// changed. Other sources' layers are never touched.
+    pub(crate) fn set(
+        &mut self,
+        point: &'static str,
+        source: &Source,
+        settings: Option<PointConfig>,
+        version: u64,
+    ) -> Option<Changed> {
+        let settings = settings.filter(|s| !s.is_empty());
+        let entry = self.points.entry(point).or_default();
+        entry.layers.retain(|l| l.source != *source);
+        let members = self.by_source.entry(source.clone()).or_default();
+        match settings {
+            Some(settings) => {
+                entry.layers.push(Layer {
+                    source: source.clone(),
+                    version,
+                    settings,
+                });
+                members.insert(point);
+            }
+            None => {
+                members.remove(point);
+            }
+        }
+        let after = compose(&entry.layers, &self.precedence);
+        let changed = (after != entry.effective).then(|| {
+            (
+                std::mem::replace(&mut entry.effective, after.clone()),
+                after,
+            )
+        });
+        if entry.layers.is_empty() {
+            self.points.remove(point);
+        }
+        changed
+    }
+}
