@@ -23,6 +23,8 @@
 //! | `resilience_listener_events_dropped_total` | counter | | over all points |
 //! | `resilience_listener_events_delivered_total` | counter | | over all points |
 //! | `resilience_policy_source_version` | gauge | `source` | each policy source's version (`code`, `file:<path>`, `console`) |
+//! | `resilience_heartbeat_uploads_total`, `_upload_retries_total`, `_uploads_dropped_total`, `_pulls_total`, `_pull_failures_total`, `_policy_updates_total`, `_policies_rejected_total` | counter | `app` | with feature `heartbeat`: each live client's counters |
+//! | `resilience_heartbeat_policy_version`, `_failing`, `_from_cache` | gauge | `app` | the console version held; 1 while the last upload or pull failed; 1 while enforcing the cache file |
 //!
 //! `resilience_downgrades_total` has one series per [`Reason`], zeros included, so
 //! `rate()` works from the first scrape.
@@ -348,6 +350,8 @@ fn encode_registry_metrics(
         None,
         MetricType::Counter,
     )?)?;
+    #[cfg(feature = "heartbeat")]
+    encode_heartbeat_metrics(encoder, registry)?;
     let mut family = encoder.encode_descriptor(
         "resilience_policy_source_version",
         "The version of each policy source applied to the registry: a file's loads, the \
@@ -358,6 +362,48 @@ fn encode_registry_metrics(
     for (source, version) in registry.source_versions() {
         let name = source.to_string();
         gauge(version).encode(family.encode_family(&[("source", name.as_str())])?)?;
+    }
+    Ok(())
+}
+
+/// The counters of every live heartbeat client of the registry (label `app`:
+/// `group/app`).
+#[cfg(feature = "heartbeat")]
+fn encode_heartbeat_metrics(
+    encoder: &mut DescriptorEncoder<'_>,
+    registry: &Registry,
+) -> fmt::Result {
+    use crate::heartbeat::HeartbeatStatus;
+    let clients = crate::heartbeat::statuses_of(registry);
+    type Field = (
+        &'static str,
+        &'static str,
+        MetricType,
+        fn(&HeartbeatStatus) -> u64,
+    );
+    let fields: [Field; 10] = [
+        ("resilience_heartbeat_uploads", "Cycles uploaded.", MetricType::Counter, |s| s.uploads),
+        ("resilience_heartbeat_upload_retries", "Uploads retried on the next server.", MetricType::Counter, |s| s.upload_retries),
+        ("resilience_heartbeat_uploads_dropped", "Cycles dropped: their upload failed twice.", MetricType::Counter, |s| s.uploads_dropped),
+        ("resilience_heartbeat_pulls", "Pulls answered.", MetricType::Counter, |s| s.pulls),
+        ("resilience_heartbeat_pull_failures", "Pulls that failed (network, HTTP, protocol).", MetricType::Counter, |s| s.pull_failures),
+        ("resilience_heartbeat_policy_updates", "Console policy versions applied.", MetricType::Counter, |s| s.policy_updates),
+        ("resilience_heartbeat_policies_rejected", "Console policy versions refused by the loader.", MetricType::Counter, |s| s.policies_rejected),
+        ("resilience_heartbeat_policy_version", "The console policy version held.", MetricType::Gauge, |s| s.policy_version),
+        ("resilience_heartbeat_failing", "1 while the last upload or pull failed.", MetricType::Gauge, |s| u64::from(s.last_upload_error.is_some() || s.last_pull_error.is_some())),
+        ("resilience_heartbeat_from_cache", "1 while the console policies held came from the cache file and no pull succeeded since.", MetricType::Gauge, |s| u64::from(s.from_cache)),
+    ];
+    for (name, help, kind, value) in fields {
+        let mut family = encoder.encode_descriptor(name, help, None, kind)?;
+        for (app, status) in &clients {
+            let labels = [("app", app.as_str())];
+            match kind {
+                MetricType::Counter => {
+                    ConstCounter::new(value(status)).encode(family.encode_family(&labels)?)?;
+                }
+                _ => gauge(value(status)).encode(family.encode_family(&labels)?)?,
+            }
+        }
     }
     Ok(())
 }

@@ -13,7 +13,8 @@
 use resilience_runtime::heartbeat::{
     HeartbeatClient, HeartbeatConfig, HeartbeatError, Protocol, PullOutcome, UploadOutcome,
 };
-use resilience_runtime::{downgrade, Clock, ManualClock, Policy, Registry};
+use resilience_runtime::layers::{Origin, Section, Source};
+use resilience_runtime::{downgrade, BreakerPolicy, Clock, ManualClock, Policy, Registry};
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -587,4 +588,168 @@ fn the_background_thread_pulls_periodically_and_stops_with_its_handle() {
     let after = peer.seen().len();
     thread::sleep(Duration::from_millis(200));
     assert_eq!(peer.seen().len(), after, "no request after stop");
+}
+
+/// The incident of issue 15: a service with a policy file and the heartbeat client.
+/// The console's pull mentions one point; the file's token bucket and breakers of the
+/// other points stay, the console point keeps the file's breaker, and the file's later
+/// edit does not win back what the console sets.
+#[test]
+fn a_console_pull_never_clears_what_a_file_set() {
+    let (registry, _manual) = manual_registry();
+    let dir = std::env::temp_dir().join(format!("resilience-hb-layers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("policies.toml");
+    let file_text = |visits: u64| {
+        format!(
+            "[points.\"hb.l.bucket\"]\ntoken_bucket = {{ rate = 20.0, capacity = 20 }}\n\
+             [points.\"hb.l.a\"]\nmax_visits = {visits}\n\
+             [points.\"hb.l.a\".breaker]\nalgorithm = \"classic\"\nconsecutive_failures = 3\n\
+             [points.\"hb.l.b\".breaker]\nalgorithm = \"classic\"\nconsecutive_failures = 3\n"
+        )
+    };
+    std::fs::write(&path, file_text(100)).unwrap();
+    registry.load_policies(&path).unwrap();
+    let file = Source::file(path.display().to_string());
+
+    let answers = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let queue = Arc::clone(&answers);
+    let peer = Peer::start(move |_| ok(queue.lock().unwrap().remove(0)));
+    let client = HeartbeatClient::new(config(&peer.url()), registry);
+    answers
+        .lock()
+        .unwrap()
+        .push(json!({"changed": true, "version": 3,
+        "policy": {"points": {"hb.l.a": {"max_visits": 5}}}}));
+    assert_eq!(
+        client.pull_now().unwrap(),
+        PullOutcome::Applied {
+            version: 3,
+            applied: vec!["hb.l.a".into()],
+            cleared: vec![]
+        }
+    );
+    // The file's bucket still admits exactly its 20 (the clock does not move).
+    let bucket = registry.point("hb.l.bucket").unwrap();
+    let passed = (0..60)
+        .filter(|_| bucket.enter().map(|p| p.finish(false)).is_ok())
+        .count();
+    assert_eq!(passed, 20);
+    // Both breakers are in force; the console point has the console's rules.
+    for name in ["hb.l.a", "hb.l.b"] {
+        let e = registry.effective_policy(name).unwrap();
+        assert!(
+            matches!(e.breaker, Some(BreakerPolicy::Classic(_))),
+            "{name}"
+        );
+        assert_eq!(e.origin(Section::Breaker).unwrap().source, file);
+    }
+    let a = registry.effective_policy("hb.l.a").unwrap();
+    assert_eq!(a.policy.as_ref().unwrap().max_visits(), Some(5));
+    let origin = a.origin(Section::Rules).unwrap();
+    assert_eq!((&origin.source, origin.version), (&Source::Console, 3));
+
+    // The file is edited: its other points change, the console keeps its point.
+    std::fs::write(&path, file_text(50)).unwrap();
+    registry.load_policies(&path).unwrap();
+    assert_eq!(
+        registry.policy("hb.l.a").unwrap().unwrap().max_visits(),
+        Some(5)
+    );
+    let layers = registry.layers("hb.l.a").unwrap();
+    assert_eq!(layers.len(), 2);
+    assert_eq!(layers[0].settings.policy.max_visits(), Some(50));
+
+    // The console drops the point: the file's value comes back.
+    answers
+        .lock()
+        .unwrap()
+        .push(json!({"changed": true, "version": 4, "policy": {"points": {}}}));
+    client.pull_now().unwrap();
+    assert_eq!(
+        registry.policy("hb.l.a").unwrap().unwrap().max_visits(),
+        Some(50)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A restart while the console is down: the new client reads the console's last
+/// policies from its cache file, enforces them, and says so.
+#[test]
+fn the_console_layer_survives_a_restart_with_the_console_down() {
+    let dir = std::env::temp_dir().join(format!("resilience-hb-cache-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cache = dir.join("console-cache.json");
+    let _ = std::fs::remove_file(&cache);
+    let before = {
+        let (registry, _manual) = manual_registry();
+        let peer = Peer::start(|_| {
+            ok(json!({"changed": true, "version": 7, "policy": {"points": {
+                "hb.c.a": {"max_visits": 3, "breaker": {"algorithm": "classic", "consecutive_failures": 2}},
+                "hb.c.b": {"shadow": true, "max_concurrency": 1}}}}))
+        });
+        let client = HeartbeatClient::new(config(&peer.url()).cache_file(&cache), registry);
+        assert!(!client.status().from_cache);
+        client.pull_now().unwrap();
+        assert_eq!(client.status().cache_error, None);
+        ["hb.c.a", "hb.c.b"].map(|n| registry.effective_policy(n).unwrap())
+    };
+    assert!(cache.exists());
+
+    // The "restarted" instance: a fresh registry, the console unreachable.
+    let (registry, _manual) = manual_registry();
+    let client = HeartbeatClient::new(config(&refused_url()).cache_file(&cache), registry);
+    let status = client.status();
+    assert!(status.from_cache);
+    assert_eq!(status.policy_version, 7);
+    assert_eq!(status.cache_error, None);
+    let after = ["hb.c.a", "hb.c.b"].map(|n| registry.effective_policy(n).unwrap());
+    assert_eq!(after, before);
+    assert_eq!(
+        after[0].origin(Section::Rules).unwrap(),
+        &Origin {
+            source: Source::Console,
+            version: 7
+        }
+    );
+    assert!(client.pull_now().is_err());
+    assert!(client.status().from_cache, "still enforcing the cache");
+    assert_eq!(
+        registry.policy("hb.c.a").unwrap().unwrap().max_visits(),
+        Some(3)
+    );
+
+    // A cache of another app is not applied, and says why.
+    let (other, _m) = manual_registry();
+    let cfg = HeartbeatConfig::new("shop", "billing", &refused_url())
+        .unwrap()
+        .cache_file(&cache);
+    let client = HeartbeatClient::new(cfg, other);
+    assert!(!client.status().from_cache);
+    assert!(client.status().cache_error.unwrap().contains("shop/orders"));
+    assert_eq!(other.policy("hb.c.a").unwrap(), None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Heartbeat counters appear in the metrics, per client app.
+#[cfg(feature = "metrics")]
+#[test]
+fn heartbeat_counters_are_exported_as_metrics() {
+    let cfg = HeartbeatConfig::new("metrics", "hb", &refused_url()).unwrap();
+    let client = HeartbeatClient::new(cfg, resilience_runtime::registry());
+    let text = resilience_runtime::metrics::render();
+    assert!(
+        text.contains("resilience_heartbeat_pull_failures_total{app=\"metrics/hb\"} 0"),
+        "{text}"
+    );
+    assert!(client.pull_now().is_err());
+    let text = resilience_runtime::metrics::render();
+    assert!(text.contains("resilience_heartbeat_pull_failures_total{app=\"metrics/hb\"} 1"));
+    assert!(text.contains("resilience_heartbeat_failing{app=\"metrics/hb\"} 1"));
+    drop(client);
+    let text = resilience_runtime::metrics::render();
+    assert!(
+        !text.contains("app=\"metrics/hb\""),
+        "a dropped client is not reported"
+    );
 }

@@ -137,6 +137,7 @@ pub struct HeartbeatConfig {
     pub(crate) upload_offset: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) io_timeout: Duration,
+    pub(crate) cache_file: Option<std::path::PathBuf>,
 }
 
 impl fmt::Debug for HeartbeatConfig {
@@ -153,6 +154,7 @@ impl fmt::Debug for HeartbeatConfig {
             .field("upload_offset", &self.upload_offset)
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
+            .field("cache_file", &self.cache_file)
             .finish()
     }
 }
@@ -216,6 +218,7 @@ impl HeartbeatConfig {
             upload_offset: Duration::from_secs(5),
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(1),
+            cache_file: None,
         })
     }
 
@@ -270,6 +273,18 @@ impl HeartbeatConfig {
     pub fn timeouts(mut self, connect: Duration, io: Duration) -> Self {
         self.connect_timeout = connect.max(Duration::from_millis(1));
         self.io_timeout = io.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Keeps the console's policies in a local file: written atomically after every
+    /// pull that applied a new version, and read when the client is made (before
+    /// the first pull), so an instance that restarts while the console is
+    /// unreachable enforces the console's last policies and says so
+    /// ([`HeartbeatStatus::from_cache`](super::HeartbeatStatus::from_cache)). A
+    /// cache of another app or one that does not parse is ignored and reported
+    /// ([`HeartbeatStatus::cache_error`](super::HeartbeatStatus::cache_error)).
+    pub fn cache_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.cache_file = Some(path.into());
         self
     }
 

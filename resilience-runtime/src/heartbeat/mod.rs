@@ -68,6 +68,7 @@
 //! # Ok::<(), heartbeat::HeartbeatError>(())
 //! ```
 
+mod cache;
 mod config;
 mod error;
 mod failures;
@@ -112,6 +113,11 @@ pub struct HeartbeatStatus {
     pub last_upload_error: Option<String>,
     /// The error of the last pull, if it failed.
     pub last_pull_error: Option<String>,
+    /// The policies held came from the cache file
+    /// ([`HeartbeatConfig::cache_file`]) and no pull has succeeded since.
+    pub from_cache: bool,
+    /// The last error reading or writing the cache file, if any.
+    pub cache_error: Option<String>,
 }
 
 /// What [`HeartbeatClient::upload_now`] did.
@@ -181,6 +187,8 @@ struct Inner {
     policies_rejected: AtomicU64,
     last_upload_error: Mutex<Option<String>>,
     last_pull_error: Mutex<Option<String>>,
+    from_cache: std::sync::atomic::AtomicBool,
+    cache_error: Mutex<Option<String>>,
     /// What was logged of failing uploads and pulls (see `failures`).
     upload_log: Mutex<FailureLog>,
     pull_log: Mutex<FailureLog>,
@@ -199,6 +207,28 @@ impl fmt::Debug for HeartbeatClient {
             .field("status", &self.status())
             .finish_non_exhaustive()
     }
+}
+
+/// Every client made, weakly: the metrics module reports those still alive.
+fn live_clients() -> &'static Mutex<Vec<std::sync::Weak<Inner>>> {
+    static CLIENTS: crate::sync::OnceLock<Mutex<Vec<std::sync::Weak<Inner>>>> =
+        crate::sync::OnceLock::new();
+    CLIENTS.get_or_init(Mutex::default)
+}
+
+/// The `group/app` and status of every live client of `registry` (for metrics).
+pub(crate) fn statuses_of(registry: &Registry) -> Vec<(String, HeartbeatStatus)> {
+    let mut clients = lock(live_clients());
+    clients.retain(|w| w.strong_count() > 0);
+    clients
+        .iter()
+        .filter_map(std::sync::Weak::upgrade)
+        .filter(|i| std::ptr::eq(i.registry, registry))
+        .map(|inner| {
+            let c = HeartbeatClient { inner };
+            (c.app_key(), c.status())
+        })
+        .collect()
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -222,9 +252,11 @@ fn server_message(body: &[u8]) -> String {
 
 impl HeartbeatClient {
     /// A client for `registry`. Its first upload counts the totals of points without
-    /// a policy from now.
+    /// a policy from now. With a [cache file](HeartbeatConfig::cache_file), the
+    /// console's last policies are read from it and applied now, unless the registry
+    /// already holds a console layer.
     pub fn new(config: HeartbeatConfig, registry: &'static Registry) -> HeartbeatClient {
-        HeartbeatClient {
+        let client = HeartbeatClient {
             inner: Arc::new(Inner {
                 upload: Mutex::new(UploadState {
                     collector: Collector::new(registry),
@@ -244,10 +276,63 @@ impl HeartbeatClient {
                 policies_rejected: AtomicU64::new(0),
                 last_upload_error: Mutex::new(None),
                 last_pull_error: Mutex::new(None),
+                from_cache: std::sync::atomic::AtomicBool::new(false),
+                cache_error: Mutex::new(None),
                 upload_log: Mutex::new(FailureLog::default()),
                 pull_log: Mutex::new(FailureLog::default()),
             }),
+        };
+        client.restore_cache();
+        lock(live_clients()).push(Arc::downgrade(&client.inner));
+        client
+    }
+
+    fn app_key(&self) -> String {
+        format!("{}/{}", self.inner.config.app_group, self.inner.config.app)
+    }
+
+    /// Applies the cache file's policies if the registry holds no console layer yet.
+    fn restore_cache(&self) {
+        let inner = &self.inner;
+        let Some(path) = &inner.config.cache_file else {
+            return;
+        };
+        if inner.registry.source_version(&Source::Console) != 0 {
+            return;
         }
+        let restored = cache::read(path, &self.app_key()).and_then(|cached| {
+            let Some((version, file)) = cached else {
+                return Ok(None);
+            };
+            inner
+                .registry
+                .apply_source_version(Source::Console, &file, version)
+                .map(|report| Some((version, report.applied.len())))
+                .map_err(|e| format!("policy cache {} ignored: {e}", path.display()))
+        });
+        match restored {
+            Ok(None) => {}
+            Ok(Some((version, points))) => {
+                inner.version.store(version, Ordering::Release);
+                inner.from_cache.store(true, Ordering::Release);
+                #[cfg(feature = "tracing")]
+                tracing::info!(
+                    version,
+                    points,
+                    cache = %path.display(),
+                    "resilience: enforcing the console's policies from the cache until the console answers"
+                );
+                #[cfg(not(feature = "tracing"))]
+                let _ = points;
+            }
+            Err(e) => self.cache_failed(e),
+        }
+    }
+
+    fn cache_failed(&self, error: String) {
+        #[cfg(feature = "tracing")]
+        tracing::warn!(cause = %error, "resilience: heartbeat policy cache");
+        *lock(&self.inner.cache_error) = Some(error);
     }
 
     /// The configuration.
@@ -275,6 +360,8 @@ impl HeartbeatClient {
             policies_rejected: get(&i.policies_rejected),
             last_upload_error: lock(&i.last_upload_error).clone(),
             last_pull_error: lock(&i.last_pull_error).clone(),
+            from_cache: i.from_cache.load(Ordering::Acquire),
+            cache_error: lock(&i.cache_error).clone(),
         }
     }
 
@@ -447,18 +534,27 @@ impl HeartbeatClient {
         drop(cursor);
         inner.pulls.fetch_add(1, Ordering::Relaxed);
         self.say("pull", lock(&inner.pull_log).succeeded(), None);
+        inner.from_cache.store(false, Ordering::Release);
         let outcome = match answer {
             PullAnswer::Unchanged(v) if v == version => Ok(PullOutcome::Unchanged { version }),
             // The server said "unchanged" for another version: nothing to apply.
             PullAnswer::Unchanged(_) => Ok(PullOutcome::Unchanged { version }),
             PullAnswer::Changed(new, file) => {
-                match file.and_then(|f| {
-                    inner
+                let applied = file.and_then(|f| {
+                    let report = inner
                         .registry
-                        .apply_source_version(Source::Console, &f, new)
-                }) {
-                    Ok(report) => {
+                        .apply_source_version(Source::Console, &f, new)?;
+                    Ok((report, f))
+                });
+                match applied {
+                    Ok((report, file)) => {
                         inner.version.store(new, Ordering::Release);
+                        if let Some(path) = &inner.config.cache_file {
+                            match cache::write(path, &self.app_key(), new, &file) {
+                                Ok(()) => *lock(&inner.cache_error) = None,
+                                Err(e) => self.cache_failed(e),
+                            }
+                        }
                         inner.policy_updates.fetch_add(1, Ordering::Relaxed);
                         Ok(PullOutcome::Applied {
                             version: new,
