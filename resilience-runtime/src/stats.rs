@@ -134,6 +134,9 @@ pub struct BreakerStats {
     pub window_drops: Option<u64>,
     /// State changes so far.
     pub transitions: u64,
+    /// Since when the breaker is in its current state (its last change, or when it
+    /// was installed).
+    pub since: SystemTime,
 }
 
 /// A snapshot of one point's statistics, from [`Registry::stats`](crate::Registry::stats).

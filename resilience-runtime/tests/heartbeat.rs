@@ -753,3 +753,77 @@ fn heartbeat_counters_are_exported_as_metrics() {
         "a dropped client is not reported"
     );
 }
+
+/// Uploads say what each point enforces and from where: the origin of every
+/// section, the local (non-console) settings as text, the digest, the breaker state
+/// with the time it entered it, and the client's own health.
+#[test]
+fn uploads_carry_what_each_point_enforces_and_from_where() {
+    let (registry, manual) = manual_registry();
+    let peer = Peer::start(|s| {
+        if s.path.ends_with("/pull") {
+            ok(json!({"changed": true, "version": 4,
+                      "policy": {"points": {"hb.e.a": {"max_visits": 9}}}}))
+        } else {
+            ok(json!({"result": "stored"}))
+        }
+    });
+    let client = HeartbeatClient::new(config(&peer.url()), registry);
+    registry
+        .load_policies_str(
+            "[points.\"hb.e.a\".breaker]\nalgorithm = \"classic\"\nconsecutive_failures = 1\n\
+             [points.\"hb.e.local\"]\nmax_concurrency = 3\n",
+            resilience_runtime::config::Format::Toml,
+        )
+        .unwrap();
+    client.pull_now().unwrap();
+    let a = registry.point("hb.e.a").unwrap();
+    manual.advance(Duration::from_secs(2));
+    a.enter().unwrap().finish(true); // opens the breaker (1 failure)
+    let opened_ms = CYCLE0 + 2_000;
+    registry.point("hb.e.none").unwrap();
+    manual.advance(Duration::from_secs(12));
+    client.upload_now().unwrap();
+    let body = peer
+        .seen()
+        .into_iter()
+        .find(|s| s.path == "/api/v1/heartbeat")
+        .unwrap()
+        .json();
+    let enforcing = body["enforcing"].as_array().unwrap();
+    let by_name = |n: &str| enforcing.iter().find(|e| e["name"] == n).cloned();
+    assert!(
+        by_name("hb.e.none").is_none(),
+        "no setting, no breaker: nothing to say"
+    );
+    let e = by_name("hb.e.a").unwrap();
+    assert_eq!(
+        e["origins"]["rules"],
+        json!({"source": "console", "version": 4})
+    );
+    assert_eq!(
+        e["origins"]["breaker"],
+        json!({"source": "file:inline", "version": 1})
+    );
+    // The local text holds the file's breaker only, not the console's rules.
+    assert_eq!(e["local"]["breaker"]["algorithm"], "classic");
+    assert!(e["local"].get("max_visits").is_none(), "{e}");
+    assert_eq!(e["breaker"]["state"], "open");
+    assert_eq!(e["breaker"]["since_ms"], opened_ms);
+    let digest = e["digest"].as_str().unwrap();
+    assert_eq!(digest.len(), 16);
+    assert_eq!(
+        digest,
+        registry
+            .effective_policy("hb.e.a")
+            .unwrap()
+            .to_config()
+            .unwrap()
+            .digest()
+    );
+    let local = by_name("hb.e.local").unwrap();
+    assert_eq!(local["local"]["max_concurrency"], 3);
+    assert_ne!(local["digest"], e["digest"]);
+    assert_eq!(body["client"]["from_cache"], false);
+    assert_eq!(body["client"]["last_pull_error"], Value::Null);
+}

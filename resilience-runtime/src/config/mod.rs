@@ -362,6 +362,23 @@ pub struct LoadReport {
     pub breakers_cleared: Vec<String>,
 }
 
+impl PointConfig {
+    /// A short fingerprint of these settings (16 hex digits): equal settings have
+    /// equal digests, in every process and version of this crate that writes them
+    /// the same way ([`PolicyFile::to_text`]'s JSON). Heartbeats carry the digest of
+    /// each point's effective settings so the console can tell which instances agree.
+    pub fn digest(&self) -> String {
+        let text = serde_json::to_string(self).unwrap_or_default();
+        // FNV-1a, 64 bits: stable, and enough to tell settings apart at a glance.
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in text.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        format!("{h:016x}")
+    }
+}
+
 /// The source of text loaded without a path ([`Registry::load_policies_str`]).
 pub const INLINE_SOURCE: &str = "inline";
 

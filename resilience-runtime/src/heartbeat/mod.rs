@@ -454,11 +454,12 @@ impl HeartbeatClient {
         let report = state.collector.collect(inner.registry, cycle);
         let servers = &inner.config.servers;
         let version = self.policy_version();
+        let health = self.status();
         let path = inner.config.protocol.upload_path();
         let attempt = |cursor: usize| {
             let server = &servers[cursor % servers.len()];
             self.send(server, path, |ip| {
-                wire::upload_body(&inner.config, &report, version, ip)
+                wire::upload_body(&inner.config, &report, version, &health, ip)
             })
             .map(|_| server.to_string())
         };

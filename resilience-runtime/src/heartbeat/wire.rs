@@ -2,8 +2,11 @@
 //! bodies of both protocols, and the policies read back from a pull answer.
 
 use super::config::{HeartbeatConfig, Protocol};
-use crate::config::{ConfigError, Format, PolicyFile, Problem, ProblemKind};
+use super::HeartbeatStatus;
+use crate::config::{ConfigError, Format, PointConfig, PolicyFile, Problem, ProblemKind};
+use crate::layers::{EffectivePolicy, Section, Sections, Source};
 use crate::registry::Registry;
+use crate::stats::BreakerStats;
 use crate::stats::Totals;
 use crate::Reason;
 use serde_json::{json, Map, Value};
@@ -34,12 +37,70 @@ impl PointReport {
 }
 
 /// The statistics of one closed cycle.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Report {
     pub(crate) cycle_start_ms: u64,
     pub(crate) points: Vec<PointReport>,
     pub(crate) known: Vec<&'static str>,
     pub(crate) declared: Vec<&'static str>,
+    /// What each point with a setting or a breaker enforces, and from where.
+    pub(crate) enforcing: Vec<Value>,
+}
+
+/// What a point enforces, for the console: the digest of its effective settings,
+/// the origin of each section, the settings of the sections that do not come from
+/// the console (`local`, absent when everything does), and its breaker's state.
+fn enforcing(name: &str, effective: &EffectivePolicy, breaker: Option<&BreakerStats>) -> Value {
+    let config = effective.to_config();
+    let mut out = Map::new();
+    out.insert("name".into(), name.into());
+    out.insert(
+        "digest".into(),
+        config
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), PointConfig::digest)
+            .into(),
+    );
+    let origins: Map<String, Value> = effective
+        .origins()
+        .map(|(section, o)| {
+            (
+                section.name().to_owned(),
+                json!({"source": o.source.to_string(), "version": o.version}),
+            )
+        })
+        .collect();
+    out.insert("origins".into(), Value::Object(origins));
+    if let Some(config) = config {
+        let local = effective
+            .origins()
+            .filter(|(_, o)| o.source != Source::Console)
+            .fold(Sections::NONE, |set, (section, _)| set.with(section));
+        let breaker_local = effective
+            .origin(Section::Breaker)
+            .is_some_and(|o| o.source != Source::Console);
+        if !local.is_empty() || breaker_local {
+            let mut local_config = config.with_sections(local);
+            if !breaker_local {
+                local_config.breaker = None;
+            }
+            if let Ok(v) = serde_json::to_value(&local_config) {
+                out.insert("local".into(), v);
+            }
+        }
+    }
+    if let Some(b) = breaker {
+        let since_ms = b
+            .since
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        out.insert(
+            "breaker".into(),
+            json!({"kind": b.kind, "state": b.state.as_str(), "since_ms": since_ms,
+                   "transitions": b.transitions}),
+        );
+    }
+    Value::Object(out)
 }
 
 /// Builds cycle reports. Points with a policy report their last closed cycle
@@ -67,10 +128,16 @@ impl Collector {
     pub(crate) fn collect(&mut self, registry: &Registry, cycle_start_ms: u64) -> Report {
         let known = registry.point_names();
         let mut points = Vec::new();
+        let mut enforced = Vec::new();
         for &name in &known {
             let Some(stats) = registry.stats(name) else {
                 continue;
             };
+            if let Ok(effective) = registry.effective_policy(name) {
+                if effective.origins().next().is_some() || stats.breaker.is_some() {
+                    enforced.push(enforcing(name, &effective, stats.breaker.as_ref()));
+                }
+            }
             let previous = self.previous.insert(name, stats.totals).unwrap_or_default();
             let report = match &stats.last_cycle {
                 Some(cycle) => {
@@ -129,6 +196,7 @@ impl Collector {
             points,
             known,
             declared,
+            enforcing: enforced,
         }
     }
 }
@@ -146,6 +214,7 @@ pub(crate) fn upload_body(
     config: &HeartbeatConfig,
     report: &Report,
     version: u64,
+    health: &HeartbeatStatus,
     ip: IpAddr,
 ) -> Vec<u8> {
     match config.protocol {
@@ -164,7 +233,8 @@ pub(crate) fn upload_body(
                    "instance": config.instance, "host": config.host, "ip": ip.to_string(),
                    "cycle_start_ms": report.cycle_start_ms, "policy_version": version,
                    "points": points, "known_points": report.known,
-                   "declared_points": report.declared})
+                   "declared_points": report.declared, "enforcing": report.enforcing,
+                   "client": client_health(health)})
             .to_string()
             .into_bytes()
         }
@@ -189,10 +259,20 @@ pub(crate) fn upload_body(
                                 "statisticsCycleTime": report.cycle_start_ms + CYCLE_MS,
                                 "pointInfoMap": map, "instanceId": config.instance,
                                 "version": version, "knownPoints": report.known,
-                                "declaredPoints": report.declared});
+                                "declaredPoints": report.declared,
+                                "enforcing": report.enforcing,
+                                "client": client_health(health)});
             sds_form(&client)
         }
     }
+}
+
+/// The client's own health, as the console shows it: the previous upload's and the
+/// last pull's errors, and whether the console policies held come from the cache.
+fn client_health(s: &HeartbeatStatus) -> Value {
+    json!({"last_upload_error": s.last_upload_error, "last_pull_error": s.last_pull_error,
+           "from_cache": s.from_cache, "uploads_dropped": s.uploads_dropped,
+           "pull_failures": s.pull_failures, "policies_rejected": s.policies_rejected})
 }
 
 /// The body of a pull.

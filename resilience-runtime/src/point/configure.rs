@@ -12,7 +12,7 @@ use crate::breaker::{ClassicBreaker, SreBreaker};
 use crate::clock::nanos;
 use crate::limit::{Gcra, GcraCell};
 use crate::sync::Arc;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 use crate::window::Ring;
 #[cfg(feature = "redis")]
 use crate::Reason;
@@ -65,6 +65,7 @@ impl Point {
                 imp,
                 slow_ns: slow.map(nanos),
                 slow_ticks: slow.map(|d| self.clock.ns_to_ticks(nanos(d))),
+                changed_at: AtomicU64::new(self.clock.now()),
             }));
             self.breakers
                 .lock()

@@ -20,6 +20,10 @@ impl Point {
     }
 
     pub(super) fn breaker_changed(&self, now: u64, change: BreakerChange) {
+        if let Some(slot) = self.compiled().breaker {
+            let slot = slot.0;
+            slot.changed_at.store(now, Ordering::Relaxed);
+        }
         self.counters
             .breaker_transitions
             .fetch_add(1, Ordering::Relaxed);

@@ -11,6 +11,7 @@ use crate::breaker::{ClassicBreaker, ClassicState, SreBreaker};
 #[cfg(feature = "redis")]
 use crate::clock::nanos;
 use crate::limit::{Gcra, GcraCell};
+use crate::sync::AtomicU64;
 use crate::window::Ring;
 use crate::{AdaptiveLimit, BreakerState, Reason};
 #[cfg(feature = "redis")]
@@ -25,6 +26,8 @@ pub(super) struct BreakerSlot {
     pub(super) slow_ns: Option<u64>,
     /// ...which is this many ticks.
     pub(super) slow_ticks: Option<u64>,
+    /// When the breaker last changed state, or was installed (the point's clock).
+    pub(super) changed_at: AtomicU64,
 }
 
 impl BreakerSlot {

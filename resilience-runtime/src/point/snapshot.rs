@@ -71,6 +71,9 @@ impl Point {
     pub(super) fn breaker_stats(&self, c: &Compiled, now: u64) -> Option<BreakerStats> {
         let slot = c.breaker?.0;
         let transitions = self.counters.breaker_transitions.load(Ordering::Relaxed);
+        let since = self
+            .clock
+            .system_time(slot.changed_at.load(Ordering::Relaxed));
         Some(match &slot.imp {
             BreakerImpl::Sre(b) => {
                 let h = b.history(now);
@@ -85,6 +88,7 @@ impl Point {
                     window_failures: h.failures,
                     window_drops: Some(h.drops),
                     transitions,
+                    since,
                 }
             }
             BreakerImpl::Classic(b) => {
@@ -96,6 +100,7 @@ impl Point {
                     window_failures: st.failures,
                     window_drops: None,
                     transitions,
+                    since,
                 }
             }
         })

@@ -416,6 +416,7 @@ fn the_duration_unit_follows_the_shortest_threshold() {
             imp: BreakerImpl::Sre(SreBreaker::new(Default::default(), 1).unwrap()),
             slow_ns: Some(nanos(d)),
             slow_ticks: Some(clock.ns_to_ticks(nanos(d))),
+            changed_at: crate::sync::AtomicU64::new(0),
         });
         Compiled::needs_ticks(Some(&p), slot.as_ref())
     };
