@@ -175,6 +175,9 @@ mod sync {
     }
 }
 
+#[path = "../../resilience-runtime/src/point/arming.rs"]
+mod arming;
+
 #[path = "../../resilience-runtime/src/point/flow.rs"]
 mod flow;
 
@@ -206,6 +209,7 @@ mod limit {
 /// The models: one `#[test]` per guarantee (files in `src/models/`).
 #[cfg(test)]
 mod models {
+    mod arming;
     mod cell;
     mod delay;
     mod flow;

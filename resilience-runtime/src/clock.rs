@@ -94,6 +94,22 @@ impl Clock {
         }
     }
 
+    /// With a manual clock, registers `hook` to run just before it moves and returns
+    /// `true`; with the system clock, does nothing and returns `false`.
+    pub(crate) fn before_move(&self, hook: impl Fn() + Send + Sync + 'static) -> bool {
+        match &self.inner {
+            Source::Manual(m) => {
+                m.before_move
+                    .0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(Box::new(hook));
+                true
+            }
+            Source::System { .. } => false,
+        }
+    }
+
     /// Whether this clock is a manual clock.
     pub fn is_manual(&self) -> bool {
         matches!(self.inner, Source::Manual(_))
@@ -188,6 +204,29 @@ impl Default for Clock {
 pub struct ManualClock {
     nanos: Arc<AtomicU64>,
     wall_offset_ns: u64,
+    before_move: BeforeMove,
+}
+
+type Hook = Box<dyn Fn() + Send + Sync>;
+
+/// What runs just before a manual clock moves: the per-second samplers of the points
+/// that use it, which a system clock runs on the timing wheel instead.
+#[derive(Clone, Default)]
+struct BeforeMove(Arc<crate::sync::Mutex<Vec<Hook>>>);
+
+impl std::fmt::Debug for BeforeMove {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BeforeMove")
+    }
+}
+
+impl BeforeMove {
+    fn run(&self) {
+        let hooks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        for hook in hooks.iter() {
+            hook();
+        }
+    }
 }
 
 /// 2026-01-01T00:00:00Z minus the manual clock's initial reading of one second.
@@ -199,11 +238,15 @@ impl ManualClock {
         ManualClock {
             nanos: Arc::new(AtomicU64::new(1_000_000_000)),
             wall_offset_ns: MANUAL_WALL_ORIGIN_NS,
+            before_move: BeforeMove::default(),
         }
     }
 
-    /// Moves the clock forward.
+    /// Moves the clock forward. The per-second statistics of the points that use it
+    /// are sampled first, so the traffic before the move is counted in the second it
+    /// happened.
     pub fn advance(&self, by: Duration) {
+        self.before_move.run();
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
         let _ = self
             .nanos
@@ -214,6 +257,7 @@ impl ManualClock {
 
     /// Sets the reading, in nanoseconds. Moving backwards is ignored: clocks are monotonic.
     pub fn set(&self, nanos: u64) {
+        self.before_move.run();
         self.nanos.fetch_max(nanos, Ordering::SeqCst);
     }
 

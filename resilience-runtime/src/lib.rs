@@ -59,7 +59,8 @@ pub use policy::{
 };
 pub use registry::{init_registry, registry, Registry};
 pub use stats::{
-    BreakerState, BreakerStats, CycleStats, PointStats, ReasonCounts, Totals, WindowCounts,
+    BreakerState, BreakerStats, CycleStats, PointStats, ReasonCounts, SecondStats, Totals,
+    WindowCounts,
 };
 
 #[cfg(feature = "macros")]

@@ -94,6 +94,27 @@ impl Default for CycleStats {
     }
 }
 
+/// The traffic of one wall-clock second of a point, from its per-second series
+/// ([`Point::seconds`](crate::Point::seconds)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SecondStats {
+    /// Start of the second (wall clock).
+    pub start: SystemTime,
+    /// Calls that asked to run, downgraded ones included.
+    pub visits: u64,
+    /// Calls that ran.
+    pub passes: u64,
+    /// Calls that were downgraded.
+    pub downgrades: u64,
+    /// Exceptions recorded.
+    pub exceptions: u64,
+    /// Timeouts recorded.
+    pub timeouts: u64,
+    /// Downgrades per reason.
+    pub downgrades_by_reason: ReasonCounts,
+}
+
 /// The state of a point's breaker, as shown in stats and events. The SRE breaker has
 /// no states of its own: it is [`Open`](BreakerState::Open) while it is dropping calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

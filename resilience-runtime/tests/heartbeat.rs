@@ -186,6 +186,16 @@ fn serve(mut stream: TcpStream, seen: &Mutex<Vec<Seen>>, script: &Script, stop: 
     }
 }
 
+/// A cycle's ten seconds (visits, passes, downgrades, exceptions, timeouts), zero but
+/// for the given ones.
+fn seconds(given: &[(usize, [u64; 5])]) -> Value {
+    let mut all = vec![[0u64; 5]; 10];
+    for (i, counts) in given {
+        all[*i] = *counts;
+    }
+    json!(all)
+}
+
 fn ok(body: Value) -> Option<(u16, String)> {
     Some((200, body.to_string()))
 }
@@ -260,11 +270,16 @@ fn json_upload_carries_the_closed_cycle_of_every_point() {
         points[0],
         json!({"name": "hb.guarded", "visits": 3, "passes": 2, "downgrades": 1,
                "exceptions": 1, "timeouts": 0, "peak_concurrency": 1,
-               "downgrades_by_reason": {"visits": 1}})
+               "downgrades_by_reason": {"visits": 1},
+               // Every call was in the cycle's first second.
+               "seconds": seconds(&[(0, [3, 2, 1, 1, 0])]),
+               "seconds_by_reason": {"visits": [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]}})
     );
     assert_eq!(points[1]["name"], "hb.plain");
     assert_eq!(points[1]["visits"], 3);
     assert_eq!(points[1]["passes"], 3);
+    // A point without a policy has its seconds too.
+    assert_eq!(points[1]["seconds"], seconds(&[(0, [3, 3, 0, 0, 0])]));
     assert_eq!(body["known_points"], json!(["hb.guarded", "hb.plain"]));
     assert!(
         body["declared_points"]
@@ -298,6 +313,8 @@ fn json_upload_carries_the_closed_cycle_of_every_point() {
         ),
         (json!("hb.plain"), json!(1), json!(1))
     );
+    // That call came at 14 s: the cycle's fifth second.
+    assert_eq!(points[0]["seconds"], seconds(&[(4, [1, 1, 0, 1, 0])]));
     assert_eq!(client.status().uploads, 2);
 }
 
@@ -353,7 +370,9 @@ fn sds_protocol_upload_and_pull_bodies() {
     assert_eq!(
         up["pointInfoMap"]["hb.sds"],
         json!({"point": "hb.sds", "visitNum": 2, "exceptionNum": 0, "concurrentNum": 1,
-               "timeoutNum": 0, "downgradeNum": 1, "downgradeReasons": {"visits": 1}})
+               "timeoutNum": 0, "downgradeNum": 1, "downgradeReasons": {"visits": 1},
+               "seconds": seconds(&[(0, [2, 1, 1, 0, 0])]),
+               "secondsByReason": {"visits": [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]}})
     );
 }
 

@@ -28,6 +28,10 @@ pub(crate) struct PointReport {
     pub(crate) timeouts: u64,
     pub(crate) peak_concurrency: u64,
     pub(crate) by_reason: Vec<(Reason, u64)>,
+    /// The cycle's ten seconds: visits, passes, downgrades, exceptions, timeouts.
+    pub(crate) seconds: Vec<[u64; 5]>,
+    /// The cycle's ten seconds of downgrades, per reason that has any.
+    pub(crate) seconds_by_reason: Vec<(Reason, Vec<u64>)>,
 }
 
 impl PointReport {
@@ -158,6 +162,7 @@ impl Collector {
                         timeouts: cycle.timeouts,
                         peak_concurrency: cycle.peak_concurrency,
                         by_reason: cycle.downgrades_by_reason.iter().collect(),
+                        ..PointReport::default()
                     }
                 }
                 None => {
@@ -178,10 +183,34 @@ impl Collector {
                             .iter()
                             .map(|(r, n)| (r, d(n, previous.downgrades_by_reason.get(r))))
                             .collect(),
+                        ..PointReport::default()
                     }
                 }
             };
             if !report.is_idle() {
+                let mut report = report;
+                if let Some(point) = registry.get(name) {
+                    let from = cycle_start_ms / 1000;
+                    let seconds = point.seconds_between(from, from + CYCLE_MS / 1000);
+                    report.seconds = seconds
+                        .iter()
+                        .map(|c| {
+                            [
+                                c.visits(),
+                                c.tracked[crate::window::PASSES],
+                                c.tracked[crate::window::DOWNGRADES],
+                                c.tracked[crate::window::EXCEPTIONS],
+                                c.tracked[crate::window::TIMEOUTS],
+                            ]
+                        })
+                        .collect();
+                    report.seconds_by_reason = Reason::ALL
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| seconds.iter().any(|c| c.reasons[*i] > 0))
+                        .map(|(i, r)| (*r, seconds.iter().map(|c| c.reasons[i]).collect()))
+                        .collect();
+                }
                 points.push(report);
             }
         }
@@ -209,6 +238,13 @@ fn reasons(p: &PointReport) -> Map<String, Value> {
         .collect()
 }
 
+fn seconds_by_reason(p: &PointReport) -> Map<String, Value> {
+    p.seconds_by_reason
+        .iter()
+        .map(|(r, v)| (r.as_str().to_owned(), json!(v)))
+        .collect()
+}
+
 /// The body of an upload, with its content type.
 pub(crate) fn upload_body(
     config: &HeartbeatConfig,
@@ -226,7 +262,8 @@ pub(crate) fn upload_body(
                     json!({"name": p.name, "visits": p.visits, "passes": p.passes,
                            "downgrades": p.downgrades, "exceptions": p.exceptions,
                            "timeouts": p.timeouts, "peak_concurrency": p.peak_concurrency,
-                           "downgrades_by_reason": reasons(p)})
+                           "downgrades_by_reason": reasons(p), "seconds": p.seconds,
+                           "seconds_by_reason": seconds_by_reason(p)})
                 })
                 .collect();
             json!({"app_group": config.app_group, "app": config.app,
@@ -249,7 +286,8 @@ pub(crate) fn upload_body(
                                "exceptionNum": p.exceptions,
                                "concurrentNum": p.peak_concurrency,
                                "timeoutNum": p.timeouts, "downgradeNum": p.downgrades,
-                               "downgradeReasons": reasons(p)}),
+                               "downgradeReasons": reasons(p), "seconds": p.seconds,
+                               "secondsByReason": seconds_by_reason(p)}),
                     )
                 })
                 .collect();

@@ -174,7 +174,8 @@ impl EffectivePolicy {
 pub struct PolicyChange {
     /// The point.
     pub point: &'static str,
-    /// The source whose layer changed.
+    /// The source whose layer changed ([`Source::Code`] for a change of
+    /// [`Precedence`](super::Precedence), made by the program).
     pub source: Source,
     /// What was enforced before.
     pub before: EffectivePolicy,

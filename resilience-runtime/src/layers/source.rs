@@ -64,7 +64,9 @@ pub enum SourceKind {
 
 /// Which source wins, per section: an order of the three kinds, highest first.
 /// Between two files, the one whose name sorts last wins (the `conf.d` rule: name
-/// them `10-base.toml`, `20-incident.toml`).
+/// them `10-base.toml`, `20-incident.toml`). Names are compared as given: a file
+/// loaded by path is named by that path, and text loaded with `load_policies_str`
+/// is the file `inline` (which sorts after every absolute path).
 ///
 /// The default, for every section, is console over file over code: what an operator
 /// changes in an incident wins over what was deployed, which wins over what the

@@ -15,6 +15,8 @@ use std::time::Duration;
 pub(crate) enum Chore {
     /// Count the calls that outlived the timeout threshold while still running.
     SweepHungCalls,
+    /// Sample the cumulative counters for the per-second series.
+    SampleSeconds,
     /// Stop the leases of cluster limits replaced more than a grace period ago.
     #[cfg(feature = "redis")]
     StopRetiredLeases,

@@ -9,17 +9,6 @@ use crate::sync::Ordering;
 use crate::{window, CycleStats, ReasonCounts};
 use std::time::Duration;
 
-/// The states of a point's hung-call sweep. A timed call that finds the sweep not
-/// `ARMED` arms it (scheduling it from `IDLE`). A sweep that finds no timed call in
-/// flight moves `ARMED` to `DRAINING` and sweeps once more, a period later, so that a
-/// call whose registration raced that sweep is seen; the second empty sweep ends it
-/// (`IDLE`).
-pub(super) mod sweep {
-    pub(in crate::point) const IDLE: u8 = 0;
-    pub(in crate::point) const ARMED: u8 = 1;
-    pub(in crate::point) const DRAINING: u8 = 2;
-}
-
 impl Point {
     /// The timeout rule's threshold in nanoseconds, if the policy has one.
     fn timeout_ns(&self) -> Option<u64> {
@@ -37,7 +26,7 @@ impl Point {
     #[cold]
     #[inline(never)]
     pub(super) fn arm_sweep(&'static self) {
-        if self.sweeping.swap(sweep::ARMED, Ordering::AcqRel) == sweep::IDLE {
+        if self.sweeping.arm() {
             if let Some(ns) = self.timeout_ns() {
                 let period = hang::period(Duration::from_nanos(ns));
                 chores::schedule(self, Chore::SweepHungCalls, period);
@@ -47,11 +36,11 @@ impl Point {
 
     /// Counts the calls that outlived the timeout threshold while still running.
     /// Returns when to sweep again: `None` once the point has no timeout rule, or when
-    /// two sweeps in a row found no timed call in flight (see [`sweep`]), so an idle
+    /// two sweeps in a row found no timed call in flight (see `arming`), so an idle
     /// point costs no background work.
     pub(crate) fn sweep_hung_calls(&self) -> Option<Duration> {
         let Some(threshold_ns) = self.timeout_ns() else {
-            self.sweeping.store(sweep::IDLE, Ordering::Release);
+            self.sweeping.stop();
             return None;
         };
         let pending = match self.hang.get() {
@@ -64,33 +53,9 @@ impl Point {
             }
             None => 0,
         };
-        let again = Some(hang::period(Duration::from_nanos(threshold_ns)));
-        let state = self.sweeping.load(Ordering::Acquire);
-        if pending > 0 {
-            if state == sweep::DRAINING {
-                let _ = self.sweeping.compare_exchange(
-                    sweep::DRAINING,
-                    sweep::ARMED,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                );
-            }
-            return again;
-        }
-        let (from, to) = match state {
-            sweep::ARMED => (sweep::ARMED, sweep::DRAINING),
-            sweep::DRAINING => (sweep::DRAINING, sweep::IDLE),
-            _ => return None,
-        };
-        match self
-            .sweeping
-            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Relaxed)
-        {
-            Ok(_) if to == sweep::IDLE => None,
-            // Draining (one more sweep, which sees any call registered meanwhile), or a
-            // timed call armed it again.
-            _ => again,
-        }
+        let again = hang::period(Duration::from_nanos(threshold_ns));
+        // Two sweeps in a row without a timed call in flight stop it (`arming`).
+        self.sweeping.after_run(pending > 0).then_some(again)
     }
 
     /// Rolls the statistics cycle if `now` is in a later one. Never blocks: if another
@@ -159,6 +124,7 @@ impl Chores for Point {
     fn run(&'static self, chore: Chore) -> Option<Duration> {
         match chore {
             Chore::SweepHungCalls => self.sweep_hung_calls(),
+            Chore::SampleSeconds => self.sample_seconds(),
             #[cfg(feature = "redis")]
             Chore::StopRetiredLeases => self.stop_retired_leases(),
         }

@@ -18,7 +18,6 @@ use super::compiled::{
     Compiled, Leaked, ACTIVE, NOT_PLAIN, R_ADAPTIVE, R_BREAKER, R_BREAKER_TIMED, R_CONCURRENCY,
     R_DELAY, R_EXCEPTIONS, R_FINE, R_RATE, R_SHADOW, R_TIMEOUTS, R_TOKENS, R_VISITS,
 };
-use super::cycle::sweep;
 use super::flow::{Limits, Refused, NO_LIMIT};
 use super::hang::HangTable;
 use super::health::{self, Health};
@@ -83,6 +82,9 @@ impl Point {
     /// exception, is admitted with the slot left empty: nothing is written at all.
     #[inline(always)]
     pub(crate) fn enter_in(&'static self, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
+        if !self.sampler_armed() {
+            self.arm_sampler();
+        }
         let Some(c) = self.cfg.get() else {
             self.pass_untracked();
             return Ok(());
@@ -399,7 +401,7 @@ impl Point {
         };
         // The table is on the timeline: sweeps are coarser than its resolution.
         let slot = table.register(now).map_or(NO_HANG, |s| s);
-        if self.sweeping.load(Ordering::Relaxed) != sweep::ARMED {
+        if !self.sweeping.is_armed() {
             self.arm_sweep();
         }
         slot

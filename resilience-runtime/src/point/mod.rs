@@ -19,8 +19,9 @@
 //! - The call: `enter` (admission, hot), `permit` (the permit and completion), `report`
 //!   (downgrades and breaker changes to the counters and listeners), `call`
 //!   (`Point::call` and friends).
-//! - Around it: `cycle` (the 10 s statistics cycle, the hung-call sweep), `snapshot`
-//!   (statistics and memory), `chores` (the background timers), `tests`.
+//! - Around it: `cycle` (the 10 s statistics cycle, the hung-call sweep), `seconds`
+//!   (the per-second series of every point, sampled), `snapshot` (statistics and
+//!   memory), `chores` (the background timers), `tests`.
 //!
 //! Files import only from those before them (and `mod.rs`, which defines [`Point`]).
 //!
@@ -35,6 +36,7 @@
 //! in the engine is the pointer load of [`cell`] and the per-thread cells of
 //! [`tally`], each with its SAFETY comment.
 
+mod arming;
 pub(crate) mod chores;
 mod delay;
 mod flow;
@@ -50,6 +52,7 @@ mod enter;
 mod health;
 pub(crate) mod permit;
 mod report;
+mod seconds;
 mod slots;
 mod snapshot;
 #[cfg(test)]
@@ -68,7 +71,7 @@ use crate::listener::Dispatcher;
 use crate::policy::{BreakerPolicy, Policy};
 use crate::stats::{CycleStats, ReasonCounts};
 use crate::sync::{Arc, Mutex};
-use crate::sync::{AtomicU64, AtomicU8, Ordering};
+use crate::sync::{AtomicU64, Ordering};
 use crate::window::{self, Ring, TRACKED};
 use flow::Flow;
 use hang::HangTable;
@@ -157,8 +160,14 @@ pub struct Point {
     adaptives: Mutex<Vec<&'static AdaptiveSlot>>,
     #[cfg(feature = "redis")]
     clusters: Mutex<Clusters>,
-    /// The state of the hung-call sweep (`cycle::sweep`).
-    sweeping: AtomicU8,
+    /// The state of the hung-call sweep.
+    sweeping: arming::Arming,
+    /// The state of the per-second sampler.
+    sampling: arming::Arming,
+    /// Whether the sampler's hook is registered with a manual clock.
+    sampler_hooked: crate::sync::atomic::AtomicBool,
+    /// The per-second series, made by the first sample.
+    seconds: Mutex<Option<Box<seconds::Series>>>,
     /// In-flight timed calls, created by the first timed call.
     hang: crate::sync::OnceLock<HangTable>,
     /// Every window ring this point has had, the one in use last. Rings are leaked,
@@ -210,7 +219,10 @@ impl Point {
             adaptives: Mutex::new(Vec::new()),
             #[cfg(feature = "redis")]
             clusters: Mutex::new(Clusters::default()),
-            sweeping: AtomicU8::new(0),
+            sweeping: arming::Arming::new(),
+            sampling: arming::Arming::new(),
+            sampler_hooked: crate::sync::atomic::AtomicBool::new(false),
+            seconds: Mutex::new(None),
             hang: crate::sync::OnceLock::new(),
             breakers: Mutex::new(Vec::new()),
             rings: Mutex::new(Vec::new()),

@@ -11,8 +11,10 @@ use crate::{window, BreakerState, BreakerStats, PointStats, ReasonCounts, Totals
 impl Point {
     /// A snapshot of the point's statistics.
     ///
-    /// Totals are exact. The window and the last cycle are present while the point has
-    /// a policy (a point without policy only counts totals: that is its fast path).
+    /// Totals are exact. With a policy, the window and the last cycle are exact too.
+    /// Without one, they come from the point's per-second series (sampled once a
+    /// second from the totals, see the README's "Statistics"): the window is the last
+    /// 10 seconds, and both are `None` until the point's first sample.
     pub fn stats(&self) -> PointStats {
         let c = self.compiled();
         let now = self.clock.now();
@@ -21,18 +23,24 @@ impl Point {
         // every visit is a pass or a downgrade.
         let passes = tracked[window::PASSES] + tally::total(self.id);
         let visits = passes + tracked[window::DOWNGRADES];
-        let window = (c.rules & ACTIVE != 0).then(|| {
-            let base = c.ring().base(now, || self.counters.tracked(&self.flow));
-            let d = |i: usize| tracked[i].saturating_sub(base[i]);
-            WindowCounts {
-                visits: d(window::PASSES) + d(window::DOWNGRADES),
-                passes: d(window::PASSES),
-                downgrades: d(window::DOWNGRADES),
-                exceptions: d(window::EXCEPTIONS),
-                timeouts: d(window::TIMEOUTS),
-            }
-        });
-        let last_cycle = if c.rules & ACTIVE != 0 {
+        let policed = c.rules & ACTIVE != 0;
+        let wall = self.clock.wall_nanos(now);
+        let window = if !policed {
+            self.sampled_window(wall)
+        } else {
+            Some({
+                let base = c.ring().base(now, || self.counters.tracked(&self.flow));
+                let d = |i: usize| tracked[i].saturating_sub(base[i]);
+                WindowCounts {
+                    visits: d(window::PASSES) + d(window::DOWNGRADES),
+                    passes: d(window::PASSES),
+                    downgrades: d(window::DOWNGRADES),
+                    exceptions: d(window::EXCEPTIONS),
+                    timeouts: d(window::TIMEOUTS),
+                }
+            })
+        };
+        let last_cycle = if policed {
             self.observe_cycle(now);
             self.cycle
                 .lock()
@@ -40,7 +48,7 @@ impl Point {
                 .last
                 .clone()
         } else {
-            None
+            self.sampled_cycle(wall)
         };
         PointStats {
             name: self.name,

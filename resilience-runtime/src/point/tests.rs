@@ -464,7 +464,6 @@ fn a_permit_is_nine_words_and_its_result_no_larger() {
 /// the first timed call makes both, and two empty sweeps in a row end the sweep again.
 #[test]
 fn the_hung_call_sweep_runs_only_while_timed_calls_come() {
-    use super::cycle::sweep;
     let (manual, registry) = manual_registry();
     let policy = Policy::builder()
         .timeouts(Duration::from_secs(4), 100)
@@ -472,42 +471,79 @@ fn the_hung_call_sweep_runs_only_while_timed_calls_come() {
         .unwrap();
     registry.set_policy("sweep.idle", policy).unwrap();
     let point = registry.point("sweep.idle").unwrap();
-    let state = || point.sweeping.load(Ordering::Acquire);
+    let state = || point.sweeping.state();
     assert!(point.hang.get().is_none(), "no table before a timed call");
-    assert_eq!(state(), sweep::IDLE, "no sweep without traffic");
+    assert_eq!(state(), super::arming::IDLE, "no sweep without traffic");
     let idle_bytes = point.memory_bytes();
 
     let permit = point.enter().unwrap();
     assert!(point.hang.get().is_some());
-    assert_eq!(state(), sweep::ARMED);
+    assert_eq!(state(), super::arming::ARMED);
     assert!(
         point.memory_bytes() >= idle_bytes + 4096,
         "the table is counted"
     );
     // A call in flight keeps it going; a hung one is counted once.
     assert_eq!(point.sweep_hung_calls(), Some(Duration::from_secs(1)));
-    assert_eq!(state(), sweep::ARMED);
+    assert_eq!(state(), super::arming::ARMED);
     manual.advance(Duration::from_secs(5));
     // The sweep that marks the last call in flight finds none left: draining.
     assert!(point.sweep_hung_calls().is_some());
     assert_eq!(point.stats().totals.timeouts, 1);
-    assert_eq!(state(), sweep::DRAINING);
+    assert_eq!(state(), super::arming::DRAINING);
     permit.finish(false);
     assert_eq!(point.stats().totals.timeouts, 1, "not counted twice");
     // A timed call while draining keeps the sweep.
     let permit = point.enter().unwrap();
-    assert_eq!(state(), sweep::ARMED);
+    assert_eq!(state(), super::arming::ARMED);
     assert!(point.sweep_hung_calls().is_some());
     permit.finish(false);
     assert!(point.sweep_hung_calls().is_some());
-    assert_eq!(state(), sweep::DRAINING);
+    assert_eq!(state(), super::arming::DRAINING);
     assert_eq!(point.sweep_hung_calls(), None);
-    assert_eq!(state(), sweep::IDLE);
+    assert_eq!(state(), super::arming::IDLE);
     // The next timed call arms it from idle.
     point.enter().unwrap().finish(false);
-    assert_eq!(state(), sweep::ARMED);
+    assert_eq!(state(), super::arming::ARMED);
     // Without a timeout rule the sweep ends at once.
     registry.clear_policy("sweep.idle").unwrap();
     assert_eq!(point.sweep_hung_calls(), None);
-    assert_eq!(state(), sweep::IDLE);
+    assert_eq!(state(), super::arming::IDLE);
+}
+
+/// The sampler runs while calls come and stops after two empty samples; the next
+/// call starts it again, and the calls made while it was stopped are not lost.
+#[test]
+fn the_sampler_stops_when_idle_and_loses_no_call() {
+    use super::arming as state;
+    let (manual, r) = manual_registry();
+    let p = r.point("t.sampler").unwrap();
+    assert_eq!(p.sampling.state(), state::IDLE);
+    p.enter().unwrap().finish(false);
+    assert_eq!(p.sampling.state(), state::ARMED);
+    manual.advance(Duration::from_secs(1)); // samples second 0: one call
+    assert_eq!(p.sampling.state(), state::ARMED);
+    manual.advance(Duration::from_secs(1)); // nothing: draining
+    assert_eq!(p.sampling.state(), state::DRAINING);
+    manual.advance(Duration::from_secs(1)); // nothing again: stopped
+    assert_eq!(p.sampling.state(), state::IDLE);
+    // A call made after it stopped arms it again and lands in its own second.
+    p.enter().unwrap().finish(true);
+    manual.advance(Duration::from_secs(1));
+    let visits: Vec<_> = p.seconds(4).iter().map(|s| s.visits).collect();
+    assert_eq!(visits, [1, 0, 0, 1]);
+    assert_eq!(p.seconds(4)[3].exceptions, 1);
+    // A policy point's series agrees with its exact window.
+    r.set_policy(
+        "t.sampler",
+        Policy::builder().max_visits(2).build().unwrap(),
+    )
+    .unwrap();
+    for _ in 0..3 {
+        let _ = p.enter().map(|permit| permit.finish(false));
+    }
+    manual.advance(Duration::from_secs(1));
+    let last = p.seconds(1).pop().unwrap();
+    assert_eq!((last.visits, last.passes, last.downgrades), (3, 2, 1));
+    assert_eq!(last.downgrades_by_reason.get(crate::Reason::Visits), 1);
 }

@@ -1,0 +1,388 @@
+//! The per-second series of every point, with or without a policy: the timing wheel
+//! samples the point's cumulative counters once a second while the point is active,
+//! and the difference between two samples is the traffic of the second the later one
+//! closes. Nothing is counted per call for it: a call only checks (one relaxed load)
+//! that the sampler is running, and starts it if not.
+//!
+//! Every call is in exactly one second (the differences add up to the totals); a call
+//! is attributed to the second whose sample follows it, so a call made during the
+//! sampler's lag after a boundary (at most [`LAG`] plus the wheel's backlog) counts
+//! in the second before, and the traffic of seconds the sampler missed (the wheel
+//! was late) lands in the first second sampled after them.
+//!
+//! The sampler stops after two samples in a row saw nothing (`arming`), so an idle
+//! point costs no background work. A call racing that stop (it found the sampler
+//! armed, and its count landed after the last sample) is in the totals and the
+//! window at once, and in the series from the next sample, which the point's next
+//! call starts: it may then count in a later second than it happened.
+
+use super::chores::{self, Chore};
+use super::{tally, Point, REASONS};
+use crate::stats::{CycleStats, ReasonCounts, WindowCounts};
+use crate::sync::Ordering;
+use crate::window::{self, TRACKED};
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// How long after a second's boundary its closing sample is due.
+pub(crate) const LAG: Duration = Duration::from_millis(20);
+/// Seconds of history kept: the current and the previous 10-s cycle, and slack.
+pub(crate) const KEEP: u64 = 32;
+const SECOND_NS: u64 = 1_000_000_000;
+
+/// Counts of a point: cumulative (a sample) or a difference (a second).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Counts {
+    /// Passes, downgrades, exceptions and timeouts (`window::PASSES`, ...).
+    pub(crate) tracked: [u64; TRACKED],
+    /// Downgrades per reason (`Reason::ALL` order).
+    pub(crate) reasons: [u64; REASONS],
+}
+
+impl Default for Counts {
+    fn default() -> Counts {
+        Counts {
+            tracked: [0; TRACKED],
+            reasons: [0; REASONS],
+        }
+    }
+}
+
+impl Counts {
+    fn minus(&self, earlier: &Counts) -> Counts {
+        Counts {
+            tracked: std::array::from_fn(|i| self.tracked[i].saturating_sub(earlier.tracked[i])),
+            reasons: std::array::from_fn(|i| self.reasons[i].saturating_sub(earlier.reasons[i])),
+        }
+    }
+
+    fn add(&mut self, other: &Counts) {
+        for (a, b) in self.tracked.iter_mut().zip(other.tracked) {
+            *a += b;
+        }
+        for (a, b) in self.reasons.iter_mut().zip(other.reasons) {
+            *a += b;
+        }
+    }
+
+    pub(crate) fn is_zero(&self) -> bool {
+        self.tracked.iter().chain(&self.reasons).all(|&n| n == 0)
+    }
+
+    pub(crate) fn visits(&self) -> u64 {
+        self.tracked[window::PASSES] + self.tracked[window::DOWNGRADES]
+    }
+}
+
+/// The sampled series: the last sample and the seconds it and its predecessors
+/// closed (ascending, sparse: a second without traffic has no entry).
+#[derive(Debug, Default)]
+pub(crate) struct Series {
+    last: Counts,
+    seconds: VecDeque<(u64, Counts)>,
+}
+
+impl Series {
+    /// Records a sample of the cumulative counts that closes second `second`;
+    /// returns whether anything happened since the previous sample.
+    pub(crate) fn record(&mut self, second: u64, now: Counts) -> bool {
+        let delta = now.minus(&self.last);
+        self.last = now;
+        let moved = !delta.is_zero();
+        if moved {
+            match self.seconds.back_mut() {
+                // A later sample of a second already closed (the clock did not move).
+                Some((s, counts)) if *s >= second => counts.add(&delta),
+                _ => self.seconds.push_back((second, delta)),
+            }
+        }
+        while self
+            .seconds
+            .front()
+            .is_some_and(|(s, _)| s + KEEP <= second)
+        {
+            self.seconds.pop_front();
+        }
+        moved
+    }
+
+    /// The sum of the seconds in `from..to`.
+    pub(crate) fn sum(&self, from: u64, to: u64) -> Counts {
+        let mut c = Counts::default();
+        for (_, counts) in self.seconds.iter().filter(|(s, _)| (from..to).contains(s)) {
+            c.add(counts);
+        }
+        c
+    }
+
+    /// Each second of `from..to`, zero where nothing happened.
+    pub(crate) fn each(&self, from: u64, to: u64) -> Vec<Counts> {
+        (from..to).map(|s| self.sum(s, s + 1)).collect()
+    }
+
+    /// The cumulative counts of the last sample.
+    pub(crate) fn last(&self) -> Counts {
+        self.last
+    }
+
+    /// Whether the series holds nothing any more and the last sample is all there is
+    /// to keep.
+    fn is_empty(&self) -> bool {
+        self.seconds.is_empty()
+    }
+}
+
+/// The second a sample taken at wall time `wall_ns`, `lag` after the boundary it is
+/// due at, closes.
+pub(crate) fn closing_second(wall_ns: u64, lag: Duration) -> u64 {
+    wall_ns.saturating_sub(lag.as_nanos() as u64) / SECOND_NS
+}
+
+/// When the next closing sample is due after wall time `wall_ns`.
+fn next_sample_in(wall_ns: u64) -> Duration {
+    let into = wall_ns % SECOND_NS;
+    let lag = LAG.as_nanos() as u64;
+    let wait = if into < lag {
+        lag - into
+    } else {
+        SECOND_NS - into + lag
+    };
+    Duration::from_nanos(wait)
+}
+
+impl Point {
+    /// Whether the sampler runs (the check every call makes: one relaxed load).
+    #[inline(always)]
+    pub(super) fn sampler_armed(&self) -> bool {
+        self.sampling.is_armed()
+    }
+
+    /// Starts the sampler if it is not running (a call found it not `ARMED`).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn arm_sampler(&'static self) {
+        if !self.sampling.arm() {
+            // Still scheduled.
+            return;
+        }
+        if !self.clock.is_manual() {
+            let wall = self.clock.wall_nanos(self.clock.now());
+            chores::schedule(self, Chore::SampleSeconds, next_sample_in(wall));
+        } else if !self.sampler_hooked.swap(true, Ordering::AcqRel) {
+            // A manual clock samples just before it moves: every second is exact.
+            let point: &'static Point = self;
+            self.clock.before_move(move || {
+                if point.sampling_scheduled() {
+                    let _ = point.sample_seconds();
+                }
+            });
+        }
+    }
+
+    /// How late after a boundary samples are taken: [`LAG`] on the wheel, none when a
+    /// manual clock samples before it moves.
+    fn lag(&self) -> Duration {
+        if self.clock.is_manual() {
+            Duration::ZERO
+        } else {
+            LAG
+        }
+    }
+
+    /// The cumulative counts now (totals of every call, with or without a policy).
+    fn cumulative(&self) -> Counts {
+        let mut tracked = self.counters.tracked(&self.flow);
+        tracked[window::PASSES] += tally::total(self.id);
+        Counts {
+            tracked,
+            reasons: self.counters.reasons().0,
+        }
+    }
+
+    /// One sample (the wheel's chore); returns when to sample again, if ever.
+    pub(crate) fn sample_seconds(&'static self) -> Option<Duration> {
+        let wall = self.clock.wall_nanos(self.clock.now());
+        let now = self.cumulative();
+        let moved = {
+            let mut series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+            let s = series.get_or_insert_with(Box::default);
+            let moved = s.record(closing_second(wall, self.lag()), now);
+            if !moved && s.is_empty() {
+                // Nothing left to show: keep the last sample only.
+                s.seconds.shrink_to_fit();
+            }
+            moved
+        };
+        // Two samples in a row without traffic stop it (`arming`).
+        self.sampling.after_run(moved).then(|| next_sample_in(wall))
+    }
+
+    /// Whether the sampler is scheduled (armed or draining).
+    fn sampling_scheduled(&self) -> bool {
+        !self.sampling.is_idle()
+    }
+
+    /// The traffic of each second of `from..to` (wall-clock seconds since the Unix
+    /// epoch), zero where there was none or the point was not sampled.
+    pub(crate) fn seconds_between(&self, from: u64, to: u64) -> Vec<Counts> {
+        let series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        let n = to.saturating_sub(from) as usize;
+        series
+            .as_ref()
+            .map_or_else(|| vec![Counts::default(); n], |s| s.each(from, to))
+    }
+
+    /// The traffic of each of the last `count` closed wall-clock seconds, oldest
+    /// first (at most [`SECONDS_KEPT`](Self::SECONDS_KEPT)), with or without a
+    /// policy.
+    ///
+    /// Every call is counted in exactly one second: the series is sampled from the
+    /// point's exact totals once a second while the point is active (on the timing
+    /// wheel, about 20 ms after each boundary; a manual clock samples just before it
+    /// moves), so a call made between a boundary and its sample counts in the second
+    /// before, and the traffic of seconds the sampler missed lands in the next one
+    /// sampled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{Clock, ManualClock, Registry};
+    /// use std::time::Duration;
+    ///
+    /// let manual = ManualClock::new();
+    /// let registry: &'static Registry =
+    ///     Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+    /// let point = registry.point("docs.seconds")?; // no policy at all
+    /// for _ in 0..3 {
+    ///     point.enter().unwrap().finish(false);
+    /// }
+    /// manual.advance(Duration::from_secs(1));
+    /// point.enter().unwrap().finish(true);
+    /// manual.advance(Duration::from_secs(1));
+    /// let seconds: Vec<_> = point.seconds(2).iter().map(|s| (s.visits, s.exceptions)).collect();
+    /// assert_eq!(seconds, [(3, 0), (1, 1)]);
+    /// assert_eq!(point.stats().window.unwrap().visits, 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn seconds(&self, count: usize) -> Vec<crate::SecondStats> {
+        let now = self.clock.wall_nanos(self.clock.now()) / SECOND_NS;
+        let count = count.min(KEEP as usize) as u64;
+        let from = now.saturating_sub(count);
+        self.seconds_between(from, now)
+            .into_iter()
+            .zip(from..)
+            .map(|(c, s)| crate::SecondStats {
+                start: std::time::UNIX_EPOCH + Duration::from_secs(s),
+                visits: c.visits(),
+                passes: c.tracked[window::PASSES],
+                downgrades: c.tracked[window::DOWNGRADES],
+                exceptions: c.tracked[window::EXCEPTIONS],
+                timeouts: c.tracked[window::TIMEOUTS],
+                downgrades_by_reason: ReasonCounts(c.reasons),
+            })
+            .collect()
+    }
+
+    /// How many seconds [`seconds`](Self::seconds) can return.
+    pub const SECONDS_KEPT: usize = KEEP as usize;
+
+    /// The window of a point without a policy: the last 10 seconds of its series,
+    /// plus what happened since the last sample. `None` if it was never sampled.
+    pub(super) fn sampled_window(&self, wall_ns: u64) -> Option<WindowCounts> {
+        let series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        let s = series.as_ref()?;
+        let second = wall_ns / SECOND_NS;
+        let mut c = s.sum(second.saturating_sub(10), second + 1);
+        c.add(&self.cumulative().minus(&s.last()));
+        Some(WindowCounts {
+            visits: c.visits(),
+            passes: c.tracked[window::PASSES],
+            downgrades: c.tracked[window::DOWNGRADES],
+            exceptions: c.tracked[window::EXCEPTIONS],
+            timeouts: c.tracked[window::TIMEOUTS],
+        })
+    }
+
+    /// The last closed 10-s cycle of a point without a policy, from its series. `None`
+    /// if it was never sampled.
+    pub(super) fn sampled_cycle(&self, wall_ns: u64) -> Option<CycleStats> {
+        let series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        let s = series.as_ref()?;
+        let cycle_start = (wall_ns / super::CYCLE_NS).checked_sub(1)? * 10;
+        let c = s.sum(cycle_start, cycle_start + 10);
+        Some(CycleStats {
+            start: std::time::UNIX_EPOCH + Duration::from_secs(cycle_start),
+            visits: c.visits(),
+            passes: c.tracked[window::PASSES],
+            downgrades: c.tracked[window::DOWNGRADES],
+            exceptions: c.tracked[window::EXCEPTIONS],
+            timeouts: c.tracked[window::TIMEOUTS],
+            peak_concurrency: 0,
+            downgrades_by_reason: ReasonCounts(c.reasons),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn counts(passes: u64, exceptions: u64) -> Counts {
+        let mut c = Counts::default();
+        c.tracked[window::PASSES] = passes;
+        c.tracked[window::EXCEPTIONS] = exceptions;
+        c
+    }
+
+    #[test]
+    fn seconds_are_differences_of_samples() {
+        let mut s = Series::default();
+        assert!(s.record(100, counts(3, 1)));
+        assert!(!s.record(101, counts(3, 1)));
+        assert!(s.record(102, counts(10, 1)));
+        // A second sample of second 102 adds to it.
+        assert!(s.record(102, counts(12, 2)));
+        assert_eq!(
+            s.each(100, 104),
+            [counts(3, 1), counts(0, 0), counts(9, 1), counts(0, 0)]
+        );
+        assert_eq!(s.sum(0, u64::MAX), counts(12, 2));
+        // Old seconds go.
+        s.record(100 + KEEP, counts(13, 2));
+        assert_eq!(s.sum(0, 100 + KEEP), counts(9, 1));
+    }
+
+    #[test]
+    fn samples_close_the_second_before_their_lag() {
+        assert_eq!(closing_second(5 * SECOND_NS + 19_000_000, LAG), 4);
+        assert_eq!(closing_second(5 * SECOND_NS + 20_000_000, LAG), 5);
+        assert_eq!(closing_second(5 * SECOND_NS, Duration::ZERO), 5);
+        assert_eq!(next_sample_in(5 * SECOND_NS), LAG);
+        assert_eq!(
+            next_sample_in(5 * SECOND_NS + 500_000_000),
+            Duration::from_millis(520)
+        );
+    }
+
+    proptest! {
+        /// The seconds add up to the growth of the samples (nothing lost, nothing
+        /// counted twice) over any sequence of samples, as long as no second is
+        /// older than `KEEP`.
+        #[test]
+        fn seconds_add_up_to_the_totals(
+            steps in proptest::collection::vec((0u64..3, 0u64..50, 0u64..5), 1..25)
+        ) {
+            let mut s = Series::default();
+            let (mut second, mut passes, mut exceptions) = (1_000, 0, 0);
+            for (dt, dp, de) in steps {
+                second += dt;
+                passes += dp;
+                exceptions += de;
+                s.record(second, counts(passes, exceptions));
+            }
+            prop_assume!(second < 1_000 + KEEP);
+            prop_assert_eq!(s.sum(0, u64::MAX), counts(passes, exceptions));
+        }
+    }
+}
