@@ -10,10 +10,16 @@
 //!
 //! Options: `--server URL` (default `http://127.0.0.1:7070`), `--token TOKEN` (or
 //! `RESILIENCE_APP_TOKEN`), `--instance NAME`, `--rate CALLS_PER_SECOND` (default
-//! 200), `--seconds N` (default: run until stopped), `--sds` (speak SDS's protocol).
+//! 200), `--seconds N` (default: run until stopped), `--sds` (speak SDS's protocol),
+//! `--policy-file PATH` (also watch a local policy file: its layer sits under the
+//! console's, see the README's "Where policies come from"), `--cache PATH` (keep the
+//! console's policies in a file, enforced at the next start even if the console is
+//! down).
+//!
+//! Each line also says where `demo.checkout`'s settings come from, section by section.
 
 use resilience_runtime::heartbeat::{self, HeartbeatConfig, Protocol};
-use resilience_runtime::{downgrade, Downgraded, Reason};
+use resilience_runtime::{downgrade, registry, Downgraded, Reason};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
@@ -51,6 +57,8 @@ struct Options {
     rate: u64,
     seconds: Option<u64>,
     protocol: Protocol,
+    policy_file: Option<String>,
+    cache: Option<String>,
 }
 
 fn options() -> Result<Options, String> {
@@ -61,6 +69,8 @@ fn options() -> Result<Options, String> {
         rate: 200,
         seconds: None,
         protocol: Protocol::Json,
+        policy_file: None,
+        cache: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -72,10 +82,29 @@ fn options() -> Result<Options, String> {
             "--rate" => o.rate = value()?.parse().map_err(|_| "--rate: a number")?,
             "--seconds" => o.seconds = Some(value()?.parse().map_err(|_| "--seconds: a number")?),
             "--sds" => o.protocol = Protocol::Sds,
+            "--policy-file" => o.policy_file = Some(value()?),
+            "--cache" => o.cache = Some(value()?),
             other => return Err(format!("unknown option {other}")),
         }
     }
     Ok(o)
+}
+
+/// `rules=console@3 breaker=file:policies.toml@1`: where each section of a point's
+/// settings comes from.
+fn sources(point: &str) -> String {
+    let Ok(e) = registry().effective_policy(point) else {
+        return "-".into();
+    };
+    let parts: Vec<String> = e
+        .origins()
+        .map(|(section, o)| format!("{section}={}@{}", o.source, o.version))
+        .collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(" ")
+    }
 }
 
 fn main() {
@@ -96,6 +125,16 @@ fn main() {
     if let Some(t) = &o.token {
         config = config.token(t.clone());
     }
+    if let Some(path) = &o.cache {
+        config = config.cache_file(path);
+    }
+    // A local file, watched: its layer keeps what the console does not set.
+    let _watcher = o.policy_file.as_ref().map(|path| {
+        registry().watch_policies(path).unwrap_or_else(|e| {
+            eprintln!("admin_demo: {e}");
+            std::process::exit(2);
+        })
+    });
     // Reports every 10 s and pulls every 5 s until dropped.
     let hb = heartbeat::start(config).expect("heartbeat thread");
 
@@ -123,7 +162,7 @@ fn main() {
                 .map(|(r, n)| format!("{n} {}", r.as_str()))
                 .collect();
             println!(
-                "[{}] policy v{} | last second: {passed} passed, {declined} declined, downgraded: {}{}",
+                "[{}] policy v{} | last second: {passed} passed, {declined} declined, downgraded: {}{} | sources: {}",
                 o.instance,
                 status.policy_version,
                 if by_reason.is_empty() { "none".to_owned() } else { by_reason.join(", ") },
@@ -131,6 +170,7 @@ fn main() {
                     .last_pull_error
                     .map(|e| format!(" | admin unreachable: {e}"))
                     .unwrap_or_default(),
+                sources("demo.checkout"),
             );
             (passed, declined) = (0, 0);
             if o.seconds

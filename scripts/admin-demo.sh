@@ -19,12 +19,14 @@ TARGET="${CARGO_TARGET_DIR:-target}"
 DEMO_DIR="target/admin-demo"
 SMOKE=false
 DB="$DEMO_DIR/admin.db"
+CACHE="$DEMO_DIR/a-cache.json"
 mkdir -p "$DEMO_DIR"
 if [ "${1:-}" = "--smoke" ]; then
     # A database of its own, so the smoke run leaves the demo's history alone.
     SMOKE=true
     DB="$DEMO_DIR/smoke.db"
-    rm -f "$DB" "$DB-wal" "$DB-shm"
+    CACHE="$DEMO_DIR/smoke-a-cache.json"
+    rm -f "$DB" "$DB-wal" "$DB-shm" "$CACHE"
 fi
 echo "== building"
 cargo build -q -p resilience-admin
@@ -69,12 +71,33 @@ if [ "$VERSION" = "0" ]; then
     VERSION=1
 fi
 
-echo "== starting two instances of the demo service (200 calls/s each)"
-for instance in a b; do
-    RESILIENCE_APP_TOKEN="$APP_TOKEN" "$TARGET/debug/examples/admin_demo" \
-        --server "$URL" --instance "$instance" >"$DEMO_DIR/$instance.log" 2>&1 &
-    PIDS+=($!)
-done
+# Instance b also has a local policy file: a breaker and a window for demo.checkout
+# (the console sets only its rules, so both layers are in force side by side) and a
+# concurrency limit for demo.refund, which the console does not configure at all.
+B_FILE="$DEMO_DIR/b-policies.toml"
+cat >"$B_FILE" <<'TOML'
+[points."demo.checkout".window]
+buckets = 20
+bucket_width = "500ms"
+
+[points."demo.checkout".breaker]
+algorithm = "classic"
+failure_rate = 0.5
+
+[points."demo.refund"]
+max_concurrency = 4
+TOML
+
+echo "== starting two instances of the demo service (200 calls/s each):"
+echo "   a takes everything from the console; b also watches $B_FILE"
+RESILIENCE_APP_TOKEN="$APP_TOKEN" "$TARGET/debug/examples/admin_demo" \
+    --server "$URL" --instance a --cache "$CACHE" \
+    >"$DEMO_DIR/a.log" 2>&1 &
+PIDS+=($!)
+RESILIENCE_APP_TOKEN="$APP_TOKEN" "$TARGET/debug/examples/admin_demo" \
+    --server "$URL" --instance b --policy-file "$B_FILE" \
+    >"$DEMO_DIR/b.log" 2>&1 &
+PIDS+=($!)
 tail -n 0 -f "$DEMO_DIR/a.log" "$DEMO_DIR/b.log" &
 PIDS+=($!)
 
@@ -89,6 +112,10 @@ if ! $SMOKE; then
 4. Within one pull period (5 s) both instances print "policy v$((VERSION + 1))" and
    their downgrades stop; the dashboard's instance table shows the new version.
 5. History: "Restore" on an older version rolls back, and both instances follow.
+6. Side by side: a's lines say "sources: rules=console@N", b's add
+   "window=file:...@1 breaker=file:...@1" from its file. In the dashboard, b's
+   demo.checkout is flagged as drift (local sections in force beside the console's)
+   and its local text is one click away; demo.refund is enforced by b's file alone.
 
 TXT
     wait "${PIDS[0]}"
@@ -111,6 +138,16 @@ for instance in a b; do
     done
 done
 echo "== both instances hold version $NEXT, $(( ($(date +%s%N) - EDITED) / 1000000 )) ms after the edit"
+# Side by side: a takes everything from the console, b keeps its file's sections.
+tail -n 1 "$DEMO_DIR/a.log" | grep -q "sources: rules=console@$NEXT\$" || {
+    echo "admin-demo: instance a does not take its rules from console v$NEXT: $(tail -n 1 "$DEMO_DIR/a.log")" >&2
+    exit 1
+}
+tail -n 1 "$DEMO_DIR/b.log" | grep -q "rules=console@$NEXT window=file:.*breaker=file:" || {
+    echo "admin-demo: instance b lost its file's sections: $(tail -n 1 "$DEMO_DIR/b.log")" >&2
+    exit 1
+}
+echo "== a enforces the console only; b the console's rules beside its file's window and breaker"
 sleep 2
 if tail -n 1 "$DEMO_DIR/a.log" | grep -q "downgraded: none"; then
     echo "== and no call of instance a is downgraded any more"
