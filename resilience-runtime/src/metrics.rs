@@ -20,6 +20,7 @@
 //! | `resilience_breaker_state` | gauge | `point`, `kind`, `state` | 1 for the breaker's current state |
 //! | `resilience_breaker_window_successes` / `_failures` / `_drops` | gauge | `point` | the breaker's window |
 //! | `resilience_breaker_transitions_total` | counter | `point` | breaker state changes |
+//! | `resilience_metrics_points_omitted` | gauge | | points over the cap, summed into `point="other", omitted="true"` |
 //! | `resilience_listener_events_dropped_total` | counter | | over all points |
 //! | `resilience_listener_events_delivered_total` | counter | | over all points |
 //! | `resilience_policy_source_version` | gauge | `source` | each policy source's version (`code`, `file:<path>`, `console`) |
@@ -108,12 +109,56 @@ pub fn render_openmetrics() -> String {
 #[derive(Debug, Clone, Copy)]
 pub struct PointsCollector {
     registry: &'static Registry,
+    max_points: usize,
 }
 
+/// How many points a collector exports one by one unless told otherwise
+/// ([`PointsCollector::max_points`]).
+pub const DEFAULT_MAX_POINTS: usize = 2_000;
+
 impl PointsCollector {
-    /// A collector of the given registry's points.
+    /// A collector of the given registry's points, exporting at most
+    /// [`DEFAULT_MAX_POINTS`] of them one by one.
     pub fn new(registry: &'static Registry) -> PointsCollector {
-        PointsCollector { registry }
+        PointsCollector {
+            registry,
+            max_points: DEFAULT_MAX_POINTS,
+        }
+    }
+
+    /// The same collector exporting at most `max` points one by one: those with an
+    /// open or half-open breaker or in a delay first, then those with the most visits.
+    /// The others are summed into series labelled `point="other", omitted="true"`
+    /// (their breakers are not exported), and `resilience_metrics_points_omitted`
+    /// says how many they are. The sum is over a set that changes as traffic moves,
+    /// so it may go down between scrapes: read it as a scale, not with `rate()`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::metrics::PointsCollector;
+    /// use resilience_runtime::{Clock, Registry};
+    ///
+    /// let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+    /// for (name, calls) in [("busy", 5), ("quiet", 1), ("idle", 0)] {
+    ///     let p = r.point(name)?;
+    ///     for _ in 0..calls {
+    ///         p.enter().unwrap().finish(false);
+    ///     }
+    /// }
+    /// let mut m = prometheus_client::registry::Registry::default();
+    /// m.register_collector(Box::new(PointsCollector::new(r).max_points(1)));
+    /// let mut text = String::new();
+    /// prometheus_client::encoding::text::encode(&mut text, &m)?;
+    /// assert!(text.contains(r#"resilience_visits_total{point="busy"} 5"#));
+    /// assert!(text.contains(r#"resilience_visits_total{point="other",omitted="true"} 1"#));
+    /// assert!(text.contains("resilience_metrics_points_omitted 2"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn max_points(mut self, max: usize) -> PointsCollector {
+        self.max_points = max;
+        self
     }
 
     /// A collector of the global registry's points.
@@ -125,16 +170,187 @@ impl PointsCollector {
 impl Collector for PointsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
         // One snapshot per point, so every family shows the same instant of a point.
-        let points: Vec<PointStats> = self
-            .registry
-            .point_names()
-            .into_iter()
-            .filter_map(|name| self.registry.stats(name))
-            .collect();
-        encode_point_metrics(&mut encoder, &points)?;
-        encode_breaker_metrics(&mut encoder, &points)?;
+        let mut selector = Selector::new(self.max_points);
+        // Per-thread counts are read in batches under one hold of their lock.
+        let mut tally = None;
+        let mut batch = 0;
+        self.registry.for_each_point(|p| {
+            if batch == 0 {
+                tally = None;
+                tally = Some(crate::point::tally::Reader::new());
+                batch = 4096;
+            }
+            batch -= 1;
+            if selector.is_full() && !p.ever_entered() {
+                // Never called: all zeros, the least important of all.
+                selector.omit_idle();
+            } else if let Some(t) = &tally {
+                selector.push(p.stats_without_windows(t));
+            }
+        });
+        drop(tally);
+        let rows = selector.finish();
+        encode_point_metrics(&mut encoder, &rows)?;
+        encode_breaker_metrics(&mut encoder, &rows.shown)?;
+        let omitted = rows.others.as_ref().map_or(0, |(_, n)| *n as u64);
+        gauge(omitted).encode(encoder.encode_descriptor(
+            "resilience_metrics_points_omitted",
+            "Points left out of the per-point series (over the collector's cap); their \
+             counts are in the series labelled point=\"other\", omitted=\"true\".",
+            None,
+            MetricType::Gauge,
+        )?)?;
         encode_registry_metrics(&mut encoder, self.registry)
     }
+}
+
+/// The points exported one by one, and the sum of the others.
+struct Rows {
+    shown: Vec<PointStats>,
+    /// The omitted points summed (counters and concurrency added, peak the largest,
+    /// `in_delay` true if any), and how many they are.
+    others: Option<(PointStats, usize)>,
+}
+
+impl Rows {
+    /// Every row with its labels: `point="NAME"`, and `point="other", omitted="true"`
+    /// for the sum of the omitted points (a point may be named `other`; its series has
+    /// no `omitted` label).
+    fn each(&self) -> impl Iterator<Item = (&PointStats, &'static str, &str)> + '_ {
+        self.shown
+            .iter()
+            .map(|p| (p, "", p.name))
+            .chain(self.others.iter().map(|(p, _)| (p, "true", "other")))
+    }
+}
+
+fn labels<'a>(omitted: &'a str, point: &'a str) -> Vec<(&'static str, &'a str)> {
+    if omitted.is_empty() {
+        vec![("point", point)]
+    } else {
+        vec![("point", point), ("omitted", omitted)]
+    }
+}
+
+/// Keeps the `max` points that matter most: an open (or half-open) breaker or a delay
+/// in force first, then the most visits; the rest are summed. One pass over the
+/// points, holding at most `2 * max` snapshots at a time.
+struct Selector {
+    max: usize,
+    shown: Vec<PointStats>,
+    others: Option<(PointStats, usize)>,
+}
+
+fn urgent(p: &PointStats) -> bool {
+    p.in_delay
+        || p.breaker
+            .is_some_and(|b| b.state != crate::BreakerState::Closed)
+}
+
+/// More important first.
+fn rank(a: &PointStats, b: &PointStats) -> std::cmp::Ordering {
+    urgent(b)
+        .cmp(&urgent(a))
+        .then(b.totals.visits.cmp(&a.totals.visits))
+        .then(a.name.cmp(b.name))
+}
+
+impl Selector {
+    fn new(max: usize) -> Selector {
+        Selector {
+            max,
+            shown: Vec::new(),
+            others: None,
+        }
+    }
+
+    /// Whether `max` points are held already.
+    fn is_full(&self) -> bool {
+        self.shown.len() >= self.max
+    }
+
+    /// Counts a point that was never called as omitted (its counts are all zero).
+    fn omit_idle(&mut self) {
+        self.others_sum().1 += 1;
+    }
+
+    fn others_sum(&mut self) -> &mut (PointStats, usize) {
+        self.others.get_or_insert_with(|| {
+            (
+                PointStats {
+                    name: "other",
+                    totals: crate::Totals::default(),
+                    window: None,
+                    last_cycle: None,
+                    concurrency: 0,
+                    peak_concurrency: 0,
+                    in_delay: false,
+                    dropped_events: 0,
+                    shadow_downgrades_by_reason: crate::ReasonCounts::default(),
+                    breaker: None,
+                },
+                0,
+            )
+        })
+    }
+
+    fn push(&mut self, p: PointStats) {
+        self.shown.push(p);
+        if self.shown.len() >= 2 * self.max.max(1) {
+            self.compact();
+        }
+    }
+
+    /// Keeps the `max` most important snapshots and sums the others.
+    fn compact(&mut self) {
+        if self.shown.len() <= self.max {
+            return;
+        }
+        if self.max > 0 {
+            self.shown.select_nth_unstable_by(self.max - 1, rank);
+        }
+        let omitted = self.shown.split_off(self.max);
+        let (sum, n) = self.others_sum();
+        *n += omitted.len();
+        for p in &omitted {
+            add_into(sum, p);
+        }
+    }
+
+    fn finish(mut self) -> Rows {
+        self.compact();
+        self.shown.sort_by(|a, b| a.name.cmp(b.name));
+        Rows {
+            shown: self.shown,
+            others: self.others,
+        }
+    }
+}
+
+/// Adds a point's counts to a sum of points (peak: the largest; delay: any).
+fn add_into(sum: &mut PointStats, p: &PointStats) {
+    let (t, o) = (&mut sum.totals, &p.totals);
+    t.visits += o.visits;
+    t.passes += o.passes;
+    t.downgrades += o.downgrades;
+    t.exceptions += o.exceptions;
+    t.timeouts += o.timeouts;
+    for (a, b) in t
+        .downgrades_by_reason
+        .0
+        .iter_mut()
+        .zip(o.downgrades_by_reason.0)
+    {
+        *a += b;
+    }
+    let shadow = &mut sum.shadow_downgrades_by_reason.0;
+    for (a, b) in shadow.iter_mut().zip(p.shadow_downgrades_by_reason.0) {
+        *a += b;
+    }
+    sum.concurrency += p.concurrency;
+    sum.peak_concurrency = sum.peak_concurrency.max(p.peak_concurrency);
+    sum.in_delay |= p.in_delay;
+    sum.dropped_events += p.dropped_events;
 }
 
 /// One metric family with a value per point (labels: `point`).
@@ -143,13 +359,12 @@ fn per_point<M: EncodeMetric>(
     name: &str,
     help: &str,
     metric_type: MetricType,
-    points: &[PointStats],
+    points: &Rows,
     value: impl Fn(&PointStats) -> M,
 ) -> fmt::Result {
     let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
-    for p in points {
-        let labels = [("point", p.name)];
-        value(p).encode(family.encode_family(&labels)?)?;
+    for (p, omitted, point) in points.each() {
+        value(p).encode(family.encode_family(&labels(omitted, point))?)?;
     }
     Ok(())
 }
@@ -159,13 +374,14 @@ fn per_reason(
     encoder: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
-    points: &[PointStats],
+    points: &Rows,
     count: impl Fn(&PointStats, Reason) -> u64,
 ) -> fmt::Result {
     let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-    for p in points {
+    for (p, omitted, point) in points.each() {
         for reason in Reason::ALL {
-            let labels = [("point", p.name), ("reason", reason.as_str())];
+            let mut labels = labels(omitted, point);
+            labels.push(("reason", reason.as_str()));
             ConstCounter::new(count(p, reason)).encode(family.encode_family(&labels)?)?;
         }
     }
@@ -176,7 +392,7 @@ fn gauge(v: u64) -> ConstGauge<i64> {
     ConstGauge::new(i64::try_from(v).unwrap_or(i64::MAX))
 }
 
-fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &[PointStats]) -> fmt::Result {
+fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &Rows) -> fmt::Result {
     use MetricType::{Counter, Gauge};
     let counter = ConstCounter::new;
     per_point(

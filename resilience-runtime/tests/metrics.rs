@@ -330,3 +330,70 @@ fn breaker_state_and_window_are_exported() {
         1.0
     );
 }
+
+/// The cap on exported points: an open breaker and a delay are always shown, then the
+/// busiest; the rest are summed exactly into the `omitted` series, and counted.
+#[test]
+fn exported_points_are_capped_and_the_rest_summed() {
+    use resilience_runtime::breaker::ClassicConfig;
+    use resilience_runtime::metrics::PointsCollector;
+    use resilience_runtime::{BreakerPolicy, Clock, Registry};
+    let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+    // Twelve points with 1..=12 calls, one exception each.
+    for i in 1..=12u64 {
+        let p = r.point(&format!("cap.{i:02}")).unwrap();
+        for n in 0..i {
+            p.enter().unwrap().finish(n == 0);
+        }
+    }
+    // A quiet point whose breaker is open.
+    let config = ClassicConfig {
+        consecutive_failures: Some(1),
+        ..ClassicConfig::default()
+    };
+    r.set_breaker("cap.open", BreakerPolicy::Classic(config))
+        .unwrap();
+    r.point("cap.open").unwrap().enter().unwrap().finish(true);
+    let mut m = prometheus_client::registry::Registry::default();
+    m.register_collector(Box::new(PointsCollector::new(r).max_points(3)));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &m).unwrap();
+    let scrape = parse(&text);
+    let shown: std::collections::BTreeSet<String> = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "resilience_visits_total")
+        .map(|s| s.labels.get("point").unwrap().to_owned())
+        .collect();
+    let expected: std::collections::BTreeSet<String> = ["cap.open", "cap.12", "cap.11", "other"]
+        .map(String::from)
+        .into();
+    assert_eq!(shown, expected, "{text}");
+    let other = [("point", "other"), ("omitted", "true")];
+    // cap.01 ..= cap.10: 55 calls, 10 exceptions.
+    assert_eq!(value(&scrape, "resilience_visits_total", &other), 55.0);
+    assert_eq!(value(&scrape, "resilience_passes_total", &other), 55.0);
+    assert_eq!(value(&scrape, "resilience_exceptions_total", &other), 10.0);
+    assert_eq!(
+        value(&scrape, "resilience_metrics_points_omitted", &[]),
+        10.0
+    );
+    assert_eq!(
+        value(&scrape, "resilience_visits_total", &[("point", "cap.12")]),
+        12.0
+    );
+    // Breakers of shown points only.
+    assert!(
+        text.contains(
+            r#"resilience_breaker_state{point="cap.open",kind="classic",state="open"} 1"#
+        ),
+        "{text}"
+    );
+    // Under the cap, nothing is summed.
+    let mut m = prometheus_client::registry::Registry::default();
+    m.register_collector(Box::new(PointsCollector::new(r).max_points(100)));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &m).unwrap();
+    assert!(!text.contains(r#"point="other",omitted="true"}"#));
+    assert!(text.contains("resilience_metrics_points_omitted 0"));
+}

@@ -206,8 +206,10 @@ fn breaker_swaps_under_load_keep_counts_exact() {
     let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
     let p = reg.point("stress.breaker").unwrap();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapped = Arc::new(AtomicU64::new(0));
     let swapper = {
         let stop = Arc::clone(&stop);
+        let swapped = Arc::clone(&swapped);
         std::thread::spawn(move || {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -234,34 +236,46 @@ fn breaker_swaps_under_load_keep_counts_exact() {
                     _ => reg.clear_policy("stress.breaker").unwrap(),
                 }
                 i += 1;
+                swapped.store(i, Ordering::Relaxed);
                 std::thread::yield_now();
             }
             i
         })
     };
+    // At least this many calls per thread, and on until 50 swaps have raced them.
     let calls = 50_000u64;
     let threads: Vec<_> = (0..2)
         .map(|t| {
+            let swapped = Arc::clone(&swapped);
             std::thread::spawn(move || {
                 let mut ran = 0u64;
-                for i in 0..calls {
+                let mut i = 0u64;
+                while i < calls || swapped.load(Ordering::Relaxed) < 50 {
+                    i += 1;
                     let mut slot = None;
                     if resilience_runtime::__private::enter_breaker(p, &mut slot).is_ok() {
                         ran += 1;
-                        resilience_runtime::__private::finish(p, &mut slot, (i + t) % 7 == 0);
+                        resilience_runtime::__private::finish(
+                            p,
+                            &mut slot,
+                            (i + t).is_multiple_of(7),
+                        );
                     }
                     assert!(slot.is_none(), "a finished permit leaves its slot empty");
                 }
-                ran
+                (ran, i)
             })
         })
         .collect();
-    let ran: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let (ran, made) = threads
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .fold((0, 0), |(r, m), (ran, made)| (r + ran, m + made));
     stop.store(true, Ordering::Relaxed);
     let swaps = swapper.join().unwrap();
-    assert!(swaps > 10, "only {swaps} swaps happened");
+    assert!(swaps >= 50, "only {swaps} swaps happened");
     let s = p.stats();
-    assert_eq!(s.totals.visits, 2 * calls, "every call is one visit");
+    assert_eq!(s.totals.visits, made, "every call is one visit");
     assert_eq!(ran, s.totals.passes, "every admitted call is a pass");
     assert_eq!(s.totals.downgrades, s.totals.downgrades_by_reason.total());
     assert_eq!(s.concurrency, 0, "no slot leaked");

@@ -41,7 +41,7 @@ pub(crate) mod chores;
 mod delay;
 mod flow;
 mod hang;
-mod tally;
+pub(crate) mod tally;
 
 mod call;
 mod cell;
@@ -164,6 +164,8 @@ pub struct Point {
     sweeping: arming::Arming,
     /// The state of the per-second sampler.
     sampling: arming::Arming,
+    /// Whether a call ever entered the point (set by the first, with the sampler).
+    entered: crate::sync::atomic::AtomicBool,
     /// Whether the sampler's hook is registered with a manual clock.
     sampler_hooked: crate::sync::atomic::AtomicBool,
     /// The per-second series, made by the first sample.
@@ -221,6 +223,7 @@ impl Point {
             clusters: Mutex::new(Clusters::default()),
             sweeping: arming::Arming::new(),
             sampling: arming::Arming::new(),
+            entered: crate::sync::atomic::AtomicBool::new(false),
             sampler_hooked: crate::sync::atomic::AtomicBool::new(false),
             seconds: Mutex::new(None),
             hang: crate::sync::OnceLock::new(),

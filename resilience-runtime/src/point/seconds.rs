@@ -11,7 +11,8 @@
 //! was late) lands in the first second sampled after them.
 //!
 //! The sampler stops after two samples in a row saw nothing (`arming`), so an idle
-//! point costs no background work. A call racing that stop (it found the sampler
+//! point costs no background work (one last run, `KEEP` seconds later, frees its
+//! history; a point keeps only its last sample, about 200 bytes). A call racing that stop (it found the sampler
 //! armed, and its count landed after the last sample) is in the totals and the
 //! window at once, and in the series from the next sample, which the point's next
 //! call starts: it may then count in a later second than it happened.
@@ -93,7 +94,13 @@ impl Series {
             match self.seconds.back_mut() {
                 // A later sample of a second already closed (the clock did not move).
                 Some((s, counts)) if *s >= second => counts.add(&delta),
-                _ => self.seconds.push_back((second, delta)),
+                _ => {
+                    // Most points have one busy second now and then: no spare room.
+                    if self.seconds.capacity() == 0 {
+                        self.seconds.reserve_exact(1);
+                    }
+                    self.seconds.push_back((second, delta));
+                }
             }
         }
         while self
@@ -123,12 +130,6 @@ impl Series {
     /// The cumulative counts of the last sample.
     pub(crate) fn last(&self) -> Counts {
         self.last
-    }
-
-    /// Whether the series holds nothing any more and the last sample is all there is
-    /// to keep.
-    fn is_empty(&self) -> bool {
-        self.seconds.is_empty()
     }
 }
 
@@ -161,6 +162,9 @@ impl Point {
     #[cold]
     #[inline(never)]
     pub(super) fn arm_sampler(&'static self) {
+        if !self.entered.load(Ordering::Relaxed) {
+            self.entered.store(true, Ordering::Relaxed);
+        }
         if !self.sampling.arm() {
             // Still scheduled.
             return;
@@ -201,20 +205,43 @@ impl Point {
 
     /// One sample (the wheel's chore); returns when to sample again, if ever.
     pub(crate) fn sample_seconds(&'static self) -> Option<Duration> {
+        if self.sampling.is_idle() {
+            // The clean-up run, `KEEP` seconds after the sampler stopped: every
+            // second kept is older than the history shown; free them.
+            if let Some(s) = self
+                .seconds
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_mut()
+            {
+                s.seconds = VecDeque::new();
+            }
+            return None;
+        }
         let wall = self.clock.wall_nanos(self.clock.now());
         let now = self.cumulative();
         let moved = {
             let mut series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
-            let s = series.get_or_insert_with(Box::default);
-            let moved = s.record(closing_second(wall, self.lag()), now);
-            if !moved && s.is_empty() {
-                // Nothing left to show: keep the last sample only.
-                s.seconds.shrink_to_fit();
-            }
-            moved
+            series
+                .get_or_insert_with(Box::default)
+                .record(closing_second(wall, self.lag()), now)
         };
-        // Two samples in a row without traffic stop it (`arming`).
-        self.sampling.after_run(moved).then(|| next_sample_in(wall))
+        // Two samples in a row without traffic stop it (`arming`); on the wheel, a
+        // last run frees the history once it is too old to be shown (a call that
+        // arms the sampler again moves that timer: one timer per point and chore).
+        if self.sampling.after_run(moved) {
+            Some(next_sample_in(wall))
+        } else if self.clock.is_manual() {
+            None
+        } else {
+            Some(Duration::from_secs(KEEP))
+        }
+    }
+
+    /// Whether any call ever entered the point (with or without a policy): a point
+    /// that none did has nothing but zeros to report.
+    pub(crate) fn ever_entered(&self) -> bool {
+        self.entered.load(Ordering::Relaxed)
     }
 
     /// Whether the sampler is scheduled (armed or draining).

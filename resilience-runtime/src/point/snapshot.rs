@@ -16,16 +16,29 @@ impl Point {
     /// second from the totals, see the README's "Statistics"): the window is the last
     /// 10 seconds, and both are `None` until the point's first sample.
     pub fn stats(&self) -> PointStats {
+        self.snapshot(true, tally::total(self.id))
+    }
+
+    /// [`stats`](Self::stats) without the window and the last cycle (`None`), which
+    /// exporters of totals do not need and which cost most of a snapshot, with the
+    /// per-thread counts read from `tally`.
+    pub(crate) fn stats_without_windows(&self, tally: &tally::Reader) -> PointStats {
+        self.snapshot(false, tally.total(self.id))
+    }
+
+    fn snapshot(&self, windows: bool, untracked: u64) -> PointStats {
         let c = self.compiled();
         let now = self.clock.now();
         let tracked = self.counters.tracked(&self.flow);
         // Passes under a policy are in the flow word, the others in per-thread cells;
         // every visit is a pass or a downgrade.
-        let passes = tracked[window::PASSES] + tally::total(self.id);
+        let passes = tracked[window::PASSES] + untracked;
         let visits = passes + tracked[window::DOWNGRADES];
         let policed = c.rules & ACTIVE != 0;
         let wall = self.clock.wall_nanos(now);
-        let window = if !policed {
+        let window = if !windows {
+            None
+        } else if !policed {
             self.sampled_window(wall)
         } else {
             Some({
@@ -40,7 +53,9 @@ impl Point {
                 }
             })
         };
-        let last_cycle = if policed {
+        let last_cycle = if !windows {
+            None
+        } else if policed {
             self.observe_cycle(now);
             self.cycle
                 .lock()

@@ -234,11 +234,26 @@ fn add_one_slow(id: u32) -> bool {
 
 /// All calls of point `id` counted by [`add_one`], on every thread, live or exited.
 pub(crate) fn total(id: u32) -> u64 {
-    if id >= MAX_IDS {
-        return 0;
+    Reader::new().total(id)
+}
+
+/// Reads totals under one hold of the registry lock, for a pass over many points
+/// (hold it for a bounded batch: a thread's first call on a block of points and a
+/// thread's exit wait for it).
+pub(crate) struct Reader(MutexGuard<'static, Shared>);
+
+impl Reader {
+    pub(crate) fn new() -> Reader {
+        Reader(shared())
     }
-    let shared = shared();
-    shared.exited.get(id) + shared.live.iter().map(|t| t.get(id)).sum::<u64>()
+
+    /// [`total`] of `id`.
+    pub(crate) fn total(&self, id: u32) -> u64 {
+        if id >= MAX_IDS {
+            return 0;
+        }
+        self.0.exited.get(id) + self.0.live.iter().map(|t| t.get(id)).sum::<u64>()
+    }
 }
 
 #[cfg(test)]
