@@ -69,9 +69,11 @@ impl Point {
 
     #[cold]
     pub(super) fn roll_cycle(&self, id: u64) {
-        let Ok(mut st) = self.cycle.try_lock() else {
+        let Ok(mut guard) = self.cycle.try_lock() else {
             return;
         };
+        // Made by the first cycle a policy point rolls: idle points do not hold it.
+        let st = guard.get_or_insert_with(Box::default);
         let prev = self.cycle_id.load(Ordering::Relaxed);
         if id <= prev {
             // Another thread rolled it between our check and the lock.

@@ -143,13 +143,13 @@ pub struct Point {
     cycle_id: AtomicU64,
     /// Timeline reading at which the next cycle begins (saves a division per call).
     next_cycle_at: AtomicU64,
-    cycle: Mutex<CycleState>,
+    cycle: Mutex<Option<Box<CycleState>>>,
     /// The token buckets (see [`Buckets`]).
     buckets: Mutex<Buckets>,
     /// The delay rule's state.
     delay: Delay,
     /// The policy and breaker as given, and the writer lock of `cfg`.
-    settings: Mutex<Settings>,
+    settings: Mutex<Option<Box<Settings>>>,
     /// Every breaker this point has had, leaked (never freed nor moved: a call may
     /// still hold a replaced one); the current one is in `cfg`.
     breakers: Mutex<Vec<&'static BreakerSlot>>,
@@ -213,10 +213,10 @@ impl Point {
             cycle_peak: AtomicU64::new(0),
             cycle_id: AtomicU64::new(0),
             next_cycle_at: AtomicU64::new(0),
-            cycle: Mutex::new(CycleState::default()),
+            cycle: Mutex::new(None),
             buckets: Mutex::new(Buckets::default()),
             delay: Delay::new(),
-            settings: Mutex::new(Settings::default()),
+            settings: Mutex::new(None),
             breaker_set: crate::sync::atomic::AtomicBool::new(false),
             adaptives: Mutex::new(Vec::new()),
             #[cfg(feature = "redis")]
@@ -253,7 +253,30 @@ impl Point {
         self.settings().breaker
     }
 
-    fn settings(&self) -> crate::sync::MutexGuard<'_, Settings> {
-        self.settings.lock().unwrap_or_else(|e| e.into_inner())
+    fn settings(&self) -> SettingsGuard<'_> {
+        SettingsGuard(self.settings.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// The settings of a point, locked: read as empty until the first write makes them
+/// (a point that is never configured does not hold them).
+struct SettingsGuard<'a>(crate::sync::MutexGuard<'a, Option<Box<Settings>>>);
+
+static NO_SETTINGS: Settings = Settings {
+    policy: None,
+    breaker: None,
+};
+
+impl std::ops::Deref for SettingsGuard<'_> {
+    type Target = Settings;
+
+    fn deref(&self) -> &Settings {
+        self.0.as_deref().unwrap_or(&NO_SETTINGS)
+    }
+}
+
+impl std::ops::DerefMut for SettingsGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Settings {
+        self.0.get_or_insert_with(Box::default)
     }
 }

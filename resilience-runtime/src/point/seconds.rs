@@ -127,6 +127,12 @@ impl Series {
         (from..to).map(|s| self.sum(s, s + 1)).collect()
     }
 
+    /// Bytes held, the series itself included.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Series>()
+            + self.seconds.capacity() * std::mem::size_of::<(u64, Counts)>()
+    }
+
     /// The cumulative counts of the last sample.
     pub(crate) fn last(&self) -> Counts {
         self.last

@@ -60,8 +60,8 @@ impl Point {
             self.cycle
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
-                .last
-                .clone()
+                .as_ref()
+                .and_then(|c| c.last.clone())
         } else {
             self.sampled_cycle(wall)
         };
@@ -163,6 +163,25 @@ impl Point {
             + self.hang.get().map_or(0, HangTable::heap_bytes)
             + self.cfg.heap_bytes()
             + self.name.len()
+            + self.lazy_bytes()
+    }
+
+    /// What the parts made on first use hold: the settings, the cycle state and the
+    /// per-second series.
+    fn lazy_bytes(&self) -> usize {
+        let held = |present: bool, size: usize| if present { size } else { 0 };
+        held(
+            self.settings.lock().unwrap_or_else(|e| e.into_inner()).is_some(),
+            std::mem::size_of::<super::Settings>(),
+        ) + held(
+            self.cycle.lock().unwrap_or_else(|e| e.into_inner()).is_some(),
+            std::mem::size_of::<super::CycleState>(),
+        ) + self
+            .seconds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |s| s.heap_bytes())
     }
 
     /// Cluster-limit slots this point has had.
