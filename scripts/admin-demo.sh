@@ -28,6 +28,16 @@ if [ "${1:-}" = "--smoke" ]; then
     CACHE="$DEMO_DIR/smoke-a-cache.json"
     rm -f "$DB" "$DB-wal" "$DB-shm" "$CACHE"
 fi
+if ! command -v curl >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ]; then
+        echo "== installing curl (apt-get)"
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
+    else
+        echo "admin-demo: needs curl (Debian: apt-get install curl)" >&2
+        exit 1
+    fi
+fi
 echo "== building"
 cargo build -q -p resilience-admin
 cargo build -q -p examples --example admin_demo

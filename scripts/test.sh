@@ -22,3 +22,7 @@ source resilience-admin/scripts/postgres.sh
 cargo test --workspace --all-features
 # Without the `redis` feature, policy files name the `cluster` section as needing it.
 cargo test -p resilience-runtime --no-default-features --features config,macros --test config
+# The fleet demo end to end: the admin and two instances (one from the console only,
+# one with a local policy file beside it), a policy edit, both obeying within a pull.
+echo "== admin demo (smoke)"
+RESILIENCE_DEMO_PORT="${RESILIENCE_DEMO_PORT:-17070}" bash scripts/admin-demo.sh --smoke >/dev/null
