@@ -135,10 +135,23 @@ pub const MAX_POINT_NAME_LEN: usize = 256;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PointNameError {
     pub(crate) name: String,
-    pub(crate) problem: &'static str,
+    pub(crate) problem: std::borrow::Cow<'static, str>,
 }
 
 impl PointNameError {
+    /// A new undeclared name past the registry's cap.
+    pub(crate) fn too_many(name: &str, max: usize) -> PointNameError {
+        PointNameError {
+            name: name.chars().take(64).collect(),
+            problem: format!(
+                "the registry holds at most {max} points that no `#[downgrade]` or \
+                 `#[breaker]` function declares (Registry::set_max_undeclared_points); \
+                 are point names built from user input?"
+            )
+            .into(),
+        }
+    }
+
     /// The rejected name (its first 64 characters).
     pub fn name(&self) -> &str {
         &self.name
@@ -181,7 +194,7 @@ pub fn check_point_name(name: &str) -> Result<(), PointNameError> {
         Some(problem) => Err(PointNameError {
             // A name of any length is reported by its first bytes only.
             name: name.chars().take(64).collect(),
-            problem,
+            problem: problem.into(),
         }),
         None => Ok(()),
     }

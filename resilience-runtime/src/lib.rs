@@ -57,7 +57,7 @@ pub use policy::{
     PolicyBuilder, PolicyError, Timeouts, TokenBucketConfig, WindowConfig, MAX_CONCURRENCY,
     MAX_WINDOW_BUCKETS,
 };
-pub use registry::{init_registry, registry, Registry};
+pub use registry::{init_registry, registry, Registry, DEFAULT_MAX_UNDECLARED_POINTS};
 pub use stats::{
     BreakerState, BreakerStats, CycleStats, PointStats, ReasonCounts, SecondStats, Totals,
     WindowCounts,

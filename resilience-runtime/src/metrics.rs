@@ -21,6 +21,7 @@
 //! | `resilience_breaker_window_successes` / `_failures` / `_drops` | gauge | `point` | the breaker's window |
 //! | `resilience_breaker_transitions_total` | counter | `point` | breaker state changes |
 //! | `resilience_metrics_points_omitted` | gauge | | points over the cap, summed into `point="other", omitted="true"` |
+//! | `resilience_points_undeclared`, `resilience_points_undeclared_max` | gauge | | points no function declares, and the registry's cap on them |
 //! | `resilience_listener_events_dropped_total` | counter | | over all points |
 //! | `resilience_listener_events_delivered_total` | counter | | over all points |
 //! | `resilience_policy_source_version` | gauge | `source` | each policy source's version (`code`, `file:<path>`, `console`) |
@@ -552,6 +553,25 @@ fn encode_registry_metrics(
     encoder: &mut DescriptorEncoder<'_>,
     registry: &Registry,
 ) -> fmt::Result {
+    for (name, help, value) in [
+        (
+            "resilience_points_undeclared",
+            "Points no #[downgrade] or #[breaker] function declares.",
+            registry.undeclared_points(),
+        ),
+        (
+            "resilience_points_undeclared_max",
+            "The most undeclared points the registry takes; new names past it are refused.",
+            registry.max_undeclared_points(),
+        ),
+    ] {
+        gauge(value as u64).encode(encoder.encode_descriptor(
+            name,
+            help,
+            None,
+            MetricType::Gauge,
+        )?)?;
+    }
     let dropped = ConstCounter::new(registry.dropped_events());
     dropped.encode(encoder.encode_descriptor(
         "resilience_listener_events_dropped",

@@ -7,7 +7,7 @@ use crate::listener::{Dispatcher, DowngradeEvent, ListenerId};
 use crate::point::Point;
 use crate::policy::{BreakerError, BreakerPolicy, Policy};
 use crate::stats::PointStats;
-use crate::sync::{Arc, OnceLock};
+use crate::sync::{Arc, AtomicUsize, OnceLock, Ordering};
 use dashmap::DashMap;
 use std::fmt;
 
@@ -55,7 +55,14 @@ pub struct Registry {
     points: DashMap<&'static str, &'static Point>,
     events: Arc<Dispatcher>,
     layers: Layers,
+    /// Points no `#[downgrade]` or `#[breaker]` function declares, and their cap.
+    undeclared: AtomicUsize,
+    max_undeclared: AtomicUsize,
 }
+
+/// How many points that no function declares a registry takes by default
+/// ([`Registry::set_max_undeclared_points`]).
+pub const DEFAULT_MAX_UNDECLARED_POINTS: usize = 100_000;
 
 impl fmt::Debug for Registry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -75,6 +82,8 @@ impl Registry {
             points: DashMap::new(),
             events: Arc::new(Dispatcher::new()),
             layers: Layers::new(),
+            undeclared: AtomicUsize::new(0),
+            max_undeclared: AtomicUsize::new(DEFAULT_MAX_UNDECLARED_POINTS),
         }
     }
 
@@ -89,26 +98,81 @@ impl Registry {
 
     /// The point with this name, created if needed.
     ///
+    /// A registry holds at most [`max_undeclared_points`](Self::max_undeclared_points)
+    /// points that no `#[downgrade]` or `#[breaker]` function declares (default
+    /// [`DEFAULT_MAX_UNDECLARED_POINTS`]): points never go away, so names built from
+    /// user input would otherwise grow the process without bound. Declared points are
+    /// never refused, and existing points are always returned.
+    ///
     /// # Errors
     ///
-    /// [`PointNameError`] for an empty or whitespace-only name, or one with control
-    /// characters.
+    /// [`PointNameError`] for an empty or whitespace-only name, one with control
+    /// characters, leading or trailing whitespace or over 256 bytes, or a new
+    /// undeclared name once the cap is reached.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{Clock, Registry};
+    ///
+    /// let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+    /// r.set_max_undeclared_points(2);
+    /// r.point("user.1")?;
+    /// r.point("user.2")?;
+    /// let err = r.point("user.3").unwrap_err();
+    /// assert!(err.to_string().contains("at most 2 points"), "{err}");
+    /// assert!(r.point("user.1").is_ok(), "existing points are still there");
+    /// # Ok::<(), resilience_runtime::PointNameError>(())
+    /// ```
     pub fn point(&self, name: &str) -> Result<&'static Point, PointNameError> {
         if let Some(p) = self.points.get(name) {
             return Ok(*p);
         }
         check_point_name(name)?;
+        let declared = crate::declared::is_declared(name);
+        if !declared {
+            // Taken before the point is made, so the cap holds exactly under races.
+            let held = self.undeclared.fetch_add(1, Ordering::AcqRel);
+            let max = self.max_undeclared.load(Ordering::Acquire);
+            if held >= max {
+                self.undeclared.fetch_sub(1, Ordering::AcqRel);
+                return Err(PointNameError::too_many(name, max));
+            }
+        }
         // Two threads racing to create the same point may leak one extra copy of the
         // name; the point itself is created once.
         let name = leak_name(name);
+        let mut created = false;
         let entry = self.points.entry(name).or_insert_with(|| {
+            created = true;
             Box::leak(Box::new(Point::new(
                 name,
                 self.clock.clone(),
                 Arc::clone(&self.events),
             )))
         });
-        Ok(*entry)
+        let point = *entry;
+        drop(entry);
+        if !declared && !created {
+            self.undeclared.fetch_sub(1, Ordering::AcqRel);
+        }
+        Ok(point)
+    }
+
+    /// The most points no function declares that this registry takes.
+    pub fn max_undeclared_points(&self) -> usize {
+        self.max_undeclared.load(Ordering::Acquire)
+    }
+
+    /// Sets [`max_undeclared_points`](Self::max_undeclared_points). Lowering it below
+    /// the points already held refuses new ones; it removes none.
+    pub fn set_max_undeclared_points(&self, max: usize) {
+        self.max_undeclared.store(max, Ordering::Release);
+    }
+
+    /// How many points that no function declares this registry holds.
+    pub fn undeclared_points(&self) -> usize {
+        self.undeclared.load(Ordering::Acquire)
     }
 
     /// The point with this name if it exists, without creating it.

@@ -222,3 +222,29 @@ fn top_level_fn_is_declared_too() {
     assert_eq!(p.function(), "declared::top_level");
     assert_eq!(p.line(), line_of("fn top_level() -> u8"));
 }
+
+/// A registry full of undeclared points still takes every declared one.
+#[test]
+fn declared_points_are_never_refused_by_the_cap() {
+    use resilience_runtime::{Clock, Registry};
+    let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+    reg.set_max_undeclared_points(1);
+    reg.point("made.up.1").unwrap();
+    assert!(reg.point("made.up.2").is_err());
+    for name in ["declared.orders.create", "declared.catalog.price"] {
+        assert_eq!(reg.point(name).unwrap().name(), name);
+    }
+    assert_eq!(reg.undeclared_points(), 1);
+    // A policy file naming a new undeclared point is refused as a whole, naming it.
+    #[cfg(feature = "config")]
+    {
+        let err = reg
+            .load_policies_str(
+                "[points.\"made.up.3\"]\nmax_visits = 1\n[points.\"declared.orders.create\"]\nmax_visits = 2\n",
+                resilience_runtime::config::Format::Toml,
+            )
+            .unwrap_err();
+        assert!(err.to_string().contains("made.up.3"), "{err}");
+        assert_eq!(reg.policy("declared.orders.create").unwrap(), None);
+    }
+}

@@ -323,3 +323,52 @@ fn calls_without_policy_are_counted_exactly_across_threads() {
         );
     }
 }
+
+/// The cap on undeclared points holds exactly when many threads make new names at
+/// once, refuses with a clear error, and never refuses an existing or a declared point.
+#[test]
+fn the_cap_on_undeclared_points_holds_under_racing_threads() {
+    for threads in [1usize, 4, 16, 64] {
+        let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+        reg.set_max_undeclared_points(100);
+        let made: u64 = (0..threads)
+            .map(|t| {
+                std::thread::spawn(move || {
+                    let mut made = 0;
+                    // Every thread tries 60 names, 20 of them shared with the others.
+                    for i in 0..60 {
+                        let name = if i < 20 {
+                            format!("cap.shared.{i}")
+                        } else {
+                            format!("cap.{t}.{i}")
+                        };
+                        match reg.point(&name) {
+                            Ok(p) => {
+                                assert_eq!(p.name(), name);
+                                made += 1;
+                            }
+                            Err(e) => assert!(e.to_string().contains("at most 100 points"), "{e}"),
+                        }
+                    }
+                    made
+                })
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .sum();
+        let held = reg.point_names().len();
+        assert_eq!(reg.undeclared_points(), held, "{threads} threads");
+        assert!(held <= 100, "{threads} threads: {held} points");
+        if threads * 40 + 20 >= 100 {
+            assert_eq!(
+                held, 100,
+                "{threads} threads: the cap is reached, not undershot"
+            );
+        }
+        assert!(made >= held as u64);
+        // Existing names still come back.
+        let first = reg.point_names()[0];
+        assert!(reg.point(first).is_ok());
+    }
+}

@@ -84,6 +84,7 @@ pub use watch::{PolicyWatcher, WatchOptions, WatchStatus};
 
 use crate::adaptive::{AdaptiveConfig, GradientConfig};
 use crate::breaker::{ClassicConfig, SreConfig};
+use crate::error::PointNameError;
 use crate::layers::{Section, Source};
 use crate::policy::{AdaptiveLimit, BreakerPolicy};
 use crate::registry::Registry;
@@ -519,12 +520,45 @@ impl Registry {
                 problems: checked.problems,
             });
         }
+        // New names the registry cannot take (its cap on undeclared points) refuse the
+        // whole file, before any point is made.
+        let new_undeclared: Vec<&String> = checked
+            .file
+            .points
+            .keys()
+            .filter(|n| self.get(n).is_none() && !crate::declared::is_declared(n))
+            .collect();
+        let room = self
+            .max_undeclared_points()
+            .saturating_sub(self.undeclared_points());
+        for name in new_undeclared.iter().skip(room) {
+            checked.problems.push(Problem::new(
+                Some(name),
+                None,
+                ProblemKind::InvalidPointName,
+                PointNameError::too_many(name, self.max_undeclared_points()).to_string(),
+            ));
+        }
         let mut points = Vec::with_capacity(checked.file.points.len());
         for (name, config) in &checked.file.points {
-            // The name passed `check_point_name` above, so this cannot fail.
-            if let Ok(point) = self.point(name) {
-                points.push((point, config));
+            if checked.problems.is_empty() {
+                // A point another thread made meanwhile may still take the last room.
+                match self.point(name) {
+                    Ok(point) => points.push((point, config)),
+                    Err(e) => checked.problems.push(Problem::new(
+                        Some(name),
+                        None,
+                        ProblemKind::InvalidPointName,
+                        e.to_string(),
+                    )),
+                }
             }
+        }
+        if !checked.problems.is_empty() {
+            return Err(ConfigError::Invalid {
+                path: path.map(Path::to_owned),
+                problems: checked.problems,
+            });
         }
         let mut cleared = Vec::new();
         let mut breakers_cleared = Vec::new();

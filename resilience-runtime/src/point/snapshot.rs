@@ -171,10 +171,16 @@ impl Point {
     fn lazy_bytes(&self) -> usize {
         let held = |present: bool, size: usize| if present { size } else { 0 };
         held(
-            self.settings.lock().unwrap_or_else(|e| e.into_inner()).is_some(),
+            self.settings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some(),
             std::mem::size_of::<super::Settings>(),
         ) + held(
-            self.cycle.lock().unwrap_or_else(|e| e.into_inner()).is_some(),
+            self.cycle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .is_some(),
             std::mem::size_of::<super::CycleState>(),
         ) + self
             .seconds
