@@ -247,6 +247,7 @@ fn json_upload_carries_the_closed_cycle_of_every_point() {
         UploadOutcome::Sent {
             cycle_start_ms: CYCLE0,
             points: 2,
+            parts: 1,
             server: peer.url(),
             retried: false
         }
@@ -845,4 +846,70 @@ fn uploads_carry_what_each_point_enforces_and_from_where() {
     assert_ne!(local["digest"], e["digest"]);
     assert_eq!(body["client"]["from_cache"], false);
     assert_eq!(body["client"]["last_pull_error"], Value::Null);
+}
+
+/// A cycle too big for one body goes in parts, each within the limit, that together
+/// carry every point and every name exactly once; a pull stays small.
+#[test]
+fn a_big_cycle_is_uploaded_in_parts_within_the_body_limit() {
+    let (registry, manual) = manual_registry();
+    registry.set_max_undeclared_points(usize::MAX);
+    let peer = Peer::start(|_| ok(json!({"result": "stored", "version": 0, "changed": false})));
+    let limit = 16 * 1024;
+    let client = HeartbeatClient::new(config(&peer.url()).max_body_bytes(limit), registry);
+    let names: Vec<String> = (0..1_500).map(|i| format!("hb.parts.{i:04}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        let p = registry.point(name).unwrap();
+        for _ in 0..=(i % 3) {
+            p.enter().unwrap().finish(false);
+        }
+    }
+    manual.advance(Duration::from_secs(14));
+    let outcome = client.upload_now().unwrap();
+    let UploadOutcome::Sent { points, parts, .. } = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(points, 1_500);
+    assert!(parts > 5, "{parts} parts");
+    let bodies: Vec<Value> = peer
+        .seen()
+        .iter()
+        .filter(|s| s.path == "/api/v1/heartbeat")
+        .map(|s| {
+            assert!(s.body.len() <= limit, "a part of {} bytes", s.body.len());
+            s.json()
+        })
+        .collect();
+    assert_eq!(bodies.len(), parts);
+    let mut seen_points = Vec::new();
+    let mut seen_known = Vec::new();
+    for (k, b) in bodies.iter().enumerate() {
+        assert_eq!(
+            (b["part"].as_u64(), b["parts"].as_u64()),
+            (Some(k as u64), Some(parts as u64))
+        );
+        assert_eq!(b["cycle_start_ms"], CYCLE0);
+        assert_eq!(b["instance"], "web-1-4711");
+        for p in b["points"].as_array().unwrap() {
+            let i: usize = p["name"].as_str().unwrap()[9..].parse().unwrap();
+            assert_eq!(p["visits"], (i % 3 + 1) as u64);
+            seen_points.push(p["name"].as_str().unwrap().to_owned());
+        }
+        for n in b["known_points"].as_array().unwrap() {
+            seen_known.push(n.as_str().unwrap().to_owned());
+        }
+    }
+    seen_points.sort();
+    seen_known.sort();
+    assert_eq!(seen_points, names, "every point once");
+    assert_eq!(seen_known, names, "every name once");
+    // The pull does not list the points any more.
+    client.pull_now().unwrap();
+    let pull = peer
+        .seen()
+        .into_iter()
+        .find(|s| s.path.ends_with("/pull"))
+        .unwrap();
+    assert!(pull.body.len() < 1_000, "{} bytes", pull.body.len());
+    assert_eq!(pull.json()["points_count"], 1_500);
 }

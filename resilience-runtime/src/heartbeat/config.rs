@@ -138,7 +138,13 @@ pub struct HeartbeatConfig {
     pub(crate) connect_timeout: Duration,
     pub(crate) io_timeout: Duration,
     pub(crate) cache_file: Option<std::path::PathBuf>,
+    pub(crate) max_body_bytes: usize,
 }
+
+/// The largest upload body our JSON protocol sends by default: bigger uploads are
+/// split into parts ([`HeartbeatConfig::max_body_bytes`]), under resilience-admin's
+/// default request limit of 256 KiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 192 * 1024;
 
 impl fmt::Debug for HeartbeatConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -155,6 +161,7 @@ impl fmt::Debug for HeartbeatConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("io_timeout", &self.io_timeout)
             .field("cache_file", &self.cache_file)
+            .field("max_body_bytes", &self.max_body_bytes)
             .finish()
     }
 }
@@ -219,6 +226,7 @@ impl HeartbeatConfig {
             connect_timeout: Duration::from_secs(1),
             io_timeout: Duration::from_secs(1),
             cache_file: None,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         })
     }
 
@@ -285,6 +293,16 @@ impl HeartbeatConfig {
     /// ([`HeartbeatStatus::cache_error`](super::HeartbeatStatus::cache_error)).
     pub fn cache_file(mut self, path: impl Into<std::path::PathBuf>) -> Self {
         self.cache_file = Some(path.into());
+        self
+    }
+
+    /// The largest upload body of our JSON protocol (default
+    /// [`DEFAULT_MAX_BODY_BYTES`], at least 4 KiB): a cycle with more points, or more
+    /// known names, than fit is uploaded in parts, each a heartbeat of its own with
+    /// `"part": k, "parts": n` and a share of the points, so thousands of points never
+    /// meet the server's body limit. SDS's protocol always sends one body.
+    pub fn max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes.max(4096);
         self
     }
 

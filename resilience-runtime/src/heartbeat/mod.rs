@@ -75,7 +75,7 @@ mod failures;
 mod http;
 mod wire;
 
-pub use config::{HeartbeatConfig, Protocol, ServerAddr};
+pub use config::{HeartbeatConfig, Protocol, ServerAddr, DEFAULT_MAX_BODY_BYTES};
 pub use error::HeartbeatError;
 
 use crate::layers::Source;
@@ -130,6 +130,8 @@ pub enum UploadOutcome {
         cycle_start_ms: u64,
         /// Points with activity in it.
         points: usize,
+        /// How many bodies it took ([`HeartbeatConfig::max_body_bytes`]).
+        parts: usize,
         /// The server that took it.
         server: String,
         /// Whether the first server failed and the next one took it.
@@ -457,30 +459,42 @@ impl HeartbeatClient {
         let version = self.policy_version();
         let health = self.status();
         let path = inner.config.protocol.upload_path();
-        let attempt = |cursor: usize| {
+        let body = |ip| wire::upload_body(&inner.config, &report, version, &health, ip);
+        // How many parts this cycle takes (the local address only changes a few bytes).
+        let parts = body(std::net::IpAddr::from([127, 0, 0, 1])).len();
+        let attempt = |cursor: usize, part: usize| {
             let server = &servers[cursor % servers.len()];
             self.send(server, path, |ip| {
-                wire::upload_body(&inner.config, &report, version, &health, ip)
+                body(ip).into_iter().nth(part).unwrap_or_default()
             })
             .map(|_| server.to_string())
         };
-        let first = state.cursor % servers.len();
-        let result = match attempt(first) {
-            Ok(server) => Ok((server, false)),
-            Err(_) => {
-                inner.upload_retries.fetch_add(1, Ordering::Relaxed);
-                state.cursor = (first + 1) % servers.len();
-                attempt(state.cursor).map(|s| (s, true))
+        let mut retried = false;
+        let mut result = Ok(String::new());
+        for part in 0..parts {
+            let first = state.cursor % servers.len();
+            result = match attempt(first, part) {
+                Ok(server) => Ok(server),
+                Err(_) => {
+                    inner.upload_retries.fetch_add(1, Ordering::Relaxed);
+                    retried = true;
+                    state.cursor = (first + 1) % servers.len();
+                    attempt(state.cursor, part)
+                }
+            };
+            if result.is_err() {
+                break;
             }
-        };
+        }
         match result {
-            Ok((server, retried)) => {
+            Ok(server) => {
                 inner.uploads.fetch_add(1, Ordering::Relaxed);
                 *lock(&inner.last_upload_error) = None;
                 self.say("upload", lock(&inner.upload_log).succeeded(), None);
                 Ok(UploadOutcome::Sent {
                     cycle_start_ms: cycle,
                     points: report.points.len(),
+                    parts,
                     server,
                     retried,
                 })

@@ -246,13 +246,15 @@ fn seconds_by_reason(p: &PointReport) -> Map<String, Value> {
 }
 
 /// The body of an upload, with its content type.
+/// The bodies of an upload: one for SDS's protocol; for ours, as many parts as it
+/// takes to keep each body within `max_body` bytes (see [`pack`]).
 pub(crate) fn upload_body(
     config: &HeartbeatConfig,
     report: &Report,
     version: u64,
     health: &HeartbeatStatus,
     ip: IpAddr,
-) -> Vec<u8> {
+) -> Vec<Vec<u8>> {
     match config.protocol {
         Protocol::Json => {
             let points: Vec<Value> = report
@@ -266,14 +268,26 @@ pub(crate) fn upload_body(
                            "seconds_by_reason": seconds_by_reason(p)})
                 })
                 .collect();
-            json!({"app_group": config.app_group, "app": config.app,
+            let base = json!({"app_group": config.app_group, "app": config.app,
                    "instance": config.instance, "host": config.host, "ip": ip.to_string(),
                    "cycle_start_ms": report.cycle_start_ms, "policy_version": version,
-                   "points": points, "known_points": report.known,
-                   "declared_points": report.declared, "enforcing": report.enforcing,
-                   "client": client_health(health)})
-            .to_string()
-            .into_bytes()
+                   "client": client_health(health)});
+            let lists = [
+                ("points", points),
+                ("enforcing", report.enforcing.clone()),
+                (
+                    "known_points",
+                    report.known.iter().map(|n| json!(n)).collect(),
+                ),
+                (
+                    "declared_points",
+                    report.declared.iter().map(|n| json!(n)).collect(),
+                ),
+            ];
+            pack(&base, lists, config.max_body_bytes)
+                .into_iter()
+                .map(|v| v.to_string().into_bytes())
+                .collect()
         }
         Protocol::Sds => {
             let map: Map<String, Value> = report
@@ -300,7 +314,8 @@ pub(crate) fn upload_body(
                                 "declaredPoints": report.declared,
                                 "enforcing": report.enforcing,
                                 "client": client_health(health)});
-            sds_form(&client)
+            // SDS's admin takes one body per cycle: it is not split.
+            vec![sds_form(&client)]
         }
     }
 }
@@ -313,6 +328,54 @@ fn client_health(s: &HeartbeatStatus) -> Value {
            "pull_failures": s.pull_failures, "policies_rejected": s.policies_rejected})
 }
 
+/// Splits an upload into parts of at most `max_body` bytes each: every part has the
+/// `base` fields plus `"part": k, "parts": n`, and the items of the `lists` are
+/// spread over the parts in order (an item larger than a part on its own goes alone).
+/// One part, with every list, when everything fits.
+pub(crate) fn pack(
+    base: &Value,
+    lists: [(&'static str, Vec<Value>); 4],
+    max_body: usize,
+) -> Vec<Value> {
+    // The base, the four empty lists and the part fields, with room for large numbers.
+    let overhead = base.to_string().len() + 128;
+    let budget = max_body.saturating_sub(overhead).max(1);
+    let mut parts: Vec<Vec<(&'static str, Value)>> = vec![Vec::new()];
+    let mut used = 0;
+    for (list, items) in lists {
+        for item in items {
+            let size = item.to_string().len() + 1;
+            if used + size > budget && used > 0 {
+                parts.push(Vec::new());
+                used = 0;
+            }
+            used += size;
+            if let Some(part) = parts.last_mut() {
+                part.push((list, item));
+            }
+        }
+    }
+    let n = parts.len();
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(k, items)| {
+            let mut body = base.clone();
+            for list in ["points", "enforcing", "known_points", "declared_points"] {
+                body[list] = Value::Array(Vec::new());
+            }
+            for (list, item) in items {
+                if let Some(Value::Array(a)) = body.get_mut(list) {
+                    a.push(item);
+                }
+            }
+            body["part"] = json!(k);
+            body["parts"] = json!(n);
+            body
+        })
+        .collect()
+}
+
 /// The body of a pull.
 pub(crate) fn pull_body(
     config: &HeartbeatConfig,
@@ -321,9 +384,11 @@ pub(crate) fn pull_body(
     ip: IpAddr,
 ) -> Vec<u8> {
     match config.protocol {
+        // The points are in the heartbeats: a pull stays small however many there are.
         Protocol::Json => json!({"app_group": config.app_group, "app": config.app,
                                  "instance": config.instance, "host": config.host,
-                                 "ip": ip.to_string(), "version": version, "points": points})
+                                 "ip": ip.to_string(), "version": version,
+                                 "points_count": points.len()})
         .to_string()
         .into_bytes(),
         Protocol::Sds => sds_form(&json!({"appGroupName": config.app_group,
