@@ -94,9 +94,10 @@ impl Clock {
         }
     }
 
-    /// With a manual clock, registers `hook` to run just before it moves and returns
-    /// `true`; with the system clock, does nothing and returns `false`.
-    pub(crate) fn before_move(&self, hook: impl Fn() + Send + Sync + 'static) -> bool {
+    /// With a manual clock, registers `hook` to run just before it moves (with the
+    /// timeline reading it moves to) and returns `true`; with the system clock, does
+    /// nothing and returns `false`.
+    pub(crate) fn before_move(&self, hook: impl Fn(u64) + Send + Sync + 'static) -> bool {
         match &self.inner {
             Source::Manual(m) => {
                 m.before_move
@@ -207,7 +208,8 @@ pub struct ManualClock {
     before_move: BeforeMove,
 }
 
-type Hook = Box<dyn Fn() + Send + Sync>;
+/// Called with the reading the clock is about to move to.
+type Hook = Box<dyn Fn(u64) + Send + Sync>;
 
 /// What runs just before a manual clock moves: the per-second samplers of the points
 /// that use it, which a system clock runs on the timing wheel instead.
@@ -221,10 +223,10 @@ impl std::fmt::Debug for BeforeMove {
 }
 
 impl BeforeMove {
-    fn run(&self) {
+    fn run(&self, to: u64) {
         let hooks = self.0.lock().unwrap_or_else(|e| e.into_inner());
         for hook in hooks.iter() {
-            hook();
+            hook(to);
         }
     }
 }
@@ -246,8 +248,8 @@ impl ManualClock {
     /// are sampled first, so the traffic before the move is counted in the second it
     /// happened.
     pub fn advance(&self, by: Duration) {
-        self.before_move.run();
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        self.before_move.run(self.now_nanos().saturating_add(by));
         let _ = self
             .nanos
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
@@ -257,7 +259,7 @@ impl ManualClock {
 
     /// Sets the reading, in nanoseconds. Moving backwards is ignored: clocks are monotonic.
     pub fn set(&self, nanos: u64) {
-        self.before_move.run();
+        self.before_move.run(nanos.max(self.now_nanos()));
         self.nanos.fetch_max(nanos, Ordering::SeqCst);
     }
 

@@ -129,3 +129,74 @@ fn seconds_stay_exact_while_the_policy_changes() {
     );
     assert!(totals.downgrades > 0 && totals.passes > 0);
 }
+
+/// Under a policy, the first call of each second closes the second before with the
+/// counts it reads for the 10-s cycle: a cycle's ten seconds add up to the cycle
+/// exactly (visits, passes, downgrades), with threads racing the boundaries.
+#[test]
+fn a_policy_points_seconds_add_up_to_its_cycle() {
+    let name = "sec.cycle";
+    registry()
+        .set_policy(name, Policy::builder().max_visits(2_000).build().unwrap())
+        .unwrap();
+    let point = registry().point(name).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(p) = point.enter() {
+                        p.finish(false);
+                    }
+                    n += 1;
+                    if n.is_multiple_of(32) {
+                        std::thread::sleep(Duration::from_micros(300));
+                    }
+                }
+            })
+        })
+        .collect();
+    // Until a whole cycle has closed with traffic through all of it.
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+    };
+    let first_full = (wall() / 10 + 1) * 10;
+    while wall() < first_full + 11 {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+    let cycle = point.stats().last_cycle.unwrap();
+    let start = cycle
+        .start
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(start >= first_full, "{start} before {first_full}");
+    let seconds: Vec<_> = point
+        .seconds(resilience_runtime::Point::SECONDS_KEPT)
+        .into_iter()
+        .filter(|s| {
+            let at = s
+                .start
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs();
+            (start..start + 10).contains(&at)
+        })
+        .collect();
+    assert_eq!(seconds.len(), 10);
+    let sum = |f: fn(&resilience_runtime::SecondStats) -> u64| seconds.iter().map(f).sum::<u64>();
+    assert_eq!(
+        (sum(|s| s.visits), sum(|s| s.passes), sum(|s| s.downgrades)),
+        (cycle.visits, cycle.passes, cycle.downgrades)
+    );
+    assert!(cycle.visits > 1_000 && cycle.downgrades > 0, "{cycle:?}");
+}

@@ -24,8 +24,8 @@ impl Point {
     pub(crate) fn apply(&'static self, policy: Option<Policy>) {
         let mut settings = self.settings();
         if policy.is_some() && settings.policy.is_none() {
-            // Calls admitted without a policy are not tracked in flight; start the
-            // cycle from now so its numbers cover only tracked calls.
+            // Calls admitted without a policy are not tracked in flight: start the
+            // cycle's peak concurrency from now.
             self.observe_cycle(self.clock.now());
         }
         settings.policy = policy;

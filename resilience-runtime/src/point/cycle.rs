@@ -6,7 +6,7 @@ use super::chores::{Chore, Chores};
 use super::compiled::{R_FINE, R_TIMEOUTS};
 use super::{hang, Point, CYCLE_NS};
 use crate::sync::Ordering;
-use crate::{window, CycleStats, ReasonCounts};
+
 use std::time::Duration;
 
 impl Point {
@@ -58,67 +58,59 @@ impl Point {
         self.sweeping.after_run(pending > 0).then_some(again)
     }
 
-    /// Rolls the statistics cycle if `now` is in a later one. Never blocks: if another
-    /// thread is rolling, this call leaves it to that thread.
+    /// At the first call of each second: closes the second before in the per-second
+    /// series and, at a cycle's boundary, rolls the 10 s cycle, both from one reading
+    /// of the counters. Never blocks: one thread wins each boundary.
     #[inline]
     pub(super) fn observe_cycle(&self, now: u64) {
-        if now >= self.next_cycle_at.load(Ordering::Relaxed) {
-            self.roll_cycle(self.clock.wall_nanos(now) / CYCLE_NS);
+        let next = self.next_second_at.load(Ordering::Relaxed);
+        if now >= next {
+            self.roll_second(now, next);
         }
     }
 
     #[cold]
-    pub(super) fn roll_cycle(&self, id: u64) {
+    fn roll_second(&self, now: u64, seen: u64) {
+        let wall = self.clock.wall_nanos(now);
+        let second = wall / 1_000_000_000;
+        let next = self
+            .clock
+            .timeline_at_wall((second + 1).saturating_mul(1_000_000_000));
+        if self
+            .next_second_at
+            .compare_exchange(seen, next, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            // Another thread took this boundary.
+            return;
+        }
+        self.close_second(second);
+        self.roll_cycle(wall / CYCLE_NS);
+    }
+
+    /// At a cycle's boundary: keeps the cycle's peak concurrency (its counts are the
+    /// sums of its seconds).
+    #[cold]
+    fn roll_cycle(&self, id: u64) {
         let Ok(mut guard) = self.cycle.try_lock() else {
             return;
         };
-        // Made by the first cycle a policy point rolls: idle points do not hold it.
-        let st = guard.get_or_insert_with(Box::default);
         let prev = self.cycle_id.load(Ordering::Relaxed);
         if id <= prev {
-            // Another thread rolled it between our check and the lock.
+            // Still the same cycle, or another thread rolled it.
             return;
         }
-        let now_counts = self.counters.tracked(&self.flow);
-        let now_reasons = self.counters.reasons().0;
         let inflight = self.flow.inflight();
         let peak = self.cycle_peak.swap(inflight, Ordering::Relaxed);
-        st.last = Some(if prev != 0 && prev + 1 == id {
-            let diff = |i: usize| now_counts[i].saturating_sub(st.start[i]);
-            let passes = diff(window::PASSES);
-            let downgrades = diff(window::DOWNGRADES);
-            CycleStats {
-                start: self.clock_cycle_start(prev),
-                visits: passes + downgrades,
-                passes,
-                downgrades,
-                exceptions: diff(window::EXCEPTIONS),
-                timeouts: diff(window::TIMEOUTS),
-                peak_concurrency: peak,
-                downgrades_by_reason: ReasonCounts(std::array::from_fn(|i| {
-                    now_reasons[i].saturating_sub(st.start_reasons[i])
-                })),
-            }
+        // Made by the first cycle a policy point rolls: idle points do not hold it.
+        let st = guard.get_or_insert_with(Box::default);
+        st.last_peak = if prev != 0 && prev + 1 == id {
+            (id - 1, peak)
         } else {
             // The previous cycle saw no call at all (or the point is new).
-            CycleStats {
-                start: self.clock_cycle_start(id - 1),
-                peak_concurrency: inflight,
-                ..CycleStats::default()
-            }
-        });
-        st.start = now_counts;
-        st.start_reasons = now_reasons;
+            (id - 1, inflight)
+        };
         self.cycle_id.store(id, Ordering::Relaxed);
-        self.next_cycle_at.store(
-            self.clock
-                .timeline_at_wall((id + 1).saturating_mul(CYCLE_NS)),
-            Ordering::Relaxed,
-        );
-    }
-
-    pub(super) fn clock_cycle_start(&self, id: u64) -> std::time::SystemTime {
-        std::time::UNIX_EPOCH + Duration::from_nanos(id.saturating_mul(CYCLE_NS))
     }
 }
 

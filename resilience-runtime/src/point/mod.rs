@@ -69,7 +69,7 @@ use crate::clock::Clock;
 use crate::error::Reason;
 use crate::listener::Dispatcher;
 use crate::policy::{BreakerPolicy, Policy};
-use crate::stats::{CycleStats, ReasonCounts};
+use crate::stats::ReasonCounts;
 use crate::sync::{Arc, Mutex};
 use crate::sync::{AtomicU64, Ordering};
 use crate::window::{self, Ring, TRACKED};
@@ -118,10 +118,8 @@ struct Settings {
 
 #[derive(Debug, Default)]
 struct CycleState {
-    /// Cumulative counters at the start of the current cycle.
-    start: [u64; TRACKED],
-    start_reasons: [u64; REASONS],
-    last: Option<CycleStats>,
+    /// The last closed cycle's id and the most calls in flight during it.
+    last_peak: (u64, u64),
 }
 
 /// The per-name state of the registry and the handle the macros call into.
@@ -141,8 +139,9 @@ pub struct Point {
     peak: AtomicU64,
     cycle_peak: AtomicU64,
     cycle_id: AtomicU64,
-    /// Timeline reading at which the next cycle begins (saves a division per call).
-    next_cycle_at: AtomicU64,
+    /// Timeline reading at which the next second begins (saves a division per call):
+    /// the first call past it closes the second, and at a cycle's end the cycle.
+    next_second_at: AtomicU64,
     cycle: Mutex<Option<Box<CycleState>>>,
     /// The token buckets (see [`Buckets`]).
     buckets: Mutex<Buckets>,
@@ -212,7 +211,7 @@ impl Point {
             peak: AtomicU64::new(0),
             cycle_peak: AtomicU64::new(0),
             cycle_id: AtomicU64::new(0),
-            next_cycle_at: AtomicU64::new(0),
+            next_second_at: AtomicU64::new(0),
             cycle: Mutex::new(None),
             buckets: Mutex::new(Buckets::default()),
             delay: Delay::new(),

@@ -4,11 +4,14 @@
 //! closes. Nothing is counted per call for it: a call only checks (one relaxed load)
 //! that the sampler is running, and starts it if not.
 //!
-//! Every call is in exactly one second (the differences add up to the totals); a call
-//! is attributed to the second whose sample follows it, so a call made during the
-//! sampler's lag after a boundary (at most [`LAG`] plus the wheel's backlog) counts
-//! in the second before, and the traffic of seconds the sampler missed (the wheel
-//! was late) lands in the first second sampled after them.
+//! Every call is in exactly one second (the differences add up to the totals), and
+//! a point's 10-s cycles are the sums of their seconds. Under a policy, the first call
+//! of each second closes the second before, exactly (the wheel's sample then only
+//! closes a second no call did). Without a policy, a
+//! call is attributed to the second whose sample follows it, so one made during the
+//! sampler's lag after a boundary (at most [`LAG`] plus the wheel's backlog) counts in
+//! the second before, and the traffic of seconds the sampler missed (the wheel was
+//! late) lands in the first second sampled after them.
 //!
 //! The sampler stops after two samples in a row saw nothing (`arming`), so an idle
 //! point costs no background work (one last run, `KEEP` seconds later, frees its
@@ -80,19 +83,33 @@ impl Counts {
 #[derive(Debug, Default)]
 pub(crate) struct Series {
     last: Counts,
+    /// The last second closed by a sample.
+    closed: u64,
     seconds: VecDeque<(u64, Counts)>,
 }
 
 impl Series {
-    /// Records a sample of the cumulative counts that closes second `second`;
-    /// returns whether anything happened since the previous sample.
-    pub(crate) fn record(&mut self, second: u64, now: Counts) -> bool {
+    /// Records a sample of the cumulative counts, taken in second `current`, that
+    /// closes second `closing`; returns whether anything happened since the previous
+    /// sample.
+    ///
+    /// What happened since the previous sample belongs to the seconds after the last
+    /// one closed, up to `closing`, and is counted in `closing` (seconds missed land in
+    /// the first one sampled). A sample that closes nothing new (the boundary's own
+    /// sample came first, or a manual clock moves within a second) counts it in the
+    /// open second it was taken in.
+    pub(crate) fn record(&mut self, closing: u64, current: u64, now: Counts) -> bool {
         let delta = now.minus(&self.last);
         self.last = now;
+        let second = if closing > self.closed {
+            self.closed = closing;
+            closing
+        } else {
+            current.max(self.closed + 1)
+        };
         let moved = !delta.is_zero();
         if moved {
             match self.seconds.back_mut() {
-                // A later sample of a second already closed (the clock did not move).
                 Some((s, counts)) if *s >= second => counts.add(&delta),
                 _ => {
                     // Most points have one busy second now and then: no spare room.
@@ -103,10 +120,12 @@ impl Series {
                 }
             }
         }
+        // Seconds go once they are `KEEP` old by the clock.
+        let now_second = current.max(closing);
         while self
             .seconds
             .front()
-            .is_some_and(|(s, _)| s + KEEP <= second)
+            .is_some_and(|(s, _)| s + KEEP <= now_second)
         {
             self.seconds.pop_front();
         }
@@ -181,21 +200,16 @@ impl Point {
         } else if !self.sampler_hooked.swap(true, Ordering::AcqRel) {
             // A manual clock samples just before it moves: every second is exact.
             let point: &'static Point = self;
-            self.clock.before_move(move || {
+            self.clock.before_move(move |_to| {
                 if point.sampling_scheduled() {
-                    let _ = point.sample_seconds();
+                    // Everything since the last sample happened in the current second
+                    // (the clock has not moved yet); it closes nothing, so the first
+                    // call of the next second under a policy still closes it with the
+                    // counts it reads for the cycle.
+                    let second = point.clock.wall_nanos(point.clock.now()) / SECOND_NS;
+                    let _ = point.sample_closing(0, second);
                 }
             });
-        }
-    }
-
-    /// How late after a boundary samples are taken: [`LAG`] on the wheel, none when a
-    /// manual clock samples before it moves.
-    fn lag(&self) -> Duration {
-        if self.clock.is_manual() {
-            Duration::ZERO
-        } else {
-            LAG
         }
     }
 
@@ -225,23 +239,41 @@ impl Point {
             return None;
         }
         let wall = self.clock.wall_nanos(self.clock.now());
-        let now = self.cumulative();
+        let again = self.sample_closing(closing_second(wall, LAG), wall / SECOND_NS);
+        // On the wheel, a last run frees the history once it is too old to be shown (a
+        // call that arms the sampler again moves that timer: one timer per point and
+        // chore).
+        Some(if again {
+            next_sample_in(wall)
+        } else {
+            Duration::from_secs(KEEP)
+        })
+    }
+
+    /// One sample that closes second `closing` (or none, if it is closed already) in
+    /// the current second `current`; returns whether to sample again: two samples in a
+    /// row without traffic stop the sampler (`arming`).
+    fn sample_closing(&self, closing: u64, current: u64) -> bool {
         let moved = {
             let mut series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+            // Read under the lock: samples record non-decreasing counts.
+            let now = self.cumulative();
             series
                 .get_or_insert_with(Box::default)
-                .record(closing_second(wall, self.lag()), now)
+                .record(closing, current, now)
         };
-        // Two samples in a row without traffic stop it (`arming`); on the wheel, a
-        // last run frees the history once it is too old to be shown (a call that
-        // arms the sampler again moves that timer: one timer per point and chore).
-        if self.sampling.after_run(moved) {
-            Some(next_sample_in(wall))
-        } else if self.clock.is_manual() {
-            None
-        } else {
-            Some(Duration::from_secs(KEEP))
-        }
+        self.sampling.after_run(moved)
+    }
+
+    /// The sample a call under a policy takes when it is the first of second `second`
+    /// (before it counts itself): it closes the second before exactly.
+    pub(super) fn close_second(&self, second: u64) {
+        let mut series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        // Read under the lock: samples record non-decreasing counts.
+        let now = self.cumulative();
+        series
+            .get_or_insert_with(Box::default)
+            .record(second.saturating_sub(1), second, now);
     }
 
     /// Whether any call ever entered the point (with or without a policy): a point
@@ -336,13 +368,16 @@ impl Point {
         })
     }
 
-    /// The last closed 10-s cycle of a point without a policy, from its series. `None`
-    /// if it was never sampled.
+    /// The last closed 10-s cycle, from the series (with the calls not sampled yet if
+    /// its last second is still open). `None` if the point was never sampled.
     pub(super) fn sampled_cycle(&self, wall_ns: u64) -> Option<CycleStats> {
         let series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
         let s = series.as_ref()?;
         let cycle_start = (wall_ns / super::CYCLE_NS).checked_sub(1)? * 10;
-        let c = s.sum(cycle_start, cycle_start + 10);
+        let mut c = s.sum(cycle_start, cycle_start + 10);
+        if s.closed < cycle_start + 9 {
+            c.add(&self.cumulative().minus(&s.last()));
+        }
         Some(CycleStats {
             start: std::time::UNIX_EPOCH + Duration::from_secs(cycle_start),
             visits: c.visits(),
@@ -371,19 +406,21 @@ mod tests {
     #[test]
     fn seconds_are_differences_of_samples() {
         let mut s = Series::default();
-        assert!(s.record(100, counts(3, 1)));
-        assert!(!s.record(101, counts(3, 1)));
-        assert!(s.record(102, counts(10, 1)));
-        // A second sample of second 102 adds to it.
-        assert!(s.record(102, counts(12, 2)));
+        assert!(s.record(100, 100, counts(3, 1)));
+        assert!(!s.record(101, 101, counts(3, 1)));
+        assert!(s.record(102, 102, counts(10, 1)));
+        // A second sample of second 102, closed already: what came since is in the
+        // open second after it, which the sample closing 103 adds to.
+        assert!(s.record(102, 102, counts(12, 2)));
+        assert!(s.record(103, 103, counts(13, 2)));
         assert_eq!(
             s.each(100, 104),
-            [counts(3, 1), counts(0, 0), counts(9, 1), counts(0, 0)]
+            [counts(3, 1), counts(0, 0), counts(7, 0), counts(3, 1)]
         );
-        assert_eq!(s.sum(0, u64::MAX), counts(12, 2));
+        assert_eq!(s.sum(0, u64::MAX), counts(13, 2));
         // Old seconds go.
-        s.record(100 + KEEP, counts(13, 2));
-        assert_eq!(s.sum(0, 100 + KEEP), counts(9, 1));
+        s.record(100 + KEEP, 100 + KEEP, counts(14, 2));
+        assert_eq!(s.sum(0, 100 + KEEP), counts(10, 1));
     }
 
     #[test]
@@ -412,7 +449,7 @@ mod tests {
                 second += dt;
                 passes += dp;
                 exceptions += de;
-                s.record(second, counts(passes, exceptions));
+                s.record(second, second, counts(passes, exceptions));
             }
             prop_assume!(second < 1_000 + KEEP);
             prop_assert_eq!(s.sum(0, u64::MAX), counts(passes, exceptions));

@@ -57,11 +57,17 @@ impl Point {
             None
         } else if policed {
             self.observe_cycle(now);
-            self.cycle
+            let peak = self
+                .cycle
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .as_ref()
-                .and_then(|c| c.last.clone())
+                .map(|c| c.last_peak);
+            self.sampled_cycle(wall).map(|mut cycle| {
+                let id = wall / super::CYCLE_NS - 1;
+                cycle.peak_concurrency = peak.filter(|(i, _)| *i == id).map_or(0, |(_, p)| p);
+                cycle
+            })
         } else {
             self.sampled_cycle(wall)
         };
