@@ -30,6 +30,9 @@ OPTIONS (each can also come from the environment variable in brackets):
                               [RESILIENCE_APP_TOKENS, comma-separated]
   --max-body SIZE             request body limit, e.g. 262144 or 256KiB (default)
   --retention DURATION        how long statistics are kept, e.g. 12h, 7d (default)
+  --seconds-retention DURATION
+                              how long the live view's 1-second figures are kept,
+                              e.g. 1h; default 20m
   -h, --help                  this text
 
 Tokens are at least 16 characters. Prefer the environment variables for them:
@@ -67,6 +70,7 @@ pub fn parse(
     let mut apps: Vec<String> = Vec::new();
     let mut max_body = None;
     let mut retention = None;
+    let mut seconds_retention = None;
     let mut help = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -91,6 +95,7 @@ pub fn parse(
             "--app-token" => apps.push(value("[GROUP/APP=]TOKEN")?),
             "--max-body" => max_body = Some(value("a size")?),
             "--retention" => retention = Some(value("a duration")?),
+            "--seconds-retention" => seconds_retention = Some(value("a duration")?),
             other => return Err(format!("unknown option `{other}` (see --help)")),
         }
     }
@@ -144,6 +149,10 @@ pub fn parse(
     }
     if let Some(d) = retention {
         config.retention = parse_duration(&d).map_err(|e| format!("--retention: {e}"))?;
+    }
+    if let Some(d) = seconds_retention {
+        config.seconds_retention =
+            parse_duration(&d).map_err(|e| format!("--seconds-retention: {e}"))?;
     }
     Ok(Cli {
         config,
@@ -225,6 +234,8 @@ mod tests {
                 "64KiB",
                 "--retention",
                 "2h",
+                "--seconds-retention",
+                "30m",
             ]),
             |k| (k == "RESILIENCE_ADMIN_TOKEN").then(|| "admin-token-0123456789".to_owned()),
         )
@@ -236,6 +247,7 @@ mod tests {
         assert_eq!(cli.config.app_tokens.len(), 1);
         assert_eq!(cli.config.max_body_bytes, 64 * 1024);
         assert_eq!(cli.config.retention, Duration::from_secs(7200));
+        assert_eq!(cli.config.seconds_retention, Duration::from_secs(1800));
     }
 
     #[test]
@@ -243,6 +255,7 @@ mod tests {
         for (a, word) in [
             (&["--bind", "localhost"][..], "--bind"),
             (&["--retention", "5"][..], "--retention"),
+            (&["--seconds-retention", "5x"][..], "--seconds-retention"),
             (&["--max-body", "12 parsecs"][..], "--max-body"),
             (&["--admin-token", "short"][..], "--admin-token"),
             (&["--frobnicate"][..], "--frobnicate"),

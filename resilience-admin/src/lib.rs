@@ -10,6 +10,7 @@ pub mod api;
 pub mod auth;
 pub mod cli;
 mod dashboard;
+pub mod enforcement;
 pub mod model;
 pub mod policy;
 pub mod server;

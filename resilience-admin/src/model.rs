@@ -21,6 +21,16 @@ pub const MAX_NAME_LEN: usize = resilience_runtime::MAX_POINT_NAME_LEN;
 /// The most points one heartbeat may carry.
 pub const MAX_POINTS_PER_HEARTBEAT: usize = 10_000;
 
+/// The longest `local` settings of one point in a heartbeat's `enforcing` list, in
+/// bytes of compact JSON: far above any real point's settings.
+pub const MAX_LOCAL_BYTES: usize = 16 * 1024;
+
+/// The longest source name (`file:<path>`) accepted in an origin, in bytes.
+pub const MAX_SOURCE_LEN: usize = 1024;
+
+/// Error texts of a client's health are cut to this many bytes.
+pub const MAX_ERROR_LEN: usize = 1024;
+
 /// An application: its group and its name, as SDS identifies apps.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct AppKey {
@@ -87,6 +97,11 @@ pub struct PointCycle {
     /// Downgrades per reason (`visits`, `concurrency`, ...); reasons with no
     /// downgrade may be left out.
     pub downgrades_by_reason: BTreeMap<String, u64>,
+    /// The cycle's ten 1-second buckets, if the instance sent them (this project's
+    /// client does; older clients and SDS's own do not). Never read back with the
+    /// cycle: the seconds are read with [`Store::seconds`](crate::store::Store::seconds).
+    #[serde(skip)]
+    pub seconds: Option<CycleSeconds>,
 }
 
 /// A validated heartbeat: the statistics of one closed cycle of one instance.
@@ -114,6 +129,102 @@ pub struct Heartbeat {
     pub declared_points: Vec<String>,
     /// The policy version the instance holds, if it said.
     pub policy_version: Option<u64>,
+    /// What the instance enforces, per point with a setting or a breaker; `None` if
+    /// the heartbeat did not say (older clients, SDS's own).
+    pub enforcing: Option<Vec<Enforcing>>,
+    /// The heartbeat client's own health; `None` if the heartbeat did not say.
+    pub client: Option<ClientHealth>,
+}
+
+/// Where one section of a point's effective settings comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SectionOrigin {
+    /// `code`, `file:<path>` or `console`.
+    pub source: String,
+    /// That source's version (for the console: the console's policy version).
+    pub version: u64,
+}
+
+impl SectionOrigin {
+    /// Whether the section comes from the console.
+    pub fn is_console(&self) -> bool {
+        self.source == "console"
+    }
+
+    /// The kind of the source: `code`, `file` or `console`.
+    pub fn kind(&self) -> &str {
+        if self.source.starts_with("file:") {
+            "file"
+        } else {
+            &self.source
+        }
+    }
+}
+
+/// A point's breaker as an instance reported it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BreakerReport {
+    /// `classic` or `sre`.
+    pub kind: String,
+    /// `closed`, `open` or `half_open`.
+    pub state: String,
+    /// Since when it is in that state, ms since the Unix epoch (the instance's clock).
+    pub since_ms: i64,
+    /// State changes so far.
+    pub transitions: u64,
+}
+
+/// What one instance enforces for one point, as its last heartbeat said.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Enforcing {
+    /// The point.
+    pub point: String,
+    /// The digest of the effective settings (16 hex digits, the runtime's
+    /// `PointConfig::digest`), or `none` when no section is set.
+    pub digest: String,
+    /// Section (`rules`, `window`, `shadow`, `adaptive`, `cluster`, `breaker`) ->
+    /// where it comes from; sections no source sets are absent.
+    pub origins: BTreeMap<String, SectionOrigin>,
+    /// The settings of the sections that do not come from the console, in the policy
+    /// file's JSON form for one point; `None` when every section comes from the
+    /// console (or when read without it).
+    pub local: Option<serde_json::Value>,
+    /// The point's breaker, if it has one.
+    pub breaker: Option<BreakerReport>,
+}
+
+/// A heartbeat client's own health, as it reported it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientHealth {
+    /// The error of its previous upload, if that failed.
+    pub last_upload_error: Option<String>,
+    /// The error of its last pull, if that failed.
+    pub last_pull_error: Option<String>,
+    /// Whether the console policies it holds come from its cache file (no pull has
+    /// succeeded since it started).
+    pub from_cache: bool,
+    /// Cycles it dropped because their upload failed.
+    pub uploads_dropped: u64,
+    /// Pulls that failed.
+    pub pull_failures: u64,
+    /// Policy versions its loader refused.
+    pub policies_rejected: u64,
+}
+
+/// One stored enforcement report: an instance's latest [`Enforcing`] entry for a
+/// point.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnforcementRow {
+    /// The instance.
+    pub instance: String,
+    /// What it enforces (`local` is `None` when read without it).
+    pub entry: Enforcing,
+    /// Whether the entry has local settings (also when read without them).
+    pub has_local: bool,
+    /// The cycle of the heartbeat that carried it.
+    pub cycle_start_ms: i64,
+    /// When the server received it, ms since the Unix epoch.
+    pub received_ms: i64,
 }
 
 /// What storing a heartbeat did.
@@ -136,6 +247,75 @@ pub struct CycleRow {
     #[serde(flatten)]
     pub counts: PointCycle,
     /// How many instances reported this point in this cycle.
+    pub instances: u64,
+}
+
+// ---- the live view: 1-second buckets ----
+
+/// Length of a second bucket in milliseconds.
+pub const SECOND_MS: i64 = 1_000;
+
+/// The 1-second buckets of a cycle.
+pub const SECONDS_PER_CYCLE: usize = 10;
+
+/// The most downgrade reasons a point's `seconds_by_reason` may list (the runtime
+/// has 11).
+pub const MAX_SECOND_REASONS: usize = 32;
+
+/// The counts of one 1-second bucket of one point.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecondCounts {
+    /// Calls that asked to run, downgraded ones included.
+    pub visits: u64,
+    /// Calls that ran.
+    pub passes: u64,
+    /// Calls that were downgraded.
+    pub downgrades: u64,
+    /// Calls that failed.
+    pub exceptions: u64,
+    /// Calls slower than the point's timeout threshold.
+    pub timeouts: u64,
+}
+
+impl SecondCounts {
+    /// Whether nothing happened in the second.
+    pub fn is_zero(&self) -> bool {
+        *self == SecondCounts::default()
+    }
+}
+
+/// The ten 1-second buckets of one point's cycle, as one instance reported them:
+/// index 0 is the second starting at the cycle's start.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CycleSeconds {
+    /// The counts of each second.
+    pub seconds: [SecondCounts; SECONDS_PER_CYCLE],
+    /// Downgrades of each second per reason, for the reasons the instance listed.
+    pub downgrades_by_reason: BTreeMap<String, [u64; SECONDS_PER_CYCLE]>,
+}
+
+impl CycleSeconds {
+    /// Whether second `k` has no count and no downgrade of any reason.
+    pub fn is_empty_at(&self, k: usize) -> bool {
+        self.seconds[k].is_zero() && self.downgrades_by_reason.values().all(|v| v[k] == 0)
+    }
+}
+
+/// One point's (or, summed over points, the app's) counts of one second, summed over
+/// the app's instances.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SecondRow {
+    /// The point; `None` in rows summed over every point.
+    pub point: Option<String>,
+    /// Wall-clock start of the second, ms since the Unix epoch.
+    pub second_start_ms: i64,
+    /// The counts, summed over instances (and points).
+    #[serde(flatten)]
+    pub counts: SecondCounts,
+    /// Downgrades per reason; reasons without downgrades are left out.
+    pub downgrades_by_reason: BTreeMap<String, u64>,
+    /// How many instances had traffic of the point in this second (summed over
+    /// points: the most of any point).
     pub instances: u64,
 }
 
@@ -188,6 +368,11 @@ pub struct InstanceInfo {
     pub last_pull_ms: Option<i64>,
     /// The policy version it last said it holds.
     pub policy_version: Option<u64>,
+    /// Its heartbeat client's health as last reported; `None` if it never said
+    /// (older clients, SDS's own).
+    pub client: Option<ClientHealth>,
+    /// When that health was received.
+    pub client_reported_ms: Option<i64>,
 }
 
 /// One change between two policy documents.

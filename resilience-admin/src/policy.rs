@@ -2,10 +2,12 @@
 //! canonical stored form, diffs between versions, and the SDS strategy view.
 
 use crate::model::DiffEntry;
-use resilience_runtime::config::{Format, PolicyFile, Problem};
+use resilience_runtime::config::{Format, PointConfig, PolicyFile, Problem};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
+
+mod locate;
 
 /// A problem of a submitted policy, as the API reports it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -18,6 +20,13 @@ pub struct PolicyProblem {
     pub kind: String,
     /// What is wrong, for a person.
     pub message: String,
+    /// The 1-based line of the submitted text the problem is at (the key at fault, or
+    /// the section that lacks a field), when the policy came as text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub line: Option<usize>,
+    /// The 1-based column of that line, when known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
 }
 
 impl From<&Problem> for PolicyProblem {
@@ -27,6 +36,8 @@ impl From<&Problem> for PolicyProblem {
             field: p.field.clone(),
             kind: p.kind.as_str().to_owned(),
             message: p.message.clone(),
+            line: None,
+            column: None,
         }
     }
 }
@@ -51,21 +62,30 @@ impl Document {
     ///
     /// # Errors
     ///
-    /// Every problem the runtime finds, each with its point and field.
+    /// Every problem the runtime finds, each with its point and field, and with the
+    /// line (and column) of the text where it is.
     pub fn parse(text: &str, format: Format) -> Result<Document, Vec<PolicyProblem>> {
+        Document::parse_unlocated(text, format).map_err(|mut problems| {
+            locate::locate(&mut problems, text, format);
+            problems
+        })
+    }
+
+    fn parse_unlocated(text: &str, format: Format) -> Result<Document, Vec<PolicyProblem>> {
         match PolicyFile::parse(text, format) {
             Ok(file) => Ok(Document::from_file(file)),
             Err(e) => Err(e.problems().iter().map(PolicyProblem::from).collect()),
         }
     }
 
-    /// Validates a JSON document given as a tree.
+    /// Validates a JSON document given as a tree (its problems have no line: there
+    /// is no text to point into).
     ///
     /// # Errors
     ///
     /// Every problem the runtime finds.
     pub fn from_json(value: &Value) -> Result<Document, Vec<PolicyProblem>> {
-        Document::parse(&value.to_string(), Format::Json)
+        Document::parse_unlocated(&value.to_string(), Format::Json)
     }
 
     /// Reads a stored canonical document back.
@@ -87,6 +107,59 @@ impl Document {
             // rather than panic if that ever changes.
             .unwrap_or_else(|| serde_json::json!({ "points": {} }));
         Document { file, json }
+    }
+
+    /// This document with the settings of `point` replaced (`Some`) or its policy
+    /// removed (`None`); every other point and `strict` stay as they are.
+    pub fn with_point(&self, point: &str, settings: Option<PointConfig>) -> Document {
+        let mut file = self.file.clone();
+        match settings {
+            Some(config) => file.points.insert(point.to_owned(), config),
+            None => file.points.remove(point),
+        };
+        Document::from_file(file)
+    }
+
+    /// Reads this document as a draft of the settings of one point: the settings it
+    /// gives `point`, or `None` if it does not configure it (the edit removes the
+    /// point's policy).
+    ///
+    /// # Errors
+    ///
+    /// A problem for `strict = true` (a setting of the whole app) and one for every
+    /// other point the draft configures.
+    pub fn point_draft(&self, point: &str) -> Result<Option<PointConfig>, Vec<PolicyProblem>> {
+        let mut problems = Vec::new();
+        if self.file.strict {
+            problems.push(PolicyProblem {
+                point: None,
+                field: Some("strict".to_owned()),
+                kind: "app_setting".to_owned(),
+                message: "`strict` is a setting of the whole app: change it in the app's policy, \
+                          not in the policy of one point"
+                    .to_owned(),
+                line: None,
+                column: None,
+            });
+        }
+        for name in self.file.points.keys().filter(|n| n.as_str() != point) {
+            problems.push(PolicyProblem {
+                point: Some(name.clone()),
+                field: None,
+                kind: "other_point".to_owned(),
+                message: format!(
+                    "this edit is for point `{point}` only: change `{name}` in its own policy \
+                     or in the app's policy"
+                ),
+                line: None,
+                column: None,
+            });
+        }
+        if problems.is_empty() {
+            Ok(self.file.points.get(point).cloned())
+        } else {
+            Err(problems)
+        }
     }
 
     /// The document as TOML, for people.
@@ -155,6 +228,12 @@ impl Document {
             })
             .collect()
     }
+}
+
+/// Sets the line and column of every problem of a policy `text` that can be placed
+/// (see [`Document::parse`], which does it for its own problems).
+pub fn locate_problems(problems: &mut [PolicyProblem], text: &str, format: Format) {
+    locate::locate(problems, text, format);
 }
 
 /// SDS writes -1 for "rule not set".

@@ -23,6 +23,10 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 256 * 1024;
 /// How long statistics are kept by default: 7 days.
 pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// How long the live view's 1-second buckets are kept by default: 20 minutes, so
+/// that the dashboard's 15-minute range at 1-second resolution is always whole.
+pub const DEFAULT_SECONDS_RETENTION: Duration = Duration::from_secs(20 * 60);
+
 /// Where the server keeps its data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StorageConfig {
@@ -54,6 +58,8 @@ pub struct AdminConfig {
     pub max_body_bytes: usize,
     /// How long statistics are kept.
     pub retention: Duration,
+    /// How long the 1-second buckets are kept (at most [`retention`](Self::retention)).
+    pub seconds_retention: Duration,
     /// How often old statistics are deleted.
     pub prune_interval: Duration,
     /// The server's clock (a manual one in tests).
@@ -62,7 +68,7 @@ pub struct AdminConfig {
 
 impl AdminConfig {
     /// A configuration with defaults: loopback, 256 KiB bodies, 7 days of
-    /// statistics, pruned every minute, the system clock, no app token yet.
+    /// statistics and 20 minutes of 1-second buckets, pruned every minute, the system clock, no app token yet.
     pub fn new(storage: StorageConfig, admin_token: Token) -> AdminConfig {
         AdminConfig {
             bind: DEFAULT_BIND,
@@ -72,6 +78,7 @@ impl AdminConfig {
             app_tokens: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             retention: DEFAULT_RETENTION,
+            seconds_retention: DEFAULT_SECONDS_RETENTION,
             prune_interval: Duration::from_secs(60),
             clock: Clock::system(),
         }
@@ -162,8 +169,12 @@ impl Server {
             apps: config.app_tokens.clone(),
         };
         let retention_ms = i64::try_from(config.retention.as_millis()).unwrap_or(i64::MAX);
+        let seconds_ms = i64::try_from(config.seconds_retention.as_millis())
+            .unwrap_or(i64::MAX)
+            .min(retention_ms);
         Server {
-            state: AdminState::new(store, auth, config.clock.clone(), retention_ms),
+            state: AdminState::new(store, auth, config.clock.clone(), retention_ms)
+                .with_seconds_retention_ms(seconds_ms),
             max_body_bytes: config.max_body_bytes,
             prune_interval: config.prune_interval.max(Duration::from_millis(10)),
         }
@@ -203,9 +214,15 @@ async fn prune_loop(state: AdminState, every: Duration) {
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
-        let before = state.now_ms().saturating_sub(state.retention_ms());
+        let now = state.now_ms();
+        let before = now.saturating_sub(state.retention_ms());
+        let seconds_before = now.saturating_sub(state.seconds_retention_ms());
         let store = Arc::clone(state.store());
-        match tokio::task::spawn_blocking(move || store.prune(before)).await {
+        let pruned = tokio::task::spawn_blocking(move || {
+            store.prune(before)?;
+            store.prune_seconds(seconds_before)
+        });
+        match pruned.await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => eprintln!("resilience-admin: pruning old statistics failed: {e}"),
             Err(e) => eprintln!("resilience-admin: pruning task failed: {e}"),

@@ -20,6 +20,38 @@
 //!  "declared_points": ["order.create", "order.cancel"]}
 //! ```
 //!
+//! This project's client adds what each point enforces and its own health (both
+//! optional: older clients send neither):
+//!
+//! ```json
+//! {"enforcing": [{"name": "order.create", "digest": "9f2c4e1a0b3d5f67",
+//!                 "origins": {"rules": {"source": "console", "version": 3},
+//!                             "breaker": {"source": "file:/etc/app/policies.toml", "version": 2}},
+//!                 "local": {"breaker": {"algorithm": "classic", "consecutive_failures": 5}},
+//!                 "breaker": {"kind": "classic", "state": "open", "since_ms": 1767225602000,
+//!                             "transitions": 2}}],
+//!  "client": {"last_upload_error": null, "last_pull_error": null, "from_cache": false,
+//!             "uploads_dropped": 0, "pull_failures": 0, "policies_rejected": 0}}
+//! ```
+//!
+//! `local` holds the settings of the sections that do not come from the console (at
+//! most [`MAX_LOCAL_BYTES`] of JSON per point); origins of sections this server does
+//! not know are ignored.
+//!
+//! It also adds, per point, the cycle's ten 1-second buckets (optional too: without
+//! them the point has no per-second figures for the cycle):
+//!
+//! ```json
+//! {"name": "order.create", "visits": 120, "...": "...",
+//!  "seconds": [[12, 10, 2, 0, 0], [9, 9, 0, 1, 0], "... ten in all"],
+//!  "seconds_by_reason": {"visits": [2, 0, 0, 0, 0, 0, 0, 0, 0, 0]}}
+//! ```
+//!
+//! `seconds[k]` is `[visits, passes, downgrades, exceptions, timeouts]` of the second
+//! starting `k` seconds after `cycle_start_ms`; `seconds_by_reason` lists, for the
+//! reasons with a downgrade in the cycle, the downgrades of each second (at most
+//! [`MAX_SECOND_REASONS`] reasons).
+//!
 //! `POST /api/v1/pull`: `{"app_group", "app", "instance", "host", "ip", "version"}`.
 //!
 //! # SDS's protocol
@@ -29,12 +61,16 @@
 //! `appName`, `ip`, `hostname`, `statisticsCycleTime` (the END of the reported
 //! cycle, ms), `pointInfoMap` (`point -> {visitNum, exceptionNum, concurrentNum,
 //! timeoutNum, downgradeNum}`), or for a pull `version` and `pointList`. This
-//! project's client adds `instanceId`, `declaredPoints`, `knownPoints` and, per point,
-//! `downgradeReasons`; SDS's admin ignores them.
+//! project's client adds `instanceId`, `declaredPoints`, `knownPoints`, `enforcing`,
+//! `client` (the same as in our JSON protocol) and, per point, `downgradeReasons`,
+//! `seconds` and `secondsByReason` (the same as `seconds` and `seconds_by_reason`,
+//! index 0 being the second starting at `statisticsCycleTime - 10000`); SDS's admin
+//! ignores them.
 
 use crate::model::{
-    AppKey, Heartbeat, PointCycle, Protocol, CYCLE_MS, MAX_COUNT, MAX_NAME_LEN,
-    MAX_POINTS_PER_HEARTBEAT,
+    AppKey, BreakerReport, ClientHealth, CycleSeconds, Enforcing, Heartbeat, PointCycle, Protocol,
+    SecondCounts, SectionOrigin, CYCLE_MS, MAX_COUNT, MAX_ERROR_LEN, MAX_LOCAL_BYTES, MAX_NAME_LEN,
+    MAX_POINTS_PER_HEARTBEAT, MAX_SECOND_REASONS, MAX_SOURCE_LEN, SECONDS_PER_CYCLE,
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -215,6 +251,48 @@ impl<'a, 'e> Reader<'a, 'e> {
         match self.get(key) {
             None => Some(None),
             Some(v) => self.count_value(self.field(key), v).map(Some),
+        }
+    }
+
+    /// A running total (a counter since the process started): a non-negative integer
+    /// that fits the database's 64-bit integers; missing means 0.
+    fn counter(&mut self, key: &str) -> Option<u64> {
+        match self.get(key) {
+            None => Some(0),
+            Some(v) => match v.as_u64() {
+                Some(n) if i64::try_from(n).is_ok() => Some(n),
+                _ => {
+                    let f = self.field(key);
+                    self.error(
+                        f,
+                        format!("expected a non-negative integer, got {}", describe(v)),
+                    );
+                    None
+                }
+            },
+        }
+    }
+
+    /// An optional error text, cut to [`MAX_ERROR_LEN`] bytes: `Some(None)` when
+    /// absent or null.
+    fn error_text(&mut self, key: &str) -> Option<Option<String>> {
+        match self.get(key) {
+            None => Some(None),
+            Some(Value::String(s)) => {
+                let mut end = s.len().min(MAX_ERROR_LEN);
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                Some(Some(s[..end].to_owned()))
+            }
+            Some(other) => {
+                let f = self.field(key);
+                self.error(
+                    f,
+                    format!("expected a string or null, got {}", describe(other)),
+                );
+                None
+            }
         }
     }
 
@@ -451,6 +529,8 @@ fn read_json_heartbeat(
         known: r.names("known_points"),
         declared: r.names("declared_points"),
         points: json_points(&mut r),
+        enforcing: read_enforcing(&mut r, "enforcing"),
+        client: read_client_health(&mut r, "client"),
     };
     parts.heartbeat(Protocol::Json)
 }
@@ -505,6 +585,8 @@ struct Parts {
     known: Option<Vec<String>>,
     declared: Option<Vec<String>>,
     version: Option<Option<u64>>,
+    enforcing: Option<Option<Vec<Enforcing>>>,
+    client: Option<Option<ClientHealth>>,
 }
 
 impl Parts {
@@ -521,6 +603,8 @@ impl Parts {
             known_points: self.known?,
             declared_points: self.declared?,
             policy_version: self.version?,
+            enforcing: self.enforcing?,
+            client: self.client?,
         })
     }
 }
@@ -534,6 +618,8 @@ struct CountFields {
     timeouts: &'static str,
     concurrency: &'static str,
     reasons: &'static str,
+    seconds: &'static str,
+    seconds_by_reason: &'static str,
 }
 
 const JSON_FIELDS: CountFields = CountFields {
@@ -544,6 +630,8 @@ const JSON_FIELDS: CountFields = CountFields {
     timeouts: "timeouts",
     concurrency: "peak_concurrency",
     reasons: "downgrades_by_reason",
+    seconds: "seconds",
+    seconds_by_reason: "seconds_by_reason",
 };
 
 const SDS_FIELDS: CountFields = CountFields {
@@ -554,6 +642,8 @@ const SDS_FIELDS: CountFields = CountFields {
     timeouts: "timeoutNum",
     concurrency: "concurrentNum",
     reasons: "downgradeReasons",
+    seconds: "seconds",
+    seconds_by_reason: "secondsByReason",
 };
 
 fn read_point_counts(
@@ -567,6 +657,7 @@ fn read_point_counts(
     let timeouts = p.count(f.timeouts);
     let peak = p.count(f.concurrency);
     let reasons = read_reasons(p, f.reasons, downgrades);
+    let seconds = read_seconds(p, &f);
     let (visits, downgrades) = (visits?, downgrades?);
     if downgrades > visits {
         let field = p.field(f.downgrades);
@@ -599,7 +690,218 @@ fn read_point_counts(
         timeouts: timeouts?,
         peak_concurrency: peak?,
         downgrades_by_reason: reasons?,
+        seconds: seconds?,
     })
+}
+
+/// The cycle's ten 1-second buckets (`seconds`: ten `[visits, passes, downgrades,
+/// exceptions, timeouts]`) and their downgrades per reason (`seconds_by_reason`:
+/// reason -> ten counts); `Some(None)` when the point has no `seconds`.
+///
+/// Every count is bounded like a cycle's, and each second's passes are its visits
+/// minus its downgrades. The sums are not compared with the cycle's figures: the
+/// runtime samples its per-second series a little after each second ends (about
+/// 20 ms on the system clock), so the last second of a cycle may hold calls of the
+/// first milliseconds of the next one, while a point's cycle under a policy is
+/// counted exactly at the boundary.
+fn read_seconds(p: &mut Reader<'_, '_>, f: &CountFields) -> Option<Option<CycleSeconds>> {
+    let by_reason = p.get(f.seconds_by_reason);
+    let Some(v) = p.get(f.seconds) else {
+        if by_reason.is_some() {
+            let field = p.field(f.seconds_by_reason);
+            p.error(
+                field,
+                format!("is given without `{}`, the seconds it details", f.seconds),
+            );
+            return None;
+        }
+        return Some(None);
+    };
+    let field = p.field(f.seconds);
+    let items = match v {
+        Value::Array(items) if items.len() == SECONDS_PER_CYCLE => items,
+        Value::Array(items) => {
+            p.error(
+                field,
+                format!(
+                    "expected the cycle's {SECONDS_PER_CYCLE} one-second buckets, got {} entries",
+                    items.len()
+                ),
+            );
+            return None;
+        }
+        other => {
+            p.error(
+                field,
+                format!(
+                    "expected a list of {SECONDS_PER_CYCLE} buckets \
+                     [visits, passes, downgrades, exceptions, timeouts], got {}",
+                    describe(other)
+                ),
+            );
+            return None;
+        }
+    };
+    let mut out = CycleSeconds::default();
+    let mut ok = true;
+    for (k, item) in items.iter().enumerate() {
+        let at = format!("{field}[{k}]");
+        let Some(n) = five_counts(p, &at, item) else {
+            ok = false;
+            continue;
+        };
+        let [visits, passes, downgrades, exceptions, timeouts] = n;
+        if downgrades > visits || passes != visits - downgrades {
+            p.error(
+                at,
+                format!(
+                    "{visits} visits, {passes} passes and {downgrades} downgrades: \
+                     passes must be visits - downgrades"
+                ),
+            );
+            ok = false;
+            continue;
+        }
+        out.seconds[k] = SecondCounts {
+            visits,
+            passes,
+            downgrades,
+            exceptions,
+            timeouts,
+        };
+    }
+    for (i, column) in ["visits", "passes", "downgrades", "exceptions", "timeouts"]
+        .iter()
+        .enumerate()
+    {
+        let sum: u64 = out.seconds.iter().map(|s| second_value(s, i)).sum();
+        if ok && sum > MAX_COUNT {
+            p.error(
+                field.clone(),
+                format!("the seconds' {column} add up to {sum}, above the limit of {MAX_COUNT} per cycle"),
+            );
+            ok = false;
+        }
+    }
+    if let Some(v) = by_reason {
+        match read_seconds_by_reason(p, f.seconds_by_reason, v) {
+            Some(m) => out.downgrades_by_reason = m,
+            None => ok = false,
+        }
+    }
+    ok.then_some(Some(out))
+}
+
+fn second_value(s: &SecondCounts, i: usize) -> u64 {
+    [s.visits, s.passes, s.downgrades, s.exceptions, s.timeouts][i]
+}
+
+/// One bucket: a list of five counts.
+fn five_counts(p: &mut Reader<'_, '_>, at: &str, item: &Value) -> Option<[u64; 5]> {
+    match item {
+        Value::Array(n) if n.len() == 5 => {
+            let mut out = [0; 5];
+            let mut ok = true;
+            for (j, x) in n.iter().enumerate() {
+                match p.count_value(format!("{at}[{j}]"), x) {
+                    Some(c) => out[j] = c,
+                    None => ok = false,
+                }
+            }
+            ok.then_some(out)
+        }
+        other => {
+            p.error(
+                at.to_owned(),
+                format!(
+                    "expected 5 counts [visits, passes, downgrades, exceptions, timeouts], got {}",
+                    match other {
+                        Value::Array(n) => format!("{} entries", n.len()),
+                        v => describe(v),
+                    }
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// `reason -> ten counts`.
+fn read_seconds_by_reason(
+    p: &mut Reader<'_, '_>,
+    key: &str,
+    v: &Value,
+) -> Option<BTreeMap<String, [u64; SECONDS_PER_CYCLE]>> {
+    let field = p.field(key);
+    let Value::Object(m) = v else {
+        p.error(
+            field,
+            format!(
+                "expected an object of reason -> {SECONDS_PER_CYCLE} counts, got {}",
+                describe(v)
+            ),
+        );
+        return None;
+    };
+    if m.len() > MAX_SECOND_REASONS {
+        p.error(
+            field,
+            format!(
+                "{} reasons, more than the limit of {MAX_SECOND_REASONS}",
+                m.len()
+            ),
+        );
+        return None;
+    }
+    let mut out = BTreeMap::new();
+    let mut ok = true;
+    for (reason, counts) in m {
+        if let Err(message) = check_reason(reason) {
+            p.error(field.clone(), message);
+            ok = false;
+            continue;
+        }
+        let at = format!("{field}.{reason}");
+        let items = match counts {
+            Value::Array(items) if items.len() == SECONDS_PER_CYCLE => items,
+            other => {
+                p.error(
+                    at,
+                    format!(
+                        "expected {SECONDS_PER_CYCLE} counts, one per second, got {}",
+                        match other {
+                            Value::Array(n) => format!("{} entries", n.len()),
+                            v => describe(v),
+                        }
+                    ),
+                );
+                ok = false;
+                continue;
+            }
+        };
+        let mut row = [0; SECONDS_PER_CYCLE];
+        let mut row_ok = true;
+        for (k, x) in items.iter().enumerate() {
+            match p.count_value(format!("{at}[{k}]"), x) {
+                Some(c) => row[k] = c,
+                None => row_ok = false,
+            }
+        }
+        let sum: u64 = row.iter().sum();
+        if row_ok && sum > MAX_COUNT {
+            p.error(
+                at,
+                format!("adds up to {sum}, above the limit of {MAX_COUNT} per cycle"),
+            );
+            row_ok = false;
+        }
+        if row_ok {
+            out.insert(reason.clone(), row);
+        } else {
+            ok = false;
+        }
+    }
+    ok.then_some(out)
 }
 
 fn check_unique(r: &mut Reader<'_, '_>, key: &str, points: &[PointCycle]) -> bool {
@@ -660,6 +962,8 @@ fn read_sds_heartbeat(
         known: r.names("knownPoints"),
         declared: r.names("declaredPoints"),
         points: sds_points(&mut r),
+        enforcing: read_enforcing(&mut r, "enforcing"),
+        client: read_client_health(&mut r, "client"),
     };
     parts.heartbeat(Protocol::Sds)
 }
@@ -707,6 +1011,285 @@ fn sds_points(r: &mut Reader<'_, '_>) -> Option<Vec<PointCycle>> {
             None
         }
     }
+}
+
+/// The sections of a point's settings, as the runtime names them.
+const SECTIONS: [&str; 6] = [
+    "rules", "window", "shadow", "adaptive", "cluster", "breaker",
+];
+
+/// The breaker states the runtime reports.
+const BREAKER_STATES: [&str; 3] = ["closed", "open", "half_open"];
+
+/// The list of what each point enforces; `Some(None)` when absent.
+fn read_enforcing(r: &mut Reader<'_, '_>, key: &str) -> Option<Option<Vec<Enforcing>>> {
+    let Some(v) = r.get(key) else {
+        return Some(None);
+    };
+    let Value::Array(items) = v else {
+        let f = r.field(key);
+        r.error(
+            f,
+            format!("expected a list of points' settings, got {}", describe(v)),
+        );
+        return None;
+    };
+    if items.len() > MAX_POINTS_PER_HEARTBEAT {
+        return r.too_many_points(key, items.len());
+    }
+    let mut out: Vec<Enforcing> = Vec::with_capacity(items.len());
+    let mut ok = true;
+    let mut seen = BTreeSet::new();
+    for (i, item) in items.iter().enumerate() {
+        let entry_key = format!("{key}[{i}]");
+        match r
+            .child(&entry_key, item)
+            .and_then(|mut e| read_entry(&mut e))
+        {
+            Some(entry) if !seen.insert(entry.point.clone()) => {
+                let f = format!("{}.name", r.field(&entry_key));
+                r.error(f, format!("point {:?} is listed twice", entry.point));
+                ok = false;
+            }
+            Some(entry) => out.push(entry),
+            None => ok = false,
+        }
+    }
+    ok.then_some(Some(out))
+}
+
+/// One entry of `enforcing`.
+fn read_entry(e: &mut Reader<'_, '_>) -> Option<Enforcing> {
+    let name = e.name("name");
+    let digest = match e.get("digest") {
+        None => {
+            let f = e.field("digest");
+            e.error(f, "is missing");
+            None
+        }
+        Some(Value::String(d))
+            if d == "none"
+                || (8..=64).contains(&d.len()) && d.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            Some(d.to_ascii_lowercase())
+        }
+        Some(other) => {
+            let f = e.field("digest");
+            e.error(
+                f,
+                format!(
+                    "expected 8 to 64 hexadecimal digits or \"none\", got {}",
+                    describe(other)
+                ),
+            );
+            None
+        }
+    };
+    let origins = read_origins(e, "origins");
+    let local = match e.get("local") {
+        None => Some(None),
+        Some(v @ Value::Object(_)) => {
+            let bytes = v.to_string().len();
+            if bytes > MAX_LOCAL_BYTES {
+                let f = e.field("local");
+                e.error(
+                    f,
+                    format!("{bytes} bytes of settings, more than the limit of {MAX_LOCAL_BYTES}"),
+                );
+                None
+            } else {
+                Some(Some(v.clone()))
+            }
+        }
+        Some(other) => {
+            let f = e.field("local");
+            e.error(
+                f,
+                format!("expected an object of settings, got {}", describe(other)),
+            );
+            None
+        }
+    };
+    let breaker = match e.get("breaker") {
+        None => Some(None),
+        Some(v) => {
+            let key = "breaker".to_owned();
+            e.child(&key, v)
+                .and_then(|mut b| read_breaker(&mut b))
+                .map(Some)
+        }
+    };
+    Some(Enforcing {
+        point: name?,
+        digest: digest?,
+        origins: origins?,
+        local: local?,
+        breaker: breaker?,
+    })
+}
+
+/// `section -> {source, version}`; sections this server does not know are ignored.
+fn read_origins(e: &mut Reader<'_, '_>, key: &str) -> Option<BTreeMap<String, SectionOrigin>> {
+    let mut out = BTreeMap::new();
+    let Some(v) = e.get(key) else {
+        return Some(out);
+    };
+    let Value::Object(m) = v else {
+        let f = e.field(key);
+        e.error(
+            f,
+            format!(
+                "expected an object of section -> origin, got {}",
+                describe(v)
+            ),
+        );
+        return None;
+    };
+    let mut ok = true;
+    for (section, origin) in m {
+        if !SECTIONS.contains(&section.as_str()) {
+            continue;
+        }
+        let path = format!("{key}.{section}");
+        let read = e.child(&path, origin).and_then(|mut o| {
+            let source = match o.get("source") {
+                Some(Value::String(s)) => match check_source(s) {
+                    Ok(()) => Some(s.clone()),
+                    Err(message) => {
+                        let f = o.field("source");
+                        o.error(f, message);
+                        None
+                    }
+                },
+                Some(other) => {
+                    let f = o.field("source");
+                    o.error(
+                        f,
+                        format!(
+                            "expected `code`, `console` or `file:<path>`, got {}",
+                            describe(other)
+                        ),
+                    );
+                    None
+                }
+                None => {
+                    let f = o.field("source");
+                    o.error(f, "is missing");
+                    None
+                }
+            };
+            let version = o.counter("version");
+            Some(SectionOrigin {
+                source: source?,
+                version: version?,
+            })
+        });
+        match read {
+            Some(o) => {
+                out.insert(section.clone(), o);
+            }
+            None => ok = false,
+        }
+    }
+    ok.then_some(out)
+}
+
+/// `code`, `console` or `file:<path>` with a path of at most [`MAX_SOURCE_LEN`]
+/// bytes and no control characters.
+fn check_source(s: &str) -> Result<(), String> {
+    match s {
+        "code" | "console" => Ok(()),
+        _ => match s.strip_prefix("file:") {
+            Some("") => Err("a file source without a path".into()),
+            Some(_) if s.len() > MAX_SOURCE_LEN => Err(format!(
+                "is {} bytes long, more than the limit of {MAX_SOURCE_LEN}",
+                s.len()
+            )),
+            Some(path) if path.chars().any(char::is_control) => {
+                Err("must not contain control characters".into())
+            }
+            Some(_) => Ok(()),
+            None => Err(format!(
+                "expected `code`, `console` or `file:<path>`, got {}",
+                describe(&Value::String(s.to_owned()))
+            )),
+        },
+    }
+}
+
+fn read_breaker(b: &mut Reader<'_, '_>) -> Option<BreakerReport> {
+    let kind = match b.get("kind") {
+        Some(Value::String(k)) if check_reason(k).is_ok() => Some(k.clone()),
+        Some(other) => {
+            let f = b.field("kind");
+            b.error(
+                f,
+                format!(
+                    "expected the breaker's kind (`classic`, `sre`), got {}",
+                    describe(other)
+                ),
+            );
+            None
+        }
+        None => {
+            let f = b.field("kind");
+            b.error(f, "is missing");
+            None
+        }
+    };
+    let state = match b.get("state") {
+        Some(Value::String(s)) if BREAKER_STATES.contains(&s.as_str()) => Some(s.clone()),
+        other => {
+            let f = b.field("state");
+            let got = other.map_or_else(|| "nothing".to_owned(), describe);
+            b.error(
+                f,
+                format!("expected `closed`, `open` or `half_open`, got {got}"),
+            );
+            None
+        }
+    };
+    let since = b.time("since_ms");
+    let transitions = b.counter("transitions");
+    Some(BreakerReport {
+        kind: kind?,
+        state: state?,
+        since_ms: since?,
+        transitions: transitions?,
+    })
+}
+
+/// The client's own health; `Some(None)` when absent.
+fn read_client_health(r: &mut Reader<'_, '_>, key: &str) -> Option<Option<ClientHealth>> {
+    let Some(v) = r.get(key) else {
+        return Some(None);
+    };
+    let mut h = r.child(key, v)?;
+    let upload = h.error_text("last_upload_error");
+    let pull = h.error_text("last_pull_error");
+    let from_cache = match h.get("from_cache") {
+        None => Some(false),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(other) => {
+            let f = h.field("from_cache");
+            h.error(
+                f,
+                format!("expected true or false, got {}", describe(other)),
+            );
+            None
+        }
+    };
+    let dropped = h.counter("uploads_dropped");
+    let failures = h.counter("pull_failures");
+    let rejected = h.counter("policies_rejected");
+    Some(Some(ClientHealth {
+        last_upload_error: upload?,
+        last_pull_error: pull?,
+        from_cache: from_cache?,
+        uploads_dropped: dropped?,
+        pull_failures: failures?,
+        policies_rejected: rejected?,
+    }))
 }
 
 fn is_idle(p: &PointCycle) -> bool {
@@ -937,6 +1520,263 @@ mod tests {
                 "client.pointInfoMap.p.visitNum"
             ]
         );
+    }
+
+    fn with(extra: Value) -> Value {
+        let mut v = json!({"app_group": "g", "app": "a", "instance": "i",
+                           "cycle_start_ms": 1_767_225_590_000_i64});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v
+    }
+
+    #[test]
+    fn enforcement_and_client_health_are_read_and_optional() {
+        let hb = json_heartbeat(&with(json!({})), &ctx()).unwrap();
+        assert_eq!((hb.enforcing, hb.client), (None, None));
+        let hb = json_heartbeat(
+            &with(json!({
+                "enforcing": [{"name": "p", "digest": "0123456789ABCDEF",
+                               "origins": {"rules": {"source": "console", "version": 3},
+                                           "breaker": {"source": "file:/etc/p.toml", "version": 2},
+                                           "future_section": {"anything": true}},
+                               "local": {"breaker": {"algorithm": "classic"}},
+                               "breaker": {"kind": "classic", "state": "half_open",
+                                           "since_ms": 1_767_225_602_000_i64, "transitions": 2,
+                                           "extra": 1},
+                               "extra": "ignored"},
+                              {"name": "q", "digest": "none"}],
+                "client": {"last_upload_error": "HTTP 401", "last_pull_error": null,
+                           "from_cache": true, "uploads_dropped": 2, "pull_failures": 1,
+                           "policies_rejected": 0, "extra": [1]}})),
+            &ctx(),
+        )
+        .unwrap();
+        let e = hb.enforcing.unwrap();
+        assert_eq!(e[0].digest, "0123456789abcdef");
+        assert_eq!(e[0].origins.len(), 2, "unknown sections are ignored");
+        assert_eq!(e[0].origins["breaker"].source, "file:/etc/p.toml");
+        assert_eq!(e[0].breaker.as_ref().unwrap().state, "half_open");
+        assert_eq!(
+            e[0].local.as_ref().unwrap()["breaker"]["algorithm"],
+            "classic"
+        );
+        assert!(e[1].origins.is_empty() && e[1].local.is_none() && e[1].breaker.is_none());
+        let c = hb.client.unwrap();
+        assert_eq!(c.last_upload_error.as_deref(), Some("HTTP 401"));
+        assert!(c.from_cache);
+        assert_eq!(c.uploads_dropped, 2);
+        // SDS: the same keys inside the `client` form field.
+        let hb = sds_heartbeat(
+            &json!({"appGroupName": "g", "appName": "a", "statisticsCycleTime": 1_767_225_600_000_i64,
+                    "enforcing": [{"name": "p", "digest": "none"}],
+                    "client": {"from_cache": false}}),
+            &ctx(),
+        )
+        .unwrap();
+        assert_eq!(hb.enforcing.unwrap()[0].point, "p");
+        assert!(!hb.client.unwrap().from_cache);
+    }
+
+    #[test]
+    fn malformed_enforcement_names_each_field() {
+        let long_local = "x".repeat(MAX_LOCAL_BYTES);
+        let errors = json_heartbeat(
+            &with(json!({
+                "enforcing": [{"name": "p", "digest": "xyz"},
+                              {"name": "q", "digest": "none",
+                               "origins": {"rules": {"source": "disk", "version": 1},
+                                           "window": {"source": "console", "version": -1}}},
+                              {"name": "r", "digest": "none", "local": {"k": long_local}},
+                              {"name": "s", "digest": "none",
+                               "breaker": {"kind": "classic", "state": "ajar", "since_ms": 1}},
+                              {"name": "t", "digest": "none"},
+                              {"name": "t", "digest": "none"},
+                              {"digest": "none", "local": "text"}],
+                "client": {"from_cache": "yes", "uploads_dropped": -1, "last_pull_error": 5}})),
+            &ctx(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            fields(&errors),
+            [
+                "enforcing[0].digest",
+                "enforcing[1].origins.rules.source",
+                "enforcing[1].origins.window.version",
+                "enforcing[2].local",
+                "enforcing[3].breaker.state",
+                "enforcing[5].name",
+                "enforcing[6].name",
+                "enforcing[6].local",
+                "client.last_pull_error",
+                "client.from_cache",
+                "client.uploads_dropped",
+            ],
+            "{errors:?}"
+        );
+        let errors = sds_heartbeat(
+            &json!({"appGroupName": "g", "appName": "a", "statisticsCycleTime": 1_767_225_600_000_i64,
+                    "enforcing": {"p": {}}, "client": [true]}),
+            &ctx(),
+        )
+        .unwrap_err();
+        assert_eq!(fields(&errors), ["client.enforcing", "client.client"]);
+        // Error texts are cut, not refused.
+        let hb = json_heartbeat(
+            &with(json!({"client": {"last_upload_error": "é".repeat(MAX_ERROR_LEN)}})),
+            &ctx(),
+        )
+        .unwrap();
+        let text = hb.client.unwrap().last_upload_error.unwrap();
+        assert!(text.len() <= MAX_ERROR_LEN && text.starts_with('é'));
+    }
+
+    fn ten(f: impl Fn(u64) -> Value) -> Value {
+        Value::Array((0..10).map(f).collect())
+    }
+
+    #[test]
+    fn seconds_are_read_in_both_protocols_and_optional() {
+        // Second k: k + 1 visits, k % 2 of them downgraded, one exception in second 9.
+        let seconds = ten(|k| json!([k + 1, k + 1 - k % 2, k % 2, u64::from(k == 9), 0]));
+        let by_reason = json!({"visits": ten(|k| json!(k % 2))});
+        let hb = json_heartbeat(
+            &with(json!({"points": [
+                {"name": "p", "visits": 55, "downgrades": 5, "exceptions": 1,
+                 "downgrades_by_reason": {"visits": 5},
+                 "seconds": seconds, "seconds_by_reason": by_reason},
+                {"name": "old", "visits": 3}]})),
+            &ctx(),
+        )
+        .unwrap();
+        let s = hb.points[0].seconds.as_ref().unwrap();
+        assert_eq!(
+            s.seconds[3],
+            SecondCounts {
+                visits: 4,
+                passes: 3,
+                downgrades: 1,
+                exceptions: 0,
+                timeouts: 0
+            }
+        );
+        assert_eq!(s.seconds[9].exceptions, 1);
+        assert_eq!(
+            s.downgrades_by_reason["visits"],
+            [0, 1, 0, 1, 0, 1, 0, 1, 0, 1]
+        );
+        assert!(hb.points[1].seconds.is_none(), "older clients send none");
+        // SDS: `seconds` and `secondsByReason` in each pointInfoMap entry.
+        let hb = sds_heartbeat(
+            &json!({"appGroupName": "g", "appName": "a",
+                    "statisticsCycleTime": 1_767_225_600_000_i64,
+                    "pointInfoMap": {"p": {"visitNum": 55, "downgradeNum": 5,
+                                           "seconds": seconds,
+                                           "secondsByReason": by_reason},
+                                     "sds": {"visitNum": 2}}}),
+            &ctx(),
+        )
+        .unwrap();
+        assert_eq!(hb.points[0].seconds.as_ref().unwrap().seconds[4].visits, 5);
+        assert!(hb.points[1].seconds.is_none());
+    }
+
+    #[test]
+    fn malformed_seconds_name_each_field() {
+        let good = ten(|_| json!([1, 1, 0, 0, 0]));
+        let mut bad_bucket = good.clone();
+        bad_bucket[2] = json!([1, 1, 0, 0]);
+        let mut bad_count = good.clone();
+        bad_count[4] = json!([1, 1, 0, -1, 0]);
+        let mut bad_passes = good.clone();
+        bad_passes[7] = json!([3, 3, 1, 0, 0]);
+        let mut too_big = good.clone();
+        too_big[0] = json!([MAX_COUNT, MAX_COUNT, 0, 0, 0]);
+        too_big[1] = json!([MAX_COUNT, MAX_COUNT, 0, 0, 0]);
+        let point = |name: &str, extra: Value| {
+            let mut p = json!({"name": name, "visits": 10});
+            for (k, v) in extra.as_object().unwrap() {
+                p[k] = v.clone();
+            }
+            p
+        };
+        let errors = json_heartbeat(
+            &with(json!({"points": [
+                point("a", json!({"seconds": [[1, 1, 0, 0, 0]]})),
+                point("b", json!({"seconds": "often"})),
+                point("c", json!({"seconds": bad_bucket})),
+                point("d", json!({"seconds": bad_count})),
+                point("e", json!({"seconds": bad_passes})),
+                point("f", json!({"seconds": too_big})),
+                point("g", json!({"seconds": good, "seconds_by_reason": {"visits": [1, 2]}})),
+                point("h", json!({"seconds": good, "seconds_by_reason": {"Bad Reason": ten(|_| json!(0))}})),
+                point("i", json!({"seconds": good, "seconds_by_reason": {"visits": ten(|k| if k == 3 { json!("x") } else { json!(0) })}})),
+                point("j", json!({"seconds_by_reason": {"visits": ten(|_| json!(0))}})),
+            ]})),
+            &ctx(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            fields(&errors),
+            [
+                "points[0].seconds",
+                "points[1].seconds",
+                "points[2].seconds[2]",
+                "points[3].seconds[4][3]",
+                "points[4].seconds[7]",
+                "points[5].seconds",
+                "points[6].seconds_by_reason.visits",
+                "points[7].seconds_by_reason",
+                "points[8].seconds_by_reason.visits[3]",
+                "points[9].seconds_by_reason",
+            ],
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].message.contains("10 one-second buckets, got 1"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[4]
+                .message
+                .contains("passes must be visits - downgrades"),
+            "{errors:?}"
+        );
+        // SDS names its own keys.
+        let errors = sds_heartbeat(
+            &json!({"appGroupName": "g", "appName": "a",
+                    "statisticsCycleTime": 1_767_225_600_000_i64,
+                    "pointInfoMap": {"p": {"visitNum": 5, "seconds": [[5, 5, 0, 0, 0]]},
+                                     "q": {"visitNum": 5, "seconds": ten(|_| json!([0, 0, 0, 0, 0])),
+                                           "secondsByReason": []}}}),
+            &ctx(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            fields(&errors),
+            [
+                "client.pointInfoMap.p.seconds",
+                "client.pointInfoMap.q.secondsByReason"
+            ]
+        );
+    }
+
+    /// The runtime attributes a call to a second a little after it ends, so the ten
+    /// seconds may add up to more (or less) than the cycle: accepted as sent.
+    #[test]
+    fn seconds_that_differ_from_the_cycle_are_kept_as_sent() {
+        // Twelve visits in the seconds of a 10-visit cycle (two of the next cycle's
+        // first milliseconds in its last second).
+        let hb = json_heartbeat(
+            &with(json!({"points": [{"name": "p", "visits": 10, "passes": 10,
+                "seconds": ten(|k| { let v = 1 + 2 * u64::from(k == 9); json!([v, v, 0, 0, 0]) })}]})),
+            &ctx(),
+        )
+        .unwrap();
+        let s = hb.points[0].seconds.as_ref().unwrap();
+        assert_eq!(s.seconds.iter().map(|s| s.visits).sum::<u64>(), 12);
+        assert_eq!(hb.points[0].visits, 10);
     }
 
     #[test]

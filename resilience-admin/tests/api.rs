@@ -3,6 +3,9 @@
 //! tokens, body limits and malformed input, retention.
 
 mod common;
+/// The live view: 1-second buckets.
+#[path = "api/live.rs"]
+mod live;
 
 use common::*;
 use resilience_admin::server::StorageConfig;
@@ -776,4 +779,764 @@ fn the_binary_serves_the_dashboard_and_the_api() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--retention"));
+}
+
+// ---- what each instance enforces: ingest, drift, breakers, idle points ----
+
+const POINTS: &str = "/api/v1/apps/shop/orders/points";
+
+fn origin(source: &str, version: u64) -> Value {
+    json!({"source": source, "version": version})
+}
+
+fn enforcing_heartbeat(instance: &str, cycle: i64, enforcing: Value) -> Value {
+    json!({"app_group": "shop", "app": "orders", "instance": instance,
+           "cycle_start_ms": cycle, "enforcing": enforcing})
+}
+
+/// The digest of the console's settings for `point` in its current version, as the
+/// runtime computes it.
+fn console_digest(addr: SocketAddr, point: &str) -> String {
+    let policy = get(addr, POLICY, None).json()["policy"].to_string();
+    let file = resilience_runtime::config::PolicyFile::parse(
+        &policy,
+        resilience_runtime::config::Format::Json,
+    )
+    .unwrap();
+    file.points[point].digest()
+}
+
+fn point_of(points: &Value, name: &str) -> Value {
+    points["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no point {name} in {points}"))
+        .clone()
+}
+
+fn instance_of(list: &Value, instance: &str) -> Value {
+    list["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["instance"] == instance)
+        .unwrap_or_else(|| panic!("no instance {instance} in {list}"))
+        .clone()
+}
+
+#[test]
+fn enforcement_and_client_health_are_ingested_in_both_protocols_or_absent() {
+    let (c, manual) = manual_config(StorageConfig::Memory);
+    let server = start(c);
+    let addr = server.addr();
+    let now = now_ms(&manual);
+    let cycle = last_closed_cycle(now);
+    // An older client: neither field.
+    let old = heartbeat("old", cycle, json!([{"name": "order.create", "visits": 2}]));
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(APP), &old).status,
+        200
+    );
+    // Our JSON protocol, with both.
+    let local = json!({"max_concurrency": 3});
+    let mut hb = enforcing_heartbeat(
+        "json-1",
+        cycle,
+        json!([{"name": "order.refund", "digest": "0123456789abcdef",
+                "origins": {"rules": origin("file:/etc/app/policies.toml", 2)},
+                "local": local, "unknown": {"ignored": true}}]),
+    );
+    hb["client"] = json!({"last_upload_error": "HTTP 401 from 10.0.0.1:7070",
+                          "last_pull_error": null, "from_cache": true, "uploads_dropped": 1,
+                          "pull_failures": 0, "policies_rejected": 0});
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &hb);
+    assert_eq!(r.status, 200, "{}", r.text());
+    // SDS's protocol: the same inside the `client` form field.
+    let client = json!({"appGroupName": "shop", "appName": "orders", "hostname": "web-9",
+                        "instanceId": "sds-1", "statisticsCycleTime": cycle + 10_000,
+                        "enforcing": [{"name": "order.refund", "digest": "fedcba9876543210",
+                                       "origins": {"rules": origin("code", 1)},
+                                       "breaker": {"kind": "sre", "state": "open",
+                                                   "since_ms": cycle + 3_000, "transitions": 1}}],
+                        "client": {"last_upload_error": null,
+                                   "last_pull_error": "connection refused",
+                                   "from_cache": false}});
+    let form = format!("client={}", form_value(&client.to_string()));
+    let r = request(
+        addr,
+        "POST",
+        "/sds/heartbeat/add",
+        Some(APP),
+        Body::Form(&form),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    let list = get(addr, &format!("{POINTS}/order.refund/instances"), None).json();
+    assert_eq!(list["instances"].as_array().unwrap().len(), 2, "{list}");
+    let j = instance_of(&list, "json-1");
+    assert_eq!(
+        j["origins"]["rules"],
+        origin("file:/etc/app/policies.toml", 2)
+    );
+    assert_eq!(j["has_local"], true);
+    assert_eq!(j["live"], true);
+    let s = instance_of(&list, "sds-1");
+    assert_eq!(s["breaker"]["state"], "open");
+    assert_eq!(s["breaker"]["since_ms"], cycle + 3_000);
+    assert_eq!(s["has_local"], false);
+    let l = get(
+        addr,
+        &format!("{POINTS}/order.refund/instances/json-1/local"),
+        None,
+    )
+    .json();
+    assert_eq!(l["local"], local);
+    assert!(
+        l["toml"].as_str().unwrap().contains("max_concurrency = 3"),
+        "{l}"
+    );
+    assert_eq!(
+        get(
+            addr,
+            &format!("{POINTS}/order.refund/instances/sds-1/local"),
+            None
+        )
+        .json()["local"],
+        Value::Null
+    );
+    assert_eq!(
+        get(
+            addr,
+            &format!("{POINTS}/order.refund/instances/nobody/local"),
+            None
+        )
+        .status,
+        404
+    );
+
+    // Heartbeat health in the instances list.
+    let inst = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
+    assert_eq!(instance_of(&inst, "old")["client"], Value::Null);
+    let j = instance_of(&inst, "json-1");
+    assert_eq!(
+        j["client"]["last_upload_error"],
+        "HTTP 401 from 10.0.0.1:7070"
+    );
+    assert_eq!(j["client"]["from_cache"], true);
+    assert_eq!(j["client"]["uploads_dropped"], 1);
+    assert_eq!(j["client_reported_ms"], now);
+    assert_eq!(j["last_upload_age_ms"], 0);
+    let s = instance_of(&inst, "sds-1");
+    assert_eq!(s["client"]["last_pull_error"], "connection refused");
+    manual.advance(Duration::from_secs(7));
+    let inst = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
+    assert_eq!(instance_of(&inst, "json-1")["last_upload_age_ms"], 7_000);
+
+    // The points list: the point with no console policy is enforced, from a file and
+    // the code, never "no policy".
+    let points = get(addr, POINTS, None).json();
+    let p = point_of(&points, "order.refund");
+    assert_eq!(p["has_policy"], false);
+    assert_eq!(p["enforced_by"]["instances"], 2);
+    assert_eq!(p["enforced_by"]["by_kind"], json!({"code": 1, "file": 1}));
+    assert_eq!(
+        p["drift"], false,
+        "the console does not manage it: no drift"
+    );
+    assert_eq!(p["breaker"]["open"], 1);
+    assert_eq!(points["cycle_start_ms"], last_closed_cycle(now_ms(&manual)));
+}
+
+#[test]
+fn malformed_enforcement_is_refused_naming_the_field_and_stores_nothing() {
+    let (c, manual) = manual_config(StorageConfig::Memory);
+    let server = start(c);
+    let addr = server.addr();
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let good = json!({"name": "p", "digest": "none"});
+    let big_local = json!({"enforcing": [{"name": "p", "digest": "none",
+                                          "local": {"x": "y".repeat(17 * 1024)}}]});
+    let cases = [
+        (json!({"enforcing": {"p": good}}), "enforcing"),
+        (json!({"enforcing": [good, good]}), "enforcing[1].name"),
+        (
+            json!({"enforcing": [{"name": "p", "digest": "12 hex digits"}]}),
+            "enforcing[0].digest",
+        ),
+        (
+            json!({"enforcing": [{"name": "p", "digest": "none",
+                                  "origins": {"rules": {"source": "disk", "version": 1}}}]}),
+            "enforcing[0].origins.rules.source",
+        ),
+        (
+            json!({"enforcing": [{"name": "p", "digest": "none",
+                                  "origins": {"window": {"source": "console", "version": "3"}}}]}),
+            "enforcing[0].origins.window.version",
+        ),
+        (
+            json!({"enforcing": [{"name": "p", "digest": "none",
+                                  "breaker": {"kind": "classic", "state": "broken", "since_ms": 1}}]}),
+            "enforcing[0].breaker.state",
+        ),
+        (
+            json!({"enforcing": [{"name": "p", "digest": "none",
+                                  "breaker": {"kind": "classic", "state": "open"}}]}),
+            "enforcing[0].breaker.since_ms",
+        ),
+        (big_local, "enforcing[0].local"),
+        (json!({"client": {"from_cache": "no"}}), "client.from_cache"),
+        (json!({"client": "fine"}), "client"),
+    ];
+    for (extra, field) in cases {
+        let mut body = json!({"app_group": "shop", "app": "orders", "instance": "bad",
+                              "cycle_start_ms": cycle,
+                              "points": [{"name": "order.create", "visits": 1}]});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &body);
+        assert_eq!(r.status, 400, "{field}: {}", r.text());
+        let e = r.json();
+        assert_eq!(e["error"]["problems"][0]["field"], field, "{e}");
+        // The same in SDS's protocol, under `client.`.
+        let mut client = json!({"appGroupName": "shop", "appName": "orders", "instanceId": "bad",
+                                "statisticsCycleTime": cycle + 10_000});
+        for (k, v) in extra.as_object().unwrap() {
+            client[k] = v.clone();
+        }
+        let form = format!("client={}", form_value(&client.to_string()));
+        let r = request(
+            addr,
+            "POST",
+            "/sds/heartbeat/add",
+            Some(APP),
+            Body::Form(&form),
+        );
+        assert_eq!(r.status, 400, "SDS {field}: {}", r.text());
+        let e = r.json();
+        assert_eq!(
+            e["error"]["problems"][0]["field"],
+            format!("client.{field}"),
+            "{e}"
+        );
+        assert!(e["errorMsg"].as_str().unwrap().contains(field), "{e}");
+    }
+    // Nothing of them was stored.
+    assert_eq!(stats(addr, "")["rows"], json!([]));
+    let inst = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
+    assert_eq!(inst["instances"], json!([]));
+}
+
+/// Drift, as the admin README defines it: a local source over a point the console
+/// manages, or a digest other than the console's own at the version held.
+#[test]
+fn drift_is_flagged_for_local_overrides_and_digest_mismatches() {
+    let (c, manual) = manual_config(StorageConfig::Memory);
+    let server = start(c);
+    let addr = server.addr();
+    let r = edit(
+        addr,
+        0,
+        "ops",
+        json!({"points": {"a": {"max_visits": 3}, "b": {"max_visits": 5}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let a1 = console_digest(addr, "a");
+    let r = edit(
+        addr,
+        1,
+        "ops",
+        json!({"points": {"a": {"max_visits": 4}, "b": {"max_visits": 5}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (a2, b2) = (console_digest(addr, "a"), console_digest(addr, "b"));
+    assert_ne!(a1, a2);
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let console = |v: u64| json!({"rules": origin("console", v)});
+    let reports = [
+        // Exactly the console's current settings.
+        (
+            "exact",
+            json!([{"name": "a", "digest": a2, "origins": console(2)},
+                         {"name": "b", "digest": b2, "origins": console(2)}]),
+        ),
+        // Behind: v1's settings of `a`, exactly.
+        (
+            "behind",
+            json!([{"name": "a", "digest": a1, "origins": console(1)}]),
+        ),
+        // A file's breaker over the console's rules of `a`.
+        (
+            "local",
+            json!([{"name": "a", "digest": "0123456789abcdef",
+                          "origins": {"rules": origin("console", 2),
+                                      "breaker": origin("file:/etc/p.toml", 1)},
+                          "local": {"breaker": {"algorithm": "classic", "consecutive_failures": 2}}}]),
+        ),
+        // Says it enforces console v2 for `b`, but not what v2 says.
+        (
+            "tampered",
+            json!([{"name": "b", "digest": "0123456789abcdef", "origins": console(2)}]),
+        ),
+        // Its own policy of a point the console does not manage.
+        (
+            "own",
+            json!([{"name": "c", "digest": "0123456789abcdef",
+                        "origins": {"rules": origin("code", 1)}}]),
+        ),
+    ];
+    for (instance, enforcing) in &reports {
+        let r = post_json(
+            addr,
+            "/api/v1/heartbeat",
+            Some(APP),
+            &enforcing_heartbeat(instance, cycle, enforcing.clone()),
+        );
+        assert_eq!(r.status, 200, "{instance}: {}", r.text());
+    }
+    let list = get(addr, &format!("{POINTS}/a/instances"), None).json();
+    assert_eq!(list["console_digest"], a2);
+    let verdict = |list: &Value, i: &str| {
+        let x = instance_of(list, i);
+        (x["drift"].clone(), x["drift_reasons"].clone())
+    };
+    assert_eq!(verdict(&list, "exact"), (json!(false), json!([])));
+    assert_eq!(verdict(&list, "behind"), (json!(false), json!([])));
+    assert_eq!(instance_of(&list, "behind")["console_version"], 1);
+    assert_eq!(instance_of(&list, "behind")["expected_digest"], a1);
+    assert_eq!(
+        verdict(&list, "local"),
+        (json!(true), json!(["local_override"]))
+    );
+    assert_eq!(
+        instance_of(&list, "local")["local_sections"],
+        json!(["breaker"])
+    );
+    let list_b = get(addr, &format!("{POINTS}/b/instances"), None).json();
+    assert_eq!(
+        verdict(&list_b, "tampered"),
+        (json!(true), json!(["digest_mismatch"]))
+    );
+    assert_eq!(verdict(&list_b, "exact"), (json!(false), json!([])));
+
+    let points = get(addr, POINTS, None).json();
+    let a = point_of(&points, "a");
+    assert_eq!(
+        (a["drift"].clone(), a["drift_instances"].clone()),
+        (json!(true), json!(1))
+    );
+    assert_eq!(a["enforced_by"]["instances"], 3);
+    assert_eq!(
+        a["enforced_by"]["by_kind"],
+        json!({"console": 3, "file": 1})
+    );
+    let console_source = a["enforced_by"]["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == "console")
+        .unwrap()
+        .clone();
+    assert_eq!(console_source["versions"], json!([1, 2]));
+    assert_eq!(console_source["instances"], 3);
+    let b = point_of(&points, "b");
+    assert_eq!(
+        (b["drift"].clone(), b["drift_instances"].clone()),
+        (json!(true), json!(1))
+    );
+    let c = point_of(&points, "c");
+    assert_eq!(c["drift"], false);
+    assert_eq!(c["has_policy"], false);
+    assert_eq!(c["enforced_by"]["by_kind"], json!({"code": 1}));
+
+    // The console stops managing `a`: the file's breaker is no longer drift.
+    let r = edit(addr, 2, "ops", json!({"points": {"b": {"max_visits": 5}}}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let list = get(addr, &format!("{POINTS}/a/instances"), None).json();
+    assert_eq!(verdict(&list, "local"), (json!(false), json!([])));
+    // ... but `exact` still enforcing v2's `a` is behind, not drifting.
+    assert_eq!(verdict(&list, "exact"), (json!(false), json!([])));
+
+    // Silent instances leave the summaries, and are listed as not live.
+    manual.advance(Duration::from_secs(61));
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let r = post_json(
+        addr,
+        "/api/v1/heartbeat",
+        Some(APP),
+        &enforcing_heartbeat("exact", cycle, reports[0].1.clone()),
+    );
+    assert_eq!(r.status, 200);
+    let b = point_of(&get(addr, POINTS, None).json(), "b");
+    assert_eq!(b["drift"], false, "{b}");
+    assert_eq!(b["enforced_by"]["instances"], 1);
+    let list_b = get(addr, &format!("{POINTS}/b/instances"), None).json();
+    assert_eq!(instance_of(&list_b, "tampered")["live"], false);
+    assert_eq!(instance_of(&list_b, "exact")["live"], true);
+}
+
+#[test]
+fn breaker_states_are_summed_up_per_point() {
+    let (c, manual) = manual_config(StorageConfig::Memory);
+    let server = start(c);
+    let addr = server.addr();
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let breaker = |state: &str, since: i64| {
+        json!([{"name": "order.create", "digest": "0123456789abcdef",
+                "origins": {"breaker": origin("code", 1)},
+                "breaker": {"kind": "classic", "state": state, "since_ms": since,
+                            "transitions": 3}}])
+    };
+    for (instance, state, since) in [
+        ("i-1", "closed", cycle - 50_000),
+        ("i-2", "open", cycle + 4_000),
+        ("i-3", "half_open", cycle + 1_000),
+        ("i-4", "open", cycle + 6_000),
+    ] {
+        let r = post_json(
+            addr,
+            "/api/v1/heartbeat",
+            Some(APP),
+            &enforcing_heartbeat(instance, cycle, breaker(state, since)),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let b = point_of(&get(addr, POINTS, None).json(), "order.create")["breaker"].clone();
+    assert_eq!(
+        b,
+        json!({"instances": 4, "closed": 1, "open": 2, "half_open": 1, "state": "open",
+               "since_ms": cycle + 1_000, "closed_since_ms": null})
+    );
+    // All closed again: since when the last one closed.
+    manual.advance(Duration::from_secs(10));
+    for (instance, since) in [
+        ("i-2", cycle + 8_000),
+        ("i-3", cycle + 7_000),
+        ("i-4", cycle + 9_000),
+    ] {
+        let r = post_json(
+            addr,
+            "/api/v1/heartbeat",
+            Some(APP),
+            &enforcing_heartbeat(instance, cycle + 10_000, breaker("closed", since)),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let b = point_of(&get(addr, POINTS, None).json(), "order.create")["breaker"].clone();
+    assert_eq!(
+        (
+            b["state"].clone(),
+            b["closed"].clone(),
+            b["since_ms"].clone(),
+            b["closed_since_ms"].clone()
+        ),
+        (json!("closed"), json!(4), json!(null), json!(cycle + 9_000))
+    );
+    // A point without a breaker has none.
+    let r = post_json(
+        addr,
+        "/api/v1/heartbeat",
+        Some(APP),
+        &heartbeat("i-5", cycle, json!([{"name": "order.refund", "visits": 1}])),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        point_of(&get(addr, POINTS, None).json(), "order.refund")["breaker"],
+        Value::Null
+    );
+}
+
+/// A point without traffic in more than two closed cycles is idle, with the end of
+/// its last cycle with traffic; every figure carries its cycle.
+#[test]
+fn points_without_traffic_for_more_than_two_cycles_are_idle() {
+    let (c, manual) = manual_config(StorageConfig::Memory);
+    let server = start(c);
+    let addr = server.addr();
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let r = post_json(
+        addr,
+        "/api/v1/heartbeat",
+        Some(APP),
+        &heartbeat(
+            "i-1",
+            cycle,
+            json!([{"name": "order.create", "visits": 8, "downgrades": 2}]),
+        ),
+    );
+    assert_eq!(r.status, 200);
+    let look = || {
+        let points = get(addr, POINTS, None).json();
+        let p = point_of(&points, "order.create");
+        (points, p)
+    };
+    let (points, p) = look();
+    assert_eq!(points["cycle_start_ms"], cycle);
+    assert_eq!(
+        (p["idle"].clone(), p["idle_since_ms"].clone()),
+        (json!(false), json!(null))
+    );
+    assert_eq!(p["last_cycle"]["cycle_start_ms"], cycle);
+    assert_eq!(p["last_cycle"]["visits"], 8);
+    // The declared point never had traffic: idle, since nothing.
+    let refund = point_of(&points, "order.refund");
+    assert_eq!(
+        (refund["idle"].clone(), refund["idle_since_ms"].clone()),
+        (json!(true), json!(null))
+    );
+    // Two closed cycles without traffic: not yet idle (the second one's reports may
+    // still be coming).
+    manual.advance(Duration::from_secs(20));
+    let (points, p) = look();
+    assert_eq!(points["cycle_start_ms"], cycle + 20_000);
+    assert_eq!(p["idle"], false);
+    // A third: idle since the end of its last cycle with traffic.
+    manual.advance(Duration::from_secs(10));
+    let (_, p) = look();
+    assert_eq!(
+        (p["idle"].clone(), p["idle_since_ms"].clone()),
+        (json!(true), json!(cycle + 10_000))
+    );
+    // Traffic again: not idle.
+    let r = post_json(
+        addr,
+        "/api/v1/heartbeat",
+        Some(APP),
+        &heartbeat(
+            "i-1",
+            cycle + 30_000,
+            json!([{"name": "order.create", "visits": 1}]),
+        ),
+    );
+    assert_eq!(r.status, 200);
+    let (_, p) = look();
+    assert_eq!(
+        (p["idle"].clone(), p["last_cycle"]["visits"].clone()),
+        (json!(false), json!(1))
+    );
+}
+
+/// `(point, field, kind, line, column)` of every problem of a 422 answer.
+fn located_problems(r: &common::Response) -> Vec<(Value, Value, Value, Value, Value)> {
+    assert_eq!(r.status, 422, "{}", r.text());
+    r.json()["error"]["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["point"].clone(),
+                p["field"].clone(),
+                p["kind"].clone(),
+                p["line"].clone(),
+                p["column"].clone(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn problems_of_a_text_have_their_line_and_column() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let validate = |body: Value| post_json(addr, &format!("{POLICY}/validate"), None, &body);
+    // TOML: a field at its key, a missing field at the section that lacks it.
+    let text = "strict = false\n\n[points.\"order.create\"]\nmax_visits = 5\n\n\
+                [points.\"order.create\".timeouts]\nmax_count = 3\n\n\
+                [points.\"order.create\".breaker]\nalgorithm = \"sre\"\n  k = 0.5\n";
+    let problems = located_problems(&validate(json!({"text": text, "format": "toml"})));
+    assert_eq!(
+        problems,
+        [
+            (
+                json!("order.create"),
+                json!("timeouts.threshold"),
+                json!("missing_field"),
+                json!(6),
+                json!(1)
+            ),
+            (
+                json!("order.create"),
+                json!("breaker.k"),
+                json!("out_of_range"),
+                json!(11),
+                json!(3)
+            ),
+        ]
+    );
+    // Inline tables and dotted keys are found too.
+    let text = "[points.a]\ntimeouts = { threshold = \"fast\", max_count = 3 }\nbreaker.algorithm = \"sre\"\nbreaker.k = 0.5\n";
+    let problems = located_problems(&validate(json!({"text": text})));
+    let at: Vec<_> = problems
+        .iter()
+        .map(|p| (p.1.clone(), p.3.clone(), p.4.clone()))
+        .collect();
+    assert_eq!(
+        at,
+        [
+            (json!("timeouts.threshold"), json!(2), json!(14)),
+            (json!("breaker.k"), json!(4), json!(1))
+        ]
+    );
+    // A syntax error: the parser's position.
+    let problems = located_problems(&validate(json!({"text": "[points.a]\nmax_visits = \n"})));
+    assert_eq!(
+        problems,
+        [(
+            json!(null),
+            json!(null),
+            json!("syntax"),
+            json!(2),
+            json!(14)
+        )]
+    );
+    // JSON the same way.
+    let text = "{\"points\": {\n  \"a\": {\n    \"max_visits\": \"lots\",\n    \"delay\": {}}}}";
+    let problems = located_problems(&validate(json!({"text": text, "format": "json"})));
+    assert_eq!(
+        problems,
+        [
+            (
+                json!("a"),
+                json!("max_visits"),
+                json!("wrong_type"),
+                json!(3),
+                json!(5)
+            ),
+            (
+                json!("a"),
+                json!("delay.duration"),
+                json!("missing_field"),
+                json!(4),
+                json!(5)
+            ),
+        ]
+    );
+    let problems = located_problems(&validate(
+        json!({"text": "{\"points\": {\n  \"a\": {,}}}", "format": "json"}),
+    ));
+    assert_eq!(problems[0].2, "syntax");
+    assert_eq!((&problems[0].3, &problems[0].4), (&json!(2), &json!(9)));
+    // A policy given as a JSON object has no text to point into.
+    let r = validate(json!({"policy": {"points": {"a": {"max_visits": -1}}}}));
+    let problems = located_problems(&r);
+    assert_eq!(problems[0].3, Value::Null);
+    assert!(r.json()["error"]["problems"][0].get("line").is_none());
+    // PUT reports the same lines, and stores nothing.
+    let r = put_json(
+        addr,
+        POLICY,
+        Some(ADMIN),
+        &json!({"base_version": 0, "author": "alice", "text": "[points.a]\n\nmax_visit = 1\n"}),
+    );
+    assert_eq!(located_problems(&r)[0].3, 3);
+    assert_eq!(get(addr, POLICY, None).json()["version"], 0);
+}
+
+#[test]
+fn an_edit_of_one_point_changes_that_point_only() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let r = edit(
+        addr,
+        0,
+        "alice",
+        json!({"points": {"a": {"max_visits": 1, "breaker": {"algorithm": "sre", "k": 2.0}},
+                          "b": {"max_concurrency": 2}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Validation of one point's draft: `strict` and other points are refused, at
+    // their lines.
+    let r = post_json(
+        addr,
+        &format!("{POLICY}/validate"),
+        None,
+        &json!({"point": "a", "text": "strict = true\n[points.a]\nmax_visits = 2\n[points.b]\nmax_visits = 3\n"}),
+    );
+    assert_eq!(
+        located_problems(&r),
+        [
+            (
+                json!(null),
+                json!("strict"),
+                json!("app_setting"),
+                json!(1),
+                json!(1)
+            ),
+            (
+                json!("b"),
+                json!(null),
+                json!("other_point"),
+                json!(4),
+                json!(1)
+            ),
+        ]
+    );
+    let r = post_json(
+        addr,
+        &format!("{POLICY}/validate"),
+        None,
+        &json!({"point": "a", "text": "[points.a]\nmax_visits = 2\n"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // The point's settings are replaced; `b` stays as it is.
+    let put = |base: u64, body: Value| {
+        let mut body = body;
+        body["base_version"] = json!(base);
+        body["author"] = json!("bob");
+        put_json(addr, POLICY, Some(ADMIN), &body)
+    };
+    let r = put(
+        1,
+        json!({"point": "a", "text": "[points.a]\nmax_visits = 2\nshadow = true\n\n[points.a.breaker]\nalgorithm = \"sre\"\nk = 2.0\n"}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["version"], 2);
+    assert_eq!(
+        v["policy"],
+        json!({"points": {"a": {"shadow": true, "max_visits": 2, "breaker": {"algorithm": "sre", "k": 2.0}},
+                          "b": {"max_concurrency": 2}}})
+    );
+    let fields: Vec<_> = v["diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["point"].clone(), d["field"].clone()))
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            (json!("a"), json!("max_visits")),
+            (json!("a"), json!("shadow"))
+        ]
+    );
+    // A draft without the point removes its policy.
+    let r = put(2, json!({"point": "b", "policy": {"points": {}}}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        r.json()["diff"],
+        json!([{"point": "b", "field": null,
+        "old": {"max_concurrency": 2}, "new": null}])
+    );
+    // A point's draft that names another point is refused, nothing stored.
+    let r = put(
+        3,
+        json!({"point": "a", "policy": {"points": {"c": {"max_visits": 1}}}}),
+    );
+    assert_eq!(located_problems(&r)[0].0, "c");
+    // A stale base is refused as for whole edits.
+    let r = put(
+        2,
+        json!({"point": "a", "text": "[points.a]\nmax_visits = 9\n"}),
+    );
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert_eq!(r.json()["error"]["current_version"], 3);
+    // `point` must be a name.
+    let r = put(3, json!({"point": 7, "policy": {"points": {}}}));
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["problems"][0]["field"], "point");
+    assert_eq!(get(addr, POLICY, None).json()["version"], 3);
 }

@@ -287,3 +287,138 @@ fn an_edit_reaches_every_running_instance_within_one_pull_period() {
     // milliseconds).
     assert!(took < period + Duration::from_millis(1500), "took {took:?}");
 }
+
+/// The policy file of the enforcement round trips: a breaker under the console's
+/// rules of `e.mixed`, and `e.file`'s own limit.
+const LOCAL_FILE: &str = "[points.\"e.mixed\".breaker]\nalgorithm = \"classic\"\n\
+                          consecutive_failures = 1\n\n[points.\"e.file\"]\nmax_concurrency = 5\n";
+
+fn ms(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+fn find<'a>(list: &'a Value, key: &str, name: &str) -> &'a Value {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x[key] == name)
+        .unwrap_or_else(|| panic!("no {name} in {list}"))
+}
+
+/// What a real client enforces arrives: the origins of each section, the file's
+/// settings as local text, the breaker's state, digests that agree with the
+/// console's for what comes from it, and the client's health.
+fn enforcement_round_trip(protocol: Protocol) {
+    let (c, manual) = setup(StorageConfig::Memory);
+    let server = start(c);
+    let addr = server.addr();
+    let dir = TempDir::new("enforce");
+    let path = dir.path().join("policies.toml");
+    std::fs::write(&path, LOCAL_FILE).unwrap();
+    let r = registry(&manual);
+    r.load_policies(&path).unwrap();
+    edit(
+        addr,
+        0,
+        json!({"points": {"e.console": {"max_visits": 3}, "e.mixed": {"max_visits": 50}}}),
+    );
+    let client = client(&server.url(), "i-1", protocol, r);
+    assert!(matches!(
+        client.pull_now().unwrap(),
+        PullOutcome::Applied { version: 1, .. }
+    ));
+    let console = r.point("e.console").unwrap();
+    for i in 0..5 {
+        if let Ok(p) = console.enter() {
+            p.finish(i == 0);
+        }
+    }
+    manual.advance(Duration::from_secs(2));
+    r.point("e.mixed").unwrap().enter().unwrap().finish(true); // opens the breaker
+    manual.advance(Duration::from_secs(12));
+    assert!(matches!(
+        client.upload_now().unwrap(),
+        UploadOutcome::Sent { .. }
+    ));
+
+    let points = get(addr, "/api/v1/apps/shop/orders/points", None).json();
+    let points = &points["points"];
+    let p = find(points, "name", "e.console");
+    assert_eq!(p["drift"], false, "{p}");
+    assert_eq!(p["enforced_by"]["by_kind"], json!({"console": 1}));
+    assert_eq!(p["last_cycle"]["visits"], 5);
+    assert_eq!(p["last_cycle"]["downgrades"], 2);
+    let p = find(points, "name", "e.mixed");
+    assert_eq!(p["drift"], true, "{p}");
+    assert_eq!(
+        p["enforced_by"]["by_kind"],
+        json!({"console": 1, "file": 1})
+    );
+    let since = ms(r.stats("e.mixed").unwrap().breaker.unwrap().since);
+    assert_eq!(
+        (
+            p["breaker"]["state"].clone(),
+            p["breaker"]["since_ms"].clone()
+        ),
+        (json!("open"), json!(since))
+    );
+    let p = find(points, "name", "e.file");
+    assert_eq!(p["drift"], false, "the console does not manage it");
+    assert_eq!(p["has_policy"], false);
+    assert_eq!(p["enforced_by"]["by_kind"], json!({"file": 1}));
+
+    let list = get(
+        addr,
+        "/api/v1/apps/shop/orders/points/e.console/instances",
+        None,
+    )
+    .json();
+    let i = find(&list["instances"], "instance", "i-1");
+    assert_eq!(i["digest"], i["expected_digest"], "{i}");
+    assert_eq!(i["digest"], list["console_digest"]);
+    assert_eq!(i["console_version"], 1);
+    let list = get(
+        addr,
+        "/api/v1/apps/shop/orders/points/e.mixed/instances",
+        None,
+    )
+    .json();
+    let i = find(&list["instances"], "instance", "i-1");
+    let file_source = format!("file:{}", path.display());
+    assert_eq!(
+        i["origins"],
+        json!({"rules": {"source": "console", "version": 1},
+               "breaker": {"source": file_source, "version": 1}})
+    );
+    assert_eq!(i["drift_reasons"], json!(["local_override"]));
+    // The local text is the file's own settings of the point.
+    let file = resilience_runtime::config::PolicyFile::parse(
+        LOCAL_FILE,
+        resilience_runtime::config::Format::Toml,
+    )
+    .unwrap();
+    let local = get(
+        addr,
+        "/api/v1/apps/shop/orders/points/e.mixed/instances/i-1/local",
+        None,
+    )
+    .json();
+    assert_eq!(
+        local["local"],
+        serde_json::to_value(&file.points["e.mixed"]).unwrap()
+    );
+    let instances = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
+    let health = &find(&instances["instances"], "instance", "i-1")["client"];
+    assert_eq!(health["from_cache"], false);
+    assert_eq!(health["last_pull_error"], Value::Null);
+}
+
+#[test]
+fn json_protocol_carries_what_each_point_enforces() {
+    enforcement_round_trip(Protocol::Json);
+}
+
+#[test]
+fn sds_protocol_carries_what_each_point_enforces() {
+    enforcement_round_trip(Protocol::Sds);
+}

@@ -10,6 +10,12 @@
 //! pass without a browser.
 
 mod common;
+/// The policy editors: the point form and the raw text editors.
+#[path = "dashboard/editor.rs"]
+mod editor;
+/// The live view: charts at 1-second resolution.
+#[path = "dashboard/live.rs"]
+mod live;
 
 use common::*;
 use resilience_admin::server::StorageConfig;
@@ -54,10 +60,19 @@ struct Browser {
     addr: SocketAddr,
     session: String,
     _profile: TempDir,
+    /// One browser at a time: the tests of this file run in parallel threads, and
+    /// several Chromiums at once on a small machine make every wait a race.
+    _turn: std::sync::MutexGuard<'static, ()>,
 }
+
+static BROWSER_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Browser {
     fn start() -> Browser {
+        // A test that failed while holding the turn poisons it; the next one may go.
+        let turn = BROWSER_TURN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let chromium = tool(
             "RESILIENCE_CHROMIUM",
             &["/usr/bin/chromium", "/usr/bin/chromium-browser"],
@@ -96,6 +111,7 @@ impl Browser {
             addr,
             session: String::new(),
             _profile: profile,
+            _turn: turn,
         };
         let created = browser.call("POST", "/session", Some(&caps));
         browser.session = created["sessionId"]
@@ -477,4 +493,296 @@ fn edit_a_policy_in_the_dashboard_and_see_it_reach_a_running_client() {
     eprintln!("dashboard screenshot: {}", shot.display());
     drop(browser);
     handle.stop();
+}
+
+// ---- what each instance enforces, in the DOM ----
+
+/// The file layer of the enforcement scenario: a breaker under the console's rules of
+/// `dom.mixed`, and `dom.file`'s own limit.
+const DOM_FILE: &str = "[points.\"dom.mixed\".breaker]\nalgorithm = \"classic\"\n\
+                        consecutive_failures = 1\n\n[points.\"dom.file\"]\nmax_concurrency = 5\n";
+
+fn wall_of(t: std::time::SystemTime) -> i64 {
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// A real heartbeat client uploads from a registry with a file layer, a console
+/// layer and an open breaker; the dashboard shows what it sent: the numbers, the
+/// policy sources, drift, the breaker's state, a stale point as idle, the client's
+/// last error, and on the point's page each section's origin and the local text.
+#[test]
+fn the_dashboard_shows_what_each_instance_enforces() {
+    use resilience_runtime::ManualClock;
+    // The server's clock and the instance's, apart for a while to make an upload fail.
+    let (server_clock, instance_clock) = (ManualClock::new(), ManualClock::new());
+    let mut c = config(StorageConfig::Memory);
+    c.clock = Clock::manual(&server_clock);
+    let server = start(c);
+    let addr = server.addr();
+    let both = |d: Duration| {
+        server_clock.advance(d);
+        instance_clock.advance(d);
+    };
+    let dir = TempDir::new("dom-enforce");
+    let path = dir.path().join("policies.toml");
+    std::fs::write(&path, DOM_FILE).unwrap();
+    let registry: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(
+        &instance_clock,
+    ))));
+    registry.load_policies(&path).unwrap();
+    let r = put_json(
+        addr,
+        "/api/v1/apps/shop/orders/policy",
+        Some(ADMIN),
+        &json!({"base_version": 0, "author": "ops", "policy": {"points": {
+            "dom.console": {"max_visits": 3}, "dom.mixed": {"max_visits": 50},
+            "dom.stale": {"max_visits": 100}}}}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let hb = HeartbeatConfig::new("shop", "orders", &server.url())
+        .unwrap()
+        .token(APP)
+        .instance("dom-1")
+        .unwrap();
+    let client = HeartbeatClient::new(hb, registry);
+    client.pull_now().unwrap();
+    assert_eq!(client.policy_version(), 1);
+
+    // Cycle 0: the stale point's last traffic.
+    let stale = registry.point("dom.stale").unwrap();
+    for _ in 0..4 {
+        stale.enter().unwrap().finish(false);
+    }
+    both(Duration::from_secs(14));
+    client.upload_now().unwrap();
+    let stale_cycle = last_closed_cycle(wall_ms_of(&server_clock));
+
+    // The instance's clock runs 100 s ahead: its next cycle is "in the future" for
+    // the server, which refuses it (the client keeps the error), then they agree.
+    instance_clock.advance(Duration::from_secs(100));
+    assert!(client.upload_now().is_err());
+    let upload_error = client.status().last_upload_error.unwrap();
+    server_clock.advance(Duration::from_secs(100));
+
+    // The figures of the last cycle: 5 visits on dom.console (3 pass, 1 fails), and
+    // one failing call that opens dom.mixed's breaker.
+    let console = registry.point("dom.console").unwrap();
+    for i in 0..5 {
+        if let Ok(p) = console.enter() {
+            p.finish(i == 0);
+        }
+    }
+    registry
+        .point("dom.mixed")
+        .unwrap()
+        .enter()
+        .unwrap()
+        .finish(true);
+    let opened = wall_of(registry.stats("dom.mixed").unwrap().breaker.unwrap().since);
+    both(Duration::from_secs(10));
+    client.upload_now().unwrap();
+    let sent = registry.stats("dom.console").unwrap().last_cycle.unwrap();
+    assert_eq!(
+        (sent.visits, sent.passes, sent.downgrades, sent.exceptions),
+        (5, 3, 2, 1)
+    );
+    // A second instance (crafted) enforcing dom.file from its own file, on its cache.
+    let cycle = last_closed_cycle(wall_ms_of(&server_clock));
+    let crafted = json!({"app_group": "shop", "app": "orders", "instance": "dom-crafted",
+        "cycle_start_ms": cycle,
+        "enforcing": [{"name": "dom.file", "digest": "0123456789abcdef",
+                       "origins": {"rules": {"source": "file:/srv/other.toml", "version": 4}},
+                       "local": {"max_concurrency": 9}}],
+        "client": {"last_upload_error": null, "last_pull_error": "connection refused",
+                   "from_cache": true, "uploads_dropped": 0, "pull_failures": 3,
+                   "policies_rejected": 0}});
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &crafted);
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // What is stored.
+    let points = get(addr, "/api/v1/apps/shop/orders/points", None).json();
+    let point = |name: &str| {
+        points["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let stored = point("dom.console");
+    assert_eq!(stored["last_cycle"]["visits"], sent.visits);
+    assert_eq!(point("dom.mixed")["breaker"]["since_ms"], opened);
+    assert_eq!(point("dom.mixed")["drift"], true);
+    assert_eq!(point("dom.stale")["idle"], true);
+    assert_eq!(point("dom.stale")["idle_since_ms"], stale_cycle + 10_000);
+    let local = get(
+        addr,
+        "/api/v1/apps/shop/orders/points/dom.mixed/instances/dom-1/local",
+        None,
+    )
+    .json()["local"]
+        .clone();
+    let file = resilience_runtime::config::PolicyFile::parse(
+        DOM_FILE,
+        resilience_runtime::config::Format::Toml,
+    )
+    .unwrap();
+    assert_eq!(
+        local,
+        serde_json::to_value(&file.points["dom.mixed"]).unwrap()
+    );
+
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.wait(
+        "document.body.dataset.state === 'ready'",
+        "the page to load",
+    );
+    let row = |point: &str, css: &str| format!("#points tr[data-point=\"{point}\"] {css}");
+    let text = |css: &str| {
+        browser.wait(
+            &format!(
+                "document.querySelector('{}') && document.querySelector('{}').textContent",
+                css.replace('\'', "\\'"),
+                css.replace('\'', "\\'")
+            ),
+            css,
+        )
+    };
+    // The numbers shown are the numbers sent, with their cycle.
+    for (class, n) in [
+        ("n-visits", sent.visits),
+        ("n-passes", sent.passes),
+        ("n-downgrades", sent.downgrades),
+        ("n-exceptions", sent.exceptions),
+        ("n-timeouts", sent.timeouts),
+    ] {
+        assert_eq!(
+            text(&row("dom.console", &format!("td.{class}"))),
+            json!(n.to_string()),
+            "{class}"
+        );
+    }
+    assert_eq!(
+        browser.js(&format!(
+            "return document.querySelector('{}').dataset.cycleStartMs;",
+            row("dom.console", "td.asof").replace('\'', "\\'")
+        )),
+        json!(wall_of(sent.start).to_string())
+    );
+    assert_eq!(
+        text(&row("dom.console", "td.policy-source")),
+        json!("console v1")
+    );
+    assert_eq!(text(&row("dom.console", "td.drift")), json!("-"));
+    // The file's breaker over the console's rules: drift, and the open breaker.
+    assert_eq!(
+        text(&row("dom.mixed", "td.policy-source")),
+        json!("console v1 + file (1 instance)")
+    );
+    let drift = text(&row("dom.mixed", "td.drift[data-drift=\"true\"]"));
+    assert!(drift.as_str().unwrap().starts_with("drift"), "{drift}");
+    let breaker = text(&row("dom.mixed", "td.breaker[data-state=\"open\"]"));
+    assert!(
+        breaker.as_str().unwrap().starts_with("open since "),
+        "{breaker}"
+    );
+    assert_eq!(
+        browser.js(&format!(
+            "return document.querySelector('{}').dataset.sinceMs;",
+            row("dom.mixed", "td.breaker").replace('\'', "\\'")
+        )),
+        json!(opened.to_string())
+    );
+    // A point only a file sets, on two instances; never "no policy".
+    assert_eq!(
+        text(&row("dom.file", "td.policy-source")),
+        json!("file (2 instances)")
+    );
+    // The stale point: idle, and none of its old numbers.
+    let idle = text(&row("dom.stale", "td.idle"));
+    assert!(idle.as_str().unwrap().starts_with("idle since "), "{idle}");
+    assert_eq!(
+        browser.js(
+            "const r = document.querySelector('#points tr[data-point=\"dom.stale\"]'); \
+             return [r.dataset.idle, r.querySelectorAll('td.n-visits').length, \
+                     r.querySelector('td.idle').dataset.idleSinceMs];"
+        ),
+        json!(["true", 0, (stale_cycle + 10_000).to_string()])
+    );
+
+    // Heartbeat health in the instances table.
+    let hb_error = text("#instances tr[data-instance=\"dom-1\"] td.hb-error");
+    assert!(
+        hb_error
+            .as_str()
+            .unwrap()
+            .contains(&format!("upload: {upload_error}")),
+        "{hb_error} / {upload_error}"
+    );
+    assert_eq!(
+        text("#instances tr[data-instance=\"dom-1\"] td.hb-cache"),
+        json!("no")
+    );
+    assert_eq!(
+        text("#instances tr[data-instance=\"dom-1\"] td.hb-age"),
+        json!("0 s ago")
+    );
+    assert_eq!(
+        text("#instances tr[data-instance=\"dom-crafted\"] td.hb-cache"),
+        json!("yes")
+    );
+    let crafted_error = text("#instances tr[data-instance=\"dom-crafted\"] td.hb-error");
+    assert!(
+        crafted_error
+            .as_str()
+            .unwrap()
+            .starts_with("pull: connection refused"),
+        "{crafted_error}"
+    );
+
+    // The point's page: each instance, the console version it holds, the origin of
+    // each section, drift, and the local text on demand.
+    browser.click("#points tr[data-point=\"dom.mixed\"]");
+    let me = "#enforcement tr.instance-row[data-instance=\"dom-1\"]";
+    assert_eq!(text(&format!("{me} td.console-version")), json!("v1"));
+    assert_eq!(
+        text(&format!("{me} li[data-section=\"rules\"]")),
+        json!("rules: console v1")
+    );
+    assert_eq!(
+        text(&format!("{me} li[data-section=\"breaker\"]")),
+        json!(format!("breaker: file:{} v1", path.display()))
+    );
+    assert!(text(&format!("{me} td.drift[data-drift=\"true\"]"))
+        .as_str()
+        .unwrap()
+        .contains("local override"));
+    assert!(text(&format!("{me} td.breaker[data-state=\"open\"]"))
+        .as_str()
+        .unwrap()
+        .starts_with("open since "));
+    browser.click(&format!("{me} button.reveal-local"));
+    let shown = browser.wait(
+        &format!(
+            "(() => {{ const p = document.querySelector('{}'); \
+               return p && !p.hidden && p.dataset.loaded === 'true' && p.textContent; }})()",
+            "#enforcement tr.local-row[data-instance=\"dom-1\"] pre.local-text"
+        ),
+        "the local text",
+    );
+    let shown: Value = serde_json::from_str(shown.as_str().unwrap()).unwrap();
+    assert_eq!(shown, local, "the revealed text is what the instance sent");
+    // For people: what it looked like.
+    browser.js("window.scrollTo(0, 0);");
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("enforcement.png");
+    std::fs::write(&shot, browser.page_png()).unwrap();
+    eprintln!("enforcement screenshot: {}", shot.display());
+    drop(browser);
+}
+
+fn wall_ms_of(clock: &resilience_runtime::ManualClock) -> i64 {
+    let c = Clock::manual(clock);
+    (c.wall_nanos(c.now()) / 1_000_000) as i64
 }

@@ -114,3 +114,68 @@ fn two_servers_on_one_database_cannot_write_the_same_version() {
     }
     assert_eq!(b.policy_history(&app).unwrap().len(), 1);
 }
+
+#[test]
+fn postgres_enforcement() {
+    let db = Database::create();
+    scenarios::enforcement(StorageConfig::Postgres(db.url()));
+}
+
+/// A database of schema version 1 (before enforcement reports) opens: its instances
+/// are kept, and new heartbeats store what they enforce.
+#[test]
+fn a_version_1_database_is_migrated() {
+    let db = Database::create();
+    let mut c = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    c.batch_execute(
+        "CREATE TABLE ra_schema (version INTEGER NOT NULL);
+         INSERT INTO ra_schema VALUES (1);
+         CREATE TABLE ra_apps (id BIGSERIAL PRIMARY KEY, app_group TEXT NOT NULL,
+             app_name TEXT NOT NULL, created_ms BIGINT NOT NULL, UNIQUE (app_group, app_name));
+         CREATE TABLE ra_instances (app_id BIGINT NOT NULL REFERENCES ra_apps(id),
+             instance TEXT NOT NULL, host TEXT NOT NULL, ip TEXT NOT NULL,
+             protocol TEXT NOT NULL, last_heartbeat_ms BIGINT, last_pull_ms BIGINT,
+             policy_version BIGINT, PRIMARY KEY (app_id, instance));
+         INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
+         INSERT INTO ra_instances VALUES (1, 'old-1', 'h', '10.0.0.1', 'json', 5, NULL, 2);",
+    )
+    .unwrap();
+    scenarios::migrated_v1(StorageConfig::Postgres(db.url()));
+    let v: i32 = c
+        .query_one("SELECT MAX(version) FROM ra_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 3);
+}
+
+#[test]
+fn postgres_seconds() {
+    let db = Database::create();
+    scenarios::seconds(StorageConfig::Postgres(db.url()));
+}
+
+/// A database of schema version 2 (before the 1-second buckets: this version's
+/// schema without them) opens: its cycles are kept, and new heartbeats store their
+/// seconds.
+#[test]
+fn a_version_2_database_is_migrated() {
+    let db = Database::create();
+    drop(resilience_admin::store::PostgresStore::connect(&db.url()).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let mut c = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "DROP TABLE ra_second_stats, ra_second_reasons;
+         ALTER TABLE ra_cycle_stats DROP COLUMN second_instances;
+         UPDATE ra_schema SET version = 2;
+         INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
+         INSERT INTO ra_cycle_stats
+             SELECT id, 'order.create', {cycle}, 7, 7, 0, 0, 0, 1, 1 FROM ra_apps;"
+    ))
+    .unwrap();
+    scenarios::migrated_v2(StorageConfig::Postgres(db.url()), cycle);
+    let v: i32 = c
+        .query_one("SELECT MAX(version) FROM ra_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 3);
+}

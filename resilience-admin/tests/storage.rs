@@ -45,3 +45,70 @@ fn a_newer_schema_is_refused() {
     let e = resilience_admin::store::SqliteStore::open(&path).unwrap_err();
     assert!(e.to_string().contains("schema version 99"), "{e}");
 }
+
+#[test]
+fn sqlite_enforcement() {
+    let dir = TempDir::new("enforcing");
+    scenarios::enforcement(file(&dir));
+}
+
+/// A file of schema version 1 (before enforcement reports) opens: its instances are
+/// kept, and new heartbeats store what they enforce.
+#[test]
+fn a_version_1_file_is_migrated() {
+    let dir = TempDir::new("migrate");
+    let path = dir.path().join("admin.db");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE apps (id INTEGER PRIMARY KEY, app_group TEXT NOT NULL,
+             app_name TEXT NOT NULL, created_ms INTEGER NOT NULL, UNIQUE (app_group, app_name));
+         CREATE TABLE instances (app_id INTEGER NOT NULL REFERENCES apps(id),
+             instance TEXT NOT NULL, host TEXT NOT NULL, ip TEXT NOT NULL,
+             protocol TEXT NOT NULL, last_heartbeat_ms INTEGER, last_pull_ms INTEGER,
+             policy_version INTEGER, PRIMARY KEY (app_id, instance));
+         INSERT INTO apps VALUES (1, 'shop', 'orders', 5);
+         INSERT INTO instances VALUES (1, 'old-1', 'h', '10.0.0.1', 'json', 5, NULL, 2);
+         PRAGMA user_version = 1;",
+    )
+    .unwrap();
+    drop(conn);
+    scenarios::migrated_v1(file(&dir));
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 3);
+}
+
+#[test]
+fn sqlite_seconds() {
+    let dir = TempDir::new("seconds");
+    scenarios::seconds(file(&dir));
+}
+
+/// A file of schema version 2 (before the 1-second buckets: this version's file
+/// without them) opens: its cycles are kept, and new heartbeats store their seconds.
+#[test]
+fn a_version_2_file_is_migrated() {
+    let dir = TempDir::new("migrate2");
+    let path = dir.path().join("admin.db");
+    drop(resilience_admin::store::SqliteStore::open(&path).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&format!(
+        "DROP TABLE second_stats;
+         DROP TABLE second_reasons;
+         ALTER TABLE cycle_stats DROP COLUMN second_instances;
+         INSERT INTO apps VALUES (1, 'shop', 'orders', 5);
+         INSERT INTO cycle_stats VALUES (1, 'order.create', {cycle}, 7, 7, 0, 0, 0, 1, 1);
+         PRAGMA user_version = 2;"
+    ))
+    .unwrap();
+    drop(conn);
+    scenarios::migrated_v2(file(&dir), cycle);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 3);
+}

@@ -2,7 +2,11 @@
 
 use super::{body, json_body, require, AdminState, ApiError};
 use crate::auth::Right;
-use crate::model::{AppKey, NewPolicyVersion, PointInfo, PolicyVersion, CYCLE_MS};
+use crate::enforcement::{self, Console, PointEnforcement, Verdict};
+use crate::model::{
+    AppKey, BreakerReport, EnforcementRow, InstanceInfo, NewPolicyVersion, PointInfo,
+    PolicyVersion, SectionOrigin, CYCLE_MS, SECOND_MS,
+};
 use crate::policy::{self, Document};
 use crate::wire::check_name;
 use axum::body::Bytes;
@@ -10,10 +14,10 @@ use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
-use resilience_runtime::config::Format;
-use serde::Deserialize;
+use resilience_runtime::config::{Format, PointConfig};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The longest author name or comment accepted.
 const MAX_AUTHOR_LEN: usize = 128;
@@ -76,7 +80,83 @@ fn stored_document(v: &PolicyVersion) -> Result<Document, ApiError> {
     })
 }
 
-/// `GET .../points`: points reported by instances and points with a policy.
+/// The start of the last closed cycle at `now_ms`: the newest cycle whose figures
+/// can be in.
+fn last_closed_cycle(now_ms: i64) -> i64 {
+    now_ms - now_ms.rem_euclid(CYCLE_MS) - CYCLE_MS
+}
+
+/// A point without traffic in more than this many closed cycles is idle.
+const IDLE_CYCLES: i64 = 2;
+
+/// At most this many older console versions are read to judge digests; reports of
+/// other versions are not judged by digest.
+const MAX_VERSIONS_JUDGED: usize = 32;
+
+/// The console as the drift rules need it: the current version, and the digests of
+/// the versions in `held` (those the reports' console sections come from).
+async fn console_view(
+    state: &AdminState,
+    app: &AppKey,
+    current_version: u64,
+    doc: &Document,
+    held: impl IntoIterator<Item = u64>,
+) -> Result<Console, ApiError> {
+    let mut console = Console::new(current_version, doc);
+    let mut needed: Vec<u64> = held
+        .into_iter()
+        .filter(|&v| console.needs(v))
+        .collect::<BTreeSet<u64>>()
+        .into_iter()
+        .collect();
+    // Versions after the current one were never written: no query needed.
+    for &v in needed.iter().filter(|&&v| v > current_version) {
+        console.add_version(v, None);
+    }
+    needed.retain(|&v| v < current_version);
+    // The newest first; beyond the limit, unknown (not judged by digest).
+    needed.reverse();
+    for &v in needed.iter().skip(MAX_VERSIONS_JUDGED) {
+        console.add_version(v, Some(Err(())));
+    }
+    needed.truncate(MAX_VERSIONS_JUDGED);
+    if needed.is_empty() {
+        return Ok(console);
+    }
+    let key = app.clone();
+    let loaded = state
+        .store_op(move |s| {
+            needed
+                .into_iter()
+                .map(|v| Ok((v, s.policy_version(&key, v)?)))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .await?;
+    for (v, found) in loaded {
+        console.add_version(
+            v,
+            found.map(|pv| Document::from_stored(&pv.document).map_err(|_| ())),
+        );
+    }
+    Ok(console)
+}
+
+/// A point as the points list shows it.
+#[derive(Debug, Serialize)]
+struct PointView {
+    #[serde(flatten)]
+    info: PointInfo,
+    #[serde(flatten)]
+    enforcement: PointEnforcement,
+    /// No traffic in the last [`IDLE_CYCLES`] closed cycles (or none stored).
+    idle: bool,
+    /// The end of its last cycle with traffic, when idle; `None` if none is stored.
+    idle_since_ms: Option<i64>,
+}
+
+/// `GET .../points`: points reported by instances, points with a policy, and points
+/// an instance enforces something for, each with its latest cycle, who enforces a
+/// policy for it from which sources, drift, breaker states, and whether it is idle.
 pub(super) async fn points(
     State(state): State<AdminState>,
     headers: HeaderMap,
@@ -85,29 +165,202 @@ pub(super) async fn points(
     require(&state, &headers, Right::Read)?;
     let app = app_key(group, app)?;
     let key = app.clone();
-    let reported = state.store_op(move |s| s.points(&key)).await?;
-    let (_, doc) = current(&state, &app).await?;
+    let (reported, rows, instances) = state
+        .store_op(move |s| {
+            Ok((
+                s.points(&key)?,
+                s.enforcement(&key, None, false)?,
+                s.instances(&key)?,
+            ))
+        })
+        .await?;
+    let (version, doc) = current(&state, &app).await?;
+    let current_version = version.as_ref().map_or(0, |v| v.version);
+    let now = state.now_ms();
+    let instances: BTreeMap<&str, &InstanceInfo> =
+        instances.iter().map(|i| (i.instance.as_str(), i)).collect();
+    let mut live: BTreeMap<&str, Vec<&EnforcementRow>> = BTreeMap::new();
+    for r in &rows {
+        if enforcement::is_live(instances.get(r.instance.as_str()).copied(), now) {
+            live.entry(r.entry.point.as_str()).or_default().push(r);
+        }
+    }
+    let console = console_view(
+        &state,
+        &app,
+        current_version,
+        &doc,
+        live.values()
+            .flatten()
+            .filter_map(|r| enforcement::console_version(&r.entry)),
+    )
+    .await?;
     let with_policy = doc.point_names();
     let mut points: BTreeMap<String, PointInfo> =
         reported.into_iter().map(|p| (p.name.clone(), p)).collect();
-    for name in &with_policy {
-        points.entry(name.clone()).or_insert_with(|| PointInfo {
-            name: name.clone(),
+    for name in with_policy
+        .iter()
+        .map(String::as_str)
+        .chain(live.keys().copied())
+    {
+        points.entry(name.to_owned()).or_insert_with(|| PointInfo {
+            name: name.to_owned(),
             declared: false,
-            has_policy: true,
+            has_policy: false,
             first_seen_ms: None,
             last_seen_ms: None,
             last_cycle: None,
         });
     }
-    for p in points.values_mut() {
-        p.has_policy = with_policy.contains(&p.name);
-    }
-    let points: Vec<PointInfo> = points.into_values().collect();
-    Ok(Json(json!({ "points": points, "now_ms": state.now_ms() })))
+    let latest = last_closed_cycle(now);
+    let views: Vec<PointView> = points
+        .into_values()
+        .map(|mut info| {
+            info.has_policy = with_policy.contains(&info.name);
+            let last_traffic = info.last_cycle.as_ref().map(|c| c.cycle_start_ms);
+            let idle = last_traffic.is_none_or(|t| latest - t > IDLE_CYCLES * CYCLE_MS);
+            let enforcement = enforcement::summarize(
+                live.get(info.name.as_str()).into_iter().flatten().copied(),
+                &console,
+            );
+            PointView {
+                info,
+                enforcement,
+                idle,
+                idle_since_ms: last_traffic.filter(|_| idle).map(|t| t + CYCLE_MS),
+            }
+        })
+        .collect();
+    Ok(Json(json!({
+        "points": views, "now_ms": now, "cycle_start_ms": latest, "cycle_ms": CYCLE_MS,
+        "policy_version": current_version,
+    })))
 }
 
-/// `GET .../instances`.
+fn point_name(point: &str) -> Result<(), ApiError> {
+    check_name(point)
+        .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, "bad_path", format!("point: {m}")))
+}
+
+/// One instance's enforcement of a point, as the point's instance list shows it.
+#[derive(Debug, Serialize)]
+struct InstanceEnforcement<'a> {
+    instance: &'a str,
+    host: Option<&'a str>,
+    /// Its last heartbeat is at most [`enforcement::LIVE_MS`] old.
+    live: bool,
+    last_heartbeat_ms: Option<i64>,
+    /// The policy version it last said it holds.
+    policy_version: Option<u64>,
+    digest: &'a str,
+    origins: &'a BTreeMap<String, SectionOrigin>,
+    has_local: bool,
+    breaker: Option<&'a BreakerReport>,
+    #[serde(flatten)]
+    verdict: Verdict,
+    cycle_start_ms: i64,
+    received_ms: i64,
+}
+
+/// `GET .../points/{point}/instances`: what each instance enforces for the point.
+pub(super) async fn point_instances(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    Path((group, app, point)): Path<(String, String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    require(&state, &headers, Right::Read)?;
+    let app = app_key(group, app)?;
+    point_name(&point)?;
+    let (key, p) = (app.clone(), point.clone());
+    let (rows, instances) = state
+        .store_op(move |s| Ok((s.enforcement(&key, Some(&p), false)?, s.instances(&key)?)))
+        .await?;
+    let (version, doc) = current(&state, &app).await?;
+    let current_version = version.as_ref().map_or(0, |v| v.version);
+    let console = console_view(
+        &state,
+        &app,
+        current_version,
+        &doc,
+        rows.iter()
+            .filter_map(|r| enforcement::console_version(&r.entry)),
+    )
+    .await?;
+    let now = state.now_ms();
+    let instances: BTreeMap<&str, &InstanceInfo> =
+        instances.iter().map(|i| (i.instance.as_str(), i)).collect();
+    let list: Vec<InstanceEnforcement<'_>> = rows
+        .iter()
+        .map(|r| {
+            let info = instances.get(r.instance.as_str()).copied();
+            InstanceEnforcement {
+                instance: &r.instance,
+                host: info.map(|i| i.host.as_str()),
+                live: enforcement::is_live(info, now),
+                last_heartbeat_ms: info.and_then(|i| i.last_heartbeat_ms),
+                policy_version: info.and_then(|i| i.policy_version),
+                digest: &r.entry.digest,
+                origins: &r.entry.origins,
+                has_local: r.has_local,
+                breaker: r.entry.breaker.as_ref(),
+                verdict: enforcement::judge(&r.entry, &console),
+                cycle_start_ms: r.cycle_start_ms,
+                received_ms: r.received_ms,
+            }
+        })
+        .collect();
+    let console_digest = enforcement::digests(&doc)
+        .remove(&point)
+        .unwrap_or_else(|| "none".to_owned());
+    Ok(Json(json!({
+        "point": point, "now_ms": now, "policy_version": current_version,
+        "has_policy": console.current_points.contains(&point),
+        "console_digest": console_digest, "instances": list,
+    })))
+}
+
+/// `GET .../points/{point}/instances/{instance}/local`: the settings of the point that
+/// the instance takes from other sources than the console, as it sent them.
+pub(super) async fn point_local(
+    State(state): State<AdminState>,
+    headers: HeaderMap,
+    Path((group, app, point, instance)): Path<(String, String, String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    require(&state, &headers, Right::Read)?;
+    let app = app_key(group, app)?;
+    point_name(&point)?;
+    let (key, p) = (app.clone(), point.clone());
+    let rows = state
+        .store_op(move |s| s.enforcement(&key, Some(&p), true))
+        .await?;
+    let Some(row) = rows.into_iter().find(|r| r.instance == instance) else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "no_such_report",
+            format!(
+                "instance {instance:?} of app {app} reported nothing enforced for point {point:?}"
+            ),
+        ));
+    };
+    let local = row.entry.local;
+    let text = local
+        .as_ref()
+        .and_then(|l| serde_json::to_string_pretty(l).ok());
+    // As a policy file, when this server's runtime reads it.
+    let toml = local.as_ref().and_then(|l| {
+        Document::from_json(&json!({ "points": { point.as_str(): l } }))
+            .ok()
+            .map(|d| d.to_toml())
+    });
+    Ok(Json(json!({
+        "point": point, "instance": row.instance, "local": local, "text": text, "toml": toml,
+        "origins": row.entry.origins, "cycle_start_ms": row.cycle_start_ms,
+        "received_ms": row.received_ms,
+    })))
+}
+
+/// `GET .../instances`, with each instance's heartbeat health: the age of its last
+/// upload and what its client last reported.
 pub(super) async fn instances(
     State(state): State<AdminState>,
     headers: HeaderMap,
@@ -116,9 +369,17 @@ pub(super) async fn instances(
     require(&state, &headers, Right::Read)?;
     let app = app_key(group, app)?;
     let instances = state.store_op(move |s| s.instances(&app)).await?;
-    Ok(Json(
-        json!({ "instances": instances, "now_ms": state.now_ms() }),
-    ))
+    let now = state.now_ms();
+    let list: Vec<Value> = instances
+        .iter()
+        .map(|i| {
+            let mut v = serde_json::to_value(i).unwrap_or_else(|_| json!({}));
+            v["last_upload_age_ms"] = i.last_heartbeat_ms.map(|t| (now - t).max(0)).into();
+            v["live"] = enforcement::is_live(Some(i), now).into();
+            v
+        })
+        .collect();
+    Ok(Json(json!({ "instances": list, "now_ms": now })))
 }
 
 /// Query of `GET .../stats`.
@@ -128,10 +389,62 @@ pub(super) struct StatsQuery {
     from: Option<i64>,
     to: Option<i64>,
     limit: Option<usize>,
+    /// `10s` (cycles, the default) or `1s` (the live view's 1-second buckets).
+    resolution: Option<String>,
+    /// The length of the range ending at `to` (ms, or with a unit: `300s`, `5m`,
+    /// `1h`, `7d`); without `to`, the range ends where the heartbeats are in.
+    range: Option<String>,
+    /// `points`: one row per cycle (second), summed over the points.
+    sum: Option<String>,
 }
 
-/// `GET .../stats?point=&from=&to=&limit=`: cycles with `from <= start < to` (ms;
-/// default: the last 15 minutes).
+/// Instances upload a cycle 5 s after it ends: a range given by its length ends at
+/// the end of the last cycle that ended at least this long ago, so that its last
+/// cycle does not show a dip while the uploads of some instances are still to come.
+const UPLOAD_DELAY_MS: i64 = 6_000;
+
+/// The longest `range`: the longest a cycle may be kept.
+const MAX_RANGE_MS: i64 = 366 * 24 * 3600 * 1000;
+
+fn bad_query(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", message)
+}
+
+/// `range`: ms, or a number with the unit `ms`, `s`, `m`, `h` or `d`.
+fn parse_range(text: &str) -> Result<i64, ApiError> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    let unit_ms = match unit {
+        "" | "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => 0,
+    };
+    match digits.parse::<i64>() {
+        Ok(n) if unit_ms > 0 && n > 0 && n <= MAX_RANGE_MS / unit_ms => Ok(n * unit_ms),
+        _ => Err(bad_query(format!(
+            "range: expected a positive duration in ms or with a unit (300s, 5m, 1h, 7d) of \
+             at most 366 days, got {:?}",
+            t.chars().take(40).collect::<String>()
+        ))),
+    }
+}
+
+/// The end of the newest cycle whose heartbeats are in at `now_ms` (see
+/// [`UPLOAD_DELAY_MS`]).
+fn complete_to(now_ms: i64) -> i64 {
+    let t = now_ms - UPLOAD_DELAY_MS;
+    t - t.rem_euclid(CYCLE_MS)
+}
+
+/// `GET .../stats?point=&from=&to=&range=&resolution=&sum=&limit=`: cycles (or with
+/// `resolution=1s` the 1-second buckets) with `from <= start < to` (ms; default: the
+/// last 15 minutes; with `range` and no `to`, the range ending at the end of the newest
+/// cycle whose heartbeats are in), of one point or, per point, of all; with
+/// `sum=points` summed over the points.
 pub(super) async fn stats(
     State(state): State<AdminState>,
     headers: HeaderMap,
@@ -140,27 +453,102 @@ pub(super) async fn stats(
 ) -> Result<Json<Value>, ApiError> {
     require(&state, &headers, Right::Read)?;
     let app = app_key(group, app)?;
-    let Query(q) =
-        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text()))?;
+    let Query(q) = query.map_err(|e| bad_query(e.body_text()))?;
     let now = state.now_ms();
-    let to = q.to.unwrap_or(now + CYCLE_MS);
-    let from = q.from.unwrap_or(to - DEFAULT_RANGE_MS);
+    let range = q.range.as_deref().map(parse_range).transpose()?;
+    let to = match (q.to, range) {
+        (Some(to), _) => to,
+        (None, Some(_)) => complete_to(now),
+        (None, None) => now + CYCLE_MS,
+    };
+    let from = match (q.from, range) {
+        (Some(from), _) => from,
+        (None, Some(range)) => to.saturating_sub(range),
+        (None, None) => to - DEFAULT_RANGE_MS,
+    };
     if from >= to {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_query",
-            format!("from ({from}) must be before to ({to})"),
-        ));
+        return Err(bad_query(format!("from ({from}) must be before to ({to})")));
     }
+    let sum_points = match q.sum.as_deref() {
+        None | Some("") => false,
+        Some("points") => true,
+        Some(other) => {
+            return Err(bad_query(format!(
+                "sum: expected `points`, got {:?}",
+                other.chars().take(40).collect::<String>()
+            )))
+        }
+    };
     let limit = q.limit.unwrap_or(MAX_ROWS).min(MAX_ROWS);
     let point = q.point.filter(|p| !p.is_empty());
+    match q.resolution.as_deref() {
+        None | Some("" | "10s") => {}
+        Some("1s") => {
+            let range = Range { from, to, now };
+            return second_stats(&state, app, point, sum_points, range, limit).await;
+        }
+        Some(other) => {
+            return Err(bad_query(format!(
+                "resolution: expected `10s` or `1s`, got {:?}",
+                other.chars().take(40).collect::<String>()
+            )))
+        }
+    }
     let rows = state
-        .store_op(move |s| s.stats(&app, point.as_deref(), from, to, limit + 1))
+        .store_op(move |s| match (sum_points, point) {
+            (true, None) => s.stats_summed(&app, from, to, limit + 1),
+            // One point summed over points is that point.
+            (_, point) => s.stats(&app, point.as_deref(), from, to, limit + 1),
+        })
+        .await?;
+    let truncated = rows.len() > limit;
+    let mut rows = serde_json::to_value(&rows[..rows.len().min(limit)])
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    if sum_points {
+        for row in rows.as_array_mut().into_iter().flatten() {
+            row["point"] = Value::Null;
+        }
+    }
+    Ok(Json(json!({
+        "from_ms": from, "to_ms": to, "cycle_ms": CYCLE_MS, "now_ms": now,
+        "resolution": "10s", "step_ms": CYCLE_MS,
+        "rows": rows, "truncated": truncated,
+    })))
+}
+
+/// The range of a statistics request.
+struct Range {
+    from: i64,
+    to: i64,
+    now: i64,
+}
+
+/// `GET .../stats?resolution=1s`: the 1-second buckets, and which cycles of the range
+/// lack some instance's seconds.
+async fn second_stats(
+    state: &AdminState,
+    app: AppKey,
+    point: Option<String>,
+    sum_points: bool,
+    Range { from, to, now }: Range,
+    limit: usize,
+) -> Result<Json<Value>, ApiError> {
+    let (rows, incomplete) = state
+        .store_op(move |s| {
+            let rows = s.seconds(&app, point.as_deref(), sum_points, from, to, limit + 1)?;
+            let incomplete = s.cycles_without_seconds(&app, point.as_deref(), from, to)?;
+            Ok((rows, incomplete))
+        })
         .await?;
     let truncated = rows.len() > limit;
     let rows = &rows[..rows.len().min(limit)];
+    let retention = state.seconds_retention_ms();
     Ok(Json(json!({
-        "from_ms": from, "to_ms": to, "cycle_ms": CYCLE_MS, "now_ms": now,
+        "from_ms": from, "to_ms": to, "now_ms": now,
+        "resolution": "1s", "step_ms": SECOND_MS,
+        "seconds_retention_ms": retention,
+        "retained_from_ms": now.saturating_sub(retention),
+        "incomplete_cycles": incomplete,
         "rows": rows, "truncated": truncated,
     })))
 }
@@ -200,7 +588,31 @@ struct Draft {
     base_version: Option<u64>,
     author: Option<String>,
     comment: String,
+    /// The one point the draft is about (`"point"`): only its settings change.
+    point: Option<String>,
+    /// The text, if the draft came as text (problems are placed in it).
+    text: Option<(String, Format)>,
     document: Result<Document, Vec<policy::PolicyProblem>>,
+}
+
+/// The longest point name accepted as the subject of an edit (the runtime's limit).
+const MAX_POINT_LEN: usize = 256;
+
+impl Draft {
+    /// For a draft of one point: the settings it gives the point (`None`: remove its
+    /// policy); every problem placed in the text.
+    fn point_settings(
+        &self,
+        point: &str,
+    ) -> Result<Option<PointConfig>, Vec<policy::PolicyProblem>> {
+        let doc = self.document.as_ref().map_err(Clone::clone)?;
+        doc.point_draft(point).map_err(|mut problems| {
+            if let Some((text, format)) = &self.text {
+                policy::locate_problems(&mut problems, text, *format);
+            }
+            problems
+        })
+    }
 }
 
 fn field_error(field: &str, message: impl Into<String>) -> ApiError {
@@ -251,6 +663,17 @@ fn read_draft(v: &Value) -> Result<Draft, ApiError> {
             ))
         }
     };
+    let point = match m.get("point") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(p)) if !p.is_empty() && p.len() <= MAX_POINT_LEN => Some(p.clone()),
+        Some(_) => {
+            return Err(field_error(
+                "point",
+                format!("expected the name of a point (1 to {MAX_POINT_LEN} bytes)"),
+            ))
+        }
+    };
+    let mut source = None;
     let document =
         match (m.get("policy"), m.get("text")) {
             (Some(p), None) if p.is_object() => Document::from_json(p),
@@ -266,6 +689,7 @@ fn read_draft(v: &Value) -> Result<Draft, ApiError> {
                         ))
                     }
                 };
+                source = Some((text.clone(), format));
                 Document::parse(text, format)
             }
             (None, Some(_)) => return Err(field_error("text", "expected a string")),
@@ -278,6 +702,8 @@ fn read_draft(v: &Value) -> Result<Draft, ApiError> {
         base_version,
         author,
         comment,
+        point,
+        text: source,
         document,
     })
 }
@@ -302,7 +728,9 @@ fn invalid(problems: Vec<policy::PolicyProblem>) -> ApiError {
     .with_problems(&problems)
 }
 
-/// `POST .../policy/validate`: the problems of a draft, or its canonical form.
+/// `POST .../policy/validate`: the problems of a draft (with their line when it is
+/// text), or its canonical form. With `"point"`, the draft must configure that point
+/// only (or nothing: removing its policy).
 pub(super) async fn validate_policy(
     State(state): State<AdminState>,
     headers: HeaderMap,
@@ -312,20 +740,31 @@ pub(super) async fn validate_policy(
     require(&state, &headers, Right::Read)?;
     app_key(group, app)?;
     let draft = read_draft(&json_body(&body(raw)?)?)?;
+    if let Some(point) = &draft.point {
+        draft.point_settings(point).map_err(invalid)?;
+    }
     let doc = draft.document.map_err(invalid)?;
     Ok(Json(
         json!({"valid": true, "policy": doc.json, "toml": doc.to_toml()}),
     ))
 }
 
-/// Stores `doc` as the version after `base`, unless it equals the current one.
+/// What an edit makes of the current document.
+enum Change {
+    /// This document replaces it.
+    Whole(Document),
+    /// The settings of one point are replaced (`Some`) or removed (`None`).
+    Point(String, Option<Box<PointConfig>>),
+}
+
+/// Stores the change as the version after `base`, unless it changes nothing.
 async fn commit(
     state: &AdminState,
     app: AppKey,
     base: u64,
     author: String,
     comment: String,
-    doc: Document,
+    change: Change,
     restored_from: Option<u64>,
 ) -> Result<Json<Value>, ApiError> {
     let (current_version, current_doc) = current(state, &app).await?;
@@ -333,6 +772,10 @@ async fn commit(
     if current != base {
         return Err(crate::store::StoreError::Conflict { current }.into());
     }
+    let doc = match change {
+        Change::Whole(doc) => doc,
+        Change::Point(point, settings) => current_doc.with_point(&point, settings.map(|s| *s)),
+    };
     let diff = policy::diff(&current_doc.json, &doc.json);
     if diff.is_empty() {
         return Ok(Json(json!({"changed": false, "version": current})));
@@ -359,7 +802,10 @@ fn required<T>(v: Option<T>, field: &str, what: &str) -> Result<T, ApiError> {
 }
 
 /// `PUT .../policy`: a new version on top of `base_version`; 409 if that is no longer
-/// the current version, 422 listing every problem if the policy is invalid.
+/// the current version, 422 listing every problem if the policy is invalid. With
+/// `"point"`, only that point's settings are replaced by the draft's (removed if the
+/// draft does not configure it); every other point stays as it is in the current
+/// version.
 pub(super) async fn edit_policy(
     State(state): State<AdminState>,
     headers: HeaderMap,
@@ -374,9 +820,15 @@ pub(super) async fn edit_policy(
         "base_version",
         "the version the edit is based on (0 for the first)",
     )?;
-    let author = required(draft.author, "author", "who makes the change")?;
-    let doc = draft.document.map_err(invalid)?;
-    commit(&state, app, base, author, draft.comment, doc, None).await
+    let author = required(draft.author.clone(), "author", "who makes the change")?;
+    let change = match &draft.point {
+        Some(point) => {
+            let settings = draft.point_settings(point).map_err(invalid)?;
+            Change::Point(point.clone(), settings.map(Box::new))
+        }
+        None => Change::Whole(draft.document.map_err(invalid)?),
+    };
+    commit(&state, app, base, author, draft.comment, change, None).await
 }
 
 fn parse_version(v: &str) -> Result<u64, ApiError> {
@@ -445,6 +897,7 @@ pub(super) async fn restore(
         // Only the metadata of the edit format applies here.
         m.insert("policy".into(), json!({"points": {}}));
         m.remove("text");
+        m.remove("point");
     }
     let draft = read_draft(&request)?;
     let base = required(
@@ -460,5 +913,14 @@ pub(super) async fn restore(
     } else {
         draft.comment
     };
-    commit(&state, app, base, author, comment, doc, Some(target)).await
+    commit(
+        &state,
+        app,
+        base,
+        author,
+        comment,
+        Change::Whole(doc),
+        Some(target),
+    )
+    .await
 }

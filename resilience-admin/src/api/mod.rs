@@ -8,12 +8,14 @@
 //! | `POST /sds/heartbeat/pullstrategy` | app | the same in SDS's form protocol |
 //! | `GET /api/v1/health` | none | `{"ok": true}` |
 //! | `GET /api/v1/apps` | read | every app with its version and instances |
-//! | `GET /api/v1/apps/{group}/{app}/points` | read | points, declared ones included |
-//! | `GET /api/v1/apps/{group}/{app}/instances` | read | instances and the versions they hold |
-//! | `GET /api/v1/apps/{group}/{app}/stats?point=&from=&to=` | read | stored cycles |
+//! | `GET /api/v1/apps/{group}/{app}/points` | read | points, declared ones included, with enforcement, drift, breakers |
+//! | `GET /api/v1/apps/{group}/{app}/points/{point}/instances` | read | what each instance enforces for the point |
+//! | `GET /api/v1/apps/{group}/{app}/points/{point}/instances/{instance}/local` | read | the instance's local (non-console) settings of the point |
+//! | `GET /api/v1/apps/{group}/{app}/instances` | read | instances, the versions they hold, heartbeat health |
+//! | `GET /api/v1/apps/{group}/{app}/stats?point=&from=&to=&range=&resolution=&sum=` | read | stored cycles (`resolution=10s`, default) or 1-second buckets (`1s`) |
 //! | `GET /api/v1/apps/{group}/{app}/policy` | read | the current version |
-//! | `PUT /api/v1/apps/{group}/{app}/policy` | admin | a new version on top of `base_version` |
-//! | `POST /api/v1/apps/{group}/{app}/policy/validate` | read | problems of a draft, nothing stored |
+//! | `PUT /api/v1/apps/{group}/{app}/policy` | admin | a new version on top of `base_version` (with `point`: that point's settings only) |
+//! | `POST /api/v1/apps/{group}/{app}/policy/validate` | read | problems of a draft (with their line for a text), nothing stored |
 //! | `GET /api/v1/apps/{group}/{app}/policy/versions` | read | history, newest first |
 //! | `GET /api/v1/apps/{group}/{app}/policy/versions/{v}` | read | one version |
 //! | `POST /api/v1/apps/{group}/{app}/policy/versions/{v}/restore` | admin | roll back to `v` |
@@ -51,6 +53,7 @@ struct Shared {
     auth: Auth,
     clock: Clock,
     retention_ms: i64,
+    seconds_retention_ms: i64,
 }
 
 impl fmt::Debug for AdminState {
@@ -72,8 +75,28 @@ impl AdminState {
                 auth,
                 clock,
                 retention_ms,
+                seconds_retention_ms: retention_ms,
             }),
         }
+    }
+
+    /// The same state keeping the 1-second buckets for `ms` (by default as long as
+    /// the cycles).
+    pub fn with_seconds_retention_ms(mut self, ms: i64) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(shared) => shared.seconds_retention_ms = ms,
+            None => {
+                let s = &self.inner;
+                self.inner = Arc::new(Shared {
+                    store: Arc::clone(&s.store),
+                    auth: s.auth.clone(),
+                    clock: s.clock.clone(),
+                    retention_ms: s.retention_ms,
+                    seconds_retention_ms: ms,
+                });
+            }
+        }
+        self
     }
 
     /// The store.
@@ -90,6 +113,11 @@ impl AdminState {
     /// The retention limit in ms.
     pub fn retention_ms(&self) -> i64 {
         self.inner.retention_ms
+    }
+
+    /// How long the 1-second buckets are kept, in ms.
+    pub fn seconds_retention_ms(&self) -> i64 {
+        self.inner.seconds_retention_ms
     }
 
     fn auth(&self) -> &Auth {
@@ -114,6 +142,11 @@ impl AdminState {
 pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
     let apps = Router::new()
         .route("/points", get(admin::points))
+        .route("/points/{point}/instances", get(admin::point_instances))
+        .route(
+            "/points/{point}/instances/{instance}/local",
+            get(admin::point_local),
+        )
         .route("/instances", get(admin::instances))
         .route("/stats", get(admin::stats))
         .route(
@@ -127,6 +160,7 @@ pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
     Router::new()
         .route("/", get(dashboard::index))
         .route("/dashboard.js", get(dashboard::script))
+        .route("/editor.js", get(dashboard::editor))
         .route("/dashboard.css", get(dashboard::style))
         .route(
             "/api/v1/health",

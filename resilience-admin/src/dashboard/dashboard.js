@@ -145,7 +145,7 @@ function selectApp(key) {
 async function refresh() {
   if (!state.app) return;
   try {
-    await Promise.all([loadPoints(), loadInstances(), loadStats(), loadPolicy(), loadHistory()]);
+    await Promise.all([loadPoints(), loadInstances(), loadStats(), loadPolicy(), loadHistory(), loadEnforcement()]);
     setStatus("updated " + time(Date.now()), false);
     document.body.dataset.state = "ready";
   } catch (e) {
@@ -156,32 +156,16 @@ async function refresh() {
 async function loadPoints() {
   const r = await api("GET", appPath("/points"));
   if (!r.ok) throw new Error(errorText(r));
+  $("#points-asof").textContent = "latest closed cycle " + time(r.data.cycle_start_ms) + " (server time " + time(r.data.now_ms) + ").";
   const body = $("#points tbody");
   body.textContent = "";
   const all = el("tr", { "data-point": "", class: state.point === null ? "selected" : "" }, [
-    el("td", { text: "(all points)", colspan: "7" }),
+    el("td", { text: "(all points)", colspan: "10" }),
   ]);
   all.addEventListener("click", () => selectPoint(null));
   body.append(all);
   for (const p of r.data.points) {
-    const c = p.last_cycle;
-    const n = (k) => (c ? String(c[k]) : "-");
-    const name = el("td", {}, [p.name]);
-    if (p.declared) name.append(el("span", { class: "badge", text: "declared" }));
-    if (!c) name.append(el("span", { class: "badge quiet", text: "no traffic" }));
-    const row = el(
-      "tr",
-      { "data-point": p.name, class: state.point === p.name ? "selected" : "" },
-      [
-        name,
-        el("td", { text: p.has_policy ? "yes" : "-" }),
-        el("td", { text: n("visits") }),
-        el("td", { text: n("passes") }),
-        el("td", { text: n("downgrades") }),
-        el("td", { text: n("exceptions") }),
-        el("td", { text: n("timeouts") }),
-      ],
-    );
+    const row = pointRow(p, r.data.policy_version);
     row.addEventListener("click", () => selectPoint(p.name));
     body.append(row);
   }
@@ -194,12 +178,13 @@ async function loadInstances() {
   body.textContent = "";
   for (const i of r.data.instances) {
     body.append(
-      el("tr", { "data-instance": i.instance }, [
+      el("tr", { "data-instance": i.instance, class: i.live ? "" : "silent" }, [
         el("td", { text: i.instance }),
         el("td", { text: i.host }),
         el("td", { text: i.protocol }),
-        el("td", { text: ago(i.last_heartbeat_ms, r.data.now_ms) }),
+        el("td", { class: "hb-age", title: time(i.last_heartbeat_ms), text: ago(i.last_heartbeat_ms, r.data.now_ms) }),
         el("td", { class: "instance-version", text: i.policy_version === null ? "-" : "v" + i.policy_version }),
+        ...healthCells(i.client),
       ]),
     );
   }
@@ -214,27 +199,246 @@ function selectPoint(name) {
   $("#chart-subject").textContent = name === null ? "all points" : name;
   fillForm();
   loadStats();
+  loadEnforcement();
+}
+
+// ---- enforcement: what the instances enforce, drift, breakers, idle points ----
+// (the points table's policy, drift, breaker and idle cells, the instances table's
+// heartbeat health, and the per-instance table of the selected point)
+
+const enforcementView = {
+  point: null, // the point the per-instance table shows
+  revealed: new Set(), // instances whose local settings are shown
+  texts: new Map(), // instance -> local settings text last fetched
+};
+
+function plural(n, word) {
+  return n + " " + word + (n === 1 ? "" : "s");
+}
+
+// Where the point's policy comes from: `console v3`, `file (2 instances)`, ... Never
+// "no policy" for a point an instance enforces something for.
+function policySource(p, consoleVersion) {
+  const by = p.enforced_by;
+  const parts = [];
+  const consoleVersions = by.sources.filter((s) => s.kind === "console").flatMap((s) => s.versions);
+  if (consoleVersions.length) parts.push("console v" + consoleVersions.join("/"));
+  else if (p.has_policy) parts.push("console v" + consoleVersion);
+  for (const kind of ["file", "code"]) {
+    const n = by.by_kind[kind] || 0;
+    if (n) parts.push(kind + " (" + plural(n, "instance") + ")");
+  }
+  return parts.length ? parts.join(" + ") : "-";
+}
+
+function breakerWord(state) {
+  return state === "half_open" ? "half-open" : state;
+}
+
+function breakerText(b) {
+  if (!b) return "-";
+  let text = breakerWord(b.state);
+  const since = b.state === "closed" ? b.closed_since_ms : b.since_ms;
+  if (since !== null && since !== undefined) text += " since " + time(since);
+  if (b.instances > 1) {
+    const counts = [];
+    for (const s of ["open", "half_open", "closed"]) if (b[s]) counts.push(b[s] + " " + breakerWord(s));
+    text += " (" + counts.join(", ") + ")";
+  }
+  return text;
+}
+
+function pointRow(p, consoleVersion) {
+  const c = p.last_cycle;
+  const name = el("td", {}, [p.name]);
+  if (p.declared) name.append(el("span", { class: "badge", text: "declared" }));
+  const drift = p.drift
+    ? el("td", { class: "drift", "data-drift": "true" }, [el("span", { class: "badge alert", text: "drift" }), " " + plural(p.drift_instances, "instance")])
+    : el("td", { class: "drift", "data-drift": "false", text: "-" });
+  const breaker = el("td", { class: "breaker" + (p.breaker ? " breaker-" + p.breaker.state : ""), text: breakerText(p.breaker) });
+  if (p.breaker) {
+    breaker.dataset.state = p.breaker.state;
+    if (p.breaker.since_ms !== null) breaker.dataset.sinceMs = String(p.breaker.since_ms);
+  }
+  const cells = [name, el("td", { class: "policy-source", text: policySource(p, consoleVersion) }), drift, breaker];
+  if (c && !p.idle) {
+    for (const k of ["visits", "passes", "downgrades", "exceptions", "timeouts"]) cells.push(el("td", { class: "n-" + k, text: String(c[k]) }));
+    cells.push(el("td", { class: "asof", "data-cycle-start-ms": String(c.cycle_start_ms), text: time(c.cycle_start_ms) }));
+  } else {
+    // No old numbers for a point without recent traffic.
+    const idle = el("td", { class: "idle", colspan: "5", text: c ? "idle since " + time(p.idle_since_ms) : "no traffic" });
+    if (c) idle.dataset.idleSinceMs = String(p.idle_since_ms);
+    cells.push(idle, el("td", { class: "asof", text: "-" }));
+  }
+  return el("tr", { "data-point": p.name, "data-idle": String(p.idle), class: state.point === p.name ? "selected" : "" }, cells);
+}
+
+// The heartbeat health cells of an instance: its client's last errors and whether
+// its console policies come from its cache file ("-": the client does not say).
+function healthCells(h) {
+  if (!h) return [el("td", { class: "hb-error", text: "-" }), el("td", { class: "hb-cache", text: "-" })];
+  const errors = [];
+  if (h.last_upload_error) errors.push("upload: " + h.last_upload_error);
+  if (h.last_pull_error) errors.push("pull: " + h.last_pull_error);
+  const counts = [];
+  if (h.uploads_dropped) counts.push(plural(h.uploads_dropped, "upload") + " dropped");
+  if (h.pull_failures) counts.push(plural(h.pull_failures, "pull") + " failed");
+  if (h.policies_rejected) counts.push(plural(h.policies_rejected, "version") + " rejected");
+  const error = el("td", { class: "hb-error" + (errors.length ? " alert-text" : ""), text: errors.length ? errors.join("; ") : "none" });
+  if (counts.length) error.append(el("div", { class: "hint", text: counts.join(", ") }));
+  return [error, el("td", { class: "hb-cache", text: h.from_cache ? "yes" : "no" })];
+}
+
+async function loadEnforcement() {
+  const name = state.point;
+  if (name !== enforcementView.point) {
+    enforcementView.point = name;
+    enforcementView.revealed.clear();
+    enforcementView.texts.clear();
+  }
+  const body = $("#enforcement tbody");
+  if (name === null) {
+    body.textContent = "";
+    $("#enforcement-subject").textContent = "";
+    $("#enforcement-hint").textContent = "Select a point to see what each instance enforces for it.";
+    return;
+  }
+  const r = await api("GET", appPath("/points/" + encodeURIComponent(name) + "/instances"));
+  if (!r.ok) throw new Error(errorText(r));
+  if (state.point !== name) return; // another point was selected meanwhile
+  const d = r.data;
+  $("#enforcement-subject").textContent = "for " + name;
+  $("#enforcement-hint").textContent =
+    (d.has_policy ? "The console's v" + d.policy_version + " has settings for this point." : "The console's v" + d.policy_version + " has no settings for this point.") +
+    " Each section comes from the highest source that sets it (runtime default: console over file over code)." +
+    (d.instances.length ? "" : " No instance reports settings or a breaker for it.");
+  body.textContent = "";
+  for (const i of d.instances) body.append(...enforcementRows(name, i));
+}
+
+// The instance's row, and below it a full-width row for its local settings text.
+function enforcementRows(point, i) {
+  const who = el("td", {}, [i.instance]);
+  if (!i.live) who.append(el("span", { class: "badge quiet", text: "silent" }));
+  let version = i.console_version === null ? "-" : "v" + i.console_version;
+  if (i.policy_version !== null && i.policy_version !== i.console_version) version += " (holds v" + i.policy_version + ")";
+  const origins = el("ul", { class: "origins" });
+  for (const [section, o] of Object.entries(i.origins)) {
+    origins.append(el("li", { "data-section": section, "data-source": o.source, text: section + ": " + o.source + " v" + o.version }));
+  }
+  const drift = i.drift
+    ? el("td", { class: "drift", "data-drift": "true" }, [el("span", { class: "badge alert", text: "drift" }), " " + i.drift_reasons.join(", ").replace(/_/g, " ")])
+    : el("td", { class: "drift", "data-drift": "false", text: "no" });
+  const b = i.breaker;
+  const breaker = el("td", { class: "breaker" + (b ? " breaker-" + b.state : ""), text: b ? breakerWord(b.state) + " since " + time(b.since_ms) + " (" + b.kind + ")" : "-" });
+  if (b) breaker.dataset.state = b.state;
+  const local = el("td", { class: "local" });
+  const localRow = el("tr", { class: "local-row", "data-instance": i.instance });
+  localRow.hidden = true;
+  if (i.has_local) {
+    const text = el("pre", { class: "local-text" });
+    localRow.append(el("td", { colspan: "6" }, [text]));
+    const button = el("button", { type: "button", class: "reveal-local", "data-instance": i.instance });
+    const shown = enforcementView.revealed.has(i.instance);
+    button.textContent = shown ? "Hide" : "Show " + i.local_sections.join(", ");
+    text.hidden = !shown;
+    localRow.hidden = !shown;
+    if (shown) {
+      text.textContent = enforcementView.texts.get(i.instance) || "";
+      showLocal(point, i.instance, text);
+    }
+    button.addEventListener("click", () => {
+      if (enforcementView.revealed.delete(i.instance)) {
+        text.hidden = true;
+        localRow.hidden = true;
+        button.textContent = "Show " + i.local_sections.join(", ");
+      } else {
+        enforcementView.revealed.add(i.instance);
+        text.hidden = false;
+        localRow.hidden = false;
+        button.textContent = "Hide";
+        showLocal(point, i.instance, text);
+      }
+    });
+    local.append(button);
+  } else {
+    local.textContent = "-";
+  }
+  const row = el("tr", { class: "instance-row", "data-instance": i.instance }, [who, el("td", { class: "console-version", text: version }), el("td", {}, [origins]), drift, breaker, local]);
+  return [row, localRow];
+}
+
+// Fetches the local settings the instance sent, as it sent them (JSON).
+async function showLocal(point, instance, slot) {
+  const r = await api("GET", appPath("/points/" + encodeURIComponent(point) + "/instances/" + encodeURIComponent(instance) + "/local"));
+  const text = r.ok ? r.data.text || "(none)" : errorText(r);
+  if (r.ok) enforcementView.texts.set(instance, text);
+  slot.textContent = text;
+  slot.dataset.loaded = "true";
 }
 
 // ---- charts ----
 
+// Ranges up to this long are drawn from the 1-second buckets (the server keeps them
+// 20 minutes by default), longer ones from the 10-second cycles.
+const FINE_RANGE_MS = 15 * 60 * 1000;
+// A cycle's heartbeats arrive 5 s after it ends; the charts reload 6 s after each
+// cycle ends, so the newest second shown is 6 to 16 s old.
+const UPLOAD_DELAY_MS = 6000;
+
+const chartView = {
+  seq: 0, // the latest request: older answers arriving late are dropped
+  timer: null, // the reload after the next cycle's heartbeats
+};
+
+// The statistics of the selected range: 1-second buckets for short ranges, 10-second
+// cycles for long ones (and for short ones whose seconds are incomplete: older
+// clients and SDS's own send only cycles). One point, or the sum over all points
+// (summed by the server). The range ends where the heartbeats are in, by the
+// server's clock.
 async function loadStats() {
+  if (!state.app) return;
+  const seq = ++chartView.seq;
   const range = Number($("#range").value);
-  const now = Date.now();
-  // Cycles whose reports are in: instances upload a cycle 5 s after it ends, so
-  // stop at the last cycle that ended at least 6 s ago.
-  const to = now - 6000 - ((now - 6000) % CYCLE_MS);
-  const from = to - range;
-  let q = "?from=" + from + "&to=" + to;
-  if (state.point !== null) q += "&point=" + encodeURIComponent(state.point);
-  const r = await api("GET", appPath("/stats" + q));
-  if (!r.ok) throw new Error(errorText(r));
-  // Sum over points per cycle (one point: its own rows), zero where nothing came.
-  const cycles = new Map();
-  for (let t = from; t < to; t += CYCLE_MS) cycles.set(t, { visits: 0, passes: 0, exceptions: 0, timeouts: 0, reasons: {} });
+  const point = state.point;
+  let q = "/stats?range=" + range + (point === null ? "&sum=points" : "&point=" + encodeURIComponent(point));
+  let d = null;
+  let note = "";
+  if (range <= FINE_RANGE_MS) {
+    const r = await api("GET", appPath(q + "&resolution=1s"));
+    if (!r.ok) throw new Error(errorText(r));
+    d = r.data;
+    if (d.incomplete_cycles.length) {
+      note = "10-s cycles: some instances send no per-second figures (older clients, SDS's own) in " + plural(d.incomplete_cycles.length, "cycle") + " of this range.";
+      d = null;
+    } else if (d.retained_from_ms > d.from_ms) {
+      note = "10-s cycles: the server keeps per-second figures for " + Math.round(d.seconds_retention_ms / 60000) + " min only.";
+      d = null;
+    }
+  }
+  if (d === null) {
+    const r = await api("GET", appPath(q));
+    if (!r.ok) throw new Error(errorText(r));
+    d = r.data;
+  }
+  if (seq !== chartView.seq) return; // another range or point was chosen meanwhile
+  if (d.truncated) note = (note ? note + " " : "") + "Too many rows: the charts show part of the range.";
+  drawStats(d, note);
+  // Reload just after the next cycle's heartbeats are in.
+  clearTimeout(chartView.timer);
+  const wait = d.to_ms + CYCLE_MS + UPLOAD_DELAY_MS - d.now_ms;
+  chartView.timer = setTimeout(() => loadStats().catch((e) => setStatus(e.message, true)), Math.min(Math.max(wait, 500), CYCLE_MS + UPLOAD_DELAY_MS));
+}
+
+// Draws the three charts of a stats answer: one bucket per step of the range, zero
+// where nothing was stored.
+function drawStats(d, note) {
+  const step = d.step_ms;
+  const buckets = new Map();
+  for (let t = d.from_ms; t < d.to_ms; t += step) buckets.set(t, { visits: 0, passes: 0, exceptions: 0, timeouts: 0, reasons: {} });
   const reasons = new Set();
-  for (const row of r.data.rows) {
-    const c = cycles.get(row.cycle_start_ms);
+  for (const row of d.rows) {
+    const c = buckets.get(d.resolution === "1s" ? row.second_start_ms : row.cycle_start_ms);
     if (!c) continue;
     c.visits += row.visits;
     c.passes += row.passes;
@@ -245,13 +449,18 @@ async function loadStats() {
       reasons.add(reason);
     }
   }
-  const xs = [...cycles.keys()];
-  const values = [...cycles.values()];
+  const xs = [...buckets.keys()];
+  const values = [...buckets.values()];
   const series = (key) => values.map((c) => c[key]);
+  const per = d.resolution === "1s" ? "per second" : "per 10-s cycle";
+  $("#chart-resolution").textContent = per;
+  $("#charts-panel").dataset.resolution = d.resolution;
+  $("#chart-note").textContent = note;
+  const meta = { resolution: d.resolution, step, per };
   drawChart("traffic", xs, [
     { name: "visits", color: COLORS.visits, values: series("visits") },
     { name: "passes", color: COLORS.passes, values: series("passes") },
-  ]);
+  ], meta);
   let extra = 0;
   drawChart(
     "downgrades",
@@ -261,16 +470,19 @@ async function loadStats() {
       color: REASON_COLORS[reason] || EXTRA_COLORS[extra++ % EXTRA_COLORS.length],
       values: values.map((c) => c.reasons[reason] || 0),
     })),
+    meta,
   );
   drawChart("errors", xs, [
     { name: "exceptions", color: COLORS.exceptions, values: series("exceptions") },
     { name: "timeouts", color: COLORS.timeouts, values: series("timeouts") },
-  ]);
+  ], meta);
 }
 
-// A line chart: x = cycle start, y = count per cycle. The legend is HTML beside the
-// SVG, so the SVG holds only axes, grid and data.
-function drawChart(id, xs, series) {
+// A line chart: x = bucket start, y = count per bucket. The legend is HTML beside the
+// SVG, so the SVG holds only axes, grid and data. The data drawn are also in data
+// attributes: on the SVG its resolution, first bucket, step, bucket count and y
+// scale; on each line its values, one per bucket.
+function drawChart(id, xs, series, meta) {
   const W = 640, H = 180, L = 44, R = 8, T = 8, B = 22;
   const chart = document.getElementById("chart-" + id);
   chart.textContent = "";
@@ -288,11 +500,16 @@ function drawChart(id, xs, series) {
     label.textContent = formatCount(v);
     chart.append(label);
   }
+  // Seconds on the time axis when the range is short.
+  const span = xs.length ? xs[xs.length - 1] - xs[0] : 0;
+  const tick = (t) => (span <= 10 * 60 * 1000 ? time(t) : time(t).slice(0, 5));
   const ticks = Math.min(6, xs.length);
   for (let k = 0; k < ticks; k++) {
     const i = Math.round((k * (xs.length - 1)) / Math.max(1, ticks - 1));
-    const label = svg("text", { x: x(i), y: H - 6, class: "axis", "text-anchor": "middle" });
-    label.textContent = time(xs[i]).slice(0, 5);
+    // The first and last labels stay inside the chart.
+    const anchor = ticks > 1 && k === 0 ? "start" : ticks > 1 && k === ticks - 1 ? "end" : "middle";
+    const label = svg("text", { x: x(i), y: H - 6, class: "axis", "text-anchor": anchor });
+    label.textContent = tick(xs[i]);
     chart.append(label);
   }
   if (series.length === 0) {
@@ -302,7 +519,7 @@ function drawChart(id, xs, series) {
   }
   for (const s of series) {
     const points = s.values.map((v, i) => x(i).toFixed(1) + "," + y(v).toFixed(1)).join(" ");
-    chart.append(svg("polyline", { points, fill: "none", stroke: s.color, "stroke-width": "2.5", "data-series": s.name }));
+    chart.append(svg("polyline", { points, fill: "none", stroke: s.color, "stroke-width": "2.5", "data-series": s.name, "data-values": s.values.join(",") }));
     const total = s.values.reduce((a, b) => a + b, 0);
     legend.append(
       el("span", { class: "key" }, [
@@ -312,6 +529,12 @@ function drawChart(id, xs, series) {
     );
   }
   chart.dataset.max = String(max);
+  chart.dataset.top = String(top);
+  chart.dataset.resolution = meta.resolution;
+  chart.dataset.stepMs = String(meta.step);
+  chart.dataset.fromMs = xs.length ? String(xs[0]) : "";
+  chart.dataset.buckets = String(xs.length);
+  chart.setAttribute("aria-label", chart.dataset.subject + " " + meta.per);
 }
 
 function niceMax(max) {
@@ -339,88 +562,12 @@ async function loadPolicy() {
   $("#policy-version").dataset.version = String(p.version);
   $("#policy-meta").textContent =
     p.version === 0
-      ? "No policy yet: every call passes."
+      ? "No console policy yet: instances enforce only their own files and code (the points table says what each enforces)."
       : "by " + p.author + " at " + time(p.created_ms) + (p.comment ? ": " + p.comment : "");
-  $("#policy-toml").textContent = p.toml || "(empty)";
-  if (changed && !state.formDirty) fillForm();
+  policyLoaded(changed);
 }
 
-function pointSettings(name) {
-  const points = (state.policy && state.policy.policy.points) || {};
-  return points[name] || null;
-}
-
-function getPath(obj, path) {
-  let v = obj;
-  for (const k of path.split(".")) {
-    if (v === null || v === undefined) return undefined;
-    v = v[k];
-  }
-  return v;
-}
-
-function fillForm() {
-  clearFieldErrors();
-  const name = state.point;
-  $("#form-point").textContent = name === null ? "(select a point)" : name;
-  const settings = name === null ? null : pointSettings(name);
-  for (const input of document.querySelectorAll("#policy-form [data-kind]")) {
-    const v = settings ? getPath(settings, input.dataset.field) : undefined;
-    if (input.dataset.kind === "bool") input.checked = v === true;
-    else input.value = v === undefined || v === null ? "" : String(v);
-    input.disabled = name === null;
-  }
-  $("#save").disabled = name === null;
-  $("#remove").disabled = name === null || !settings;
-}
-
-// The point's settings from the form: empty inputs are left out; numbers that parse
-// are sent as numbers, anything else as typed, for the server to judge.
-function formSettings() {
-  const out = {};
-  for (const input of document.querySelectorAll("#policy-form [data-kind]")) {
-    let value;
-    if (input.dataset.kind === "bool") {
-      if (!input.checked) continue;
-      value = true;
-    } else {
-      const text = input.value.trim();
-      if (text === "") continue;
-      value = input.dataset.kind === "number" && text !== "" && !isNaN(Number(text)) ? Number(text) : text;
-    }
-    const path = input.dataset.field.split(".");
-    let target = out;
-    for (const k of path.slice(0, -1)) target = target[k] = target[k] || {};
-    target[path[path.length - 1]] = value;
-  }
-  return out;
-}
-
-function clearFieldErrors() {
-  for (const e of document.querySelectorAll(".field-error")) e.textContent = "";
-  for (const i of document.querySelectorAll("#policy-form .invalid")) i.classList.remove("invalid");
-}
-
-function clearErrors() {
-  clearFieldErrors();
-  $("#form-message").textContent = "";
-  $("#form-message").className = "";
-}
-
-function showProblems(problems) {
-  const general = [];
-  for (const p of problems || []) {
-    const slot = p.field && p.point === state.point && document.querySelector('.field-error[data-field="' + CSS.escape(p.field) + '"]');
-    if (slot) {
-      slot.textContent = p.message;
-      const input = document.querySelector('#policy-form [data-field="' + CSS.escape(p.field) + '"][data-kind]');
-      if (input) input.classList.add("invalid");
-    } else {
-      general.push((p.point ? p.point + (p.field ? "." + p.field : "") + ": " : p.field ? p.field + ": " : "") + p.message);
-    }
-  }
-  return general;
-}
+// The point form, the raw editors and their saving are in editor.js.
 
 function message(text, isError) {
   const m = $("#form-message");
@@ -431,50 +578,6 @@ function message(text, isError) {
 function errorText(r) {
   if (r.data && r.data.error) return r.data.error.message;
   return "HTTP " + r.status;
-}
-
-async function submitPolicy(settings) {
-  clearErrors();
-  const author = $("#author").value.trim();
-  if (!author) {
-    message("Enter your name as the author of the change.", true);
-    return;
-  }
-  localStorage.setItem("resilience-admin-author", author);
-  const doc = JSON.parse(JSON.stringify(state.policy.policy));
-  doc.points = doc.points || {};
-  if (settings === null) delete doc.points[state.point];
-  else doc.points[state.point] = settings;
-  const r = await api("PUT", appPath("/policy"), {
-    base_version: state.policy.version,
-    author,
-    comment: $("#comment").value,
-    policy: doc,
-  });
-  if (r.ok) {
-    state.formDirty = false;
-    $("#comment").value = "";
-    message(r.data.changed ? "Saved as version " + r.data.version + "." : "Nothing changed.", false);
-    await refresh();
-    return;
-  }
-  if (r.status === 409) {
-    message(
-      "Someone else changed the policy meanwhile (now version " +
-        r.data.error.current_version +
-        "). Your edit was not saved: check the new version, then apply your change again.",
-      true,
-    );
-    state.formDirty = true;
-    await Promise.all([loadPolicy(), loadHistory()]);
-    return;
-  }
-  if (r.status === 422) {
-    const general = showProblems(r.data.error.problems);
-    message("The policy was not saved: fix the marked fields." + (general.length ? " " + general.join("; ") : ""), true);
-    return;
-  }
-  message(errorText(r), true);
 }
 
 // ---- history ----
@@ -555,12 +658,7 @@ function start() {
   });
   $("#app").addEventListener("change", (e) => selectApp(e.target.value));
   $("#range").addEventListener("change", () => loadStats());
-  $("#policy-form").addEventListener("input", () => (state.formDirty = true));
-  $("#policy-form").addEventListener("submit", (e) => {
-    e.preventDefault();
-    submitPolicy(formSettings());
-  });
-  $("#remove").addEventListener("click", () => submitPolicy(null));
+  startEditor();
   fillForm();
   loadApps();
   // New apps and instances show up without a reload.

@@ -1,4 +1,4 @@
-//! The web dashboard: one HTML page, a script and a stylesheet, compiled into the
+//! The web dashboard: one HTML page, two scripts and a stylesheet, compiled into the
 //! binary (no build step) and served as they are.
 
 use axum::http::{header, HeaderValue};
@@ -6,6 +6,7 @@ use axum::response::{IntoResponse, Response};
 
 const INDEX: &str = include_str!("index.html");
 const SCRIPT: &str = include_str!("dashboard.js");
+const EDITOR: &str = include_str!("editor.js");
 const STYLE: &str = include_str!("dashboard.css");
 
 /// Scripts and styles come from this server only; charts are inline SVG built by the
@@ -38,6 +39,11 @@ pub(crate) async fn index() -> Response {
 /// `GET /dashboard.js`.
 pub(crate) async fn script() -> Response {
     asset(SCRIPT, "text/javascript; charset=utf-8")
+}
+
+/// `GET /editor.js`: the policy editors.
+pub(crate) async fn editor() -> Response {
+    asset(EDITOR, "text/javascript; charset=utf-8")
 }
 
 /// `GET /dashboard.css`.

@@ -14,9 +14,10 @@ pub use self::postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 use crate::model::{
-    AppKey, AppSummary, CycleRow, Heartbeat, Ingested, InstanceInfo, NewPolicyVersion, PointInfo,
-    PolicyVersion, Protocol,
+    AppKey, AppSummary, BreakerReport, CycleRow, EnforcementRow, Enforcing, Heartbeat, Ingested,
+    InstanceInfo, NewPolicyVersion, PointInfo, PolicyVersion, Protocol, SecondRow,
 };
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// What an instance said when it pulled policies.
@@ -43,7 +44,16 @@ pub struct Pull<'a> {
 pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Adds one instance's cycle to the app's statistics (summing over instances),
     /// records the points it mentions and the instance itself. A second report of the
-    /// same cycle by the same instance is recognised and not counted again.
+    /// same cycle by the same instance is recognised and not counted again. The
+    /// points' 1-second buckets, where the heartbeat has them, are summed the same way
+    /// (seconds without traffic are not stored), and each cycle counts how many
+    /// instances reported it with them.
+    ///
+    /// What the heartbeat says the instance enforces replaces, whole, what the
+    /// instance's previous heartbeat said (points it no longer lists are forgotten),
+    /// and its client health replaces the previous one; both only if the heartbeat's
+    /// cycle is not older than the one they were last taken from (a late retry does not
+    /// undo a newer report). A heartbeat without them leaves them as they are.
     ///
     /// # Errors
     ///
@@ -79,6 +89,21 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// [`StoreError::Backend`] if the database fails.
     fn instances(&self, app: &AppKey) -> Result<Vec<InstanceInfo>, StoreError>;
 
+    /// What the app's instances enforce: every instance's latest report for each
+    /// point (of one point, or of all), sorted by point then instance. Without
+    /// `with_local` the entries' `local` settings are left out (`has_local` still says
+    /// whether there are some).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if the database fails or holds unreadable JSON.
+    fn enforcement(
+        &self,
+        app: &AppKey,
+        point: Option<&str>,
+        with_local: bool,
+    ) -> Result<Vec<EnforcementRow>, StoreError>;
+
     /// Stored cycles of the app with `from_ms <= cycle_start_ms < to_ms`, of one point
     /// or of all, ordered by point then time, at most `limit` rows.
     ///
@@ -93,6 +118,55 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         to_ms: i64,
         limit: usize,
     ) -> Result<Vec<CycleRow>, StoreError>;
+
+    /// The stored cycles of the app with `from_ms <= cycle_start_ms < to_ms`, summed
+    /// over its points (`counts.point` is empty; `instances` is the most of any
+    /// point), ordered by time, at most `limit` rows.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if the database fails.
+    fn stats_summed(
+        &self,
+        app: &AppKey,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<CycleRow>, StoreError>;
+
+    /// The app's 1-second buckets with `from_ms <= second_start_ms < to_ms`, summed
+    /// over instances: of one point or of all, per point (ordered by point then time)
+    /// or, with `sum_points`, summed over the points (ordered by time). Seconds
+    /// without traffic have no row. At most `limit` rows.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if the database fails.
+    fn seconds(
+        &self,
+        app: &AppKey,
+        point: Option<&str>,
+        sum_points: bool,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<SecondRow>, StoreError>;
+
+    /// The starts of the stored cycles overlapping `from_ms..to_ms` in which an
+    /// instance reported traffic of the point (of any point, without one) without the
+    /// cycle's 1-second buckets (an older client, SDS's own): the seconds of those
+    /// cycles miss that traffic. Ascending.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if the database fails.
+    fn cycles_without_seconds(
+        &self,
+        app: &AppKey,
+        point: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<i64>, StoreError>;
 
     /// The app's current policy version number (0 if it never had one).
     ///
@@ -133,13 +207,23 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         change: &NewPolicyVersion,
     ) -> Result<PolicyVersion, StoreError>;
 
-    /// Deletes statistics of cycles that started before `before_ms`; returns how many
+    /// Deletes statistics of cycles that started before `before_ms`, and enforcement
+    /// reports received before it (of instances silent since); returns how many
     /// point-cycles were deleted. Policy versions are never deleted.
     ///
     /// # Errors
     ///
     /// [`StoreError::Backend`] if the database fails.
     fn prune(&self, before_ms: i64) -> Result<u64, StoreError>;
+
+    /// Deletes the 1-second buckets of seconds that started before `before_ms` (they
+    /// are kept for a shorter time than cycles); returns how many point-seconds were
+    /// deleted.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if the database fails.
+    fn prune_seconds(&self, before_ms: i64) -> Result<u64, StoreError>;
 }
 
 /// A storage operation failed.
@@ -193,4 +277,59 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
 pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> String {
     // Documents and diffs are plain JSON trees: serialising them cannot fail.
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned())
+}
+
+/// An enforcement report as stored: JSON columns as text, the breaker in columns.
+pub(crate) struct StoredEnforcing {
+    pub(crate) point: String,
+    pub(crate) digest: String,
+    pub(crate) origins: String,
+    pub(crate) local: Option<String>,
+    pub(crate) breaker_kind: Option<String>,
+    pub(crate) breaker_state: Option<String>,
+    pub(crate) breaker_since_ms: Option<i64>,
+    pub(crate) breaker_transitions: Option<i64>,
+}
+
+impl StoredEnforcing {
+    /// The columns of an entry.
+    pub(crate) fn of(e: &Enforcing) -> StoredEnforcing {
+        StoredEnforcing {
+            point: e.point.clone(),
+            digest: e.digest.clone(),
+            origins: to_json(&e.origins),
+            local: e.local.as_ref().map(to_json),
+            breaker_kind: e.breaker.as_ref().map(|b| b.kind.clone()),
+            breaker_state: e.breaker.as_ref().map(|b| b.state.clone()),
+            breaker_since_ms: e.breaker.as_ref().map(|b| b.since_ms),
+            breaker_transitions: e.breaker.as_ref().map(|b| to_i64(b.transitions)),
+        }
+    }
+
+    /// The entry back.
+    pub(crate) fn into_entry(self) -> Result<Enforcing, StoreError> {
+        let origins: BTreeMap<String, crate::model::SectionOrigin> =
+            parse_json(&self.origins, "enforcement origins")?;
+        let local = self
+            .local
+            .as_deref()
+            .map(|t| parse_json(t, "local settings"))
+            .transpose()?;
+        let breaker = match (self.breaker_kind, self.breaker_state) {
+            (Some(kind), Some(state)) => Some(BreakerReport {
+                kind,
+                state,
+                since_ms: self.breaker_since_ms.unwrap_or(0),
+                transitions: to_u64(self.breaker_transitions.unwrap_or(0), "transitions")?,
+            }),
+            _ => None,
+        };
+        Ok(Enforcing {
+            point: self.point,
+            digest: self.digest,
+            origins,
+            local,
+            breaker,
+        })
+    }
 }

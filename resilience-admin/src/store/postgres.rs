@@ -3,10 +3,11 @@
 //! Tables carry the prefix `ra_` so that they can live in a database shared with
 //! other applications.
 
-use super::{parse_json, to_i64, to_json, to_u64, Pull, Store, StoreError};
+use super::{parse_json, to_i64, to_json, to_u64, Pull, Store, StoreError, StoredEnforcing};
 use crate::model::{
-    AppKey, AppSummary, CycleRow, Heartbeat, Ingested, InstanceInfo, NewPolicyVersion, PointCycle,
-    PointInfo, PolicyVersion,
+    AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, Ingested, InstanceInfo,
+    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, SecondCounts, SecondRow, CYCLE_MS,
+    SECOND_MS,
 };
 use postgres::error::SqlState;
 use postgres::{Client, GenericClient, NoTls, Row};
@@ -14,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
-const SCHEMA_VERSION: i32 = 1;
+const SCHEMA_VERSION: i32 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ra_schema (version INTEGER NOT NULL);
@@ -85,6 +86,59 @@ CREATE TABLE IF NOT EXISTS ra_policy_versions (
     document TEXT NOT NULL,
     PRIMARY KEY (app_id, version)
 );
+-- Version 2: what each instance enforces, and its client's health. Additions only,
+-- each of which may run again: a version 1 database is brought up to date.
+ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS health_ms BIGINT;
+ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS health_cycle_ms BIGINT;
+ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS last_upload_error TEXT;
+ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS last_pull_error TEXT;
+ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS from_cache BOOLEAN;
+ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS uploads_dropped BIGINT;
+ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS pull_failures BIGINT;
+ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS policies_rejected BIGINT;
+ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS enforcing_cycle_ms BIGINT;
+CREATE TABLE IF NOT EXISTS ra_enforcing (
+    app_id BIGINT NOT NULL,
+    instance TEXT NOT NULL,
+    point TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    origins TEXT NOT NULL,
+    local TEXT,
+    breaker_kind TEXT,
+    breaker_state TEXT,
+    breaker_since_ms BIGINT,
+    breaker_transitions BIGINT,
+    cycle_start_ms BIGINT NOT NULL,
+    received_ms BIGINT NOT NULL,
+    PRIMARY KEY (app_id, instance, point)
+);
+CREATE INDEX IF NOT EXISTS ra_enforcing_point ON ra_enforcing (app_id, point);
+CREATE INDEX IF NOT EXISTS ra_enforcing_received ON ra_enforcing (received_ms);
+-- Version 3: the live view's 1-second buckets, and per cycle how many instances sent
+-- them. Additions only, each of which may run again.
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS second_instances BIGINT NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS ra_second_stats (
+    app_id BIGINT NOT NULL,
+    point TEXT NOT NULL,
+    second_ms BIGINT NOT NULL,
+    visits BIGINT NOT NULL,
+    passes BIGINT NOT NULL,
+    downgrades BIGINT NOT NULL,
+    exceptions BIGINT NOT NULL,
+    timeouts BIGINT NOT NULL,
+    instances BIGINT NOT NULL,
+    PRIMARY KEY (app_id, point, second_ms)
+);
+CREATE INDEX IF NOT EXISTS ra_second_stats_time ON ra_second_stats (second_ms);
+CREATE TABLE IF NOT EXISTS ra_second_reasons (
+    app_id BIGINT NOT NULL,
+    point TEXT NOT NULL,
+    second_ms BIGINT NOT NULL,
+    reason TEXT NOT NULL,
+    count BIGINT NOT NULL,
+    PRIMARY KEY (app_id, point, second_ms, reason)
+);
+CREATE INDEX IF NOT EXISTS ra_second_reasons_time ON ra_second_reasons (second_ms);
 ";
 
 /// A [`Store`] in a PostgreSQL database.
@@ -133,6 +187,11 @@ impl PostgresStore {
                     "the database has schema version {v}, newer than this server's \
                      {SCHEMA_VERSION}"
                 )))
+            }
+            Some(v) if v < SCHEMA_VERSION => {
+                // The schema above brought it up to date.
+                tx.execute("UPDATE ra_schema SET version = $1", &[&SCHEMA_VERSION])
+                    .map_err(backend)?;
             }
             Some(_) => {}
             None => {
@@ -237,6 +296,7 @@ fn read_cycles(
                 timeouts: count(r, 6),
                 peak_concurrency: count(r, 7),
                 downgrades_by_reason: BTreeMap::new(),
+                seconds: None,
             },
             instances: count(r, 8),
         })
@@ -260,6 +320,269 @@ fn read_cycles(
                 .counts
                 .downgrades_by_reason
                 .insert(r.get(2), count(&r, 3));
+        }
+    }
+    Ok(out)
+}
+
+/// Stores the heartbeat's client health and enforcement reports, replacing the
+/// instance's previous ones, unless they come from an older cycle than those.
+fn record_enforcement(
+    tx: &mut postgres::Transaction<'_>,
+    app: i64,
+    hb: &Heartbeat,
+    now_ms: i64,
+) -> Result<(), postgres::Error> {
+    if let Some(h) = &hb.client {
+        tx.execute(
+            "UPDATE ra_instances SET health_ms = $3, health_cycle_ms = $4,
+                last_upload_error = $5, last_pull_error = $6, from_cache = $7,
+                uploads_dropped = $8, pull_failures = $9, policies_rejected = $10
+             WHERE app_id = $1 AND instance = $2
+               AND (health_cycle_ms IS NULL OR health_cycle_ms <= $4)",
+            &[
+                &app,
+                &hb.instance,
+                &now_ms,
+                &hb.cycle_start_ms,
+                &h.last_upload_error,
+                &h.last_pull_error,
+                &h.from_cache,
+                &to_i64(h.uploads_dropped),
+                &to_i64(h.pull_failures),
+                &to_i64(h.policies_rejected),
+            ],
+        )?;
+    }
+    let Some(entries) = &hb.enforcing else {
+        return Ok(());
+    };
+    let newer = tx.execute(
+        "UPDATE ra_instances SET enforcing_cycle_ms = $3
+         WHERE app_id = $1 AND instance = $2
+           AND (enforcing_cycle_ms IS NULL OR enforcing_cycle_ms <= $3)",
+        &[&app, &hb.instance, &hb.cycle_start_ms],
+    )? == 1;
+    if !newer {
+        return Ok(());
+    }
+    tx.execute(
+        "DELETE FROM ra_enforcing WHERE app_id = $1 AND instance = $2",
+        &[&app, &hb.instance],
+    )?;
+    let insert = tx.prepare(
+        "INSERT INTO ra_enforcing (app_id, instance, point, digest, origins, local,
+            breaker_kind, breaker_state, breaker_since_ms, breaker_transitions,
+            cycle_start_ms, received_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+    )?;
+    for e in entries {
+        let c = StoredEnforcing::of(e);
+        tx.execute(
+            &insert,
+            &[
+                &app,
+                &hb.instance,
+                &c.point,
+                &c.digest,
+                &c.origins,
+                &c.local,
+                &c.breaker_kind,
+                &c.breaker_state,
+                &c.breaker_since_ms,
+                &c.breaker_transitions,
+                &hb.cycle_start_ms,
+                &now_ms,
+            ],
+        )?;
+    }
+    Ok(())
+}
+
+/// Adds the heartbeat's 1-second buckets (those with traffic) to the app's seconds.
+fn record_seconds(
+    tx: &mut postgres::Transaction<'_>,
+    app: i64,
+    hb: &Heartbeat,
+) -> Result<(), postgres::Error> {
+    if hb.points.iter().all(|p| p.seconds.is_none()) {
+        return Ok(());
+    }
+    let counts = tx.prepare(
+        "INSERT INTO ra_second_stats (app_id, point, second_ms, visits, passes, downgrades,
+            exceptions, timeouts, instances)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1)
+         ON CONFLICT (app_id, point, second_ms) DO UPDATE SET
+            visits = ra_second_stats.visits + excluded.visits,
+            passes = ra_second_stats.passes + excluded.passes,
+            downgrades = ra_second_stats.downgrades + excluded.downgrades,
+            exceptions = ra_second_stats.exceptions + excluded.exceptions,
+            timeouts = ra_second_stats.timeouts + excluded.timeouts,
+            instances = ra_second_stats.instances + 1",
+    )?;
+    let reasons = tx.prepare(
+        "INSERT INTO ra_second_reasons (app_id, point, second_ms, reason, count)
+         VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (app_id, point, second_ms, reason) DO UPDATE SET
+            count = ra_second_reasons.count + excluded.count",
+    )?;
+    for p in &hb.points {
+        let Some(seconds) = &p.seconds else {
+            continue;
+        };
+        for (k, c) in seconds.seconds.iter().enumerate() {
+            if seconds.is_empty_at(k) {
+                continue;
+            }
+            let at = hb.cycle_start_ms + SECOND_MS * k as i64;
+            tx.execute(
+                &counts,
+                &[
+                    &app,
+                    &p.point,
+                    &at,
+                    &to_i64(c.visits),
+                    &to_i64(c.passes),
+                    &to_i64(c.downgrades),
+                    &to_i64(c.exceptions),
+                    &to_i64(c.timeouts),
+                ],
+            )?;
+            for (reason, n) in &seconds.downgrades_by_reason {
+                if n[k] > 0 {
+                    tx.execute(&reasons, &[&app, &p.point, &at, reason, &to_i64(n[k])])?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads second rows (per point, or summed over points) and attaches their
+/// per-reason counts.
+fn read_seconds(
+    c: &mut impl GenericClient,
+    app_id: i64,
+    point: Option<&str>,
+    sum_points: bool,
+    from_ms: i64,
+    to_ms: i64,
+    limit: usize,
+) -> Result<Vec<SecondRow>, postgres::Error> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let sql = if sum_points {
+        "SELECT NULL::TEXT, second_ms, SUM(visits)::BIGINT, SUM(passes)::BIGINT,
+                SUM(downgrades)::BIGINT, SUM(exceptions)::BIGINT, SUM(timeouts)::BIGINT,
+                MAX(instances)
+         FROM ra_second_stats
+         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
+           AND second_ms >= $3 AND second_ms < $4
+         GROUP BY second_ms ORDER BY second_ms LIMIT $5"
+    } else {
+        "SELECT point, second_ms, visits, passes, downgrades, exceptions, timeouts, instances
+         FROM ra_second_stats
+         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
+           AND second_ms >= $3 AND second_ms < $4
+         ORDER BY point, second_ms LIMIT $5"
+    };
+    let rows = c.query(sql, &[&app_id, &point, &from_ms, &to_ms, &limit])?;
+    let mut out: Vec<SecondRow> = rows
+        .iter()
+        .map(|r| SecondRow {
+            point: r.get(0),
+            second_start_ms: r.get(1),
+            counts: SecondCounts {
+                visits: count(r, 2),
+                passes: count(r, 3),
+                downgrades: count(r, 4),
+                exceptions: count(r, 5),
+                timeouts: count(r, 6),
+            },
+            downgrades_by_reason: BTreeMap::new(),
+            instances: count(r, 7),
+        })
+        .collect();
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let index: BTreeMap<(Option<String>, i64), usize> = out
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.point.clone(), r.second_start_ms), i))
+        .collect();
+    let sql = if sum_points {
+        "SELECT NULL::TEXT, second_ms, reason, SUM(count)::BIGINT FROM ra_second_reasons
+         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
+           AND second_ms >= $3 AND second_ms < $4
+         GROUP BY second_ms, reason"
+    } else {
+        "SELECT point, second_ms, reason, count FROM ra_second_reasons
+         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
+           AND second_ms >= $3 AND second_ms < $4"
+    };
+    for r in c.query(sql, &[&app_id, &point, &from_ms, &to_ms])? {
+        if let Some(&i) = index.get(&(r.get::<_, Option<String>>(0), r.get::<_, i64>(1))) {
+            out[i].downgrades_by_reason.insert(r.get(2), count(&r, 3));
+        }
+    }
+    Ok(out)
+}
+
+/// Reads cycle rows summed over points, with their per-reason counts.
+fn read_cycles_summed(
+    c: &mut impl GenericClient,
+    app_id: i64,
+    from_ms: i64,
+    to_ms: i64,
+    limit: usize,
+) -> Result<Vec<CycleRow>, postgres::Error> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = c.query(
+        "SELECT cycle_start_ms, SUM(visits)::BIGINT, SUM(passes)::BIGINT,
+                SUM(downgrades)::BIGINT, SUM(exceptions)::BIGINT, SUM(timeouts)::BIGINT,
+                SUM(peak_concurrency)::BIGINT, MAX(instances)
+         FROM ra_cycle_stats
+         WHERE app_id = $1 AND cycle_start_ms >= $2 AND cycle_start_ms < $3
+         GROUP BY cycle_start_ms ORDER BY cycle_start_ms LIMIT $4",
+        &[&app_id, &from_ms, &to_ms, &limit],
+    )?;
+    let mut out: Vec<CycleRow> = rows
+        .iter()
+        .map(|r| CycleRow {
+            cycle_start_ms: r.get(0),
+            counts: PointCycle {
+                point: String::new(),
+                visits: count(r, 1),
+                passes: count(r, 2),
+                downgrades: count(r, 3),
+                exceptions: count(r, 4),
+                timeouts: count(r, 5),
+                peak_concurrency: count(r, 6),
+                downgrades_by_reason: BTreeMap::new(),
+                seconds: None,
+            },
+            instances: count(r, 7),
+        })
+        .collect();
+    if out.is_empty() {
+        return Ok(out);
+    }
+    let index: BTreeMap<i64, usize> = out
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.cycle_start_ms, i))
+        .collect();
+    for r in c.query(
+        "SELECT cycle_start_ms, reason, SUM(count)::BIGINT FROM ra_cycle_reasons
+         WHERE app_id = $1 AND cycle_start_ms >= $2 AND cycle_start_ms < $3
+         GROUP BY cycle_start_ms, reason",
+        &[&app_id, &from_ms, &to_ms],
+    )? {
+        if let Some(&i) = index.get(&r.get::<_, i64>(0)) {
+            out[i]
+                .counts
+                .downgrades_by_reason
+                .insert(r.get(1), count(&r, 2));
         }
     }
     Ok(out)
@@ -305,7 +628,9 @@ impl Store for PostgresStore {
             .map(|p| p.point.as_str())
             .chain(hb.known_points.iter().map(String::as_str))
             .chain(declared.iter().copied())
+            .chain(hb.enforcing.iter().flatten().map(|e| e.point.as_str()))
             .collect();
+        record_enforcement(&mut tx, app, hb, now_ms).map_err(backend)?;
         let upsert_point = tx
             .prepare(
                 "INSERT INTO ra_points (app_id, name, declared, first_seen_ms, last_seen_ms)
@@ -326,9 +651,12 @@ impl Store for PostgresStore {
             let stats = tx
                 .prepare(
                     "INSERT INTO ra_cycle_stats (app_id, point, cycle_start_ms, visits, passes,
-                        downgrades, exceptions, timeouts, peak_concurrency, instances)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1)
+                        downgrades, exceptions, timeouts, peak_concurrency, instances,
+                        second_instances)
+                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10)
                      ON CONFLICT (app_id, point, cycle_start_ms) DO UPDATE SET
+                        second_instances =
+                            ra_cycle_stats.second_instances + excluded.second_instances,
                         visits = ra_cycle_stats.visits + excluded.visits,
                         passes = ra_cycle_stats.passes + excluded.passes,
                         downgrades = ra_cycle_stats.downgrades + excluded.downgrades,
@@ -360,6 +688,7 @@ impl Store for PostgresStore {
                         &to_i64(p.exceptions),
                         &to_i64(p.timeouts),
                         &to_i64(p.peak_concurrency),
+                        &i64::from(p.seconds.is_some()),
                     ],
                 )
                 .map_err(backend)?;
@@ -371,6 +700,7 @@ impl Store for PostgresStore {
                     .map_err(backend)?;
                 }
             }
+            record_seconds(&mut tx, app, hb).map_err(backend)?;
         }
         tx.commit().map_err(backend)?;
         Ok(if fresh {
@@ -477,25 +807,87 @@ impl Store for PostgresStore {
         let rows = client
             .query(
                 "SELECT instance, host, ip, protocol, last_heartbeat_ms, last_pull_ms,
-                        policy_version
+                        policy_version, health_ms, last_upload_error, last_pull_error,
+                        from_cache, uploads_dropped, pull_failures, policies_rejected
                  FROM ra_instances WHERE app_id = $1 ORDER BY instance",
                 &[&app_id],
             )
             .map_err(backend)?;
+        let counter = |r: &Row, i: usize| {
+            r.get::<_, Option<i64>>(i)
+                .and_then(|v| u64::try_from(v).ok())
+                .unwrap_or(0)
+        };
         Ok(rows
             .iter()
-            .map(|r| InstanceInfo {
-                instance: r.get(0),
-                host: r.get(1),
-                ip: r.get(2),
-                protocol: r.get(3),
-                last_heartbeat_ms: r.get(4),
-                last_pull_ms: r.get(5),
-                policy_version: r
-                    .get::<_, Option<i64>>(6)
-                    .and_then(|v| u64::try_from(v).ok()),
+            .map(|r| {
+                let health_ms: Option<i64> = r.get(7);
+                InstanceInfo {
+                    instance: r.get(0),
+                    host: r.get(1),
+                    ip: r.get(2),
+                    protocol: r.get(3),
+                    last_heartbeat_ms: r.get(4),
+                    last_pull_ms: r.get(5),
+                    policy_version: r
+                        .get::<_, Option<i64>>(6)
+                        .and_then(|v| u64::try_from(v).ok()),
+                    client: health_ms.map(|_| ClientHealth {
+                        last_upload_error: r.get(8),
+                        last_pull_error: r.get(9),
+                        from_cache: r.get::<_, Option<bool>>(10).unwrap_or(false),
+                        uploads_dropped: counter(r, 11),
+                        pull_failures: counter(r, 12),
+                        policies_rejected: counter(r, 13),
+                    }),
+                    client_reported_ms: health_ms,
+                }
             })
             .collect())
+    }
+
+    fn enforcement(
+        &self,
+        app: &AppKey,
+        point: Option<&str>,
+        with_local: bool,
+    ) -> Result<Vec<EnforcementRow>, StoreError> {
+        let mut client = self.client();
+        let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        let rows = client
+            .query(
+                "SELECT instance, point, digest, origins,
+                        CASE WHEN $3 THEN local END, local IS NOT NULL,
+                        breaker_kind, breaker_state, breaker_since_ms, breaker_transitions,
+                        cycle_start_ms, received_ms
+                 FROM ra_enforcing WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
+                 ORDER BY point, instance",
+                &[&app_id, &point, &with_local],
+            )
+            .map_err(backend)?;
+        rows.iter()
+            .map(|r| {
+                let stored = StoredEnforcing {
+                    point: r.get(1),
+                    digest: r.get(2),
+                    origins: r.get(3),
+                    local: r.get(4),
+                    breaker_kind: r.get(6),
+                    breaker_state: r.get(7),
+                    breaker_since_ms: r.get(8),
+                    breaker_transitions: r.get(9),
+                };
+                Ok(EnforcementRow {
+                    instance: r.get(0),
+                    entry: stored.into_entry()?,
+                    has_local: r.get(5),
+                    cycle_start_ms: r.get(10),
+                    received_ms: r.get(11),
+                })
+            })
+            .collect()
     }
 
     fn stats(
@@ -511,6 +903,70 @@ impl Store for PostgresStore {
             return Ok(Vec::new());
         };
         read_cycles(&mut *client, app_id, point, from_ms, to_ms, limit).map_err(backend)
+    }
+
+    fn stats_summed(
+        &self,
+        app: &AppKey,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<CycleRow>, StoreError> {
+        let mut client = self.client();
+        let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        read_cycles_summed(&mut *client, app_id, from_ms, to_ms, limit).map_err(backend)
+    }
+
+    fn seconds(
+        &self,
+        app: &AppKey,
+        point: Option<&str>,
+        sum_points: bool,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<SecondRow>, StoreError> {
+        let mut client = self.client();
+        let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        read_seconds(
+            &mut *client,
+            app_id,
+            point,
+            sum_points,
+            from_ms,
+            to_ms,
+            limit,
+        )
+        .map_err(backend)
+    }
+
+    fn cycles_without_seconds(
+        &self,
+        app: &AppKey,
+        point: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut client = self.client();
+        let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        let rows = client
+            .query(
+                "SELECT DISTINCT cycle_start_ms FROM ra_cycle_stats
+                 WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
+                   AND cycle_start_ms > $3 AND cycle_start_ms < $4
+                   AND instances > second_instances
+                   AND visits + exceptions + timeouts > 0
+                 ORDER BY cycle_start_ms",
+                &[&app_id, &point, &(from_ms - CYCLE_MS), &to_ms],
+            )
+            .map_err(backend)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     fn current_version(&self, app: &AppKey) -> Result<u64, StoreError> {
@@ -631,6 +1087,29 @@ impl Store for PostgresStore {
         .map_err(backend)?;
         tx.execute(
             "DELETE FROM ra_received WHERE cycle_start_ms < $1",
+            &[&before_ms],
+        )
+        .map_err(backend)?;
+        tx.execute(
+            "DELETE FROM ra_enforcing WHERE received_ms < $1",
+            &[&before_ms],
+        )
+        .map_err(backend)?;
+        tx.commit().map_err(backend)?;
+        Ok(deleted)
+    }
+
+    fn prune_seconds(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let mut client = self.client();
+        let mut tx = client.transaction().map_err(backend)?;
+        let deleted = tx
+            .execute(
+                "DELETE FROM ra_second_stats WHERE second_ms < $1",
+                &[&before_ms],
+            )
+            .map_err(backend)?;
+        tx.execute(
+            "DELETE FROM ra_second_reasons WHERE second_ms < $1",
             &[&before_ms],
         )
         .map_err(backend)?;

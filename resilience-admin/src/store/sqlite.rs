@@ -1,9 +1,10 @@
 //! The embedded SQLite store: one database file, no server to run.
 
-use super::{parse_json, to_i64, to_json, to_u64, Pull, Store, StoreError};
+use super::{parse_json, to_i64, to_json, to_u64, Pull, Store, StoreError, StoredEnforcing};
 use crate::model::{
-    AppKey, AppSummary, CycleRow, Heartbeat, Ingested, InstanceInfo, NewPolicyVersion, PointCycle,
-    PointInfo, PolicyVersion,
+    AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, Ingested, InstanceInfo,
+    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, SecondCounts, SecondRow, CYCLE_MS,
+    SECOND_MS,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::{BTreeMap, BTreeSet};
@@ -12,7 +13,73 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 /// The schema; `PRAGMA user_version` tells which one a file has.
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 3;
+
+/// What each schema version adds to the one before ([`SCHEMA`] is version 1). Only
+/// additions: a file of an older version opens and is brought up to date.
+const MIGRATIONS: [(i64, &str); 2] = [
+    (
+        2,
+        "
+ALTER TABLE instances ADD COLUMN health_ms INTEGER;
+ALTER TABLE instances ADD COLUMN health_cycle_ms INTEGER;
+ALTER TABLE instances ADD COLUMN last_upload_error TEXT;
+ALTER TABLE instances ADD COLUMN last_pull_error TEXT;
+ALTER TABLE instances ADD COLUMN from_cache INTEGER;
+ALTER TABLE instances ADD COLUMN uploads_dropped INTEGER;
+ALTER TABLE instances ADD COLUMN pull_failures INTEGER;
+ALTER TABLE instances ADD COLUMN policies_rejected INTEGER;
+ALTER TABLE instances ADD COLUMN enforcing_cycle_ms INTEGER;
+CREATE TABLE IF NOT EXISTS enforcing (
+    app_id INTEGER NOT NULL,
+    instance TEXT NOT NULL,
+    point TEXT NOT NULL,
+    digest TEXT NOT NULL,
+    origins TEXT NOT NULL,
+    local TEXT,
+    breaker_kind TEXT,
+    breaker_state TEXT,
+    breaker_since_ms INTEGER,
+    breaker_transitions INTEGER,
+    cycle_start_ms INTEGER NOT NULL,
+    received_ms INTEGER NOT NULL,
+    PRIMARY KEY (app_id, instance, point)
+);
+CREATE INDEX IF NOT EXISTS enforcing_point ON enforcing (app_id, point);
+CREATE INDEX IF NOT EXISTS enforcing_received ON enforcing (received_ms);
+",
+    ),
+    // Version 3: the live view's 1-second buckets, and per cycle how many instances
+    // sent them.
+    (
+        3,
+        "
+ALTER TABLE cycle_stats ADD COLUMN second_instances INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE IF NOT EXISTS second_stats (
+    app_id INTEGER NOT NULL,
+    point TEXT NOT NULL,
+    second_ms INTEGER NOT NULL,
+    visits INTEGER NOT NULL,
+    passes INTEGER NOT NULL,
+    downgrades INTEGER NOT NULL,
+    exceptions INTEGER NOT NULL,
+    timeouts INTEGER NOT NULL,
+    instances INTEGER NOT NULL,
+    PRIMARY KEY (app_id, point, second_ms)
+);
+CREATE INDEX IF NOT EXISTS second_stats_time ON second_stats (second_ms);
+CREATE TABLE IF NOT EXISTS second_reasons (
+    app_id INTEGER NOT NULL,
+    point TEXT NOT NULL,
+    second_ms INTEGER NOT NULL,
+    reason TEXT NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (app_id, point, second_ms, reason)
+);
+CREATE INDEX IF NOT EXISTS second_reasons_time ON second_reasons (second_ms);
+",
+    ),
+];
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS apps (
@@ -154,7 +221,7 @@ impl SqliteStore {
         Self::init(conn, None)
     }
 
-    fn init(conn: Connection, path: Option<PathBuf>) -> Result<SqliteStore, StoreError> {
+    fn init(mut conn: Connection, path: Option<PathBuf>) -> Result<SqliteStore, StoreError> {
         conn.pragma_update(None, "journal_mode", "WAL")
             .map_err(backend)?;
         conn.pragma_update(None, "synchronous", "FULL")
@@ -165,7 +232,12 @@ impl SqliteStore {
         // for a moment.
         conn.busy_timeout(std::time::Duration::from_secs(5))
             .map_err(backend)?;
-        let found: i64 = conn
+        // One transaction holding the write lock: a second server opening the same
+        // file waits, then sees the schema up to date.
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
+        let found: i64 = tx
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(backend)?;
         if found > SCHEMA_VERSION {
@@ -174,9 +246,17 @@ impl SqliteStore {
                  {SCHEMA_VERSION}"
             )));
         }
-        conn.execute_batch(SCHEMA).map_err(backend)?;
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+        tx.execute_batch(SCHEMA).map_err(backend)?;
+        for (version, sql) in MIGRATIONS {
+            if found < version {
+                tx.execute_batch(sql).map_err(|e| {
+                    StoreError::Backend(format!("cannot migrate to schema version {version}: {e}"))
+                })?;
+            }
+        }
+        tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(backend)?;
+        tx.commit().map_err(backend)?;
         Ok(SqliteStore {
             conn: Mutex::new(conn),
             path,
@@ -206,6 +286,76 @@ fn app_id(tx: &Transaction<'_>, app: &AppKey, now_ms: i64) -> rusqlite::Result<i
         params![app.group, app.name],
         |r| r.get(0),
     )
+}
+
+/// Stores the heartbeat's client health and enforcement reports, replacing the
+/// instance's previous ones, unless they come from an older cycle than those.
+fn record_enforcement(
+    tx: &Transaction<'_>,
+    app: i64,
+    hb: &Heartbeat,
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    if let Some(h) = &hb.client {
+        tx.execute(
+            "UPDATE instances SET health_ms = ?3, health_cycle_ms = ?4,
+                last_upload_error = ?5, last_pull_error = ?6, from_cache = ?7,
+                uploads_dropped = ?8, pull_failures = ?9, policies_rejected = ?10
+             WHERE app_id = ?1 AND instance = ?2
+               AND (health_cycle_ms IS NULL OR health_cycle_ms <= ?4)",
+            params![
+                app,
+                hb.instance,
+                now_ms,
+                hb.cycle_start_ms,
+                h.last_upload_error,
+                h.last_pull_error,
+                h.from_cache,
+                to_i64(h.uploads_dropped),
+                to_i64(h.pull_failures),
+                to_i64(h.policies_rejected)
+            ],
+        )?;
+    }
+    let Some(entries) = &hb.enforcing else {
+        return Ok(());
+    };
+    let newer = tx.execute(
+        "UPDATE instances SET enforcing_cycle_ms = ?3
+         WHERE app_id = ?1 AND instance = ?2
+           AND (enforcing_cycle_ms IS NULL OR enforcing_cycle_ms <= ?3)",
+        params![app, hb.instance, hb.cycle_start_ms],
+    )? == 1;
+    if !newer {
+        return Ok(());
+    }
+    tx.execute(
+        "DELETE FROM enforcing WHERE app_id = ?1 AND instance = ?2",
+        params![app, hb.instance],
+    )?;
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO enforcing (app_id, instance, point, digest, origins, local, breaker_kind,
+            breaker_state, breaker_since_ms, breaker_transitions, cycle_start_ms, received_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?;
+    for e in entries {
+        let c = StoredEnforcing::of(e);
+        insert.execute(params![
+            app,
+            hb.instance,
+            c.point,
+            c.digest,
+            c.origins,
+            c.local,
+            c.breaker_kind,
+            c.breaker_state,
+            c.breaker_since_ms,
+            c.breaker_transitions,
+            hb.cycle_start_ms,
+            now_ms
+        ])?;
+    }
+    Ok(())
 }
 
 fn find_app(conn: &Connection, app: &AppKey) -> rusqlite::Result<Option<i64>> {
@@ -303,6 +453,7 @@ fn read_cycles(
                     timeouts: count(6)?,
                     peak_concurrency: count(7)?,
                     downgrades_by_reason: BTreeMap::new(),
+                    seconds: None,
                 },
                 instances: count(8)?,
             })
@@ -331,6 +482,210 @@ fn read_cycles(
     for reason in reasons {
         let (point, cycle, reason, count) = reason?;
         if let Some(&i) = index.get(&(point, cycle)) {
+            rows[i]
+                .counts
+                .downgrades_by_reason
+                .insert(reason, u64::try_from(count).unwrap_or(0));
+        }
+    }
+    Ok(rows)
+}
+
+/// Adds the heartbeat's 1-second buckets (those with traffic) to the app's seconds.
+fn record_seconds(tx: &Transaction<'_>, app: i64, hb: &Heartbeat) -> rusqlite::Result<()> {
+    let mut counts = tx.prepare_cached(
+        "INSERT INTO second_stats (app_id, point, second_ms, visits, passes, downgrades,
+            exceptions, timeouts, instances)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1)
+         ON CONFLICT (app_id, point, second_ms) DO UPDATE SET
+            visits = second_stats.visits + excluded.visits,
+            passes = second_stats.passes + excluded.passes,
+            downgrades = second_stats.downgrades + excluded.downgrades,
+            exceptions = second_stats.exceptions + excluded.exceptions,
+            timeouts = second_stats.timeouts + excluded.timeouts,
+            instances = second_stats.instances + 1",
+    )?;
+    let mut reasons = tx.prepare_cached(
+        "INSERT INTO second_reasons (app_id, point, second_ms, reason, count)
+         VALUES (?1, ?2, ?3, ?4, ?5)
+         ON CONFLICT (app_id, point, second_ms, reason) DO UPDATE SET
+            count = second_reasons.count + excluded.count",
+    )?;
+    for p in &hb.points {
+        let Some(seconds) = &p.seconds else {
+            continue;
+        };
+        for (k, c) in seconds.seconds.iter().enumerate() {
+            if seconds.is_empty_at(k) {
+                continue;
+            }
+            let at = hb.cycle_start_ms + SECOND_MS * k as i64;
+            counts.execute(params![
+                app,
+                p.point,
+                at,
+                to_i64(c.visits),
+                to_i64(c.passes),
+                to_i64(c.downgrades),
+                to_i64(c.exceptions),
+                to_i64(c.timeouts)
+            ])?;
+            for (reason, n) in &seconds.downgrades_by_reason {
+                if n[k] > 0 {
+                    reasons.execute(params![app, p.point, at, reason, to_i64(n[k])])?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads second rows (per point, or summed over points) and attaches their
+/// per-reason counts.
+fn read_seconds(
+    conn: &Connection,
+    app_id: i64,
+    point: Option<&str>,
+    sum_points: bool,
+    from_ms: i64,
+    to_ms: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<SecondRow>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let sql = if sum_points {
+        "SELECT NULL, second_ms, SUM(visits), SUM(passes), SUM(downgrades), SUM(exceptions),
+                SUM(timeouts), MAX(instances)
+         FROM second_stats
+         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
+           AND second_ms >= ?3 AND second_ms < ?4
+         GROUP BY second_ms ORDER BY second_ms LIMIT ?5"
+    } else {
+        "SELECT point, second_ms, visits, passes, downgrades, exceptions, timeouts, instances
+         FROM second_stats
+         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
+           AND second_ms >= ?3 AND second_ms < ?4
+         ORDER BY point, second_ms LIMIT ?5"
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
+    let mut rows: Vec<SecondRow> = stmt
+        .query_map(params![app_id, point, from_ms, to_ms, limit], |r| {
+            let count = |i: usize| -> rusqlite::Result<u64> {
+                Ok(u64::try_from(r.get::<_, i64>(i)?).unwrap_or(0))
+            };
+            Ok(SecondRow {
+                point: r.get(0)?,
+                second_start_ms: r.get(1)?,
+                counts: SecondCounts {
+                    visits: count(2)?,
+                    passes: count(3)?,
+                    downgrades: count(4)?,
+                    exceptions: count(5)?,
+                    timeouts: count(6)?,
+                },
+                downgrades_by_reason: BTreeMap::new(),
+                instances: count(7)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    if rows.is_empty() {
+        return Ok(rows);
+    }
+    let index: BTreeMap<(Option<String>, i64), usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.point.clone(), r.second_start_ms), i))
+        .collect();
+    let sql = if sum_points {
+        "SELECT NULL, second_ms, reason, SUM(count) FROM second_reasons
+         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
+           AND second_ms >= ?3 AND second_ms < ?4
+         GROUP BY second_ms, reason"
+    } else {
+        "SELECT point, second_ms, reason, count FROM second_reasons
+         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
+           AND second_ms >= ?3 AND second_ms < ?4"
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
+    let reasons = stmt.query_map(params![app_id, point, from_ms, to_ms], |r| {
+        Ok((
+            r.get::<_, Option<String>>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, String>(2)?,
+            r.get::<_, i64>(3)?,
+        ))
+    })?;
+    for reason in reasons {
+        let (point, second, reason, count) = reason?;
+        if let Some(&i) = index.get(&(point, second)) {
+            rows[i]
+                .downgrades_by_reason
+                .insert(reason, u64::try_from(count).unwrap_or(0));
+        }
+    }
+    Ok(rows)
+}
+
+/// Reads cycle rows summed over points, with their per-reason counts.
+fn read_cycles_summed(
+    conn: &Connection,
+    app_id: i64,
+    from_ms: i64,
+    to_ms: i64,
+    limit: usize,
+) -> rusqlite::Result<Vec<CycleRow>> {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut stmt = conn.prepare_cached(
+        "SELECT cycle_start_ms, SUM(visits), SUM(passes), SUM(downgrades), SUM(exceptions),
+                SUM(timeouts), SUM(peak_concurrency), MAX(instances)
+         FROM cycle_stats
+         WHERE app_id = ?1 AND cycle_start_ms >= ?2 AND cycle_start_ms < ?3
+         GROUP BY cycle_start_ms ORDER BY cycle_start_ms LIMIT ?4",
+    )?;
+    let mut rows: Vec<CycleRow> = stmt
+        .query_map(params![app_id, from_ms, to_ms, limit], |r| {
+            let count = |i: usize| -> rusqlite::Result<u64> {
+                Ok(u64::try_from(r.get::<_, i64>(i)?).unwrap_or(0))
+            };
+            Ok(CycleRow {
+                cycle_start_ms: r.get(0)?,
+                counts: PointCycle {
+                    point: String::new(),
+                    visits: count(1)?,
+                    passes: count(2)?,
+                    downgrades: count(3)?,
+                    exceptions: count(4)?,
+                    timeouts: count(5)?,
+                    peak_concurrency: count(6)?,
+                    downgrades_by_reason: BTreeMap::new(),
+                    seconds: None,
+                },
+                instances: count(7)?,
+            })
+        })?
+        .collect::<rusqlite::Result<_>>()?;
+    if rows.is_empty() {
+        return Ok(rows);
+    }
+    let index: BTreeMap<i64, usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.cycle_start_ms, i))
+        .collect();
+    let mut stmt = conn.prepare_cached(
+        "SELECT cycle_start_ms, reason, SUM(count) FROM cycle_reasons
+         WHERE app_id = ?1 AND cycle_start_ms >= ?2 AND cycle_start_ms < ?3
+         GROUP BY cycle_start_ms, reason",
+    )?;
+    let reasons = stmt.query_map(params![app_id, from_ms, to_ms], |r| {
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, String>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    })?;
+    for reason in reasons {
+        let (cycle, reason, count) = reason?;
+        if let Some(&i) = index.get(&cycle) {
             rows[i]
                 .counts
                 .downgrades_by_reason
@@ -381,7 +736,9 @@ impl Store for SqliteStore {
             .map(|p| p.point.as_str())
             .chain(hb.known_points.iter().map(String::as_str))
             .chain(declared.iter().copied())
+            .chain(hb.enforcing.iter().flatten().map(|e| e.point.as_str()))
             .collect();
+        record_enforcement(&tx, app, hb, now_ms).map_err(backend)?;
         {
             let mut stmt = tx
                 .prepare_cached(
@@ -401,9 +758,12 @@ impl Store for SqliteStore {
             let mut stats = tx
                 .prepare_cached(
                     "INSERT INTO cycle_stats (app_id, point, cycle_start_ms, visits, passes,
-                        downgrades, exceptions, timeouts, peak_concurrency, instances)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1)
+                        downgrades, exceptions, timeouts, peak_concurrency, instances,
+                        second_instances)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1, ?10)
                      ON CONFLICT (app_id, point, cycle_start_ms) DO UPDATE SET
+                        second_instances =
+                            cycle_stats.second_instances + excluded.second_instances,
                         visits = cycle_stats.visits + excluded.visits,
                         passes = cycle_stats.passes + excluded.passes,
                         downgrades = cycle_stats.downgrades + excluded.downgrades,
@@ -433,7 +793,8 @@ impl Store for SqliteStore {
                         to_i64(p.downgrades),
                         to_i64(p.exceptions),
                         to_i64(p.timeouts),
-                        to_i64(p.peak_concurrency)
+                        to_i64(p.peak_concurrency),
+                        i64::from(p.seconds.is_some())
                     ])
                     .map_err(backend)?;
                 for (reason, count) in p.downgrades_by_reason.iter().filter(|(_, c)| **c > 0) {
@@ -448,6 +809,7 @@ impl Store for SqliteStore {
                         .map_err(backend)?;
                 }
             }
+            record_seconds(&tx, app, hb).map_err(backend)?;
         }
         tx.commit().map_err(backend)?;
         Ok(if fresh {
@@ -578,12 +940,30 @@ impl Store for SqliteStore {
         let mut stmt = conn
             .prepare_cached(
                 "SELECT instance, host, ip, protocol, last_heartbeat_ms, last_pull_ms,
-                        policy_version
+                        policy_version, health_ms, last_upload_error, last_pull_error,
+                        from_cache, uploads_dropped, pull_failures, policies_rejected
                  FROM instances WHERE app_id = ?1 ORDER BY instance",
             )
             .map_err(backend)?;
+        let count = |r: &rusqlite::Row<'_>, i: usize| -> rusqlite::Result<u64> {
+            Ok(r.get::<_, Option<i64>>(i)?
+                .and_then(|v| u64::try_from(v).ok())
+                .unwrap_or(0))
+        };
         let rows = stmt
             .query_map(params![app_id], |r| {
+                let health_ms: Option<i64> = r.get(7)?;
+                let client = match health_ms {
+                    None => None,
+                    Some(_) => Some(ClientHealth {
+                        last_upload_error: r.get(8)?,
+                        last_pull_error: r.get(9)?,
+                        from_cache: r.get::<_, Option<bool>>(10)?.unwrap_or(false),
+                        uploads_dropped: count(r, 11)?,
+                        pull_failures: count(r, 12)?,
+                        policies_rejected: count(r, 13)?,
+                    }),
+                };
                 Ok(InstanceInfo {
                     instance: r.get(0)?,
                     host: r.get(1)?,
@@ -594,10 +974,67 @@ impl Store for SqliteStore {
                     policy_version: r
                         .get::<_, Option<i64>>(6)?
                         .and_then(|v| u64::try_from(v).ok()),
+                    client,
+                    client_reported_ms: health_ms,
                 })
             })
             .map_err(backend)?;
         rows.collect::<rusqlite::Result<_>>().map_err(backend)
+    }
+
+    fn enforcement(
+        &self,
+        app: &AppKey,
+        point: Option<&str>,
+        with_local: bool,
+    ) -> Result<Vec<EnforcementRow>, StoreError> {
+        let conn = self.conn();
+        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT instance, point, digest, origins,
+                        CASE WHEN ?3 THEN local END, local IS NOT NULL,
+                        breaker_kind, breaker_state, breaker_since_ms, breaker_transitions,
+                        cycle_start_ms, received_ms
+                 FROM enforcing WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
+                 ORDER BY point, instance",
+            )
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map(params![app_id, point, with_local], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    StoredEnforcing {
+                        point: r.get(1)?,
+                        digest: r.get(2)?,
+                        origins: r.get(3)?,
+                        local: r.get(4)?,
+                        breaker_kind: r.get(6)?,
+                        breaker_state: r.get(7)?,
+                        breaker_since_ms: r.get(8)?,
+                        breaker_transitions: r.get(9)?,
+                    },
+                    r.get::<_, bool>(5)?,
+                    r.get::<_, i64>(10)?,
+                    r.get::<_, i64>(11)?,
+                ))
+            })
+            .map_err(backend)?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(backend)?;
+        rows.into_iter()
+            .map(|(instance, stored, has_local, cycle, received)| {
+                Ok(EnforcementRow {
+                    instance,
+                    entry: stored.into_entry()?,
+                    has_local,
+                    cycle_start_ms: cycle,
+                    received_ms: received,
+                })
+            })
+            .collect()
     }
 
     fn stats(
@@ -613,6 +1050,65 @@ impl Store for SqliteStore {
             return Ok(Vec::new());
         };
         read_cycles(&conn, app_id, point, from_ms, to_ms, limit).map_err(backend)
+    }
+
+    fn stats_summed(
+        &self,
+        app: &AppKey,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<CycleRow>, StoreError> {
+        let conn = self.conn();
+        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        read_cycles_summed(&conn, app_id, from_ms, to_ms, limit).map_err(backend)
+    }
+
+    fn seconds(
+        &self,
+        app: &AppKey,
+        point: Option<&str>,
+        sum_points: bool,
+        from_ms: i64,
+        to_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<SecondRow>, StoreError> {
+        let conn = self.conn();
+        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        read_seconds(&conn, app_id, point, sum_points, from_ms, to_ms, limit).map_err(backend)
+    }
+
+    fn cycles_without_seconds(
+        &self,
+        app: &AppKey,
+        point: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<i64>, StoreError> {
+        let conn = self.conn();
+        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT DISTINCT cycle_start_ms FROM cycle_stats
+                 WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
+                   AND cycle_start_ms > ?3 AND cycle_start_ms < ?4
+                   AND instances > second_instances
+                   AND visits + exceptions + timeouts > 0
+                 ORDER BY cycle_start_ms",
+            )
+            .map_err(backend)?;
+        let rows = stmt
+            .query_map(params![app_id, point, from_ms - CYCLE_MS, to_ms], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map_err(backend)?;
+        rows.collect::<rusqlite::Result<_>>().map_err(backend)
     }
 
     fn current_version(&self, app: &AppKey) -> Result<u64, StoreError> {
@@ -724,6 +1220,31 @@ impl Store for SqliteStore {
         .map_err(backend)?;
         tx.execute(
             "DELETE FROM received WHERE cycle_start_ms < ?1",
+            params![before_ms],
+        )
+        .map_err(backend)?;
+        tx.execute(
+            "DELETE FROM enforcing WHERE received_ms < ?1",
+            params![before_ms],
+        )
+        .map_err(backend)?;
+        tx.commit().map_err(backend)?;
+        Ok(deleted as u64)
+    }
+
+    fn prune_seconds(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
+        let deleted = tx
+            .execute(
+                "DELETE FROM second_stats WHERE second_ms < ?1",
+                params![before_ms],
+            )
+            .map_err(backend)?;
+        tx.execute(
+            "DELETE FROM second_reasons WHERE second_ms < ?1",
             params![before_ms],
         )
         .map_err(backend)?;

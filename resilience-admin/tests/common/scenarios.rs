@@ -217,6 +217,8 @@ pub fn prune(storage: StorageConfig) {
             known_points: vec![],
             declared_points: vec![],
             policy_version: None,
+            enforcing: None,
+            client: None,
         };
         store.record_heartbeat(&h, cycle(k)).unwrap();
     }
@@ -229,4 +231,463 @@ pub fn prune(storage: StorageConfig) {
         [cycle(2), cycle(3)]
     );
     assert_eq!(store.prune(cycle(2)).unwrap(), 0);
+}
+
+fn enforcing_hb(instance: &str, cycle: i64, entries: serde_json::Value) -> serde_json::Value {
+    json!({"app_group": "shop", "app": "orders", "instance": instance, "cycle_start_ms": cycle,
+           "enforcing": entries,
+           "client": {"last_upload_error": format!("upload error of {cycle}"),
+                      "last_pull_error": null, "from_cache": true, "uploads_dropped": 1,
+                      "pull_failures": 2, "policies_rejected": 3}})
+}
+
+fn point_instances(addr: std::net::SocketAddr, point: &str) -> serde_json::Value {
+    let r = get(
+        addr,
+        &format!("/api/v1/apps/shop/orders/points/{point}/instances"),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
+}
+
+/// What each instance enforces and its client's health: stored, replaced (not
+/// appended) by the next report, not undone by a late retry, kept across a restart,
+/// and forgotten with the retention.
+pub fn enforcement(storage: StorageConfig) {
+    let (c, manual) = manual(storage.clone());
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let local = json!({"breaker": {"algorithm": "classic", "consecutive_failures": 3}});
+    let first = enforcing_hb(
+        "a",
+        cycle,
+        json!([{"name": "order.create", "digest": "0123456789abcdef",
+                "origins": {"rules": {"source": "console", "version": 1},
+                            "breaker": {"source": "file:/etc/p.toml", "version": 2}},
+                "local": local,
+                "breaker": {"kind": "classic", "state": "open",
+                            "since_ms": cycle + 2_000, "transitions": 1}},
+               {"name": "order.cancel", "digest": "none",
+                "origins": {"rules": {"source": "code", "version": 1}}}]),
+    );
+    {
+        let server = start(c.clone());
+        let addr = server.addr();
+        let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &first);
+        assert_eq!(r.status, 200, "{}", r.text());
+        server.stop();
+    }
+    // Across a restart.
+    let server = start(c.clone());
+    let addr = server.addr();
+    let e = point_instances(addr, "order.create");
+    let i = &e["instances"][0];
+    assert_eq!(i["instance"], "a");
+    assert_eq!(i["digest"], "0123456789abcdef");
+    assert_eq!(i["origins"]["breaker"]["source"], "file:/etc/p.toml");
+    assert_eq!(i["breaker"]["state"], "open");
+    assert_eq!(i["breaker"]["since_ms"], cycle + 2_000);
+    assert_eq!(i["has_local"], true);
+    assert_eq!(i["cycle_start_ms"], cycle);
+    let l = get(
+        addr,
+        "/api/v1/apps/shop/orders/points/order.create/instances/a/local",
+        None,
+    )
+    .json();
+    assert_eq!(l["local"], local);
+    let inst = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
+    let h = &inst["instances"][0]["client"];
+    assert_eq!(
+        h,
+        &json!({"last_upload_error": format!("upload error of {cycle}"), "last_pull_error": null,
+                "from_cache": true, "uploads_dropped": 1, "pull_failures": 2,
+                "policies_rejected": 3})
+    );
+    assert_eq!(
+        point_instances(addr, "order.cancel")["instances"][0]["instance"],
+        "a"
+    );
+    // The next report replaces the whole list: order.cancel is no longer enforced.
+    manual.advance(std::time::Duration::from_secs(10));
+    let next = enforcing_hb(
+        "a",
+        cycle + 10_000,
+        json!([{"name": "order.create", "digest": "none",
+                "breaker": {"kind": "sre", "state": "closed", "since_ms": cycle, "transitions": 2}}]),
+    );
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(APP), &next).status,
+        200
+    );
+    assert_eq!(
+        point_instances(addr, "order.cancel")["instances"],
+        json!([])
+    );
+    let i = &point_instances(addr, "order.create")["instances"][0];
+    assert_eq!(i["breaker"]["kind"], "sre");
+    assert_eq!(i["has_local"], false);
+    // A late retry of the older cycle does not undo the newer report.
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &first);
+    assert_eq!(r.json()["result"], "duplicate");
+    assert_eq!(
+        point_instances(addr, "order.create")["instances"][0]["breaker"]["kind"],
+        "sre"
+    );
+    let inst = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
+    assert_eq!(
+        inst["instances"][0]["client"]["last_upload_error"],
+        format!("upload error of {}", cycle + 10_000)
+    );
+    // A heartbeat without the fields (an older client) leaves them as they are.
+    let old = json!({"app_group": "shop", "app": "orders", "instance": "a",
+                     "cycle_start_ms": cycle + 10_000});
+    assert_eq!(
+        post_json(addr, "/api/v1/heartbeat", Some(APP), &old).status,
+        200
+    );
+    assert_eq!(
+        point_instances(addr, "order.create")["instances"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    server.stop();
+    // The retention forgets reports received before its limit.
+    let store = open_store(&storage).unwrap();
+    store.prune(now_ms(&manual) + 1).unwrap();
+    let app = resilience_admin::model::AppKey::new("shop", "orders");
+    assert!(store.enforcement(&app, None, true).unwrap().is_empty());
+}
+
+/// A database migrated from schema version 1 holding instance `old-1` of shop/orders
+/// (policy version 2): the instance is listed without health, and a new heartbeat
+/// stores what it enforces and its health.
+pub fn migrated_v1(storage: StorageConfig) {
+    let (c, manual) = manual(storage);
+    let server = start(c);
+    let addr = server.addr();
+    let inst = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
+    let old = &inst["instances"][0];
+    assert_eq!(
+        (
+            old["instance"].clone(),
+            old["policy_version"].clone(),
+            old["client"].clone()
+        ),
+        (json!("old-1"), json!(2), json!(null))
+    );
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let r = post_json(
+        addr,
+        "/api/v1/heartbeat",
+        Some(APP),
+        &enforcing_hb(
+            "new-1",
+            cycle,
+            json!([{"name": "p", "digest": "none",
+                    "origins": {"rules": {"source": "code", "version": 1}}}]),
+        ),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        point_instances(addr, "p")["instances"][0]["instance"],
+        "new-1"
+    );
+    let inst = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
+    let names: Vec<_> = inst["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["instance"].clone(), i["client"]["from_cache"].clone()))
+        .collect();
+    assert_eq!(
+        names,
+        [(json!("new-1"), json!(true)), (json!("old-1"), json!(null))]
+    );
+}
+
+/// A heartbeat of the store's own model with the given seconds of point `p`
+/// (`[visits, passes, downgrades, exceptions, timeouts]`, the `visits` reason for the
+/// downgrades) and of point `q` (one visit in second 0, no seconds when `None`).
+fn seconds_hb(
+    instance: &str,
+    cycle: i64,
+    p: Option<[[u64; 5]; 10]>,
+) -> resilience_admin::model::Heartbeat {
+    use resilience_admin::model::{
+        AppKey, CycleSeconds, Heartbeat, PointCycle, Protocol, SecondCounts,
+    };
+    let cycle_of = |name: &str, s: Option<[[u64; 5]; 10]>| {
+        let seconds = s.map(|s| CycleSeconds {
+            seconds: s.map(
+                |[visits, passes, downgrades, exceptions, timeouts]| SecondCounts {
+                    visits,
+                    passes,
+                    downgrades,
+                    exceptions,
+                    timeouts,
+                },
+            ),
+            downgrades_by_reason: [("visits".to_owned(), s.map(|b| b[2]))].into(),
+        });
+        let sum = |i: usize| s.map_or(1, |s| s.iter().map(|b| b[i]).sum());
+        PointCycle {
+            point: name.into(),
+            visits: sum(0),
+            passes: sum(1),
+            downgrades: if s.is_some() { sum(2) } else { 0 },
+            exceptions: if s.is_some() { sum(3) } else { 0 },
+            timeouts: if s.is_some() { sum(4) } else { 0 },
+            peak_concurrency: 1,
+            downgrades_by_reason: Default::default(),
+            seconds,
+        }
+    };
+    let mut q = [[0; 5]; 10];
+    q[0] = [1, 1, 0, 0, 0];
+    Heartbeat {
+        app: AppKey::new("g", "a"),
+        instance: instance.into(),
+        host: String::new(),
+        ip: "127.0.0.1".into(),
+        protocol: Protocol::Json,
+        cycle_start_ms: cycle,
+        points: vec![cycle_of("p", p), cycle_of("q", p.map(|_| q))],
+        known_points: vec![],
+        declared_points: vec![],
+        policy_version: None,
+        enforcing: None,
+        client: None,
+    }
+}
+
+/// The seconds of second `k` of a scenario: `k + 1` visits, `k % 3` of them
+/// downgraded, an exception in even seconds, a timeout in second 9; second 5 idle.
+fn busy_seconds(scale: u64) -> [[u64; 5]; 10] {
+    std::array::from_fn(|k| {
+        let k = k as u64;
+        if k == 5 {
+            return [0; 5];
+        }
+        let visits = (k + 1) * scale;
+        let downgrades = (k % 3).min(visits);
+        [
+            visits,
+            visits - downgrades,
+            downgrades,
+            u64::from(k.is_multiple_of(2)),
+            u64::from(k == 9),
+        ]
+    })
+}
+
+/// The live view's 1-second buckets in the store: summed over instances (a retry is
+/// not counted twice), idle seconds not stored, per point and summed over points,
+/// cycles without seconds found, kept across a reopening, pruned on their own.
+pub fn seconds(storage: StorageConfig) {
+    use resilience_admin::model::AppKey;
+    let app = AppKey::new("g", "a");
+    let cycle = 1_767_225_600_000_i64;
+    {
+        let store = open_store(&storage).unwrap();
+        let (a, b) = (busy_seconds(1), busy_seconds(10));
+        store
+            .record_heartbeat(&seconds_hb("a", cycle, Some(a)), cycle + 15_000)
+            .unwrap();
+        store
+            .record_heartbeat(&seconds_hb("b", cycle, Some(b)), cycle + 15_000)
+            .unwrap();
+        // A retry, and an older client's cycle (no seconds) a cycle later.
+        store
+            .record_heartbeat(&seconds_hb("a", cycle, Some(a)), cycle + 16_000)
+            .unwrap();
+        store
+            .record_heartbeat(&seconds_hb("old", cycle + 10_000, None), cycle + 25_000)
+            .unwrap();
+    }
+    let store = open_store(&storage).unwrap();
+    let rows = store
+        .seconds(&app, Some("p"), false, cycle, cycle + 20_000, 100)
+        .unwrap();
+    let (a, b) = (busy_seconds(1), busy_seconds(10));
+    let expected: Vec<(i64, [u64; 5], u64)> = (0..10)
+        .filter(|&k| k != 5)
+        .map(|k| {
+            (
+                cycle + 1_000 * k as i64,
+                std::array::from_fn(|i| a[k][i] + b[k][i]),
+                (k % 3) as u64 * 2,
+            )
+        })
+        .collect();
+    let got: Vec<(i64, [u64; 5], u64)> = rows
+        .iter()
+        .map(|r| {
+            let c = &r.counts;
+            (
+                r.second_start_ms,
+                [c.visits, c.passes, c.downgrades, c.exceptions, c.timeouts],
+                r.downgrades_by_reason.get("visits").copied().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(got, expected);
+    assert!(rows
+        .iter()
+        .all(|r| r.instances == 2 && r.point.as_deref() == Some("p")));
+    assert!(
+        rows.iter()
+            .all(|r| r.downgrades_by_reason.values().all(|&n| n > 0)),
+        "no zero reasons: {rows:?}"
+    );
+    // Every point: p's rows then q's one (second 0 of both instances).
+    let all = store
+        .seconds(&app, None, false, cycle, cycle + 20_000, 100)
+        .unwrap();
+    assert_eq!(all.len(), 10);
+    assert_eq!(
+        (
+            all[9].point.as_deref(),
+            all[9].second_start_ms,
+            all[9].counts.visits
+        ),
+        (Some("q"), cycle, 2)
+    );
+    // Summed over points: one row per second.
+    let summed = store
+        .seconds(&app, None, true, cycle, cycle + 20_000, 100)
+        .unwrap();
+    assert_eq!(summed.len(), 9);
+    assert_eq!(summed[0].point, None);
+    assert_eq!(summed[0].counts.visits, a[0][0] + b[0][0] + 2);
+    assert_eq!(summed[1].downgrades_by_reason["visits"], 2);
+    assert_eq!(summed[1].counts, rows[1].counts);
+    // Limits and ranges.
+    assert_eq!(
+        store
+            .seconds(&app, Some("p"), false, cycle, cycle + 20_000, 3)
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(
+        store
+            .seconds(&app, Some("p"), false, cycle + 6_000, cycle + 8_000, 100)
+            .unwrap()
+            .iter()
+            .map(|r| r.second_start_ms)
+            .collect::<Vec<_>>(),
+        [cycle + 6_000, cycle + 7_000]
+    );
+    // The old client's cycle lacks seconds, for each of its points.
+    for point in [None, Some("p"), Some("q")] {
+        assert_eq!(
+            store
+                .cycles_without_seconds(&app, point, cycle, cycle + 20_000)
+                .unwrap(),
+            [cycle + 10_000],
+            "{point:?}"
+        );
+    }
+    assert!(store
+        .cycles_without_seconds(&app, None, cycle, cycle + 10_000)
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        store
+            .cycles_without_seconds(&app, None, cycle + 15_000, cycle + 16_000)
+            .unwrap(),
+        [cycle + 10_000],
+        "a cycle overlapping the range counts"
+    );
+    // 10-s cycles summed over points.
+    let cycles = store
+        .stats_summed(&app, cycle, cycle + 20_000, 100)
+        .unwrap();
+    assert_eq!(
+        cycles
+            .iter()
+            .map(|c| (c.cycle_start_ms, c.counts.visits, c.instances))
+            .collect::<Vec<_>>(),
+        [
+            (
+                cycle,
+                rows.iter().map(|r| r.counts.visits).sum::<u64>() + 2,
+                2
+            ),
+            (cycle + 10_000, 2, 1)
+        ]
+    );
+    assert_eq!(cycles[0].counts.downgrades_by_reason, Default::default());
+    // Seconds are pruned on their own; cycles stay.
+    assert_eq!(store.prune_seconds(cycle + 3_000).unwrap(), 3 + 1);
+    assert_eq!(
+        store
+            .seconds(&app, Some("p"), false, 0, i64::MAX, 100)
+            .unwrap()[0]
+            .second_start_ms,
+        cycle + 3_000
+    );
+    assert_eq!(store.stats(&app, None, 0, i64::MAX, 100).unwrap().len(), 4);
+    assert_eq!(store.prune_seconds(i64::MAX).unwrap(), 6);
+    assert!(store
+        .seconds(&app, None, true, 0, i64::MAX, 100)
+        .unwrap()
+        .is_empty());
+}
+
+/// A database of schema version 2 (before the 1-second buckets) holding one cycle of
+/// shop/orders' `order.create` at `cycle`: the cycle is kept (and counts as without
+/// seconds), and a new heartbeat stores its seconds.
+pub fn migrated_v2(storage: StorageConfig, cycle: i64) {
+    let (c, manual) = manual(storage);
+    assert_eq!(
+        cycle,
+        last_closed_cycle(now_ms(&manual)),
+        "the manual clock's last cycle"
+    );
+    let server = start(c);
+    let addr = server.addr();
+    let s = get(
+        addr,
+        &format!(
+            "/api/v1/apps/shop/orders/stats?from={cycle}&to={}",
+            cycle + 20_000
+        ),
+        None,
+    )
+    .json();
+    assert_eq!(s["rows"][0]["visits"], 7, "{s}");
+    let next = cycle + 10_000;
+    let body = json!({"app_group": "shop", "app": "orders", "instance": "new-1",
+        "cycle_start_ms": next,
+        "points": [{"name": "order.create", "visits": 3,
+                    "seconds": [[1, 1, 0, 0, 0], [2, 2, 0, 0, 0], [0, 0, 0, 0, 0],
+                                [0, 0, 0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 0, 0, 0],
+                                [0, 0, 0, 0, 0], [0, 0, 0, 0, 0], [0, 0, 0, 0, 0],
+                                [0, 0, 0, 0, 0]]}]});
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let s = get(
+        addr,
+        &format!(
+            "/api/v1/apps/shop/orders/stats?resolution=1s&from={cycle}&to={}",
+            cycle + 20_000
+        ),
+        None,
+    )
+    .json();
+    assert_eq!(s["incomplete_cycles"], json!([cycle]), "{s}");
+    let rows: Vec<_> = s["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["second_start_ms"].clone(), r["visits"].clone()))
+        .collect();
+    assert_eq!(
+        rows,
+        [(json!(next), json!(1)), (json!(next + 1_000), json!(2))]
+    );
 }

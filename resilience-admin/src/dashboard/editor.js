@@ -1,0 +1,688 @@
+// The policy editors of the dashboard: the form of the selected point, which covers
+// every section of the runtime's policy-file format, and raw TOML / JSON editors for
+// the point and for the whole app. Every check is the server's (the runtime's own
+// parser); nothing here judges a value.
+//
+// An edit changes exactly what the operator changed: the form starts from the stored
+// settings of the point and applies only the fields whose input was edited (an input
+// emptied removes its field); every other field, including fields the form has no
+// input for, is sent back as it was.
+//
+// Loaded before dashboard.js, whose helpers ($, el, api, appPath, state, message,
+// errorText, refresh, loadPolicy, loadHistory) it calls at run time.
+"use strict";
+
+// ---- the form's fields ----
+
+// Sections of plain fields: [path, kind, shown default]. Kinds: int, num (numbers,
+// sent as numbers when they parse), dur (a duration with a unit), str, bool3 (not
+// set / true / false).
+const FORM_SECTIONS = [
+  {
+    legend: "Rules",
+    hint: "SDS's rules; a table with any of them sets the point's rules",
+    fields: [
+      ["max_visits", "int"],
+      ["max_concurrency", "int"],
+      ["max_exceptions", "int"],
+      ["downgrade_percentage", "int", "100"],
+    ],
+  },
+  { legend: "shadow", hint: "dry run: rules are counted, calls never downgraded", fields: [["shadow", "bool3"]] },
+  { legend: "exception_rate", fields: [["exception_rate.rate", "num"], ["exception_rate.min_visits", "int", "0"]] },
+  { legend: "timeouts", fields: [["timeouts.threshold", "dur"], ["timeouts.max_count", "int"]] },
+  { legend: "token_bucket", fields: [["token_bucket.rate", "num"], ["token_bucket.capacity", "int"]] },
+  { legend: "delay", fields: [["delay.duration", "dur"], ["delay.retry_interval", "dur"]] },
+  { legend: "window", fields: [["window.buckets", "int", "10"], ["window.bucket_width", "dur", "1s"]] },
+];
+
+// Sections that choose an algorithm: each algorithm's fields [name, kind, default],
+// named within the section. `off` sections can also be "off" (set to none over the
+// instance's other sources).
+const ALGORITHM_SECTIONS = [
+  {
+    section: "breaker",
+    off: false,
+    algorithms: {
+      sre: [
+        ["k", "num", "1.5"],
+        ["protection", "int", "5"],
+        ["window", "dur", "10s"],
+        ["buckets", "int", "40"],
+        ["force_pass_interval", "dur", "1s"],
+        ["slow_call", "dur"],
+      ],
+      classic: [
+        ["failure_rate", "num", "0.5"],
+        ["slow_call_rate", "num"],
+        ["slow_call_duration", "dur", "1s"],
+        ["minimum_calls", "int", "10"],
+        ["consecutive_failures", "int"],
+        ["window", "dur", "10s"],
+        ["buckets", "int", "10"],
+        ["half_open_probes", "int", "3"],
+        ["open_wait.base", "dur", "5s"],
+        ["open_wait.multiplier", "num", "1"],
+        ["open_wait.max", "dur", "max(5s, base)"],
+        ["open_wait.jitter", "num", "0"],
+      ],
+      disabled: [],
+    },
+  },
+  {
+    section: "adaptive",
+    off: true,
+    algorithms: {
+      gradient: [
+        ["initial_limit", "int", "20"],
+        ["min_limit", "int", "1"],
+        ["max_limit", "int", "1000"],
+        ["smoothing", "num", "0.2"],
+        ["rtt_tolerance", "num", "1.5"],
+        ["queue_size", "num", "4"],
+        ["long_window", "int", "600"],
+        ["sample_window", "dur", "100ms"],
+        ["min_samples", "int", "10"],
+      ],
+      shedder: [
+        ["window", "dur", "5s"],
+        ["buckets", "int", "50"],
+        ["cpu_threshold", "int", "900"],
+        ["cool_off", "dur", "1s"],
+        ["default_min_rt", "dur", "1s"],
+        ["flying_beta", "num", "0.9"],
+        ["min_overload_factor", "num", "0.1"],
+      ],
+    },
+  },
+  {
+    section: "cluster",
+    off: true,
+    algorithms: {
+      visits: [
+        ["url", "str"],
+        ["key", "str"],
+        ["period", "dur"],
+        ["quota", "int"],
+        ["batch", "int", "10"],
+      ],
+      token_bucket: [
+        ["url", "str"],
+        ["key", "str"],
+        ["rate", "num"],
+        ["burst", "int"],
+        ["batch", "int", "min(10, burst)"],
+      ],
+    },
+  },
+];
+
+const inputId = (path) => "f-" + path.replace(/\./g, "-");
+
+function fieldRow(path, kind, placeholder) {
+  let input;
+  if (kind === "bool3") {
+    input = el("select", { id: inputId(path), "data-field": path, "data-kind": kind }, [
+      el("option", { value: "", text: "(not set)" }),
+      el("option", { value: "true", text: "true" }),
+      el("option", { value: "false", text: "false" }),
+    ]);
+  } else {
+    const attrs = { id: inputId(path), "data-field": path, "data-kind": kind, autocomplete: "off", spellcheck: "false" };
+    if (placeholder) attrs.placeholder = placeholder;
+    input = el("input", attrs);
+  }
+  const name = path.slice(path.indexOf(".") + 1);
+  return el("div", { class: "field", "data-row": path }, [
+    el("label", {}, [el("span", { class: "name", text: name }), input]),
+    el("div", { class: "field-error", "data-field": path }),
+  ]);
+}
+
+// Builds the form's fieldsets (once, at start).
+function buildForm() {
+  const box = $("#form-fields");
+  box.textContent = "";
+  for (const s of FORM_SECTIONS) {
+    const set = el("fieldset", { "data-section": s.legend }, [el("legend", { text: s.legend })]);
+    if (s.hint) set.append(el("p", { class: "hint", text: s.hint }));
+    for (const [path, kind, def] of s.fields) set.append(fieldRow(path, kind, def));
+    const section = s.fields[0][0].includes(".") ? s.fields[0][0].split(".")[0] : null;
+    if (section) set.append(el("div", { class: "field-error", "data-field": section }));
+    box.append(set);
+  }
+  for (const s of ALGORITHM_SECTIONS) {
+    const choose = el("select", { id: inputId(s.section + ".algorithm"), "data-field": s.section + ".algorithm", "data-kind": "algorithm", "data-section": s.section }, [
+      el("option", { value: "", text: "(not set)" }),
+    ]);
+    if (s.off) choose.append(el("option", { value: "off", text: "off (none, over other sources)" }));
+    for (const a of Object.keys(s.algorithms)) choose.append(el("option", { value: a, text: a }));
+    choose.addEventListener("change", () => showAlgorithm(s.section));
+    const set = el("fieldset", { "data-section": s.section }, [
+      el("legend", { text: s.section }),
+      el("div", { class: "field" }, [
+        el("label", {}, [el("span", { class: "name", text: "algorithm" }), choose]),
+        el("div", { class: "field-error", "data-field": s.section + ".algorithm" }),
+      ]),
+    ]);
+    // One input per field name; fields that several algorithms share (a breaker's
+    // `window`) are one input, with each algorithm's default as placeholder.
+    const rows = new Map();
+    for (const [algorithm, fields] of Object.entries(s.algorithms)) {
+      for (const [name, kind, def] of fields) {
+        const path = s.section + "." + name;
+        if (!rows.has(path)) {
+          const row = fieldRow(path, kind, def);
+          row.querySelector("[data-kind]").dataset.section = s.section;
+          rows.set(path, row);
+          set.append(row);
+        }
+        const row = rows.get(path);
+        row.dataset.algorithms = ((row.dataset.algorithms || "") + " " + algorithm).trim();
+        row.querySelector("[data-kind]").dataset["default_" + algorithm] = def || "";
+      }
+    }
+    set.append(el("div", { class: "field-error", "data-field": s.section }));
+    box.append(set);
+  }
+}
+
+// Shows the fields of the section's chosen algorithm only.
+function showAlgorithm(section) {
+  const chosen = $("#" + inputId(section + ".algorithm")).value;
+  for (const row of document.querySelectorAll('#policy-form fieldset[data-section="' + section + '"] [data-algorithms]')) {
+    const on = row.dataset.algorithms.split(" ").includes(chosen);
+    row.hidden = !on;
+    const input = row.querySelector("[data-kind]");
+    if (on) input.placeholder = input.dataset["default_" + chosen] || "";
+  }
+}
+
+function formInputs() {
+  return document.querySelectorAll("#policy-form [data-kind]");
+}
+
+// ---- filling the form and reading it back ----
+
+function pointSettings(name) {
+  return settingsIn(state.policy, name);
+}
+
+function settingsIn(answer, name) {
+  const points = (answer && answer.policy && answer.policy.points) || {};
+  return Object.prototype.hasOwnProperty.call(points, name) ? points[name] : null;
+}
+
+function getPath(obj, path) {
+  let v = obj;
+  for (const k of path.split(".")) {
+    if (v === null || v === undefined || typeof v !== "object") return undefined;
+    v = v[k];
+  }
+  return v;
+}
+
+// The text an input shows for the stored settings.
+function fieldText(settings, input) {
+  if (!settings) return "";
+  if (input.dataset.kind === "algorithm") {
+    const s = settings[input.dataset.section];
+    if (s === "off") return "off";
+    return s && typeof s === "object" && typeof s.algorithm === "string" ? s.algorithm : "";
+  }
+  const v = getPath(settings, input.dataset.field);
+  if (v === undefined || v === null) return "";
+  if (typeof v === "object") return JSON.stringify(v);
+  return String(v);
+}
+
+// Fills the form from the current version's settings of the selected point; the
+// version is remembered as the base of the next save.
+function fillForm() {
+  clearFieldErrors();
+  const name = state.point;
+  state.formBase = state.policy;
+  $("#form-point").textContent = name === null ? "(select a point)" : name;
+  const settings = name === null ? null : pointSettings(name);
+  for (const input of formInputs()) {
+    const text = fieldText(settings, input);
+    input.value = text;
+    input.dataset.original = text;
+    input.disabled = name === null;
+  }
+  for (const s of ALGORITHM_SECTIONS) showAlgorithm(s.section);
+  $("#form-state").textContent = name === null ? "" : settings ? "" : "This point has no policy in the console yet.";
+  $("#save").disabled = name === null;
+  $("#remove").disabled = name === null || !settings;
+  fillRawPoint(false);
+}
+
+// After a conflict: the form moves to the current version, keeping what the operator
+// typed; untouched inputs show the new version's values.
+function rebaseForm() {
+  const name = state.point;
+  state.formBase = state.policy;
+  const settings = name === null ? null : pointSettings(name);
+  for (const input of formInputs()) {
+    const text = fieldText(settings, input);
+    if (input.value === input.dataset.original) input.value = text;
+    input.dataset.original = text;
+  }
+  for (const s of ALGORITHM_SECTIONS) showAlgorithm(s.section);
+  $("#remove").disabled = name === null || !settings;
+}
+
+const NUMBER = /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/;
+
+// An input's value as the policy holds it; `undefined` for an empty input (no field).
+// Numbers that do not parse are sent as typed, for the server to judge.
+function inputValue(input) {
+  const kind = input.dataset.kind;
+  const text = kind === "str" ? input.value : input.value.trim();
+  if (text === "") return undefined;
+  if (kind === "bool3") return text === "true";
+  if ((kind === "int" || kind === "num") && NUMBER.test(text)) return Number(text);
+  return text;
+}
+
+function edited(input) {
+  return input.value !== input.dataset.original;
+}
+
+// Sets (or, for `undefined`, removes) a field given by its path; removing the last
+// field of a table removes the table (not the point's own table).
+function setPath(obj, path, value) {
+  const keys = path.split(".");
+  const chain = [obj];
+  let target = obj;
+  for (const k of keys.slice(0, -1)) {
+    if (value === undefined && (target[k] === null || typeof target[k] !== "object")) return;
+    if (target[k] === null || typeof target[k] !== "object") target[k] = {};
+    target = target[k];
+    chain.push(target);
+  }
+  const last = keys[keys.length - 1];
+  if (value !== undefined) {
+    target[last] = value;
+    return;
+  }
+  delete target[last];
+  for (let i = chain.length - 1; i > 0; i--) {
+    if (Object.keys(chain[i]).length > 0) break;
+    delete chain[i - 1][keys[i - 1]];
+  }
+}
+
+// The point's settings after the operator's edits: the stored settings of the base
+// version with exactly the edited fields changed.
+function formSettings() {
+  const base = settingsIn(state.formBase, state.point);
+  const out = base ? JSON.parse(JSON.stringify(base)) : {};
+  for (const input of formInputs()) {
+    if (input.dataset.section || !edited(input)) continue;
+    setPath(out, input.dataset.field, inputValue(input));
+  }
+  for (const s of ALGORITHM_SECTIONS) {
+    const choose = $("#" + inputId(s.section + ".algorithm"));
+    const chosen = choose.value;
+    const visible = [...document.querySelectorAll('#policy-form [data-section="' + s.section + '"][data-kind]:not([data-kind="algorithm"])')].filter(
+      (i) => !i.closest(".field").hidden,
+    );
+    if (edited(choose)) {
+      // Another algorithm (or none): the section is what its inputs now show.
+      if (chosen === "") delete out[s.section];
+      else if (chosen === "off") out[s.section] = "off";
+      else {
+        const fresh = { algorithm: chosen };
+        for (const i of visible) {
+          const v = inputValue(i);
+          if (v !== undefined) setPath(fresh, i.dataset.field.slice(s.section.length + 1), v);
+        }
+        out[s.section] = fresh;
+      }
+      continue;
+    }
+    if (chosen === "" || chosen === "off") continue;
+    for (const i of visible) if (edited(i)) setPath(out, i.dataset.field, inputValue(i));
+  }
+  return out;
+}
+
+function clearFieldErrors() {
+  for (const e of document.querySelectorAll("#policy-form .field-error")) e.textContent = "";
+  for (const i of document.querySelectorAll("#policy-form .invalid")) i.classList.remove("invalid");
+}
+
+function clearErrors() {
+  clearFieldErrors();
+  $("#form-message").textContent = "";
+  $("#form-message").className = "";
+}
+
+// Puts each problem of the selected point at its field; returns the others as text.
+function showProblems(problems) {
+  const general = [];
+  for (const p of problems || []) {
+    let slot = null;
+    if (p.field && p.point === state.point) {
+      // The field's own slot, else its section's (`breaker` for a breaker-wide fault).
+      const parts = p.field.split(".");
+      for (let n = parts.length; n > 0 && !slot; n--) {
+        slot = document.querySelector('#policy-form .field-error[data-field="' + CSS.escape(parts.slice(0, n).join(".")) + '"]');
+      }
+    }
+    if (slot && !slot.closest("[hidden]")) {
+      slot.textContent = (slot.textContent ? slot.textContent + "; " : "") + p.message;
+      const input = document.querySelector('#policy-form [data-field="' + CSS.escape(slot.dataset.field) + '"][data-kind]');
+      if (input) input.classList.add("invalid");
+    } else {
+      general.push(problemText(p));
+    }
+  }
+  return general;
+}
+
+function problemText(p) {
+  const where = [];
+  if (p.line) where.push("line " + p.line + (p.column ? ", column " + p.column : ""));
+  if (p.point) where.push("point " + p.point);
+  if (p.field) where.push("field " + p.field);
+  return (where.length ? where.join(", ") + ": " : "") + p.message;
+}
+
+function authorName() {
+  const author = $("#author").value.trim();
+  if (author) localStorage.setItem("resilience-admin-author", author);
+  return author;
+}
+
+// Saves new settings of the selected point (`null`: remove its policy) on top of the
+// version the form was filled from. The server replaces that point only.
+async function submitPolicy(settings) {
+  clearErrors();
+  const author = authorName();
+  if (!author) {
+    message("Enter your name as the author of the change.", true);
+    return;
+  }
+  const name = state.point;
+  if (settings !== null && !settingsIn(state.formBase, name) && Object.keys(settings).length === 0) {
+    // An empty table would set the point's rules to none over its files and code:
+    // say that in the raw editor (`[points."name"]`) if it is what you mean.
+    message("Nothing to save: no field is set.", true);
+    return;
+  }
+  const points = {};
+  if (settings !== null) points[name] = settings;
+  const r = await api("PUT", appPath("/policy"), {
+    base_version: state.formBase ? state.formBase.version : 0,
+    author,
+    comment: $("#comment").value,
+    point: name,
+    policy: { points },
+  });
+  if (r.ok) {
+    state.formDirty = false;
+    $("#comment").value = "";
+    message(r.data.changed ? "Saved as version " + r.data.version + "." : "Nothing changed.", false);
+    await refresh();
+    return;
+  }
+  if (r.status === 409) {
+    message(
+      "Someone else changed the policy meanwhile (now version " +
+        r.data.error.current_version +
+        "). Your edit was not saved: the form now shows that version with your edits on top; check it and save again.",
+      true,
+    );
+    state.formDirty = true;
+    await Promise.all([loadPolicy(), loadHistory()]);
+    rebaseForm();
+    return;
+  }
+  if (r.status === 422) {
+    const general = showProblems(r.data.error.problems);
+    message("The policy was not saved: fix the marked fields." + (general.length ? " " + general.join("; ") : ""), true);
+    return;
+  }
+  message(errorText(r), true);
+}
+
+// ---- raw text editors ----
+
+// `point`: the selected point's settings as a policy file with that point only;
+// `app`: the whole policy of the app.
+function rawEditor(kind) {
+  return {
+    text: $("#raw-" + kind + "-text"),
+    format: $("#raw-" + kind + "-format"),
+    problems: $("#raw-" + kind + "-problems"),
+    message: $("#raw-" + kind + "-message"),
+    state: state.raw[kind],
+  };
+}
+
+// The app the editors show ("group/name").
+function appKey() {
+  return state.app ? state.app.group + "/" + state.app.name : "";
+}
+
+function rawMessage(kind, text, isError) {
+  const m = rawEditor(kind).message;
+  m.textContent = text;
+  m.className = text ? (isError ? "error" : "ok") : "";
+}
+
+// Empties the problem list (and the message, unless a save's message must stay
+// while the editor refills with the saved version).
+function clearRawProblems(kind, keepMessage) {
+  const e = rawEditor(kind);
+  e.problems.textContent = "";
+  e.text.classList.remove("invalid");
+  if (!keepMessage) rawMessage(kind, "", false);
+}
+
+// Lists problems with their line; clicking one selects that line of the text.
+function showRawProblems(kind, problems) {
+  const e = rawEditor(kind);
+  e.problems.textContent = "";
+  for (const p of problems || []) {
+    const item = el("li", { text: problemText(p) });
+    if (p.line) item.dataset.line = String(p.line);
+    if (p.column) item.dataset.column = String(p.column);
+    if (p.point) item.dataset.point = p.point;
+    if (p.field) item.dataset.field = p.field;
+    item.dataset.kind = p.kind || "";
+    if (p.line) item.addEventListener("click", () => selectLine(e.text, p.line));
+    e.problems.append(item);
+  }
+  e.text.classList.toggle("invalid", (problems || []).length > 0);
+}
+
+function selectLine(area, line) {
+  const lines = area.value.split("\n");
+  let start = 0;
+  for (let i = 0; i < line - 1 && i < lines.length; i++) start += lines[i].length + 1;
+  const end = start + (lines[line - 1] || "").length;
+  area.focus();
+  area.setSelectionRange(start, end);
+}
+
+// Fills the point's raw editor from the current version (unless the operator is
+// editing the same point's text). The TOML text is written by the server.
+async function fillRawPoint(force) {
+  const ed = state.raw.point;
+  const e = rawEditor("point");
+  const name = state.point;
+  if (!force && ed.dirty && ed.name === name && ed.app === appKey()) return;
+  const seq = ++ed.seq;
+  ed.name = name;
+  ed.app = appKey();
+  ed.dirty = false;
+  ed.base = state.policy;
+  clearRawProblems("point", !force);
+  $("#raw-point-name").textContent = name === null ? "(select a point)" : name;
+  for (const b of [e.text, $("#raw-point-check"), $("#raw-point-save"), $("#raw-point-reload")]) b.disabled = name === null;
+  if (name === null) {
+    e.text.value = "";
+    return;
+  }
+  const settings = pointSettings(name) || {};
+  const doc = { points: { [name]: settings } };
+  let text;
+  if (e.format.value === "json") {
+    text = JSON.stringify(doc, null, 2) + "\n";
+  } else {
+    const r = await api("POST", appPath("/policy/validate"), { policy: doc });
+    if (seq !== ed.seq) return;
+    if (!r.ok) {
+      rawMessage("point", errorText(r), true);
+      return;
+    }
+    text = r.data.toml;
+  }
+  e.text.value = text;
+  e.text.dataset.version = String(ed.base ? ed.base.version : 0);
+}
+
+// Fills the app's raw editor from the current version, unless it is being edited.
+function fillRawApp(force) {
+  const ed = state.raw.app;
+  const e = rawEditor("app");
+  if (!force && ed.dirty && ed.app === appKey()) return;
+  ed.dirty = false;
+  ed.app = appKey();
+  ed.base = state.policy;
+  clearRawProblems("app", !force);
+  if (!state.policy) {
+    e.text.value = "";
+    return;
+  }
+  e.text.value = e.format.value === "json" ? JSON.stringify(state.policy.policy, null, 2) + "\n" : state.policy.toml;
+  e.text.dataset.version = String(state.policy.version);
+}
+
+// What the editor's text is sent as.
+function rawDraft(kind) {
+  const e = rawEditor(kind);
+  const draft = { text: e.text.value, format: e.format.value };
+  if (kind === "point") draft.point = e.state.name;
+  return draft;
+}
+
+// Checks the text with the server (the runtime's parser); true if it is valid.
+async function checkRaw(kind) {
+  clearRawProblems(kind);
+  const r = await api("POST", appPath("/policy/validate"), rawDraft(kind));
+  if (r.ok) {
+    rawMessage(kind, "Valid.", false);
+    return r;
+  }
+  if (r.status === 422) {
+    showRawProblems(kind, r.data.error.problems);
+    rawMessage(kind, "Not valid: see the problems above.", true);
+  } else {
+    rawMessage(kind, errorText(r), true);
+  }
+  return null;
+}
+
+// Saves the text on top of the version it was filled from: for the point, only its
+// settings are replaced (an empty text removes its policy); for the app, the whole
+// policy.
+async function saveRaw(kind) {
+  clearRawProblems(kind);
+  const e = rawEditor(kind);
+  const author = authorName();
+  if (!author) {
+    rawMessage(kind, "Enter your name (Author, above) as the author of the change.", true);
+    return;
+  }
+  if (e.state.app !== appKey()) {
+    rawMessage(kind, "Another app is selected: press Reload to edit its policy.", true);
+    return;
+  }
+  const body = rawDraft(kind);
+  body.base_version = e.state.base ? e.state.base.version : 0;
+  body.author = author;
+  body.comment = $("#comment").value;
+  const r = await api("PUT", appPath("/policy"), body);
+  if (r.ok) {
+    e.state.dirty = false;
+    $("#comment").value = "";
+    rawMessage(kind, r.data.changed ? "Saved as version " + r.data.version + "." : "Nothing changed.", false);
+    await refresh();
+    return;
+  }
+  if (r.status === 409) {
+    await Promise.all([loadPolicy(), loadHistory()]);
+    const current = r.data.error.current_version;
+    // Saving again replaces that version with this text; Reload starts from it.
+    e.state.base = state.policy;
+    rawMessage(
+      kind,
+      "Someone else changed the policy meanwhile (now version " + current + "). Your text was not saved: press Reload to start from version " +
+        current + ", or Save again to replace it with your text.",
+      true,
+    );
+    return;
+  }
+  if (r.status === 422) {
+    showRawProblems(kind, r.data.error.problems);
+    rawMessage(kind, "The policy was not saved: see the problems above.", true);
+    return;
+  }
+  rawMessage(kind, errorText(r), true);
+}
+
+// Another format: an untouched text is written anew; an edited one is converted by
+// the server if it is valid (and stays as it is otherwise).
+async function switchRawFormat(kind) {
+  const e = rawEditor(kind);
+  const to = e.format.value;
+  if (!e.state.dirty) {
+    if (kind === "point") await fillRawPoint(true);
+    else fillRawApp(true);
+    return;
+  }
+  const from = to === "json" ? "toml" : "json";
+  const draft = rawDraft(kind);
+  draft.format = from;
+  const r = await api("POST", appPath("/policy/validate"), draft);
+  if (!r.ok) {
+    e.format.value = from;
+    if (r.status === 422) showRawProblems(kind, r.data.error.problems);
+    rawMessage(kind, "Fix the problems before switching to " + to.toUpperCase() + ".", true);
+    return;
+  }
+  e.text.value = to === "json" ? JSON.stringify(r.data.policy, null, 2) + "\n" : r.data.toml;
+  clearRawProblems(kind);
+}
+
+// Called by loadPolicy with the new answer in `state.policy`.
+function policyLoaded(changed) {
+  if (!changed) return;
+  if (!state.formDirty) fillForm();
+  else fillRawPoint(false);
+  fillRawApp(false);
+}
+
+function startEditor() {
+  state.formBase = null;
+  state.raw = { point: { name: null, app: "", base: null, dirty: false, seq: 0 }, app: { app: "", base: null, dirty: false } };
+  buildForm();
+  $("#policy-form").addEventListener("input", () => (state.formDirty = true));
+  $("#policy-form").addEventListener("submit", (e) => {
+    e.preventDefault();
+    submitPolicy(formSettings());
+  });
+  $("#remove").addEventListener("click", () => submitPolicy(null));
+  for (const kind of ["point", "app"]) {
+    const e = rawEditor(kind);
+    e.text.addEventListener("input", () => (state.raw[kind].dirty = true));
+    e.format.addEventListener("change", () => switchRawFormat(kind));
+    $("#raw-" + kind + "-check").addEventListener("click", () => checkRaw(kind));
+    $("#raw-" + kind + "-save").addEventListener("click", () => saveRaw(kind));
+    $("#raw-" + kind + "-reload").addEventListener("click", () => (kind === "point" ? fillRawPoint(true) : fillRawApp(true)));
+  }
+}

@@ -1,0 +1,1006 @@
+//! The policy editors in real Chromium: the point form round-trips every section of
+//! the policy-file format (random policies, one random field edited, the stored diff
+//! names exactly that field), the raw point editor shows the runtime's problems at
+//! their line and field and stores nothing, and the raw app editor saves the whole
+//! policy in TOML and in JSON. Every check reads the DOM or the stored result.
+
+use super::*;
+use resilience_runtime::config::{Format, PolicyFile};
+
+const POLICY: &str = "/api/v1/apps/shop/orders/policy";
+
+/// xorshift64*: a small seeded generator, so a failing case can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// In `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+
+    /// `n / 10` for `n` in `lo..=hi`: decimals that print as typed.
+    fn tenths(&mut self, lo: u64, hi: u64) -> Value {
+        json!(self.range(lo, hi) as f64 / 10.0)
+    }
+
+    fn hundredths(&mut self, lo: u64, hi: u64) -> Value {
+        json!(self.range(lo, hi) as f64 / 100.0)
+    }
+
+    fn int(&mut self, lo: u64, hi: u64) -> Value {
+        json!(self.range(lo, hi))
+    }
+
+    /// Whole seconds (below a minute, so the runtime writes them the same way).
+    fn secs(&mut self, lo: u64, hi: u64) -> Value {
+        json!(format!("{}s", self.range(lo, hi.min(59))))
+    }
+
+    /// Milliseconds below a second.
+    fn millis(&mut self, lo: u64, hi: u64) -> Value {
+        json!(format!("{}ms", self.range(lo, hi.min(999))))
+    }
+}
+
+/// The plain fields of a point's table, as the form names them.
+const PLAIN_FIELDS: &[&str] = &[
+    "max_visits",
+    "max_concurrency",
+    "max_exceptions",
+    "downgrade_percentage",
+    "shadow",
+    "exception_rate.rate",
+    "exception_rate.min_visits",
+    "timeouts.threshold",
+    "timeouts.max_count",
+    "token_bucket.rate",
+    "token_bucket.capacity",
+    "delay.duration",
+    "delay.retry_interval",
+    "window.buckets",
+    "window.bucket_width",
+];
+
+/// The fields of each algorithm of the sections that choose one.
+fn algorithm_fields(section: &str, algorithm: &str) -> &'static [&'static str] {
+    match (section, algorithm) {
+        ("breaker", "sre") => &[
+            "k",
+            "protection",
+            "window",
+            "buckets",
+            "force_pass_interval",
+            "slow_call",
+        ],
+        ("breaker", "classic") => &[
+            "failure_rate",
+            "slow_call_rate",
+            "slow_call_duration",
+            "minimum_calls",
+            "consecutive_failures",
+            "window",
+            "buckets",
+            "half_open_probes",
+            "open_wait.base",
+            "open_wait.multiplier",
+            "open_wait.max",
+            "open_wait.jitter",
+        ],
+        ("adaptive", "gradient") => &[
+            "initial_limit",
+            "min_limit",
+            "max_limit",
+            "smoothing",
+            "rtt_tolerance",
+            "queue_size",
+            "long_window",
+            "sample_window",
+            "min_samples",
+        ],
+        ("adaptive", "shedder") => &[
+            "window",
+            "buckets",
+            "cpu_threshold",
+            "cool_off",
+            "default_min_rt",
+            "flying_beta",
+            "min_overload_factor",
+        ],
+        ("cluster", "visits") => &["url", "key", "period", "quota", "batch"],
+        ("cluster", "token_bucket") => &["url", "key", "rate", "burst", "batch"],
+        _ => &[],
+    }
+}
+
+/// A valid value of a field (`algorithm` empty for plain fields). Combinations are
+/// kept valid by the ranges: `retry_interval` (ms) never exceeds `duration` (s),
+/// `min_limit < initial_limit < max_limit`, `open_wait.base < open_wait.max`, a
+/// token bucket's `batch` below its `burst`.
+fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value {
+    match (section, algorithm, field) {
+        ("", _, "max_visits") => rng.int(0, 100_000),
+        ("", _, "max_concurrency") => rng.int(1, 4096),
+        ("", _, "max_exceptions") => rng.int(0, 1000),
+        ("", _, "downgrade_percentage") => rng.int(0, 99),
+        ("", _, "shadow") => json!(rng.chance(50)),
+        ("", _, "exception_rate.rate") => rng.hundredths(0, 100),
+        ("", _, "exception_rate.min_visits") => rng.int(1, 500),
+        ("", _, "timeouts.threshold") => rng.millis(1, 999),
+        ("", _, "timeouts.max_count") => rng.int(0, 100),
+        ("", _, "token_bucket.rate") => rng.tenths(1, 100_000),
+        ("", _, "token_bucket.capacity") => rng.int(1, 100_000),
+        ("", _, "delay.duration") => rng.secs(2, 59),
+        ("", _, "delay.retry_interval") => rng.millis(1, 999),
+        ("", _, "window.buckets") => rng.int(1, 3600),
+        ("", _, "window.bucket_width") => rng.millis(1, 999),
+        ("breaker", "sre", "k") => rng.tenths(11, 50),
+        ("breaker", "sre", "protection") => rng.int(0, 20),
+        ("breaker", _, "window") => rng.secs(1, 59),
+        ("breaker", _, "buckets") => rng.int(1, 100),
+        ("breaker", "sre", "force_pass_interval") => rng.millis(1, 999),
+        ("breaker", "sre", "slow_call") => rng.millis(1, 999),
+        ("breaker", "classic", "failure_rate" | "slow_call_rate") => rng.hundredths(1, 100),
+        ("breaker", "classic", "slow_call_duration") => rng.millis(1, 999),
+        ("breaker", "classic", "minimum_calls") => rng.int(1, 100),
+        ("breaker", "classic", "consecutive_failures" | "half_open_probes") => rng.int(1, 20),
+        ("breaker", "classic", "open_wait.base") => rng.secs(1, 9),
+        ("breaker", "classic", "open_wait.multiplier") => rng.tenths(10, 40),
+        ("breaker", "classic", "open_wait.max") => rng.secs(10, 59),
+        ("breaker", "classic", "open_wait.jitter") => rng.hundredths(0, 100),
+        ("adaptive", "gradient", "initial_limit") => rng.int(10, 99),
+        ("adaptive", "gradient", "min_limit") => rng.int(1, 9),
+        ("adaptive", "gradient", "max_limit") => rng.int(100, 5000),
+        ("adaptive", "gradient", "smoothing") => rng.hundredths(1, 100),
+        ("adaptive", "gradient", "rtt_tolerance") => rng.tenths(10, 30),
+        ("adaptive", "gradient", "queue_size") => rng.tenths(0, 100),
+        ("adaptive", "gradient", "long_window") => rng.int(1, 1000),
+        ("adaptive", "gradient", "sample_window") => rng.millis(1, 999),
+        ("adaptive", "gradient", "min_samples") => rng.int(1, 50),
+        ("adaptive", "shedder", "window") => rng.secs(1, 59),
+        ("adaptive", "shedder", "buckets") => rng.int(1, 100),
+        ("adaptive", "shedder", "cpu_threshold") => rng.int(0, 999),
+        ("adaptive", "shedder", "cool_off" | "default_min_rt") => rng.millis(1, 999),
+        ("adaptive", "shedder", "flying_beta") => rng.hundredths(0, 99),
+        ("adaptive", "shedder", "min_overload_factor") => rng.hundredths(1, 100),
+        ("cluster", _, "url") => json!(format!("redis://cache-{}:6379/", rng.range(1, 9))),
+        ("cluster", _, "key") => json!(format!("limits:{}", rng.range(1, 999))),
+        ("cluster", "visits", "period") => rng.secs(1, 59),
+        ("cluster", "visits", "quota") => rng.int(1, 10_000),
+        ("cluster", "visits", "batch") => rng.int(1, 40),
+        ("cluster", "token_bucket", "rate") => rng.tenths(1, 10_000),
+        ("cluster", "token_bucket", "burst") => rng.int(50, 500),
+        ("cluster", "token_bucket", "batch") => rng.int(1, 49),
+        other => panic!("no generator for {other:?}"),
+    }
+}
+
+/// Fields that a section cannot go without.
+fn required(section: &str, field: &str) -> bool {
+    matches!(
+        (section, field),
+        (
+            "",
+            "exception_rate.rate" | "timeouts.threshold" | "timeouts.max_count"
+        ) | (
+            "",
+            "token_bucket.rate" | "token_bucket.capacity" | "delay.duration"
+        ) | (
+            "cluster",
+            "url" | "key" | "period" | "quota" | "rate" | "burst"
+        )
+    )
+}
+
+fn set_path(obj: &mut Value, path: &str, value: Option<Value>) {
+    let keys: Vec<&str> = path.split('.').collect();
+    let mut target = obj;
+    for k in &keys[..keys.len() - 1] {
+        if !target.get(*k).is_some_and(Value::is_object) {
+            if value.is_none() {
+                return;
+            }
+            target[*k] = json!({});
+        }
+        target = &mut target[*k];
+    }
+    let last = keys[keys.len() - 1];
+    match value {
+        Some(v) => target[last] = v,
+        None => {
+            if let Some(m) = target.as_object_mut() {
+                m.remove(last);
+            }
+        }
+    }
+}
+
+/// Removes tables left empty by a removal (not the point's own table).
+fn prune(settings: &mut Value) {
+    fn walk(v: &mut Value) {
+        if let Some(m) = v.as_object_mut() {
+            for child in m.values_mut() {
+                walk(child);
+            }
+            m.retain(|_, c| !c.as_object().is_some_and(|o| o.is_empty()));
+        }
+    }
+    walk(settings);
+}
+
+/// A random point covering sections in turn: case `i` chooses the breaker, adaptive
+/// and cluster algorithms (or none, or "off") and the shadow flag round-robin, so
+/// that every one of them appears in any four consecutive cases; fields at random.
+fn random_point(rng: &mut Rng, i: usize) -> Value {
+    let mut p = json!({});
+    for field in PLAIN_FIELDS {
+        if *field == "shadow" {
+            continue;
+        }
+        let section_on = match field.split_once('.') {
+            None => rng.chance(50),
+            Some((section, _)) => p.get(section).is_some() || rng.chance(40),
+        };
+        if section_on && (required("", field) || rng.chance(60)) {
+            let v = value_of(rng, "", "", field);
+            set_path(&mut p, field, Some(v));
+        }
+    }
+    // A section with an optional field only needs its required ones too.
+    for (section, needs) in [
+        ("exception_rate", &["rate"][..]),
+        ("timeouts", &["threshold", "max_count"]),
+        ("token_bucket", &["rate", "capacity"]),
+        ("delay", &["duration"]),
+    ] {
+        if p.get(section).is_some() {
+            for f in needs {
+                let path = format!("{section}.{f}");
+                if p[section].get(*f).is_none() {
+                    let v = value_of(rng, "", "", &path);
+                    set_path(&mut p, &path, Some(v));
+                }
+            }
+        }
+    }
+    match i % 3 {
+        0 => {}
+        1 => p["shadow"] = json!(true),
+        _ => p["shadow"] = json!(false),
+    }
+    let choices = [
+        ("breaker", ["", "sre", "classic", "disabled"], i),
+        ("adaptive", ["", "off", "gradient", "shedder"], i + 1),
+        ("cluster", ["", "off", "visits", "token_bucket"], i + 2),
+    ];
+    for (section, algorithms, k) in choices {
+        match algorithms[k % 4] {
+            "" => {}
+            "off" => p[section] = json!("off"),
+            algorithm => {
+                let mut s = json!({ "algorithm": algorithm });
+                for field in algorithm_fields(section, algorithm) {
+                    if required(section, field) || rng.chance(60) {
+                        let v = value_of(rng, section, algorithm, field);
+                        set_path(&mut s, field, Some(v));
+                    }
+                }
+                p[section] = s;
+            }
+        }
+    }
+    p
+}
+
+/// The document as the runtime writes it back (what the server stores), or the
+/// runtime's problems.
+fn canonical(doc: &Value) -> Result<Value, String> {
+    let file = PolicyFile::parse(&doc.to_string(), Format::Json).map_err(|e| e.to_string())?;
+    let text = file.to_text(Format::Json).map_err(|e| e.to_string())?;
+    Ok(serde_json::from_str(&text).unwrap())
+}
+
+/// One field of the point edited: set to `Some` value, or removed.
+#[derive(Debug, Clone)]
+struct Edit {
+    path: String,
+    value: Option<Value>,
+}
+
+/// The fields the form shows for these settings: every plain field, and the fields
+/// of each chosen algorithm.
+fn form_fields(settings: &Value) -> Vec<(String, String, String)> {
+    let mut out: Vec<_> = PLAIN_FIELDS
+        .iter()
+        .map(|f| ((*f).to_owned(), String::new(), String::new()))
+        .collect();
+    for section in ["breaker", "adaptive", "cluster"] {
+        if let Some(algorithm) = settings
+            .get(section)
+            .and_then(|s| s.get("algorithm"))
+            .and_then(Value::as_str)
+        {
+            for f in algorithm_fields(section, algorithm) {
+                out.push((
+                    format!("{section}.{f}"),
+                    section.to_owned(),
+                    algorithm.to_owned(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A random edit of one field whose result is valid and is stored exactly as edited
+/// (so the expected document is the original with that one field changed).
+fn random_edit(rng: &mut Rng, doc: &Value, point: &str) -> (Edit, Value) {
+    let settings = &doc["points"][point];
+    let fields = form_fields(settings);
+    // A section first, then one of its fields: edits spread over the sections.
+    let group = |path: &str| match path.split_once('.') {
+        Some((section, _)) => section.to_owned(),
+        None if path == "shadow" => "shadow".to_owned(),
+        None => "rules".to_owned(),
+    };
+    let mut all: Vec<String> = fields.iter().map(|(p, ..)| group(p)).collect();
+    all.dedup();
+    // Mostly the sections the point has (changing or removing a field), sometimes
+    // any (adding one).
+    let present: Vec<String> = all
+        .iter()
+        .filter(|g| match g.as_str() {
+            "rules" => ["max_visits", "max_concurrency", "max_exceptions"]
+                .iter()
+                .chain(&["downgrade_percentage"])
+                .any(|k| settings.get(*k).is_some()),
+            g => settings.get(g).is_some(),
+        })
+        .cloned()
+        .collect();
+    for _ in 0..2000 {
+        let groups = if present.is_empty() || rng.chance(20) {
+            &all
+        } else {
+            &present
+        };
+        let chosen = &groups[rng.range(0, groups.len() as u64 - 1) as usize];
+        let of_group: Vec<_> = fields
+            .iter()
+            .filter(|(p, ..)| &group(p) == chosen)
+            .collect();
+        let (path, section, algorithm) = of_group[rng.range(0, of_group.len() as u64 - 1) as usize];
+        let inner = if section.is_empty() {
+            path.as_str()
+        } else {
+            &path[section.len() + 1..]
+        };
+        let present = path
+            .split('.')
+            .try_fold(settings, |v, k| v.get(k))
+            .is_some();
+        let value = if present && rng.chance(30) {
+            None
+        } else {
+            Some(value_of(rng, section, algorithm, inner))
+        };
+        let mut edited = doc.clone();
+        let target = &mut edited["points"][point];
+        set_path(target, path, value.clone());
+        prune(target);
+        if &edited == doc {
+            continue;
+        }
+        if canonical(&edited).as_ref() == Ok(&edited) {
+            return (
+                Edit {
+                    path: path.clone(),
+                    value,
+                },
+                edited,
+            );
+        }
+    }
+    panic!("no valid edit of {settings}");
+}
+
+fn put_policy(addr: SocketAddr, base: u64, doc: &Value) -> u64 {
+    let r = put_json(
+        addr,
+        POLICY,
+        Some(ADMIN),
+        &json!({"base_version": base, "author": "seed", "policy": doc}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["version"].as_u64().unwrap()
+}
+
+fn stored(addr: SocketAddr) -> (u64, Value) {
+    let r = get(addr, POLICY, None).json();
+    (r["version"].as_u64().unwrap(), r["policy"].clone())
+}
+
+fn history(addr: SocketAddr) -> Vec<Value> {
+    get(addr, &format!("{POLICY}/versions"), None).json()["versions"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+impl Browser {
+    /// Reloads the page (the token stays in the tab's session storage).
+    fn reload(&self) {
+        self.cmd("POST", "/refresh", Some(&json!({})));
+        self.wait(
+            "document.body.dataset.state === 'ready'",
+            "the page to load",
+        );
+    }
+
+    /// Empties an input, as a person selecting its text and deleting it would.
+    fn clear(&self, css: &str) {
+        let id = self.find(css);
+        self.cmd("POST", &format!("/element/{id}/clear"), None);
+    }
+
+    /// Picks an option of a `<select>` by clicking it.
+    fn choose(&self, select: &str, value: &str) {
+        self.click(&format!("{select} option[value=\"{value}\"]"));
+    }
+
+    /// Opens a point's page and waits until the form shows version `version` of it.
+    fn open_point(&self, point: &str, version: u64) {
+        self.wait(
+            &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+            "the stored version",
+        );
+        self.wait(
+            &format!("document.querySelector('#points tr[data-point=\"{point}\"]')"),
+            "the point's row",
+        );
+        self.click(&format!("#points tr[data-point=\"{point}\"]"));
+        self.wait(
+            &format!(
+                "document.querySelector('#form-point').textContent === '{point}' && \
+                 !document.querySelector('#f-max_visits').disabled"
+            ),
+            "the form of the point",
+        );
+    }
+
+    fn text_of(&self, css: &str) -> String {
+        let v = self.js(&format!(
+            "const e = document.querySelector('{css}'); return e ? (e.value !== undefined && e.tagName !== 'LI' && e.tagName !== 'DIV' ? e.value : e.textContent) : null;"
+        ));
+        v.as_str()
+            .unwrap_or_else(|| panic!("no element {css}"))
+            .to_owned()
+    }
+}
+
+fn css_id(path: &str) -> String {
+    format!("#f-{}", path.replace('.', "-"))
+}
+
+#[test]
+fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.wait(
+        "document.body.dataset.state === 'ready'",
+        "the page to load",
+    );
+    // RESILIENCE_EDITOR_SEED=N replays other cases.
+    let seed = std::env::var("RESILIENCE_EDITOR_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_0015);
+    eprintln!("seed {seed} (RESILIENCE_EDITOR_SEED)");
+    let mut rng = Rng::new(seed);
+    let mut version = 0;
+    let mut seen = std::collections::BTreeSet::new();
+    for case in 0..20 {
+        let target = format!("case.{case}");
+        let mut doc = json!({"points": {
+            target.clone(): random_point(&mut rng, case),
+            "bystander": random_point(&mut rng, case + 7),
+        }});
+        if case % 5 == 4 {
+            doc["strict"] = json!(false);
+        }
+        let doc = canonical(&doc).unwrap_or_else(|e| panic!("case {case}: {e}\n{doc}"));
+        for (name, s) in doc["points"][&target].as_object().unwrap() {
+            let kind = s.get("algorithm").and_then(Value::as_str).or(s.as_str());
+            seen.insert(format!(
+                "{name}{}",
+                kind.map(|k| format!(":{k}")).unwrap_or_default()
+            ));
+        }
+        version = put_policy(addr, version, &doc);
+        let (edit, expected) = random_edit(&mut rng, &doc, &target);
+        eprintln!("seed {seed} case {case}: {} -> {:?}", edit.path, edit.value);
+        seen.insert(format!("edit {}", edit.path));
+
+        browser.reload();
+        browser.type_into("#author", "fuzz");
+        browser.open_point(&target, version);
+        // The form shows the stored settings.
+        let settings = &doc["points"][&target];
+        for (path, ..) in form_fields(settings) {
+            let shown = browser.text_of(&css_id(&path));
+            let stored = path.split('.').try_fold(settings, |v, k| v.get(k));
+            let want = match stored {
+                None => String::new(),
+                Some(Value::String(s)) => s.clone(),
+                Some(v) => {
+                    // As JavaScript prints a number: `2.0` is `2`.
+                    let f = v.as_f64().unwrap_or(f64::NAN);
+                    if v.is_boolean() {
+                        v.to_string()
+                    } else if f.fract() == 0.0 && f.abs() < 1e15 {
+                        format!("{}", f as i64)
+                    } else {
+                        v.to_string()
+                    }
+                }
+            };
+            assert_eq!(
+                shown, want,
+                "seed {seed} case {case}: field {path} of {settings}"
+            );
+        }
+
+        match (&edit.path[..], &edit.value) {
+            ("shadow", Some(v)) => browser.choose("#f-shadow", &v.to_string()),
+            ("shadow", None) => browser.choose("#f-shadow", ""),
+            (path, None) => browser.clear(&css_id(path)),
+            (path, Some(Value::String(s))) => browser.type_into(&css_id(path), s),
+            (path, Some(v)) => browser.type_into(&css_id(path), &v.to_string()),
+        }
+        browser.click("#save");
+        version += 1;
+        browser.wait(
+            &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+            "the saved version",
+        );
+        assert!(
+            browser
+                .text_of("#form-message")
+                .contains(&format!("version {version}")),
+            "case {case}: {}",
+            browser.text_of("#form-message")
+        );
+        let h = history(addr);
+        assert_eq!(h[0]["version"], version);
+        let diff: Vec<(Value, Value)> = h[0]["diff"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| (d["point"].clone(), d["field"].clone()))
+            .collect();
+        assert_eq!(
+            diff,
+            [(json!(target), json!(edit.path))],
+            "seed {seed} case {case}: {edit:?}: {}",
+            h[0]["diff"]
+        );
+        let (v, now) = stored(addr);
+        assert_eq!(v, version);
+        assert_eq!(now, expected, "seed {seed} case {case}: {edit:?}");
+    }
+    // Every section and algorithm was in some case, and edits reached all sections.
+    for want in [
+        "max_visits",
+        "shadow",
+        "window",
+        "timeouts",
+        "breaker:sre",
+        "breaker:classic",
+        "breaker:disabled",
+        "adaptive:off",
+        "adaptive:gradient",
+        "adaptive:shedder",
+        "cluster:off",
+        "cluster:visits",
+        "cluster:token_bucket",
+    ] {
+        assert!(seen.contains(want), "no case with {want}: {seen:?}");
+    }
+    let edited: Vec<_> = seen.iter().filter(|s| s.starts_with("edit ")).collect();
+    assert!(edited.len() >= 10, "{edited:?}");
+}
+
+#[test]
+fn the_form_switches_algorithms_and_turns_sections_off() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let doc = json!({"points": {"order.create": {"max_visits": 5,
+        "adaptive": {"algorithm": "gradient", "max_limit": 300},
+        "breaker": {"algorithm": "classic", "failure_rate": 0.3}}}});
+    let mut version = put_policy(addr, 0, &doc);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.type_into("#author", "e2e");
+    browser.open_point("order.create", version);
+    assert_eq!(browser.text_of("#f-breaker-algorithm"), "classic");
+    assert_eq!(browser.text_of("#f-breaker-failure_rate"), "0.3");
+    // The fields of the other algorithm are hidden.
+    assert_eq!(
+        browser.js("return document.querySelector('#f-breaker-k').closest('.field').hidden;"),
+        json!(true)
+    );
+    // classic -> sre with k, adaptive -> off, a cluster limit added.
+    browser.choose("#f-breaker-algorithm", "sre");
+    browser.wait(
+        "!document.querySelector('#f-breaker-k').closest('.field').hidden",
+        "the sre fields",
+    );
+    assert_eq!(
+        browser.js("return document.querySelector('#f-breaker-buckets').placeholder;"),
+        json!("40")
+    );
+    browser.type_into("#f-breaker-k", "2.5");
+    browser.choose("#f-adaptive-algorithm", "off");
+    browser.choose("#f-cluster-algorithm", "visits");
+    browser.type_into("#f-cluster-url", "redis://127.0.0.1:6379/");
+    browser.type_into("#f-cluster-key", "orders");
+    browser.type_into("#f-cluster-period", "1s");
+    // A missing quota: the runtime's message at the field, nothing stored.
+    browser.click("#save");
+    let msg = browser.wait(
+        "document.querySelector('.field-error[data-field=\"cluster.quota\"]').textContent",
+        "the quota's problem",
+    );
+    assert!(msg.as_str().unwrap().contains("required"), "{msg}");
+    assert_eq!(stored(addr).0, version);
+    browser.type_into("#f-cluster-quota", "100");
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    assert_eq!(
+        stored(addr).1,
+        json!({"points": {"order.create": {"max_visits": 5, "adaptive": "off",
+            "cluster": {"algorithm": "visits", "url": "redis://127.0.0.1:6379/", "key": "orders",
+                        "period": "1s", "quota": 100},
+            "breaker": {"algorithm": "sre", "k": 2.5}}}})
+    );
+    // The form shows the new version; removing the breaker removes the section only.
+    browser.wait(
+        "document.querySelector('#f-breaker-algorithm').value === 'sre'",
+        "the form to show the new version",
+    );
+    browser.choose("#f-breaker-algorithm", "");
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    let h = history(addr);
+    let fields: Vec<_> = h[0]["diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["field"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(fields, ["breaker.algorithm", "breaker.k"]);
+}
+
+#[test]
+fn the_raw_point_editor_shows_problems_at_their_line_and_stores_nothing() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let doc = json!({"points": {
+        "order.create": {"max_visits": 5, "breaker": {"algorithm": "classic", "failure_rate": 0.3}},
+        "order.refund": {"max_concurrency": 3}}});
+    let version = put_policy(addr, 0, &doc);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.type_into("#author", "e2e");
+    browser.open_point("order.create", version);
+    // The point's text, as the runtime writes it.
+    let text = browser.wait(
+        "document.querySelector('#raw-point-text').value",
+        "the point's text",
+    );
+    let only_point = json!({"points": {"order.create": doc["points"]["order.create"]}});
+    let written = PolicyFile::parse(&only_point.to_string(), Format::Json)
+        .unwrap()
+        .to_text(Format::Toml)
+        .unwrap();
+    assert_eq!(text, json!(written));
+    assert!(
+        written.contains("[points.\"order.create\".breaker]"),
+        "{written}"
+    );
+
+    // A field out of range, a misspelt field: each at its line and field.
+    let broken = "[points.\"order.create\"]\nmax_visits = 5\nmax_visit = 6\n\n\
+                  [points.\"order.create\".breaker]\nalgorithm = \"classic\"\nfailure_rate = 1.5\n";
+    browser.type_into("#raw-point-text", broken);
+    browser.click("#raw-point-save");
+    browser.wait(
+        "document.querySelectorAll('#raw-point-problems li').length === 2",
+        "two problems",
+    );
+    let items = browser.js(
+        "return [...document.querySelectorAll('#raw-point-problems li')].map(li => \
+         [li.dataset.line, li.dataset.field, li.textContent]);",
+    );
+    let items = items.as_array().unwrap();
+    let find = |field: &str| {
+        items
+            .iter()
+            .find(|i| i[1] == field)
+            .unwrap_or_else(|| panic!("no problem for {field}: {items:?}"))
+            .clone()
+    };
+    let rate = find("breaker.failure_rate");
+    assert_eq!(rate[0], "7", "{rate}");
+    let shown = rate[2].as_str().unwrap();
+    assert!(
+        shown.starts_with(
+            "line 7, column 1, point order.create, field breaker.failure_rate: must be"
+        ),
+        "{shown}"
+    );
+    let misspelt = find("max_visit");
+    assert_eq!(misspelt[0], "3");
+    assert!(misspelt[2]
+        .as_str()
+        .unwrap()
+        .contains("did you mean `max_visits`"));
+    assert!(browser.text_of("#raw-point-message").contains("not saved"));
+    assert_eq!(stored(addr), (version, canonical(&doc).unwrap()));
+
+    // A syntax error, through Check: its line and column from the parser.
+    browser.type_into(
+        "#raw-point-text",
+        "[points.\"order.create\"]\nmax_visits = \n",
+    );
+    browser.click("#raw-point-check");
+    let li = browser.wait(
+        "document.querySelector('#raw-point-problems li[data-line=\"2\"]')?.textContent",
+        "the syntax error",
+    );
+    assert!(
+        li.as_str()
+            .unwrap()
+            .starts_with("line 2, column 14: TOML syntax error"),
+        "{li}"
+    );
+
+    // Another point in the point's text is refused at its line.
+    browser.type_into(
+        "#raw-point-text",
+        "[points.\"order.create\"]\nmax_visits = 6\n\n[points.\"order.refund\"]\nmax_visits = 1\n",
+    );
+    browser.click("#raw-point-save");
+    let li = browser.wait(
+        "document.querySelector('#raw-point-problems li[data-point=\"order.refund\"]')",
+        "the other point's problem",
+    );
+    assert!(!li.is_null());
+    assert_eq!(
+        browser.js("return document.querySelector('#raw-point-problems li').dataset.line;"),
+        json!("4")
+    );
+
+    // JSON, with the problem's line in the JSON text.
+    browser.click("#raw-point-reload");
+    browser.wait(
+        "!document.querySelector('#raw-point-text').classList.contains('invalid') && document.querySelector('#raw-point-text').value.startsWith('[points')",
+        "the text reloaded",
+    );
+    browser.choose("#raw-point-format", "json");
+    browser.wait(
+        "document.querySelector('#raw-point-text').value.startsWith('{')",
+        "the JSON text",
+    );
+    let json_text = browser.text_of("#raw-point-text");
+    assert_eq!(
+        canonical(&serde_json::from_str::<Value>(&json_text).unwrap()),
+        canonical(&only_point)
+    );
+    browser.type_into(
+        "#raw-point-text",
+        "{\"points\": {\"order.create\": {\n  \"max_visits\": 5,\n  \"breaker\": {\"algorithm\": \"sre\",\n    \"k\": 0.5}}}}",
+    );
+    browser.click("#raw-point-save");
+    let li = browser.wait(
+        "document.querySelector('#raw-point-problems li[data-field=\"breaker.k\"]')?.textContent",
+        "the JSON problem",
+    );
+    assert!(
+        li.as_str().unwrap().starts_with(
+            "line 4, column 5, point order.create, field breaker.k: must be a finite number >= 1.1"
+        ),
+        "{li}"
+    );
+    assert_eq!(stored(addr), (version, canonical(&doc).unwrap()));
+    assert_eq!(history(addr).len(), 1);
+
+    // Fixed: only this point changes, and only the fields that changed.
+    browser.type_into(
+        "#raw-point-text",
+        "{\"points\": {\"order.create\": {\n  \"max_visits\": 6,\n  \"breaker\": {\"algorithm\": \"classic\", \"failure_rate\": 0.3}}}}",
+    );
+    browser.click("#raw-point-save");
+    browser.wait(
+        "document.querySelector('#policy-version').dataset.version === '2'",
+        "version 2",
+    );
+    assert!(browser
+        .text_of("#raw-point-message")
+        .contains("Saved as version 2"));
+    let h = history(addr);
+    assert_eq!(
+        h[0]["diff"].as_array().unwrap().len(),
+        1,
+        "{}",
+        h[0]["diff"]
+    );
+    assert_eq!(h[0]["diff"][0]["field"], "max_visits");
+    let mut want = canonical(&doc).unwrap();
+    want["points"]["order.create"]["max_visits"] = json!(6);
+    assert_eq!(stored(addr), (2, want));
+    // The form follows.
+    browser.wait(
+        "document.querySelector('#f-max_visits').value === '6'",
+        "the form to show version 2",
+    );
+}
+
+#[test]
+fn the_raw_app_editor_saves_the_whole_policy_in_toml_and_json() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let version = put_policy(
+        addr,
+        0,
+        &json!({"points": {"order.create": {"max_visits": 5}}}),
+    );
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.type_into("#author", "e2e");
+    browser.wait(
+        &format!("document.querySelector('#raw-app-text').dataset.version === '{version}'"),
+        "the app's text",
+    );
+    assert_eq!(
+        browser.text_of("#raw-app-text"),
+        get(addr, POLICY, None).json()["toml"].as_str().unwrap()
+    );
+
+    // A broken top-level field: at its line, nothing stored.
+    browser.type_into(
+        "#raw-app-text",
+        "strict = \"yes\"\n\n[points.\"order.create\"]\nmax_visits = 5\n",
+    );
+    browser.click("#raw-app-save");
+    let li = browser.wait(
+        "document.querySelector('#raw-app-problems li[data-field=\"strict\"]')?.textContent",
+        "the problem of `strict`",
+    );
+    assert!(
+        li.as_str()
+            .unwrap()
+            .starts_with("line 1, column 1, field strict: expected a boolean"),
+        "{li}"
+    );
+    assert_eq!(stored(addr).0, version);
+
+    // A whole new policy in TOML: every section.
+    let toml_text = "[points.\"order.create\"]\n\
+        max_visits = 100\n\
+        shadow = false\n\
+        timeouts = { threshold = \"250ms\", max_count = 5 }\n\
+        delay = { duration = \"10s\", retry_interval = \"1s\" }\n\
+        window = { buckets = 20, bucket_width = \"500ms\" }\n\
+        adaptive = \"off\"\n\
+        \n\
+        [points.\"order.create\".breaker]\n\
+        algorithm = \"classic\"\n\
+        consecutive_failures = 3\n\
+        open_wait = { base = \"1s\", multiplier = 2.0, max = \"30s\" }\n\
+        \n\
+        [points.\"order.refund\"]\n\
+        token_bucket = { rate = 20.0, capacity = 40 }\n\
+        adaptive = { algorithm = \"shedder\", cpu_threshold = 800 }\n\
+        cluster = { algorithm = \"token_bucket\", url = \"redis://127.0.0.1:6379/\", key = \"refunds\", rate = 50.0, burst = 100 }\n";
+    browser.type_into("#raw-app-text", toml_text);
+    browser.click("#raw-app-save");
+    browser.wait(
+        "document.querySelector('#policy-version').dataset.version === '2'",
+        "version 2",
+    );
+    let want = canonical(
+        &serde_json::from_str::<Value>(
+            &PolicyFile::parse(toml_text, Format::Toml)
+                .unwrap()
+                .to_text(Format::Json)
+                .unwrap(),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(stored(addr), (2, want.clone()));
+    assert_eq!(
+        want["points"]["order.create"]["breaker"]["open_wait"],
+        json!({"base": "1s", "multiplier": 2.0, "max": "30s", "jitter": 0.0})
+    );
+    // The editor shows the stored text again, as the runtime writes it.
+    browser.wait(
+        "document.querySelector('#raw-app-text').dataset.version === '2'",
+        "the text of version 2",
+    );
+    assert_eq!(
+        browser.text_of("#raw-app-text"),
+        get(addr, POLICY, None).json()["toml"].as_str().unwrap()
+    );
+
+    // In JSON: strict on, one point removed.
+    browser.choose("#raw-app-format", "json");
+    browser.wait(
+        "document.querySelector('#raw-app-text').value.startsWith('{')",
+        "the JSON text",
+    );
+    // (JavaScript writes `2.0` as `2`: compare what the runtime reads.)
+    assert_eq!(
+        canonical(&serde_json::from_str::<Value>(&browser.text_of("#raw-app-text")).unwrap()),
+        Ok(want.clone())
+    );
+    let mut next = want.clone();
+    next["strict"] = json!(true);
+    next["points"]
+        .as_object_mut()
+        .unwrap()
+        .remove("order.refund");
+    browser.type_into(
+        "#raw-app-text",
+        &serde_json::to_string_pretty(&next).unwrap(),
+    );
+    browser.click("#raw-app-save");
+    browser.wait(
+        "document.querySelector('#policy-version').dataset.version === '3'",
+        "version 3",
+    );
+    assert_eq!(canonical(&next).as_ref(), Ok(&next));
+    assert_eq!(stored(addr), (3, next));
+    let h = history(addr);
+    let changes: Vec<_> = h[0]["diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["point"].clone(), d["field"].clone()))
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            (json!(null), json!("strict")),
+            (json!("order.refund"), json!(null))
+        ]
+    );
+    assert_eq!(h[0]["author"], "e2e");
+}
