@@ -440,6 +440,7 @@ impl Registry {
 
     /// [`apply_source`](Registry::apply_source) with the source's version given (the
     /// console's policy version).
+    #[cfg(feature = "heartbeat")]
     pub(crate) fn apply_source_version(
         &self,
         source: Source,

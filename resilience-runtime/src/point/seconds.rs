@@ -278,6 +278,7 @@ impl Point {
 
     /// Whether any call ever entered the point (with or without a policy): a point
     /// that none did has nothing but zeros to report.
+    #[cfg(feature = "metrics")]
     pub(crate) fn ever_entered(&self) -> bool {
         self.entered.load(Ordering::Relaxed)
     }

@@ -22,6 +22,7 @@ impl Point {
     /// [`stats`](Self::stats) without the window and the last cycle (`None`), which
     /// exporters of totals do not need and which cost most of a snapshot, with the
     /// per-thread counts read from `tally`.
+    #[cfg(feature = "metrics")]
     pub(crate) fn stats_without_windows(&self, tally: &tally::Reader) -> PointStats {
         self.snapshot(false, tally.total(self.id))
     }
