@@ -507,12 +507,7 @@ impl Registry {
                 ));
             }
             if let Err(e) = crate::error::check_point_name(name) {
-                checked.problems.push(Problem::new(
-                    Some(name),
-                    None,
-                    ProblemKind::InvalidPointName,
-                    e.to_string(),
-                ));
+                checked.problems.push(name_problem(name, &e));
             }
         }
         if !checked.problems.is_empty() {
@@ -533,12 +528,8 @@ impl Registry {
             .max_undeclared_points()
             .saturating_sub(self.undeclared_points());
         for name in new_undeclared.iter().skip(room) {
-            checked.problems.push(Problem::new(
-                Some(name),
-                None,
-                ProblemKind::InvalidPointName,
-                PointNameError::too_many(name, self.max_undeclared_points()).to_string(),
-            ));
+            let e = PointNameError::too_many(name, self.max_undeclared_points());
+            checked.problems.push(name_problem(name, &e));
         }
         let mut points = Vec::with_capacity(checked.file.points.len());
         for (name, config) in &checked.file.points {
@@ -546,12 +537,7 @@ impl Registry {
                 // A point another thread made meanwhile may still take the last room.
                 match self.point(name) {
                     Ok(point) => points.push((point, config)),
-                    Err(e) => checked.problems.push(Problem::new(
-                        Some(name),
-                        None,
-                        ProblemKind::InvalidPointName,
-                        e.to_string(),
-                    )),
+                    Err(e) => checked.problems.push(name_problem(name, &e)),
                 }
             }
         }
@@ -613,6 +599,16 @@ impl Registry {
         }
         Ok(report)
     }
+}
+
+/// A point the registry does not take, as a problem of the file.
+fn name_problem(name: &str, e: &PointNameError) -> Problem {
+    Problem::new(
+        Some(name),
+        None,
+        ProblemKind::InvalidPointName,
+        e.to_string(),
+    )
 }
 
 /// The file source of a path, or [`INLINE_SOURCE`].

@@ -76,6 +76,17 @@ impl Counts {
     pub(crate) fn visits(&self) -> u64 {
         self.tracked[window::PASSES] + self.tracked[window::DOWNGRADES]
     }
+
+    /// The counts as a window's.
+    fn as_window(&self) -> WindowCounts {
+        WindowCounts {
+            visits: self.visits(),
+            passes: self.tracked[window::PASSES],
+            downgrades: self.tracked[window::DOWNGRADES],
+            exceptions: self.tracked[window::EXCEPTIONS],
+            timeouts: self.tracked[window::TIMEOUTS],
+        }
+    }
 }
 
 /// The sampled series: the last sample and the seconds it and its predecessors
@@ -337,14 +348,17 @@ impl Point {
         self.seconds_between(from, now)
             .into_iter()
             .zip(from..)
-            .map(|(c, s)| crate::SecondStats {
-                start: std::time::UNIX_EPOCH + Duration::from_secs(s),
-                visits: c.visits(),
-                passes: c.tracked[window::PASSES],
-                downgrades: c.tracked[window::DOWNGRADES],
-                exceptions: c.tracked[window::EXCEPTIONS],
-                timeouts: c.tracked[window::TIMEOUTS],
-                downgrades_by_reason: ReasonCounts(c.reasons),
+            .map(|(c, s)| {
+                let w = c.as_window();
+                crate::SecondStats {
+                    start: std::time::UNIX_EPOCH + Duration::from_secs(s),
+                    visits: w.visits,
+                    passes: w.passes,
+                    downgrades: w.downgrades,
+                    exceptions: w.exceptions,
+                    timeouts: w.timeouts,
+                    downgrades_by_reason: ReasonCounts(c.reasons),
+                }
             })
             .collect()
     }
@@ -360,13 +374,7 @@ impl Point {
         let second = wall_ns / SECOND_NS;
         let mut c = s.sum(second.saturating_sub(10), second + 1);
         c.add(&self.cumulative().minus(&s.last()));
-        Some(WindowCounts {
-            visits: c.visits(),
-            passes: c.tracked[window::PASSES],
-            downgrades: c.tracked[window::DOWNGRADES],
-            exceptions: c.tracked[window::EXCEPTIONS],
-            timeouts: c.tracked[window::TIMEOUTS],
-        })
+        Some(c.as_window())
     }
 
     /// The last closed 10-s cycle, from the series (with the calls not sampled yet if
@@ -379,13 +387,14 @@ impl Point {
         if s.closed < cycle_start + 9 {
             c.add(&self.cumulative().minus(&s.last()));
         }
+        let w = c.as_window();
         Some(CycleStats {
             start: std::time::UNIX_EPOCH + Duration::from_secs(cycle_start),
-            visits: c.visits(),
-            passes: c.tracked[window::PASSES],
-            downgrades: c.tracked[window::DOWNGRADES],
-            exceptions: c.tracked[window::EXCEPTIONS],
-            timeouts: c.tracked[window::TIMEOUTS],
+            visits: w.visits,
+            passes: w.passes,
+            downgrades: w.downgrades,
+            exceptions: w.exceptions,
+            timeouts: w.timeouts,
             peak_concurrency: 0,
             downgrades_by_reason: ReasonCounts(c.reasons),
         })
