@@ -300,7 +300,10 @@ impl HeartbeatConfig {
     /// [`DEFAULT_MAX_BODY_BYTES`], at least 4 KiB): a cycle with more points, or more
     /// known names, than fit is uploaded in parts, each a heartbeat of its own with
     /// `"part": k, "parts": n` and a share of the points, so thousands of points never
-    /// meet the server's body limit. SDS's protocol always sends one body.
+    /// meet the server's body limit. Parts are sent in order; if one fails on both
+    /// servers, the rest of the cycle is dropped with it (counted in
+    /// `uploads_dropped`), the parts before it stay stored. SDS's protocol always
+    /// sends one body.
     pub fn max_body_bytes(mut self, bytes: usize) -> Self {
         self.max_body_bytes = bytes.max(4096);
         self

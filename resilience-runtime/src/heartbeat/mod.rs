@@ -459,15 +459,33 @@ impl HeartbeatClient {
         let version = self.policy_version();
         let health = self.status();
         let path = inner.config.protocol.upload_path();
-        let body = |ip| wire::upload_body(&inner.config, &report, version, &health, ip);
+        // The bodies are built once for the local address the connection uses (and
+        // again only if another server is reached from another address).
+        let built: Mutex<Option<(std::net::IpAddr, Vec<Vec<u8>>)>> = Mutex::new(None);
+        let body = |ip: std::net::IpAddr, part: usize| {
+            let mut built = lock(&built);
+            if built.as_ref().is_none_or(|(at, _)| *at != ip) {
+                let bodies = wire::upload_body(&inner.config, &report, version, &health, ip);
+                *built = Some((ip, bodies));
+            }
+            built
+                .as_ref()
+                .and_then(|(_, b)| b.get(part).cloned())
+                .unwrap_or_default()
+        };
         // How many parts this cycle takes (the local address only changes a few bytes).
-        let parts = body(std::net::IpAddr::from([127, 0, 0, 1])).len();
+        let parts = wire::upload_body(
+            &inner.config,
+            &report,
+            version,
+            &health,
+            std::net::IpAddr::from([127, 0, 0, 1]),
+        )
+        .len();
         let attempt = |cursor: usize, part: usize| {
             let server = &servers[cursor % servers.len()];
-            self.send(server, path, |ip| {
-                body(ip).into_iter().nth(part).unwrap_or_default()
-            })
-            .map(|_| server.to_string())
+            self.send(server, path, |ip| body(ip, part))
+                .map(|_| server.to_string())
         };
         let mut retried = false;
         let mut result = Ok(String::new());
