@@ -33,6 +33,11 @@ OPTIONS (each can also come from the environment variable in brackets):
   --seconds-retention DURATION
                               how long the live view's 1-second figures are kept,
                               e.g. 1h; default 20m
+  --max-connections N         connections served at once; a connection beyond them
+                              is answered 503 with Retry-After (default 1024)
+  --header-timeout SECONDS    a client that has not sent a whole request head this
+                              long after connecting (or after its previous answer)
+                              is disconnected, e.g. 10 or 10s (default 10s)
   -h, --help                  this text
 
 Tokens are at least 16 characters. Prefer the environment variables for them:
@@ -71,6 +76,8 @@ pub fn parse(
     let mut max_body = None;
     let mut retention = None;
     let mut seconds_retention = None;
+    let mut max_connections = None;
+    let mut header_timeout = None;
     let mut help = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -96,6 +103,8 @@ pub fn parse(
             "--max-body" => max_body = Some(value("a size")?),
             "--retention" => retention = Some(value("a duration")?),
             "--seconds-retention" => seconds_retention = Some(value("a duration")?),
+            "--max-connections" => max_connections = Some(value("a number")?),
+            "--header-timeout" => header_timeout = Some(value("seconds")?),
             other => return Err(format!("unknown option `{other}` (see --help)")),
         }
     }
@@ -153,6 +162,23 @@ pub fn parse(
     if let Some(d) = seconds_retention {
         config.seconds_retention =
             parse_duration(&d).map_err(|e| format!("--seconds-retention: {e}"))?;
+    }
+    if let Some(n) = max_connections {
+        config.max_connections = match n.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => n,
+            _ => return Err(format!("--max-connections: {n:?} is not a number >= 1")),
+        };
+    }
+    if let Some(t) = header_timeout {
+        let digits = t.trim().strip_suffix('s').unwrap_or(t.trim());
+        config.header_read_timeout = match digits.parse::<u64>() {
+            Ok(n) if (1..=3600).contains(&n) => Duration::from_secs(n),
+            _ => {
+                return Err(format!(
+                    "--header-timeout: {t:?} is not a number of seconds in 1..=3600"
+                ))
+            }
+        };
     }
     Ok(Cli {
         config,
@@ -236,6 +262,9 @@ mod tests {
                 "2h",
                 "--seconds-retention",
                 "30m",
+                "--max-connections",
+                "50",
+                "--header-timeout=3s",
             ]),
             |k| (k == "RESILIENCE_ADMIN_TOKEN").then(|| "admin-token-0123456789".to_owned()),
         )
@@ -248,6 +277,8 @@ mod tests {
         assert_eq!(cli.config.max_body_bytes, 64 * 1024);
         assert_eq!(cli.config.retention, Duration::from_secs(7200));
         assert_eq!(cli.config.seconds_retention, Duration::from_secs(1800));
+        assert_eq!(cli.config.max_connections, 50);
+        assert_eq!(cli.config.header_read_timeout, Duration::from_secs(3));
     }
 
     #[test]
@@ -260,6 +291,8 @@ mod tests {
             (&["--admin-token", "short"][..], "--admin-token"),
             (&["--frobnicate"][..], "--frobnicate"),
             (&["--db"][..], "--db"),
+            (&["--max-connections", "0"][..], "--max-connections"),
+            (&["--header-timeout", "0"][..], "--header-timeout"),
         ] {
             let e = parse(args(a), |_| None).unwrap_err();
             assert!(e.contains(word), "{a:?}: {e}");

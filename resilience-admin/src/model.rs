@@ -21,6 +21,11 @@ pub const MAX_NAME_LEN: usize = resilience_runtime::MAX_POINT_NAME_LEN;
 /// The most points one heartbeat may carry.
 pub const MAX_POINTS_PER_HEARTBEAT: usize = 10_000;
 
+/// The most parts one cycle of an instance may be split into (`"parts"` of our JSON
+/// protocol): a cycle of [`MAX_POINTS_PER_HEARTBEAT`] points in bodies of a few KiB
+/// stays far below it.
+pub const MAX_PARTS: u32 = 1000;
+
 /// The longest `local` settings of one point in a heartbeat's `enforcing` list, in
 /// bytes of compact JSON: far above any real point's settings.
 pub const MAX_LOCAL_BYTES: usize = 16 * 1024;
@@ -134,6 +139,11 @@ pub struct Heartbeat {
     pub enforcing: Option<Vec<Enforcing>>,
     /// The heartbeat client's own health; `None` if the heartbeat did not say.
     pub client: Option<ClientHealth>,
+    /// Which part of the instance's cycle this body is, from 0 (a big cycle is sent
+    /// in several bodies, each with its share of the points and lists).
+    pub part: u32,
+    /// How many parts the cycle has (1 when it is sent whole).
+    pub parts: u32,
 }
 
 /// Where one section of a point's effective settings comes from.
@@ -231,10 +241,10 @@ pub struct EnforcementRow {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ingested {
-    /// The cycle was added to the app's statistics.
+    /// The cycle (or this part of it) was added to the app's statistics.
     Stored,
-    /// This instance had already reported this cycle (a retry whose first answer was
-    /// lost): nothing was counted twice.
+    /// This instance had already reported this part of this cycle (a retry whose
+    /// first answer was lost): nothing was counted twice.
     Duplicate,
 }
 

@@ -32,14 +32,46 @@ pub struct PolicyProblem {
 impl From<&Problem> for PolicyProblem {
     fn from(p: &Problem) -> Self {
         PolicyProblem {
-            point: p.point.clone(),
-            field: p.field.clone(),
+            point: p.point.as_deref().map(escape_controls),
+            field: p.field.as_deref().map(escape_controls),
             kind: p.kind.as_str().to_owned(),
-            message: p.message.clone(),
+            message: escape_controls_but_lines(&p.message),
             line: None,
             column: None,
         }
     }
+}
+
+/// `s` with every control character written as `\u{..}` (as Rust escapes it), so
+/// that a message quoting a point name never carries a raw NUL, escape sequence or
+/// line break into a log, a terminal or the dashboard. Other text is unchanged.
+pub fn escape_controls(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// [`escape_controls`] but for line breaks and tabs, which the parser's own messages
+/// use (a syntax error quotes the line at fault).
+fn escape_controls_but_lines(s: &str) -> String {
+    s.split('\n')
+        .map(|line| {
+            line.split('\t')
+                .map(escape_controls)
+                .collect::<Vec<_>>()
+                .join("\t")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A validated policy document.

@@ -27,6 +27,22 @@ pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
 /// that the dashboard's 15-minute range at 1-second resolution is always whole.
 pub const DEFAULT_SECONDS_RETENTION: Duration = Duration::from_secs(20 * 60);
 
+/// The default cap on open connections: beyond it a new connection is answered
+/// `503 Service Unavailable` with `Retry-After` and closed.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+
+/// The default header read timeout: a connection that has not sent a whole
+/// request head this long after it opened (or after its previous answer, for a
+/// kept-alive one) is closed.
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a connection beyond the cap is kept to deliver its 503.
+const OVERFLOW_LINGER: Duration = Duration::from_millis(500);
+
+/// Connections beyond the cap being answered 503 at once: as many as the cap, and
+/// at least this many; beyond them a connection is closed without an answer.
+const OVERFLOW_MIN: usize = 256;
+
 /// Where the server keeps its data.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StorageConfig {
@@ -62,6 +78,13 @@ pub struct AdminConfig {
     pub seconds_retention: Duration,
     /// How often old statistics are deleted.
     pub prune_interval: Duration,
+    /// Most connections served at once (at least 1); a connection beyond them is
+    /// answered 503 with `Retry-After` and closed.
+    pub max_connections: usize,
+    /// How long a client may take to send a request head (after connecting, or
+    /// after its previous answer on a kept-alive connection) before it is
+    /// disconnected.
+    pub header_read_timeout: Duration,
     /// The server's clock (a manual one in tests).
     pub clock: Clock,
 }
@@ -80,6 +103,8 @@ impl AdminConfig {
             retention: DEFAULT_RETENTION,
             seconds_retention: DEFAULT_SECONDS_RETENTION,
             prune_interval: Duration::from_secs(60),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             clock: Clock::system(),
         }
     }
@@ -148,6 +173,8 @@ pub struct Server {
     state: AdminState,
     max_body_bytes: usize,
     prune_interval: Duration,
+    max_connections: usize,
+    header_read_timeout: Duration,
 }
 
 impl Server {
@@ -177,6 +204,11 @@ impl Server {
                 .with_seconds_retention_ms(seconds_ms),
             max_body_bytes: config.max_body_bytes,
             prune_interval: config.prune_interval.max(Duration::from_millis(10)),
+            max_connections: config.max_connections.clamp(
+                1,
+                tokio::sync::Semaphore::MAX_PERMITS.min(u32::MAX as usize),
+            ),
+            header_read_timeout: config.header_read_timeout.max(Duration::from_millis(10)),
         }
     }
 
@@ -188,6 +220,12 @@ impl Server {
     /// Serves on `listener` until `shutdown` completes, then lets the requests in
     /// progress finish. Old statistics are pruned in the background meanwhile.
     ///
+    /// At most [`AdminConfig::max_connections`] connections are served at once; a
+    /// connection beyond them is answered `503` with `Retry-After: 1` and closed
+    /// (beyond as many again, and at least 256, closed at once). A client that does not send a
+    /// whole request head within [`AdminConfig::header_read_timeout`] is
+    /// disconnected.
+    ///
     /// # Errors
     ///
     /// If the listener fails.
@@ -198,15 +236,110 @@ impl Server {
     ) -> std::io::Result<()> {
         let pruner = tokio::spawn(prune_loop(self.state.clone(), self.prune_interval));
         let app = router(self.state, self.max_body_bytes);
-        let result = axum::serve(
-            listener,
-            app.into_make_service_with_connect_info::<SocketAddr>(),
-        )
-        .with_graceful_shutdown(shutdown)
-        .await;
+        let cap = self.max_connections;
+        let permits = Arc::new(tokio::sync::Semaphore::new(cap));
+        let overflow = Arc::new(tokio::sync::Semaphore::new(cap.max(OVERFLOW_MIN)));
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(self.header_read_timeout);
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        tokio::pin!(shutdown);
+        loop {
+            let (stream, peer) = tokio::select! {
+                () = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of descriptors or a connection reset before it was
+                        // accepted: wait a little rather than spin.
+                        if !is_connection_error(&e) {
+                            eprintln!("resilience-admin: accept failed: {e}");
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                        continue;
+                    }
+                },
+            };
+            let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
+                if let Ok(p) = Arc::clone(&overflow).try_acquire_owned() {
+                    tokio::spawn(async move {
+                        answer_overloaded(stream).await;
+                        drop(p);
+                    });
+                }
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let app = app.clone();
+            let service = hyper::service::service_fn(move |mut request| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                tower::Service::call(&mut app.clone(), request)
+            });
+            let conn = http
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .with_upgrades();
+            let mut stop = stop_rx.clone();
+            tokio::spawn(async move {
+                {
+                    tokio::pin!(conn);
+                    let stopping = tokio::select! {
+                        _ = conn.as_mut() => false,
+                        stopped = stop.wait_for(|s| *s) => stopped.is_ok(),
+                    };
+                    if stopping {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = conn.await;
+                    }
+                }
+                // The connection (and its clone of the routes) is gone before the
+                // server, which waits for every permit, may return.
+                drop(permit);
+            });
+        }
+        drop(listener);
+        let _ = stop_tx.send(true);
+        // Every connection holds a permit until it is done.
+        let _ = permits.acquire_many(cap as u32).await;
         pruner.abort();
-        result
+        let _ = pruner.await;
+        Ok(())
     }
+}
+
+/// Errors of one connection, not of the listener.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Answers a connection beyond the cap: `503` with `Retry-After`, then closes it
+/// once the client has read it (or after [`OVERFLOW_LINGER`]).
+async fn answer_overloaded(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BODY: &str = "{\"error\":{\"code\":\"overloaded\",\"message\":\
+        \"the server has too many connections open; retry shortly\"}}";
+    let answer = format!(
+        "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nCache-Control: no-store\r\n\
+         Content-Length: {}\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let _ = tokio::time::timeout(OVERFLOW_LINGER, async {
+        if stream.write_all(answer.as_bytes()).await.is_ok() {
+            let _ = stream.shutdown().await;
+            // Read what the client sent until it closes, so that closing does not
+            // reset the connection before it has read the answer.
+            let mut buf = [0u8; 4096];
+            while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+        }
+    })
+    .await;
 }
 
 async fn prune_loop(state: AdminState, every: Duration) {
@@ -274,14 +407,20 @@ impl RunningServer {
         let thread = thread::Builder::new()
             .name("resilience-admin".into())
             .spawn(move || {
-                runtime.block_on(async move {
+                // The store is closed here, outside the runtime, once every task is
+                // gone: a blocking client (PostgreSQL's) cannot be closed inside it.
+                let store = Arc::clone(server.state().store());
+                let result = runtime.block_on(async move {
                     let listener = tokio::net::TcpListener::from_std(listener)?;
                     server
                         .serve(listener, async {
                             let _ = rx.await;
                         })
                         .await
-                })
+                });
+                drop(runtime);
+                drop(store);
+                result
             })?;
         Ok(RunningServer {
             addr,

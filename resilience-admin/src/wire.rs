@@ -52,6 +52,11 @@
 //! reasons with a downgrade in the cycle, the downgrades of each second (at most
 //! [`MAX_SECOND_REASONS`] reasons).
 //!
+//! A cycle too big for one body comes in parts: `"part": k, "parts": n` (`k` from 0,
+//! `n` at most [`MAX_PARTS`]), each part with its share of the four lists. A
+//! malformed entry of a list is left out and reported by the `*_lenient` readers;
+//! the envelope is all or nothing.
+//!
 //! `POST /api/v1/pull`: `{"app_group", "app", "instance", "host", "ip", "version"}`.
 //!
 //! # SDS's protocol
@@ -70,7 +75,7 @@
 use crate::model::{
     AppKey, BreakerReport, ClientHealth, CycleSeconds, Enforcing, Heartbeat, PointCycle, Protocol,
     SecondCounts, SectionOrigin, CYCLE_MS, MAX_COUNT, MAX_ERROR_LEN, MAX_LOCAL_BYTES, MAX_NAME_LEN,
-    MAX_POINTS_PER_HEARTBEAT, MAX_SECOND_REASONS, MAX_SOURCE_LEN, SECONDS_PER_CYCLE,
+    MAX_PARTS, MAX_POINTS_PER_HEARTBEAT, MAX_SECOND_REASONS, MAX_SOURCE_LEN, SECONDS_PER_CYCLE,
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -273,12 +278,14 @@ impl<'a, 'e> Reader<'a, 'e> {
         }
     }
 
-    /// An optional error text, cut to [`MAX_ERROR_LEN`] bytes: `Some(None)` when
-    /// absent or null.
+    /// An optional error text, its control characters escaped (`\u{0}`: it is
+    /// only shown) and cut to [`MAX_ERROR_LEN`] bytes: `Some(None)` when absent or
+    /// null.
     fn error_text(&mut self, key: &str) -> Option<Option<String>> {
         match self.get(key) {
             None => Some(None),
             Some(Value::String(s)) => {
+                let s = &crate::policy::escape_controls(s);
                 let mut end = s.len().min(MAX_ERROR_LEN);
                 while !s.is_char_boundary(end) {
                     end -= 1;
@@ -305,6 +312,51 @@ impl<'a, 'e> Reader<'a, 'e> {
             format!("{n} points, more than the limit of {MAX_POINTS_PER_HEARTBEAT}"),
         );
         None
+    }
+
+    /// `part` and `parts`: which part of a cycle sent in several bodies this is;
+    /// `(0, 1)` when both are absent (the cycle in one body).
+    fn part(&mut self, part_key: &str, parts_key: &str) -> Option<(u32, u32)> {
+        let limit = |v: &Value, max: u64| v.as_u64().filter(|&n| n <= max);
+        match (self.get(part_key), self.get(parts_key)) {
+            (None, None) => Some((0, 1)),
+            (Some(_), None) => {
+                let f = self.field(parts_key);
+                self.error(f, format!("is missing (`{part_key}` is given)"));
+                None
+            }
+            (None, Some(_)) => {
+                let f = self.field(part_key);
+                self.error(f, format!("is missing (`{parts_key}` is given)"));
+                None
+            }
+            (Some(k), Some(n)) => {
+                let Some(n) = limit(n, u64::from(MAX_PARTS)).filter(|&n| n >= 1) else {
+                    let f = self.field(parts_key);
+                    self.error(
+                        f,
+                        format!(
+                            "expected an integer in 1..={MAX_PARTS}, got {}",
+                            describe(n)
+                        ),
+                    );
+                    return None;
+                };
+                let Some(k) = limit(k, n - 1) else {
+                    let f = self.field(part_key);
+                    self.error(
+                        f,
+                        format!(
+                            "expected an integer in 0..{n} (the part of {n}), got {}",
+                            describe(k)
+                        ),
+                    );
+                    return None;
+                };
+                // Both at most MAX_PARTS.
+                Some((k as u32, n as u32))
+            }
+        }
     }
 
     /// A required integer time in ms.
@@ -526,6 +578,7 @@ fn read_json_heartbeat(
             .time("cycle_start_ms")
             .filter(|&s| check_cycle(&mut r, "cycle_start_ms", s, ctx)),
         version: r.optional_count("policy_version"),
+        part: r.part("part", "parts"),
         known: r.names("known_points"),
         declared: r.names("declared_points"),
         points: json_points(&mut r),
@@ -542,23 +595,27 @@ fn json_points(r: &mut Reader<'_, '_>) -> Option<Vec<PointCycle>> {
             r.too_many_points("points", items.len())
         }
         Some(Value::Array(items)) => {
-            let mut out = Vec::with_capacity(items.len());
+            let mut out: Vec<PointCycle> = Vec::with_capacity(items.len());
             let mut ok = true;
+            let mut seen = BTreeSet::new();
             for (i, item) in items.iter().enumerate() {
                 let key = format!("points[{i}]");
                 match r.child(&key, item).and_then(|mut p| {
                     let name = p.name("name");
                     read_point_counts(&mut p, name, JSON_FIELDS)
                 }) {
+                    // Every repetition is named (at its own index), whatever else is
+                    // malformed, so that the valid points can be told apart.
+                    Some(point) if !seen.insert(point.point.clone()) => {
+                        let f = format!("{}.name", r.field(&key));
+                        r.error(f, format!("point {:?} is reported twice", point.point));
+                        ok = false;
+                    }
                     Some(point) => out.push(point),
                     None => ok = false,
                 }
             }
-            if ok {
-                check_unique(r, "points", &out).then_some(out)
-            } else {
-                None
-            }
+            ok.then_some(out)
         }
         Some(other) => {
             let f = r.field("points");
@@ -585,6 +642,7 @@ struct Parts {
     known: Option<Vec<String>>,
     declared: Option<Vec<String>>,
     version: Option<Option<u64>>,
+    part: Option<(u32, u32)>,
     enforcing: Option<Option<Vec<Enforcing>>>,
     client: Option<Option<ClientHealth>>,
 }
@@ -592,6 +650,7 @@ struct Parts {
 impl Parts {
     /// The heartbeat, if every field was well formed.
     fn heartbeat(self, protocol: Protocol) -> Option<Heartbeat> {
+        let (part, parts) = self.part?;
         Some(Heartbeat {
             app: AppKey::new(self.group?, self.app?),
             instance: self.instance?,
@@ -605,6 +664,8 @@ impl Parts {
             policy_version: self.version?,
             enforcing: self.enforcing?,
             client: self.client?,
+            part,
+            parts,
         })
     }
 }
@@ -904,16 +965,118 @@ fn read_seconds_by_reason(
     ok.then_some(out)
 }
 
-fn check_unique(r: &mut Reader<'_, '_>, key: &str, points: &[PointCycle]) -> bool {
-    let mut seen = BTreeSet::new();
-    for (i, p) in points.iter().enumerate() {
-        if !seen.insert(p.point.as_str()) {
-            let f = format!("{}[{i}].name", r.field(key));
-            r.error(f, format!("point {:?} is reported twice", p.point));
-            return false;
+/// Reads a heartbeat of our JSON protocol, keeping what is valid: an entry of
+/// `points`, `enforcing`, `known_points` or `declared_points` that is malformed is
+/// left out and reported (the second part of the answer), the rest is read.
+///
+/// # Errors
+///
+/// Every malformed field, when one of them is not in such an entry (the app, the
+/// instance, the cycle, the part, a list that is not a list, too many points...).
+pub fn json_heartbeat_lenient(
+    v: &Value,
+    ctx: &Context<'_>,
+) -> Result<(Heartbeat, Vec<InputError>), Vec<InputError>> {
+    lenient(
+        v,
+        ctx,
+        "",
+        &["points", "enforcing", "known_points", "declared_points"],
+        None,
+        json_heartbeat,
+    )
+}
+
+/// Reads SDS's `HeartbeatRequest` keeping what is valid, as
+/// [`json_heartbeat_lenient`] does: a malformed entry of `pointInfoMap`,
+/// `enforcing`, `knownPoints` or `declaredPoints` is left out and reported.
+///
+/// # Errors
+///
+/// Every malformed field, when one of them is not in such an entry.
+pub fn sds_heartbeat_lenient(
+    v: &Value,
+    ctx: &Context<'_>,
+) -> Result<(Heartbeat, Vec<InputError>), Vec<InputError>> {
+    lenient(
+        v,
+        ctx,
+        "client",
+        &["enforcing", "knownPoints", "declaredPoints"],
+        Some("pointInfoMap"),
+        sds_heartbeat,
+    )
+}
+
+/// Reads strictly; if every error is inside an entry of one of the `lists` (or of
+/// the object `map`, keyed by point), reads again without those entries.
+fn lenient(
+    v: &Value,
+    ctx: &Context<'_>,
+    path: &str,
+    lists: &[&str],
+    map: Option<&str>,
+    read: fn(&Value, &Context<'_>) -> Result<Heartbeat, Vec<InputError>>,
+) -> Result<(Heartbeat, Vec<InputError>), Vec<InputError>> {
+    let errors = match read(v, ctx) {
+        Ok(hb) => return Ok((hb, Vec::new())),
+        Err(errors) => errors,
+    };
+    let at = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    let mut indices: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
+    let mut keys: BTreeSet<&str> = BTreeSet::new();
+    for e in &errors {
+        let index = lists.iter().find_map(|&key| {
+            let rest = e.field.strip_prefix(&format!("{}[", at(key)))?;
+            let (i, _) = rest.split_once(']')?;
+            Some((key, i.parse::<usize>().ok()?))
+        });
+        if let Some((key, i)) = index {
+            indices.entry(key).or_default().insert(i);
+            continue;
+        }
+        // A point of the map: the longest key the field is at (names may hold dots).
+        let entry = map.and_then(|key| {
+            let Some(Value::Object(m)) = v.get(key) else {
+                return None;
+            };
+            let rest = e.field.strip_prefix(&format!("{}.", at(key)))?;
+            m.keys()
+                .filter(|k| {
+                    rest.strip_prefix(k.as_str())
+                        .is_some_and(|tail| tail.is_empty() || tail.starts_with('.'))
+                })
+                .max_by_key(|k| k.len())
+        });
+        match entry {
+            Some(k) => {
+                keys.insert(k.as_str());
+            }
+            None => return Err(errors),
         }
     }
-    true
+    let mut valid = v.clone();
+    for (key, drop) in indices {
+        if let Some(Value::Array(items)) = valid.get_mut(key) {
+            let mut i = 0;
+            items.retain(|_| {
+                i += 1;
+                !drop.contains(&(i - 1))
+            });
+        }
+    }
+    if let Some(Value::Object(m)) = map.and_then(|key| valid.get_mut(key)) {
+        for k in keys {
+            m.remove(k);
+        }
+    }
+    read(&valid, ctx).map(|hb| (hb, errors))
 }
 
 /// Reads SDS's `HeartbeatRequest` (the JSON of the `client` form field).
@@ -959,6 +1122,9 @@ fn read_sds_heartbeat(
             .map(|end| end - CYCLE_MS)
             .filter(|&s| check_cycle(&mut r, "statisticsCycleTime", s, ctx)),
         version: r.optional_count("version"),
+        // SDS's admin takes one body per cycle; this project's client does not split
+        // them.
+        part: Some((0, 1)),
         known: r.names("knownPoints"),
         declared: r.names("declaredPoints"),
         points: sds_points(&mut r),

@@ -631,17 +631,9 @@ fn oversized_and_malformed_bodies_are_refused_without_touching_stored_data() {
     );
     assert_eq!(r.status, 400);
     assert_eq!(r.json()["error"]["code"], "malformed_json");
+    // (A malformed point alone leaves the rest of the heartbeat valid: see
+    // tests/parts.rs, `a_partly_invalid_heartbeat_stores_its_valid_points`.)
     let cases = [
-        (
-            json!({"app_group": "shop", "app": "orders", "instance": "i-3", "cycle_start_ms": cycle,
-                "points": [{"name": "order.create", "visits": 1}, {"name": "x", "visits": -4}]}),
-            "points[1].visits",
-        ),
-        (
-            json!({"app_group": "shop", "app": "orders", "instance": "i-3", "cycle_start_ms": cycle,
-                "points": [{"name": "order.create", "visits": 1}, {"name": "order.create", "visits": 1}]}),
-            "points[1].name",
-        ),
         (
             json!({"app_group": "shop", "app": "orders", "instance": "i-3", "cycle_start_ms": cycle + 1234,
                 "points": [{"name": "order.create", "visits": 1}]}),
@@ -956,36 +948,10 @@ fn malformed_enforcement_is_refused_naming_the_field_and_stores_nothing() {
     let addr = server.addr();
     let cycle = last_closed_cycle(now_ms(&manual));
     let good = json!({"name": "p", "digest": "none"});
-    let big_local = json!({"enforcing": [{"name": "p", "digest": "none",
-                                          "local": {"x": "y".repeat(17 * 1024)}}]});
+    // Malformed entries of `enforcing` are left out and reported, the rest stored:
+    // see `malformed_enforcement_entries_are_left_out_and_reported` below.
     let cases = [
         (json!({"enforcing": {"p": good}}), "enforcing"),
-        (json!({"enforcing": [good, good]}), "enforcing[1].name"),
-        (
-            json!({"enforcing": [{"name": "p", "digest": "12 hex digits"}]}),
-            "enforcing[0].digest",
-        ),
-        (
-            json!({"enforcing": [{"name": "p", "digest": "none",
-                                  "origins": {"rules": {"source": "disk", "version": 1}}}]}),
-            "enforcing[0].origins.rules.source",
-        ),
-        (
-            json!({"enforcing": [{"name": "p", "digest": "none",
-                                  "origins": {"window": {"source": "console", "version": "3"}}}]}),
-            "enforcing[0].origins.window.version",
-        ),
-        (
-            json!({"enforcing": [{"name": "p", "digest": "none",
-                                  "breaker": {"kind": "classic", "state": "broken", "since_ms": 1}}]}),
-            "enforcing[0].breaker.state",
-        ),
-        (
-            json!({"enforcing": [{"name": "p", "digest": "none",
-                                  "breaker": {"kind": "classic", "state": "open"}}]}),
-            "enforcing[0].breaker.since_ms",
-        ),
-        (big_local, "enforcing[0].local"),
         (json!({"client": {"from_cache": "no"}}), "client.from_cache"),
         (json!({"client": "fine"}), "client"),
     ];
@@ -1027,6 +993,86 @@ fn malformed_enforcement_is_refused_naming_the_field_and_stores_nothing() {
     assert_eq!(stats(addr, "")["rows"], json!([]));
     let inst = get(addr, "/api/v1/apps/shop/orders/instances", None).json();
     assert_eq!(inst["instances"], json!([]));
+}
+
+/// A malformed entry of `enforcing` is left out and reported (`rejected`), in both
+/// protocols; the heartbeat's points and its other entries are stored.
+#[test]
+fn malformed_enforcement_entries_are_left_out_and_reported() {
+    let (c, manual) = manual_config(StorageConfig::Memory);
+    let server = start(c);
+    let addr = server.addr();
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let good = json!({"name": "p", "digest": "none"});
+    let big_local = json!({"enforcing": [{"name": "p", "digest": "none",
+                                          "local": {"x": "y".repeat(17 * 1024)}}]});
+    let cases = [
+        (json!({"enforcing": [good, good]}), "enforcing[1].name"),
+        (
+            json!({"enforcing": [{"name": "p", "digest": "12 hex digits"}]}),
+            "enforcing[0].digest",
+        ),
+        (
+            json!({"enforcing": [{"name": "p", "digest": "none",
+                                  "origins": {"rules": {"source": "disk", "version": 1}}}]}),
+            "enforcing[0].origins.rules.source",
+        ),
+        (
+            json!({"enforcing": [{"name": "p", "digest": "none",
+                                  "origins": {"window": {"source": "console", "version": "3"}}}]}),
+            "enforcing[0].origins.window.version",
+        ),
+        (
+            json!({"enforcing": [{"name": "p", "digest": "none",
+                                  "breaker": {"kind": "classic", "state": "broken", "since_ms": 1}}]}),
+            "enforcing[0].breaker.state",
+        ),
+        (
+            json!({"enforcing": [{"name": "p", "digest": "none",
+                                  "breaker": {"kind": "classic", "state": "open"}}]}),
+            "enforcing[0].breaker.since_ms",
+        ),
+        (big_local, "enforcing[0].local"),
+    ];
+    let n = cases.len() as u64;
+    for (k, (extra, field)) in cases.into_iter().enumerate() {
+        let instance = format!("json-{k}");
+        let mut body = json!({"app_group": "shop", "app": "orders", "instance": instance,
+                              "cycle_start_ms": cycle,
+                              "points": [{"name": "order.create", "visits": 1}]});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &body);
+        assert_eq!(r.status, 200, "{field}: {}", r.text());
+        let e = r.json();
+        assert_eq!(e["rejected"][0]["field"], field, "{e}");
+        assert_eq!(e["points"], 1, "{e}");
+        // The same in SDS's protocol, under `client.`.
+        let mut client = json!({"appGroupName": "shop", "appName": "orders",
+                                "instanceId": format!("sds-{k}"),
+                                "statisticsCycleTime": cycle + 10_000,
+                                "pointInfoMap": {"order.create": {"visitNum": 1}}});
+        for (k, v) in extra.as_object().unwrap() {
+            client[k] = v.clone();
+        }
+        let form = format!("client={}", form_value(&client.to_string()));
+        let r = request(
+            addr,
+            "POST",
+            "/sds/heartbeat/add",
+            Some(APP),
+            Body::Form(&form),
+        );
+        assert_eq!(r.status, 200, "SDS {field}: {}", r.text());
+        let e = r.json();
+        assert_eq!(e["rejected"][0]["field"], format!("client.{field}"), "{e}");
+    }
+    // Every heartbeat's point was stored; of `[good, good]` the first entry.
+    let rows = stats(addr, "")["rows"].clone();
+    assert_eq!(rows[0]["visits"], 2 * n, "{rows}");
+    let p = get(addr, "/api/v1/apps/shop/orders/points/p/instances", None).json();
+    assert_eq!(p["instances"].as_array().map_or(0, Vec::len), 2, "{p}");
 }
 
 /// Drift, as the admin README defines it: a local source over a point the console

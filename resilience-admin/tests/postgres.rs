@@ -145,7 +145,7 @@ fn a_version_1_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 3);
+    assert_eq!(v, 4);
 }
 
 #[test]
@@ -177,5 +177,18 @@ fn a_version_2_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 3);
+    assert_eq!(v, 4);
+}
+
+#[test]
+fn postgres_control_characters_are_refused() {
+    let db = Database::create();
+    common::hardening::control_characters(StorageConfig::Postgres(db.url()));
+}
+
+/// The point list of a 10 000-point app on PostgreSQL (prints the time).
+#[test]
+fn postgres_point_list_of_ten_thousand_points() {
+    let db = Database::create();
+    scenarios::points_list_of_ten_thousand(StorageConfig::Postgres(db.url()), "PostgreSQL");
 }

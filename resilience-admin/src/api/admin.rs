@@ -655,7 +655,17 @@ fn read_draft(v: &Value) -> Result<Draft, ApiError> {
     };
     let comment = match m.get("comment") {
         None | Some(Value::Null) => String::new(),
-        Some(Value::String(c)) if c.len() <= MAX_COMMENT_LEN => c.clone(),
+        Some(Value::String(c)) if c.len() <= MAX_COMMENT_LEN => {
+            if c.chars()
+                .any(|ch| ch.is_control() && !matches!(ch, '\n' | '\r' | '\t'))
+            {
+                return Err(field_error(
+                    "comment",
+                    "must not contain control characters other than line breaks and tabs",
+                ));
+            }
+            c.clone()
+        }
         Some(_) => {
             return Err(field_error(
                 "comment",
@@ -665,7 +675,12 @@ fn read_draft(v: &Value) -> Result<Draft, ApiError> {
     };
     let point = match m.get("point") {
         None | Some(Value::Null) => None,
-        Some(Value::String(p)) if !p.is_empty() && p.len() <= MAX_POINT_LEN => Some(p.clone()),
+        Some(Value::String(p)) if !p.is_empty() && p.len() <= MAX_POINT_LEN => {
+            if p.chars().any(char::is_control) {
+                return Err(field_error("point", "must not contain control characters"));
+            }
+            Some(p.clone())
+        }
         Some(_) => {
             return Err(field_error(
                 "point",
@@ -698,6 +713,9 @@ fn read_draft(v: &Value) -> Result<Draft, ApiError> {
                 "give the policy either as `policy` (a JSON object) or as `text` (TOML or JSON)",
             )),
         };
+    if let Ok(doc) = &document {
+        check_point_names(doc)?;
+    }
     Ok(Draft {
         base_version,
         author,
@@ -706,6 +724,23 @@ fn read_draft(v: &Value) -> Result<Draft, ApiError> {
         text: source,
         document,
     })
+}
+
+/// Refuses point names with control characters (NUL included) in a draft: they
+/// could never be stored on every backend nor shown safely.
+fn check_point_names(doc: &Document) -> Result<(), ApiError> {
+    match doc
+        .file
+        .points
+        .keys()
+        .find(|name| name.chars().any(char::is_control))
+    {
+        Some(name) => Err(field_error(
+            &format!("points.{}", policy::escape_controls(name)),
+            "a point name must not contain control characters",
+        )),
+        None => Ok(()),
+    }
 }
 
 fn invalid(problems: Vec<policy::PolicyProblem>) -> ApiError {

@@ -94,11 +94,15 @@ pub(super) async fn json_heartbeat(
     require_some_token(&headers)?;
     let value = json_body(&body(raw)?)?;
     let peer_ip = peer.ip().to_string();
-    let hb = wire::json_heartbeat(&value, &context(&state, &peer_ip)).map_err(malformed)?;
+    let (hb, rejected) =
+        wire::json_heartbeat_lenient(&value, &context(&state, &peer_ip)).map_err(malformed)?;
     require_app(&state, &headers, &hb.app)?;
-    let points = hb.points.len();
+    let (points, part, parts) = (hb.points.len(), hb.part, hb.parts);
     let outcome = store_heartbeat(&state, hb).await?;
-    Ok(Json(json!({"result": outcome, "points": points})))
+    Ok(Json(
+        json!({"result": outcome, "points": points, "part": part,
+                   "parts": parts, "rejected": rejected}),
+    ))
 }
 
 /// `POST /sds/heartbeat/add`.
@@ -112,12 +116,14 @@ pub(super) async fn sds_heartbeat(
         require_some_token(&headers)?;
         let client = sds_client(&body(raw)?)?;
         let peer_ip = peer.ip().to_string();
-        let hb = wire::sds_heartbeat(&client, &context(&state, &peer_ip)).map_err(malformed)?;
+        let (hb, rejected) =
+            wire::sds_heartbeat_lenient(&client, &context(&state, &peer_ip)).map_err(malformed)?;
         require_app(&state, &headers, &hb.app)?;
         let points = hb.points.len();
         let outcome = store_heartbeat(&state, hb).await?;
         Ok(Json(
-            json!({"result": outcome, "points": points, "errorMsg": null}),
+            json!({"result": outcome, "points": points, "errorMsg": null,
+                       "rejected": rejected}),
         ))
     }
     .await;

@@ -114,12 +114,18 @@ async function loadApps() {
     select.append(el("option", { value: "", text: "(no app yet)" }));
   }
   for (const a of r.data.apps) {
-    const key = a.group + "/" + a.name;
-    select.append(el("option", { value: key, text: key + " (v" + a.policy_version + ")" }));
+    const label = a.group + "/" + a.name;
+    select.append(el("option", { value: appKeyOf(a.group, a.name), text: label + " (v" + a.policy_version + ")" }));
   }
-  const keys = r.data.apps.map((a) => a.group + "/" + a.name);
+  const keys = r.data.apps.map((a) => appKeyOf(a.group, a.name));
   select.value = keys.includes(current) ? current : keys[0] || "";
   selectApp(select.value);
+}
+
+// The key of an app: its group and name kept apart (a JSON pair), as either may
+// contain "/" ("a/b" + "c" is not "a" + "b/c").
+function appKeyOf(group, name) {
+  return JSON.stringify([group, name]);
 }
 
 function selectApp(key) {
@@ -128,8 +134,8 @@ function selectApp(key) {
     document.body.dataset.state = "ready";
     return;
   }
-  const i = key.indexOf("/");
-  const app = { group: key.slice(0, i), name: key.slice(i + 1) };
+  const [group, name] = JSON.parse(key);
+  const app = { group, name };
   const changed = !state.app || state.app.group !== app.group || state.app.name !== app.name;
   state.app = app;
   if (changed) {

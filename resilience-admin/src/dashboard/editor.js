@@ -462,9 +462,9 @@ function rawEditor(kind) {
   };
 }
 
-// The app the editors show ("group/name").
+// The app the editors show (its group and name apart: either may contain "/").
 function appKey() {
-  return state.app ? state.app.group + "/" + state.app.name : "";
+  return state.app ? appKeyOf(state.app.group, state.app.name) : "";
 }
 
 function rawMessage(kind, text, isError) {

@@ -43,17 +43,20 @@ pub struct Pull<'a> {
 /// leave partial data behind when they return an error.
 pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Adds one instance's cycle to the app's statistics (summing over instances),
-    /// records the points it mentions and the instance itself. A second report of the
-    /// same cycle by the same instance is recognised and not counted again. The
+    /// records the points it mentions and the instance itself. A cycle may come in
+    /// parts ([`Heartbeat::part`] of [`Heartbeat::parts`], each point in one of them):
+    /// every part is added, and a second report of the same part of the same cycle by
+    /// the same instance is recognised and not counted again. The
     /// points' 1-second buckets, where the heartbeat has them, are summed the same way
     /// (seconds without traffic are not stored), and each cycle counts how many
     /// instances reported it with them.
     ///
     /// What the heartbeat says the instance enforces replaces, whole, what the
-    /// instance's previous heartbeat said (points it no longer lists are forgotten),
-    /// and its client health replaces the previous one; both only if the heartbeat's
-    /// cycle is not older than the one they were last taken from (a late retry does not
-    /// undo a newer report). A heartbeat without them leaves them as they are.
+    /// instance's heartbeats of an older cycle said (points it no longer lists are
+    /// forgotten); the parts of the same cycle add their entries to it. Its client
+    /// health replaces the previous one. Both only if the heartbeat's cycle is not
+    /// older than the one they were last taken from (a late retry does not undo a
+    /// newer report). A heartbeat without them leaves them as they are.
     ///
     /// # Errors
     ///

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Mutex, MutexGuard};
 
-const SCHEMA_VERSION: i32 = 3;
+const SCHEMA_VERSION: i32 = 4;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ra_schema (version INTEGER NOT NULL);
@@ -139,6 +139,26 @@ CREATE TABLE IF NOT EXISTS ra_second_reasons (
     PRIMARY KEY (app_id, point, second_ms, reason)
 );
 CREATE INDEX IF NOT EXISTS ra_second_reasons_time ON ra_second_reasons (second_ms);
+-- Version 4: a cycle may come in parts (`ra_received` keeps one row per cycle, so the
+-- parts get their own table). Additions only, each of which may run again; the
+-- cycles received before count as part 0 (copied once, in `connect`).
+CREATE TABLE IF NOT EXISTS ra_received_parts (
+    app_id BIGINT NOT NULL,
+    instance TEXT NOT NULL,
+    cycle_start_ms BIGINT NOT NULL,
+    part INTEGER NOT NULL,
+    received_ms BIGINT NOT NULL,
+    PRIMARY KEY (app_id, instance, cycle_start_ms, part)
+);
+CREATE INDEX IF NOT EXISTS ra_received_parts_time ON ra_received_parts (cycle_start_ms);
+";
+
+/// Run when a database of a schema version before 4 is brought up to date: the
+/// cycles it received count as their part 0, so that a retry is still recognised.
+const RECEIVED_AS_PARTS: &str = "
+INSERT INTO ra_received_parts (app_id, instance, cycle_start_ms, part, received_ms)
+    SELECT app_id, instance, cycle_start_ms, 0, received_ms FROM ra_received
+    ON CONFLICT DO NOTHING;
 ";
 
 /// A [`Store`] in a PostgreSQL database.
@@ -190,6 +210,9 @@ impl PostgresStore {
             }
             Some(v) if v < SCHEMA_VERSION => {
                 // The schema above brought it up to date.
+                if v < 4 {
+                    tx.batch_execute(RECEIVED_AS_PARTS).map_err(backend)?;
+                }
                 tx.execute("UPDATE ra_schema SET version = $1", &[&SCHEMA_VERSION])
                     .map_err(backend)?;
             }
@@ -357,24 +380,44 @@ fn record_enforcement(
     let Some(entries) = &hb.enforcing else {
         return Ok(());
     };
-    let newer = tx.execute(
-        "UPDATE ra_instances SET enforcing_cycle_ms = $3
-         WHERE app_id = $1 AND instance = $2
-           AND (enforcing_cycle_ms IS NULL OR enforcing_cycle_ms <= $3)",
-        &[&app, &hb.instance, &hb.cycle_start_ms],
-    )? == 1;
-    if !newer {
-        return Ok(());
+    // The instance's row is locked until the commit: parts of one cycle arriving
+    // together are applied one after the other.
+    let held: Option<i64> = tx
+        .query_one(
+            "SELECT enforcing_cycle_ms FROM ra_instances
+             WHERE app_id = $1 AND instance = $2 FOR UPDATE",
+            &[&app, &hb.instance],
+        )?
+        .get(0);
+    match held {
+        // A late retry of an older cycle.
+        Some(held) if held > hb.cycle_start_ms => return Ok(()),
+        // Another part (or a retry) of the cycle held: its entries are added.
+        Some(held) if held == hb.cycle_start_ms => {}
+        // The first part of a newer cycle to arrive: it replaces the list.
+        _ => {
+            tx.execute(
+                "UPDATE ra_instances SET enforcing_cycle_ms = $3
+                 WHERE app_id = $1 AND instance = $2",
+                &[&app, &hb.instance, &hb.cycle_start_ms],
+            )?;
+            tx.execute(
+                "DELETE FROM ra_enforcing WHERE app_id = $1 AND instance = $2",
+                &[&app, &hb.instance],
+            )?;
+        }
     }
-    tx.execute(
-        "DELETE FROM ra_enforcing WHERE app_id = $1 AND instance = $2",
-        &[&app, &hb.instance],
-    )?;
     let insert = tx.prepare(
         "INSERT INTO ra_enforcing (app_id, instance, point, digest, origins, local,
             breaker_kind, breaker_state, breaker_since_ms, breaker_transitions,
             cycle_start_ms, received_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+         ON CONFLICT (app_id, instance, point) DO UPDATE SET
+            digest = excluded.digest, origins = excluded.origins, local = excluded.local,
+            breaker_kind = excluded.breaker_kind, breaker_state = excluded.breaker_state,
+            breaker_since_ms = excluded.breaker_since_ms,
+            breaker_transitions = excluded.breaker_transitions,
+            cycle_start_ms = excluded.cycle_start_ms, received_ms = excluded.received_ms",
     )?;
     for e in entries {
         let c = StoredEnforcing::of(e);
@@ -615,9 +658,16 @@ impl Store for PostgresStore {
         .map_err(backend)?;
         let fresh = tx
             .execute(
-                "INSERT INTO ra_received (app_id, instance, cycle_start_ms, received_ms)
-                 VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
-                &[&app, &hb.instance, &hb.cycle_start_ms, &now_ms],
+                "INSERT INTO ra_received_parts (app_id, instance, cycle_start_ms, part,
+                    received_ms)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                &[
+                    &app,
+                    &hb.instance,
+                    &hb.cycle_start_ms,
+                    &i32::try_from(hb.part).unwrap_or(i32::MAX),
+                    &now_ms,
+                ],
             )
             .map_err(backend)?
             == 1;
@@ -769,12 +819,24 @@ impl Store for PostgresStore {
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(Vec::new());
         };
+        // One query for the whole list: each point's latest cycle is read backwards
+        // from the primary key (app_id, point, cycle_start_ms), its reasons from
+        // theirs, one index probe per point.
         let rows = client
             .query(
-                "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms,
-                    (SELECT MAX(cycle_start_ms) FROM ra_cycle_stats s
-                        WHERE s.app_id = p.app_id AND s.point = p.name)
-                 FROM ra_points p WHERE p.app_id = $1 ORDER BY p.name",
+                "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms, s.cycle_start_ms,
+                    s.visits, s.passes, s.downgrades, s.exceptions, s.timeouts,
+                    s.peak_concurrency, s.instances,
+                    (SELECT json_object_agg(r.reason, r.count)::TEXT FROM ra_cycle_reasons r
+                        WHERE r.app_id = p.app_id AND r.point = p.name
+                          AND r.cycle_start_ms = s.cycle_start_ms)
+                 FROM ra_points p
+                 LEFT JOIN LATERAL (
+                    SELECT * FROM ra_cycle_stats c
+                    WHERE c.app_id = p.app_id AND c.point = p.name
+                    ORDER BY c.cycle_start_ms DESC LIMIT 1
+                 ) s ON TRUE
+                 WHERE p.app_id = $1 ORDER BY p.name",
                 &[&app_id],
             )
             .map_err(backend)?;
@@ -782,10 +844,29 @@ impl Store for PostgresStore {
         for r in rows {
             let name: String = r.get(0);
             let last_cycle = match r.get::<_, Option<i64>>(4) {
-                Some(t) => read_cycles(&mut *client, app_id, Some(&name), t, t + 1, 1)
-                    .map_err(backend)?
-                    .pop(),
                 None => None,
+                Some(t) => {
+                    let reasons: Option<String> = r.get(12);
+                    let downgrades_by_reason: BTreeMap<String, u64> = match reasons {
+                        Some(text) => parse_json(&text, "downgrade reasons")?,
+                        None => BTreeMap::new(),
+                    };
+                    Some(CycleRow {
+                        cycle_start_ms: t,
+                        counts: PointCycle {
+                            point: name.clone(),
+                            visits: count(&r, 5),
+                            passes: count(&r, 6),
+                            downgrades: count(&r, 7),
+                            exceptions: count(&r, 8),
+                            timeouts: count(&r, 9),
+                            peak_concurrency: count(&r, 10),
+                            downgrades_by_reason,
+                            seconds: None,
+                        },
+                        instances: count(&r, 11),
+                    })
+                }
             };
             points.push(PointInfo {
                 name,
@@ -1087,6 +1168,11 @@ impl Store for PostgresStore {
         .map_err(backend)?;
         tx.execute(
             "DELETE FROM ra_received WHERE cycle_start_ms < $1",
+            &[&before_ms],
+        )
+        .map_err(backend)?;
+        tx.execute(
+            "DELETE FROM ra_received_parts WHERE cycle_start_ms < $1",
             &[&before_ms],
         )
         .map_err(backend)?;

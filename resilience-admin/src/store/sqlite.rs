@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 /// The schema; `PRAGMA user_version` tells which one a file has.
-const SCHEMA_VERSION: i64 = 3;
+const SCHEMA_VERSION: i64 = 4;
 
 /// What each schema version adds to the one before ([`SCHEMA`] is version 1). Only
 /// additions: a file of an older version opens and is brought up to date.
-const MIGRATIONS: [(i64, &str); 2] = [
+const MIGRATIONS: [(i64, &str); 3] = [
     (
         2,
         "
@@ -77,6 +77,24 @@ CREATE TABLE IF NOT EXISTS second_reasons (
     PRIMARY KEY (app_id, point, second_ms, reason)
 );
 CREATE INDEX IF NOT EXISTS second_reasons_time ON second_reasons (second_ms);
+",
+    ),
+    // Version 4: a cycle may come in parts (`received` keeps one row per cycle, so
+    // the parts get their own table); the cycles received before count as part 0.
+    (
+        4,
+        "
+CREATE TABLE IF NOT EXISTS received_parts (
+    app_id INTEGER NOT NULL,
+    instance TEXT NOT NULL,
+    cycle_start_ms INTEGER NOT NULL,
+    part INTEGER NOT NULL,
+    received_ms INTEGER NOT NULL,
+    PRIMARY KEY (app_id, instance, cycle_start_ms, part)
+);
+CREATE INDEX IF NOT EXISTS received_parts_time ON received_parts (cycle_start_ms);
+INSERT OR IGNORE INTO received_parts (app_id, instance, cycle_start_ms, part, received_ms)
+    SELECT app_id, instance, cycle_start_ms, 0, received_ms FROM received;
 ",
     ),
 ];
@@ -206,6 +224,7 @@ impl SqliteStore {
     /// written by a newer version of this server.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref();
+        create_private(path)?;
         let conn = Connection::open(path)
             .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", path.display())))?;
         Self::init(conn, Some(path.to_owned()))
@@ -320,22 +339,33 @@ fn record_enforcement(
     let Some(entries) = &hb.enforcing else {
         return Ok(());
     };
-    let newer = tx.execute(
-        "UPDATE instances SET enforcing_cycle_ms = ?3
-         WHERE app_id = ?1 AND instance = ?2
-           AND (enforcing_cycle_ms IS NULL OR enforcing_cycle_ms <= ?3)",
-        params![app, hb.instance, hb.cycle_start_ms],
-    )? == 1;
-    if !newer {
-        return Ok(());
-    }
-    tx.execute(
-        "DELETE FROM enforcing WHERE app_id = ?1 AND instance = ?2",
+    let held: Option<i64> = tx.query_row(
+        "SELECT enforcing_cycle_ms FROM instances WHERE app_id = ?1 AND instance = ?2",
         params![app, hb.instance],
+        |r| r.get(0),
     )?;
+    match held {
+        // A late retry of an older cycle.
+        Some(held) if held > hb.cycle_start_ms => return Ok(()),
+        // Another part (or a retry) of the cycle held: its entries are added.
+        Some(held) if held == hb.cycle_start_ms => {}
+        // The first part of a newer cycle to arrive: it replaces the list.
+        _ => {
+            tx.execute(
+                "UPDATE instances SET enforcing_cycle_ms = ?3
+                 WHERE app_id = ?1 AND instance = ?2",
+                params![app, hb.instance, hb.cycle_start_ms],
+            )?;
+            tx.execute(
+                "DELETE FROM enforcing WHERE app_id = ?1 AND instance = ?2",
+                params![app, hb.instance],
+            )?;
+        }
+    }
     let mut insert = tx.prepare_cached(
-        "INSERT INTO enforcing (app_id, instance, point, digest, origins, local, breaker_kind,
-            breaker_state, breaker_since_ms, breaker_transitions, cycle_start_ms, received_ms)
+        "INSERT OR REPLACE INTO enforcing (app_id, instance, point, digest, origins, local,
+            breaker_kind, breaker_state, breaker_since_ms, breaker_transitions,
+            cycle_start_ms, received_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
     )?;
     for e in entries {
@@ -723,9 +753,10 @@ impl Store for SqliteStore {
         .map_err(backend)?;
         let fresh = tx
             .execute(
-                "INSERT INTO received (app_id, instance, cycle_start_ms, received_ms)
-                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
-                params![app, hb.instance, hb.cycle_start_ms, now_ms],
+                "INSERT INTO received_parts (app_id, instance, cycle_start_ms, part,
+                    received_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+                params![app, hb.instance, hb.cycle_start_ms, hb.part, now_ms],
             )
             .map_err(backend)?
             == 1;
@@ -891,43 +922,90 @@ impl Store for SqliteStore {
         let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
             return Ok(Vec::new());
         };
+        // Two queries for the whole list: each point's latest cycle is found through
+        // the primary key (app_id, point, cycle_start_ms), one index probe per point.
         let mut stmt = conn
             .prepare_cached(
-                "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms,
-                    (SELECT MAX(cycle_start_ms) FROM cycle_stats s
-                        WHERE s.app_id = p.app_id AND s.point = p.name)
-                 FROM points p WHERE p.app_id = ?1 ORDER BY p.name",
+                "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms, s.cycle_start_ms,
+                    s.visits, s.passes, s.downgrades, s.exceptions, s.timeouts,
+                    s.peak_concurrency, s.instances
+                 FROM points p
+                 LEFT JOIN cycle_stats s ON s.app_id = p.app_id AND s.point = p.name
+                    AND s.cycle_start_ms = (SELECT MAX(m.cycle_start_ms) FROM cycle_stats m
+                        WHERE m.app_id = p.app_id AND m.point = p.name)
+                 WHERE p.app_id = ?1 ORDER BY p.name",
             )
             .map_err(backend)?;
-        let rows = stmt
+        let mut points = stmt
             .query_map(params![app_id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, bool>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, Option<i64>>(4)?,
-                ))
+                let count = |i: usize| -> rusqlite::Result<u64> {
+                    Ok(u64::try_from(r.get::<_, Option<i64>>(i)?.unwrap_or(0)).unwrap_or(0))
+                };
+                let name: String = r.get(0)?;
+                let last_cycle = match r.get::<_, Option<i64>>(4)? {
+                    None => None,
+                    Some(t) => Some(CycleRow {
+                        cycle_start_ms: t,
+                        counts: PointCycle {
+                            point: name.clone(),
+                            visits: count(5)?,
+                            passes: count(6)?,
+                            downgrades: count(7)?,
+                            exceptions: count(8)?,
+                            timeouts: count(9)?,
+                            peak_concurrency: count(10)?,
+                            downgrades_by_reason: BTreeMap::new(),
+                            seconds: None,
+                        },
+                        instances: count(11)?,
+                    }),
+                };
+                Ok(PointInfo {
+                    name,
+                    declared: r.get(1)?,
+                    has_policy: false,
+                    first_seen_ms: Some(r.get(2)?),
+                    last_seen_ms: Some(r.get(3)?),
+                    last_cycle,
+                })
             })
             .map_err(backend)?
             .collect::<rusqlite::Result<Vec<_>>>()
             .map_err(backend)?;
-        let mut points = Vec::with_capacity(rows.len());
-        for (name, declared, first, last, latest) in rows {
-            let last_cycle = match latest {
-                Some(t) => read_cycles(&conn, app_id, Some(&name), t, t + 1, 1)
-                    .map_err(backend)?
-                    .pop(),
-                None => None,
-            };
-            points.push(PointInfo {
-                name,
-                declared,
-                has_policy: false,
-                first_seen_ms: Some(first),
-                last_seen_ms: Some(last),
-                last_cycle,
-            });
+        let index: BTreeMap<String, usize> = points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.name.clone(), i))
+            .collect();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT r.point, r.reason, r.count
+                 FROM points p
+                 JOIN cycle_reasons r ON r.app_id = p.app_id AND r.point = p.name
+                    AND r.cycle_start_ms = (SELECT MAX(m.cycle_start_ms) FROM cycle_stats m
+                        WHERE m.app_id = p.app_id AND m.point = p.name)
+                 WHERE p.app_id = ?1",
+            )
+            .map_err(backend)?;
+        let reasons = stmt
+            .query_map(params![app_id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, i64>(2)?,
+                ))
+            })
+            .map_err(backend)?;
+        for reason in reasons {
+            let (point, reason, count) = reason.map_err(backend)?;
+            if let Some(c) = index
+                .get(&point)
+                .and_then(|&i| points[i].last_cycle.as_mut())
+            {
+                c.counts
+                    .downgrades_by_reason
+                    .insert(reason, u64::try_from(count).unwrap_or(0));
+            }
         }
         Ok(points)
     }
@@ -1224,6 +1302,11 @@ impl Store for SqliteStore {
         )
         .map_err(backend)?;
         tx.execute(
+            "DELETE FROM received_parts WHERE cycle_start_ms < ?1",
+            params![before_ms],
+        )
+        .map_err(backend)?;
+        tx.execute(
             "DELETE FROM enforcing WHERE received_ms < ?1",
             params![before_ms],
         )
@@ -1250,5 +1333,27 @@ impl Store for SqliteStore {
         .map_err(backend)?;
         tx.commit().map_err(backend)?;
         Ok(deleted as u64)
+    }
+}
+
+/// Creates the database file, if it does not exist yet, readable and writable by
+/// its owner only (0600 on Unix): it holds every app's policies and statistics.
+/// SQLite gives its `-wal` and `-shm` files the mode of the database file. An
+/// existing file keeps its mode.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    match options.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(StoreError::Backend(format!(
+            "cannot create {}: {e}",
+            path.display()
+        ))),
     }
 }

@@ -4,6 +4,7 @@
 // Each test file uses a different part of this module.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod hardening;
 pub mod scenarios;
 
 use resilience_admin::auth::{AppToken, Token};
