@@ -99,11 +99,13 @@ impl ClusterLimit {
     /// The `batch` a policy file means when it leaves the field out:
     /// [`DEFAULT_BATCH`](crate::redis::DEFAULT_BATCH), or `cap` (a token bucket's
     /// `burst`: a batch is taken from the bucket at once) if that is smaller.
+    #[cfg(feature = "config")]
     pub(crate) fn default_batch_up_to(cap: u64) -> u64 {
         crate::redis::DEFAULT_BATCH.min(cap).max(1)
     }
 
     /// The default `batch` for this limit's algorithm and burst.
+    #[cfg(feature = "config")]
     pub(crate) fn default_batch(&self) -> u64 {
         match self {
             ClusterLimit::Visits { .. } => ClusterLimit::default_batch_up_to(u64::MAX),
