@@ -286,7 +286,11 @@ impl HeartbeatClient {
             }),
         };
         client.restore_cache();
-        lock(live_clients()).push(Arc::downgrade(&client.inner));
+        let mut clients = lock(live_clients());
+        // Bounded by the clients alive, not by the clients ever made.
+        clients.retain(|w| w.strong_count() > 0);
+        clients.push(Arc::downgrade(&client.inner));
+        drop(clients);
         client
     }
 
