@@ -20,7 +20,7 @@
 //! # How the engine gets here
 //!
 //! This crate compiles the engine's *real* source files, included by `#[path]`
-//! (`point/flow.rs`, `point/delay.rs`, `point/hang.rs`, `limit/gcra.rs`,
+//! (`point/flow.rs`, `point/delay.rs`, `point/hang.rs`, `point/durations.rs`, `limit/gcra.rs`,
 //! `limit/cell.rs`): they take their atomics (and `hang.rs` its mutex and
 //! thread-locals) from `crate::sync`, which here is this crate's `sync` module, built
 //! on loom, and in the runtime is `std`'s. `build.rs` sets `cfg(loom)`, so the files'
@@ -187,6 +187,9 @@ mod delay;
 #[path = "../../resilience-runtime/src/point/hang.rs"]
 mod hang;
 
+#[path = "../../resilience-runtime/src/point/durations.rs"]
+mod durations;
+
 #[path = "../../resilience-runtime/src/window.rs"]
 mod window;
 
@@ -212,6 +215,7 @@ mod models {
     mod arming;
     mod cell;
     mod delay;
+    mod durations;
     mod flow;
     mod gcra;
     mod hang;

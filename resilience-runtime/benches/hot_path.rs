@@ -211,8 +211,22 @@ fn ratios(_: &mut Criterion) {
     let all = || {
         black_box(guarded_all(black_box(7)));
     };
-    let t = support::interleaved(400, 5_000, &[&atomic, &governor, &failsafe, &none, &all]);
-    let [atomic, governor, failsafe, none, all] = [0, 1, 2, 3, 4].map(|i| &t[i][..]);
+    let off = || resilience_runtime::measure_durations(false);
+    let on = || resilience_runtime::measure_durations(true);
+    let t = support::interleaved_prepared(
+        400,
+        5_000,
+        &[
+            (&off, &atomic),
+            (&off, &governor),
+            (&off, &failsafe),
+            (&off, &none),
+            (&off, &all),
+            (&on, &all),
+        ],
+    );
+    resilience_runtime::measure_durations(false);
+    let [atomic, governor, failsafe, none, all, measured] = [0, 1, 2, 3, 4, 5].map(|i| &t[i][..]);
     println!("interleaved, median of 400 rounds of 5 000 calls each:");
     for (name, times) in [
         ("atomic increment", atomic),
@@ -220,8 +234,9 @@ fn ratios(_: &mut Criterion) {
         ("failsafe call", failsafe),
         ("no policy", none),
         ("all five", all),
+        ("all five, durations measured", measured),
     ] {
-        println!("  {name:<18} {:>7.1} ns", support::median(times));
+        println!("  {name:<28} {:>7.1} ns", support::median(times));
     }
     println!(
         "  no policy / atomic increment = {:.2} (target <= 2.5)",
@@ -234,6 +249,11 @@ fn ratios(_: &mut Criterion) {
     println!(
         "  all five / failsafe call     = {:.2} (target <= 0.33)",
         support::median_ratio(all, failsafe)
+    );
+    println!(
+        "  all five, durations measured / all five = {:.2} (the cost of \
+         `measure_durations(true)`, which a heartbeat client turns on)",
+        support::median_ratio(measured, all)
     );
     let all = || {
         black_box(guarded_all(black_box(7)));

@@ -48,6 +48,7 @@ pub use error::{
     MAX_POINT_NAME_LEN,
 };
 pub use listener::{BreakerChange, DowngradeEvent, ListenerId, EVENT_QUEUE_CAPACITY};
+pub use point::durations::{measure_durations, measuring_durations};
 pub use point::permit::Permit;
 pub use point::Point;
 #[cfg(feature = "redis")]

@@ -2,7 +2,7 @@
 //! wall-clock cycle.
 
 use crate::error::Reason;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// Downgrade counts per [`Reason`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -113,6 +113,16 @@ pub struct SecondStats {
     pub timeouts: u64,
     /// Downgrades per reason.
     pub downgrades_by_reason: ReasonCounts,
+    /// Calls whose duration was measured that ended in the second: every call
+    /// admitted under a policy (an empty one is enough) that finished or panicked.
+    /// Calls without a policy are counted but not timed (timing costs two clock
+    /// readings a call); cancelled calls have no duration.
+    pub measured: u64,
+    /// The mean duration of the measured calls, in whole microseconds (`None` if
+    /// there were none).
+    pub mean_duration: Option<Duration>,
+    /// The longest measured call, in whole microseconds (`None` if there were none).
+    pub max_duration: Option<Duration>,
 }
 
 /// The state of a point's breaker, as shown in stats and events. The SRE breaker has

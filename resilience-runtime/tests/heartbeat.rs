@@ -231,7 +231,10 @@ fn json_upload_carries_the_closed_cycle_of_every_point() {
         )
         .unwrap();
     let guarded = registry.point("hb.guarded").unwrap();
-    guarded.enter().unwrap().finish(true);
+    // A client measures the durations of calls under a policy, for the console.
+    let call = guarded.enter().unwrap();
+    manual.advance(Duration::from_millis(3));
+    call.finish(true);
     guarded.enter().unwrap().finish(false);
     assert!(guarded.enter().is_err());
     // A point without a policy: only totals, reported as growth.
@@ -274,9 +277,14 @@ fn json_upload_carries_the_closed_cycle_of_every_point() {
                "downgrades_by_reason": {"visits": 1},
                // Every call was in the cycle's first second.
                "seconds": seconds(&[(0, [3, 2, 1, 1, 0])]),
-               "seconds_by_reason": {"visits": [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]}})
+               "seconds_by_reason": {"visits": [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]},
+               // Calls measured, the sum and the max of their durations in µs.
+               "seconds_durations": [[2, 3000, 3000], [0, 0, 0], [0, 0, 0], [0, 0, 0],
+                   [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]})
     );
     assert_eq!(points[1]["name"], "hb.plain");
+    // Calls without a policy are not timed.
+    assert!(points[1].get("seconds_durations").is_none());
     assert_eq!(points[1]["visits"], 3);
     assert_eq!(points[1]["passes"], 3);
     // A point without a policy has its seconds too.
@@ -373,7 +381,9 @@ fn sds_protocol_upload_and_pull_bodies() {
         json!({"point": "hb.sds", "visitNum": 2, "exceptionNum": 0, "concurrentNum": 1,
                "timeoutNum": 0, "downgradeNum": 1, "downgradeReasons": {"visits": 1},
                "seconds": seconds(&[(0, [2, 1, 1, 0, 0])]),
-               "secondsByReason": {"visits": [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]}})
+               "secondsByReason": {"visits": [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]},
+               "secondsDurations": [[1, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0],
+                   [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]})
     );
 }
 

@@ -28,10 +28,31 @@ pub(crate) fn two_threads(iters: u64, f: impl Fn() + Sync) -> Duration {
 /// batch of `batch` calls of every candidate, one after the other, so that the ratio of
 /// two candidates within a round compares them under the same conditions: a host whose
 /// speed drifts or flips between phases (a noisy neighbour) moves them together.
+#[allow(dead_code)]
 pub(crate) fn interleaved(rounds: usize, batch: u64, candidates: &[&dyn Fn()]) -> Vec<Vec<f64>> {
+    let none = || {};
+    let prepared: Vec<_> = candidates
+        .iter()
+        .map(|f| (&none as &dyn Fn(), *f))
+        .collect();
+    interleaved_prepared(rounds, batch, &prepared)
+}
+
+/// A candidate of [`interleaved_prepared`]: its untimed set-up and its call.
+pub(crate) type Prepared<'a> = (&'a dyn Fn(), &'a dyn Fn());
+
+/// [`interleaved`] with a set-up per candidate, run before each of its batches and
+/// not timed: `(set_up, call)`.
+#[allow(dead_code)]
+pub(crate) fn interleaved_prepared(
+    rounds: usize,
+    batch: u64,
+    candidates: &[Prepared<'_>],
+) -> Vec<Vec<f64>> {
     let mut times = vec![Vec::with_capacity(rounds); candidates.len()];
     for _ in 0..rounds {
-        for (f, t) in candidates.iter().zip(&mut times) {
+        for ((set_up, f), t) in candidates.iter().zip(&mut times) {
+            set_up();
             let start = Instant::now();
             for _ in 0..batch {
                 f();

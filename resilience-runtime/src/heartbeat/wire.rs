@@ -32,6 +32,9 @@ pub(crate) struct PointReport {
     pub(crate) seconds: Vec<[u64; 5]>,
     /// The cycle's ten seconds of downgrades, per reason that has any.
     pub(crate) seconds_by_reason: Vec<(Reason, Vec<u64>)>,
+    /// The cycle's ten seconds of call durations: calls measured, the sum and the max
+    /// of their durations in microseconds; empty when no call was measured.
+    pub(crate) seconds_durations: Vec<[u64; 3]>,
 }
 
 impl PointReport {
@@ -210,6 +213,15 @@ impl Collector {
                         .filter(|(i, _)| seconds.iter().any(|c| c.reasons[*i] > 0))
                         .map(|(i, r)| (*r, seconds.iter().map(|c| c.reasons[i]).collect()))
                         .collect();
+                    if seconds.iter().any(|c| c.calls > 0) {
+                        report.seconds_durations = seconds
+                            .iter()
+                            .map(|c| {
+                                let (n, sum, max) = c.durations();
+                                [n, sum, max]
+                            })
+                            .collect();
+                    }
                 }
                 points.push(report);
             }
@@ -261,11 +273,15 @@ pub(crate) fn upload_body(
                 .points
                 .iter()
                 .map(|p| {
-                    json!({"name": p.name, "visits": p.visits, "passes": p.passes,
+                    let mut point = json!({"name": p.name, "visits": p.visits, "passes": p.passes,
                            "downgrades": p.downgrades, "exceptions": p.exceptions,
                            "timeouts": p.timeouts, "peak_concurrency": p.peak_concurrency,
                            "downgrades_by_reason": reasons(p), "seconds": p.seconds,
-                           "seconds_by_reason": seconds_by_reason(p)})
+                           "seconds_by_reason": seconds_by_reason(p)});
+                    if !p.seconds_durations.is_empty() {
+                        point["seconds_durations"] = json!(p.seconds_durations);
+                    }
+                    point
                 })
                 .collect();
             let base = json!({"app_group": config.app_group, "app": config.app,
@@ -294,15 +310,16 @@ pub(crate) fn upload_body(
                 .points
                 .iter()
                 .map(|p| {
-                    (
-                        p.name.to_owned(),
-                        json!({"point": p.name, "visitNum": p.visits,
+                    let mut point = json!({"point": p.name, "visitNum": p.visits,
                                "exceptionNum": p.exceptions,
                                "concurrentNum": p.peak_concurrency,
                                "timeoutNum": p.timeouts, "downgradeNum": p.downgrades,
                                "downgradeReasons": reasons(p), "seconds": p.seconds,
-                               "secondsByReason": seconds_by_reason(p)}),
-                    )
+                               "secondsByReason": seconds_by_reason(p)});
+                    if !p.seconds_durations.is_empty() {
+                        point["secondsDurations"] = json!(p.seconds_durations);
+                    }
+                    (p.name.to_owned(), point)
                 })
                 .collect();
             // SDS sends the END of the reported cycle.

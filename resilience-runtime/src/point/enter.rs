@@ -154,8 +154,13 @@ impl Point {
                 NO_LIMIT
             },
         };
+        // Timed for a rule, or for the per-second durations.
         let timed = c.rules & (R_TIMEOUTS | R_BREAKER_TIMED) != 0;
-        let start = if timed { stamp } else { 0 };
+        let start = if timed || super::durations::measuring_durations() {
+            stamp
+        } else {
+            0
+        };
 
         // Inside a delay, only the probe may go on to the rules (shadow policies never
         // start a real delay: that state would outlive the dry run).

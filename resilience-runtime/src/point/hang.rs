@@ -99,13 +99,22 @@ thread_local! {
     static LANE_FAST: Cell<u32> = const { Cell::new(UNKNOWN) };
 }
 
-/// This thread's lane number; `u32::MAX` while thread-locals are being torn down.
+/// This thread's lane number (unique among live threads, lowest free first); `u32::MAX`
+/// while thread-locals are being torn down.
 #[inline]
-fn thread_lane() -> u32 {
+pub(crate) fn thread_lane() -> u32 {
     match LANE_FAST.get() {
         UNKNOWN => thread_lane_slow(),
         n => n,
     }
+}
+
+/// The number of the thread that holds hung-call slot `slot` of an owned lane (the
+/// lane's own number), or `None` for a shared slot (or [`NO_HANG`](super::permit::NO_HANG)).
+#[inline]
+pub(crate) fn owner_of(slot: u32) -> Option<u32> {
+    let lane = slot / LANE as u32;
+    ((lane as usize) < OWNED_LANES).then_some(lane)
 }
 
 #[cold]

@@ -39,6 +39,7 @@
 mod arming;
 pub(crate) mod chores;
 mod delay;
+pub(crate) mod durations;
 mod flow;
 mod hang;
 pub(crate) mod tally;
@@ -171,6 +172,8 @@ pub struct Point {
     seconds: Mutex<Option<Box<seconds::Series>>>,
     /// In-flight timed calls, created by the first timed call.
     hang: crate::sync::OnceLock<HangTable>,
+    /// Durations of the calls under a policy, created by the first that ends.
+    durations: crate::sync::OnceLock<durations::Durations>,
     /// Every window ring this point has had, the one in use last. Rings are leaked,
     /// never freed nor moved (and reused for an equal geometry), because a concurrent
     /// reader may still hold a replaced one.
@@ -226,6 +229,7 @@ impl Point {
             sampler_hooked: crate::sync::atomic::AtomicBool::new(false),
             seconds: Mutex::new(None),
             hang: crate::sync::OnceLock::new(),
+            durations: crate::sync::OnceLock::new(),
             breakers: Mutex::new(Vec::new()),
             rings: Mutex::new(Vec::new()),
         }

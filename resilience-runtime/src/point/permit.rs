@@ -327,19 +327,26 @@ impl Permit {
     pub(super) fn settle(&self, outcome: Outcome) -> (bool, u64) {
         let p = self.point;
         let mut failed = outcome == Outcome::Exception;
-        if failed {
+        let mut elapsed = 0;
+        let mut counted = false;
+        if self.start != 0 && outcome != Outcome::Cancelled {
+            // The duration, in the unit of `start`, and in nanoseconds for the series.
+            let (now, ns) = if self.meta.fine() {
+                elapsed = p.clock.ticks().saturating_sub(self.start);
+                (p.clock.now(), p.clock.ticks_to_ns(elapsed))
+            } else {
+                let now = p.clock.now();
+                elapsed = now.saturating_sub(self.start);
+                (now, elapsed)
+            };
+            if super::durations::measuring_durations() {
+                p.end_measured(now, ns, self.meta.hang(), failed);
+                counted = true;
+            }
+        }
+        if failed && !counted {
             p.counters.exceptions.fetch_add(1, Ordering::Relaxed);
         }
-        let elapsed = if self.start != 0 && outcome != Outcome::Cancelled {
-            let end = if self.meta.fine() {
-                p.clock.ticks()
-            } else {
-                p.clock.now()
-            };
-            end.saturating_sub(self.start)
-        } else {
-            0
-        };
         let late = self.timeout != 0 && elapsed > self.timeout;
         let hang = self.meta.hang();
         let swept = hang != NO_HANG

@@ -21,6 +21,7 @@
 //! call starts: it may then count in a later second than it happened.
 
 use super::chores::{self, Chore};
+use super::durations::{Durations, Total};
 use super::{tally, Point, REASONS};
 use crate::stats::{CycleStats, ReasonCounts, WindowCounts};
 use crate::sync::Ordering;
@@ -41,6 +42,15 @@ pub(crate) struct Counts {
     pub(crate) tracked: [u64; TRACKED],
     /// Downgrades per reason (`Reason::ALL` order).
     pub(crate) reasons: [u64; REASONS],
+    /// A sample's cumulative count and sum of call durations, packed (see
+    /// `durations`; a difference of samples decodes into the fields below).
+    pub(crate) timed: Total,
+    /// Of a second (a difference): calls whose duration was measured...
+    pub(crate) calls: u64,
+    /// ...the sum of those durations in microseconds...
+    pub(crate) sum_us: u64,
+    /// ...and the longest of them.
+    pub(crate) max_us: u64,
 }
 
 impl Default for Counts {
@@ -48,15 +58,25 @@ impl Default for Counts {
         Counts {
             tracked: [0; TRACKED],
             reasons: [0; REASONS],
+            timed: Total(0),
+            calls: 0,
+            sum_us: 0,
+            max_us: 0,
         }
     }
 }
 
 impl Counts {
+    /// The difference of two samples (the max is added by the caller).
     fn minus(&self, earlier: &Counts) -> Counts {
+        let (calls, sum_us) = self.timed.since(earlier.timed);
         Counts {
             tracked: std::array::from_fn(|i| self.tracked[i].saturating_sub(earlier.tracked[i])),
             reasons: std::array::from_fn(|i| self.reasons[i].saturating_sub(earlier.reasons[i])),
+            timed: Total(0),
+            calls,
+            sum_us,
+            max_us: 0,
         }
     }
 
@@ -67,10 +87,19 @@ impl Counts {
         for (a, b) in self.reasons.iter_mut().zip(other.reasons) {
             *a += b;
         }
+        self.calls += other.calls;
+        self.sum_us += other.sum_us;
+        self.max_us = self.max_us.max(other.max_us);
     }
 
     pub(crate) fn is_zero(&self) -> bool {
-        self.tracked.iter().chain(&self.reasons).all(|&n| n == 0)
+        self.tracked.iter().chain(&self.reasons).all(|&n| n == 0) && self.calls == 0
+    }
+
+    /// Of a second: calls measured, the sum and the max of their durations, in
+    /// microseconds.
+    pub(crate) fn durations(&self) -> (u64, u64, u64) {
+        (self.calls, self.sum_us, self.max_us)
     }
 
     pub(crate) fn visits(&self) -> u64 {
@@ -108,10 +137,21 @@ impl Series {
     /// one closed, up to `closing`, and is counted in `closing` (seconds missed land in
     /// the first one sampled). A sample that closes nothing new (the boundary's own
     /// sample came first, or a manual clock moves within a second) counts it in the
-    /// open second it was taken in.
-    pub(crate) fn record(&mut self, closing: u64, current: u64, now: Counts) -> bool {
-        let delta = now.minus(&self.last);
+    /// open second it was taken in. `max_of(second)` is the longest call that ended
+    /// in a second (see `durations`), merged into the second counted.
+    pub(crate) fn record(
+        &mut self,
+        closing: u64,
+        current: u64,
+        now: Counts,
+        max_of: impl Fn(u64) -> u64,
+    ) -> bool {
+        let mut delta = now.minus(&self.last);
         self.last = now;
+        // The calls since the last sample ended in the seconds after the last closed
+        // one; a late sample also reads the max of the second before the one it
+        // counts them in (the max words tell the seconds they hold).
+        let first = self.closed + 1;
         let second = if closing > self.closed {
             self.closed = closing;
             closing
@@ -120,6 +160,10 @@ impl Series {
         };
         let moved = !delta.is_zero();
         if moved {
+            if delta.calls > 0 {
+                let from = first.max(second.saturating_sub(1)).min(second);
+                delta.max_us = (from..=second).map(&max_of).max().unwrap_or(0);
+            }
             match self.seconds.back_mut() {
                 Some((s, counts)) if *s >= second => counts.add(&delta),
                 _ => {
@@ -224,6 +268,29 @@ impl Point {
         }
     }
 
+    /// The end of a measured call under a policy at `now` (timeline), `ns` long,
+    /// holding hung-call slot `hang`: its exception (if `exception`) and its duration
+    /// (see `durations`). The first event of a second closes the one before, ends
+    /// included, so that both count in the second the call ended in.
+    #[inline(never)]
+    pub(super) fn end_measured(&self, now: u64, ns: u64, hang: u32, exception: bool) {
+        self.observe_cycle(now);
+        if exception {
+            self.counters.exceptions.fetch_add(1, Ordering::Relaxed);
+        }
+        // The owner of an owned hung-call lane is this thread: no thread-local read.
+        let lane = super::hang::owner_of(hang).unwrap_or_else(super::hang::thread_lane);
+        let second = self.clock.wall_nanos(now) / SECOND_NS;
+        self.durations
+            .get_or_init(Durations::new)
+            .record(lane, second, ns / 1_000);
+    }
+
+    /// The longest call under a policy that ended in wall-clock `second`, in µs.
+    fn max_duration_of(&self, second: u64) -> u64 {
+        self.durations.get().map_or(0, |d| d.max_of(second))
+    }
+
     /// The cumulative counts now (totals of every call, with or without a policy).
     fn cumulative(&self) -> Counts {
         let mut tracked = self.counters.tracked(&self.flow);
@@ -231,6 +298,8 @@ impl Point {
         Counts {
             tracked,
             reasons: self.counters.reasons().0,
+            timed: self.durations.get().map_or(Total(0), |d| d.total()),
+            ..Counts::default()
         }
     }
 
@@ -271,7 +340,7 @@ impl Point {
             let now = self.cumulative();
             series
                 .get_or_insert_with(Box::default)
-                .record(closing, current, now)
+                .record(closing, current, now, |s| self.max_duration_of(s))
         };
         self.sampling.after_run(moved)
     }
@@ -282,9 +351,12 @@ impl Point {
         let mut series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
         // Read under the lock: samples record non-decreasing counts.
         let now = self.cumulative();
-        series
-            .get_or_insert_with(Box::default)
-            .record(second.saturating_sub(1), second, now);
+        series.get_or_insert_with(Box::default).record(
+            second.saturating_sub(1),
+            second,
+            now,
+            |s| self.max_duration_of(s),
+        );
     }
 
     /// Whether any call ever entered the point (with or without a policy): a point
@@ -350,7 +422,12 @@ impl Point {
             .zip(from..)
             .map(|(c, s)| {
                 let w = c.as_window();
+                let (measured, sum_us, max_us) = c.durations();
+                let us = |n: u64| (measured > 0).then(|| Duration::from_micros(n));
                 crate::SecondStats {
+                    measured,
+                    mean_duration: us(sum_us / measured.max(1)),
+                    max_duration: us(max_us),
                     start: std::time::UNIX_EPOCH + Duration::from_secs(s),
                     visits: w.visits,
                     passes: w.passes,
@@ -416,20 +493,20 @@ mod tests {
     #[test]
     fn seconds_are_differences_of_samples() {
         let mut s = Series::default();
-        assert!(s.record(100, 100, counts(3, 1)));
-        assert!(!s.record(101, 101, counts(3, 1)));
-        assert!(s.record(102, 102, counts(10, 1)));
+        assert!(s.record(100, 100, counts(3, 1), |_| 0));
+        assert!(!s.record(101, 101, counts(3, 1), |_| 0));
+        assert!(s.record(102, 102, counts(10, 1), |_| 0));
         // A second sample of second 102, closed already: what came since is in the
         // open second after it, which the sample closing 103 adds to.
-        assert!(s.record(102, 102, counts(12, 2)));
-        assert!(s.record(103, 103, counts(13, 2)));
+        assert!(s.record(102, 102, counts(12, 2), |_| 0));
+        assert!(s.record(103, 103, counts(13, 2), |_| 0));
         assert_eq!(
             s.each(100, 104),
             [counts(3, 1), counts(0, 0), counts(7, 0), counts(3, 1)]
         );
         assert_eq!(s.sum(0, u64::MAX), counts(13, 2));
         // Old seconds go.
-        s.record(100 + KEEP, 100 + KEEP, counts(14, 2));
+        s.record(100 + KEEP, 100 + KEEP, counts(14, 2), |_| 0);
         assert_eq!(s.sum(0, 100 + KEEP), counts(10, 1));
     }
 
@@ -459,7 +536,7 @@ mod tests {
                 second += dt;
                 passes += dp;
                 exceptions += de;
-                s.record(second, second, counts(passes, exceptions));
+                s.record(second, second, counts(passes, exceptions), |_| 0);
             }
             prop_assume!(second < 1_000 + KEEP);
             prop_assert_eq!(s.sum(0, u64::MAX), counts(passes, exceptions));

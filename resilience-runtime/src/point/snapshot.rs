@@ -168,6 +168,7 @@ impl Point {
                 * std::mem::size_of::<AdaptiveSlot>()
             + self.cluster_slots() * std::mem::size_of::<ClusterSlot>()
             + self.hang.get().map_or(0, HangTable::heap_bytes)
+            + self.durations.get().map_or(0, |d| d.heap_bytes())
             + self.cfg.heap_bytes()
             + self.name.len()
             + self.lazy_bytes()
