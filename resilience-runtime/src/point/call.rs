@@ -28,6 +28,37 @@ impl Point {
         f: impl FnOnce() -> Result<T, E>,
         fallback: impl FnOnce(Downgraded) -> Result<T, E>,
     ) -> Result<T, E> {
+        self.call_with(f, fallback, |_| true)
+    }
+
+    /// [`call`](Point::call) with a choice of which `Err` values count as exceptions
+    /// (the macros' `is_exception`): an `Err` for which `is_exception` says `false`
+    /// (a "not found", a validation error: go-zero's "acceptable" errors) is returned
+    /// unchanged but counts as a success for the rules and the breaker. A panic always
+    /// counts as an exception.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy};
+    ///
+    /// registry().set_policy("docs.call_with", Policy::builder().max_exceptions(1).build()?)?;
+    /// let point = registry().point("docs.call_with")?;
+    /// let not_found = || Err::<u32, _>("not found");
+    /// let business = |e: &&str| *e != "not found";
+    /// for _ in 0..3 {
+    ///     // Not an exception: the point never trips.
+    ///     assert_eq!(point.call_with(not_found, |_| Ok(0), business), Err("not found"));
+    /// }
+    /// assert_eq!(point.stats().totals.exceptions, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_with<T, E>(
+        &'static self,
+        f: impl FnOnce() -> Result<T, E>,
+        fallback: impl FnOnce(Downgraded) -> Result<T, E>,
+        is_exception: impl FnOnce(&E) -> bool,
+    ) -> Result<T, E> {
         // The permit stays in place, as in the code `#[downgrade]` generates.
         let mut permit = None;
         if let Err(d) = self.enter_in(&mut permit) {
@@ -35,7 +66,8 @@ impl Point {
         }
         match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
             Ok(out) => {
-                Permit::finish_in(self, &mut permit, out.is_err());
+                let exception = out.as_ref().err().is_some_and(is_exception);
+                Permit::finish_in(self, &mut permit, exception);
                 out
             }
             Err(panic) => {
@@ -90,13 +122,46 @@ impl Point {
         F: std::future::Future<Output = Result<T, E>>,
         G: std::future::Future<Output = Result<T, E>>,
     {
+        self.call_async_with(f, fallback, |_| true).await
+    }
+
+    /// The async form of [`call_with`](Point::call_with): `is_exception` chooses which
+    /// `Err` values count as exceptions.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy};
+    ///
+    /// registry().set_policy("docs.call_async_with", Policy::builder().max_exceptions(1).build()?)?;
+    /// let point = registry().point("docs.call_async_with")?;
+    /// let out = futures_executor::block_on(point.call_async_with(
+    ///     || async { Err::<u32, _>(404) },
+    ///     |_| async { Ok(0) },
+    ///     |status: &u16| *status >= 500,
+    /// ));
+    /// assert_eq!(out, Err(404));
+    /// assert_eq!(point.stats().totals.exceptions, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn call_async_with<T, E, F, G>(
+        &'static self,
+        f: impl FnOnce() -> F,
+        fallback: impl FnOnce(Downgraded) -> G,
+        is_exception: impl FnOnce(&E) -> bool,
+    ) -> Result<T, E>
+    where
+        F: std::future::Future<Output = Result<T, E>>,
+        G: std::future::Future<Output = Result<T, E>>,
+    {
         let mut permit = None;
         if let Err(d) = self.enter_in(&mut permit) {
             return fallback(d).await;
         }
         match crate::unwind::CatchUnwind::new(f()).await {
             Ok(out) => {
-                Permit::finish_in(self, &mut permit, out.is_err());
+                let exception = out.as_ref().err().is_some_and(is_exception);
+                Permit::finish_in(self, &mut permit, exception);
                 out
             }
             Err(panic) => {
