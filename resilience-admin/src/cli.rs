@@ -29,7 +29,9 @@ OPTIONS (each can also come from the environment variable in brackets):
                               repeatable; random and printed if none
                               [RESILIENCE_APP_TOKENS, comma-separated]
   --max-body SIZE             request body limit, e.g. 262144 or 256KiB (default)
-  --retention DURATION        how long statistics are kept, e.g. 12h, 7d (default)
+  --retention DURATION        how long statistics are kept, e.g. 12h, 7d (default);
+                              instances, points and apps that send nothing for
+                              that long are forgotten (policies are kept)
   --seconds-retention DURATION
                               how long the live view's 1-second figures are kept,
                               e.g. 1h; default 20m

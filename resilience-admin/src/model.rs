@@ -285,12 +285,31 @@ pub struct SecondCounts {
     pub exceptions: u64,
     /// Calls slower than the point's timeout threshold.
     pub timeouts: u64,
+    /// Calls whose duration was measured: those under a policy that ended in the
+    /// second (0 when the instance measured none, and always from older clients).
+    pub measured: u64,
+    /// The sum of their durations, in microseconds.
+    pub sum_us: u64,
+    /// The longest of them, in microseconds (summed over instances or points: the
+    /// longest of any).
+    pub max_us: u64,
 }
 
 impl SecondCounts {
-    /// Whether nothing happened in the second.
+    /// Whether nothing happened in the second (no call counted or measured).
     pub fn is_zero(&self) -> bool {
         *self == SecondCounts::default()
+    }
+
+    /// The mean duration of the measured calls, in microseconds; `None` when none
+    /// was measured.
+    pub fn mean_us(&self) -> Option<f64> {
+        (self.measured > 0).then(|| self.sum_us as f64 / self.measured as f64)
+    }
+
+    /// The longest measured call, in microseconds; `None` when none was measured.
+    pub fn max_duration_us(&self) -> Option<u64> {
+        (self.measured > 0).then_some(self.max_us)
     }
 }
 
@@ -313,20 +332,62 @@ impl CycleSeconds {
 
 /// One point's (or, summed over points, the app's) counts of one second, summed over
 /// the app's instances.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+///
+/// Serialized flat, the durations as `measured`, `sum_us`, `mean_us` and `max_us`
+/// (the last two `null` when no call was measured).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SecondRow {
     /// The point; `None` in rows summed over every point.
     pub point: Option<String>,
     /// Wall-clock start of the second, ms since the Unix epoch.
     pub second_start_ms: i64,
-    /// The counts, summed over instances (and points).
-    #[serde(flatten)]
+    /// The counts, summed over instances (and points); `max_us` is the longest call
+    /// of any of them.
     pub counts: SecondCounts,
     /// Downgrades per reason; reasons without downgrades are left out.
     pub downgrades_by_reason: BTreeMap<String, u64>,
     /// How many instances had traffic of the point in this second (summed over
     /// points: the most of any point).
     pub instances: u64,
+}
+
+impl Serialize for SecondRow {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        /// The row as the API shows it.
+        #[derive(Serialize)]
+        struct Flat<'a> {
+            point: &'a Option<String>,
+            second_start_ms: i64,
+            visits: u64,
+            passes: u64,
+            downgrades: u64,
+            exceptions: u64,
+            timeouts: u64,
+            measured: u64,
+            sum_us: u64,
+            mean_us: Option<f64>,
+            max_us: Option<u64>,
+            downgrades_by_reason: &'a BTreeMap<String, u64>,
+            instances: u64,
+        }
+        let c = &self.counts;
+        Flat {
+            point: &self.point,
+            second_start_ms: self.second_start_ms,
+            visits: c.visits,
+            passes: c.passes,
+            downgrades: c.downgrades,
+            exceptions: c.exceptions,
+            timeouts: c.timeouts,
+            measured: c.measured,
+            sum_us: c.sum_us,
+            mean_us: c.mean_us(),
+            max_us: c.max_duration_us(),
+            downgrades_by_reason: &self.downgrades_by_reason,
+            instances: self.instances,
+        }
+        .serialize(serializer)
+    }
 }
 
 /// An app as listed by the server.

@@ -76,7 +76,8 @@ pub struct AdminConfig {
     pub retention: Duration,
     /// How long the 1-second buckets are kept (at most [`retention`](Self::retention)).
     pub seconds_retention: Duration,
-    /// How often old statistics are deleted.
+    /// How often old statistics, and the instances, points and apps silent for the
+    /// whole retention, are deleted.
     pub prune_interval: Duration,
     /// Most connections served at once (at least 1); a connection beyond them is
     /// answered 503 with `Retry-After` and closed.
@@ -351,9 +352,12 @@ async fn prune_loop(state: AdminState, every: Duration) {
         let before = now.saturating_sub(state.retention_ms());
         let seconds_before = now.saturating_sub(state.seconds_retention_ms());
         let store = Arc::clone(state.store());
+        // Old cycles and seconds, then the instances, points and apps that sent
+        // nothing within the retention (they have no cycle left).
         let pruned = tokio::task::spawn_blocking(move || {
             store.prune(before)?;
-            store.prune_seconds(seconds_before)
+            store.prune_seconds(seconds_before)?;
+            store.prune_silent(before)
         });
         match pruned.await {
             Ok(Ok(_)) => {}

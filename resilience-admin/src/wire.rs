@@ -44,13 +44,20 @@
 //! ```json
 //! {"name": "order.create", "visits": 120, "...": "...",
 //!  "seconds": [[12, 10, 2, 0, 0], [9, 9, 0, 1, 0], "... ten in all"],
-//!  "seconds_by_reason": {"visits": [2, 0, 0, 0, 0, 0, 0, 0, 0, 0]}}
+//!  "seconds_by_reason": {"visits": [2, 0, 0, 0, 0, 0, 0, 0, 0, 0]},
+//!  "seconds_durations": [[10, 23500, 4100], [9, 18000, 2500], "... ten in all"]}
 //! ```
 //!
 //! `seconds[k]` is `[visits, passes, downgrades, exceptions, timeouts]` of the second
 //! starting `k` seconds after `cycle_start_ms`; `seconds_by_reason` lists, for the
 //! reasons with a downgrade in the cycle, the downgrades of each second (at most
-//! [`MAX_SECOND_REASONS`] reasons).
+//! [`MAX_SECOND_REASONS`] reasons). `seconds_durations[k]` is `[measured, sum_us,
+//! max_us]` of the same second: the calls whose duration was measured (those under a
+//! policy that ended in it), the sum of their durations and the longest one, in
+//! microseconds. It is absent when no call of the point was measured in the cycle
+//! (and older clients never send it): the seconds then have no durations. A
+//! malformed `seconds_durations` is left out and reported by the `*_lenient`
+//! readers, the rest of its point kept.
 //!
 //! A cycle too big for one body comes in parts: `"part": k, "parts": n` (`k` from 0,
 //! `n` at most [`MAX_PARTS`]), each part with its share of the four lists. A
@@ -68,9 +75,9 @@
 //! timeoutNum, downgradeNum}`), or for a pull `version` and `pointList`. This
 //! project's client adds `instanceId`, `declaredPoints`, `knownPoints`, `enforcing`,
 //! `client` (the same as in our JSON protocol) and, per point, `downgradeReasons`,
-//! `seconds` and `secondsByReason` (the same as `seconds` and `seconds_by_reason`,
-//! index 0 being the second starting at `statisticsCycleTime - 10000`); SDS's admin
-//! ignores them.
+//! `seconds`, `secondsByReason` and `secondsDurations` (the same as `seconds`,
+//! `seconds_by_reason` and `seconds_durations`, index 0 being the second starting at
+//! `statisticsCycleTime - 10000`); SDS's admin ignores them.
 
 use crate::model::{
     AppKey, BreakerReport, ClientHealth, CycleSeconds, Enforcing, Heartbeat, PointCycle, Protocol,
@@ -681,6 +688,7 @@ struct CountFields {
     reasons: &'static str,
     seconds: &'static str,
     seconds_by_reason: &'static str,
+    durations: &'static str,
 }
 
 const JSON_FIELDS: CountFields = CountFields {
@@ -693,6 +701,7 @@ const JSON_FIELDS: CountFields = CountFields {
     reasons: "downgrades_by_reason",
     seconds: "seconds",
     seconds_by_reason: "seconds_by_reason",
+    durations: "seconds_durations",
 };
 
 const SDS_FIELDS: CountFields = CountFields {
@@ -705,6 +714,7 @@ const SDS_FIELDS: CountFields = CountFields {
     reasons: "downgradeReasons",
     seconds: "seconds",
     seconds_by_reason: "secondsByReason",
+    durations: "secondsDurations",
 };
 
 fn read_point_counts(
@@ -757,7 +767,9 @@ fn read_point_counts(
 
 /// The cycle's ten 1-second buckets (`seconds`: ten `[visits, passes, downgrades,
 /// exceptions, timeouts]`) and their downgrades per reason (`seconds_by_reason`:
-/// reason -> ten counts); `Some(None)` when the point has no `seconds`.
+/// reason -> ten counts), with their call durations (`seconds_durations`, see
+/// [`read_durations`]; malformed ones are reported but do not make the seconds
+/// `None`); `Some(None)` when the point has no `seconds`.
 ///
 /// Every count is bounded like a cycle's, and each second's passes are its visits
 /// minus its downgrades. The sums are not compared with the cycle's figures: the
@@ -768,6 +780,14 @@ fn read_point_counts(
 fn read_seconds(p: &mut Reader<'_, '_>, f: &CountFields) -> Option<Option<CycleSeconds>> {
     let by_reason = p.get(f.seconds_by_reason);
     let Some(v) = p.get(f.seconds) else {
+        if p.get(f.durations).is_some() {
+            // Reported (and so left out by the lenient readers), the point kept.
+            let field = p.field(f.durations);
+            p.error(
+                field,
+                format!("is given without `{}`, the seconds it details", f.seconds),
+            );
+        }
         if by_reason.is_some() {
             let field = p.field(f.seconds_by_reason);
             p.error(
@@ -829,6 +849,7 @@ fn read_seconds(p: &mut Reader<'_, '_>, f: &CountFields) -> Option<Option<CycleS
             downgrades,
             exceptions,
             timeouts,
+            ..SecondCounts::default()
         };
     }
     for (i, column) in ["visits", "passes", "downgrades", "exceptions", "timeouts"]
@@ -850,7 +871,116 @@ fn read_seconds(p: &mut Reader<'_, '_>, f: &CountFields) -> Option<Option<CycleS
             None => ok = false,
         }
     }
+    // Malformed durations are reported but do not make the seconds malformed: the
+    // lenient readers leave out only them (see `lenient`).
+    if let Some(v) = p.get(f.durations) {
+        if let Some(durations) = read_durations(p, f.durations, v) {
+            for (s, [measured, sum_us, max_us]) in out.seconds.iter_mut().zip(durations) {
+                s.measured = measured;
+                s.sum_us = sum_us;
+                s.max_us = max_us;
+            }
+        }
+    }
     ok.then_some(Some(out))
+}
+
+/// The ten seconds' call durations (`seconds_durations`: ten `[measured, sum_us,
+/// max_us]`). Each is bounded like a count, and so are the cycle's sums of
+/// `measured` and of `sum_us` (so that sums over instances fit the database's
+/// integers); the longest call is at most the sum of them, and a second without a
+/// measured call has neither.
+fn read_durations(
+    p: &mut Reader<'_, '_>,
+    key: &str,
+    v: &Value,
+) -> Option<[[u64; 3]; SECONDS_PER_CYCLE]> {
+    let field = p.field(key);
+    let items = match v {
+        Value::Array(items) if items.len() == SECONDS_PER_CYCLE => items,
+        other => {
+            p.error(
+                field,
+                format!(
+                    "expected the cycle's {SECONDS_PER_CYCLE} seconds \
+                     [measured, sum_us, max_us], got {}",
+                    match other {
+                        Value::Array(n) => format!("{} entries", n.len()),
+                        v => describe(v),
+                    }
+                ),
+            );
+            return None;
+        }
+    };
+    let mut out = [[0; 3]; SECONDS_PER_CYCLE];
+    let mut ok = true;
+    for (k, item) in items.iter().enumerate() {
+        let at = format!("{field}[{k}]");
+        let n = match item {
+            Value::Array(n) if n.len() == 3 => n,
+            other => {
+                p.error(
+                    at,
+                    format!(
+                        "expected 3 integers [measured, sum_us, max_us], got {}",
+                        match other {
+                            Value::Array(n) => format!("{} entries", n.len()),
+                            v => describe(v),
+                        }
+                    ),
+                );
+                ok = false;
+                continue;
+            }
+        };
+        let mut d = [0; 3];
+        let mut item_ok = true;
+        for (j, x) in n.iter().enumerate() {
+            match p.count_value(format!("{at}[{j}]"), x) {
+                Some(c) => d[j] = c,
+                None => item_ok = false,
+            }
+        }
+        if !item_ok {
+            ok = false;
+            continue;
+        }
+        let [measured, sum_us, max_us] = d;
+        let problem = if measured == 0 && (sum_us > 0 || max_us > 0) {
+            Some(format!(
+                "no measured call but a sum of {sum_us} µs and a max of {max_us} µs: \
+                 both must be 0"
+            ))
+        } else if max_us > sum_us {
+            Some(format!(
+                "the longest call ({max_us} µs) is longer than the sum of the \
+                 {measured} measured ({sum_us} µs)"
+            ))
+        } else {
+            None
+        };
+        if let Some(message) = problem {
+            p.error(at, message);
+            ok = false;
+            continue;
+        }
+        out[k] = d;
+    }
+    for (i, column) in ["measured", "sum_us"].iter().enumerate() {
+        let sum: u64 = out.iter().map(|d| d[i]).sum();
+        if ok && sum > MAX_COUNT {
+            p.error(
+                field.clone(),
+                format!(
+                    "the seconds' {column} add up to {sum}, above the limit of {MAX_COUNT} \
+                     per cycle"
+                ),
+            );
+            ok = false;
+        }
+    }
+    ok.then_some(out)
 }
 
 fn second_value(s: &SecondCounts, i: usize) -> u64 {
@@ -967,7 +1097,8 @@ fn read_seconds_by_reason(
 
 /// Reads a heartbeat of our JSON protocol, keeping what is valid: an entry of
 /// `points`, `enforcing`, `known_points` or `declared_points` that is malformed is
-/// left out and reported (the second part of the answer), the rest is read.
+/// left out and reported (the second part of the answer), the rest is read. A point
+/// whose only malformed field is `seconds_durations` is kept without it.
 ///
 /// # Errors
 ///
@@ -983,13 +1114,15 @@ pub fn json_heartbeat_lenient(
         "",
         &["points", "enforcing", "known_points", "declared_points"],
         None,
+        JSON_FIELDS.durations,
         json_heartbeat,
     )
 }
 
 /// Reads SDS's `HeartbeatRequest` keeping what is valid, as
 /// [`json_heartbeat_lenient`] does: a malformed entry of `pointInfoMap`,
-/// `enforcing`, `knownPoints` or `declaredPoints` is left out and reported.
+/// `enforcing`, `knownPoints` or `declaredPoints` is left out and reported (of a
+/// point whose only malformed field is `secondsDurations`, only that field).
 ///
 /// # Errors
 ///
@@ -1004,18 +1137,21 @@ pub fn sds_heartbeat_lenient(
         "client",
         &["enforcing", "knownPoints", "declaredPoints"],
         Some("pointInfoMap"),
+        SDS_FIELDS.durations,
         sds_heartbeat,
     )
 }
 
 /// Reads strictly; if every error is inside an entry of one of the `lists` (or of
-/// the object `map`, keyed by point), reads again without those entries.
+/// the object `map`, keyed by point), reads again without those entries, or of an
+/// entry whose errors are all in its field `detail`, without that field.
 fn lenient(
     v: &Value,
     ctx: &Context<'_>,
     path: &str,
     lists: &[&str],
     map: Option<&str>,
+    detail: &str,
     read: fn(&Value, &Context<'_>) -> Result<Heartbeat, Vec<InputError>>,
 ) -> Result<(Heartbeat, Vec<InputError>), Vec<InputError>> {
     let errors = match read(v, ctx) {
@@ -1029,16 +1165,24 @@ fn lenient(
             format!("{path}.{key}")
         }
     };
-    let mut indices: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
-    let mut keys: BTreeSet<&str> = BTreeSet::new();
+    // Whether the rest of an error's field, after its entry, is in `detail`.
+    let in_detail = |tail: &str| {
+        tail.strip_prefix('.')
+            .and_then(|t| t.strip_prefix(detail))
+            .is_some_and(|t| t.is_empty() || t.starts_with(['[', '.']))
+    };
+    // The entries at fault, each with whether only its `detail` is.
+    let mut indices: BTreeMap<&str, BTreeMap<usize, bool>> = BTreeMap::new();
+    let mut keys: BTreeMap<&str, bool> = BTreeMap::new();
     for e in &errors {
         let index = lists.iter().find_map(|&key| {
             let rest = e.field.strip_prefix(&format!("{}[", at(key)))?;
-            let (i, _) = rest.split_once(']')?;
-            Some((key, i.parse::<usize>().ok()?))
+            let (i, tail) = rest.split_once(']')?;
+            Some((key, i.parse::<usize>().ok()?, tail))
         });
-        if let Some((key, i)) = index {
-            indices.entry(key).or_default().insert(i);
+        if let Some((key, i, tail)) = index {
+            let only = indices.entry(key).or_default().entry(i).or_insert(true);
+            *only &= in_detail(tail);
             continue;
         }
         // A point of the map: the longest key the field is at (names may hold dots).
@@ -1048,32 +1192,45 @@ fn lenient(
             };
             let rest = e.field.strip_prefix(&format!("{}.", at(key)))?;
             m.keys()
-                .filter(|k| {
-                    rest.strip_prefix(k.as_str())
-                        .is_some_and(|tail| tail.is_empty() || tail.starts_with('.'))
+                .filter_map(|k| {
+                    let tail = rest.strip_prefix(k.as_str())?;
+                    (tail.is_empty() || tail.starts_with('.')).then_some((k, tail))
                 })
-                .max_by_key(|k| k.len())
+                .max_by_key(|(k, _)| k.len())
         });
         match entry {
-            Some(k) => {
-                keys.insert(k.as_str());
+            Some((k, tail)) => {
+                let only = keys.entry(k.as_str()).or_insert(true);
+                *only &= in_detail(tail);
             }
             None => return Err(errors),
         }
     }
     let mut valid = v.clone();
-    for (key, drop) in indices {
+    let strip = |entry: Option<&mut Value>| {
+        if let Some(Value::Object(o)) = entry {
+            o.remove(detail);
+        }
+    };
+    for (key, entries) in indices {
         if let Some(Value::Array(items)) = valid.get_mut(key) {
+            for (&i, _) in entries.iter().filter(|(_, &only)| only) {
+                strip(items.get_mut(i));
+            }
             let mut i = 0;
             items.retain(|_| {
                 i += 1;
-                !drop.contains(&(i - 1))
+                entries.get(&(i - 1)) != Some(&false)
             });
         }
     }
     if let Some(Value::Object(m)) = map.and_then(|key| valid.get_mut(key)) {
-        for k in keys {
-            m.remove(k);
+        for (k, only) in keys {
+            if only {
+                strip(m.get_mut(k));
+            } else {
+                m.remove(k);
+            }
         }
     }
     read(&valid, ctx).map(|hb| (hb, errors))
@@ -1824,7 +1981,8 @@ mod tests {
                 passes: 3,
                 downgrades: 1,
                 exceptions: 0,
-                timeouts: 0
+                timeouts: 0,
+                ..SecondCounts::default()
             }
         );
         assert_eq!(s.seconds[9].exceptions, 1);
@@ -1926,6 +2084,180 @@ mod tests {
                 "client.pointInfoMap.q.secondsByReason"
             ]
         );
+    }
+
+    #[test]
+    fn seconds_durations_are_read_in_both_protocols_and_optional() {
+        let seconds = ten(|k| json!([k, k, 0, 0, 0]));
+        // Second k: k calls measured, k * 1000 µs in all, the longest k * 500 µs;
+        // second 0 none.
+        let durations = ten(|k| json!([k, k * 1000, k * 500]));
+        let hb = json_heartbeat(
+            &with(json!({"points": [
+                {"name": "p", "visits": 45, "seconds": seconds,
+                 "seconds_durations": durations},
+                {"name": "q", "visits": 45, "seconds": seconds}]})),
+            &ctx(),
+        )
+        .unwrap();
+        let s = &hb.points[0].seconds.as_ref().unwrap().seconds;
+        assert_eq!(
+            (s[4].measured, s[4].sum_us, s[4].max_us, s[4].visits),
+            (4, 4000, 2000, 4)
+        );
+        assert_eq!(s[4].mean_us(), Some(1000.0));
+        assert_eq!(s[0].mean_us(), None);
+        assert_eq!(s[0].max_duration_us(), None);
+        // Without the field (older clients, or nothing measured): no durations.
+        let q = &hb.points[1].seconds.as_ref().unwrap().seconds;
+        assert!(q
+            .iter()
+            .all(|c| (c.measured, c.sum_us, c.max_us) == (0, 0, 0)));
+        assert_eq!(q[4].visits, 4);
+        // A second with calls measured but no visit (calls that began before it) and
+        // calls shorter than a microsecond are fine.
+        let hb = json_heartbeat(
+            &with(json!({"points": [{"name": "p", "visits": 1,
+                "seconds": ten(|k| json!([u64::from(k == 0), u64::from(k == 0), 0, 0, 0])),
+                "seconds_durations": ten(|k| match k { 3 => json!([2, 0, 0]),
+                                                       5 => json!([1, 7, 7]),
+                                                       _ => json!([0, 0, 0]) })}]})),
+            &ctx(),
+        )
+        .unwrap();
+        let s = &hb.points[0].seconds.as_ref().unwrap().seconds;
+        assert_eq!((s[3].measured, s[3].mean_us()), (2, Some(0.0)));
+        assert_eq!((s[5].visits, s[5].max_duration_us()), (0, Some(7)));
+        assert!(!s[5].is_zero());
+        // SDS: `secondsDurations` in each pointInfoMap entry.
+        let hb = sds_heartbeat(
+            &json!({"appGroupName": "g", "appName": "a",
+                    "statisticsCycleTime": 1_767_225_600_000_i64,
+                    "pointInfoMap": {"p": {"visitNum": 45, "seconds": seconds,
+                                           "secondsDurations": durations},
+                                     "q": {"visitNum": 45, "seconds": seconds}}}),
+            &ctx(),
+        )
+        .unwrap();
+        let s = &hb.points[0].seconds.as_ref().unwrap().seconds;
+        assert_eq!((s[9].measured, s[9].sum_us, s[9].max_us), (9, 9000, 4500));
+        assert_eq!(
+            hb.points[1].seconds.as_ref().unwrap().seconds[9].measured,
+            0
+        );
+    }
+
+    #[test]
+    fn malformed_seconds_durations_are_left_out_keeping_the_point() {
+        let seconds = ten(|_| json!([1, 1, 0, 0, 0]));
+        let good = ten(|_| json!([1, 10, 10]));
+        let with_one = |k: usize, v: Value| {
+            let mut d = good.clone();
+            d[k] = v;
+            d
+        };
+        let point = |name: &str, durations: Value| {
+            json!({"name": name, "visits": 10, "seconds": seconds,
+                   "seconds_durations": durations})
+        };
+        let body = with(json!({"points": [
+            point("a", json!([[1, 10, 10]])),
+            point("b", json!("slow")),
+            point("c", with_one(2, json!([1, 10]))),
+            point("d", with_one(3, json!([1, -10, 0]))),
+            point("e", with_one(4, json!([1, 10, 11]))),
+            point("f", with_one(5, json!([0, 10, 0]))),
+            point("g", with_one(6, json!([0, 0, 3]))),
+            point("h", with_one(7, json!([MAX_COUNT + 1, 10, 10]))),
+            point("i", ten(|_| json!([MAX_COUNT / 5, 10, 10]))),
+            point("j", ten(|_| json!([1, MAX_COUNT / 5, 10]))),
+            {"name": "k", "visits": 10, "seconds_durations": good},
+            // Malformed elsewhere too: the whole point is left out.
+            {"name": "l", "visits": -1, "seconds": seconds,
+             "seconds_durations": with_one(0, json!("x"))},
+            point("m", good.clone()),
+        ]}));
+        let errors = json_heartbeat(&body, &ctx()).unwrap_err();
+        assert_eq!(
+            fields(&errors),
+            [
+                "points[0].seconds_durations",
+                "points[1].seconds_durations",
+                "points[2].seconds_durations[2]",
+                "points[3].seconds_durations[3][1]",
+                "points[4].seconds_durations[4]",
+                "points[5].seconds_durations[5]",
+                "points[6].seconds_durations[6]",
+                "points[7].seconds_durations[7][0]",
+                "points[8].seconds_durations",
+                "points[9].seconds_durations",
+                "points[10].seconds_durations",
+                "points[11].visits",
+                "points[11].seconds_durations[0]",
+            ],
+            "{errors:?}"
+        );
+        let message = |i: usize| errors[i].message.as_str();
+        assert!(message(0).contains("10 seconds"), "{}", message(0));
+        assert!(message(4).contains("longer than the sum"), "{}", message(4));
+        assert!(message(5).contains("must be 0"), "{}", message(5));
+        assert!(message(8).contains("measured add up to"), "{}", message(8));
+        assert!(message(9).contains("sum_us add up to"), "{}", message(9));
+        assert!(message(10).contains("without `seconds`"), "{}", message(10));
+        // Leniently: every point but `l` kept, with its seconds; only `m` has
+        // durations.
+        let (hb, rejected) = json_heartbeat_lenient(&body, &ctx()).unwrap();
+        assert_eq!(rejected, errors);
+        let names: Vec<&str> = hb.points.iter().map(|p| p.point.as_str()).collect();
+        assert_eq!(
+            names,
+            ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "m"]
+        );
+        for p in &hb.points {
+            let measured = p
+                .seconds
+                .as_ref()
+                .map(|s| s.seconds.iter().map(|c| c.measured).sum::<u64>());
+            let want = match p.point.as_str() {
+                "k" => None,
+                "m" => Some(10),
+                _ => Some(0),
+            };
+            assert_eq!(measured, want, "{}", p.point);
+        }
+        assert_eq!(hb.points[0].seconds.as_ref().unwrap().seconds[0].visits, 1);
+        // SDS names its own keys (point names with dots included).
+        let client = json!({"appGroupName": "g", "appName": "a",
+            "statisticsCycleTime": 1_767_225_600_000_i64,
+            "pointInfoMap": {
+                "order.create": {"visitNum": 10, "seconds": seconds,
+                                 "secondsDurations": with_one(1, json!([2, 5, 6]))},
+                "order.bad": {"visitNum": "x", "seconds": seconds,
+                              "secondsDurations": json!([])},
+                "order.fine": {"visitNum": 10, "seconds": seconds,
+                               "secondsDurations": good}}});
+        let (hb, rejected) = sds_heartbeat_lenient(&client, &ctx()).unwrap();
+        assert_eq!(
+            fields(&rejected),
+            [
+                "client.pointInfoMap.order.bad.visitNum",
+                "client.pointInfoMap.order.bad.secondsDurations",
+                "client.pointInfoMap.order.create.secondsDurations[1]",
+            ]
+        );
+        let names: Vec<&str> = hb.points.iter().map(|p| p.point.as_str()).collect();
+        assert_eq!(names, ["order.create", "order.fine"]);
+        let measured = |i: usize| -> u64 {
+            hb.points[i]
+                .seconds
+                .as_ref()
+                .unwrap()
+                .seconds
+                .iter()
+                .map(|c| c.measured)
+                .sum()
+        };
+        assert_eq!((measured(0), measured(1)), (0, 10));
     }
 
     /// The runtime attributes a call to a second a little after it ends, so the ten

@@ -123,6 +123,8 @@ fn postgres_enforcement() {
 
 /// A database of schema version 1 (before enforcement reports) opens: its instances
 /// are kept, and new heartbeats store what they enforce.
+/// (Its instance last sent a heartbeat at the manual clock's start, within the
+/// retention: an instance silent for longer is forgotten by the first pruning.)
 #[test]
 fn a_version_1_database_is_migrated() {
     let db = Database::create();
@@ -137,7 +139,7 @@ fn a_version_1_database_is_migrated() {
              protocol TEXT NOT NULL, last_heartbeat_ms BIGINT, last_pull_ms BIGINT,
              policy_version BIGINT, PRIMARY KEY (app_id, instance));
          INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
-         INSERT INTO ra_instances VALUES (1, 'old-1', 'h', '10.0.0.1', 'json', 5, NULL, 2);",
+         INSERT INTO ra_instances VALUES (1, 'old-1', 'h', '10.0.0.1', 'json', 1767225600000, NULL, 2);",
     )
     .unwrap();
     scenarios::migrated_v1(StorageConfig::Postgres(db.url()));
@@ -145,7 +147,7 @@ fn a_version_1_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 4);
+    assert_eq!(v, 5);
 }
 
 #[test]
@@ -177,7 +179,34 @@ fn a_version_2_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 4);
+    assert_eq!(v, 5);
+}
+
+/// A database of schema version 4 (before the seconds' call durations: this
+/// version's schema without them) opens: its seconds are kept, without durations,
+/// and new heartbeats store theirs.
+#[test]
+fn a_version_4_database_is_migrated() {
+    let db = Database::create();
+    drop(resilience_admin::store::PostgresStore::connect(&db.url()).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let mut c = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "ALTER TABLE ra_second_stats DROP COLUMN measured, DROP COLUMN sum_us,
+             DROP COLUMN max_us;
+         UPDATE ra_schema SET version = 4;
+         INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
+         INSERT INTO ra_second_stats
+             SELECT id, 'order.create', {}, 7, 7, 0, 0, 0, 1 FROM ra_apps;",
+        cycle + 3_000
+    ))
+    .unwrap();
+    scenarios::migrated_v4(StorageConfig::Postgres(db.url()), cycle);
+    let v: i32 = c
+        .query_one("SELECT MAX(version) FROM ra_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 5);
 }
 
 #[test]

@@ -54,6 +54,8 @@ fn sqlite_enforcement() {
 
 /// A file of schema version 1 (before enforcement reports) opens: its instances are
 /// kept, and new heartbeats store what they enforce.
+/// (Its instance last sent a heartbeat at the manual clock's start, within the
+/// retention: an instance silent for longer is forgotten by the first pruning.)
 #[test]
 fn a_version_1_file_is_migrated() {
     let dir = TempDir::new("migrate");
@@ -67,7 +69,7 @@ fn a_version_1_file_is_migrated() {
              protocol TEXT NOT NULL, last_heartbeat_ms INTEGER, last_pull_ms INTEGER,
              policy_version INTEGER, PRIMARY KEY (app_id, instance));
          INSERT INTO apps VALUES (1, 'shop', 'orders', 5);
-         INSERT INTO instances VALUES (1, 'old-1', 'h', '10.0.0.1', 'json', 5, NULL, 2);
+         INSERT INTO instances VALUES (1, 'old-1', 'h', '10.0.0.1', 'json', 1767225600000, NULL, 2);
          PRAGMA user_version = 1;",
     )
     .unwrap();
@@ -77,7 +79,7 @@ fn a_version_1_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 4);
+    assert_eq!(v, 5);
 }
 
 #[test]
@@ -110,5 +112,34 @@ fn a_version_2_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 4);
+    assert_eq!(v, 5);
+}
+
+/// A file of schema version 4 (before the seconds' call durations: this version's
+/// file without them) opens: its seconds are kept, without durations, and new
+/// heartbeats store theirs.
+#[test]
+fn a_version_4_file_is_migrated() {
+    let dir = TempDir::new("migrate4");
+    let path = dir.path().join("admin.db");
+    drop(resilience_admin::store::SqliteStore::open(&path).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&format!(
+        "ALTER TABLE second_stats DROP COLUMN measured;
+         ALTER TABLE second_stats DROP COLUMN sum_us;
+         ALTER TABLE second_stats DROP COLUMN max_us;
+         INSERT INTO apps VALUES (1, 'shop', 'orders', 5);
+         INSERT INTO second_stats VALUES (1, 'order.create', {}, 7, 7, 0, 0, 0, 1);
+         PRAGMA user_version = 4;",
+        cycle + 3_000
+    ))
+    .unwrap();
+    drop(conn);
+    scenarios::migrated_v4(file(&dir), cycle);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 5);
 }

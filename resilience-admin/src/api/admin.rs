@@ -524,7 +524,10 @@ struct Range {
 }
 
 /// `GET .../stats?resolution=1s`: the 1-second buckets, and which cycles of the range
-/// lack some instance's seconds.
+/// lack some instance's seconds. Each row has its counts and its call durations:
+/// `measured`, `sum_us`, `mean_us` (`sum_us / measured`) and `max_us` (the longest of
+/// any instance, and point when summed), the last two `null` when no call was
+/// measured (see [`SecondRow`](crate::model::SecondRow)).
 async fn second_stats(
     state: &AdminState,
     app: AppKey,

@@ -12,7 +12,7 @@
 //! | `GET /api/v1/apps/{group}/{app}/points/{point}/instances` | read | what each instance enforces for the point |
 //! | `GET /api/v1/apps/{group}/{app}/points/{point}/instances/{instance}/local` | read | the instance's local (non-console) settings of the point |
 //! | `GET /api/v1/apps/{group}/{app}/instances` | read | instances, the versions they hold, heartbeat health |
-//! | `GET /api/v1/apps/{group}/{app}/stats?point=&from=&to=&range=&resolution=&sum=` | read | stored cycles (`resolution=10s`, default) or 1-second buckets (`1s`) |
+//! | `GET /api/v1/apps/{group}/{app}/stats?point=&from=&to=&range=&resolution=&sum=` | read | stored cycles (`resolution=10s`, default) or 1-second buckets (`1s`: counts, and the calls measured with their `mean_us` and `max_us`, `null` when none was) |
 //! | `GET /api/v1/apps/{group}/{app}/policy` | read | the current version |
 //! | `PUT /api/v1/apps/{group}/{app}/policy` | admin | a new version on top of `base_version` (with `point`: that point's settings only) |
 //! | `POST /api/v1/apps/{group}/{app}/policy/validate` | read | problems of a draft (with their line for a text), nothing stored |

@@ -9,6 +9,8 @@ const COLORS = {
   passes: "#16a34a",
   exceptions: "#c026d3",
   timeouts: "#ea580c",
+  mean: "#0f766e",
+  max: "#b91c1c",
 };
 // One color per downgrade reason (the runtime's `Reason` names).
 const REASON_COLORS = {
@@ -436,12 +438,14 @@ async function loadStats() {
   chartView.timer = setTimeout(() => loadStats().catch((e) => setStatus(e.message, true)), Math.min(Math.max(wait, 500), CYCLE_MS + UPLOAD_DELAY_MS));
 }
 
-// Draws the three charts of a stats answer: one bucket per step of the range, zero
-// where nothing was stored.
+// Draws the charts of a stats answer: one bucket per step of the range, zero where
+// nothing was stored; per second also the call durations.
 function drawStats(d, note) {
   const step = d.step_ms;
   const buckets = new Map();
-  for (let t = d.from_ms; t < d.to_ms; t += step) buckets.set(t, { visits: 0, passes: 0, exceptions: 0, timeouts: 0, reasons: {} });
+  for (let t = d.from_ms; t < d.to_ms; t += step) {
+    buckets.set(t, { visits: 0, passes: 0, exceptions: 0, timeouts: 0, reasons: {}, measured: 0, sum_us: 0, max_us: 0 });
+  }
   const reasons = new Set();
   for (const row of d.rows) {
     const c = buckets.get(d.resolution === "1s" ? row.second_start_ms : row.cycle_start_ms);
@@ -450,6 +454,12 @@ function drawStats(d, note) {
     c.passes += row.passes;
     c.exceptions += row.exceptions;
     c.timeouts += row.timeouts;
+    // Per second only (and 0 from older servers): rows of one bucket add up.
+    if (row.measured) {
+      c.measured += row.measured;
+      c.sum_us += row.sum_us;
+      c.max_us = Math.max(c.max_us, row.max_us);
+    }
     for (const [reason, n] of Object.entries(row.downgrades_by_reason)) {
       c.reasons[reason] = (c.reasons[reason] || 0) + n;
       reasons.add(reason);
@@ -482,6 +492,101 @@ function drawStats(d, note) {
     { name: "exceptions", color: COLORS.exceptions, values: series("exceptions") },
     { name: "timeouts", color: COLORS.timeouts, values: series("timeouts") },
   ], meta);
+  // Durations are sent per second only: the 10-s view has no such chart.
+  $("#durations").hidden = d.resolution !== "1s";
+  if (d.resolution === "1s") drawDurations(xs, values, meta);
+}
+
+// The mean and max call duration of each second, in ms: a gap (no point) where no
+// call was measured. Each second with a value has a dot with its figures in
+// data attributes and a tooltip; each line has its values in `data-values` (empty
+// for a gap).
+function drawDurations(xs, values, meta) {
+  const W = 640, H = 180, L = 44, R = 8, T = 8, B = 22;
+  const chart = $("#chart-durations");
+  chart.textContent = "";
+  const legend = $("#legend-durations");
+  legend.textContent = "";
+  const ms = (us) => us / 1000;
+  const series = [
+    { name: "mean", color: COLORS.mean, values: values.map((c) => (c.measured ? ms(c.sum_us / c.measured) : null)) },
+    { name: "max", color: COLORS.max, values: values.map((c) => (c.measured ? ms(c.max_us) : null)) },
+  ];
+  let max = 0;
+  for (const s of series) for (const v of s.values) if (v !== null) max = Math.max(max, v);
+  const top = niceDuration(max);
+  const x = (i) => L + (xs.length < 2 ? 0 : (i * (W - L - R)) / (xs.length - 1));
+  const y = (v) => T + (H - T - B) * (1 - v / top);
+  axes(chart, xs, x, y, top, formatMs, { W, H, L, R });
+  const measured = values.reduce((n, c) => n + c.measured, 0);
+  if (measured === 0) {
+    const none = svg("text", { x: W / 2, y: H / 2, class: "axis", "text-anchor": "middle" });
+    none.textContent = "no measured call in this range";
+    chart.append(none);
+  }
+  for (const s of series) {
+    // One segment per run of seconds with a value.
+    let path = "";
+    let open = false;
+    s.values.forEach((v, i) => {
+      if (v === null) {
+        open = false;
+        return;
+      }
+      path += (open ? " L" : " M") + x(i).toFixed(1) + "," + y(v).toFixed(1);
+      open = true;
+    });
+    chart.append(svg("path", { d: path.trim(), fill: "none", stroke: s.color, "stroke-width": "2", "data-series": s.name, "data-values": s.values.map((v) => (v === null ? "" : String(v))).join(",") }));
+    s.values.forEach((v, i) => {
+      if (v === null) return;
+      const c = values[i];
+      const dot = svg("circle", { cx: x(i).toFixed(1), cy: y(v).toFixed(1), r: "2.5", fill: s.color, class: "duration", "data-series": s.name, "data-second-ms": String(xs[i]), "data-value": String(v), "data-measured": String(c.measured) });
+      const tip = svg("title");
+      tip.textContent = time(xs[i]) + ": " + s.name + " " + formatMs(v) + " ms of " + plural(c.measured, "call");
+      dot.append(tip);
+      chart.append(dot);
+    });
+  }
+  const sumUs = values.reduce((n, c) => n + c.sum_us, 0);
+  const longest = values.reduce((n, c) => (c.measured ? Math.max(n, c.max_us) : n), 0);
+  const summary = {
+    mean: measured ? "overall " + formatMs(ms(sumUs / measured)) + " ms" : "none",
+    max: measured ? "longest " + formatMs(ms(longest)) + " ms" : "none",
+  };
+  for (const s of series) {
+    legend.append(el("span", { class: "key", "data-series": s.name }, [el("span", { class: "swatch", color: s.color }), s.name + " (" + summary[s.name] + ")"]));
+  }
+  chart.dataset.top = String(top);
+  chart.dataset.unit = "ms";
+  chart.dataset.resolution = meta.resolution;
+  chart.dataset.stepMs = String(meta.step);
+  chart.dataset.fromMs = xs.length ? String(xs[0]) : "";
+  chart.dataset.buckets = String(xs.length);
+  chart.dataset.measured = String(measured);
+  chart.setAttribute("aria-label", chart.dataset.subject + " " + meta.per);
+}
+
+// Grid lines with their labels, and the time axis.
+function axes(chart, xs, x, y, top, format, { W, H, L, R }) {
+  for (let k = 0; k <= 4; k++) {
+    const v = (top * k) / 4;
+    chart.append(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }));
+    const label = svg("text", { x: L - 4, y: y(v) + 4, class: "axis", "text-anchor": "end" });
+    label.textContent = format(v);
+    chart.append(label);
+  }
+  // Seconds on the time axis when the range is short.
+  const span = xs.length ? xs[xs.length - 1] - xs[0] : 0;
+  const tick = (t) => (span <= 10 * 60 * 1000 ? time(t) : time(t).slice(0, 5));
+  const ticks = Math.min(6, xs.length);
+  for (let k = 0; k < ticks; k++) {
+    const i = Math.round((k * (xs.length - 1)) / Math.max(1, ticks - 1));
+    // The first and last labels stay inside the chart.
+    const anchor = ticks > 1 && k === 0 ? "start" : ticks > 1 && k === ticks - 1 ? "end" : "middle";
+    const label = svg("text", { x: x(i), y: H - 6, class: "axis", "text-anchor": anchor });
+    label.textContent = tick(xs[i]);
+    chart.append(label);
+  }
 }
 
 // A line chart: x = bucket start, y = count per bucket. The legend is HTML beside the
@@ -499,25 +604,7 @@ function drawChart(id, xs, series, meta) {
   const top = niceMax(max);
   const x = (i) => L + (xs.length < 2 ? 0 : (i * (W - L - R)) / (xs.length - 1));
   const y = (v) => T + (H - T - B) * (1 - v / top);
-  for (let k = 0; k <= 4; k++) {
-    const v = (top * k) / 4;
-    chart.append(svg("line", { x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid" }));
-    const label = svg("text", { x: L - 4, y: y(v) + 4, class: "axis", "text-anchor": "end" });
-    label.textContent = formatCount(v);
-    chart.append(label);
-  }
-  // Seconds on the time axis when the range is short.
-  const span = xs.length ? xs[xs.length - 1] - xs[0] : 0;
-  const tick = (t) => (span <= 10 * 60 * 1000 ? time(t) : time(t).slice(0, 5));
-  const ticks = Math.min(6, xs.length);
-  for (let k = 0; k < ticks; k++) {
-    const i = Math.round((k * (xs.length - 1)) / Math.max(1, ticks - 1));
-    // The first and last labels stay inside the chart.
-    const anchor = ticks > 1 && k === 0 ? "start" : ticks > 1 && k === ticks - 1 ? "end" : "middle";
-    const label = svg("text", { x: x(i), y: H - 6, class: "axis", "text-anchor": anchor });
-    label.textContent = tick(xs[i]);
-    chart.append(label);
-  }
+  axes(chart, xs, x, y, top, formatCount, { W, H, L, R });
   if (series.length === 0) {
     const none = svg("text", { x: W / 2, y: H / 2, class: "axis", "text-anchor": "middle" });
     none.textContent = "none in this range";
@@ -548,6 +635,21 @@ function niceMax(max) {
   const p = Math.pow(10, Math.floor(Math.log10(max)));
   for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= max) return m * p;
   return 10 * p;
+}
+
+// The top of a duration axis (ms): 1, 2, 2.5 or 5 times a power of ten, durations
+// below a millisecond included.
+function niceDuration(max) {
+  if (!(max > 0)) return 1;
+  const p = Math.pow(10, Math.floor(Math.log10(max)));
+  for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= max) return m * p;
+  return 10 * p;
+}
+
+// A duration in ms, to three significant digits (whole ms from 1000 on).
+function formatMs(v) {
+  if (v >= 1000) return String(Math.round(v));
+  return String(Number(v.toPrecision(3)));
 }
 
 function formatCount(v) {

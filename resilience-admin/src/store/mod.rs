@@ -19,6 +19,8 @@ use crate::model::{
 };
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// What an instance said when it pulled policies.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,7 +50,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// every part is added, and a second report of the same part of the same cycle by
     /// the same instance is recognised and not counted again. The
     /// points' 1-second buckets, where the heartbeat has them, are summed the same way
-    /// (seconds without traffic are not stored), and each cycle counts how many
+    /// (seconds without traffic or measured call are not stored; of the durations,
+    /// the longest is kept), and each cycle counts how many
     /// instances reported it with them.
     ///
     /// What the heartbeat says the instance enforces replaces, whole, what the
@@ -140,7 +143,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The app's 1-second buckets with `from_ms <= second_start_ms < to_ms`, summed
     /// over instances: of one point or of all, per point (ordered by point then time)
     /// or, with `sum_points`, summed over the points (ordered by time). Seconds
-    /// without traffic have no row. At most `limit` rows.
+    /// without traffic have no row. Calls measured and the sums of their durations
+    /// are summed like the counts; `max_us` is the longest of any instance (and
+    /// point). At most `limit` rows.
     ///
     /// # Errors
     ///
@@ -227,6 +232,150 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///
     /// [`StoreError::Backend`] if the database fails.
     fn prune_seconds(&self, before_ms: i64) -> Result<u64, StoreError>;
+
+    /// Forgets what sent nothing since `before_ms` (the retention limit), after
+    /// [`prune`](Store::prune) removed the older cycles:
+    ///
+    /// - instances whose last heartbeat and last pull are both older (with what they
+    ///   enforce);
+    /// - points no instance mentioned since, except the points the app's current
+    ///   policy version has settings for, and the declared points of an app one of
+    ///   whose instances sent a heartbeat since;
+    /// - apps left with no instance, no point, no stored cycle or second and no
+    ///   policy version, created before `before_ms`.
+    ///
+    /// Policy versions are never deleted (so an app that ever had one stays).
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if the database fails; nothing is deleted then.
+    fn prune_silent(&self, before_ms: i64) -> Result<Forgotten, StoreError>;
+}
+
+/// What [`Store::prune_silent`] deleted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Forgotten {
+    /// Instances.
+    pub instances: u64,
+    /// Points.
+    pub points: u64,
+    /// Apps.
+    pub apps: u64,
+}
+
+/// A small pool of database connections: at most `max` open at once, opened when
+/// needed and kept for the next operation; a caller finding all of them busy waits
+/// for one.
+pub(crate) struct Pool<C> {
+    max: usize,
+    state: Mutex<PoolState<C>>,
+    freed: Condvar,
+    /// Whether a connection handed back can be used again (a broken one is closed).
+    reusable: fn(&C) -> bool,
+}
+
+struct PoolState<C> {
+    idle: Vec<C>,
+    open: usize,
+}
+
+impl<C> Pool<C> {
+    pub(crate) fn new(max: usize, reusable: fn(&C) -> bool) -> Pool<C> {
+        Pool {
+            max: max.max(1),
+            state: Mutex::new(PoolState {
+                idle: Vec::new(),
+                open: 0,
+            }),
+            freed: Condvar::new(),
+            reusable,
+        }
+    }
+
+    /// Adds an already open connection (it counts against the maximum).
+    pub(crate) fn put(&self, conn: C) {
+        let mut state = self.lock();
+        state.open += 1;
+        state.idle.push(conn);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, PoolState<C>> {
+        // The state is a list and a count, consistent between statements.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An idle connection, a new one from `open` if fewer than the maximum are open,
+    /// or else the first one handed back.
+    pub(crate) fn get(
+        &self,
+        open: impl FnOnce() -> Result<C, StoreError>,
+    ) -> Result<Pooled<'_, C>, StoreError> {
+        let mut state = self.lock();
+        loop {
+            if let Some(conn) = state.idle.pop() {
+                return Ok(Pooled {
+                    pool: self,
+                    conn: Some(conn),
+                });
+            }
+            if state.open < self.max {
+                state.open += 1;
+                break;
+            }
+            state = self.freed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(state);
+        match open() {
+            Ok(conn) => Ok(Pooled {
+                pool: self,
+                conn: Some(conn),
+            }),
+            Err(e) => {
+                self.lock().open -= 1;
+                self.freed.notify_one();
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A connection taken from a [`Pool`], handed back when dropped.
+pub(crate) struct Pooled<'a, C> {
+    pool: &'a Pool<C>,
+    conn: Option<C>,
+}
+
+impl<C> Deref for Pooled<'_, C> {
+    type Target = C;
+
+    fn deref(&self) -> &C {
+        // Only `drop` takes the connection out.
+        self.conn.as_ref().expect("a pooled connection")
+    }
+}
+
+impl<C> DerefMut for Pooled<'_, C> {
+    fn deref_mut(&mut self) -> &mut C {
+        self.conn.as_mut().expect("a pooled connection")
+    }
+}
+
+impl<C> Drop for Pooled<'_, C> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        let keep = (self.pool.reusable)(&conn);
+        let mut state = self.pool.lock();
+        if keep {
+            state.idle.push(conn);
+        } else {
+            state.open -= 1;
+        }
+        drop(state);
+        self.pool.freed.notify_one();
+    }
 }
 
 /// A storage operation failed.

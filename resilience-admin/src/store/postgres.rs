@@ -3,19 +3,22 @@
 //! Tables carry the prefix `ra_` so that they can live in a database shared with
 //! other applications.
 
-use super::{parse_json, to_i64, to_json, to_u64, Pull, Store, StoreError, StoredEnforcing};
+use super::{
+    parse_json, to_i64, to_json, to_u64, Forgotten, Pool, Pooled, Pull, Store, StoreError,
+    StoredEnforcing,
+};
 use crate::model::{
     AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, Ingested, InstanceInfo,
     NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, SecondCounts, SecondRow, CYCLE_MS,
     SECOND_MS,
 };
 use postgres::error::SqlState;
+use postgres::types::ToSql;
 use postgres::{Client, GenericClient, NoTls, Row};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
-use std::sync::{Mutex, MutexGuard};
 
-const SCHEMA_VERSION: i32 = 4;
+const SCHEMA_VERSION: i32 = 5;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ra_schema (version INTEGER NOT NULL);
@@ -151,7 +154,27 @@ CREATE TABLE IF NOT EXISTS ra_received_parts (
     PRIMARY KEY (app_id, instance, cycle_start_ms, part)
 );
 CREATE INDEX IF NOT EXISTS ra_received_parts_time ON ra_received_parts (cycle_start_ms);
+-- Version 5: the seconds' call durations (calls measured, the sum and the max of their
+-- durations in µs). Additions only, each of which may run again; the seconds stored
+-- before have none.
+ALTER TABLE ra_second_stats ADD COLUMN IF NOT EXISTS measured BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_second_stats ADD COLUMN IF NOT EXISTS sum_us BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_second_stats ADD COLUMN IF NOT EXISTS max_us BIGINT NOT NULL DEFAULT 0;
+-- The reads of one app over a time range (every point's cycles or seconds of the last
+-- minutes, summed or not). Indexes only: a database with them still opens in an
+-- older server, which keeps them up to date.
+CREATE INDEX IF NOT EXISTS ra_cycle_stats_app_time ON ra_cycle_stats (app_id, cycle_start_ms);
+CREATE INDEX IF NOT EXISTS ra_cycle_reasons_app_time ON ra_cycle_reasons (app_id, cycle_start_ms, point, reason);
+CREATE INDEX IF NOT EXISTS ra_second_stats_app_time ON ra_second_stats (app_id, second_ms);
+CREATE INDEX IF NOT EXISTS ra_second_reasons_app_time ON ra_second_reasons (app_id, second_ms, point, reason);
 ";
+
+/// Connections kept open: heartbeats, pulls and reads each take one, so a read
+/// never waits for a heartbeat in progress (nor a heartbeat for a read).
+const CONNECTIONS: usize = 4;
+
+/// Rows sent in one statement of a batch (as arrays, unnested by the server).
+const BATCH_ROWS: usize = 10_000;
 
 /// Run when a database of a schema version before 4 is brought up to date: the
 /// cycles it received count as their part 0, so that a retry is still recognised.
@@ -163,11 +186,16 @@ INSERT INTO ra_received_parts (app_id, instance, cycle_start_ms, part, received_
 
 /// A [`Store`] in a PostgreSQL database.
 ///
-/// One connection serves every request (the server's load is a few statements per
-/// instance every 5 s). Every method is one transaction; policy changes lock the
-/// app's row, so two servers sharing the database cannot both write the same version.
+/// Up to four connections, opened as needed and kept: each operation takes one for
+/// itself, so reads, pulls and heartbeats run side by side (a broken connection is
+/// closed and replaced by a new one). Every method is one transaction; a heartbeat
+/// writes each table's rows in a few statements (arrays unnested by the server), in
+/// key order, so concurrent heartbeats of one app cannot deadlock. Policy changes
+/// lock the app's row, so two servers sharing the database cannot both write the
+/// same version.
 pub struct PostgresStore {
-    client: Mutex<Client>,
+    config: postgres::Config,
+    clients: Pool<Client>,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -190,8 +218,10 @@ impl PostgresStore {
     /// [`StoreError::Backend`] if the server cannot be reached or refuses the
     /// schema, or holds a newer schema.
     pub fn connect(url: &str) -> Result<PostgresStore, StoreError> {
-        let mut client = Client::connect(url, NoTls)
+        let config: postgres::Config = url
+            .parse()
             .map_err(|e| StoreError::Backend(format!("cannot connect to PostgreSQL: {e}")))?;
+        let mut client = open(&config)?;
         let mut tx = client.transaction().map_err(backend)?;
         // Two servers starting together must not both create the tables.
         tx.batch_execute("SELECT pg_advisory_xact_lock(7041995)")
@@ -226,15 +256,26 @@ impl PostgresStore {
             }
         }
         tx.commit().map_err(backend)?;
-        Ok(PostgresStore {
-            client: Mutex::new(client),
-        })
+        let clients = Pool::new(CONNECTIONS, |c: &Client| !c.is_closed());
+        clients.put(client);
+        Ok(PostgresStore { config, clients })
     }
 
-    fn client(&self) -> MutexGuard<'_, Client> {
-        // A panic mid-transaction dropped the transaction, which rolled it back.
-        self.client.lock().unwrap_or_else(|e| e.into_inner())
+    /// A connection of the pool (a transaction a panic left open was rolled back
+    /// when it was dropped).
+    fn client(&self) -> Result<Pooled<'_, Client>, StoreError> {
+        self.clients.get(|| open(&self.config))
     }
+}
+
+fn open(config: &postgres::Config) -> Result<Client, StoreError> {
+    let mut client = config
+        .connect(NoTls)
+        .map_err(|e| StoreError::Backend(format!("cannot connect to PostgreSQL: {e}")))?;
+    // The point list of a big app is estimated costly enough for the JIT compiler,
+    // whose compiling takes longer than the query (about 100 ms for 10 000 points).
+    client.batch_execute("SET jit = off").map_err(backend)?;
+    Ok(client)
 }
 
 fn app_id(c: &mut impl GenericClient, app: &AppKey, now_ms: i64) -> Result<i64, postgres::Error> {
@@ -287,6 +328,31 @@ fn count(r: &Row, i: usize) -> u64 {
     u64::try_from(r.get::<_, i64>(i)).unwrap_or(0)
 }
 
+/// A statement of one point (`{point}` in `sql` becomes `AND point = $2`) or of all
+/// (nothing), so that each is served by an index (`($2 IS NULL OR point = $2)` would
+/// not be), with its arguments: the app (`$1`), the point if any, then `rest`, which
+/// `sql` names `$a`, `$b`, `$c`.
+fn by_point<'a>(
+    sql: &str,
+    app_id: &'a i64,
+    point: &'a Option<&'a str>,
+    rest: &[&'a (dyn ToSql + Sync)],
+) -> (String, Vec<&'a (dyn ToSql + Sync)>) {
+    let mut args: Vec<&(dyn ToSql + Sync)> = vec![app_id];
+    let mut sql = match point {
+        Some(p) => {
+            args.push(p);
+            sql.replace("{point}", "AND point = $2")
+        }
+        None => sql.replace("{point}", ""),
+    };
+    for (name, value) in ["$a", "$b", "$c"].iter().zip(rest) {
+        args.push(*value);
+        sql = sql.replace(name, &format!("${}", args.len()));
+    }
+    (sql, args)
+}
+
 fn read_cycles(
     c: &mut impl GenericClient,
     app_id: i64,
@@ -296,16 +362,18 @@ fn read_cycles(
     limit: usize,
 ) -> Result<Vec<CycleRow>, postgres::Error> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let rows = c.query(
+    let (sql, args) = by_point(
         "SELECT point, cycle_start_ms, visits, passes, downgrades, exceptions, timeouts,
                 peak_concurrency, instances
          FROM ra_cycle_stats
-         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
-           AND cycle_start_ms >= $3 AND cycle_start_ms < $4
+         WHERE app_id = $1 {point} AND cycle_start_ms >= $a AND cycle_start_ms < $b
          ORDER BY point, cycle_start_ms
-         LIMIT $5",
-        &[&app_id, &point, &from_ms, &to_ms, &limit],
-    )?;
+         LIMIT $c",
+        &app_id,
+        &point,
+        &[&from_ms, &to_ms, &limit],
+    );
+    let rows = c.query(&sql, &args)?;
     let mut out: Vec<CycleRow> = rows
         .iter()
         .map(|r| CycleRow {
@@ -332,12 +400,14 @@ fn read_cycles(
         .enumerate()
         .map(|(i, r)| ((r.counts.point.clone(), r.cycle_start_ms), i))
         .collect();
-    for r in c.query(
+    let (sql, args) = by_point(
         "SELECT point, cycle_start_ms, reason, count FROM ra_cycle_reasons
-         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
-           AND cycle_start_ms >= $3 AND cycle_start_ms < $4",
-        &[&app_id, &point, &from_ms, &to_ms],
-    )? {
+         WHERE app_id = $1 {point} AND cycle_start_ms >= $a AND cycle_start_ms < $b",
+        &app_id,
+        &point,
+        &[&from_ms, &to_ms],
+    );
+    for r in c.query(&sql, &args)? {
         if let Some(&i) = index.get(&(r.get::<_, String>(0), r.get::<_, i64>(1))) {
             out[i]
                 .counts
@@ -407,40 +477,170 @@ fn record_enforcement(
             )?;
         }
     }
-    let insert = tx.prepare(
-        "INSERT INTO ra_enforcing (app_id, instance, point, digest, origins, local,
-            breaker_kind, breaker_state, breaker_since_ms, breaker_transitions,
-            cycle_start_ms, received_ms)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-         ON CONFLICT (app_id, instance, point) DO UPDATE SET
-            digest = excluded.digest, origins = excluded.origins, local = excluded.local,
-            breaker_kind = excluded.breaker_kind, breaker_state = excluded.breaker_state,
-            breaker_since_ms = excluded.breaker_since_ms,
-            breaker_transitions = excluded.breaker_transitions,
-            cycle_start_ms = excluded.cycle_start_ms, received_ms = excluded.received_ms",
-    )?;
-    for e in entries {
-        let c = StoredEnforcing::of(e);
+    // One entry per point (a later one replaces an earlier one, as a row would),
+    // sorted.
+    let entries: BTreeMap<&str, StoredEnforcing> = entries
+        .iter()
+        .map(|e| (e.point.as_str(), StoredEnforcing::of(e)))
+        .collect();
+    let entries: Vec<StoredEnforcing> = entries.into_values().collect();
+    for chunk in entries.chunks(BATCH_ROWS) {
+        let column = |f: fn(&StoredEnforcing) -> Option<String>| -> Vec<Option<String>> {
+            chunk.iter().map(f).collect()
+        };
+        let points: Vec<&str> = chunk.iter().map(|c| c.point.as_str()).collect();
+        let digests: Vec<&str> = chunk.iter().map(|c| c.digest.as_str()).collect();
+        let origins: Vec<&str> = chunk.iter().map(|c| c.origins.as_str()).collect();
+        let local = column(|c| c.local.clone());
+        let kinds = column(|c| c.breaker_kind.clone());
+        let states = column(|c| c.breaker_state.clone());
+        let since: Vec<Option<i64>> = chunk.iter().map(|c| c.breaker_since_ms).collect();
+        let transitions: Vec<Option<i64>> = chunk.iter().map(|c| c.breaker_transitions).collect();
         tx.execute(
-            &insert,
+            "INSERT INTO ra_enforcing (app_id, instance, point, digest, origins, local,
+                breaker_kind, breaker_state, breaker_since_ms, breaker_transitions,
+                cycle_start_ms, received_ms)
+             SELECT $1::BIGINT, $2::TEXT, u.point, u.digest, u.origins, u.local, u.kind,
+                    u.state, u.since, u.transitions, $3::BIGINT, $4::BIGINT
+             FROM UNNEST($5::TEXT[], $6::TEXT[], $7::TEXT[], $8::TEXT[], $9::TEXT[],
+                         $10::TEXT[], $11::BIGINT[], $12::BIGINT[])
+                  AS u(point, digest, origins, local, kind, state, since, transitions)
+             ON CONFLICT (app_id, instance, point) DO UPDATE SET
+                digest = excluded.digest, origins = excluded.origins, local = excluded.local,
+                breaker_kind = excluded.breaker_kind, breaker_state = excluded.breaker_state,
+                breaker_since_ms = excluded.breaker_since_ms,
+                breaker_transitions = excluded.breaker_transitions,
+                cycle_start_ms = excluded.cycle_start_ms, received_ms = excluded.received_ms",
             &[
                 &app,
                 &hb.instance,
-                &c.point,
-                &c.digest,
-                &c.origins,
-                &c.local,
-                &c.breaker_kind,
-                &c.breaker_state,
-                &c.breaker_since_ms,
-                &c.breaker_transitions,
                 &hb.cycle_start_ms,
                 &now_ms,
+                &points,
+                &digests,
+                &origins,
+                &local,
+                &kinds,
+                &states,
+                &since,
+                &transitions,
             ],
         )?;
     }
     Ok(())
 }
+
+/// Columns of rows keyed by `K`, built from a sorted map of them.
+fn columns<K, V, const N: usize>(rows: &[(K, V)], f: impl Fn(&V) -> [i64; N]) -> Vec<Vec<i64>> {
+    let mut out = vec![Vec::with_capacity(rows.len()); N];
+    for (_, v) in rows {
+        for (column, value) in out.iter_mut().zip(f(v)) {
+            column.push(value);
+        }
+    }
+    out
+}
+
+/// Adds `add` to the counters at `at`.
+fn add<const N: usize>(at: &mut [i64; N], add: [i64; N]) {
+    for (a, b) in at.iter_mut().zip(add) {
+        *a = a.saturating_add(b);
+    }
+}
+
+/// Adds the heartbeat's cycle figures (and their reasons) to the app's cycles: each
+/// table in statements of up to [`BATCH_ROWS`] rows, in key order. A point listed
+/// twice counts twice, as two rows would.
+fn record_cycles(
+    tx: &mut postgres::Transaction<'_>,
+    app: i64,
+    hb: &Heartbeat,
+) -> Result<(), postgres::Error> {
+    // visits, passes, downgrades, exceptions, timeouts, peak, instances, with seconds
+    let mut stats: BTreeMap<&str, [i64; 8]> = BTreeMap::new();
+    let mut reasons: BTreeMap<(&str, &str), [i64; 1]> = BTreeMap::new();
+    for p in &hb.points {
+        add(
+            stats.entry(p.point.as_str()).or_default(),
+            [
+                to_i64(p.visits),
+                to_i64(p.passes),
+                to_i64(p.downgrades),
+                to_i64(p.exceptions),
+                to_i64(p.timeouts),
+                to_i64(p.peak_concurrency),
+                1,
+                i64::from(p.seconds.is_some()),
+            ],
+        );
+        for (reason, n) in p.downgrades_by_reason.iter().filter(|(_, n)| **n > 0) {
+            add(
+                reasons
+                    .entry((p.point.as_str(), reason.as_str()))
+                    .or_default(),
+                [to_i64(*n)],
+            );
+        }
+    }
+    let stats: Vec<(&str, [i64; 8])> = stats.into_iter().collect();
+    for chunk in stats.chunks(BATCH_ROWS) {
+        let points: Vec<&str> = chunk.iter().map(|(p, _)| *p).collect();
+        let c = columns(chunk, |v| *v);
+        tx.execute(
+            "INSERT INTO ra_cycle_stats (app_id, point, cycle_start_ms, visits, passes,
+                downgrades, exceptions, timeouts, peak_concurrency, instances,
+                second_instances)
+             SELECT $1::BIGINT, u.point, $2::BIGINT, u.visits, u.passes, u.downgrades,
+                    u.exceptions, u.timeouts, u.peak, u.instances, u.second_instances
+             FROM UNNEST($3::TEXT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[],
+                         $7::BIGINT[], $8::BIGINT[], $9::BIGINT[], $10::BIGINT[],
+                         $11::BIGINT[])
+                  AS u(point, visits, passes, downgrades, exceptions, timeouts, peak,
+                       instances, second_instances)
+             ON CONFLICT (app_id, point, cycle_start_ms) DO UPDATE SET
+                second_instances =
+                    ra_cycle_stats.second_instances + excluded.second_instances,
+                visits = ra_cycle_stats.visits + excluded.visits,
+                passes = ra_cycle_stats.passes + excluded.passes,
+                downgrades = ra_cycle_stats.downgrades + excluded.downgrades,
+                exceptions = ra_cycle_stats.exceptions + excluded.exceptions,
+                timeouts = ra_cycle_stats.timeouts + excluded.timeouts,
+                peak_concurrency = ra_cycle_stats.peak_concurrency + excluded.peak_concurrency,
+                instances = ra_cycle_stats.instances + excluded.instances",
+            &[
+                &app,
+                &hb.cycle_start_ms,
+                &points,
+                &c[0],
+                &c[1],
+                &c[2],
+                &c[3],
+                &c[4],
+                &c[5],
+                &c[6],
+                &c[7],
+            ],
+        )?;
+    }
+    let reasons: Vec<((&str, &str), [i64; 1])> = reasons.into_iter().collect();
+    for chunk in reasons.chunks(BATCH_ROWS) {
+        let points: Vec<&str> = chunk.iter().map(|((p, _), _)| *p).collect();
+        let names: Vec<&str> = chunk.iter().map(|((_, r), _)| *r).collect();
+        let c = columns(chunk, |v| *v);
+        tx.execute(
+            "INSERT INTO ra_cycle_reasons (app_id, point, cycle_start_ms, reason, count)
+             SELECT $1::BIGINT, u.point, $2::BIGINT, u.reason, u.count
+             FROM UNNEST($3::TEXT[], $4::TEXT[], $5::BIGINT[]) AS u(point, reason, count)
+             ON CONFLICT (app_id, point, cycle_start_ms, reason) DO UPDATE SET
+                count = ra_cycle_reasons.count + excluded.count",
+            &[&app, &hb.cycle_start_ms, &points, &names, &c[0]],
+        )?;
+    }
+    Ok(())
+}
+
+/// A row of the seconds' reasons: (point, second, reason) and its count.
+type SecondReason<'a> = ((&'a str, i64, &'a str), [i64; 1]);
 
 /// Adds the heartbeat's 1-second buckets (those with traffic) to the app's seconds.
 fn record_seconds(
@@ -451,24 +651,10 @@ fn record_seconds(
     if hb.points.iter().all(|p| p.seconds.is_none()) {
         return Ok(());
     }
-    let counts = tx.prepare(
-        "INSERT INTO ra_second_stats (app_id, point, second_ms, visits, passes, downgrades,
-            exceptions, timeouts, instances)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, 1)
-         ON CONFLICT (app_id, point, second_ms) DO UPDATE SET
-            visits = ra_second_stats.visits + excluded.visits,
-            passes = ra_second_stats.passes + excluded.passes,
-            downgrades = ra_second_stats.downgrades + excluded.downgrades,
-            exceptions = ra_second_stats.exceptions + excluded.exceptions,
-            timeouts = ra_second_stats.timeouts + excluded.timeouts,
-            instances = ra_second_stats.instances + 1",
-    )?;
-    let reasons = tx.prepare(
-        "INSERT INTO ra_second_reasons (app_id, point, second_ms, reason, count)
-         VALUES ($1, $2, $3, $4, $5)
-         ON CONFLICT (app_id, point, second_ms, reason) DO UPDATE SET
-            count = ra_second_reasons.count + excluded.count",
-    )?;
+    // visits, passes, downgrades, exceptions, timeouts, instances, measured, sum_us,
+    // max_us
+    let mut counts: BTreeMap<(&str, i64), [i64; 9]> = BTreeMap::new();
+    let mut reasons: BTreeMap<(&str, i64, &str), [i64; 1]> = BTreeMap::new();
     for p in &hb.points {
         let Some(seconds) = &p.seconds else {
             continue;
@@ -478,25 +664,79 @@ fn record_seconds(
                 continue;
             }
             let at = hb.cycle_start_ms + SECOND_MS * k as i64;
-            tx.execute(
-                &counts,
-                &[
-                    &app,
-                    &p.point,
-                    &at,
-                    &to_i64(c.visits),
-                    &to_i64(c.passes),
-                    &to_i64(c.downgrades),
-                    &to_i64(c.exceptions),
-                    &to_i64(c.timeouts),
+            let row = counts.entry((p.point.as_str(), at)).or_default();
+            add(
+                row,
+                [
+                    to_i64(c.visits),
+                    to_i64(c.passes),
+                    to_i64(c.downgrades),
+                    to_i64(c.exceptions),
+                    to_i64(c.timeouts),
+                    1,
+                    to_i64(c.measured),
+                    to_i64(c.sum_us),
+                    0,
                 ],
-            )?;
+            );
+            row[8] = row[8].max(to_i64(c.max_us));
             for (reason, n) in &seconds.downgrades_by_reason {
                 if n[k] > 0 {
-                    tx.execute(&reasons, &[&app, &p.point, &at, reason, &to_i64(n[k])])?;
+                    add(
+                        reasons
+                            .entry((p.point.as_str(), at, reason.as_str()))
+                            .or_default(),
+                        [to_i64(n[k])],
+                    );
                 }
             }
         }
+    }
+    let counts: Vec<((&str, i64), [i64; 9])> = counts.into_iter().collect();
+    for chunk in counts.chunks(BATCH_ROWS) {
+        let points: Vec<&str> = chunk.iter().map(|((p, _), _)| *p).collect();
+        let at: Vec<i64> = chunk.iter().map(|((_, t), _)| *t).collect();
+        let c = columns(chunk, |v| *v);
+        tx.execute(
+            "INSERT INTO ra_second_stats (app_id, point, second_ms, visits, passes,
+                downgrades, exceptions, timeouts, instances, measured, sum_us, max_us)
+             SELECT $1::BIGINT, u.point, u.at, u.visits, u.passes, u.downgrades,
+                    u.exceptions, u.timeouts, u.instances, u.measured, u.sum_us, u.max_us
+             FROM UNNEST($2::TEXT[], $3::BIGINT[], $4::BIGINT[], $5::BIGINT[],
+                         $6::BIGINT[], $7::BIGINT[], $8::BIGINT[], $9::BIGINT[],
+                         $10::BIGINT[], $11::BIGINT[], $12::BIGINT[])
+                  AS u(point, at, visits, passes, downgrades, exceptions, timeouts,
+                       instances, measured, sum_us, max_us)
+             ON CONFLICT (app_id, point, second_ms) DO UPDATE SET
+                visits = ra_second_stats.visits + excluded.visits,
+                passes = ra_second_stats.passes + excluded.passes,
+                downgrades = ra_second_stats.downgrades + excluded.downgrades,
+                exceptions = ra_second_stats.exceptions + excluded.exceptions,
+                timeouts = ra_second_stats.timeouts + excluded.timeouts,
+                instances = ra_second_stats.instances + excluded.instances,
+                measured = ra_second_stats.measured + excluded.measured,
+                sum_us = ra_second_stats.sum_us + excluded.sum_us,
+                max_us = GREATEST(ra_second_stats.max_us, excluded.max_us)",
+            &[
+                &app, &points, &at, &c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6], &c[7], &c[8],
+            ],
+        )?;
+    }
+    let reasons: Vec<SecondReason<'_>> = reasons.into_iter().collect();
+    for chunk in reasons.chunks(BATCH_ROWS) {
+        let points: Vec<&str> = chunk.iter().map(|((p, _, _), _)| *p).collect();
+        let at: Vec<i64> = chunk.iter().map(|((_, t, _), _)| *t).collect();
+        let names: Vec<&str> = chunk.iter().map(|((_, _, r), _)| *r).collect();
+        let c = columns(chunk, |v| *v);
+        tx.execute(
+            "INSERT INTO ra_second_reasons (app_id, point, second_ms, reason, count)
+             SELECT $1::BIGINT, u.point, u.at, u.reason, u.count
+             FROM UNNEST($2::TEXT[], $3::BIGINT[], $4::TEXT[], $5::BIGINT[])
+                  AS u(point, at, reason, count)
+             ON CONFLICT (app_id, point, second_ms, reason) DO UPDATE SET
+                count = ra_second_reasons.count + excluded.count",
+            &[&app, &points, &at, &names, &c[0]],
+        )?;
     }
     Ok(())
 }
@@ -516,19 +756,19 @@ fn read_seconds(
     let sql = if sum_points {
         "SELECT NULL::TEXT, second_ms, SUM(visits)::BIGINT, SUM(passes)::BIGINT,
                 SUM(downgrades)::BIGINT, SUM(exceptions)::BIGINT, SUM(timeouts)::BIGINT,
-                MAX(instances)
+                MAX(instances), SUM(measured)::BIGINT, SUM(sum_us)::BIGINT, MAX(max_us)
          FROM ra_second_stats
-         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
-           AND second_ms >= $3 AND second_ms < $4
-         GROUP BY second_ms ORDER BY second_ms LIMIT $5"
+         WHERE app_id = $1 {point} AND second_ms >= $a AND second_ms < $b
+         GROUP BY second_ms ORDER BY second_ms LIMIT $c"
     } else {
-        "SELECT point, second_ms, visits, passes, downgrades, exceptions, timeouts, instances
+        "SELECT point, second_ms, visits, passes, downgrades, exceptions, timeouts, instances,
+                measured, sum_us, max_us
          FROM ra_second_stats
-         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
-           AND second_ms >= $3 AND second_ms < $4
-         ORDER BY point, second_ms LIMIT $5"
+         WHERE app_id = $1 {point} AND second_ms >= $a AND second_ms < $b
+         ORDER BY point, second_ms LIMIT $c"
     };
-    let rows = c.query(sql, &[&app_id, &point, &from_ms, &to_ms, &limit])?;
+    let (sql, args) = by_point(sql, &app_id, &point, &[&from_ms, &to_ms, &limit]);
+    let rows = c.query(&sql, &args)?;
     let mut out: Vec<SecondRow> = rows
         .iter()
         .map(|r| SecondRow {
@@ -540,6 +780,9 @@ fn read_seconds(
                 downgrades: count(r, 4),
                 exceptions: count(r, 5),
                 timeouts: count(r, 6),
+                measured: count(r, 8),
+                sum_us: count(r, 9),
+                max_us: count(r, 10),
             },
             downgrades_by_reason: BTreeMap::new(),
             instances: count(r, 7),
@@ -555,15 +798,14 @@ fn read_seconds(
         .collect();
     let sql = if sum_points {
         "SELECT NULL::TEXT, second_ms, reason, SUM(count)::BIGINT FROM ra_second_reasons
-         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
-           AND second_ms >= $3 AND second_ms < $4
+         WHERE app_id = $1 {point} AND second_ms >= $a AND second_ms < $b
          GROUP BY second_ms, reason"
     } else {
         "SELECT point, second_ms, reason, count FROM ra_second_reasons
-         WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
-           AND second_ms >= $3 AND second_ms < $4"
+         WHERE app_id = $1 {point} AND second_ms >= $a AND second_ms < $b"
     };
-    for r in c.query(sql, &[&app_id, &point, &from_ms, &to_ms])? {
+    let (sql, args) = by_point(sql, &app_id, &point, &[&from_ms, &to_ms]);
+    for r in c.query(&sql, &args)? {
         if let Some(&i) = index.get(&(r.get::<_, Option<String>>(0), r.get::<_, i64>(1))) {
             out[i].downgrades_by_reason.insert(r.get(2), count(&r, 3));
         }
@@ -633,7 +875,7 @@ fn read_cycles_summed(
 
 impl Store for PostgresStore {
     fn record_heartbeat(&self, hb: &Heartbeat, now_ms: i64) -> Result<Ingested, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let mut tx = client.transaction().map_err(backend)?;
         let app = app_id(&mut tx, &hb.app, now_ms).map_err(backend)?;
         let version = hb.policy_version.map(to_i64);
@@ -681,75 +923,23 @@ impl Store for PostgresStore {
             .chain(hb.enforcing.iter().flatten().map(|e| e.point.as_str()))
             .collect();
         record_enforcement(&mut tx, app, hb, now_ms).map_err(backend)?;
-        let upsert_point = tx
-            .prepare(
+        // The points, in name order (a set), in statements of up to BATCH_ROWS.
+        let mentioned: Vec<&str> = mentioned.into_iter().collect();
+        for chunk in mentioned.chunks(BATCH_ROWS) {
+            let flags: Vec<bool> = chunk.iter().map(|n| declared.contains(n)).collect();
+            tx.execute(
                 "INSERT INTO ra_points (app_id, name, declared, first_seen_ms, last_seen_ms)
-                 VALUES ($1, $2, $3, $4, $4)
+                 SELECT $1::BIGINT, u.name, u.declared, $4::BIGINT, $4::BIGINT
+                 FROM UNNEST($2::TEXT[], $3::BOOLEAN[]) AS u(name, declared)
                  ON CONFLICT (app_id, name) DO UPDATE SET
                     declared = ra_points.declared OR excluded.declared,
                     last_seen_ms = excluded.last_seen_ms",
-            )
-            .map_err(backend)?;
-        for name in &mentioned {
-            tx.execute(
-                &upsert_point,
-                &[&app, name, &declared.contains(name), &now_ms],
+                &[&app, &chunk, &flags, &now_ms],
             )
             .map_err(backend)?;
         }
         if fresh {
-            let stats = tx
-                .prepare(
-                    "INSERT INTO ra_cycle_stats (app_id, point, cycle_start_ms, visits, passes,
-                        downgrades, exceptions, timeouts, peak_concurrency, instances,
-                        second_instances)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 1, $10)
-                     ON CONFLICT (app_id, point, cycle_start_ms) DO UPDATE SET
-                        second_instances =
-                            ra_cycle_stats.second_instances + excluded.second_instances,
-                        visits = ra_cycle_stats.visits + excluded.visits,
-                        passes = ra_cycle_stats.passes + excluded.passes,
-                        downgrades = ra_cycle_stats.downgrades + excluded.downgrades,
-                        exceptions = ra_cycle_stats.exceptions + excluded.exceptions,
-                        timeouts = ra_cycle_stats.timeouts + excluded.timeouts,
-                        peak_concurrency =
-                            ra_cycle_stats.peak_concurrency + excluded.peak_concurrency,
-                        instances = ra_cycle_stats.instances + 1",
-                )
-                .map_err(backend)?;
-            let reasons = tx
-                .prepare(
-                    "INSERT INTO ra_cycle_reasons (app_id, point, cycle_start_ms, reason, count)
-                     VALUES ($1, $2, $3, $4, $5)
-                     ON CONFLICT (app_id, point, cycle_start_ms, reason) DO UPDATE SET
-                        count = ra_cycle_reasons.count + excluded.count",
-                )
-                .map_err(backend)?;
-            for p in &hb.points {
-                tx.execute(
-                    &stats,
-                    &[
-                        &app,
-                        &p.point,
-                        &hb.cycle_start_ms,
-                        &to_i64(p.visits),
-                        &to_i64(p.passes),
-                        &to_i64(p.downgrades),
-                        &to_i64(p.exceptions),
-                        &to_i64(p.timeouts),
-                        &to_i64(p.peak_concurrency),
-                        &i64::from(p.seconds.is_some()),
-                    ],
-                )
-                .map_err(backend)?;
-                for (reason, n) in p.downgrades_by_reason.iter().filter(|(_, c)| **c > 0) {
-                    tx.execute(
-                        &reasons,
-                        &[&app, &p.point, &hb.cycle_start_ms, reason, &to_i64(*n)],
-                    )
-                    .map_err(backend)?;
-                }
-            }
+            record_cycles(&mut tx, app, hb).map_err(backend)?;
             record_seconds(&mut tx, app, hb).map_err(backend)?;
         }
         tx.commit().map_err(backend)?;
@@ -761,7 +951,7 @@ impl Store for PostgresStore {
     }
 
     fn record_pull(&self, pull: &Pull<'_>, now_ms: i64) -> Result<(), StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let mut tx = client.transaction().map_err(backend)?;
         let app = app_id(&mut tx, pull.app, now_ms).map_err(backend)?;
         tx.execute(
@@ -787,7 +977,7 @@ impl Store for PostgresStore {
     }
 
     fn apps(&self) -> Result<Vec<AppSummary>, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let rows = client
             .query(
                 "SELECT a.app_group, a.app_name,
@@ -815,26 +1005,29 @@ impl Store for PostgresStore {
     }
 
     fn points(&self, app: &AppKey) -> Result<Vec<PointInfo>, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(Vec::new());
         };
         // One query for the whole list: each point's latest cycle is read backwards
-        // from the primary key (app_id, point, cycle_start_ms), its reasons from
-        // theirs, one index probe per point.
+        // from the primary key (app_id, point, cycle_start_ms) (the ORDER BY names its
+        // columns, so that no other index is taken for it, even before the table has
+        // statistics), its reasons likewise from theirs: two index probes per point.
         let rows = client
             .query(
                 "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms, s.cycle_start_ms,
                     s.visits, s.passes, s.downgrades, s.exceptions, s.timeouts,
                     s.peak_concurrency, s.instances,
-                    (SELECT json_object_agg(r.reason, r.count)::TEXT FROM ra_cycle_reasons r
+                    (SELECT json_object_agg(x.reason, x.count)::TEXT FROM (
+                        SELECT r.reason, r.count FROM ra_cycle_reasons r
                         WHERE r.app_id = p.app_id AND r.point = p.name
-                          AND r.cycle_start_ms = s.cycle_start_ms)
+                          AND r.cycle_start_ms = s.cycle_start_ms
+                        ORDER BY r.app_id, r.point, r.cycle_start_ms, r.reason) x)
                  FROM ra_points p
                  LEFT JOIN LATERAL (
                     SELECT * FROM ra_cycle_stats c
                     WHERE c.app_id = p.app_id AND c.point = p.name
-                    ORDER BY c.cycle_start_ms DESC LIMIT 1
+                    ORDER BY c.point DESC, c.cycle_start_ms DESC LIMIT 1
                  ) s ON TRUE
                  WHERE p.app_id = $1 ORDER BY p.name",
                 &[&app_id],
@@ -881,7 +1074,7 @@ impl Store for PostgresStore {
     }
 
     fn instances(&self, app: &AppKey) -> Result<Vec<InstanceInfo>, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(Vec::new());
         };
@@ -933,21 +1126,23 @@ impl Store for PostgresStore {
         point: Option<&str>,
         with_local: bool,
     ) -> Result<Vec<EnforcementRow>, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(Vec::new());
         };
-        let rows = client
-            .query(
-                "SELECT instance, point, digest, origins,
-                        CASE WHEN $3 THEN local END, local IS NOT NULL,
-                        breaker_kind, breaker_state, breaker_since_ms, breaker_transitions,
-                        cycle_start_ms, received_ms
-                 FROM ra_enforcing WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
-                 ORDER BY point, instance",
-                &[&app_id, &point, &with_local],
-            )
-            .map_err(backend)?;
+        // Of one point: the index (app_id, point); of all: the primary key's prefix.
+        let (sql, args) = by_point(
+            "SELECT instance, point, digest, origins,
+                    CASE WHEN $a THEN local END, local IS NOT NULL,
+                    breaker_kind, breaker_state, breaker_since_ms, breaker_transitions,
+                    cycle_start_ms, received_ms
+             FROM ra_enforcing WHERE app_id = $1 {point}
+             ORDER BY point, instance",
+            &app_id,
+            &point,
+            &[&with_local],
+        );
+        let rows = client.query(&sql, &args).map_err(backend)?;
         rows.iter()
             .map(|r| {
                 let stored = StoredEnforcing {
@@ -979,7 +1174,7 @@ impl Store for PostgresStore {
         to_ms: i64,
         limit: usize,
     ) -> Result<Vec<CycleRow>, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(Vec::new());
         };
@@ -993,7 +1188,7 @@ impl Store for PostgresStore {
         to_ms: i64,
         limit: usize,
     ) -> Result<Vec<CycleRow>, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(Vec::new());
         };
@@ -1009,7 +1204,7 @@ impl Store for PostgresStore {
         to_ms: i64,
         limit: usize,
     ) -> Result<Vec<SecondRow>, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(Vec::new());
         };
@@ -1032,26 +1227,27 @@ impl Store for PostgresStore {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<i64>, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(Vec::new());
         };
-        let rows = client
-            .query(
-                "SELECT DISTINCT cycle_start_ms FROM ra_cycle_stats
-                 WHERE app_id = $1 AND ($2::TEXT IS NULL OR point = $2)
-                   AND cycle_start_ms > $3 AND cycle_start_ms < $4
-                   AND instances > second_instances
-                   AND visits + exceptions + timeouts > 0
-                 ORDER BY cycle_start_ms",
-                &[&app_id, &point, &(from_ms - CYCLE_MS), &to_ms],
-            )
-            .map_err(backend)?;
+        let from = from_ms - CYCLE_MS;
+        let (sql, args) = by_point(
+            "SELECT DISTINCT cycle_start_ms FROM ra_cycle_stats
+             WHERE app_id = $1 {point} AND cycle_start_ms > $a AND cycle_start_ms < $b
+               AND instances > second_instances
+               AND visits + exceptions + timeouts > 0
+             ORDER BY cycle_start_ms",
+            &app_id,
+            &point,
+            &[&from, &to_ms],
+        );
+        let rows = client.query(&sql, &args).map_err(backend)?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     fn current_version(&self, app: &AppKey) -> Result<u64, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(0);
         };
@@ -1066,7 +1262,7 @@ impl Store for PostgresStore {
         app: &AppKey,
         version: u64,
     ) -> Result<Option<PolicyVersion>, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(None);
         };
@@ -1083,7 +1279,7 @@ impl Store for PostgresStore {
     }
 
     fn policy_history(&self, app: &AppKey) -> Result<Vec<PolicyVersion>, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(Vec::new());
         };
@@ -1104,7 +1300,7 @@ impl Store for PostgresStore {
         app: &AppKey,
         change: &NewPolicyVersion,
     ) -> Result<PolicyVersion, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let mut tx = client.transaction().map_err(backend)?;
         let app_id = app_id(&mut tx, app, change.created_ms).map_err(backend)?;
         // Serialises changes of this app across servers sharing the database.
@@ -1153,7 +1349,7 @@ impl Store for PostgresStore {
     }
 
     fn prune(&self, before_ms: i64) -> Result<u64, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let mut tx = client.transaction().map_err(backend)?;
         let deleted = tx
             .execute(
@@ -1186,7 +1382,7 @@ impl Store for PostgresStore {
     }
 
     fn prune_seconds(&self, before_ms: i64) -> Result<u64, StoreError> {
-        let mut client = self.client();
+        let mut client = self.client()?;
         let mut tx = client.transaction().map_err(backend)?;
         let deleted = tx
             .execute(
@@ -1201,5 +1397,79 @@ impl Store for PostgresStore {
         .map_err(backend)?;
         tx.commit().map_err(backend)?;
         Ok(deleted)
+    }
+
+    fn prune_silent(&self, before_ms: i64) -> Result<Forgotten, StoreError> {
+        let mut client = self.client()?;
+        let mut tx = client.transaction().map_err(backend)?;
+        let silent = "GREATEST(COALESCE(i.last_heartbeat_ms, 0), COALESCE(i.last_pull_ms, 0)) < $1";
+        tx.execute(
+            &format!(
+                "DELETE FROM ra_enforcing e USING ra_instances i
+                 WHERE i.app_id = e.app_id AND i.instance = e.instance AND {silent}"
+            ),
+            &[&before_ms],
+        )
+        .map_err(backend)?;
+        let instances = tx
+            .execute(
+                &format!("DELETE FROM ra_instances i WHERE {silent}"),
+                &[&before_ms],
+            )
+            .map_err(backend)?;
+        // A point stays while it is mentioned, declared by an app that still sends
+        // heartbeats, or configured in its app's current policy.
+        let points = tx
+            .execute(
+                "DELETE FROM ra_points p WHERE p.last_seen_ms < $1
+                   AND NOT (p.declared AND EXISTS (SELECT 1 FROM ra_instances i
+                       WHERE i.app_id = p.app_id AND i.last_heartbeat_ms >= $1))
+                   AND NOT EXISTS (SELECT 1 FROM ra_policy_versions v
+                       WHERE v.app_id = p.app_id
+                         AND v.version = (SELECT MAX(w.version) FROM ra_policy_versions w
+                                          WHERE w.app_id = p.app_id)
+                         AND (v.document::JSONB -> 'points') ? p.name)",
+                &[&before_ms],
+            )
+            .map_err(backend)?;
+        let apps: Vec<i64> = tx
+            .query(
+                "SELECT id FROM ra_apps a WHERE created_ms < $1
+                   AND NOT EXISTS (SELECT 1 FROM ra_instances i WHERE i.app_id = a.id)
+                   AND NOT EXISTS (SELECT 1 FROM ra_points p WHERE p.app_id = a.id)
+                   AND NOT EXISTS (SELECT 1 FROM ra_policy_versions v WHERE v.app_id = a.id)
+                   AND NOT EXISTS (SELECT 1 FROM ra_cycle_stats c WHERE c.app_id = a.id)
+                   AND NOT EXISTS (SELECT 1 FROM ra_second_stats s WHERE s.app_id = a.id)",
+                &[&before_ms],
+            )
+            .map_err(backend)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        if !apps.is_empty() {
+            // Whatever is left of them (receipts, reasons).
+            for table in [
+                "ra_cycle_reasons",
+                "ra_second_stats",
+                "ra_second_reasons",
+                "ra_received",
+                "ra_received_parts",
+                "ra_enforcing",
+            ] {
+                tx.execute(
+                    &format!("DELETE FROM {table} WHERE app_id = ANY($1)"),
+                    &[&apps],
+                )
+                .map_err(backend)?;
+            }
+            tx.execute("DELETE FROM ra_apps WHERE id = ANY($1)", &[&apps])
+                .map_err(backend)?;
+        }
+        tx.commit().map_err(backend)?;
+        Ok(Forgotten {
+            instances,
+            points,
+            apps: apps.len() as u64,
+        })
     }
 }

@@ -1,6 +1,9 @@
 //! The embedded SQLite store: one database file, no server to run.
 
-use super::{parse_json, to_i64, to_json, to_u64, Pull, Store, StoreError, StoredEnforcing};
+use super::{
+    parse_json, to_i64, to_json, to_u64, Forgotten, Pool, Pooled, Pull, Store, StoreError,
+    StoredEnforcing,
+};
 use crate::model::{
     AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, Ingested, InstanceInfo,
     NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, SecondCounts, SecondRow, CYCLE_MS,
@@ -13,11 +16,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 /// The schema; `PRAGMA user_version` tells which one a file has.
-const SCHEMA_VERSION: i64 = 4;
+const SCHEMA_VERSION: i64 = 5;
 
 /// What each schema version adds to the one before ([`SCHEMA`] is version 1). Only
 /// additions: a file of an older version opens and is brought up to date.
-const MIGRATIONS: [(i64, &str); 3] = [
+const MIGRATIONS: [(i64, &str); 4] = [
     (
         2,
         "
@@ -97,7 +100,35 @@ INSERT OR IGNORE INTO received_parts (app_id, instance, cycle_start_ms, part, re
     SELECT app_id, instance, cycle_start_ms, 0, received_ms FROM received;
 ",
     ),
+    // Version 5: the seconds' call durations (calls measured, the sum and the max of
+    // their durations in µs); the seconds stored before have none.
+    (
+        5,
+        "
+ALTER TABLE second_stats ADD COLUMN measured INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE second_stats ADD COLUMN sum_us INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE second_stats ADD COLUMN max_us INTEGER NOT NULL DEFAULT 0;
+",
+    ),
 ];
+
+/// Indexes for the reads of one app over a time range (every point's cycles or
+/// seconds of the last minutes, summed or not): created, if missing, on every
+/// opening, after the migrations (they change no table, so a file with them still
+/// opens in an older server, which keeps them up to date).
+const INDEXES: &str = "
+CREATE INDEX IF NOT EXISTS cycle_stats_app_time ON cycle_stats (app_id, cycle_start_ms);
+CREATE INDEX IF NOT EXISTS cycle_reasons_app_time ON cycle_reasons (app_id, cycle_start_ms, point, reason);
+CREATE INDEX IF NOT EXISTS second_stats_app_time ON second_stats (app_id, second_ms);
+CREATE INDEX IF NOT EXISTS second_reasons_app_time ON second_reasons (app_id, second_ms, point, reason);
+";
+
+/// Read connections kept open beside the writer (WAL lets them read while it writes).
+const READERS: usize = 4;
+
+/// The page cache of each connection, in KiB (SQLite's default is 2 MiB): the point
+/// list of a big app reads its points, latest cycles and enforcement reports whole.
+const CACHE_KIB: i64 = 32 * 1024;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS apps (
@@ -173,8 +204,11 @@ CREATE TABLE IF NOT EXISTS policy_versions (
 ///
 /// The file is opened in WAL mode with `synchronous = FULL`: a committed heartbeat or
 /// policy change survives a crash of the process or of the machine. One connection
-/// serves every request; SQLite transactions are short here (a heartbeat is a few
-/// upserts), so that is not the bottleneck of a console.
+/// writes (heartbeats, pulls, policy changes and pruning, one after the other);
+/// reads (the dashboard's lists, statistics, policies) use up to four read-only
+/// connections of their own, each read one transaction (one snapshot), so they never
+/// wait for a write in progress and a write never waits for them. A database in
+/// memory has the one connection only.
 ///
 /// # Examples
 ///
@@ -200,6 +234,9 @@ CREATE TABLE IF NOT EXISTS policy_versions (
 /// ```
 pub struct SqliteStore {
     conn: Mutex<Connection>,
+    /// Read connections of a file (`None` in memory: a second connection would not
+    /// see the same database).
+    readers: Option<Pool<Connection>>,
     path: Option<PathBuf>,
 }
 
@@ -245,6 +282,8 @@ impl SqliteStore {
             .map_err(backend)?;
         conn.pragma_update(None, "synchronous", "FULL")
             .map_err(backend)?;
+        conn.pragma_update(None, "cache_size", -CACHE_KIB)
+            .map_err(backend)?;
         conn.pragma_update(None, "foreign_keys", "ON")
             .map_err(backend)?;
         // Another process (a second server on the same file) may hold a write lock
@@ -273,11 +312,22 @@ impl SqliteStore {
                 })?;
             }
         }
+        tx.execute_batch(INDEXES).map_err(backend)?;
         tx.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(backend)?;
         tx.commit().map_err(backend)?;
+        let readers = match &path {
+            Some(path) => {
+                let pool = Pool::new(READERS, |_| true);
+                // One opened now: the first read after the opening does not pay for it.
+                pool.put(open_reader(path)?);
+                Some(pool)
+            }
+            None => None,
+        };
         Ok(SqliteStore {
             conn: Mutex::new(conn),
+            readers,
             path,
         })
     }
@@ -292,6 +342,52 @@ impl SqliteStore {
         // `Transaction` drop), so the connection is still consistent.
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// Runs `f` in one read transaction (one snapshot of the database) on a read
+    /// connection, or on the writer's for a database in memory.
+    fn read<T>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut reader: Reader<'_> = match (&self.readers, &self.path) {
+            (Some(pool), Some(path)) => Reader::Pooled(pool.get(|| open_reader(path))?),
+            _ => Reader::Writer(self.conn()),
+        };
+        let tx = reader.conn().transaction().map_err(backend)?;
+        let out = f(&tx);
+        // Nothing was written: ending the transaction either way releases the snapshot.
+        tx.rollback().map_err(backend)?;
+        out
+    }
+}
+
+/// The connection a read runs on.
+enum Reader<'a> {
+    Pooled(Pooled<'a, Connection>),
+    Writer(MutexGuard<'a, Connection>),
+}
+
+impl Reader<'_> {
+    fn conn(&mut self) -> &mut Connection {
+        match self {
+            Reader::Pooled(c) => c,
+            Reader::Writer(c) => c,
+        }
+    }
+}
+
+/// A read-only connection to the file: it cannot write (`query_only`), and in WAL mode
+/// it reads the last committed state while the writer writes.
+fn open_reader(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)
+        .map_err(|e| StoreError::Backend(format!("cannot open {}: {e}", path.display())))?;
+    conn.pragma_update(None, "query_only", true)
+        .map_err(backend)?;
+    conn.pragma_update(None, "cache_size", -CACHE_KIB)
+        .map_err(backend)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(backend)?;
+    Ok(conn)
 }
 
 fn app_id(tx: &Transaction<'_>, app: &AppKey, now_ms: i64) -> rusqlite::Result<i64> {
@@ -448,6 +544,23 @@ impl VersionRow {
     }
 }
 
+/// `AND point = ?` with a point, nothing without: a statement of each kind, so that
+/// each is served by an index (`(?2 IS NULL OR point = ?2)` would use none of the
+/// point's), with its arguments in order.
+fn point_filter<'a>(
+    app_id: &'a i64,
+    point: &'a Option<&'a str>,
+) -> (&'static str, Vec<&'a dyn rusqlite::ToSql>) {
+    let mut args: Vec<&dyn rusqlite::ToSql> = vec![app_id];
+    match point {
+        Some(p) => {
+            args.push(p);
+            ("AND point = ?", args)
+        }
+        None => ("", args),
+    }
+}
+
 /// Reads cycle rows and attaches their per-reason counts.
 fn read_cycles(
     conn: &Connection,
@@ -458,17 +571,27 @@ fn read_cycles(
     limit: usize,
 ) -> rusqlite::Result<Vec<CycleRow>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut stmt = conn.prepare_cached(
+    let (filter, mut args) = point_filter(&app_id, &point);
+    args.extend([&from_ms as &dyn rusqlite::ToSql, &to_ms]);
+    // Of one point: the primary key's range (app_id, point, cycle_start_ms); of all:
+    // the app's time index, then sorted.
+    let stats_index = if point.is_some() {
+        ""
+    } else {
+        "INDEXED BY cycle_stats_app_time"
+    };
+    let mut stmt = conn.prepare_cached(&format!(
         "SELECT point, cycle_start_ms, visits, passes, downgrades, exceptions, timeouts,
                 peak_concurrency, instances
-         FROM cycle_stats
-         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
-           AND cycle_start_ms >= ?3 AND cycle_start_ms < ?4
+         FROM cycle_stats {stats_index}
+         WHERE app_id = ? {filter} AND cycle_start_ms >= ? AND cycle_start_ms < ?
          ORDER BY point, cycle_start_ms
-         LIMIT ?5",
-    )?;
+         LIMIT ?"
+    ))?;
+    let mut with_limit = args.clone();
+    with_limit.push(&limit);
     let mut rows: Vec<CycleRow> = stmt
-        .query_map(params![app_id, point, from_ms, to_ms, limit], |r| {
+        .query_map(&with_limit[..], |r| {
             let count = |i: usize| -> rusqlite::Result<u64> {
                 Ok(u64::try_from(r.get::<_, i64>(i)?).unwrap_or(0))
             };
@@ -496,12 +619,16 @@ fn read_cycles(
     for (i, row) in rows.iter().enumerate() {
         index.insert((row.counts.point.clone(), row.cycle_start_ms), i);
     }
-    let mut stmt = conn.prepare_cached(
-        "SELECT point, cycle_start_ms, reason, count FROM cycle_reasons
-         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
-           AND cycle_start_ms >= ?3 AND cycle_start_ms < ?4",
-    )?;
-    let reasons = stmt.query_map(params![app_id, point, from_ms, to_ms], |r| {
+    let reasons_index = if point.is_some() {
+        ""
+    } else {
+        "INDEXED BY cycle_reasons_app_time"
+    };
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT point, cycle_start_ms, reason, count FROM cycle_reasons {reasons_index}
+         WHERE app_id = ? {filter} AND cycle_start_ms >= ? AND cycle_start_ms < ?"
+    ))?;
+    let reasons = stmt.query_map(&args[..], |r| {
         Ok((
             r.get::<_, String>(0)?,
             r.get::<_, i64>(1)?,
@@ -525,14 +652,17 @@ fn read_cycles(
 fn record_seconds(tx: &Transaction<'_>, app: i64, hb: &Heartbeat) -> rusqlite::Result<()> {
     let mut counts = tx.prepare_cached(
         "INSERT INTO second_stats (app_id, point, second_ms, visits, passes, downgrades,
-            exceptions, timeouts, instances)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 1)
+            exceptions, timeouts, measured, sum_us, max_us, instances)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, 1)
          ON CONFLICT (app_id, point, second_ms) DO UPDATE SET
             visits = second_stats.visits + excluded.visits,
             passes = second_stats.passes + excluded.passes,
             downgrades = second_stats.downgrades + excluded.downgrades,
             exceptions = second_stats.exceptions + excluded.exceptions,
             timeouts = second_stats.timeouts + excluded.timeouts,
+            measured = second_stats.measured + excluded.measured,
+            sum_us = second_stats.sum_us + excluded.sum_us,
+            max_us = MAX(second_stats.max_us, excluded.max_us),
             instances = second_stats.instances + 1",
     )?;
     let mut reasons = tx.prepare_cached(
@@ -558,7 +688,10 @@ fn record_seconds(tx: &Transaction<'_>, app: i64, hb: &Heartbeat) -> rusqlite::R
                 to_i64(c.passes),
                 to_i64(c.downgrades),
                 to_i64(c.exceptions),
-                to_i64(c.timeouts)
+                to_i64(c.timeouts),
+                to_i64(c.measured),
+                to_i64(c.sum_us),
+                to_i64(c.max_us)
             ])?;
             for (reason, n) in &seconds.downgrades_by_reason {
                 if n[k] > 0 {
@@ -582,23 +715,41 @@ fn read_seconds(
     limit: usize,
 ) -> rusqlite::Result<Vec<SecondRow>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let sql = if sum_points {
-        "SELECT NULL, second_ms, SUM(visits), SUM(passes), SUM(downgrades), SUM(exceptions),
-                SUM(timeouts), MAX(instances)
-         FROM second_stats
-         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
-           AND second_ms >= ?3 AND second_ms < ?4
-         GROUP BY second_ms ORDER BY second_ms LIMIT ?5"
+    let (filter, mut args) = point_filter(&app_id, &point);
+    args.extend([&from_ms as &dyn rusqlite::ToSql, &to_ms]);
+    // Of one point: the primary key's range (app_id, point, second_ms); of all: the
+    // app's time index.
+    let (stats_index, reasons_index) = if point.is_some() {
+        ("", "")
     } else {
-        "SELECT point, second_ms, visits, passes, downgrades, exceptions, timeouts, instances
-         FROM second_stats
-         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
-           AND second_ms >= ?3 AND second_ms < ?4
-         ORDER BY point, second_ms LIMIT ?5"
+        (
+            "INDEXED BY second_stats_app_time",
+            "INDEXED BY second_reasons_app_time",
+        )
     };
-    let mut stmt = conn.prepare_cached(sql)?;
+    let sql = if sum_points {
+        format!(
+            "SELECT NULL, second_ms, SUM(visits), SUM(passes), SUM(downgrades),
+                    SUM(exceptions), SUM(timeouts), MAX(instances),
+                    SUM(measured), SUM(sum_us), MAX(max_us)
+             FROM second_stats {stats_index}
+             WHERE app_id = ? {filter} AND second_ms >= ? AND second_ms < ?
+             GROUP BY second_ms ORDER BY second_ms LIMIT ?"
+        )
+    } else {
+        format!(
+            "SELECT point, second_ms, visits, passes, downgrades, exceptions, timeouts,
+                    instances, measured, sum_us, max_us
+             FROM second_stats {stats_index}
+             WHERE app_id = ? {filter} AND second_ms >= ? AND second_ms < ?
+             ORDER BY point, second_ms LIMIT ?"
+        )
+    };
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let mut with_limit = args.clone();
+    with_limit.push(&limit);
     let mut rows: Vec<SecondRow> = stmt
-        .query_map(params![app_id, point, from_ms, to_ms, limit], |r| {
+        .query_map(&with_limit[..], |r| {
             let count = |i: usize| -> rusqlite::Result<u64> {
                 Ok(u64::try_from(r.get::<_, i64>(i)?).unwrap_or(0))
             };
@@ -611,6 +762,9 @@ fn read_seconds(
                     downgrades: count(4)?,
                     exceptions: count(5)?,
                     timeouts: count(6)?,
+                    measured: count(8)?,
+                    sum_us: count(9)?,
+                    max_us: count(10)?,
                 },
                 downgrades_by_reason: BTreeMap::new(),
                 instances: count(7)?,
@@ -626,17 +780,19 @@ fn read_seconds(
         .map(|(i, r)| ((r.point.clone(), r.second_start_ms), i))
         .collect();
     let sql = if sum_points {
-        "SELECT NULL, second_ms, reason, SUM(count) FROM second_reasons
-         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
-           AND second_ms >= ?3 AND second_ms < ?4
-         GROUP BY second_ms, reason"
+        format!(
+            "SELECT NULL, second_ms, reason, SUM(count) FROM second_reasons {reasons_index}
+             WHERE app_id = ? {filter} AND second_ms >= ? AND second_ms < ?
+             GROUP BY second_ms, reason"
+        )
     } else {
-        "SELECT point, second_ms, reason, count FROM second_reasons
-         WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
-           AND second_ms >= ?3 AND second_ms < ?4"
+        format!(
+            "SELECT point, second_ms, reason, count FROM second_reasons {reasons_index}
+             WHERE app_id = ? {filter} AND second_ms >= ? AND second_ms < ?"
+        )
     };
-    let mut stmt = conn.prepare_cached(sql)?;
-    let reasons = stmt.query_map(params![app_id, point, from_ms, to_ms], |r| {
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let reasons = stmt.query_map(&args[..], |r| {
         Ok((
             r.get::<_, Option<String>>(0)?,
             r.get::<_, i64>(1)?,
@@ -667,7 +823,7 @@ fn read_cycles_summed(
     let mut stmt = conn.prepare_cached(
         "SELECT cycle_start_ms, SUM(visits), SUM(passes), SUM(downgrades), SUM(exceptions),
                 SUM(timeouts), SUM(peak_concurrency), MAX(instances)
-         FROM cycle_stats
+         FROM cycle_stats INDEXED BY cycle_stats_app_time
          WHERE app_id = ?1 AND cycle_start_ms >= ?2 AND cycle_start_ms < ?3
          GROUP BY cycle_start_ms ORDER BY cycle_start_ms LIMIT ?4",
     )?;
@@ -702,7 +858,8 @@ fn read_cycles_summed(
         .map(|(i, r)| (r.cycle_start_ms, i))
         .collect();
     let mut stmt = conn.prepare_cached(
-        "SELECT cycle_start_ms, reason, SUM(count) FROM cycle_reasons
+        "SELECT cycle_start_ms, reason, SUM(count)
+         FROM cycle_reasons INDEXED BY cycle_reasons_app_time
          WHERE app_id = ?1 AND cycle_start_ms >= ?2 AND cycle_start_ms < ?3
          GROUP BY cycle_start_ms, reason",
     )?;
@@ -879,10 +1036,10 @@ impl Store for SqliteStore {
     }
 
     fn apps(&self) -> Result<Vec<AppSummary>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT a.app_group, a.app_name,
+        self.read(|conn| {
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT a.app_group, a.app_name,
                     (SELECT COALESCE(MAX(version), 0) FROM policy_versions v
                         WHERE v.app_id = a.id),
                     (SELECT MAX(MAX(COALESCE(i.last_heartbeat_ms, 0),
@@ -890,174 +1047,156 @@ impl Store for SqliteStore {
                         FROM instances i WHERE i.app_id = a.id),
                     (SELECT COUNT(*) FROM instances i WHERE i.app_id = a.id)
                  FROM apps a ORDER BY a.app_group, a.app_name",
-            )
-            .map_err(backend)?;
-        let rows = stmt
-            .query_map([], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, Option<i64>>(3)?,
-                    r.get::<_, i64>(4)?,
-                ))
-            })
-            .map_err(backend)?;
-        let mut apps = Vec::new();
-        for row in rows {
-            let (group, name, version, last_seen, instances) = row.map_err(backend)?;
-            apps.push(AppSummary {
-                group,
-                name,
-                policy_version: to_u64(version, "version")?,
-                last_seen_ms: last_seen.filter(|&t| t > 0),
-                instances: to_u64(instances, "instance count")?,
-            });
-        }
-        Ok(apps)
+                )
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        r.get::<_, i64>(2)?,
+                        r.get::<_, Option<i64>>(3)?,
+                        r.get::<_, i64>(4)?,
+                    ))
+                })
+                .map_err(backend)?;
+            let mut apps = Vec::new();
+            for row in rows {
+                let (group, name, version, last_seen, instances) = row.map_err(backend)?;
+                apps.push(AppSummary {
+                    group,
+                    name,
+                    policy_version: to_u64(version, "version")?,
+                    last_seen_ms: last_seen.filter(|&t| t > 0),
+                    instances: to_u64(instances, "instance count")?,
+                });
+            }
+            Ok(apps)
+        })
     }
 
     fn points(&self, app: &AppKey) -> Result<Vec<PointInfo>, StoreError> {
-        let conn = self.conn();
-        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
-            return Ok(Vec::new());
-        };
-        // Two queries for the whole list: each point's latest cycle is found through
-        // the primary key (app_id, point, cycle_start_ms), one index probe per point.
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms, s.cycle_start_ms,
-                    s.visits, s.passes, s.downgrades, s.exceptions, s.timeouts,
-                    s.peak_concurrency, s.instances
-                 FROM points p
-                 LEFT JOIN cycle_stats s ON s.app_id = p.app_id AND s.point = p.name
-                    AND s.cycle_start_ms = (SELECT MAX(m.cycle_start_ms) FROM cycle_stats m
-                        WHERE m.app_id = p.app_id AND m.point = p.name)
-                 WHERE p.app_id = ?1 ORDER BY p.name",
-            )
-            .map_err(backend)?;
-        let mut points = stmt
-            .query_map(params![app_id], |r| {
-                let count = |i: usize| -> rusqlite::Result<u64> {
-                    Ok(u64::try_from(r.get::<_, Option<i64>>(i)?.unwrap_or(0)).unwrap_or(0))
-                };
-                let name: String = r.get(0)?;
-                let last_cycle = match r.get::<_, Option<i64>>(4)? {
-                    None => None,
-                    Some(t) => Some(CycleRow {
-                        cycle_start_ms: t,
-                        counts: PointCycle {
-                            point: name.clone(),
-                            visits: count(5)?,
-                            passes: count(6)?,
-                            downgrades: count(7)?,
-                            exceptions: count(8)?,
-                            timeouts: count(9)?,
-                            peak_concurrency: count(10)?,
-                            downgrades_by_reason: BTreeMap::new(),
-                            seconds: None,
-                        },
-                        instances: count(11)?,
-                    }),
-                };
-                Ok(PointInfo {
-                    name,
-                    declared: r.get(1)?,
-                    has_policy: false,
-                    first_seen_ms: Some(r.get(2)?),
-                    last_seen_ms: Some(r.get(3)?),
-                    last_cycle,
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(Vec::new());
+            };
+            // One query for the whole list: per point, its latest cycle's row found
+            // backwards through the primary key (app_id, point, cycle_start_ms), read
+            // by its rowid, and that cycle's reasons through theirs: three index probes
+            // per point, whatever the length of the history.
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms,
+                        s.cycle_start_ms, s.visits, s.passes, s.downgrades, s.exceptions,
+                        s.timeouts, s.peak_concurrency, s.instances,
+                        (SELECT json_group_object(r.reason, r.count) FROM cycle_reasons r
+                         WHERE s.rowid IS NOT NULL AND r.app_id = s.app_id
+                           AND r.point = s.point AND r.cycle_start_ms = s.cycle_start_ms)
+                     FROM points p
+                     LEFT JOIN cycle_stats s ON s.rowid = (SELECT m.rowid FROM cycle_stats m
+                        WHERE m.app_id = p.app_id AND m.point = p.name
+                        ORDER BY m.cycle_start_ms DESC LIMIT 1)
+                     WHERE p.app_id = ?1 ORDER BY p.name",
+                )
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(params![app_id], |r| {
+                    let count = |i: usize| -> rusqlite::Result<u64> {
+                        Ok(u64::try_from(r.get::<_, Option<i64>>(i)?.unwrap_or(0)).unwrap_or(0))
+                    };
+                    let name: String = r.get(0)?;
+                    let last_cycle = match r.get::<_, Option<i64>>(4)? {
+                        None => None,
+                        Some(t) => Some(CycleRow {
+                            cycle_start_ms: t,
+                            counts: PointCycle {
+                                point: name.clone(),
+                                visits: count(5)?,
+                                passes: count(6)?,
+                                downgrades: count(7)?,
+                                exceptions: count(8)?,
+                                timeouts: count(9)?,
+                                peak_concurrency: count(10)?,
+                                downgrades_by_reason: BTreeMap::new(),
+                                seconds: None,
+                            },
+                            instances: count(11)?,
+                        }),
+                    };
+                    let info = PointInfo {
+                        name,
+                        declared: r.get(1)?,
+                        has_policy: false,
+                        first_seen_ms: Some(r.get(2)?),
+                        last_seen_ms: Some(r.get(3)?),
+                        last_cycle,
+                    };
+                    Ok((info, r.get::<_, Option<String>>(12)?))
                 })
-            })
-            .map_err(backend)?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(backend)?;
-        let index: BTreeMap<String, usize> = points
-            .iter()
-            .enumerate()
-            .map(|(i, p)| (p.name.clone(), i))
-            .collect();
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT r.point, r.reason, r.count
-                 FROM points p
-                 JOIN cycle_reasons r ON r.app_id = p.app_id AND r.point = p.name
-                    AND r.cycle_start_ms = (SELECT MAX(m.cycle_start_ms) FROM cycle_stats m
-                        WHERE m.app_id = p.app_id AND m.point = p.name)
-                 WHERE p.app_id = ?1",
-            )
-            .map_err(backend)?;
-        let reasons = stmt
-            .query_map(params![app_id], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, i64>(2)?,
-                ))
-            })
-            .map_err(backend)?;
-        for reason in reasons {
-            let (point, reason, count) = reason.map_err(backend)?;
-            if let Some(c) = index
-                .get(&point)
-                .and_then(|&i| points[i].last_cycle.as_mut())
-            {
-                c.counts
-                    .downgrades_by_reason
-                    .insert(reason, u64::try_from(count).unwrap_or(0));
+                .map_err(backend)?;
+            let mut points = Vec::new();
+            for row in rows {
+                let (mut info, reasons) = row.map_err(backend)?;
+                if let (Some(cycle), Some(text)) = (info.last_cycle.as_mut(), reasons) {
+                    if text != "{}" {
+                        cycle.counts.downgrades_by_reason = parse_json(&text, "downgrade reasons")?;
+                    }
+                }
+                points.push(info);
             }
-        }
-        Ok(points)
+            Ok(points)
+        })
     }
 
     fn instances(&self, app: &AppKey) -> Result<Vec<InstanceInfo>, StoreError> {
-        let conn = self.conn();
-        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
-            return Ok(Vec::new());
-        };
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT instance, host, ip, protocol, last_heartbeat_ms, last_pull_ms,
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT instance, host, ip, protocol, last_heartbeat_ms, last_pull_ms,
                         policy_version, health_ms, last_upload_error, last_pull_error,
                         from_cache, uploads_dropped, pull_failures, policies_rejected
                  FROM instances WHERE app_id = ?1 ORDER BY instance",
-            )
-            .map_err(backend)?;
-        let count = |r: &rusqlite::Row<'_>, i: usize| -> rusqlite::Result<u64> {
-            Ok(r.get::<_, Option<i64>>(i)?
-                .and_then(|v| u64::try_from(v).ok())
-                .unwrap_or(0))
-        };
-        let rows = stmt
-            .query_map(params![app_id], |r| {
-                let health_ms: Option<i64> = r.get(7)?;
-                let client = match health_ms {
-                    None => None,
-                    Some(_) => Some(ClientHealth {
-                        last_upload_error: r.get(8)?,
-                        last_pull_error: r.get(9)?,
-                        from_cache: r.get::<_, Option<bool>>(10)?.unwrap_or(false),
-                        uploads_dropped: count(r, 11)?,
-                        pull_failures: count(r, 12)?,
-                        policies_rejected: count(r, 13)?,
-                    }),
-                };
-                Ok(InstanceInfo {
-                    instance: r.get(0)?,
-                    host: r.get(1)?,
-                    ip: r.get(2)?,
-                    protocol: r.get(3)?,
-                    last_heartbeat_ms: r.get(4)?,
-                    last_pull_ms: r.get(5)?,
-                    policy_version: r
-                        .get::<_, Option<i64>>(6)?
-                        .and_then(|v| u64::try_from(v).ok()),
-                    client,
-                    client_reported_ms: health_ms,
+                )
+                .map_err(backend)?;
+            let count = |r: &rusqlite::Row<'_>, i: usize| -> rusqlite::Result<u64> {
+                Ok(r.get::<_, Option<i64>>(i)?
+                    .and_then(|v| u64::try_from(v).ok())
+                    .unwrap_or(0))
+            };
+            let rows = stmt
+                .query_map(params![app_id], |r| {
+                    let health_ms: Option<i64> = r.get(7)?;
+                    let client = match health_ms {
+                        None => None,
+                        Some(_) => Some(ClientHealth {
+                            last_upload_error: r.get(8)?,
+                            last_pull_error: r.get(9)?,
+                            from_cache: r.get::<_, Option<bool>>(10)?.unwrap_or(false),
+                            uploads_dropped: count(r, 11)?,
+                            pull_failures: count(r, 12)?,
+                            policies_rejected: count(r, 13)?,
+                        }),
+                    };
+                    Ok(InstanceInfo {
+                        instance: r.get(0)?,
+                        host: r.get(1)?,
+                        ip: r.get(2)?,
+                        protocol: r.get(3)?,
+                        last_heartbeat_ms: r.get(4)?,
+                        last_pull_ms: r.get(5)?,
+                        policy_version: r
+                            .get::<_, Option<i64>>(6)?
+                            .and_then(|v| u64::try_from(v).ok()),
+                        client,
+                        client_reported_ms: health_ms,
+                    })
                 })
-            })
-            .map_err(backend)?;
-        rows.collect::<rusqlite::Result<_>>().map_err(backend)
+                .map_err(backend)?;
+            rows.collect::<rusqlite::Result<_>>().map_err(backend)
+        })
     }
 
     fn enforcement(
@@ -1066,53 +1205,60 @@ impl Store for SqliteStore {
         point: Option<&str>,
         with_local: bool,
     ) -> Result<Vec<EnforcementRow>, StoreError> {
-        let conn = self.conn();
-        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
-            return Ok(Vec::new());
-        };
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT instance, point, digest, origins,
-                        CASE WHEN ?3 THEN local END, local IS NOT NULL,
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(Vec::new());
+            };
+            // Of one point: the index (app_id, point); of all: the primary key's
+            // prefix (app_id).
+            let (filter, mut args) = point_filter(&app_id, &point);
+            args.push(&with_local);
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT instance, point, digest, origins,
+                        CASE WHEN ?{local} THEN local END, local IS NOT NULL,
                         breaker_kind, breaker_state, breaker_since_ms, breaker_transitions,
                         cycle_start_ms, received_ms
-                 FROM enforcing WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
-                 ORDER BY point, instance",
-            )
-            .map_err(backend)?;
-        let rows = stmt
-            .query_map(params![app_id, point, with_local], |r| {
-                Ok((
-                    r.get::<_, String>(0)?,
-                    StoredEnforcing {
-                        point: r.get(1)?,
-                        digest: r.get(2)?,
-                        origins: r.get(3)?,
-                        local: r.get(4)?,
-                        breaker_kind: r.get(6)?,
-                        breaker_state: r.get(7)?,
-                        breaker_since_ms: r.get(8)?,
-                        breaker_transitions: r.get(9)?,
-                    },
-                    r.get::<_, bool>(5)?,
-                    r.get::<_, i64>(10)?,
-                    r.get::<_, i64>(11)?,
+                     FROM enforcing WHERE app_id = ?1 {filter}
+                     ORDER BY point, instance",
+                    local = args.len(),
+                    filter = filter.replace('?', "?2"),
                 ))
-            })
-            .map_err(backend)?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(backend)?;
-        rows.into_iter()
-            .map(|(instance, stored, has_local, cycle, received)| {
-                Ok(EnforcementRow {
-                    instance,
-                    entry: stored.into_entry()?,
-                    has_local,
-                    cycle_start_ms: cycle,
-                    received_ms: received,
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(&args[..], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        StoredEnforcing {
+                            point: r.get(1)?,
+                            digest: r.get(2)?,
+                            origins: r.get(3)?,
+                            local: r.get(4)?,
+                            breaker_kind: r.get(6)?,
+                            breaker_state: r.get(7)?,
+                            breaker_since_ms: r.get(8)?,
+                            breaker_transitions: r.get(9)?,
+                        },
+                        r.get::<_, bool>(5)?,
+                        r.get::<_, i64>(10)?,
+                        r.get::<_, i64>(11)?,
+                    ))
                 })
-            })
-            .collect()
+                .map_err(backend)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(backend)?;
+            rows.into_iter()
+                .map(|(instance, stored, has_local, cycle, received)| {
+                    Ok(EnforcementRow {
+                        instance,
+                        entry: stored.into_entry()?,
+                        has_local,
+                        cycle_start_ms: cycle,
+                        received_ms: received,
+                    })
+                })
+                .collect()
+        })
     }
 
     fn stats(
@@ -1123,11 +1269,12 @@ impl Store for SqliteStore {
         to_ms: i64,
         limit: usize,
     ) -> Result<Vec<CycleRow>, StoreError> {
-        let conn = self.conn();
-        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
-            return Ok(Vec::new());
-        };
-        read_cycles(&conn, app_id, point, from_ms, to_ms, limit).map_err(backend)
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(Vec::new());
+            };
+            read_cycles(conn, app_id, point, from_ms, to_ms, limit).map_err(backend)
+        })
     }
 
     fn stats_summed(
@@ -1137,11 +1284,12 @@ impl Store for SqliteStore {
         to_ms: i64,
         limit: usize,
     ) -> Result<Vec<CycleRow>, StoreError> {
-        let conn = self.conn();
-        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
-            return Ok(Vec::new());
-        };
-        read_cycles_summed(&conn, app_id, from_ms, to_ms, limit).map_err(backend)
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(Vec::new());
+            };
+            read_cycles_summed(conn, app_id, from_ms, to_ms, limit).map_err(backend)
+        })
     }
 
     fn seconds(
@@ -1153,11 +1301,12 @@ impl Store for SqliteStore {
         to_ms: i64,
         limit: usize,
     ) -> Result<Vec<SecondRow>, StoreError> {
-        let conn = self.conn();
-        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
-            return Ok(Vec::new());
-        };
-        read_seconds(&conn, app_id, point, sum_points, from_ms, to_ms, limit).map_err(backend)
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(Vec::new());
+            };
+            read_seconds(conn, app_id, point, sum_points, from_ms, to_ms, limit).map_err(backend)
+        })
     }
 
     fn cycles_without_seconds(
@@ -1167,34 +1316,42 @@ impl Store for SqliteStore {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<i64>, StoreError> {
-        let conn = self.conn();
-        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
-            return Ok(Vec::new());
-        };
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT DISTINCT cycle_start_ms FROM cycle_stats
-                 WHERE app_id = ?1 AND (?2 IS NULL OR point = ?2)
-                   AND cycle_start_ms > ?3 AND cycle_start_ms < ?4
-                   AND instances > second_instances
-                   AND visits + exceptions + timeouts > 0
-                 ORDER BY cycle_start_ms",
-            )
-            .map_err(backend)?;
-        let rows = stmt
-            .query_map(params![app_id, point, from_ms - CYCLE_MS, to_ms], |r| {
-                r.get::<_, i64>(0)
-            })
-            .map_err(backend)?;
-        rows.collect::<rusqlite::Result<_>>().map_err(backend)
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(Vec::new());
+            };
+            // Of one point: the primary key's range; of all: the app's time index.
+            let (filter, mut args) = point_filter(&app_id, &point);
+            let from = from_ms - CYCLE_MS;
+            args.extend([&from as &dyn rusqlite::ToSql, &to_ms]);
+            let index = if point.is_some() {
+                ""
+            } else {
+                "INDEXED BY cycle_stats_app_time"
+            };
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT DISTINCT cycle_start_ms FROM cycle_stats {index}
+                     WHERE app_id = ? {filter} AND cycle_start_ms > ? AND cycle_start_ms < ?
+                       AND instances > second_instances
+                       AND visits + exceptions + timeouts > 0
+                     ORDER BY cycle_start_ms"
+                ))
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(&args[..], |r| r.get::<_, i64>(0))
+                .map_err(backend)?;
+            rows.collect::<rusqlite::Result<_>>().map_err(backend)
+        })
     }
 
     fn current_version(&self, app: &AppKey) -> Result<u64, StoreError> {
-        let conn = self.conn();
-        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
-            return Ok(0);
-        };
-        to_u64(current_version(&conn, app_id).map_err(backend)?, "version")
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(0);
+            };
+            to_u64(current_version(conn, app_id).map_err(backend)?, "version")
+        })
     }
 
     fn policy_version(
@@ -1202,37 +1359,39 @@ impl Store for SqliteStore {
         app: &AppKey,
         version: u64,
     ) -> Result<Option<PolicyVersion>, StoreError> {
-        let conn = self.conn();
-        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
-            return Ok(None);
-        };
-        let sql = format!(
-            "SELECT {} FROM policy_versions WHERE app_id = ?1 AND version = ?2",
-            VersionRow::COLUMNS
-        );
-        let row = conn
-            .query_row(&sql, params![app_id, to_i64(version)], VersionRow::read)
-            .optional()
-            .map_err(backend)?;
-        row.map(VersionRow::into_version).transpose()
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(None);
+            };
+            let sql = format!(
+                "SELECT {} FROM policy_versions WHERE app_id = ?1 AND version = ?2",
+                VersionRow::COLUMNS
+            );
+            let row = conn
+                .query_row(&sql, params![app_id, to_i64(version)], VersionRow::read)
+                .optional()
+                .map_err(backend)?;
+            row.map(VersionRow::into_version).transpose()
+        })
     }
 
     fn policy_history(&self, app: &AppKey) -> Result<Vec<PolicyVersion>, StoreError> {
-        let conn = self.conn();
-        let Some(app_id) = find_app(&conn, app).map_err(backend)? else {
-            return Ok(Vec::new());
-        };
-        let sql = format!(
-            "SELECT {} FROM policy_versions WHERE app_id = ?1 ORDER BY version DESC",
-            VersionRow::COLUMNS
-        );
-        let mut stmt = conn.prepare_cached(&sql).map_err(backend)?;
-        let rows = stmt
-            .query_map(params![app_id], VersionRow::read)
-            .map_err(backend)?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(backend)?;
-        rows.into_iter().map(VersionRow::into_version).collect()
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(Vec::new());
+            };
+            let sql = format!(
+                "SELECT {} FROM policy_versions WHERE app_id = ?1 ORDER BY version DESC",
+                VersionRow::COLUMNS
+            );
+            let mut stmt = conn.prepare_cached(&sql).map_err(backend)?;
+            let rows = stmt
+                .query_map(params![app_id], VersionRow::read)
+                .map_err(backend)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(backend)?;
+            rows.into_iter().map(VersionRow::into_version).collect()
+        })
     }
 
     fn commit_policy(
@@ -1333,6 +1492,81 @@ impl Store for SqliteStore {
         .map_err(backend)?;
         tx.commit().map_err(backend)?;
         Ok(deleted as u64)
+    }
+
+    fn prune_silent(&self, before_ms: i64) -> Result<Forgotten, StoreError> {
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
+        let silent = "MAX(COALESCE(last_heartbeat_ms, 0), COALESCE(last_pull_ms, 0)) < ?1";
+        tx.execute(
+            &format!(
+                "DELETE FROM enforcing WHERE EXISTS (SELECT 1 FROM instances i
+                    WHERE i.app_id = enforcing.app_id AND i.instance = enforcing.instance
+                      AND {silent})"
+            ),
+            params![before_ms],
+        )
+        .map_err(backend)?;
+        let instances = tx
+            .execute(
+                &format!("DELETE FROM instances WHERE {silent}"),
+                params![before_ms],
+            )
+            .map_err(backend)?;
+        // A point stays while it is mentioned, declared by an app that still sends
+        // heartbeats, or configured in its app's current policy.
+        let points = tx
+            .execute(
+                "DELETE FROM points WHERE last_seen_ms < ?1
+                   AND NOT (declared AND EXISTS (SELECT 1 FROM instances i
+                       WHERE i.app_id = points.app_id AND i.last_heartbeat_ms >= ?1))
+                   AND name NOT IN (SELECT key FROM json_each(
+                       (SELECT document FROM policy_versions v WHERE v.app_id = points.app_id
+                        ORDER BY v.version DESC LIMIT 1), '$.points'))",
+                params![before_ms],
+            )
+            .map_err(backend)?;
+        let apps: Vec<i64> = {
+            let mut stmt = tx
+                .prepare(
+                    "SELECT id FROM apps a WHERE created_ms < ?1
+                       AND NOT EXISTS (SELECT 1 FROM instances i WHERE i.app_id = a.id)
+                       AND NOT EXISTS (SELECT 1 FROM points p WHERE p.app_id = a.id)
+                       AND NOT EXISTS (SELECT 1 FROM policy_versions v WHERE v.app_id = a.id)
+                       AND NOT EXISTS (SELECT 1 FROM cycle_stats c WHERE c.app_id = a.id)
+                       AND NOT EXISTS (SELECT 1 FROM second_stats s WHERE s.app_id = a.id)",
+                )
+                .map_err(backend)?;
+            let ids = stmt
+                .query_map(params![before_ms], |r| r.get(0))
+                .map_err(backend)?;
+            ids.collect::<rusqlite::Result<_>>().map_err(backend)?
+        };
+        for id in &apps {
+            // Whatever is left of it (receipts, reasons), so that nothing is found
+            // under its id again.
+            for table in [
+                "cycle_reasons",
+                "second_stats",
+                "second_reasons",
+                "received",
+                "received_parts",
+                "enforcing",
+            ] {
+                tx.execute(&format!("DELETE FROM {table} WHERE app_id = ?1"), [id])
+                    .map_err(backend)?;
+            }
+            tx.execute("DELETE FROM apps WHERE id = ?1", [id])
+                .map_err(backend)?;
+        }
+        tx.commit().map_err(backend)?;
+        Ok(Forgotten {
+            instances: instances as u64,
+            points: points as u64,
+            apps: apps.len() as u64,
+        })
     }
 }
 

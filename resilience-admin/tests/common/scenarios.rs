@@ -430,6 +430,7 @@ fn seconds_hb(
                     downgrades,
                     exceptions,
                     timeouts,
+                    ..SecondCounts::default()
                 },
             ),
             downgrades_by_reason: [("visits".to_owned(), s.map(|b| b[2]))].into(),
@@ -467,6 +468,40 @@ fn seconds_hb(
     }
 }
 
+/// Sets the call durations (`[measured, sum_us, max_us]` of each second) of point
+/// `p` of a [`seconds_hb`] heartbeat.
+fn with_durations(
+    mut hb: resilience_admin::model::Heartbeat,
+    f: impl Fn(usize) -> [u64; 3],
+) -> resilience_admin::model::Heartbeat {
+    let seconds = hb.points[0].seconds.as_mut().expect("p has seconds");
+    for (k, c) in seconds.seconds.iter_mut().enumerate() {
+        [c.measured, c.sum_us, c.max_us] = f(k);
+    }
+    hb
+}
+
+/// Durations of second `k` of instance `a` of the seconds scenario (none in the idle
+/// second 5)...
+fn durations_a(k: usize) -> [u64; 3] {
+    let k = k as u64;
+    if k == 5 {
+        return [0; 3];
+    }
+    [k + 1, 3_000 * (k + 1), 2_000 + k]
+}
+
+/// ...and of instance `b`: its longest call is the longest up to second 7, `a`'s
+/// from then on; none measured in second 1 (calls shorter than a microsecond in
+/// second 2).
+fn durations_b(k: usize) -> [u64; 3] {
+    match k {
+        1 | 5 => [0; 3],
+        2 => [4, 0, 0],
+        _ => [2, 10_000, 9_000 - 1_000 * k as u64],
+    }
+}
+
 /// The seconds of second `k` of a scenario: `k + 1` visits, `k % 3` of them
 /// downgraded, an exception in even seconds, a timeout in second 9; second 5 idle.
 fn busy_seconds(scale: u64) -> [[u64; 5]; 10] {
@@ -488,8 +523,9 @@ fn busy_seconds(scale: u64) -> [[u64; 5]; 10] {
 }
 
 /// The live view's 1-second buckets in the store: summed over instances (a retry is
-/// not counted twice), idle seconds not stored, per point and summed over points,
-/// cycles without seconds found, kept across a reopening, pruned on their own.
+/// not counted twice; of the call durations, the longest call of any instance),
+/// idle seconds not stored, per point and summed over points, cycles without
+/// seconds found, kept across a reopening, pruned on their own.
 pub fn seconds(storage: StorageConfig) {
     use resilience_admin::model::AppKey;
     let app = AppKey::new("g", "a");
@@ -497,16 +533,16 @@ pub fn seconds(storage: StorageConfig) {
     {
         let store = open_store(&storage).unwrap();
         let (a, b) = (busy_seconds(1), busy_seconds(10));
+        let hb_a = with_durations(seconds_hb("a", cycle, Some(a)), durations_a);
+        store.record_heartbeat(&hb_a, cycle + 15_000).unwrap();
         store
-            .record_heartbeat(&seconds_hb("a", cycle, Some(a)), cycle + 15_000)
-            .unwrap();
-        store
-            .record_heartbeat(&seconds_hb("b", cycle, Some(b)), cycle + 15_000)
+            .record_heartbeat(
+                &with_durations(seconds_hb("b", cycle, Some(b)), durations_b),
+                cycle + 15_000,
+            )
             .unwrap();
         // A retry, and an older client's cycle (no seconds) a cycle later.
-        store
-            .record_heartbeat(&seconds_hb("a", cycle, Some(a)), cycle + 16_000)
-            .unwrap();
+        store.record_heartbeat(&hb_a, cycle + 16_000).unwrap();
         store
             .record_heartbeat(&seconds_hb("old", cycle + 10_000, None), cycle + 25_000)
             .unwrap();
@@ -538,6 +574,21 @@ pub fn seconds(storage: StorageConfig) {
         })
         .collect();
     assert_eq!(got, expected);
+    // Durations: counts and sums added, the longest of either instance.
+    let durations: Vec<[u64; 3]> = rows
+        .iter()
+        .map(|r| [r.counts.measured, r.counts.sum_us, r.counts.max_us])
+        .collect();
+    let want: Vec<[u64; 3]> = (0..10)
+        .filter(|&k| k != 5)
+        .map(|k| {
+            let (a, b) = (durations_a(k), durations_b(k));
+            [a[0] + b[0], a[1] + b[1], a[2].max(b[2])]
+        })
+        .collect();
+    assert_eq!(durations, want);
+    assert_eq!(want[0][2], 9_000, "b's in second 0");
+    assert_eq!(want[8][2], 2_009, "a's in second 9");
     assert!(rows
         .iter()
         .all(|r| r.instances == 2 && r.point.as_deref() == Some("p")));
@@ -568,6 +619,15 @@ pub fn seconds(storage: StorageConfig) {
     assert_eq!(summed[0].counts.visits, a[0][0] + b[0][0] + 2);
     assert_eq!(summed[1].downgrades_by_reason["visits"], 2);
     assert_eq!(summed[1].counts, rows[1].counts);
+    // q measured nothing: second 0 has p's durations only.
+    assert_eq!(
+        [
+            summed[0].counts.measured,
+            summed[0].counts.sum_us,
+            summed[0].counts.max_us
+        ],
+        want[0]
+    );
     // Limits and ranges.
     assert_eq!(
         store
@@ -693,6 +753,75 @@ pub fn migrated_v2(storage: StorageConfig, cycle: i64) {
     assert_eq!(
         rows,
         [(json!(next), json!(1)), (json!(next + 1_000), json!(2))]
+    );
+}
+
+/// A database of schema version 4 (before the seconds' call durations) holding
+/// second 3 of the cycle at `cycle` of shop/orders' `order.create` (7 visits): the
+/// second is kept, without durations, and a new heartbeat stores its durations.
+pub fn migrated_v4(storage: StorageConfig, cycle: i64) {
+    let (c, manual) = manual(storage);
+    assert_eq!(
+        cycle,
+        last_closed_cycle(now_ms(&manual)),
+        "the manual clock's last cycle"
+    );
+    let server = start(c);
+    let addr = server.addr();
+    let next = cycle + 10_000;
+    let mut seconds = vec![json!([0, 0, 0, 0, 0]); 10];
+    seconds[0] = json!([2, 2, 0, 0, 0]);
+    let mut durations = vec![json!([0, 0, 0]); 10];
+    durations[0] = json!([2, 5_000, 4_000]);
+    let body = json!({"app_group": "shop", "app": "orders", "instance": "new-1",
+        "cycle_start_ms": next,
+        "points": [{"name": "order.create", "visits": 2, "seconds": seconds,
+                    "seconds_durations": durations}]});
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["rejected"], json!([]), "{}", r.text());
+    let s = get(
+        addr,
+        &format!(
+            "/api/v1/apps/shop/orders/stats?resolution=1s&from={cycle}&to={}",
+            cycle + 20_000
+        ),
+        None,
+    )
+    .json();
+    let rows: Vec<_> = s["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["second_start_ms"].clone(),
+                r["visits"].clone(),
+                r["measured"].clone(),
+                r["mean_us"].clone(),
+                r["max_us"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (
+                json!(cycle + 3_000),
+                json!(7),
+                json!(0),
+                json!(null),
+                json!(null)
+            ),
+            (
+                json!(next),
+                json!(2),
+                json!(2),
+                json!(2_500.0),
+                json!(4_000)
+            ),
+        ],
+        "{s}"
     );
 }
 

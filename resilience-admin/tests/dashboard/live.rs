@@ -3,7 +3,10 @@
 //! second; the charts' data in the DOM (the values of each line, and the line's
 //! drawn coordinates) equal the per-second numbers sent, for one point and for the
 //! sum of the points, at 1-second resolution for short ranges and in 10-s cycles for
-//! long ones. The stored seconds are checked through the API too.
+//! long ones. The stored seconds are checked through the API too, and so are the
+//! call durations the client measured, which the durations chart draws. Posted
+//! heartbeats of two instances give the durations chart's exact mean and max of
+//! each second (gaps where no call was measured), for a point and for the sum.
 
 use super::*;
 use resilience_runtime::{ManualClock, Policy};
@@ -311,6 +314,7 @@ fn the_charts_show_the_seconds_a_real_client_sent() {
         }
     }
     // The runtime's per-second series (what the client sent) is what the test did.
+    let checkout_seconds = checkout.seconds(20);
     for (point, made) in [(checkout, &sent_checkout), (search, &sent_search)] {
         let series: Vec<Second> = point
             .seconds(20)
@@ -404,6 +408,45 @@ fn the_charts_show_the_seconds_a_real_client_sent() {
     // The last minute.
     select_range(&browser, 60_000);
     check_charts(&browser, "1s", end, &sent_checkout, 60 - 20);
+    // The call durations the client measured (the point has a policy): stored as the
+    // runtime's series has them, and drawn as stored.
+    let mut stored_durations = vec![[0_u64; 3]; 20];
+    for r in s["rows"].as_array().unwrap() {
+        let k = (r["second_start_ms"].as_i64().unwrap() - t0) / 1_000;
+        let n = |f: &str| r[f].as_u64().unwrap_or(0);
+        stored_durations[k as usize] = [n("measured"), n("sum_us"), n("max_us")];
+    }
+    for (k, (second, [measured, sum_us, max_us])) in
+        checkout_seconds.iter().zip(&stored_durations).enumerate()
+    {
+        assert_eq!(second.measured, *measured, "second {k}");
+        let us = |d: Option<Duration>| d.map(|d| d.as_micros() as f64);
+        let mean = (*measured > 0).then(|| *sum_us as f64 / *measured as f64);
+        assert!(
+            match (us(second.mean_duration), mean) {
+                (Some(a), Some(b)) => (a - b).abs() <= 1.0,
+                (a, b) => a == b,
+            },
+            "second {k}: {second:?}, stored {sum_us} us"
+        );
+        assert_eq!(
+            us(second.max_duration),
+            (*measured > 0).then_some(*max_us as f64),
+            "second {k}"
+        );
+    }
+    assert!(
+        stored_durations.iter().any(|d| d[2] >= 600_000),
+        "a slow call: {stored_durations:?}"
+    );
+    check_durations(
+        &browser,
+        end,
+        &duration_lines(&[&stored_durations], 60 - 20),
+        &std::iter::repeat_n(0, 40)
+            .chain(stored_durations.iter().map(|d| d[0]))
+            .collect::<Vec<_>>(),
+    );
     // An hour: the 10-s cycles, whose figures are the sums of their seconds.
     select_range(&browser, 3_600_000);
     check_charts(&browser, "10s", end, &cycles(&sent_checkout), 360 - 2);
@@ -420,4 +463,377 @@ fn the_charts_show_the_seconds_a_real_client_sent() {
     let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("live.png");
     std::fs::write(&shot, browser.page_png()).unwrap();
     eprintln!("live view screenshot: {}", shot.display());
+}
+
+/// What the durations chart holds in the DOM: its data attributes, per line its
+/// values (`None`: a gap) and the number of its segments, and its dots.
+#[derive(Debug)]
+struct DurationsDrawn {
+    hidden: bool,
+    resolution: String,
+    from_ms: i64,
+    buckets: usize,
+    top: f64,
+    lines: BTreeMap<String, (Vec<Option<f64>>, usize)>,
+    dots: Vec<Dot>,
+    legend: String,
+}
+
+/// A dot of the durations chart: a second with a measured call.
+#[derive(Debug)]
+struct Dot {
+    series: String,
+    second_ms: i64,
+    value: f64,
+    measured: u64,
+    cx: f64,
+    cy: f64,
+    title: String,
+}
+
+fn durations_drawn(browser: &Browser) -> DurationsDrawn {
+    let v = browser.js("const c = document.querySelector('#chart-durations'); \
+         return {hidden: document.querySelector('#durations').hidden, \
+           d: Object.assign({}, c.dataset), \
+           legend: document.querySelector('#legend-durations').textContent, \
+           lines: [...c.querySelectorAll('path')].map(p => \
+             [p.dataset.series, p.dataset.values, p.getAttribute('d')]), \
+           dots: [...c.querySelectorAll('circle')].map(e => [e.dataset.series, \
+             e.dataset.secondMs, e.dataset.value, e.dataset.measured, \
+             e.getAttribute('cx'), e.getAttribute('cy'), e.querySelector('title').textContent])};");
+    let d = &v["d"];
+    let text = |x: &Value| x.as_str().unwrap_or("").to_owned();
+    let num = |x: &Value| x.as_str().unwrap_or("").parse::<f64>().unwrap_or(f64::NAN);
+    DurationsDrawn {
+        hidden: v["hidden"].as_bool().unwrap(),
+        resolution: text(&d["resolution"]),
+        from_ms: num(&d["fromMs"]) as i64,
+        buckets: num(&d["buckets"]) as usize,
+        top: num(&d["top"]),
+        lines: v["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let values = text(&l[1])
+                    .split(',')
+                    .map(|x| (!x.is_empty()).then(|| x.parse().unwrap()))
+                    .collect();
+                let segments = text(&l[2]).matches('M').count();
+                (text(&l[0]), (values, segments))
+            })
+            .collect(),
+        dots: v["dots"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| Dot {
+                series: text(&e[0]),
+                second_ms: num(&e[1]) as i64,
+                value: num(&e[2]),
+                measured: num(&e[3]) as u64,
+                cx: num(&e[4]),
+                cy: num(&e[5]),
+                title: text(&e[6]),
+            })
+            .collect(),
+        legend: v["legend"].as_str().unwrap().to_owned(),
+    }
+}
+
+/// `[measured, sum_us, max_us]` of ten seconds.
+type Durations = [[u64; 3]; 10];
+
+/// The mean and max line (ms, `None` where nothing was measured) of the instances'
+/// durations (as many seconds each) summed, padded with `pad` empty seconds in front.
+fn duration_lines(parts: &[&[[u64; 3]]], pad: usize) -> BTreeMap<String, Vec<Option<f64>>> {
+    let mut mean = vec![None; pad];
+    let mut max = vec![None; pad];
+    for k in 0..parts[0].len() {
+        let measured: u64 = parts.iter().map(|d| d[k][0]).sum();
+        let sum: u64 = parts.iter().map(|d| d[k][1]).sum();
+        let longest = parts.iter().map(|d| d[k][2]).max().unwrap();
+        mean.push((measured > 0).then(|| sum as f64 / measured as f64 / 1000.0));
+        max.push((measured > 0).then(|| longest as f64 / 1000.0));
+    }
+    [("max".to_owned(), max), ("mean".to_owned(), mean)].into()
+}
+
+/// Waits until the durations chart shows `buckets` seconds ending at `to_ms` with
+/// the lines `expected`, then checks its dots against them: one per second with a
+/// value, at that value's height, with the calls measured of `measured`.
+fn check_durations(
+    browser: &Browser,
+    to_ms: i64,
+    expected: &BTreeMap<String, Vec<Option<f64>>>,
+    measured: &[u64],
+) -> DurationsDrawn {
+    let n = expected["mean"].len();
+    let close = |a: &[Option<f64>], b: &[Option<f64>]| {
+        a.len() == b.len()
+            && a.iter().zip(b).all(|(x, y)| match (x, y) {
+                (Some(x), Some(y)) => (x - y).abs() < 1e-9,
+                (None, None) => true,
+                _ => false,
+            })
+    };
+    let start = Instant::now();
+    let d = loop {
+        let d = durations_drawn(browser);
+        let matches = !d.hidden
+            && d.resolution == "1s"
+            && d.buckets == n
+            && d.from_ms == to_ms - 1_000 * n as i64
+            && d.lines.len() == expected.len()
+            && expected
+                .iter()
+                .all(|(k, v)| d.lines.get(k).is_some_and(|(got, _)| close(got, v)));
+        if matches {
+            break d;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "#chart-durations: expected {n} seconds ending at {to_ms} with {:?};\ngot {:?}",
+            expected
+                .iter()
+                .map(|(k, v)| (k, &v[n.saturating_sub(10)..]))
+                .collect::<Vec<_>>(),
+            (
+                d.hidden,
+                &d.resolution,
+                d.buckets,
+                d.from_ms,
+                d.lines
+                    .iter()
+                    .map(|(k, (v, _))| (k, &v[v.len().saturating_sub(10)..]))
+                    .collect::<Vec<_>>()
+            )
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let from = to_ms - 1_000 * n as i64;
+    for (series, values) in expected {
+        let dots: Vec<&Dot> = d.dots.iter().filter(|e| &e.series == series).collect();
+        let want: Vec<(usize, f64)> = values
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| v.map(|v| (i, v)))
+            .collect();
+        assert_eq!(
+            dots.len(),
+            want.len(),
+            "{series}: one dot per second with a value"
+        );
+        for (dot, &(i, v)) in dots.iter().zip(&want) {
+            assert_eq!(dot.second_ms, from + 1_000 * i as i64, "{series} {dot:?}");
+            assert!(
+                (dot.value - v).abs() < 1e-9,
+                "{series} {dot:?}, expected {v}"
+            );
+            assert_eq!(dot.measured, measured[i], "{series} {dot:?}");
+            let want_x = 44.0 + i as f64 * 588.0 / (n - 1) as f64;
+            let want_y = 8.0 + 150.0 * (1.0 - v / d.top);
+            assert!(
+                (dot.cx - want_x).abs() < 0.06 && (dot.cy - want_y).abs() < 0.06,
+                "{series} {dot:?}: expected at ({want_x}, {want_y})"
+            );
+        }
+        // One segment per run of seconds with a value: a gap is not a 0.
+        let runs = values
+            .iter()
+            .enumerate()
+            .filter(|(i, v)| v.is_some() && (*i == 0 || values[i - 1].is_none()))
+            .count();
+        assert_eq!(d.lines[series].1, runs, "{series}: segments");
+    }
+    d
+}
+
+/// Second `k` of instance 1: `k + 2` calls of 2.5 ms on average, the longest
+/// `3 + k / 2` ms; none measured in second 2 (traffic all the same), idle in second 7.
+fn pay_1(k: usize) -> ([u64; 5], [u64; 3]) {
+    let k64 = k as u64;
+    match k {
+        7 => ([0; 5], [0; 3]),
+        2 => ([4, 4, 0, 0, 0], [0; 3]),
+        _ => (
+            [k64 + 2, k64 + 2, 0, 0, 0],
+            [k64 + 2, 2_500 * (k64 + 2), 3_000 + 500 * k64],
+        ),
+    }
+}
+
+/// Second `k` of instance 2: 3 calls of 10 ms on average in seconds 0 to 5 (none
+/// measured in second 2), the longest `12 + k` ms.
+fn pay_2(k: usize) -> ([u64; 5], [u64; 3]) {
+    let k64 = k as u64;
+    match k {
+        2 => ([3, 3, 0, 0, 0], [0; 3]),
+        0..=5 => ([3, 3, 0, 0, 0], [3, 30_000, 12_000 + 1_000 * k64]),
+        _ => ([0; 5], [0; 3]),
+    }
+}
+
+#[test]
+fn the_duration_chart_shows_the_mean_and_max_of_each_second() {
+    let clock = ManualClock::new();
+    let mut c = config(StorageConfig::Memory);
+    c.clock = Clock::manual(&clock);
+    let server = start(c);
+    let addr = server.addr();
+    let t0 = wall_ms_of(&clock);
+    assert_eq!(t0 % 10_000, 0, "the manual clock starts on a cycle");
+    // 6 s after the cycle ends its heartbeats are in: the charts end there.
+    clock.advance(Duration::from_secs(16));
+    let end = t0 + 10_000;
+    let split = |f: fn(usize) -> ([u64; 5], [u64; 3])| {
+        let s: [[u64; 5]; 10] = std::array::from_fn(|k| f(k).0);
+        let d: Durations = std::array::from_fn(|k| f(k).1);
+        (s, d)
+    };
+    let (s1, d1) = split(pay_1);
+    let (s2, d2) = split(pay_2);
+    // Another point: one 95 ms call in second 4.
+    let mut other: Durations = [[0; 3]; 10];
+    other[4] = [1, 95_000, 95_000];
+    let mut other_seconds = [[0_u64; 5]; 10];
+    other_seconds[4] = [1, 1, 0, 0, 0];
+    let visits = |s: &[[u64; 5]; 10]| s.iter().map(|b| b[0]).sum::<u64>();
+    let body = json!({"app_group": "shop", "app": "timed", "instance": "pay-1",
+        "cycle_start_ms": t0,
+        "points": [{"name": "timed.pay", "visits": visits(&s1), "seconds": s1,
+                    "seconds_durations": d1},
+                   {"name": "timed.other", "visits": 1, "seconds": other_seconds,
+                    "seconds_durations": other}]});
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &body);
+    assert_eq!(
+        (r.status, r.json()["rejected"].clone()),
+        (200, json!([])),
+        "{}",
+        r.text()
+    );
+    let client = json!({"appGroupName": "shop", "appName": "timed", "hostname": "pay-2",
+        "ip": "10.0.0.2", "statisticsCycleTime": end,
+        "pointInfoMap": {"timed.pay": {"visitNum": visits(&s2), "seconds": s2,
+                                       "secondsDurations": d2}}});
+    let r = request(
+        addr,
+        "POST",
+        "/sds/heartbeat/add",
+        Some(APP),
+        Body::Form(&format!("client={}", form_value(&client.to_string()))),
+    );
+    assert_eq!(
+        (r.status, r.json()["rejected"].clone()),
+        (200, json!([])),
+        "{}",
+        r.text()
+    );
+    let measured = |parts: &[&[[u64; 3]]], pad: usize| -> Vec<u64> {
+        std::iter::repeat_n(0, pad)
+            .chain((0..10).map(|k| parts.iter().map(|d| d[k][0]).sum()))
+            .collect()
+    };
+
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.wait(
+        "document.body.dataset.state === 'ready'",
+        "the page to load",
+    );
+    select_range(&browser, 60_000);
+    // Every point summed: second 4 has the other point's 95 ms call too.
+    let all: [&[[u64; 3]]; 3] = [&d1, &d2, &other];
+    let d = check_durations(
+        &browser,
+        end,
+        &duration_lines(&all, 50),
+        &measured(&all, 50),
+    );
+    let at4: Vec<(&str, f64)> = d
+        .dots
+        .iter()
+        .filter(|e| e.second_ms == t0 + 4_000)
+        .map(|e| (e.series.as_str(), e.value))
+        .collect();
+    // (6 * 2.5 ms + 3 * 10 ms + 95 ms) / 10 calls; the longest 95 ms.
+    assert_eq!(at4, [("mean", 14.0), ("max", 95.0)]);
+
+    // One point: the mean and max of its two instances' calls.
+    browser.click("#points tr[data-point=\"timed.pay\"]");
+    let pay: [&[[u64; 3]]; 2] = [&d1, &d2];
+    let d = check_durations(
+        &browser,
+        end,
+        &duration_lines(&pay, 50),
+        &measured(&pay, 50),
+    );
+    // The chosen second, 4: (6 * 2.5 ms + 3 * 10 ms) / 9 calls = 5 ms; the longest
+    // instance 2's 16 ms (instance 1's: 5 ms). Its dots' figures and tooltips say so.
+    let at4: Vec<(&str, f64, u64, &str)> = d
+        .dots
+        .iter()
+        .filter(|e| e.second_ms == t0 + 4_000)
+        .map(|e| (e.series.as_str(), e.value, e.measured, e.title.as_str()))
+        .collect();
+    let when = browser.js(&format!(
+        "return new Date({}).toLocaleTimeString([], {{hour12: false}});",
+        t0 + 4_000
+    ));
+    let when = when.as_str().unwrap();
+    assert_eq!(
+        at4,
+        [
+            (
+                "mean",
+                5.0,
+                9,
+                format!("{when}: mean 5 ms of 9 calls").as_str()
+            ),
+            (
+                "max",
+                16.0,
+                9,
+                format!("{when}: max 16 ms of 9 calls").as_str()
+            ),
+        ]
+    );
+    // Second 2 had traffic but no measured call, second 7 none at all: gaps.
+    for k in [2, 7] {
+        assert!(
+            !d.dots.iter().any(|e| e.second_ms == t0 + 1_000 * k),
+            "second {k}: {:?}",
+            d.dots
+        );
+        assert_eq!(d.lines["mean"].0[50 + k as usize], None);
+    }
+    assert_eq!(
+        d.lines["max"].0[59],
+        Some(7.5),
+        "second 9: instance 1's alone"
+    );
+    // The legend names both lines, with the range's mean (52 calls of 2.5 ms and 15
+    // of 10 ms: 4.179 ms) and its longest call (instance 2's 17 ms in second 5).
+    assert_eq!(d.legend, "mean (overall 4.18 ms)max (longest 17 ms)");
+    assert_eq!(
+        browser.js("return document.querySelector('#chart-durations').getAttribute('aria-label');"),
+        json!("mean and max call duration in ms per second")
+    );
+    // The 10-s cycles have no durations chart.
+    select_range(&browser, 3_600_000);
+    browser.wait(
+        "document.querySelector('#charts-panel').dataset.resolution === '10s'",
+        "the 10-s view",
+    );
+    assert!(durations_drawn(&browser).hidden);
+    select_range(&browser, 60_000);
+    assert!(
+        !check_durations(
+            &browser,
+            end,
+            &duration_lines(&pay, 50),
+            &measured(&pay, 50)
+        )
+        .hidden
+    );
 }
