@@ -10,7 +10,7 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 # Each feature of the runtime alone builds without a warning (dead code hides behind
 # feature combinations that the all-features run never sees).
-for features in "" redis config heartbeat metrics tower tracing macros; do
+for features in "" redis config heartbeat metrics tower tracing macros tokio; do
     cargo clippy -q -p resilience-runtime --no-default-features --features "$features" -- -D warnings
 done
 
@@ -27,6 +27,8 @@ source resilience-admin/scripts/postgres.sh
 cargo test --workspace --all-features
 # Without the `redis` feature, policy files name the `cluster` section as needing it.
 cargo test -p resilience-runtime --no-default-features --features config,macros --test config
+# Without the runtime's `tokio` feature, `timeout = "..."` is a compile error asking for it.
+cargo test -p ui-tests --no-default-features
 # The fleet demo end to end: the admin and two instances (one from the console only,
 # one with a local policy file beside it), a policy edit, both obeying within a pull.
 echo "== admin demo (smoke)"

@@ -4,8 +4,10 @@
 //! args     := (arg ("," arg)* ","?)?
 //! arg      := "point" "=" LitStr
 //!           | "fallback" "=" path
+//!           | "fallback_with_reason" "=" path
 //!           | "default" ("=" expr)?
 //!           | "is_exception" "=" path
+//!           | "timeout" "=" LitStr        // a duration: "200ms", "1.5s", "1m30s"
 //!           | "crate" "=" LitStr          // the string holds a path
 //! ```
 //!
@@ -26,12 +28,15 @@ use crate::validate::Errors;
 pub(crate) mod kw {
     syn::custom_keyword!(point);
     syn::custom_keyword!(fallback);
+    syn::custom_keyword!(fallback_with_reason);
     syn::custom_keyword!(default);
     syn::custom_keyword!(is_exception);
+    syn::custom_keyword!(timeout);
 }
 
 /// Every argument name, in the order diagnostics list them.
-const EXPECTED: &str = "`point`, `fallback`, `default`, `is_exception`, `crate`";
+const EXPECTED: &str =
+    "`point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `crate`";
 
 /// Which attribute is being expanded; used in diagnostics.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -57,6 +62,12 @@ pub(crate) struct Arg<T> {
     pub(crate) value: T,
 }
 
+/// The value of `timeout`: the duration its string says.
+pub(crate) struct Timeout {
+    /// Nanoseconds, 1..=[`MAX_TIMEOUT_NS`].
+    pub(crate) nanos: u64,
+}
+
 /// The value of `default`.
 pub(crate) enum DefaultValue {
     /// `default = expr`.
@@ -73,9 +84,23 @@ pub(crate) enum DefaultValue {
 pub(crate) struct Args {
     pub(crate) point: Option<Arg<LitStr>>,
     pub(crate) fallback: Option<Arg<ExprPath>>,
+    pub(crate) fallback_with_reason: Option<Arg<ExprPath>>,
     pub(crate) default: Option<Arg<DefaultValue>>,
     pub(crate) is_exception: Option<Arg<ExprPath>>,
+    pub(crate) timeout: Option<Arg<Timeout>>,
     pub(crate) krate: Option<Arg<Path>>,
+}
+
+impl Args {
+    /// The function called with the arguments when the call is downgraded (or cut),
+    /// and whether it also takes the `Downgraded`.
+    pub(crate) fn fallback_fn(&self) -> Option<(&ExprPath, bool)> {
+        match (&self.fallback, &self.fallback_with_reason) {
+            (Some(f), _) => Some((&f.value, false)),
+            (None, Some(f)) => Some((&f.value, true)),
+            (None, None) => None,
+        }
+    }
 }
 
 impl Args {
@@ -129,6 +154,18 @@ impl Args {
                 arg(key_span, position, value),
                 "fallback",
             )
+        } else if input.peek(kw::fallback_with_reason) {
+            let value = key_value::<kw::fallback_with_reason, _>(input, |input| {
+                function_path(input, "fallback_with_reason = Self::fallback")
+            })?;
+            set_once(
+                &mut self.fallback_with_reason,
+                arg(key_span, position, value),
+                "fallback_with_reason",
+            )
+        } else if input.peek(kw::timeout) {
+            let value = key_value::<kw::timeout, _>(input, timeout)?;
+            set_once(&mut self.timeout, arg(key_span, position, value), "timeout")
         } else if input.peek(kw::default) {
             input.parse::<kw::default>()?;
             let value = if input.peek(Token![=]) {
@@ -230,6 +267,107 @@ fn point_name(input: ParseStream<'_>) -> syn::Result<LitStr> {
     }
 }
 
+/// The runtime's `MAX_CALL_TIMEOUT`, one day (a proc-macro crate cannot import it).
+pub(crate) const MAX_TIMEOUT_NS: u64 = 24 * 3_600_000_000_000;
+
+/// `"200ms"`: a string literal holding a duration greater than zero and at most a day.
+fn timeout(input: ParseStream<'_>) -> syn::Result<Timeout> {
+    let lit = string_literal(input, "timeout = \"200ms\"")?;
+    let nanos = match parse_duration(&lit.value()) {
+        Ok(0) => Err("`timeout` must be greater than zero".to_owned()),
+        Ok(nanos) if nanos > MAX_TIMEOUT_NS => Err(
+            "`timeout` must be at most one day (`\"24h\"`, the runtime's `MAX_CALL_TIMEOUT`)"
+                .to_owned(),
+        ),
+        Ok(nanos) => Ok(nanos),
+        Err(problem) => Err(problem),
+    };
+    match nanos {
+        Ok(nanos) => Ok(Timeout { nanos }),
+        Err(problem) => Err(syn::Error::new(lit.span(), problem)),
+    }
+}
+
+/// Nanoseconds per unit of a duration, the units policy files take.
+const UNITS: [(&str, u128); 7] = [
+    ("ns", 1),
+    ("us", 1_000),
+    ("µs", 1_000),
+    ("ms", 1_000_000),
+    ("s", 1_000_000_000),
+    ("m", 60_000_000_000),
+    ("h", 3_600_000_000_000),
+];
+
+/// A duration in the syntax of the runtime's policy files: one or more
+/// `<number><unit>` parts added up (`"200ms"`, `"1.5s"`, `"1m 30s"`), the
+/// number a non-negative decimal, the unit one of `ns`, `us`, `ms`, `s`, `m`, `h`.
+/// A unit is required. Saturates far beyond any accepted timeout.
+fn parse_duration(text: &str) -> Result<u64, String> {
+    const EXPECTED: &str = "expected a duration with a unit, e.g. `timeout = \"200ms\"` \
+                            (units ns, us, ms, s, m, h)";
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return Err(format!("{EXPECTED}, got an empty string"));
+    }
+    let mut total: u128 = 0;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let (number, after) = rest.split_at(number_len);
+        let unit_len = after
+            .find(|c: char| c.is_ascii_digit() || c == '.' || c.is_whitespace())
+            .unwrap_or(after.len());
+        let (unit, after) = after.split_at(unit_len);
+        if number.is_empty() {
+            return Err(format!("{EXPECTED}; expected a number before `{unit}`"));
+        }
+        if unit.is_empty() {
+            let spaced = after.starts_with(char::is_whitespace)
+                && after.trim_start().starts_with(char::is_alphabetic);
+            let hint = if spaced {
+                format!(" (write the unit right after the number: `{number}s`, not `{number} s`)")
+            } else {
+                String::new()
+            };
+            return Err(format!("{EXPECTED}; missing unit after `{number}`{hint}"));
+        }
+        let Some(&(_, per_unit)) = UNITS.iter().find(|(u, _)| *u == unit) else {
+            return Err(format!("{EXPECTED}; unknown unit `{unit}`"));
+        };
+        let nanos = scale(number, per_unit)
+            .ok_or_else(|| format!("{EXPECTED}; `{number}` is not a number"))?;
+        total = total.saturating_add(nanos);
+        rest = after.trim_start();
+    }
+    Ok(u64::try_from(total).unwrap_or(u64::MAX))
+}
+
+/// `number` (digits with at most one `.`) times `unit` nanoseconds, rounded down.
+fn scale(number: &str, unit: u128) -> Option<u128> {
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+        return None;
+    }
+    let whole: u128 = match whole {
+        "" => 0,
+        // Far beyond any accepted timeout; also keeps the product from overflowing.
+        digits if digits.len() > 30 => u128::MAX / 2,
+        digits => digits.parse().ok()?,
+    };
+    let mut nanos = whole.saturating_mul(unit);
+    let mut place = unit;
+    for digit in fraction.bytes() {
+        place /= 10;
+        if place == 0 {
+            break;
+        }
+        nanos = nanos.saturating_add(u128::from(digit - b'0') * place);
+    }
+    Some(nanos)
+}
+
 /// `"::path::to::runtime"`: a string literal holding a path.
 fn crate_path(input: ParseStream<'_>) -> syn::Result<Path> {
     let lit = string_literal(input, "crate = \"::resilience_runtime\"")?;
@@ -328,6 +466,83 @@ mod tests {
         assert!(args.default.is_none());
         assert!(args.is_exception.is_none());
         assert!(args.krate.is_none());
+        assert!(args.fallback_with_reason.is_none());
+        assert!(args.timeout.is_none());
+    }
+
+    #[test]
+    fn timeout_and_fallback_with_reason() {
+        let args = parse_ok(quote!(timeout = "200ms", fallback_with_reason = Self::cut));
+        let timeout = args.timeout.unwrap();
+        assert_eq!(timeout.value.nanos, 200_000_000);
+        assert_eq!(timeout.position, 0);
+        let fallback = args.fallback_with_reason.unwrap();
+        assert_eq!(fallback.value.to_token_stream().to_string(), "Self :: cut");
+        assert!(args.fallback.is_none());
+    }
+
+    #[test]
+    fn timeout_durations() {
+        for (text, nanos) in [
+            ("1ns", 1),
+            ("250us", 250_000),
+            ("2µs", 2_000),
+            ("200ms", 200_000_000),
+            ("1.5s", 1_500_000_000),
+            ("1m 30s", 90_000_000_000),
+            (" 2s ", 2_000_000_000),
+            ("24h", MAX_TIMEOUT_NS),
+        ] {
+            assert_eq!(parse_duration(text), Ok(nanos), "{text}");
+            let args = parse_ok(quote!(timeout = #text));
+            assert_eq!(args.timeout.unwrap().value.nanos, nanos, "{text}");
+        }
+    }
+
+    #[test]
+    fn bad_timeouts() {
+        for (tokens, message) in [
+            (
+                quote!(timeout = "0ms"),
+                "`timeout` must be greater than zero",
+            ),
+            (
+                quote!(timeout = "24h 1ns"),
+                "`timeout` must be at most one day (`\"24h\"`, the runtime's `MAX_CALL_TIMEOUT`)",
+            ),
+            (
+                quote!(timeout = 200),
+                "expected a string literal, e.g. `timeout = \"200ms\"`",
+            ),
+            (
+                quote!(timeout = Duration::from_millis(200)),
+                "expected a string literal, e.g. `timeout = \"200ms\"`",
+            ),
+        ] {
+            let (args, errors) = parse(tokens.clone());
+            assert_eq!(errors, [message], "{tokens}");
+            assert!(args.timeout.is_none());
+        }
+        for (text, problem) in [
+            ("200", "missing unit after `200`"),
+            ("1m 30", "missing unit after `30`"),
+            (
+                "2 seconds",
+                "missing unit after `2` (write the unit right after the number: `2s`, not `2 s`)",
+            ),
+            ("fast", "expected a number before `fast`"),
+            ("2weeks", "unknown unit `weeks`"),
+            ("1..5s", "`1..5` is not a number"),
+            ("", "got an empty string"),
+        ] {
+            let (_, errors) = parse(quote!(timeout = #text));
+            assert_eq!(errors.len(), 1, "{text}");
+            assert!(
+                errors[0].starts_with("expected a duration with a unit, e.g. `timeout = \"200ms\"` (units ns, us, ms, s, m, h)"),
+                "{text}: {errors:?}"
+            );
+            assert!(errors[0].ends_with(problem), "{text}: {errors:?}");
+        }
     }
 
     #[test]
@@ -404,6 +619,11 @@ mod tests {
             (quote!(default, default = 1), "default"),
             (quote!(is_exception = a, is_exception = b), "is_exception"),
             (quote!(crate = "a", crate = "b"), "crate"),
+            (quote!(timeout = "1s", timeout = "2s"), "timeout"),
+            (
+                quote!(fallback_with_reason = a, fallback_with_reason = b),
+                "fallback_with_reason",
+            ),
         ] {
             let (_, errors) = parse(tokens);
             assert_eq!(errors, [format!("duplicate argument `{name}`")]);
@@ -415,7 +635,7 @@ mod tests {
         let (args, errors) = parse(quote!(fallbak = f, point = "p"));
         assert_eq!(
             errors,
-            ["unknown argument `fallbak`, expected one of `point`, `fallback`, `default`, `is_exception`, `crate`"]
+            ["unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `crate`"]
         );
         // Parsing went on after the bad argument.
         assert_eq!(args.point.unwrap().value.value(), "p");
@@ -426,7 +646,7 @@ mod tests {
         let (_, errors) = parse(quote!(type = u8));
         assert_eq!(
             errors,
-            ["unknown argument `type`, expected one of `point`, `fallback`, `default`, `is_exception`, `crate`"]
+            ["unknown argument `type`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `crate`"]
         );
     }
 
@@ -485,7 +705,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown argument `fallbak`, expected one of `point`, `fallback`, `default`, `is_exception`, `crate`",
+                "unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `crate`",
                 "`point` must not be empty or only whitespace",
                 "duplicate argument `point`",
             ]

@@ -103,13 +103,33 @@ use proc_macro::TokenStream;
 /// Parameters written as patterns (`(a, b): (i32, i32)`, `_: u8`) are given
 /// a hidden name in the signature so that they can be passed on, and
 /// destructured again at the start of the body. Cannot be combined with
-/// `default`.
+/// `default` or `fallback_with_reason`.
+///
+/// ## `fallback_with_reason`
+///
+/// Like [`fallback`](#fallback), with one more, last argument: the
+/// `resilience_runtime::Downgraded` that says why the call did not run, its
+/// `reason()` (the rule that refused it, `Reason::BreakerOpen`, or
+/// `Reason::Deadline` for a call cut by [`timeout`](#timeout)) and its
+/// `point()`. Its signature is checked by the compiler like `fallback`'s, and
+/// errors point at the path. Cannot be combined with `fallback` or `default`.
+///
+/// ```ignore
+/// async fn stale_price(sku: &str, why: Downgraded) -> Result<Price, Error> {
+///     tracing::warn!(sku, reason = %why.reason(), "serving a stale price");
+///     cache().price(sku).ok_or(Error::NoPrice)
+/// }
+///
+/// #[downgrade(timeout = "300ms", fallback_with_reason = stale_price)]
+/// async fn price(sku: &str) -> Result<Price, Error> { /* ... */ }
+/// ```
 ///
 /// ## `default`
 ///
 /// The value returned when the call is downgraded: `default = expr`
 /// evaluates `expr` (only on a downgraded call); a bare `default` returns
-/// `Default::default()`. Cannot be combined with `fallback`.
+/// `Default::default()`. Cannot be combined with `fallback` or
+/// `fallback_with_reason`.
 ///
 /// ```ignore
 /// #[downgrade(default = Vec::new())]
@@ -140,6 +160,34 @@ use proc_macro::TokenStream;
 /// fn get(url: &str) -> Result<Response, HttpError> { /* ... */ }
 /// ```
 ///
+/// ## `timeout`
+///
+/// A deadline for each call of an `async fn`, a string literal checked at
+/// compile time: a number and a unit (`"200ms"`, `"1.5s"`, `"1m 30s"`; units
+/// `ns`, `us`, `ms`, `s`, `m`, `h`), more than zero and at most `"24h"`. A call
+/// still running at its deadline is cut: its future is dropped, the runtime
+/// counts a pass and a timeout (and a breaker failure), and the function
+/// returns what a downgraded call returns, the `Downgraded` saying
+/// `Reason::Deadline`. The point's policy can change the deadline at run time
+/// (`call_timeout`), which then replaces this one. Needs the runtime's `tokio`
+/// feature (a compile error says so otherwise) and a tokio runtime with its
+/// time driver.
+///
+/// Only on an `async fn` (or an `#[async_trait]` method): a sync body cannot
+/// be cancelled once it runs, so `timeout` there is a compile error; count
+/// slow calls with the policy's `timeouts(threshold, n)` rule instead. With a
+/// `fallback` or `fallback_with_reason`, which take the arguments after a
+/// cut, the body borrows the arguments instead of taking them: a body that
+/// consumes one is a "use of moved value" error (borrow or clone it). An
+/// `#[async_trait]` body takes every argument (`let id = id;`), so there a
+/// fallback after a cut works with `Copy` arguments (references included)
+/// only; use `default` otherwise.
+///
+/// ```ignore
+/// #[downgrade(timeout = "200ms", default = Vec::new())]
+/// async fn suggestions(query: &str) -> Vec<String> { /* ... */ }
+/// ```
+///
 /// ## `crate`
 ///
 /// The path to the runtime crate, as a string, for when it is renamed in
@@ -155,12 +203,13 @@ use proc_macro::TokenStream;
 /// # Errors
 ///
 /// Compile errors, all reported in one build, for: an unknown or duplicate
-/// argument, an empty `point`, `fallback` together with `default`, and use
-/// on anything but a function with a body, or on a `const fn`, an `extern`
-/// fn or a variadic fn.
+/// argument, an empty `point`, two of `fallback`, `fallback_with_reason` and
+/// `default` together, a `timeout` that is not a duration string, is zero or
+/// longer than a day, or is on a sync fn, and use on anything but a function
+/// with a body, or on a `const fn`, an `extern` fn or a variadic fn.
 ///
 /// ```text
-/// error: unknown argument `fallbak`, expected one of `point`, `fallback`, `default`, `is_exception`, `crate`
+/// error: unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `crate`
 ///  --> src/orders.rs:3:13
 ///   |
 /// 3 | #[downgrade(fallbak = cached)]
@@ -254,11 +303,19 @@ pub fn downgrade(args: TokenStream, item: TokenStream) -> TokenStream {
 /// }
 /// ```
 ///
+/// ## `fallback_with_reason`
+///
+/// Like `fallback`, with the `Downgraded` as one more, last argument: its
+/// `reason()` is `Reason::BreakerOpen` while the breaker rejects calls (or a
+/// policy rule's reason, if the point has a policy too), and
+/// `Reason::Deadline` for a call cut by `timeout`. Cannot be combined with
+/// `fallback` or `default`. See `#[downgrade]`.
+///
 /// ## `default`
 ///
 /// The value returned while the breaker rejects calls: `default = expr`
 /// (evaluated only then), or a bare `default` for `Default::default()`.
-/// Cannot be combined with `fallback`.
+/// Cannot be combined with `fallback` or `fallback_with_reason`.
 ///
 /// ```ignore
 /// #[breaker(default = Suggestions::none())]
@@ -287,6 +344,21 @@ pub fn downgrade(args: TokenStream, item: TokenStream) -> TokenStream {
 /// fn insert(row: &Row) -> Result<(), DbError> { /* ... */ }
 /// ```
 ///
+/// ## `timeout`
+///
+/// A deadline for each call of an `async fn`, as for `#[downgrade]`: a call
+/// still running then is cut, counts as a failure for the breaker (and as a
+/// timeout), and returns what a rejected call returns. Only on an `async fn`;
+/// the point's `call_timeout` overrides it; needs the runtime's `tokio`
+/// feature.
+///
+/// ```ignore
+/// // Three calls in a row cut at 500 ms open a breaker with
+/// // `consecutive_failures: Some(3)`.
+/// #[breaker(timeout = "500ms", default)]
+/// async fn recommendations(user: u64) -> Vec<Item> { /* ... */ }
+/// ```
+///
 /// ## `crate`
 ///
 /// The path to the runtime crate, as a string, for when it is renamed or
@@ -300,8 +372,9 @@ pub fn downgrade(args: TokenStream, item: TokenStream) -> TokenStream {
 /// # Errors
 ///
 /// The same compile errors as `#[downgrade]`, naming `#[breaker]`: an
-/// unknown or duplicate argument, an empty `point`, `fallback` together
-/// with `default`, and use on anything but a function with a body, or on a
+/// unknown or duplicate argument, an empty `point`, two of `fallback`,
+/// `fallback_with_reason` and `default` together, a bad `timeout` or one on a
+/// sync fn, and use on anything but a function with a body, or on a
 /// `const fn`, an `extern` fn or a variadic fn.
 ///
 /// ```text

@@ -4,7 +4,7 @@
 
 use syn::{ReturnType, Type};
 
-use crate::args::{Args, Kind};
+use crate::args::{Arg, Args, Kind};
 use crate::item::{Body, ItemFn};
 
 /// Collects errors and folds them with `syn::Error::combine`.
@@ -60,18 +60,43 @@ pub(crate) fn validate(kind: Kind, args: &Args, item: &ItemFn, errors: &mut Erro
         ));
     }
 
-    // `fallback` and `default` both say what to return when downgraded:
-    // point at whichever came second, the one to remove.
+    // `fallback`, `fallback_with_reason` and `default` each say what to return
+    // when downgraded: point at whichever of a pair came second, the one to remove.
     if let (Some(fallback), Some(default)) = (&args.fallback, &args.default) {
-        let second = if fallback.position > default.position {
-            fallback.key_span
-        } else {
-            default.key_span
-        };
         errors.push(syn::Error::new(
-            second,
+            second(fallback, default),
             "`fallback` and `default` cannot be used together",
         ));
+    }
+    if let (Some(fallback), Some(with_reason)) = (&args.fallback, &args.fallback_with_reason) {
+        errors.push(syn::Error::new(
+            second(fallback, with_reason),
+            "`fallback` and `fallback_with_reason` cannot be used together; keep \
+             `fallback_with_reason` if the fallback needs to know why (its last argument \
+             is the `Downgraded`)",
+        ));
+    }
+    if let (Some(with_reason), Some(default)) = (&args.fallback_with_reason, &args.default) {
+        errors.push(syn::Error::new(
+            second(with_reason, default),
+            "`fallback_with_reason` and `default` cannot be used together",
+        ));
+    }
+
+    // A sync body cannot be stopped once it runs: nothing could cut it at a deadline.
+    if let Some(timeout) = &args.timeout {
+        if !crate::expand::runs_async(item) {
+            errors.push(syn::Error::new(
+                timeout.key_span,
+                format!(
+                    "`timeout` needs an `async fn`: the body of a sync fn cannot be cancelled \
+                     once it runs, so nothing could cut it at its deadline; make `{}` async, \
+                     or remove `timeout` and count slow calls with the policy's \
+                     `timeouts(threshold, n)` rule",
+                    sig.ident
+                ),
+            ));
+        }
     }
 
     // Whether the return type is `Result`-like is rustc's to say (aliases
@@ -88,6 +113,15 @@ pub(crate) fn validate(kind: Kind, args: &Args, item: &ItemFn, errors: &mut Erro
                 "`is_exception` needs a function that returns a `Result`",
             ));
         }
+    }
+}
+
+/// The key of whichever of two arguments was written second.
+fn second<A, B>(a: &Arg<A>, b: &Arg<B>) -> proc_macro2::Span {
+    if a.position > b.position {
+        a.key_span
+    } else {
+        b.key_span
     }
 }
 
@@ -218,6 +252,76 @@ mod tests {
             ),
             ["`fallback` and `default` cannot be used together"]
         );
+    }
+
+    #[test]
+    fn fallback_with_reason_excludes_fallback_and_default() {
+        let item = quote!(
+            fn f() -> u8 {
+                1
+            }
+        );
+        let errors = check(quote!(fallback_with_reason = g, fallback = f), item.clone());
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with("`fallback` and `fallback_with_reason` cannot be used together"),
+            "{errors:?}"
+        );
+        assert_eq!(
+            check(quote!(default, fallback_with_reason = g), item.clone()),
+            ["`fallback_with_reason` and `default` cannot be used together"]
+        );
+        assert_eq!(
+            check(
+                quote!(fallback = f, fallback_with_reason = g, default),
+                item
+            )
+            .len(),
+            3
+        );
+    }
+
+    #[test]
+    fn timeout_needs_an_async_fn() {
+        let errors = check(
+            quote!(timeout = "1s"),
+            quote!(
+                fn slow() -> u8 {
+                    1
+                }
+            ),
+        );
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with(
+                "`timeout` needs an `async fn`: the body of a sync fn cannot be cancelled"
+            ),
+            "{errors:?}"
+        );
+        assert!(errors[0].contains("make `slow` async"), "{errors:?}");
+        assert!(
+            errors[0].contains("`timeouts(threshold, n)` rule"),
+            "{errors:?}"
+        );
+        assert!(check(
+            quote!(timeout = "1s"),
+            quote!(
+                async fn slow() -> u8 {
+                    1
+                }
+            )
+        )
+        .is_empty());
+        // An `#[async_trait]` method's boxed future can be cut too.
+        assert!(check(
+            quote!(timeout = "1s"),
+            quote!(
+                fn slow<'a>(&'a self) -> Pin<Box<dyn Future<Output = u8> + Send + 'a>> {
+                    Box::pin(async move { 1 })
+                }
+            )
+        )
+        .is_empty());
     }
 
     #[test]

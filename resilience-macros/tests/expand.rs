@@ -16,6 +16,7 @@ use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use resilience_macros::{breaker, downgrade};
 
@@ -28,6 +29,7 @@ pub mod __private {
     use std::pin::Pin;
     use std::sync::{Mutex, OnceLock};
     use std::task::{Context, Poll};
+    use std::time::Duration;
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Event {
@@ -40,10 +42,14 @@ pub mod __private {
         Exception,
         Panicked,
         Cancelled,
+        /// `run_with_deadline` cut the call.
+        TimedOut,
     }
 
     static LOG: Mutex<Vec<(&'static str, Event)>> = Mutex::new(Vec::new());
     static REJECT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    static CUT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    static DEADLINES: Mutex<Vec<(&'static str, Duration)>> = Mutex::new(Vec::new());
 
     pub fn events(point: &str) -> Vec<Event> {
         LOG.lock()
@@ -58,13 +64,31 @@ pub mod __private {
         REJECT.lock().unwrap().push(point);
     }
 
+    /// Every later call of `point` under a deadline is cut after its first poll.
+    pub fn cut(point: &'static str) {
+        CUT.lock().unwrap().push(point);
+    }
+
+    /// The attribute's deadline, as each call of `point` handed it over.
+    pub fn deadlines(point: &str) -> Vec<Duration> {
+        DEADLINES
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(name, _)| *name == point)
+            .map(|(_, d)| *d)
+            .collect()
+    }
+
     fn log(point: &'static str, event: Event) {
         LOG.lock().unwrap().push((point, event));
     }
 
-    #[derive(Debug, PartialEq, Eq)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct Downgraded {
         pub point: &'static str,
+        /// Cut at the deadline (the runtime's `Reason::Deadline`), not refused.
+        pub cut: bool,
     }
 
     #[derive(Debug)]
@@ -76,7 +100,10 @@ pub mod __private {
         fn admit(&'static self, event: Event, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
             if REJECT.lock().unwrap().contains(&self.name) {
                 log(self.name, Event::Rejected);
-                return Err(Downgraded { point: self.name });
+                return Err(Downgraded {
+                    point: self.name,
+                    cut: false,
+                });
             }
             log(self.name, event);
             *slot = Some(Permit {
@@ -123,6 +150,78 @@ pub mod __private {
             log(name, Event::Panicked);
         }
     }
+
+    pub fn timed_out(point: &'static Point, slot: &mut Option<Permit>) {
+        if let Some(name) = completed(point, slot) {
+            log(name, Event::TimedOut);
+        }
+    }
+
+    pub fn cancelled(point: &'static Point, slot: &mut Option<Permit>) {
+        if let Some(name) = completed(point, slot) {
+            log(name, Event::Cancelled);
+        }
+    }
+
+    /// The guard of an async call's slot: dropped before `done`, a cancelled call.
+    #[derive(Debug)]
+    pub struct Pending {
+        pub point: &'static Point,
+        pub slot: Option<Permit>,
+        pub done: bool,
+    }
+
+    impl Pending {
+        #[must_use]
+        pub fn new(point: &'static Point) -> Pending {
+            Pending {
+                point,
+                slot: None,
+                done: false,
+            }
+        }
+    }
+
+    impl Drop for Pending {
+        fn drop(&mut self) {
+            if !self.done {
+                cancelled(self.point, &mut self.slot);
+            }
+        }
+    }
+
+    /// The runtime's deadline, minus the timer: a call of a point given to `cut`
+    /// is polled once, then dropped and cut.
+    pub async fn run_with_deadline<F: Future>(
+        point: &'static Point,
+        slot: &mut Option<Permit>,
+        default: Duration,
+        future: F,
+    ) -> Result<F::Output, Downgraded> {
+        DEADLINES.lock().unwrap().push((point.name, default));
+        if !CUT.lock().unwrap().contains(&point.name) {
+            return Ok(future.await);
+        }
+        let mut future = Box::pin(future);
+        let polled = std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await;
+        if let Poll::Ready(out) = polled {
+            return Ok(out);
+        }
+        drop(future);
+        timed_out(point, slot);
+        Err(Downgraded {
+            point: point.name,
+            cut: true,
+        })
+    }
+
+    #[macro_export]
+    macro_rules! __mock_deadline {
+        ($($call:tt)*) => {
+            $crate::__private::run_with_deadline($($call)*)
+        };
+    }
+    pub use crate::__mock_deadline as deadline;
 
     #[derive(Debug)]
     pub struct StaticPoint {
@@ -274,7 +373,7 @@ mod renamed {
     pub use crate::__private;
 }
 
-use __private::{events, reject, Downgraded, Event};
+use __private::{cut, deadlines, events, reject, Downgraded, Event};
 
 #[derive(Debug, PartialEq, Eq)]
 enum Error {
@@ -1081,4 +1180,237 @@ fn every_annotated_fn_is_declared_once_per_attribute_before_any_call() {
         .iter()
         .any(|p| p.name == "expand::default_name" && !p.has_fallback));
     assert_eq!(declared_stacked::<u8>(), Ok(0));
+}
+
+// ---------------------------------------------------------------- fallback_with_reason
+
+fn why(id: u32, (a, b): (u8, u8), d: Downgraded) -> String {
+    format!("{id} {a}{b} {} cut={}", d.point, d.cut)
+}
+
+#[downgrade(point = "reason::sync", fallback_with_reason = why)]
+fn reason_sync(id: u32, (a, b): (u8, u8)) -> String {
+    format!("{id} {}", a + b)
+}
+
+struct Shelf(u32);
+
+impl Shelf {
+    async fn stale(&self, n: u32, d: Downgraded) -> u32 {
+        YieldOnce(false).await;
+        assert!(!d.cut);
+        self.0 + n + 100
+    }
+
+    #[breaker(point = "reason::method", fallback_with_reason = Self::stale)]
+    async fn level(&self, n: u32) -> u32 {
+        self.0 + n
+    }
+}
+
+fn generic_why<T: Clone>(t: &T, _: Downgraded) -> T {
+    t.clone()
+}
+
+#[downgrade(point = "reason::generic", fallback_with_reason = generic_why::<T>)]
+fn reason_generic<T: Clone + Default + PartialEq>(t: &T) -> T {
+    if *t == T::default() {
+        t.clone()
+    } else {
+        T::default()
+    }
+}
+
+#[test]
+fn fallback_with_reason_gets_the_arguments_and_the_downgrade() {
+    assert_eq!(reason_sync(1, (2, 3)), "1 5");
+    reject("reason::sync");
+    assert_eq!(reason_sync(1, (2, 3)), "1 23 reason::sync cut=false");
+    let shelf = Shelf(1);
+    assert_eq!(block_on(shelf.level(2)), 3);
+    reject("reason::method");
+    assert_eq!(block_on(shelf.level(2)), 103);
+    assert_eq!(
+        events("reason::method"),
+        [Event::BreakerEntered, Event::Success, Event::Rejected]
+    );
+    assert_eq!(reason_generic(&7u8), 0);
+    reject("reason::generic");
+    assert_eq!(reason_generic(&7u8), 7);
+}
+
+// ---------------------------------------------------------------- timeout
+
+async fn queued(id: u32, body: String, d: Downgraded) -> Result<String, Error> {
+    YieldOnce(true).await;
+    Ok(format!("queued {id} {body} cut={}", d.cut))
+}
+
+// The body borrows `body`: the fallback takes it after a cut.
+#[downgrade(point = "timeout::reason", timeout = "200ms", fallback_with_reason = queued)]
+async fn post(id: u32, body: String) -> Result<String, Error> {
+    YieldOnce(false).await;
+    Ok(format!("sent {id} {}", body.len()))
+}
+
+async fn cached(page: &str) -> String {
+    YieldOnce(true).await;
+    format!("cached {page}")
+}
+
+#[downgrade(point = "timeout::fallback", timeout = "1m 30s", fallback = cached)]
+async fn render(page: &str) -> String {
+    YieldOnce(false).await;
+    page.to_owned()
+}
+
+#[downgrade(point = "timeout::default", timeout = "1.5s", default = 7)]
+async fn count() -> u32 {
+    YieldOnce(false).await;
+    1
+}
+
+#[breaker(point = "timeout::err", timeout = "1ns")]
+async fn fetch() -> Result<u32, Error> {
+    YieldOnce(false).await;
+    Ok(1)
+}
+
+// A body that moves an argument it never shares with a fallback: `async move`.
+#[downgrade(point = "timeout::moves", timeout = "1s", default)]
+async fn consume(body: String) -> usize {
+    YieldOnce(false).await;
+    let owned: String = body;
+    owned.len()
+}
+
+#[test]
+fn timeout_passes_the_attribute_deadline_and_a_cut_call_falls_back() {
+    assert_eq!(block_on(post(1, "ab".into())).unwrap(), "sent 1 2");
+    assert_eq!(block_on(render("/a")), "/a");
+    assert_eq!(block_on(count()), 1);
+    assert_eq!(block_on(fetch()), Ok(1));
+    assert_eq!(block_on(consume("abc".into())), 3);
+    assert_eq!(deadlines("timeout::reason"), [Duration::from_millis(200)]);
+    assert_eq!(deadlines("timeout::fallback"), [Duration::from_secs(90)]);
+    assert_eq!(deadlines("timeout::default"), [Duration::from_millis(1500)]);
+    assert_eq!(deadlines("timeout::err"), [Duration::from_nanos(1)]);
+    assert_eq!(events("timeout::default"), [Event::Entered, Event::Success]);
+    assert_eq!(
+        events("timeout::err"),
+        [Event::BreakerEntered, Event::Success]
+    );
+
+    // Cut: a cut call returns what a downgraded one does (one test: the points are
+    // shared).
+    for point in [
+        "timeout::reason",
+        "timeout::fallback",
+        "timeout::default",
+        "timeout::err",
+    ] {
+        cut(point);
+    }
+    assert_eq!(
+        block_on(post(1, "ab".into())).unwrap(),
+        "queued 1 ab cut=true"
+    );
+    assert_eq!(block_on(render("/a")), "cached /a");
+    assert_eq!(block_on(count()), 7);
+    assert_eq!(block_on(fetch()), Err(Error::Downgraded("timeout::err")));
+    // Entered, then cut: the runtime records the timeout and no other outcome.
+    assert_eq!(
+        events("timeout::reason"),
+        [
+            Event::Entered,
+            Event::Success,
+            Event::Entered,
+            Event::TimedOut
+        ]
+    );
+    assert_eq!(
+        events("timeout::err"),
+        [
+            Event::BreakerEntered,
+            Event::Success,
+            Event::BreakerEntered,
+            Event::TimedOut
+        ]
+    );
+    // A refusal still comes first, without a deadline.
+    reject("timeout::reason");
+    assert_eq!(
+        block_on(post(2, "c".into())).unwrap(),
+        "queued 2 c cut=false"
+    );
+}
+
+#[test]
+fn timed_fns_stay_send() {
+    assert_send(&post(1, String::new()));
+    assert_send(&render("/"));
+    assert_send(&consume(String::new()));
+}
+
+// The `#[async_trait]` shape under a deadline.
+impl Db {
+    async fn slow_fallback(&self, id: u32, d: Downgraded) -> Result<u32, Error> {
+        YieldOnce(true).await;
+        assert!(d.cut);
+        Ok(self.base + id + 500)
+    }
+}
+
+trait SlowStore {
+    fn slow<'life0, 'async_trait>(
+        &'life0 self,
+        id: u32,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<u32, Error>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait;
+}
+
+impl SlowStore for Db {
+    // `let id = id;` is `#[async_trait]`'s, whose spans clippy would skip.
+    #[allow(clippy::redundant_locals)]
+    #[downgrade(point = "timeout::boxed", timeout = "10ms", fallback_with_reason = Self::slow_fallback)]
+    fn slow<'life0, 'async_trait>(
+        &'life0 self,
+        id: u32,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<u32, Error>> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            let __self = self;
+            let id = id;
+            let __ret: Result<u32, Error> = {
+                YieldOnce(false).await;
+                Ok(__self.base + id)
+            };
+            #[allow(unreachable_code)]
+            __ret
+        })
+    }
+}
+
+#[test]
+fn async_trait_methods_can_be_cut() {
+    let db = Db { base: 10 };
+    assert_eq!(block_on(db.slow(1)), Ok(11));
+    cut("timeout::boxed");
+    assert_eq!(block_on(db.slow(1)), Ok(511));
+    assert_eq!(
+        events("timeout::boxed"),
+        [
+            Event::Entered,
+            Event::Success,
+            Event::Entered,
+            Event::TimedOut
+        ]
+    );
+    assert_eq!(deadlines("timeout::boxed"), [Duration::from_millis(10); 2]);
+    assert_send(&db.slow(1));
 }

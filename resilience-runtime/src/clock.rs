@@ -116,6 +116,29 @@ impl Clock {
         matches!(self.inner, Source::Manual(_))
     }
 
+    /// Waits `d`: the thread sleeps on the system clock; a manual clock is advanced by
+    /// `d` instead, so that code that waits (retry backoffs) runs instantly and
+    /// deterministically in tests.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{Clock, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let manual = ManualClock::new();
+    /// let clock = Clock::manual(&manual);
+    /// let t0 = clock.now();
+    /// clock.sleep(Duration::from_millis(250));
+    /// assert_eq!(clock.now() - t0, 250_000_000);
+    /// ```
+    pub fn sleep(&self, d: Duration) {
+        match &self.inner {
+            Source::System { .. } => std::thread::sleep(d),
+            Source::Manual(m) => m.advance(d),
+        }
+    }
+
     /// The current time on the timeline, in nanoseconds (monotonic; a resolution of
     /// about a millisecond for the system clock).
     #[inline]

@@ -138,12 +138,41 @@ impl DeclaredPoint {
     }
 }
 
+/// `name (#[kind] function at file:line, with fallback)`, or `..., no fallback)`
+/// when a downgraded call returns an `Err` (see [`DeclaredPoint::has_fallback`]).
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::{downgrade, registry};
+///
+/// #[downgrade(point = "docs.declared.display", default)]
+/// fn answer() -> u32 {
+///     42
+/// }
+///
+/// let points = registry().declared_points();
+/// let p = points.iter().find(|p| p.name() == "docs.declared.display").unwrap();
+/// let shown = p.to_string();
+/// assert!(shown.starts_with("docs.declared.display (#[downgrade] "), "{shown}");
+/// assert!(shown.ends_with(", with fallback)"), "{shown}");
+/// # let _ = answer;
+/// ```
 impl fmt::Display for DeclaredPoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} (#[{}] {} at {}:{})",
-            self.name, self.kind, self.function, self.file, self.line
+            "{} (#[{}] {} at {}:{}, {})",
+            self.name,
+            self.kind,
+            self.function,
+            self.file,
+            self.line,
+            if self.has_fallback {
+                "with fallback"
+            } else {
+                "no fallback"
+            }
         )
     }
 }
@@ -200,6 +229,15 @@ mod tests {
     fn display_names_everything() {
         let p = DeclaredPoint::breaker("a.b", "m::f", "src/m.rs", 7, false);
         assert_eq!(p.kind(), MacroKind::Breaker);
-        assert_eq!(p.to_string(), "a.b (#[breaker] m::f at src/m.rs:7)");
+        assert_eq!(
+            p.to_string(),
+            "a.b (#[breaker] m::f at src/m.rs:7, no fallback)"
+        );
+        let p = DeclaredPoint::downgrade("c.d", "m::g", "src/m.rs", 9, true);
+        assert_eq!(p.kind(), MacroKind::Downgrade);
+        assert_eq!(
+            p.to_string(),
+            "c.d (#[downgrade] m::g at src/m.rs:9, with fallback)"
+        );
     }
 }

@@ -32,11 +32,22 @@ pub enum Reason {
     Overloaded,
     /// The point's circuit breaker rejected the call (checked after every other rule).
     BreakerOpen,
+    /// The call ran and was cut at its deadline (`timeout = "..."` on an `async fn`, or
+    /// the policy's [`call_timeout`](crate::Policy::call_timeout)): its future was
+    /// dropped and the fallback (or default, or `Err(From<Downgraded>)`) took over.
+    ///
+    /// Not a refusal: such a call was admitted, so it counts as a pass and as a timeout
+    /// (and, on a breaker, as a failure), never as a downgrade. It is therefore not in
+    /// [`Reason::ALL`], which lists the reasons a call is refused for (the per-reason
+    /// downgrade counts, metrics labels and the console's lists), and no listener event
+    /// ever carries it.
+    Deadline,
 }
 
 impl Reason {
-    /// Every reason, in check order: SDS's rules, then [`Reason::Delay`] (which
-    /// short-cuts them) and the breaker.
+    /// Every reason a call is refused for, in check order: SDS's rules, then
+    /// [`Reason::Delay`] (which short-cuts them) and the breaker. [`Reason::Deadline`]
+    /// is not one: a call cut at its deadline was admitted.
     pub const ALL: [Reason; 11] = [
         Reason::Visits,
         Reason::TokenBucket,
@@ -65,9 +76,14 @@ impl Reason {
             Reason::ClusterTokenBucket => "cluster_token_bucket",
             Reason::Overloaded => "overloaded",
             Reason::BreakerOpen => "breaker_open",
+            Reason::Deadline => "deadline",
         }
     }
 
+    /// The position in [`Reason::ALL`], which indexes the per-reason counters.
+    /// [`Reason::Deadline`]'s is `Reason::ALL.len()`, one past every per-reason array:
+    /// it has no counter (a cut call is not refused), so a lookup by it must be checked
+    /// (`get(..)`), and nothing ever counts a downgrade with it.
     pub(crate) const fn index(self) -> usize {
         self as usize
     }
@@ -77,16 +93,23 @@ impl Reason {
     }
 }
 
+const _: () = assert!(
+    Reason::Deadline as usize == Reason::ALL.len(),
+    "Reason::Deadline comes after every refusal reason, past the per-reason arrays"
+);
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-/// A call was not run because its point is downgraded.
+/// A call was not run because its point is downgraded, or (with
+/// [`Reason::Deadline`]) was cut at its deadline.
 ///
 /// Returned by [`Point::enter`](crate::Point::enter) and, for `#[downgrade]` functions
-/// without a fallback, converted into the function's error type with `From`.
+/// without a fallback, converted into the function's error type with `From`; a
+/// `fallback_with_reason` function receives it as its last argument.
 ///
 /// # Examples
 ///
@@ -111,7 +134,7 @@ impl Downgraded {
         self.point
     }
 
-    /// The rule that tripped.
+    /// The rule that tripped, or [`Reason::Deadline`] for a call cut at its deadline.
     pub fn reason(&self) -> Reason {
         self.reason
     }
@@ -119,7 +142,14 @@ impl Downgraded {
 
 impl fmt::Display for Downgraded {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "point `{}` is downgraded ({})", self.point, self.reason)
+        match self.reason {
+            Reason::Deadline => write!(
+                f,
+                "a call of point `{}` was cut at its deadline",
+                self.point
+            ),
+            reason => write!(f, "point `{}` is downgraded ({reason})", self.point),
+        }
     }
 }
 
@@ -296,5 +326,23 @@ mod tests {
             assert_eq!(Reason::from_index(r.index() as u8), Some(r));
         }
         assert_eq!(Reason::from_index(200), None);
+        // Deadline is not a refusal: no per-reason slot, and no index maps to it.
+        assert!(!Reason::ALL.contains(&Reason::Deadline));
+        assert_eq!(Reason::Deadline.index(), Reason::ALL.len());
+        assert_eq!(Reason::from_index(Reason::Deadline as u8), None);
+    }
+
+    #[test]
+    fn deadline_names_itself() {
+        assert_eq!(Reason::Deadline.as_str(), "deadline");
+        assert_eq!(Reason::Deadline.to_string(), "deadline");
+        let cut = Downgraded {
+            point: "p",
+            reason: Reason::Deadline,
+        };
+        assert_eq!(
+            cut.to_string(),
+            "a call of point `p` was cut at its deadline"
+        );
     }
 }

@@ -27,6 +27,7 @@ mod rand;
 #[cfg(feature = "redis")]
 pub mod redis;
 mod registry;
+pub mod retry;
 pub mod rolling;
 mod stats;
 mod sync;
@@ -47,7 +48,9 @@ pub use error::{
     check_point_name, AlreadyInitialized, ConfigError, Downgraded, PointNameError, Reason,
     MAX_POINT_NAME_LEN,
 };
-pub use listener::{BreakerChange, DowngradeEvent, ListenerId, EVENT_QUEUE_CAPACITY};
+pub use listener::{
+    BreakerChange, BreakerEvent, DowngradeEvent, Event, EventKind, ListenerId, EVENT_QUEUE_CAPACITY,
+};
 pub use point::durations::{measure_durations, measuring_durations};
 pub use point::permit::Permit;
 pub use point::Point;
@@ -55,8 +58,8 @@ pub use point::Point;
 pub use policy::ClusterLimit;
 pub use policy::{
     AdaptiveLimit, BreakerError, BreakerPolicy, Delay, ExceptionRate, FieldError, Policy,
-    PolicyBuilder, PolicyError, Timeouts, TokenBucketConfig, WindowConfig, MAX_CONCURRENCY,
-    MAX_WINDOW_BUCKETS,
+    PolicyBuilder, PolicyError, Timeouts, TokenBucketConfig, WindowConfig, MAX_CALL_TIMEOUT,
+    MAX_CONCURRENCY, MAX_WINDOW_BUCKETS,
 };
 pub use registry::{init_registry, registry, Registry, DEFAULT_MAX_UNDECLARED_POINTS};
 pub use stats::{

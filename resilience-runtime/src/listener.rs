@@ -1,24 +1,36 @@
-//! Downgrade listeners: events are handed to a bounded queue and delivered on a
-//! dedicated thread, so a slow or panicking listener never touches a guarded call.
+//! Listeners: events are handed to a bounded queue and delivered on a dedicated
+//! thread, so a slow or panicking listener never touches a guarded call.
+//!
+//! The engine queues [`DowngradeEvent`]s; the delivery thread hands each listener
+//! either that record (listeners of [`Registry::add_listener`](crate::Registry::add_listener))
+//! or its [`Event`] (listeners of [`Registry::add_event_listener`](crate::Registry::add_event_listener)
+//! and the filtered variants). [`Registry::flush_listeners`](crate::Registry::flush_listeners)
+//! queues a marker behind the events already queued and waits on a condition variable
+//! until the delivery thread reaches it.
 
 use crate::breaker::TransitionReason;
 use crate::error::Reason;
 use crate::stats::BreakerState;
+use crate::sync::atomic::AtomicBool;
 use crate::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
-use crate::sync::{Arc, Mutex, OnceLock, RwLock};
+use crate::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::SystemTime;
+use std::thread::ThreadId;
+use std::time::{Duration, Instant, SystemTime};
 
 /// How many events may wait for delivery before new ones are dropped (and counted).
 pub const EVENT_QUEUE_CAPACITY: usize = 4096;
 
-/// A call was downgraded, or a breaker changed state. Seen by every listener added
-/// with [`Registry::add_listener`](crate::Registry::add_listener).
+/// A call was downgraded (or, under a shadow policy, would have been), or a breaker
+/// changed state: the record every listener added with
+/// [`Registry::add_listener`](crate::Registry::add_listener) sees.
 ///
 /// Breaker state changes carry [`breaker`](DowngradeEvent::breaker) and the reason
-/// [`Reason::BreakerOpen`]; every other event is one downgraded call.
+/// [`Reason::BreakerOpen`]; every other event is one downgraded call. The typed
+/// [`Event`] tells the three kinds apart; inside [`Event::Downgrade`] and
+/// [`Event::Shadow`] this record has `breaker: None` (and `shadow` false and true).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DowngradeEvent {
@@ -49,6 +61,219 @@ pub struct BreakerChange {
     pub cause: Option<TransitionReason>,
 }
 
+/// A breaker state change of a point, as [`Event::Breaker`] carries it.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::{registry, BreakerPolicy, BreakerState, Event};
+/// use resilience_runtime::breaker::ClassicConfig;
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+///
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let sink = Arc::clone(&seen);
+/// let id = registry().add_breaker_listener(move |e| {
+///     if e.point == "docs.breaker_event" {
+///         sink.lock().unwrap().push(e.change.to);
+///     }
+/// });
+/// let config = ClassicConfig { consecutive_failures: Some(1), ..ClassicConfig::default() };
+/// registry().set_breaker("docs.breaker_event", BreakerPolicy::Classic(config))?;
+/// registry().point("docs.breaker_event")?.enter().unwrap().finish(true);
+/// assert!(registry().flush_listeners(Duration::from_secs(5)));
+/// assert_eq!(*seen.lock().unwrap(), [BreakerState::Open]);
+/// registry().remove_listener(id);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BreakerEvent {
+    /// The point's name.
+    pub point: &'static str,
+    /// When it happened (wall clock of the registry's clock).
+    pub time: SystemTime,
+    /// The change.
+    pub change: BreakerChange,
+}
+
+/// What a listener added with
+/// [`Registry::add_event_listener`](crate::Registry::add_event_listener) sees: one
+/// event of one of three kinds, told apart by the variant.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::{registry, Event, EventKind, Policy, Reason};
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+///
+/// let seen = Arc::new(Mutex::new(Vec::new()));
+/// let sink = Arc::clone(&seen);
+/// let id = registry().add_event_listener(move |e: &Event| {
+///     if e.point() == "docs.event" {
+///         sink.lock().unwrap().push(e.kind());
+///         if let Event::Downgrade(d) = e {
+///             assert_eq!(d.reason, Reason::Visits);
+///         }
+///     }
+/// });
+/// registry().set_policy("docs.event", Policy::builder().max_visits(0).build()?)?;
+/// assert!(registry().point("docs.event")?.enter().is_err());
+/// assert!(registry().flush_listeners(Duration::from_secs(5)));
+/// assert_eq!(*seen.lock().unwrap(), [EventKind::Downgrade]);
+/// registry().remove_listener(id);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A call was downgraded: it did not run (`shadow` is false, `breaker` is `None`).
+    Downgrade(DowngradeEvent),
+    /// A point's breaker changed state (classic: closed / open / half-open; SRE:
+    /// started or stopped dropping).
+    Breaker(BreakerEvent),
+    /// The point's policy is a shadow (dry run): the call would have been downgraded,
+    /// and ran (`shadow` is true, `breaker` is `None`).
+    Shadow(DowngradeEvent),
+}
+
+/// The kind of an [`Event`], without its data ([`Event::kind`]).
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::EventKind;
+///
+/// let mut kinds = vec![EventKind::Shadow, EventKind::Downgrade, EventKind::Breaker];
+/// kinds.sort();
+/// assert_eq!(kinds, [EventKind::Downgrade, EventKind::Breaker, EventKind::Shadow]);
+/// assert_eq!(EventKind::Breaker.to_string(), "breaker");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum EventKind {
+    /// [`Event::Downgrade`].
+    Downgrade,
+    /// [`Event::Breaker`].
+    Breaker,
+    /// [`Event::Shadow`].
+    Shadow,
+}
+
+impl EventKind {
+    /// A stable lowercase name: `"downgrade"`, `"breaker"` or `"shadow"`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// assert_eq!(resilience_runtime::EventKind::Shadow.as_str(), "shadow");
+    /// ```
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Downgrade => "downgrade",
+            EventKind::Breaker => "breaker",
+            EventKind::Shadow => "shadow",
+        }
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Event {
+    /// Which kind of event this is.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::{Event, EventKind};
+    /// fn is_breaker(e: &Event) -> bool {
+    ///     e.kind() == EventKind::Breaker
+    /// }
+    /// ```
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Event::Downgrade(_) => EventKind::Downgrade,
+            Event::Breaker(_) => EventKind::Breaker,
+            Event::Shadow(_) => EventKind::Shadow,
+        }
+    }
+
+    /// The point's name.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::Event;
+    /// fn name(e: &Event) -> &'static str {
+    ///     e.point()
+    /// }
+    /// ```
+    pub fn point(&self) -> &'static str {
+        match self {
+            Event::Downgrade(d) | Event::Shadow(d) => d.point,
+            Event::Breaker(b) => b.point,
+        }
+    }
+
+    /// When it happened (wall clock of the registry's clock).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::Event;
+    /// fn at(e: &Event) -> std::time::SystemTime {
+    ///     e.time()
+    /// }
+    /// ```
+    pub fn time(&self) -> SystemTime {
+        match self {
+            Event::Downgrade(d) | Event::Shadow(d) => d.time,
+            Event::Breaker(b) => b.time,
+        }
+    }
+}
+
+impl From<DowngradeEvent> for Event {
+    /// Sorts a record into its kind: a breaker change if it has
+    /// [`breaker`](DowngradeEvent::breaker), else a shadow downgrade if
+    /// [`shadow`](DowngradeEvent::shadow), else a downgrade.
+    fn from(e: DowngradeEvent) -> Event {
+        match e.breaker {
+            Some(change) => Event::Breaker(BreakerEvent {
+                point: e.point,
+                time: e.time,
+                change,
+            }),
+            None if e.shadow => Event::Shadow(e),
+            None => Event::Downgrade(e),
+        }
+    }
+}
+
+impl From<Event> for DowngradeEvent {
+    /// The record [`Registry::add_listener`](crate::Registry::add_listener)'s
+    /// listeners see for this event (a breaker change has the reason
+    /// [`Reason::BreakerOpen`]).
+    fn from(e: Event) -> DowngradeEvent {
+        match e {
+            Event::Downgrade(d) | Event::Shadow(d) => d,
+            Event::Breaker(b) => DowngradeEvent {
+                point: b.point,
+                reason: Reason::BreakerOpen,
+                delay_cause: None,
+                time: b.time,
+                breaker: Some(b.change),
+                shadow: false,
+            },
+        }
+    }
+}
+
 /// Identifies a listener so it can be removed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ListenerId(u64);
@@ -61,16 +286,43 @@ impl ListenerId {
     }
 }
 
-type Listener = Arc<dyn Fn(&DowngradeEvent) + Send + Sync>;
+/// A listener of either API.
+#[derive(Clone)]
+pub(crate) enum Listener {
+    /// [`Registry::add_listener`](crate::Registry::add_listener): the flat record.
+    Record(Arc<dyn Fn(&DowngradeEvent) + Send + Sync>),
+    /// [`Registry::add_event_listener`](crate::Registry::add_event_listener) and the
+    /// filtered variants: the typed event.
+    Typed(Arc<dyn Fn(&Event) + Send + Sync>),
+}
+
+/// What the queue carries: an event, or a flush marker whose flag the delivery
+/// thread sets when it reaches it.
+enum Message {
+    Event(DowngradeEvent),
+    Flush(Arc<AtomicBool>),
+}
+
+/// What the dispatcher shares with its delivery thread.
+struct Shared {
+    listeners: RwLock<Vec<(ListenerId, Listener)>>,
+    delivered: AtomicU64,
+    /// Taken by the delivery thread after each message to wake flushers, and by a
+    /// flusher while it checks its marker: no wake-up is lost between them.
+    wake_lock: Mutex<()>,
+    wake: Condvar,
+    /// The delivery thread, so a listener that flushes is not left waiting for
+    /// itself.
+    thread: OnceLock<ThreadId>,
+}
 
 pub(crate) struct Dispatcher {
     /// Number of listeners: the hot path reads only this.
     count: AtomicUsize,
-    listeners: Arc<RwLock<Vec<(ListenerId, Listener)>>>,
-    sender: OnceLock<SyncSender<DowngradeEvent>>,
+    shared: Arc<Shared>,
+    sender: OnceLock<SyncSender<Message>>,
     start: Mutex<()>,
     dropped: AtomicU64,
-    delivered: Arc<AtomicU64>,
 }
 
 impl fmt::Debug for Dispatcher {
@@ -86,11 +338,16 @@ impl Dispatcher {
     pub(crate) fn new() -> Dispatcher {
         Dispatcher {
             count: AtomicUsize::new(0),
-            listeners: Arc::new(RwLock::new(Vec::new())),
+            shared: Arc::new(Shared {
+                listeners: RwLock::new(Vec::new()),
+                delivered: AtomicU64::new(0),
+                wake_lock: Mutex::new(()),
+                wake: Condvar::new(),
+                thread: OnceLock::new(),
+            }),
             sender: OnceLock::new(),
             start: Mutex::new(()),
             dropped: AtomicU64::new(0),
-            delivered: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -102,14 +359,22 @@ impl Dispatcher {
     pub(crate) fn add(&self, f: Listener) -> ListenerId {
         self.ensure_thread();
         let id = ListenerId::fresh();
-        let mut list = self.listeners.write().unwrap_or_else(|e| e.into_inner());
+        let mut list = self
+            .shared
+            .listeners
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
         list.push((id, f));
         self.count.store(list.len(), Ordering::Release);
         id
     }
 
     pub(crate) fn remove(&self, id: ListenerId) -> bool {
-        let mut list = self.listeners.write().unwrap_or_else(|e| e.into_inner());
+        let mut list = self
+            .shared
+            .listeners
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
         let before = list.len();
         list.retain(|(i, _)| *i != id);
         self.count.store(list.len(), Ordering::Release);
@@ -121,7 +386,7 @@ impl Dispatcher {
         let Some(tx) = self.sender.get() else {
             return false;
         };
-        match tx.try_send(event) {
+        match tx.try_send(Message::Event(event)) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -135,7 +400,50 @@ impl Dispatcher {
     }
 
     pub(crate) fn delivered(&self) -> u64 {
-        self.delivered.load(Ordering::Acquire)
+        self.shared.delivered.load(Ordering::Acquire)
+    }
+
+    /// Waits until the delivery thread has handled every event queued before this
+    /// call (see [`Registry::flush_listeners`](crate::Registry::flush_listeners)).
+    pub(crate) fn flush(&self, timeout: Duration) -> bool {
+        let Some(tx) = self.sender.get() else {
+            // No listener was ever added: nothing was ever queued.
+            return true;
+        };
+        if self.shared.thread.get() == Some(&std::thread::current().id()) {
+            // A listener flushing would wait for itself.
+            return false;
+        }
+        // `None`: a timeout too large for an `Instant`, i.e. no deadline.
+        let deadline = Instant::now().checked_add(timeout);
+        let done = Arc::new(AtomicBool::new(false));
+        let mut marker = Some(Message::Flush(Arc::clone(&done)));
+        let shared = &*self.shared;
+        let mut guard = shared.wake_lock.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(m) = marker.take() {
+                match tx.try_send(m) {
+                    Ok(()) => {}
+                    // A full queue: wait for the delivery thread to take a message.
+                    Err(TrySendError::Full(m)) => marker = Some(m),
+                    Err(TrySendError::Disconnected(_)) => return false,
+                }
+            }
+            if marker.is_none() && done.load(Ordering::Acquire) {
+                return true;
+            }
+            let wait = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => left,
+                    _ => return false,
+                },
+                None => Duration::from_secs(3600),
+            };
+            guard = match shared.wake.wait_timeout(guard, wait) {
+                Ok((g, _)) => g,
+                Err(e) => e.into_inner().0,
+            };
+        }
     }
 
     fn ensure_thread(&self) {
@@ -147,33 +455,46 @@ impl Dispatcher {
             return;
         }
         let (tx, rx) = mpsc::sync_channel(EVENT_QUEUE_CAPACITY);
-        let listeners = Arc::clone(&self.listeners);
-        let delivered = Arc::clone(&self.delivered);
+        let shared = Arc::clone(&self.shared);
         let spawned = std::thread::Builder::new()
             .name("resilience-events".into())
-            .spawn(move || deliver(rx, listeners, delivered));
-        if spawned.is_ok() {
+            .spawn(move || deliver(rx, shared));
+        if let Ok(handle) = spawned {
+            let _ = self.shared.thread.set(handle.thread().id());
             let _ = self.sender.set(tx);
         }
     }
 }
 
-fn deliver(
-    rx: Receiver<DowngradeEvent>,
-    listeners: Arc<RwLock<Vec<(ListenerId, Listener)>>>,
-    delivered: Arc<AtomicU64>,
-) {
-    while let Ok(event) = rx.recv() {
-        let current: Vec<Listener> = listeners
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map(|(_, l)| Arc::clone(l))
-            .collect();
-        for listener in current {
-            // A panicking listener must not stop delivery to the others.
-            let _ = catch_unwind(AssertUnwindSafe(|| listener(&event)));
+fn deliver(rx: Receiver<Message>, shared: Arc<Shared>) {
+    while let Ok(message) = rx.recv() {
+        match message {
+            Message::Event(event) => {
+                deliver_one(&shared, event);
+                shared.delivered.fetch_add(1, Ordering::Release);
+            }
+            Message::Flush(done) => done.store(true, Ordering::Release),
         }
-        delivered.fetch_add(1, Ordering::Release);
+        // Wake flushers: a marker was reached, or a slot freed for one to queue.
+        let _guard = shared.wake_lock.lock().unwrap_or_else(|e| e.into_inner());
+        shared.wake.notify_all();
+    }
+}
+
+fn deliver_one(shared: &Shared, record: DowngradeEvent) {
+    let current: Vec<Listener> = shared
+        .listeners
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(_, l)| l.clone())
+        .collect();
+    let mut typed: Option<Event> = None;
+    for listener in current {
+        // A panicking listener must not stop delivery to the others.
+        let _ = catch_unwind(AssertUnwindSafe(|| match &listener {
+            Listener::Record(f) => f(&record),
+            Listener::Typed(f) => f(typed.get_or_insert_with(|| Event::from(record.clone()))),
+        }));
     }
 }

@@ -13,6 +13,8 @@
 //! | `resilience_shadow_downgrades_total` | counter | `point`, `reason` | calls a shadow policy would have downgraded |
 //! | `resilience_exceptions_total` | counter | `point` | [`Totals::exceptions`](crate::Totals::exceptions) |
 //! | `resilience_timeouts_total` | counter | `point` | [`Totals::timeouts`](crate::Totals::timeouts) |
+//! | `resilience_cancelled_total` | counter | `point` | [`Totals::cancelled`](crate::Totals::cancelled) |
+//! | `resilience_retry_calls_total`, `_attempts_total`, `_retries_total`, `_exhausted_total`, `_refused_by_budget_total` | counter | `point` | [`RetryStats`](crate::retry::RetryStats) |
 //! | `resilience_dropped_events_total` | counter | `point` | listener events dropped, queue full |
 //! | `resilience_concurrency` | gauge | `point` | calls in flight now |
 //! | `resilience_peak_concurrency` | gauge | `point` | most calls ever in flight at once |
@@ -289,6 +291,7 @@ impl Selector {
                     dropped_events: 0,
                     shadow_downgrades_by_reason: crate::ReasonCounts::default(),
                     breaker: None,
+                    retry: crate::retry::RetryStats::default(),
                 },
                 0,
             )
@@ -336,6 +339,13 @@ fn add_into(sum: &mut PointStats, p: &PointStats) {
     t.downgrades += o.downgrades;
     t.exceptions += o.exceptions;
     t.timeouts += o.timeouts;
+    t.cancelled += o.cancelled;
+    let (r, q) = (&mut sum.retry, &p.retry);
+    r.calls += q.calls;
+    r.attempts += q.attempts;
+    r.retries += q.retries;
+    r.exhausted += q.exhausted;
+    r.refused_by_budget += q.refused_by_budget;
     for (a, b) in t
         .downgrades_by_reason
         .0
@@ -442,6 +452,43 @@ fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &Rows) -> f
         points,
         |p| counter(p.totals.timeouts),
     )?;
+    per_point(
+        encoder,
+        "resilience_cancelled",
+        "Calls that ran and never reported an outcome (future or permit dropped).",
+        Counter,
+        points,
+        |p| counter(p.totals.cancelled),
+    )?;
+    type Series = (&'static str, &'static str, fn(&PointStats) -> u64);
+    let retry_series: [Series; 5] = [
+        (
+            "resilience_retry_calls",
+            "Calls made through call_retrying.",
+            |p| p.retry.calls,
+        ),
+        (
+            "resilience_retry_attempts",
+            "Attempts, first ones and retries.",
+            |p| p.retry.attempts,
+        ),
+        ("resilience_retry_retries", "Retries made.", |p| {
+            p.retry.retries
+        }),
+        (
+            "resilience_retry_exhausted",
+            "Calls that failed on their last attempt.",
+            |p| p.retry.exhausted,
+        ),
+        (
+            "resilience_retry_refused_by_budget",
+            "Retries the budget refused.",
+            |p| p.retry.refused_by_budget,
+        ),
+    ];
+    for (name, help, value) in retry_series {
+        per_point(encoder, name, help, Counter, points, |p| counter(value(p)))?;
+    }
     per_point(
         encoder,
         "resilience_dropped_events",

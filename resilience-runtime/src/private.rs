@@ -138,3 +138,122 @@ pub fn finish(point: &'static Point, slot: &mut Option<Permit>, exception: bool)
 pub fn panicked(point: &'static Point, slot: &mut Option<Permit>) {
     Permit::finish_in(point, slot, true);
 }
+
+/// Records that the call [`enter`] admitted on `point` (its permit, if any, in `slot`)
+/// was cut at its deadline: a timeout, and a failure for the point's breaker.
+#[inline]
+pub fn timed_out(point: &'static Point, slot: &mut Option<Permit>) {
+    Permit::end_in(point, slot, crate::point::permit::Outcome::TimedOut);
+}
+
+/// Records that the call [`enter`] admitted on `point` (its permit, if any, in `slot`)
+/// was cancelled: its future was dropped by its caller. A permit dropped without an
+/// outcome records the same; this also counts calls without a permit.
+#[inline]
+pub fn cancelled(point: &'static Point, slot: &mut Option<Permit>) {
+    Permit::end_in(point, slot, crate::point::permit::Outcome::Cancelled);
+}
+
+/// The permit slot of an async call (see [`enter`]), held across its awaits: dropped
+/// before the call ended (its future dropped by its caller), it records a cancelled
+/// call through [`cancelled`], with or without a permit in the slot. The generated code
+/// sets `done` once the call is refused, finished, panicked or cut.
+#[derive(Debug)]
+pub struct Pending {
+    /// The point the call entered.
+    pub point: &'static Point,
+    /// The call's permit, if any (see [`enter`]).
+    pub slot: Option<Permit>,
+    /// Whether the call ended (or never began): nothing is left to record.
+    pub done: bool,
+}
+
+impl Pending {
+    /// The slot of a call about to enter `point`.
+    #[inline(always)]
+    pub fn new(point: &'static Point) -> Pending {
+        Pending {
+            point,
+            slot: None,
+            done: false,
+        }
+    }
+}
+
+impl Drop for Pending {
+    #[inline]
+    fn drop(&mut self) {
+        if !self.done {
+            cancelled(self.point, &mut self.slot);
+        }
+    }
+}
+
+// ---- `timeout = "..."`: the deadline of an async call (feature `tokio`) ----
+
+/// Runs `fut`, the body of a call that `enter` admitted on `point` (its permit, if any,
+/// in `slot`), until its deadline: the policy's
+/// [`call_timeout`](crate::PolicyBuilder::call_timeout) if it sets one, else `default`
+/// (the attribute's `timeout`). A body that finishes in time gives `Ok(its output)`,
+/// to be completed by [`finish`] or [`panicked`] as usual. At the deadline the body's
+/// future is dropped, the call is recorded by [`timed_out`] (a timeout, a failure for
+/// the breaker, its slot released) and the result is `Err(Downgraded)` with
+/// [`Reason::Deadline`](crate::Reason::Deadline), which the generated code hands to the
+/// fallback exactly as a refusal.
+///
+/// Needs a tokio runtime with its time driver (`enable_time` or `enable_all`), as
+/// `tokio::time::timeout` does.
+#[cfg(feature = "tokio")]
+pub async fn run_with_deadline<F: std::future::Future>(
+    point: &'static Point,
+    slot: &mut Option<Permit>,
+    default: std::time::Duration,
+    fut: F,
+) -> Result<F::Output, Downgraded> {
+    let deadline = point.call_timeout().unwrap_or(default);
+    // The awaited `Timeout`, and the body's future in it, is dropped when the `.await`
+    // ends: the body's own drops have run before the slot is released below.
+    let outcome = tokio::time::timeout(deadline, fut).await;
+    match outcome {
+        Ok(out) => Ok(out),
+        Err(_elapsed) => {
+            timed_out(point, slot);
+            Err(Downgraded {
+                point: point.name(),
+                reason: crate::error::Reason::Deadline,
+            })
+        }
+    }
+}
+
+/// `deadline!(point, slot, default, future)`: the generated code of a `timeout = "..."`
+/// function calls [`run_with_deadline`] through it, so that without the `tokio`
+/// feature the build stops with one error saying what to enable (and no follow-up
+/// error about a missing function).
+#[cfg(feature = "tokio")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_deadline {
+    ($($call:tt)*) => {
+        $crate::__private::run_with_deadline($($call)*)
+    };
+}
+
+/// `deadline!(..)` without the `tokio` feature: the compile error, and a future of the
+/// right type so that it is the only error.
+#[cfg(not(feature = "tokio"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_deadline {
+    ($point:expr, $slot:expr, $default:expr, $future:expr $(,)?) => {{
+        ::core::compile_error!(
+            "`timeout = \"...\"` needs the `tokio` feature of resilience-runtime, \
+             which cuts the call with `tokio::time::timeout`: enable it in Cargo.toml, \
+             e.g. `resilience-runtime = { version = \"0.1\", features = [\"tokio\"] }`"
+        );
+        let _ = ($point, $slot, $default);
+        async move { ::core::result::Result::<_, $crate::Downgraded>::Ok($future.await) }
+    }};
+}
+
+pub use crate::__resilience_deadline as deadline;

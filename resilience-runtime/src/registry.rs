@@ -3,13 +3,15 @@
 use crate::clock::Clock;
 use crate::error::{check_point_name, AlreadyInitialized, PointNameError};
 use crate::layers::{Layers, PointConfig};
-use crate::listener::{Dispatcher, DowngradeEvent, ListenerId};
+use crate::listener::{BreakerEvent, Dispatcher, DowngradeEvent, Event, Listener, ListenerId};
 use crate::point::Point;
 use crate::policy::{BreakerError, BreakerPolicy, Policy};
+use crate::retry::{BudgetConfig, RetryBudget};
 use crate::stats::PointStats;
 use crate::sync::{Arc, AtomicUsize, OnceLock, Ordering};
 use dashmap::DashMap;
 use std::fmt;
+use std::time::Duration;
 
 static GLOBAL: OnceLock<Registry> = OnceLock::new();
 
@@ -58,6 +60,8 @@ pub struct Registry {
     /// Points no `#[downgrade]` or `#[breaker]` function declares, and their cap.
     undeclared: AtomicUsize,
     max_undeclared: AtomicUsize,
+    /// Named retry budgets, leaked like points (a replaced one stays valid).
+    budgets: crate::sync::Mutex<std::collections::HashMap<String, &'static RetryBudget>>,
 }
 
 /// How many points that no function declares a registry takes by default
@@ -84,7 +88,54 @@ impl Registry {
             layers: Layers::new(),
             undeclared: AtomicUsize::new(0),
             max_undeclared: AtomicUsize::new(DEFAULT_MAX_UNDECLARED_POINTS),
+            budgets: crate::sync::Mutex::new(std::collections::HashMap::new()),
         }
+    }
+
+    /// The retry budget named `name`, made with [`BudgetConfig::default`] (20% of the
+    /// calls of the last 10 s plus 10 a second) on first use. Every caller that names
+    /// it shares it; look it up once and keep the reference (it lives as long as the
+    /// process).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::registry;
+    ///
+    /// let budget = registry().retry_budget("docs.budget");
+    /// assert!(std::ptr::eq(budget, registry().retry_budget("docs.budget")));
+    /// assert_eq!(budget.config().percent, 20.0);
+    /// ```
+    pub fn retry_budget(&self, name: &str) -> &'static RetryBudget {
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = budgets.get(name) {
+            return b;
+        }
+        let budget = RetryBudget::new(BudgetConfig::default(), self.clock.clone())
+            .unwrap_or_else(|_| unreachable!("the default budget is valid"));
+        let budget: &'static RetryBudget = Box::leak(Box::new(budget));
+        budgets.insert(name.to_owned(), budget);
+        budget
+    }
+
+    /// Makes the budget named `name` anew with `config` (its counts start over) and
+    /// returns it; callers that kept the previous one keep using it.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`](crate::ConfigError) naming an invalid field of `config`.
+    pub fn set_retry_budget(
+        &self,
+        name: &str,
+        config: BudgetConfig,
+    ) -> Result<&'static RetryBudget, crate::ConfigError> {
+        let budget: &'static RetryBudget =
+            Box::leak(Box::new(RetryBudget::new(config, self.clock.clone())?));
+        self.budgets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), budget);
+        Ok(budget)
     }
 
     pub(crate) fn layers_state(&self) -> &Layers {
@@ -312,7 +363,15 @@ impl Registry {
         names
     }
 
-    /// Adds a listener that sees every downgrade of every point.
+    /// Adds a listener that sees every downgrade of every point, every breaker state
+    /// change and every shadow downgrade, all as the same flat [`DowngradeEvent`].
+    ///
+    /// Superseded by [`add_event_listener`](Self::add_event_listener), whose
+    /// [`Event`] tells the three kinds apart, and by the filtered
+    /// [`add_downgrade_listener`](Self::add_downgrade_listener),
+    /// [`add_breaker_listener`](Self::add_breaker_listener) and
+    /// [`add_shadow_listener`](Self::add_shadow_listener); it keeps working, with the
+    /// same queue and delivery as they have.
     ///
     /// Events are delivered in order on a dedicated thread through a bounded queue of
     /// [`EVENT_QUEUE_CAPACITY`](crate::EVENT_QUEUE_CAPACITY) events: a slow listener
@@ -342,7 +401,181 @@ impl Registry {
     where
         F: Fn(&DowngradeEvent) + Send + Sync + 'static,
     {
-        self.events.add(Arc::new(f))
+        self.events.add(Listener::Record(Arc::new(f)))
+    }
+
+    /// Adds a listener that sees every event of every point, as an [`Event`]: a
+    /// downgraded call ([`Event::Downgrade`]), a breaker state change
+    /// ([`Event::Breaker`]) or a call a shadow policy would have downgraded
+    /// ([`Event::Shadow`]).
+    ///
+    /// Delivery is as for [`add_listener`](Self::add_listener): in order, on the
+    /// registry's delivery thread, through the bounded queue shared by every listener
+    /// (full: new events are dropped and counted); a slow listener delays only other
+    /// listeners and a panicking one is isolated, so neither ever blocks or breaks a
+    /// guarded call. [`flush_listeners`](Self::flush_listeners) waits for delivery.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Event, Policy, Reason};
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    ///
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = Arc::clone(&seen);
+    /// let id = registry().add_event_listener(move |e| match e {
+    ///     Event::Downgrade(d) if d.point == "docs.event_listener" => {
+    ///         sink.lock().unwrap().push(d.reason)
+    ///     }
+    ///     _ => {}
+    /// });
+    /// registry().set_policy("docs.event_listener", Policy::builder().max_visits(0).build()?)?;
+    /// assert!(registry().point("docs.event_listener")?.enter().is_err());
+    /// assert!(registry().flush_listeners(Duration::from_secs(5)));
+    /// assert_eq!(*seen.lock().unwrap(), [Reason::Visits]);
+    /// registry().remove_listener(id);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_event_listener<F>(&self, f: F) -> ListenerId
+    where
+        F: Fn(&Event) + Send + Sync + 'static,
+    {
+        self.events.add(Listener::Typed(Arc::new(f)))
+    }
+
+    /// Adds a listener of downgraded calls only ([`Event::Downgrade`]: no breaker
+    /// changes, no shadow downgrades); delivered as by
+    /// [`add_event_listener`](Self::add_event_listener).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let count = Arc::new(AtomicU64::new(0));
+    /// let c = Arc::clone(&count);
+    /// let id = registry().add_downgrade_listener(move |d| {
+    ///     if d.point == "docs.downgrade_listener" {
+    ///         c.fetch_add(1, Ordering::Relaxed);
+    ///     }
+    /// });
+    /// registry().set_policy("docs.downgrade_listener", Policy::builder().max_visits(1).build()?)?;
+    /// let point = registry().point("docs.downgrade_listener")?;
+    /// point.enter().unwrap().finish(false);
+    /// assert!(point.enter().is_err());
+    /// assert!(point.enter().is_err());
+    /// assert!(registry().flush_listeners(Duration::from_secs(5)));
+    /// assert_eq!(count.load(Ordering::Relaxed), 2);
+    /// registry().remove_listener(id);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_downgrade_listener<F>(&self, f: F) -> ListenerId
+    where
+        F: Fn(&DowngradeEvent) + Send + Sync + 'static,
+    {
+        self.add_event_listener(move |e| {
+            if let Event::Downgrade(d) = e {
+                f(d);
+            }
+        })
+    }
+
+    /// Adds a listener of breaker state changes only ([`Event::Breaker`]); delivered
+    /// as by [`add_event_listener`](Self::add_event_listener). See [`BreakerEvent`]
+    /// for an example.
+    pub fn add_breaker_listener<F>(&self, f: F) -> ListenerId
+    where
+        F: Fn(&BreakerEvent) + Send + Sync + 'static,
+    {
+        self.add_event_listener(move |e| {
+            if let Event::Breaker(b) = e {
+                f(b);
+            }
+        })
+    }
+
+    /// Adds a listener of shadow downgrades only ([`Event::Shadow`]: calls a shadow
+    /// policy would have downgraded, which ran); delivered as by
+    /// [`add_event_listener`](Self::add_event_listener).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy, Reason};
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    ///
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = Arc::clone(&seen);
+    /// let id = registry().add_shadow_listener(move |d| {
+    ///     if d.point == "docs.shadow_listener" {
+    ///         sink.lock().unwrap().push(d.reason);
+    ///     }
+    /// });
+    /// let policy = Policy::builder().max_visits(0).shadow(true).build()?;
+    /// registry().set_policy("docs.shadow_listener", policy)?;
+    /// // A shadow policy lets the call run, and reports what it would have done.
+    /// registry().point("docs.shadow_listener")?.enter().unwrap().finish(false);
+    /// assert!(registry().flush_listeners(Duration::from_secs(5)));
+    /// assert_eq!(*seen.lock().unwrap(), [Reason::Visits]);
+    /// registry().remove_listener(id);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_shadow_listener<F>(&self, f: F) -> ListenerId
+    where
+        F: Fn(&DowngradeEvent) + Send + Sync + 'static,
+    {
+        self.add_event_listener(move |e| {
+            if let Event::Shadow(d) = e {
+                f(d);
+            }
+        })
+    }
+
+    /// Waits until every event queued before this call has been delivered to every
+    /// listener, or `timeout` has passed; returns `true` if delivery finished in time.
+    ///
+    /// The call queues a marker behind the events already queued and sleeps on a
+    /// condition variable until the delivery thread reaches it (no polling); events
+    /// queued meanwhile by other threads may be delivered too, but are not waited
+    /// for. With a full queue it waits, within `timeout`, for room for the marker;
+    /// the marker holds one slot of the queue until it is reached. It returns `true`
+    /// at once when no listener was ever added (nothing was ever queued), and `false`
+    /// at once when called from a listener (the delivery thread cannot wait for
+    /// itself). Events dropped because the queue was full are not waited for: they
+    /// are counted in [`dropped_events`](Self::dropped_events).
+    ///
+    /// For tests and for shutdown: a guarded call never waits for listeners.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy};
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let seen = Arc::new(AtomicBool::new(false));
+    /// let s = Arc::clone(&seen);
+    /// let id = registry().add_downgrade_listener(move |d| {
+    ///     if d.point == "docs.flush" {
+    ///         std::thread::sleep(Duration::from_millis(20)); // a slow listener
+    ///         s.store(true, Ordering::Relaxed);
+    ///     }
+    /// });
+    /// registry().set_policy("docs.flush", Policy::builder().max_visits(0).build()?)?;
+    /// assert!(registry().point("docs.flush")?.enter().is_err()); // returns at once
+    /// assert!(registry().flush_listeners(Duration::from_secs(5)));
+    /// assert!(seen.load(Ordering::Relaxed), "delivered before flush returned");
+    /// registry().remove_listener(id);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn flush_listeners(&self, timeout: Duration) -> bool {
+        self.events.flush(timeout)
     }
 
     /// Removes a listener (of downgrades or of policy changes); returns whether it

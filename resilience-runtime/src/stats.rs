@@ -11,7 +11,8 @@ pub struct ReasonCounts(pub(crate) [u64; Reason::ALL.len()]);
 impl ReasonCounts {
     /// The count for one reason.
     pub fn get(&self, reason: Reason) -> u64 {
-        self.0[reason.index()]
+        // `Reason::Deadline` is not a refusal: no count.
+        self.0.get(reason.index()).copied().unwrap_or(0)
     }
 
     /// Every reason with its count, in [`Reason::ALL`] order.
@@ -36,8 +37,13 @@ pub struct Totals {
     pub downgrades: u64,
     /// Calls that returned a counted `Err` or panicked.
     pub exceptions: u64,
-    /// Calls slower than the timeout threshold (measured only under a timeout rule).
+    /// Calls slower than the timeout threshold (measured only under a timeout rule),
+    /// and calls cut at their deadline (`timeout = "..."`, `call_timeout`).
     pub timeouts: u64,
+    /// Calls that ran and never reported an outcome: an async call whose future was
+    /// dropped by its caller, a [`Permit`](crate::Permit) dropped without `finish`.
+    /// `passes` = successes + `exceptions` + `cancelled` + calls that only timed out.
+    pub cancelled: u64,
     /// Downgrades per reason.
     pub downgrades_by_reason: ReasonCounts,
 }
@@ -55,6 +61,8 @@ pub struct WindowCounts {
     pub exceptions: u64,
     /// Timeouts recorded.
     pub timeouts: u64,
+    /// Cancelled calls (see [`Totals::cancelled`]).
+    pub cancelled: u64,
 }
 
 /// Counts of the last closed 10-second cycle, aligned to wall-clock boundaries like
@@ -73,6 +81,8 @@ pub struct CycleStats {
     pub exceptions: u64,
     /// Timeouts recorded.
     pub timeouts: u64,
+    /// Cancelled calls (see [`Totals::cancelled`]).
+    pub cancelled: u64,
     /// The most calls in flight at once during the cycle.
     pub peak_concurrency: u64,
     /// Downgrades per reason.
@@ -88,6 +98,7 @@ impl Default for CycleStats {
             downgrades: 0,
             exceptions: 0,
             timeouts: 0,
+            cancelled: 0,
             peak_concurrency: 0,
             downgrades_by_reason: ReasonCounts::default(),
         }
@@ -111,6 +122,8 @@ pub struct SecondStats {
     pub exceptions: u64,
     /// Timeouts recorded.
     pub timeouts: u64,
+    /// Cancelled calls (see [`Totals::cancelled`]).
+    pub cancelled: u64,
     /// Downgrades per reason.
     pub downgrades_by_reason: ReasonCounts,
     /// Calls whose duration was measured that ended in the second: every call
@@ -194,4 +207,6 @@ pub struct PointStats {
     pub shadow_downgrades_by_reason: ReasonCounts,
     /// The breaker, if the point has one.
     pub breaker: Option<BreakerStats>,
+    /// What [`Point::call_retrying`](crate::Point::call_retrying) did on this point.
+    pub retry: crate::retry::RetryStats,
 }

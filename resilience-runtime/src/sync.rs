@@ -6,7 +6,9 @@
 pub(crate) use std::sync::atomic::{self, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 #[cfg(test)]
 pub(crate) use std::sync::Barrier;
-pub(crate) use std::sync::{mpsc, Arc, Mutex, MutexGuard, Once, OnceLock, PoisonError, RwLock};
+pub(crate) use std::sync::{
+    mpsc, Arc, Condvar, Mutex, MutexGuard, Once, OnceLock, PoisonError, RwLock,
+};
 #[cfg(feature = "redis")]
-pub(crate) use std::sync::{Condvar, LazyLock, Weak};
+pub(crate) use std::sync::{LazyLock, Weak};
 pub(crate) use std::thread_local;

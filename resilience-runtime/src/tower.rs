@@ -33,7 +33,10 @@
 //! [`Rejected::status`] maps every limit to `429 Too Many Requests` and an open
 //! breaker to `503 Service Unavailable` (the server's own state, not the client's
 //! rate); a rejection carries `Retry-After` when the layer was given a wait
-//! ([`retry_after`](PointLayer::retry_after)).
+//! ([`retry_after`](PointLayer::retry_after)). A [`PointLayer`] refusing a call for
+//! an open breaker reports the breaker's own wait instead: the time until it may
+//! admit a probe (classic breaker: until its open wait ends; SRE breaker: its
+//! `force_pass_interval`), in whole seconds rounded up, at least 1.
 //!
 //! # Examples
 //!
@@ -135,11 +138,14 @@ impl Rejected {
     }
 
     /// The HTTP status for this rejection: `429 Too Many Requests` for every limit,
-    /// `503 Service Unavailable` for an open breaker.
+    /// `503 Service Unavailable` for an open breaker, `504 Gateway Timeout` for a call
+    /// cut at its deadline ([`Reason::Deadline`], when a `Downgraded` from a
+    /// `timeout = "..."` function is turned into a rejection).
     pub fn status(&self) -> StatusCode {
         match self.reason {
             // An open breaker is the server's own state, not the client's rate.
             RejectReason::Downgraded(Reason::BreakerOpen) => StatusCode::SERVICE_UNAVAILABLE,
+            RejectReason::Downgraded(Reason::Deadline) => StatusCode::GATEWAY_TIMEOUT,
             RejectReason::Downgraded(_)
             | RejectReason::CapacityExhausted
             | RejectReason::Overloaded => StatusCode::TOO_MANY_REQUESTS,
@@ -437,6 +443,47 @@ impl<M> PointLayer<M> {
     }
 
     /// Sets the wait reported with each rejection (HTTP `Retry-After`).
+    ///
+    /// A rejection for an open breaker ([`Reason::BreakerOpen`]) reports the
+    /// breaker's own wait instead whenever it is known, set or not: the time until
+    /// the breaker may admit a probe (classic: until its open wait ends; SRE while
+    /// dropping: its `force_pass_interval`). This wait is the fallback for a breaker
+    /// whose wait is unknown (a classic breaker half-open with every probe slot
+    /// taken).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::breaker::{Backoff, ClassicConfig};
+    /// use resilience_runtime::tower::PointLayer;
+    /// use resilience_runtime::{registry, BreakerPolicy};
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tower::{Layer, Service};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let config = ClassicConfig {
+    ///     consecutive_failures: Some(1),
+    ///     open_wait: Backoff::fixed(Duration::from_secs(30)),
+    ///     ..ClassicConfig::default()
+    /// };
+    /// registry().set_breaker("docs.tower.retry_after", BreakerPolicy::Classic(config))?;
+    /// let layer = PointLayer::new("docs.tower.retry_after")?
+    ///     .retry_after(Duration::from_secs(2)) // for the other rejections
+    ///     .respond();
+    /// let mut svc = layer.layer(tower::service_fn(|_req: http::Request<()>| async {
+    ///     let mut res = http::Response::new(String::new());
+    ///     *res.status_mut() = http::StatusCode::BAD_GATEWAY; // a failure
+    ///     Ok::<_, Infallible>(res)
+    /// }));
+    /// let call = |svc: &mut _| futures_executor::block_on(Service::call(svc, http::Request::new(())));
+    /// assert_eq!(call(&mut svc)?.status(), 502); // trips the breaker
+    /// let res = call(&mut svc)?;
+    /// assert_eq!(res.status(), 503);
+    /// // The breaker's wait (just under 30 s, rounded up), not the layer's 2 s.
+    /// assert_eq!(res.headers()["retry-after"], "30");
+    /// # Ok(()) }
+    /// ```
     #[must_use]
     pub fn retry_after(mut self, wait: Duration) -> Self {
         self.retry_after = Some(wait);
@@ -514,7 +561,14 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         match self.point.enter() {
             Ok(permit) => ResponseFuture::admitted(self.inner.call(req), permit),
-            Err(d) => ResponseFuture::refused(Rejected::from_downgraded(d, self.retry_after)),
+            Err(d) => {
+                // An open breaker knows when it may admit a probe.
+                let breaker_wait = (d.reason() == Reason::BreakerOpen)
+                    .then(|| self.point.breaker_retry_in())
+                    .flatten();
+                let wait = breaker_wait.or(self.retry_after);
+                ResponseFuture::refused(Rejected::from_downgraded(d, wait))
+            }
         }
     }
 }

@@ -23,12 +23,14 @@
 use crate::sync::{atomic, AtomicU64, Ordering};
 
 /// Number of cumulative counters the window follows.
-pub(crate) const TRACKED: usize = 4;
+pub(crate) const TRACKED: usize = 5;
 /// Calls admitted; a window's visits are its passes plus its downgrades.
 pub(crate) const PASSES: usize = 0;
 pub(crate) const DOWNGRADES: usize = 1;
 pub(crate) const EXCEPTIONS: usize = 2;
 pub(crate) const TIMEOUTS: usize = 3;
+/// Calls admitted that never reported an outcome (future dropped, permit dropped).
+pub(crate) const CANCELLED: usize = 4;
 
 #[derive(Debug)]
 struct Slot<const K: usize>([AtomicU64; K]);
@@ -207,15 +209,15 @@ mod tests {
     const S: u64 = 1_000_000_000;
 
     /// A counter model fed by the test.
-    fn sums(ring: &Ring<4>, now: u64, cum: [u64; TRACKED]) -> [u64; TRACKED] {
+    fn sums(ring: &Ring<TRACKED>, now: u64, cum: [u64; TRACKED]) -> [u64; TRACKED] {
         let base = ring.base(now, || cum);
-        [0, 1, 2, 3].map(|i| cum[i] - base[i])
+        std::array::from_fn(|i| cum[i] - base[i])
     }
 
     #[test]
     fn window_slides_bucket_by_bucket() {
-        let ring = Ring::new(3, S, 10 * S, [0; 4]);
-        let mut cum = [0u64; 4];
+        let ring = Ring::new(3, S, 10 * S, [0; TRACKED]);
+        let mut cum = [0u64; TRACKED];
         // one visit in each of ticks 10, 11, 12, 13
         for (i, tick) in (10..14).enumerate() {
             let now = tick * S + S / 2;
@@ -231,8 +233,8 @@ mod tests {
 
     #[test]
     fn gap_shorter_than_the_window_keeps_old_buckets() {
-        let ring = Ring::new(10, S, 0, [0; 4]);
-        let mut cum = [0u64; 4];
+        let ring = Ring::new(10, S, 0, [0; TRACKED]);
+        let mut cum = [0u64; TRACKED];
         cum[EXCEPTIONS] = 5; // five exceptions in tick 0
         assert_eq!(sums(&ring, 9 * S, cum)[EXCEPTIONS], 5);
         assert_eq!(sums(&ring, 10 * S, cum)[EXCEPTIONS], 0);

@@ -882,6 +882,7 @@ fn classic_random_walk_never_skips_half_open() {
             )
             .with_jitter(0.3),
             half_open_probes: 1 + rng.below(3) as u32,
+            cancellations_are_failures: false,
         };
         let b = classic(config);
         let mut now = 0u64;

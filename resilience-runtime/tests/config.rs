@@ -10,7 +10,7 @@ use resilience_runtime::breaker::{Backoff, ClassicConfig, SreConfig};
 use resilience_runtime::config::{
     ConfigError, Format, PointConfig, PolicyFile, ProblemKind, WatchOptions,
 };
-use resilience_runtime::layers::Source;
+use resilience_runtime::layers::{Section, Source};
 use resilience_runtime::{
     downgrade, AdaptiveLimit, BreakerPolicy, Clock, Policy, Reason, Registry,
 };
@@ -47,6 +47,7 @@ fn everything(shadow: bool) -> Policy {
         .max_exceptions(30)
         .exception_rate(0.25, 20)
         .timeouts(Duration::from_millis(250), 7)
+        .call_timeout(Duration::from_millis(750))
         .token_bucket(12.5, 40)
         .downgrade_percentage(80)
         .delay(Duration::from_secs(10), Some(Duration::from_millis(1500)))
@@ -77,6 +78,7 @@ fn toml_round_trip_applies_every_setting() {
     let file = sample_file();
     let text = file.to_text(Format::Toml).unwrap();
     assert!(text.contains(r#"threshold = "250ms""#), "{text}");
+    assert!(text.contains(r#"call_timeout = "750ms""#), "{text}");
     assert!(text.contains(r#"retry_interval = "1500ms""#), "{text}");
     assert!(text.contains("[points.\"rt.kill switch\"]"), "{text}");
     assert_eq!(PolicyFile::parse(&text, Format::Toml).unwrap(), file);
@@ -121,6 +123,7 @@ fn the_example_policy_file_is_valid() {
     assert!(file.strict);
     let order = &file.points["order.create"].policy;
     assert_eq!(order.max_visits(), Some(1000));
+    assert_eq!(order.call_timeout(), Some(Duration::from_secs(2)));
     assert_eq!(
         order.timeouts().unwrap().threshold,
         Duration::from_millis(250)
@@ -208,6 +211,90 @@ fn durations_accept_compound_and_fractional_text() {
         Some(Duration::from_millis(2500))
     );
     assert_eq!(p.timeouts().unwrap().threshold, Duration::from_micros(1500));
+}
+
+#[test]
+fn call_timeout_parses_writes_back_and_names_its_field() {
+    let text = r#"
+        [points."ct.only"]
+        call_timeout = "1m 30s"
+
+        [points."ct.with_rules"]
+        max_visits = 10
+        call_timeout = "0.2s"
+    "#;
+    let file = PolicyFile::parse(text, Format::Toml).unwrap();
+    let only = &file.points["ct.only"];
+    assert_eq!(only.policy.call_timeout(), Some(Duration::from_secs(90)));
+    assert_eq!(only.policy.max_visits(), None);
+    // A rule of the rules section: it sets that section, and only that one.
+    assert!(only.sections.contains(Section::Rules));
+    assert!(!only.sections.contains(Section::Window));
+    let with_rules = &file.points["ct.with_rules"].policy;
+    assert_eq!(with_rules.call_timeout(), Some(Duration::from_millis(200)));
+    assert_eq!(with_rules.max_visits(), Some(10));
+
+    // Written back in the largest exact unit, and read back the same.
+    let toml = file.to_text(Format::Toml).unwrap();
+    assert!(toml.contains(r#"call_timeout = "90s""#), "{toml}");
+    assert!(toml.contains(r#"call_timeout = "200ms""#), "{toml}");
+    assert_eq!(PolicyFile::parse(&toml, Format::Toml).unwrap(), file);
+    let json = file.to_text(Format::Json).unwrap();
+    assert!(json.contains(r#""call_timeout": "90s""#), "{json}");
+    assert_eq!(PolicyFile::parse(&json, Format::Json).unwrap(), file);
+    // Unset, it is not written at all (so digests of settings without it are unchanged).
+    let plain = PointConfig::new(Policy::builder().max_visits(1).build().unwrap());
+    assert!(!serde_json::to_string(&plain)
+        .unwrap()
+        .contains("call_timeout"));
+
+    // Applied, the points' calls read it.
+    let r = new_registry();
+    r.load_policies_str(text, Format::Toml).unwrap();
+    assert_eq!(
+        r.point("ct.only").unwrap().call_timeout(),
+        Some(Duration::from_secs(90))
+    );
+    assert_eq!(PolicyFile::from_registry(r), file);
+
+    // Every bad value is named by its field, and nothing is applied.
+    let before = snapshot(r);
+    let bad = r#"
+        [points."ct.number"]
+        call_timeout = 200
+        [points."ct.unitless"]
+        call_timeout = "200"
+        [points."ct.zero"]
+        call_timeout = "0ms"
+        [points."ct.long"]
+        call_timeout = "25h"
+        [points."ct.typo"]
+        call_timout = "1s"
+    "#;
+    let err = r.load_policies_str(bad, Format::Toml).unwrap_err();
+    use ProblemKind::*;
+    assert_eq!(
+        problems(&err),
+        [
+            (WrongType, Some("ct.number"), Some("call_timeout")),
+            (WrongType, Some("ct.unitless"), Some("call_timeout")),
+            (OutOfRange, Some("ct.zero"), Some("call_timeout")),
+            (OutOfRange, Some("ct.long"), Some("call_timeout")),
+            (UnknownField, Some("ct.typo"), Some("call_timout")),
+        ],
+        "{err}"
+    );
+    let text = err.to_string();
+    for expected in [
+        "point `ct.number`, field `call_timeout`: expected a duration string such as \"250ms\" or \"10s\"",
+        "point `ct.unitless`, field `call_timeout`: missing unit after `200`",
+        "point `ct.zero`, field `call_timeout`: must be greater than zero",
+        "point `ct.long`, field `call_timeout`: must be at most 86400s (one day), got 90000s",
+        "did you mean `call_timeout`?",
+    ] {
+        assert!(text.contains(expected), "{expected}\n{text}");
+    }
+    assert_eq!(snapshot(r), before);
 }
 
 #[test]
@@ -805,6 +892,7 @@ fn tuned_file() -> PolicyFile {
             k: 2.25,
             protection: 9,
             force_pass_interval: Duration::from_millis(1500),
+            cancellations_are_failures: true,
         },
         slow_call: Some(Duration::from_millis(300)),
     };
@@ -819,6 +907,7 @@ fn tuned_file() -> PolicyFile {
         open_wait: Backoff::exponential(Duration::from_secs(1), 2.5, Duration::from_secs(40))
             .with_jitter(0.125),
         half_open_probes: 6,
+        cancellations_are_failures: true,
     });
     let gradient = AdaptiveLimit::Gradient(GradientConfig {
         initial_limit: 40,

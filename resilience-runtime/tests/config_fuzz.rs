@@ -27,6 +27,7 @@ max_exceptions = 30
 downgrade_percentage = 80
 exception_rate = { rate = 0.25, min_visits = 20 }
 timeouts = { threshold = "250ms", max_count = 7 }
+call_timeout = "750ms"
 token_bucket = { rate = 12.5, capacity = 40 }
 delay = { duration = "10s", retry_interval = "1500ms" }
 
@@ -310,7 +311,7 @@ fn field_name() -> impl Strategy<Value = String> {
         8 => prop_oneof![
             Just("shadow"), Just("max_visits"), Just("max_concurrency"), Just("max_exceptions"),
             Just("downgrade_percentage"), Just("exception_rate"), Just("timeouts"),
-            Just("token_bucket"), Just("delay"), Just("window"), Just("rate"), Just("min_visits"),
+            Just("call_timeout"), Just("token_bucket"), Just("delay"), Just("window"), Just("rate"), Just("min_visits"),
             Just("threshold"), Just("max_count"), Just("capacity"), Just("duration"),
             Just("retry_interval"), Just("buckets"), Just("bucket_width"),
             Just("breaker"), Just("adaptive"), Just("algorithm"), Just("k"),
@@ -337,6 +338,7 @@ fn point() -> impl Strategy<Value = serde_json::Value> {
         value().prop_map(|v| ("max_concurrency".to_owned(), v)),
         value().prop_map(|v| ("max_exceptions".to_owned(), v)),
         value().prop_map(|v| ("downgrade_percentage".to_owned(), v)),
+        value().prop_map(|v| ("call_timeout".to_owned(), v)),
         value().prop_map(|v| ("shadow".to_owned(), v)),
         section(&["rate", "min_visits"]).prop_map(|v| ("exception_rate".to_owned(), v)),
         section(&["threshold", "max_count"]).prop_map(|v| ("timeouts".to_owned(), v)),
@@ -388,12 +390,19 @@ fn valid_policy() -> impl Strategy<Value = Policy> {
                 prop_oneof![ms(10_000), (1..1_000_000u64).prop_map(Duration::from_nanos)],
             ),
             any::<bool>(),
+            of(ms(86_400_000)),
         ),
     )
         .prop_filter_map(
             "the policy must build",
-            |((visits, conc, exc, rate, timeouts), (bucket, pct, delay, window, shadow))| {
+            |(
+                (visits, conc, exc, rate, timeouts),
+                (bucket, pct, delay, window, shadow, call_timeout),
+            )| {
                 let mut b = Policy::builder().downgrade_percentage(pct).shadow(shadow);
+                if let Some(d) = call_timeout {
+                    b = b.call_timeout(d);
+                }
                 b = b.window(window.0, window.1);
                 if let Some(v) = visits {
                     b = b.max_visits(v);

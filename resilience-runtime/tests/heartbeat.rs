@@ -273,7 +273,7 @@ fn json_upload_carries_the_closed_cycle_of_every_point() {
     assert_eq!(
         points[0],
         json!({"name": "hb.guarded", "visits": 3, "passes": 2, "downgrades": 1,
-               "exceptions": 1, "timeouts": 0, "peak_concurrency": 1,
+               "exceptions": 1, "timeouts": 0, "cancelled": 0, "peak_concurrency": 1,
                "downgrades_by_reason": {"visits": 1},
                // Every call was in the cycle's first second.
                "seconds": seconds(&[(0, [3, 2, 1, 1, 0])]),
@@ -379,7 +379,8 @@ fn sds_protocol_upload_and_pull_bodies() {
     assert_eq!(
         up["pointInfoMap"]["hb.sds"],
         json!({"point": "hb.sds", "visitNum": 2, "exceptionNum": 0, "concurrentNum": 1,
-               "timeoutNum": 0, "downgradeNum": 1, "downgradeReasons": {"visits": 1},
+               "timeoutNum": 0, "cancelledNum": 0, "downgradeNum": 1,
+               "downgradeReasons": {"visits": 1},
                "seconds": seconds(&[(0, [2, 1, 1, 0, 0])]),
                "secondsByReason": {"visits": [1, 0, 0, 0, 0, 0, 0, 0, 0, 0]},
                "secondsDurations": [[1, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0],
@@ -922,4 +923,37 @@ fn a_big_cycle_is_uploaded_in_parts_within_the_body_limit() {
         .unwrap();
     assert!(pull.body.len() < 1_000, "{} bytes", pull.body.len());
     assert_eq!(pull.json()["points_count"], 1_500);
+}
+
+#[test]
+fn uploads_carry_the_retry_counters_of_the_cycle() {
+    use resilience_runtime::retry::{Backoff, Retry};
+    let (registry, manual) = manual_registry();
+    let peer = Peer::start(|_| ok(json!({"result": "stored"})));
+    let client = HeartbeatClient::new(config(&peer.url()), registry);
+    let point = registry.point("hb.retry").unwrap();
+    let retry = Retry::new(3).backoff(Backoff::fixed(Duration::from_millis(10)));
+    let _ = point.call_retrying(&retry, None, || Err::<(), _>(()), |_| Ok(()), |_| true);
+    manual.advance(Duration::from_secs(14));
+    client.upload_now().unwrap();
+    let body = peer.seen()[0].json();
+    let p = body["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "hb.retry")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        p["retry"],
+        json!({"calls": 1, "attempts": 3, "retries": 2, "exhausted": 1, "refused_by_budget": 0})
+    );
+    // Only the growth: nothing new in the next cycle, so no retry object.
+    point.enter().unwrap().finish(false);
+    manual.advance(Duration::from_secs(10));
+    client.upload_now().unwrap();
+    let body = peer.seen()[1].json();
+    let p = &body["points"].as_array().unwrap()[0];
+    assert_eq!(p["name"], "hb.retry");
+    assert!(p.get("retry").is_none(), "{p}");
 }

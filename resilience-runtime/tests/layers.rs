@@ -112,6 +112,9 @@ fn copy_rules(
     if let Some(t) = from.timeouts() {
         b = b.timeouts(t.threshold, t.max_count);
     }
+    if let Some(d) = from.call_timeout() {
+        b = b.call_timeout(d);
+    }
     if let Some(t) = from.token_bucket() {
         b = b.token_bucket(t.rate, t.capacity);
     }
@@ -273,6 +276,7 @@ fn point_config() -> impl Strategy<Value = PointConfig> {
         (
             prop::option::of(prop::sample::select(vec![0u64, 5, 100])),
             any::<bool>(),
+            prop::option::of(prop::sample::select(vec![100u64, 2000])),
         ),
         prop::sample::select(vec![(10u32, 1000u64), (4, 250), (20, 500)]),
         any::<bool>(),
@@ -281,7 +285,14 @@ fn point_config() -> impl Strategy<Value = PointConfig> {
         prop::sample::select(breaker_pool()),
     )
         .prop_map(
-            |((max_visits, bucket), (buckets, width), shadow, adaptive, bits, breaker)| {
+            |(
+                (max_visits, bucket, call_timeout),
+                (buckets, width),
+                shadow,
+                adaptive,
+                bits,
+                breaker,
+            )| {
                 let mut b = Policy::builder()
                     .window(buckets, Duration::from_millis(width))
                     .shadow(shadow);
@@ -290,6 +301,9 @@ fn point_config() -> impl Strategy<Value = PointConfig> {
                 }
                 if bucket {
                     b = b.token_bucket(2.5, 10);
+                }
+                if let Some(ms) = call_timeout {
+                    b = b.call_timeout(Duration::from_millis(ms));
                 }
                 if let Some(max_limit) = adaptive {
                     b = b.adaptive(AdaptiveLimit::Gradient(GradientConfig {

@@ -211,6 +211,12 @@ fn every_limit_maps_to_429_and_an_open_breaker_to_503() {
         retry_after: None,
     };
     assert_eq!(open.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let cut = Rejected {
+        point: "p",
+        reason: RejectReason::Downgraded(Reason::Deadline),
+        retry_after: None,
+    };
+    assert_eq!(cut.status(), StatusCode::GATEWAY_TIMEOUT);
     let mut reasons: Vec<RejectReason> = Reason::ALL
         .iter()
         .filter(|r| **r != Reason::BreakerOpen)
@@ -225,6 +231,135 @@ fn every_limit_maps_to_429_and_an_open_breaker_to_503() {
         };
         assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "{reason:?}");
     }
+}
+
+/// A registry of its own on a manual clock, for breakers whose waits are exact.
+fn manual_registry() -> (&'static resilience_runtime::Registry, ManualClock) {
+    let clock = ManualClock::new();
+    let r = Box::leak(Box::new(resilience_runtime::Registry::with_clock(
+        Clock::manual(&clock),
+    )));
+    (r, clock)
+}
+
+#[test]
+fn an_open_classic_breaker_answers_503_with_the_rest_of_its_open_wait() {
+    use resilience_runtime::breaker::{Backoff, ClassicConfig};
+    use resilience_runtime::BreakerPolicy;
+
+    let (r, clock) = manual_registry();
+    let name = "test.tower.retry.classic";
+    let config = ClassicConfig {
+        consecutive_failures: Some(1),
+        open_wait: Backoff::fixed(Duration::from_secs(5)),
+        half_open_probes: 1,
+        ..ClassicConfig::default()
+    };
+    r.set_breaker(name, BreakerPolicy::Classic(config)).unwrap();
+    let point = r.point(name).unwrap();
+    // The layer's own wait is only the fallback for a breaker without a known one.
+    let mut svc = PointLayer::from_point(point)
+        .retry_after(Duration::from_secs(7))
+        .respond()
+        .layer(StatusFromPath);
+    let mut plain = PointLayer::from_point(point).layer(Double);
+    let get = |path: &str| Request::get(path).body(()).unwrap();
+    let retry_after = |res: &Response<String>| {
+        assert_eq!(res.status(), StatusCode::SERVICE_UNAVAILABLE);
+        res.headers()["retry-after"].to_str().unwrap().to_owned()
+    };
+
+    assert_eq!(block_on(svc.call(get("/500"))).unwrap().status(), 500);
+    // Open for 5 s from now.
+    assert_eq!(retry_after(&block_on(svc.call(get("/200"))).unwrap()), "5");
+    clock.advance(Duration::from_millis(1_200));
+    assert_eq!(
+        retry_after(&block_on(svc.call(get("/200"))).unwrap()),
+        "4",
+        "3.8 s rounds up"
+    );
+    let err = block_on(plain.call(1)).unwrap_err();
+    assert_eq!(
+        err.rejected().copied(),
+        Some(Rejected {
+            point: name,
+            reason: RejectReason::Downgraded(Reason::BreakerOpen),
+            retry_after: Some(Duration::from_millis(3_800)),
+        }),
+        "the exact wait, before rounding"
+    );
+    clock.advance(Duration::from_millis(3_300));
+    assert_eq!(
+        retry_after(&block_on(svc.call(get("/200"))).unwrap()),
+        "1",
+        "0.5 s left: at least 1"
+    );
+
+    // The wait is over: the next call is the only half-open probe. While it runs the
+    // breaker's wait is unknown, so the layer's 7 s is reported.
+    clock.advance(Duration::from_millis(500));
+    let probe = svc.call(get("/200"));
+    assert_eq!(retry_after(&block_on(svc.call(get("/200"))).unwrap()), "7");
+    assert_eq!(block_on(probe).unwrap().status(), StatusCode::OK);
+    // The probe closed the breaker: calls pass again.
+    assert_eq!(
+        block_on(svc.call(get("/200"))).unwrap().status(),
+        StatusCode::OK
+    );
+}
+
+#[test]
+fn a_dropping_sre_breaker_answers_503_with_its_force_pass_interval() {
+    use resilience_runtime::breaker::SreConfig;
+    use resilience_runtime::BreakerPolicy;
+
+    let (r, _clock) = manual_registry();
+    let name = "test.tower.retry.sre";
+    let config = SreConfig {
+        force_pass_interval: Duration::from_millis(2_500),
+        ..SreConfig::default()
+    };
+    let policy = BreakerPolicy::Sre {
+        config,
+        slow_call: None,
+    };
+    r.set_breaker(name, policy).unwrap();
+    let point = r.point(name).unwrap();
+    let mut svc = PointLayer::from_point(point)
+        .respond()
+        .layer(StatusFromPath);
+    let get = |path: &str| Request::get(path).body(()).unwrap();
+
+    // Every admitted call fails, so the breaker soon drops nearly every call.
+    let mut refused = 0;
+    for _ in 0..300 {
+        let res = block_on(svc.call(get("/500"))).unwrap();
+        match res.status().as_u16() {
+            500 => assert!(res.headers().get("retry-after").is_none()),
+            503 => {
+                assert_eq!(res.headers()["retry-after"], "3", "2.5 s rounds up");
+                refused += 1;
+            }
+            other => panic!("{other}"),
+        }
+    }
+    // About 270 expected (the ratio is (n - 5) / (n + 1) after n failures).
+    assert!(refused > 200, "only {refused} of 300 refused");
+    // The exact wait, before rounding, in the error mode (a call the dice admits
+    // fails and is retried).
+    let mut plain = PointLayer::from_point(point).layer(Double);
+    let rejected = (0..100)
+        .find_map(|_| match block_on(plain.call(0)) {
+            Err(GuardError::Rejected(r)) => Some(r),
+            Err(GuardError::Inner(_)) => None,
+            Ok(v) => panic!("Double(0) is an error, got {v}"),
+        })
+        .expect("a dropping breaker refuses within 100 calls");
+    assert_eq!(
+        rejected.reason,
+        RejectReason::Downgraded(Reason::BreakerOpen)
+    );
+    assert_eq!(rejected.retry_after, Some(Duration::from_millis(2_500)));
 }
 
 #[test]

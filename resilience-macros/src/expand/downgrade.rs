@@ -13,6 +13,6 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
 
 // Input:  __resilience_point: &'static RT::Point, __resilience_permit: Option<RT::Permit>
 // Output: RT::enter(__resilience_point, &mut __resilience_permit)
-pub(super) fn enter(private: &TokenStream, point: &Ident, slot: &Ident) -> TokenStream {
+pub(super) fn enter(private: &TokenStream, point: &Ident, slot: &TokenStream) -> TokenStream {
     quote!(#private::enter(#point, &mut #slot))
 }

@@ -30,7 +30,7 @@ use crate::validate::{self, Errors};
 /// `Result<(), Downgraded>`, from the runtime's `__private` path, the identifier
 /// holding the `&'static Point` and the one of the `Option<Permit>` the runtime
 /// writes an admitted call's permit into.
-pub(crate) type Enter = fn(private: &TokenStream, point: &Ident, slot: &Ident) -> TokenStream;
+pub(crate) type Enter = fn(private: &TokenStream, point: &Ident, slot: &TokenStream) -> TokenStream;
 
 /// The pipeline: parse -> validate -> expand.
 pub(crate) fn run(kind: Kind, args: TokenStream, item: TokenStream, enter: Enter) -> TokenStream {
@@ -59,6 +59,16 @@ pub(crate) fn run(kind: Kind, args: TokenStream, item: TokenStream, enter: Enter
     }
 }
 
+/// Whether the body runs as a future, so that a deadline can cut it: an
+/// `async fn`, or the boxed future of an `#[async_trait]` method.
+pub(crate) fn runs_async(item: &ItemFn) -> bool {
+    item.sig.asyncness.is_some()
+        || item
+            .body
+            .split()
+            .is_some_and(|split| matches!(Shape::of(&item.sig, &split), Shape::Boxed { .. }))
+}
+
 /// An identifier of ours: hygienic, so user code can neither see nor shadow it.
 fn ident(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
@@ -82,6 +92,10 @@ fn ident(name: &str) -> Ident {
 //                 Ok(__resilience_out) => { finish(point, &mut permit, CLASSIFY); __resilience_out } // record_outcome
 //                 Err(__resilience_panic) => { panicked(point, &mut permit); resume_unwind(__resilience_panic) }
 //             }
+//
+// With `timeout = "200ms"` (async only), statements before the `match` run the body
+// under the deadline, and a cut call returns what a downgraded one does (see
+// `caught_body`).
 //
 // The permit stays in its variable from entry to completion: moved by value, the
 // compiler would copy it through the stack in wide loads that stall on the narrower
@@ -113,13 +127,17 @@ fn wrap(kind: Kind, args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream 
     let runtime = Runtime::new(args.krate.as_ref().map(|krate| &krate.value));
     let private = runtime.private();
     // Only a fallback needs the arguments, so only then are patterns rebound.
-    let rebound = match &args.fallback {
+    let rebound = match args.fallback_fn() {
         Some(_) => rebind_patterns(&mut item.sig),
         None => Rebound::default(),
     };
 
     let point = ident("__resilience_point");
-    let permit = ident("__resilience_permit");
+    let slot = Slot::of(&shape);
+    let Slot {
+        expr: permit,
+        end: ended,
+    } = &slot;
     let out = ident("__resilience_out");
     let panic = ident("__resilience_panic");
 
@@ -129,10 +147,38 @@ fn wrap(kind: Kind, args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream 
     };
     let handle = point_handle(&private, args, &item.sig);
     let declared = declared_point(&private, kind, args, &item.sig);
-    let acquire = acquire_permit(&runtime, args, &item.sig, &shape, &rebound, enter);
-    let caught = caught_body(&private, &shape, &output, &rebound, &block);
-    let outcome = record_outcome(&private, args, &output);
+    let acquire = acquire_permit(&runtime, args, &item.sig, &shape, &rebound, &slot, enter);
+    // `validate` allows `timeout` on a body that runs as a future only.
+    let timed = args
+        .timeout
+        .as_ref()
+        .filter(|_| shape.await_span().is_some())
+        .map(|timeout| Timed {
+            nanos: timeout.value.nanos,
+            key_span: timeout.key_span,
+            on_cut: on_downgrade(&runtime, args, &item.sig, &shape, &rebound),
+            // A fallback called after a cut needs the arguments the body had: the
+            // body borrows them instead of taking them.
+            moves: args.fallback_fn().is_none(),
+        });
+    let Caught {
+        prelude: caught_prelude,
+        caught,
+    } = caught_body(&runtime, &shape, &output, &rebound, &block, &slot, timed.as_ref());
+    let outcome = record_outcome(&private, args, &output, &slot);
 
+    let declare_slot = match shape.await_span() {
+        // A sync call cannot be cancelled: its slot is a plain local.
+        None => quote!(
+            let mut #permit: ::core::option::Option<#private::Permit> = ::core::option::Option::None;
+        ),
+        // An async call's future can be dropped at any await: the guard records a
+        // cancelled call then, with or without a permit.
+        Some(_) => {
+            let pending = ident("__resilience_pending");
+            quote!(let mut #pending = #private::Pending::new(#point);)
+        }
+    };
     let guarded = quote! {
         let #point = #handle;
         #declared
@@ -141,9 +187,10 @@ fn wrap(kind: Kind, args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream 
         // and clippy calls it a diverging sub-expression. Neither is the
         // user's concern. On the statement, because clippy reads lint levels
         // there, not on the match arm.
-        let mut #permit: ::core::option::Option<#private::Permit> = ::core::option::Option::None;
+        #declare_slot
         #[allow(unreachable_code, clippy::diverging_sub_expression)]
         let () = #acquire;
+        #caught_prelude
         match #caught {
             ::core::result::Result::Ok(#out) => {
                 #outcome
@@ -151,6 +198,7 @@ fn wrap(kind: Kind, args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream 
             }
             ::core::result::Result::Err(#panic) => {
                 #private::panicked(#point, &mut #permit);
+                #ended
                 ::std::panic::resume_unwind(#panic)
             }
         }
@@ -208,6 +256,36 @@ impl Shape {
             Shape::Sync => None,
             Shape::Async { await_span } => Some(*await_span),
             Shape::Boxed { future, .. } => Some(future.async_span),
+        }
+    }
+}
+
+/// Where an admitted call's permit lives, and what marks the call as ended.
+struct Slot {
+    /// `__resilience_permit` (sync) or `__resilience_pending.slot` (async).
+    expr: TokenStream,
+    /// Nothing (sync) or `__resilience_pending.done = true;` (async): after it, dropping
+    /// the guard records nothing.
+    end: TokenStream,
+}
+
+impl Slot {
+    // Sync:  let mut __resilience_permit: Option<RT::Permit> = None;
+    // Async: let mut __resilience_pending = RT::Pending::new(__resilience_point);
+    //        (its Drop records a cancelled call unless `done` was set)
+    fn of(shape: &Shape) -> Slot {
+        match shape.await_span() {
+            None => Slot {
+                expr: ident("__resilience_permit").into_token_stream(),
+                end: TokenStream::new(),
+            },
+            Some(_) => {
+                let pending = ident("__resilience_pending");
+                Slot {
+                    expr: quote!(#pending.slot),
+                    end: quote!(#pending.done = true;),
+                }
+            }
         }
     }
 }
@@ -386,7 +464,7 @@ fn declared_point(private: &TokenStream, kind: Kind, args: &Args, sig: &Signatur
         Kind::Downgrade => quote!(downgrade),
         Kind::Breaker => quote!(breaker),
     };
-    let has_fallback = args.fallback.is_some() || args.default.is_some();
+    let has_fallback = args.fallback_fn().is_some() || args.default.is_some();
     // The user's own span, not `at_user_token`: `line!()` walks up to the
     // outermost macro call of its span's context, which for one of our
     // spans would be the attribute rather than the fn's name.
@@ -411,10 +489,7 @@ fn declared_point(private: &TokenStream, kind: Kind, args: &Args, sig: &Signatur
 //         `RT::enter(__resilience_point, &mut __resilience_permit)`
 // Output: match ENTER(__resilience_point, __resilience_permit) {
 //             Ok(()) => (),
-//             Err(_) => return Self::fb(self, id),                              // fallback
-//             Err(_) => return ::core::default::Default::default(),             // bare default
-//             Err(__resilience_downgraded) =>                                   // neither
-//                 return RT::DowngradeReturn::from_downgraded(__resilience_downgraded),
+//             Err(BINDING) => return VALUE,                                     // on_downgrade
 //         }
 fn acquire_permit(
     runtime: &Runtime,
@@ -422,14 +497,54 @@ fn acquire_permit(
     sig: &Signature,
     shape: &Shape,
     rebound: &Rebound,
+    slot: &Slot,
     enter: Enter,
 ) -> TokenStream {
-    let permit = ident("__resilience_permit");
-    let downgraded = ident("__resilience_downgraded");
-    let entered = enter(&runtime.private(), &ident("__resilience_point"), &permit);
+    let entered = enter(&runtime.private(), &ident("__resilience_point"), &slot.expr);
+    let OnDowngrade { binding, value } = on_downgrade(runtime, args, sig, shape, rebound);
+    let ended = &slot.end;
+    let refused = match ended.is_empty() {
+        true => quote!(return #value),
+        false => quote!({ #ended return #value }),
+    };
+    quote! {
+        match #entered {
+            ::core::result::Result::Ok(()) => (),
+            ::core::result::Result::Err(#binding) => #refused,
+        }
+    }
+}
 
-    let (binding, value) = if let Some(fallback) = &args.fallback {
-        (quote!(_), fallback_call(&fallback.value, shape, rebound))
+/// What a downgraded (or, with `timeout`, cut) call returns: the pattern binding
+/// the `Downgraded` and the value returned.
+struct OnDowngrade {
+    binding: TokenStream,
+    value: TokenStream,
+}
+
+// Output, by argument (BINDING => VALUE):
+//     fallback:              _ => Self::fb(self, id)
+//     fallback_with_reason:  __resilience_downgraded => Self::fb(self, id, __resilience_downgraded)
+//     bare default:          _ => ::core::default::Default::default()
+//     default = expr:        _ => expr
+//     neither:               __resilience_downgraded =>
+//                                RT::DowngradeReturn::from_downgraded(__resilience_downgraded)
+// (a fallback of an async fn is awaited: `Self::fb(self, id).await`)
+fn on_downgrade(
+    runtime: &Runtime,
+    args: &Args,
+    sig: &Signature,
+    shape: &Shape,
+    rebound: &Rebound,
+) -> OnDowngrade {
+    let downgraded = ident("__resilience_downgraded");
+    let (binding, value) = if let Some((path, with_reason)) = args.fallback_fn() {
+        let reason = with_reason.then_some(&downgraded);
+        let binding = match reason {
+            Some(d) => d.to_token_stream(),
+            None => quote!(_),
+        };
+        (binding, fallback_call(path, shape, rebound, reason))
     } else if let Some(default) = &args.default {
         let value = match &default.value {
             DefaultValue::Expr(expr) => expr.to_token_stream(),
@@ -453,32 +568,67 @@ fn acquire_permit(
         let value = quote_spanned!(span=> #private::DowngradeReturn::from_downgraded(#downgraded));
         (downgraded.to_token_stream(), value)
     };
-
-    quote! {
-        match #entered {
-            ::core::result::Result::Ok(()) => (),
-            ::core::result::Result::Err(#binding) => return #value,
-        }
-    }
+    OnDowngrade { binding, value }
 }
 
 // Input:  fallback = Self::fb on `async fn get(&self, id: u64)`
 // Output: Self::fb(self, id).await        (no `.await` on a sync fn; an
 //                                          `#[async_trait]` fallback's boxed
 //                                          future is awaited the same way)
+//         Self::fb(self, id, __resilience_downgraded).await   (fallback_with_reason)
 //
 // The tokens we add are located at the path's last segment, so a fallback
 // with the wrong arguments or return type is reported at `fb` in the
 // attribute. See `at_user_token` for why they are not plain user spans.
-fn fallback_call(path: &ExprPath, shape: &Shape, rebound: &Rebound) -> TokenStream {
+fn fallback_call(
+    path: &ExprPath,
+    shape: &Shape,
+    rebound: &Rebound,
+    reason: Option<&Ident>,
+) -> TokenStream {
     let span = at_user_token(path_span(path));
     let values = &rebound.values;
     let awaited = shape.await_span().map(|_| quote_spanned!(span=> .await));
-    quote_spanned!(span=> #path(#(#values),*) #awaited)
+    match reason {
+        None => quote_spanned!(span=> #path(#(#values),*) #awaited),
+        Some(downgraded) => {
+            // The same hygiene as the binding, located at the path: a fallback whose
+            // last parameter is not a `Downgraded` is reported at `fb`.
+            let downgraded = Ident::new(&downgraded.to_string(), span);
+            quote_spanned!(span=> #path(#(#values,)* #downgraded) #awaited)
+        }
+    }
+}
+
+/// The deadline of a `timeout = "..."` call.
+struct Timed {
+    nanos: u64,
+    /// Where the `timeout` key is: the missing-feature error points there.
+    key_span: Span,
+    /// What a cut call returns (the same as a downgraded one).
+    on_cut: OnDowngrade,
+    /// Whether the body's future takes the arguments (`async move`); with a
+    /// fallback it borrows them, since the fallback is called after a cut.
+    moves: bool,
 }
 
 // Sync:  ::std::panic::catch_unwind(::core::panic::AssertUnwindSafe(move || { PIN LETS { BODY } }))
 // Async: RT::CatchUnwind::new(async move { PIN LETS { BODY } }).await
+// Async with `timeout = "200ms"`, two statements (the prelude), then the expression
+// `__resilience_caught`:
+//        let __resilience_body = RT::CatchUnwind::new(async move { PIN LETS { BODY } });
+//        #[allow(unreachable_code, clippy::diverging_sub_expression)]
+//        let __resilience_caught = match RT::deadline!(__resilience_point,
+//                &mut __resilience_permit, ::core::time::Duration::from_nanos(200000000u64),
+//                __resilience_body).await {
+//            Ok(__resilience_caught) => __resilience_caught,
+//            Err(BINDING) => return VALUE,                      // on_downgrade's
+//        };
+//        (`async` without `move` when a fallback takes the arguments after a cut;
+//        `deadline!` is `run_with_deadline(..)`, or without the runtime's `tokio`
+//        feature a compile error at the `timeout` key). The body is a statement of
+//        its own so that the `allow` (for a diverging fallback's `return`) does not
+//        reach the user's code.
 //
 // Both evaluate to `Result<Output, Box<dyn Any + Send>>`. The body keeps its
 // own braces, so a `use` or `let` in it cannot shadow anything of ours, and
@@ -488,12 +638,15 @@ fn fallback_call(path: &ExprPath, shape: &Shape, rebound: &Rebound) -> TokenStre
 // fn that fixes the block's output to `!` (which cannot be named as a type
 // argument on stable, but can be inferred).
 fn caught_body(
-    private: &TokenStream,
+    runtime: &Runtime,
     shape: &Shape,
     output: &ReturnKind,
     rebound: &Rebound,
     block: &Group,
-) -> TokenStream {
+    slot: &Slot,
+    timed: Option<&Timed>,
+) -> Caught {
+    let private = &runtime.private();
     let lets = &rebound.lets;
     let pin = output.pin();
     let inner = quote!(#pin #(#lets)* #block);
@@ -504,11 +657,15 @@ fn caught_body(
                 ReturnKind::Never => Some(quote!(-> !)),
                 _ => None,
             };
-            quote! {
+            Caught::of(quote! {
                 ::std::panic::catch_unwind(::core::panic::AssertUnwindSafe(move || #annotation { #inner }))
-            }
+            })
         }
         Some(await_span) => {
+            let capture = match timed {
+                Some(Timed { moves: false, .. }) => None,
+                _ => Some(quote!(move)),
+            };
             let future = match output {
                 ReturnKind::Never => {
                     let never = ident("__resilience_never");
@@ -522,14 +679,67 @@ fn caught_body(
                         {
                             future
                         }
-                        #never(async move { #inner }, ::core::option::Option::None::<fn() -> !>)
+                        #never(async #capture { #inner }, ::core::option::Option::None::<fn() -> !>)
                     })
                 }
-                _ => quote!(async move { #inner }),
+                _ => quote!(async #capture { #inner }),
             };
             // `.await` at the user's `async`, where an await error belongs.
             let awaited = quote_spanned!(await_span=> .await);
-            quote!(#private::CatchUnwind::new(#future) #awaited)
+            let caught = quote!(#private::CatchUnwind::new(#future));
+            let Some(timed) = timed else {
+                return Caught::of(quote!(#caught #awaited));
+            };
+            let body = ident("__resilience_body");
+            let point = ident("__resilience_point");
+            let permit = &slot.expr;
+            let ended = &slot.end;
+            let nanos = proc_macro2::Literal::u64_suffixed(timed.nanos);
+            // The whole invocation at the `timeout` key (its path, `!` and parentheses),
+            // so that the missing-feature error points there.
+            let deadline = {
+                let private = runtime.private_at(timed.key_span);
+                let mut call = Group::new(
+                    Delimiter::Parenthesis,
+                    quote!(
+                        #point,
+                        &mut #permit,
+                        ::core::time::Duration::from_nanos(#nanos),
+                        #body
+                    ),
+                );
+                call.set_span(timed.key_span);
+                quote_spanned!(timed.key_span=> #private::deadline! #call)
+            };
+            let OnDowngrade { binding, value } = &timed.on_cut;
+            let result = ident("__resilience_caught");
+            Caught {
+                prelude: quote! {
+                    let #body = #caught;
+                    #[allow(unreachable_code, clippy::diverging_sub_expression)]
+                    let #result = match #deadline #awaited {
+                        ::core::result::Result::Ok(#result) => #result,
+                        ::core::result::Result::Err(#binding) => { #ended return #value }
+                    };
+                },
+                caught: result.into_token_stream(),
+            }
+        }
+    }
+}
+
+/// The caught body: statements to run first (empty but for a deadline), then the
+/// expression of type `Result<Output, Box<dyn Any + Send>>`.
+struct Caught {
+    prelude: TokenStream,
+    caught: TokenStream,
+}
+
+impl Caught {
+    fn of(caught: TokenStream) -> Caught {
+        Caught {
+            prelude: TokenStream::new(),
+            caught,
         }
     }
 }
@@ -546,13 +756,19 @@ fn caught_body(
 // a predicate of the wrong type is reported there):
 //     match &__resilience_out { Ok(_) => false, Err(__resilience_e) => pred(__resilience_e) }
 // `-> !`: nothing; the body cannot finish normally.
-fn record_outcome(private: &TokenStream, args: &Args, output: &ReturnKind) -> TokenStream {
+fn record_outcome(
+    private: &TokenStream,
+    args: &Args,
+    output: &ReturnKind,
+    slot: &Slot,
+) -> TokenStream {
     if let ReturnKind::Never = output {
         return TokenStream::new();
     }
     let out = ident("__resilience_out");
     let point = ident("__resilience_point");
-    let permit = ident("__resilience_permit");
+    let permit = &slot.expr;
+    let ended = &slot.end;
     let is_exception = ident("__resilience_is_exception");
     let classify = match &args.is_exception {
         Some(predicate) => {
@@ -576,6 +792,7 @@ fn record_outcome(private: &TokenStream, args: &Args, output: &ReturnKind) -> To
     quote! {
         let #is_exception: bool = #classify;
         #private::finish(#point, &mut #permit, #is_exception);
+        #ended
     }
 }
 
@@ -796,6 +1013,75 @@ mod tests {
         );
         assert!(out.contains("return fb (id) . await"), "{out}");
         assert!(out.contains("CatchUnwind :: new (async move"), "{out}");
+    }
+
+    #[test]
+    fn fallback_with_reason_gets_the_downgrade_last() {
+        let out = expand(
+            quote!(fallback_with_reason = Self::fb),
+            quote!(
+                fn f(&self, (a, b): (u8, u8)) -> u8 {
+                    a + b
+                }
+            ),
+        );
+        assert!(
+            out.contains("Err (__resilience_downgraded) => return Self :: fb (self , __resilience_arg1 , __resilience_downgraded)"),
+            "{out}"
+        );
+        assert!(out.contains("let (a , b) = __resilience_arg1 ;"), "{out}");
+        assert!(!out.contains("deadline"), "{out}");
+    }
+
+    #[test]
+    fn timeout_runs_the_body_under_the_deadline() {
+        let out = expand(
+            quote!(timeout = "200ms", default),
+            quote!(
+                async fn f(id: String) -> u8 {
+                    1
+                }
+            ),
+        );
+        assert!(
+            out.contains(
+                "let __resilience_body = :: resilience_runtime :: __private :: CatchUnwind :: new (async move {"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                ":: resilience_runtime :: __private :: deadline ! (__resilience_point , & mut __resilience_pending . slot , :: core :: time :: Duration :: from_nanos (200000000u64) , __resilience_body) . await"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("Ok (__resilience_caught) => __resilience_caught , :: core :: result :: Result :: Err (_) => { __resilience_pending . done = true ; return :: core :: default :: Default :: default () }"),
+            "{out}"
+        );
+        // The slot is held by the guard that records a cancelled call.
+        assert!(
+            out.contains("let mut __resilience_pending = :: resilience_runtime :: __private :: Pending :: new (__resilience_point) ;"),
+            "{out}"
+        );
+        // With a fallback the body borrows the arguments, which the fallback takes
+        // after a cut.
+        let out = expand(
+            quote!(timeout = "1s", fallback_with_reason = fb),
+            quote!(
+                async fn f(id: String) -> u8 {
+                    1
+                }
+            ),
+        );
+        assert!(out.contains("CatchUnwind :: new (async {"), "{out}");
+        assert!(!out.contains("async move"), "{out}");
+        assert_eq!(
+            out.matches("return fb (id , __resilience_downgraded) . await")
+                .count(),
+            2,
+            "refused and cut: {out}"
+        );
     }
 
     #[test]

@@ -50,7 +50,10 @@ pub use ewma::LatencyEwma;
 pub use gate::{Gate, GatePermit};
 pub use gradient::{GradientConfig, GradientLimiter, GradientPermit};
 pub use permit::{LatencyLimiter, LatencyPermit};
-pub use shedder::{AdaptiveConfig, AdaptiveLimiter, AdaptivePermit, AdaptiveStats};
+pub use shedder::{
+    AdaptiveConfig, AdaptiveLimiter, AdaptivePermit, AdaptiveStats, CoolOff, ShedderRules,
+    ShedderWindow,
+};
 
 use crate::clock::Clock;
 use crate::sync::OnceLock;

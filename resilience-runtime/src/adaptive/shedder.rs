@@ -14,6 +14,11 @@
 //! go-zero keeps completed calls and their latencies in two rolling windows whose
 //! counts are always equal (each pass adds one latency sample); here one window of
 //! latencies serves both: a bucket's count is its number of passes.
+//!
+//! The formulas are pure and public: [`ShedderWindow`] folds the window's buckets into
+//! `max_pass`, `min_rt` and `max_flight`, and [`ShedderRules`] holds the overload
+//! factor, the "still hot" rule ([`CoolOff`]) and the drop decision.
+//! [`AdaptiveLimiter`] evaluates exactly these on its live state.
 
 use super::cpu::{CpuSource, SystemCpu, CPU_MAX};
 use super::error::{ConfigError, Overloaded};
@@ -21,7 +26,7 @@ use super::ewma::AtomicEwma;
 use super::permit::{LatencyLimiter, LatencyPermit};
 use super::{nanos, Timer};
 use crate::clock::Clock;
-use crate::rolling::{RollingWindow, MAX_BUCKETS};
+use crate::rolling::{Bucket, RollingWindow, MAX_BUCKETS};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::Arc;
 use crossbeam_utils::CachePadded;
@@ -147,6 +152,387 @@ impl AdaptiveConfig {
     }
 }
 
+/// go-zero's window statistics (`maxPass`, `minRt`, `maxFlight`) folded from the
+/// buckets of the shedder's window, oldest first; pure.
+///
+/// * `max_pass`: the most passes (completed calls) in one bucket, at least 1;
+/// * `min_rt_ms`: the lowest bucket average latency in milliseconds, rounded half
+///   away from zero, over the buckets with at least one call; the default (go-zero:
+///   1000 ms, large so that a cold shedder does not drop) when there are none;
+/// * [`max_flight`](ShedderWindow::max_flight)` = max(1, max_pass x min_rt_ms x
+///   window_scale)`: Little's law, peak calls per second x minimum latency in
+///   seconds.
+///
+/// A [`Bucket`] of the shedder's window holds the latencies (ms) of the calls that
+/// passed in it: `sum` their total, `count` the passes.
+///
+/// # Examples
+///
+/// go-zero's `TestAdaptiveShedderMaxFlight` fixture, without its current bucket:
+/// bucket `i` holds `(i + 1) x 100` passes; bucket 0 averages 5.5 ms (go-zero: the
+/// latencies 1 ..= 10), rounded to 6.
+///
+/// ```
+/// use resilience_runtime::adaptive::ShedderWindow;
+/// use resilience_runtime::rolling::Bucket;
+///
+/// let buckets: Vec<Bucket> = (0..9u64)
+///     .map(|i| {
+///         let passes = (i + 1) * 100;
+///         let avg = if i == 0 { 5.5 } else { 10.0 * i as f64 + 5.5 };
+///         Bucket { sum: avg * passes as f64, count: passes }
+///     })
+///     .collect();
+/// let w = ShedderWindow::from_buckets(1000.0, &buckets);
+/// assert_eq!((w.max_pass, w.min_rt_ms), (900, 6.0));
+/// assert_eq!(w.max_flight(0.01), 54.0); // 900 per 100 ms x 6 ms
+/// assert_eq!(ShedderWindow::new(1000.0).max_pass, 1, "an empty window");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ShedderWindow {
+    /// The most passes in one bucket seen so far, at least 1.
+    pub max_pass: u64,
+    /// The lowest rounded bucket average latency seen so far (ms), or the default.
+    pub min_rt_ms: f64,
+}
+
+impl ShedderWindow {
+    /// The statistics of an empty window: `max_pass` 1, `min_rt_ms` the default.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::ShedderWindow;
+    /// let w = ShedderWindow::new(1000.0);
+    /// assert_eq!((w.max_pass, w.min_rt_ms), (1, 1000.0));
+    /// ```
+    pub fn new(default_min_rt_ms: f64) -> Self {
+        ShedderWindow {
+            max_pass: 1,
+            min_rt_ms: default_min_rt_ms,
+        }
+    }
+
+    /// Folds the buckets (oldest first; the order does not matter) into the
+    /// statistics of [`new`](Self::new)`(default_min_rt_ms)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::ShedderWindow;
+    /// # use resilience_runtime::rolling::Bucket;
+    /// let w = ShedderWindow::from_buckets(1000.0, &[
+    ///     Bucket { sum: 0.0, count: 0 },  // no calls: ignored by min_rt
+    ///     Bucket { sum: 25.0, count: 10 }, // 2.5 ms -> 3
+    /// ]);
+    /// assert_eq!((w.max_pass, w.min_rt_ms), (10, 3.0));
+    /// ```
+    pub fn from_buckets<'a>(
+        default_min_rt_ms: f64,
+        buckets: impl IntoIterator<Item = &'a Bucket>,
+    ) -> Self {
+        let mut w = ShedderWindow::new(default_min_rt_ms);
+        for b in buckets {
+            w.add(b);
+        }
+        w
+    }
+
+    /// Folds one more bucket in.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::ShedderWindow;
+    /// # use resilience_runtime::rolling::Bucket;
+    /// let mut w = ShedderWindow::new(1000.0);
+    /// w.add(&Bucket { sum: 12.0, count: 3 });
+    /// assert_eq!((w.max_pass, w.min_rt_ms), (3, 4.0));
+    /// ```
+    pub fn add(&mut self, b: &Bucket) {
+        self.max_pass = self.max_pass.max(b.count);
+        if b.count > 0 {
+            // f64::round rounds half away from zero, like Go's math.Round.
+            self.min_rt_ms = self.min_rt_ms.min((b.sum / b.count as f64).round());
+        }
+    }
+
+    /// `max(1, max_pass x min_rt_ms x window_scale)`: the flight the service
+    /// sustained (go-zero's `maxFlight`); `window_scale` is
+    /// [`AdaptiveConfig::window_scale`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::ShedderWindow;
+    /// let w = ShedderWindow { max_pass: 200, min_rt_ms: 5.0 };
+    /// assert_eq!(w.max_flight(0.01), 10.0);
+    /// assert_eq!(ShedderWindow::new(40.0).max_flight(0.01), 1.0, "at least 1");
+    /// ```
+    pub fn max_flight(&self, window_scale: f64) -> f64 {
+        (self.max_pass as f64 * self.min_rt_ms * window_scale).max(1.0)
+    }
+}
+
+/// The "still hot" state of the shedder ([`ShedderRules::cool_off`]): go-zero's
+/// `stillHot`, which keeps dropping for `cool_off` after the CPU fell below the
+/// threshold, if a call was dropped since.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::adaptive::{AdaptiveConfig, CoolOff, ShedderRules};
+///
+/// let rules = ShedderRules::new(&AdaptiveConfig::default());
+/// let mut dropped_recently = true;
+/// if rules.cool_off(3_000_000_000, dropped_recently, Some(1_000_000_000)) == CoolOff::Expired {
+///     dropped_recently = false; // what the shedder does
+/// }
+/// assert!(!dropped_recently);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CoolOff {
+    /// No call was dropped recently, or the CPU was never over the threshold: not hot.
+    Cold,
+    /// A call was dropped recently and the CPU was over the threshold less than
+    /// `cool_off` ago: hot, drops may continue.
+    Hot,
+    /// A call was dropped recently, but the last overload is `cool_off` or more ago:
+    /// not hot, and the "dropped recently" flag is to be cleared (go-zero clears it
+    /// here).
+    Expired,
+}
+
+impl CoolOff {
+    /// Whether drops may continue ([`CoolOff::Hot`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::CoolOff;
+    /// assert!(CoolOff::Hot.is_hot());
+    /// assert!(!CoolOff::Expired.is_hot());
+    /// ```
+    pub fn is_hot(self) -> bool {
+        self == CoolOff::Hot
+    }
+}
+
+/// go-zero's shedder rules as pure functions of what the shedder measured, with the
+/// constants of an [`AdaptiveConfig`]; [`AdaptiveLimiter`] evaluates exactly these.
+///
+/// A call is dropped ([`should_drop`](Self::should_drop)) when the system is
+/// overloaded (`cpu >= cpu_threshold`) or still hot ([`cool_off`](Self::cool_off)),
+/// and both the average and the current calls in flight exceed
+/// [`flight_limit`](Self::flight_limit)` = max_flight x overload_factor(cpu)`, with
+/// `overload_factor = clamp((1000 - cpu) / (1000 - cpu_threshold), min_overload_factor, 1)`.
+/// Every comparison is strict, as in go-zero.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::adaptive::{AdaptiveConfig, ShedderRules, ShedderWindow};
+///
+/// let rules = ShedderRules::new(&AdaptiveConfig::default());
+/// assert_eq!(rules.overload_factor(950), 0.5);
+/// let window = ShedderWindow { max_pass: 900, min_rt_ms: 6.0 };
+/// let max_flight = rules.max_flight(&window); // 900 x 6 x 0.01 = 54
+/// assert_eq!(max_flight, 54.0);
+/// // CPU at 95%: limit 27; 30 calls in flight, 30 on average: drop.
+/// assert!(rules.should_drop(950, false, 30.0, 30, max_flight));
+/// // The same flight at 80% CPU (not overloaded, not hot): admit.
+/// assert!(!rules.should_drop(800, false, 30.0, 30, max_flight));
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ShedderRules {
+    cpu_threshold: u64,
+    cool_off_ns: u64,
+    window_scale: f64,
+    default_min_rt_ms: f64,
+    min_overload_factor: f64,
+}
+
+impl ShedderRules {
+    /// The rules with the constants of `config` (assumed valid, see
+    /// [`AdaptiveConfig::validate`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::{AdaptiveConfig, ShedderRules};
+    /// let rules = ShedderRules::new(&AdaptiveConfig::default());
+    /// assert_eq!(rules.window_scale(), 0.01);
+    /// ```
+    pub fn new(config: &AdaptiveConfig) -> Self {
+        ShedderRules {
+            cpu_threshold: config.cpu_threshold,
+            cool_off_ns: nanos(config.cool_off),
+            window_scale: config.window_scale(),
+            default_min_rt_ms: config.default_min_rt.as_nanos() as f64 / 1e6,
+            min_overload_factor: config.min_overload_factor,
+        }
+    }
+
+    /// [`AdaptiveConfig::window_scale`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::{AdaptiveConfig, ShedderRules};
+    /// use std::time::Duration;
+    ///
+    /// let config = AdaptiveConfig { window: Duration::from_secs(1), buckets: 40, ..AdaptiveConfig::default() };
+    /// assert_eq!(ShedderRules::new(&config).window_scale(), 0.04); // 40 buckets per second
+    /// ```
+    pub fn window_scale(&self) -> f64 {
+        self.window_scale
+    }
+
+    /// The statistics of an empty window under these rules
+    /// ([`ShedderWindow::new`] with the configured `default_min_rt`), to fold buckets
+    /// into.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::{AdaptiveConfig, ShedderRules};
+    /// let rules = ShedderRules::new(&AdaptiveConfig::default());
+    /// assert_eq!(rules.window().min_rt_ms, 1000.0);
+    /// ```
+    pub fn window(&self) -> ShedderWindow {
+        ShedderWindow::new(self.default_min_rt_ms)
+    }
+
+    /// [`ShedderWindow::max_flight`] with this window scale.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::{AdaptiveConfig, ShedderRules, ShedderWindow};
+    /// let rules = ShedderRules::new(&AdaptiveConfig::default());
+    /// let w = ShedderWindow { max_pass: 300, min_rt_ms: 4.0 };
+    /// assert_eq!(rules.max_flight(&w), 12.0); // 3000 calls/s x 4 ms
+    /// ```
+    pub fn max_flight(&self, window: &ShedderWindow) -> f64 {
+        window.max_flight(self.window_scale)
+    }
+
+    /// Whether the system is overloaded: `cpu >= cpu_threshold` (go-zero's
+    /// `systemOverloaded`; the shedder then records the time as the last overload).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::{AdaptiveConfig, ShedderRules};
+    /// let rules = ShedderRules::new(&AdaptiveConfig::default());
+    /// assert!(rules.is_overloaded(900) && !rules.is_overloaded(899));
+    /// ```
+    pub fn is_overloaded(&self, cpu: u64) -> bool {
+        cpu >= self.cpu_threshold
+    }
+
+    /// `clamp((1000 - cpu) / (1000 - cpu_threshold), min_overload_factor, 1)`: the
+    /// share of `max_flight` admitted at this CPU reading (millicores, at most 1000).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::{AdaptiveConfig, ShedderRules};
+    /// let rules = ShedderRules::new(&AdaptiveConfig::default()); // threshold 900
+    /// assert_eq!(rules.overload_factor(900), 1.0);
+    /// assert_eq!(rules.overload_factor(1000), 0.1, "the floor");
+    /// ```
+    pub fn overload_factor(&self, cpu: u64) -> f64 {
+        let cpu = cpu.min(CPU_MAX);
+        let factor = (CPU_MAX - cpu) as f64 / (CPU_MAX - self.cpu_threshold) as f64;
+        factor.clamp(self.min_overload_factor, 1.0)
+    }
+
+    /// go-zero's `stillHot` at `now`: [`CoolOff::Hot`] iff a call was dropped
+    /// recently and the last overload (`overload_time`, `None` if never) is less than
+    /// `cool_off` before `now`; [`CoolOff::Expired`] when it was dropping but the
+    /// cool-off is over (clear `dropped_recently`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::{AdaptiveConfig, CoolOff, ShedderRules};
+    /// let rules = ShedderRules::new(&AdaptiveConfig::default()); // cool-off 1 s
+    /// let t = 5_000_000_000;
+    /// assert_eq!(rules.cool_off(t + 999_999_999, true, Some(t)), CoolOff::Hot);
+    /// assert_eq!(rules.cool_off(t + 1_000_000_000, true, Some(t)), CoolOff::Expired);
+    /// assert_eq!(rules.cool_off(t, false, Some(t)), CoolOff::Cold);
+    /// assert_eq!(rules.cool_off(t, true, None), CoolOff::Cold);
+    /// ```
+    pub fn cool_off(
+        &self,
+        now: u64,
+        dropped_recently: bool,
+        overload_time: Option<u64>,
+    ) -> CoolOff {
+        match overload_time {
+            _ if !dropped_recently => CoolOff::Cold,
+            None => CoolOff::Cold,
+            Some(t) if now.saturating_sub(t) < self.cool_off_ns => CoolOff::Hot,
+            Some(_) => CoolOff::Expired,
+        }
+    }
+
+    /// `max_flight x overload_factor(cpu)`: the flight above which calls are dropped
+    /// while overloaded or hot.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::{AdaptiveConfig, ShedderRules};
+    /// let rules = ShedderRules::new(&AdaptiveConfig::default());
+    /// assert_eq!(rules.flight_limit(54.0, 950), 27.0);
+    /// ```
+    pub fn flight_limit(&self, max_flight: f64, cpu: u64) -> f64 {
+        max_flight * self.overload_factor(cpu)
+    }
+
+    /// go-zero's `highThru`: both the average and the current calls in flight exceed
+    /// `limit` (strictly).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::{AdaptiveConfig, ShedderRules};
+    /// let rules = ShedderRules::new(&AdaptiveConfig::default());
+    /// assert!(rules.high_throughput(55.0, 55, 54.0));
+    /// assert!(!rules.high_throughput(54.0, 80, 54.0), "the average is not above");
+    /// ```
+    pub fn high_throughput(&self, avg_in_flight: f64, in_flight: u64, limit: f64) -> bool {
+        avg_in_flight > limit && in_flight as f64 > limit
+    }
+
+    /// The drop decision (go-zero's `shouldDrop`): `(overloaded(cpu) || still_hot) &&
+    /// high_throughput(avg_in_flight, in_flight, flight_limit(max_flight, cpu))`, with
+    /// `still_hot` from [`cool_off`](Self::cool_off).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::adaptive::{AdaptiveConfig, ShedderRules};
+    /// let rules = ShedderRules::new(&AdaptiveConfig::default());
+    /// // Cool CPU but still hot from a recent overload: the flight rule decides.
+    /// assert!(rules.should_drop(500, true, 60.0, 60, 54.0));
+    /// assert!(!rules.should_drop(500, false, 60.0, 60, 54.0));
+    /// ```
+    pub fn should_drop(
+        &self,
+        cpu: u64,
+        still_hot: bool,
+        avg_in_flight: f64,
+        in_flight: u64,
+        max_flight: f64,
+    ) -> bool {
+        (self.is_overloaded(cpu) || still_hot)
+            && self.high_throughput(avg_in_flight, in_flight, self.flight_limit(max_flight, cpu))
+    }
+}
+
 /// What an [`AdaptiveLimiter`] currently sees; [`AdaptiveLimiter::stats`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct AdaptiveStats {
@@ -203,11 +589,9 @@ pub struct AdaptiveStats {
 /// ```
 pub struct AdaptiveLimiter {
     config: AdaptiveConfig,
-    window_scale: f64,
+    rules: ShedderRules,
     bucket_ns: u64,
     start: u64,
-    cool_off_ns: u64,
-    default_min_rt_ms: f64,
     /// Latencies of completed calls (ms); a bucket's count is its passes.
     rts: RollingWindow,
     flying: CachePadded<AtomicU64>,
@@ -272,11 +656,9 @@ impl AdaptiveLimiter {
                 .map_err(|e| ConfigError::new("buckets", e.to_string()))
         };
         Ok(AdaptiveLimiter {
-            window_scale: config.window_scale(),
+            rules: ShedderRules::new(&config),
             bucket_ns: nanos(width),
             start,
-            cool_off_ns: nanos(config.cool_off),
-            default_min_rt_ms: config.default_min_rt.as_nanos() as f64 / 1e6,
             rts: window(start)?,
             flying: CachePadded::new(AtomicU64::new(0)),
             avg_flying: AtomicEwma::new(0.0),
@@ -361,13 +743,18 @@ impl AdaptiveLimiter {
     /// ```
     pub fn check(&self, now: u64, in_flight: u64) -> Result<(), Overloaded> {
         let cpu = self.cpu.usage().min(CPU_MAX);
-        if cpu >= self.config.cpu_threshold {
+        // go-zero's `systemOverloaded() || stillHot()`, the overload check first (it
+        // records the overload time); neither: admit without reading the window.
+        if self.rules.is_overloaded(cpu) {
             self.overload_time.store(now.max(1), Ordering::Relaxed);
         } else if !self.still_hot(now) {
             return Ok(());
         }
-        let limit = self.max_flight_cached(now) * self.overload_factor(cpu);
-        if self.avg_flying.get() > limit && in_flight as f64 > limit {
+        let limit = self.rules.flight_limit(self.max_flight_cached(now), cpu);
+        if self
+            .rules
+            .high_throughput(self.avg_flying.get(), in_flight, limit)
+        {
             self.dropped_recently.store(true, Ordering::Relaxed);
             self.drops.fetch_add(1, Ordering::Relaxed);
             return Err(Overloaded {
@@ -396,23 +783,23 @@ impl AdaptiveLimiter {
     }
 
     fn still_hot(&self, now: u64) -> bool {
-        if !self.dropped_recently.load(Ordering::Relaxed) {
-            return false;
+        let overload_time = match self.overload_time.load(Ordering::Relaxed) {
+            0 => None,
+            t => Some(t),
+        };
+        let dropped_recently = self.dropped_recently.load(Ordering::Relaxed);
+        match self.rules.cool_off(now, dropped_recently, overload_time) {
+            CoolOff::Hot => true,
+            CoolOff::Cold => false,
+            CoolOff::Expired => {
+                self.dropped_recently.store(false, Ordering::Relaxed);
+                false
+            }
         }
-        let overload_time = self.overload_time.load(Ordering::Relaxed);
-        if overload_time == 0 {
-            return false;
-        }
-        if now.saturating_sub(overload_time) < self.cool_off_ns {
-            return true;
-        }
-        self.dropped_recently.store(false, Ordering::Relaxed);
-        false
     }
 
     fn overload_factor(&self, cpu: u64) -> f64 {
-        let factor = (CPU_MAX - cpu) as f64 / (CPU_MAX - self.config.cpu_threshold) as f64;
-        factor.clamp(self.config.min_overload_factor, 1.0)
+        self.rules.overload_factor(cpu)
     }
 
     /// `max_flight` cached per bucket: the window ignores the current bucket, so its
@@ -430,24 +817,25 @@ impl AdaptiveLimiter {
         fresh
     }
 
-    fn max_pass(&self, now: u64) -> u64 {
-        let mut result = 1;
-        self.rts.reduce(now, |b| result = result.max(b.count));
-        result
+    /// The window's statistics at `now` (one pass over the buckets).
+    fn window(&self, now: u64) -> ShedderWindow {
+        let mut w = self.rules.window();
+        self.rts.reduce(now, |b| w.add(b));
+        w
     }
 
+    #[cfg(test)]
+    fn max_pass(&self, now: u64) -> u64 {
+        self.window(now).max_pass
+    }
+
+    #[cfg(test)]
     fn min_rt(&self, now: u64) -> f64 {
-        let mut result = self.default_min_rt_ms;
-        self.rts.reduce(now, |b| {
-            if b.count > 0 {
-                result = result.min((b.sum / b.count as f64).round());
-            }
-        });
-        result
+        self.window(now).min_rt_ms
     }
 
     fn max_flight(&self, now: u64) -> f64 {
-        (self.max_pass(now) as f64 * self.min_rt(now) * self.window_scale).max(1.0)
+        self.rules.max_flight(&self.window(now))
     }
 
     /// Calls in flight (admitted by this limiter and not finished).
@@ -479,12 +867,13 @@ impl AdaptiveLimiter {
     /// ```
     pub fn stats(&self, now: u64) -> AdaptiveStats {
         let cpu = self.cpu.usage().min(CPU_MAX);
+        let window = self.window(now);
         AdaptiveStats {
             in_flight: self.in_flight(),
             avg_in_flight: self.avg_flying.get(),
-            max_pass: self.max_pass(now),
-            min_rt_ms: self.min_rt(now),
-            max_flight: self.max_flight(now),
+            max_pass: window.max_pass,
+            min_rt_ms: window.min_rt_ms,
+            max_flight: self.rules.max_flight(&window),
             cpu,
             overload_factor: self.overload_factor(cpu),
             drops: self.drops.load(Ordering::Relaxed),
@@ -587,7 +976,7 @@ mod tests {
     fn max_flight() {
         let cpu = Arc::new(FixedCpu::new(0));
         let (l, _) = limiter(&cpu, 900);
-        assert_eq!(l.window_scale, 0.01);
+        assert_eq!(l.rules.window_scale(), 0.01);
         let now = fill(&l);
         assert_eq!(l.max_pass(now), 900, "the current bucket (1000) is ignored");
         assert_eq!(l.max_flight(now), 54.0);

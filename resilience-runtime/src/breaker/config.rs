@@ -52,6 +52,14 @@ pub struct SreConfig {
     /// While dropping, a call is forced through when the last admitted one is older
     /// than this (> 0; use a very large value to disable forced probes).
     pub force_pass_interval: Duration,
+    /// Whether a call cancelled before any threshold (its future or permit dropped
+    /// by the caller) counts as a failure. Default `false`: a caller that gave up says
+    /// nothing about the dependency, and counting it would let impatient callers open
+    /// the breaker on a healthy one. Turn it on when callers bound their calls
+    /// themselves (`tokio::time::timeout` around the call) and a cut call means the
+    /// dependency was too slow. Calls cancelled past the timeout rule's or the
+    /// slow-call threshold count as failures either way.
+    pub cancellations_are_failures: bool,
 }
 
 impl Default for SreConfig {
@@ -62,6 +70,7 @@ impl Default for SreConfig {
             k: 1.5,
             protection: 5,
             force_pass_interval: Duration::from_secs(1),
+            cancellations_are_failures: false,
         }
     }
 }
@@ -216,27 +225,42 @@ impl Backoff {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        self.check_as(OPEN_WAIT_FIELDS)
+    }
+
+    /// Checks every field, naming them `fields` (`base`, `multiplier`, `max`,
+    /// `jitter`, in this order) in errors.
+    pub(crate) fn check_as(&self, fields: [&'static str; 4]) -> Result<(), ConfigError> {
+        let [base, multiplier, max, jitter] = fields;
         if self.base.is_zero() {
-            return Err(ConfigError::new("open_wait.base", "must be non-zero"));
+            return Err(ConfigError::new(base, "must be non-zero"));
         }
         if !self.multiplier.is_finite() || self.multiplier < 1.0 {
             return Err(ConfigError::new(
-                "open_wait.multiplier",
+                multiplier,
                 format!("must be a finite number >= 1, got {}", self.multiplier),
             ));
         }
         if self.max < self.base {
             return Err(ConfigError::new(
-                "open_wait.max",
+                max,
                 format!(
                     "must be at least `base` ({:?}), got {:?}",
                     self.base, self.max
                 ),
             ));
         }
-        check_fraction("open_wait.jitter", self.jitter)
+        check_fraction(jitter, self.jitter)
     }
 }
+
+/// The field names of a breaker's open wait.
+const OPEN_WAIT_FIELDS: [&str; 4] = [
+    "open_wait.base",
+    "open_wait.multiplier",
+    "open_wait.max",
+    "open_wait.jitter",
+];
 
 /// The policy of a [`ClassicBreaker`](super::ClassicBreaker).
 ///
@@ -296,6 +320,14 @@ pub struct ClassicConfig {
     /// Probe calls admitted while half-open (1 ..= [`MAX_HALF_OPEN_PROBES`]).
     /// Default 3.
     pub half_open_probes: u32,
+    /// Whether a call cancelled before any threshold (its future or permit dropped
+    /// by the caller) counts as a failure. Default `false`: a caller that gave up says
+    /// nothing about the dependency, and counting it would let impatient callers open
+    /// the breaker on a healthy one. Turn it on when callers bound their calls
+    /// themselves (`tokio::time::timeout` around the call) and a cut call means the
+    /// dependency was too slow. Calls cancelled past the timeout rule's or the
+    /// slow-call threshold count as failures either way.
+    pub cancellations_are_failures: bool,
 }
 
 impl Default for ClassicConfig {
@@ -310,6 +342,7 @@ impl Default for ClassicConfig {
             buckets: 10,
             open_wait: Backoff::fixed(Duration::from_secs(5)),
             half_open_probes: 3,
+            cancellations_are_failures: false,
         }
     }
 }

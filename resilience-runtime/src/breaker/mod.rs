@@ -35,7 +35,10 @@ pub use classic::{
 };
 pub use config::{Backoff, ClassicConfig, SreConfig, MAX_HALF_OPEN_PROBES, MIN_K};
 pub use error::{ConfigError, Rejected};
-pub use sre::{drop_ratio, DroppingTransition, SreBreaker, SreDecision, SreHistory, SreVerdict};
+pub use sre::{
+    drop_ratio, DroppingTransition, SreBreaker, SreDecision, SreHistory, SrePromise, SreRejected,
+    SreStats, SreVerdict,
+};
 
 use crate::rolling::BucketCells;
 use crate::sync::atomic::{AtomicU64, Ordering};
@@ -137,7 +140,7 @@ impl BucketCells for OutcomeCells {
 }
 
 /// A uniform `f64` in `[0, 1)`.
-fn roll() -> f64 {
+pub(crate) fn roll() -> f64 {
     const SCALE: u64 = 1 << 53;
     crate::rand::below(SCALE) as f64 / SCALE as f64
 }

@@ -1,8 +1,17 @@
 //! The adaptive (Google SRE) breaker, as go-zero's current `googlebreaker.go`.
+//!
+//! Used two ways: the engine asks [`SreBreaker::allow`] and records outcomes itself;
+//! standalone, go-zero style, [`SreBreaker::try_allow`] returns an [`SrePromise`] to
+//! mark [`accept`](SrePromise::accept)ed or [`reject`](SrePromise::reject)ed, and
+//! [`mark_success`](SreBreaker::mark_success) / [`mark_failure`](SreBreaker::mark_failure)
+//! record an outcome without asking first.
 
 use super::config::{SreConfig, MIN_K};
 use super::error::ConfigError;
 use super::{nanos, roll, Outcome, OutcomeCounts};
+use std::borrow::Borrow;
+use std::fmt;
+use std::time::Duration;
 
 const SUCCESS: usize = 0;
 const FAILURE: usize = 1;
@@ -621,6 +630,304 @@ impl SreBreaker {
             0 => None,
             t => Some(t - 1),
         }
+    }
+
+    /// go-zero's `Allow`: asks whether a call at `now` may run (as
+    /// [`allow`](Self::allow), dice included) and, if so, returns the promise to
+    /// mark with the call's outcome.
+    ///
+    /// # Errors
+    ///
+    /// [`SreRejected`] when the call must not run; the drop is already recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    ///
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// match b.try_allow(0) {
+    ///     Ok(promise) => promise.accept(1_000), // the call succeeded
+    ///     Err(rejected) => panic!("an empty window never drops: {rejected}"),
+    /// }
+    /// assert_eq!(b.history(1_000).accepts, 1);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    pub fn try_allow(&self, now: u64) -> Result<SrePromise<&Self>, SreRejected> {
+        let decision = self.allow(now);
+        self.promise(self, decision)
+    }
+
+    /// [`try_allow`](Self::try_allow) with the dice given, as
+    /// [`allow_with_roll`](Self::allow_with_roll).
+    ///
+    /// # Errors
+    ///
+    /// [`SreRejected`] when `roll` is below the drop ratio.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    ///
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// for _ in 0..10 {
+    ///     b.mark_failure(0);
+    /// }
+    /// // ratio (10 - 5) / 11 = 0.4545...
+    /// let rejected = b.try_allow_with_roll(0, 0.3).unwrap_err();
+    /// assert!((rejected.drop_ratio - 5.0 / 11.0).abs() < 1e-12);
+    /// assert!(b.try_allow_with_roll(0, 0.6).is_ok());
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    pub fn try_allow_with_roll(
+        &self,
+        now: u64,
+        roll: f64,
+    ) -> Result<SrePromise<&Self>, SreRejected> {
+        let decision = self.allow_with_roll(now, roll);
+        self.promise(self, decision)
+    }
+
+    /// [`try_allow`](Self::try_allow) with a promise that owns a reference count of
+    /// the breaker (to move into a task or another thread).
+    ///
+    /// # Errors
+    ///
+    /// As [`try_allow`](Self::try_allow).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    /// use std::sync::Arc;
+    ///
+    /// let b = Arc::new(SreBreaker::new(SreConfig::default(), 0)?);
+    /// let promise = b.try_allow_owned(0).unwrap();
+    /// std::thread::spawn(move || promise.reject(5)).join().unwrap();
+    /// assert_eq!(b.history(5).failures, 1);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    pub fn try_allow_owned(
+        self: &crate::sync::Arc<Self>,
+        now: u64,
+    ) -> Result<SrePromise<crate::sync::Arc<Self>>, SreRejected> {
+        let decision = self.allow(now);
+        self.promise(crate::sync::Arc::clone(self), decision)
+    }
+
+    fn promise<B: Borrow<SreBreaker>>(
+        &self,
+        breaker: B,
+        decision: SreDecision,
+    ) -> Result<SrePromise<B>, SreRejected> {
+        if decision.is_admitted() {
+            Ok(SrePromise { breaker, decision })
+        } else {
+            Err(SreRejected {
+                drop_ratio: decision.drop_ratio,
+                transition: decision.transition,
+                retry_after: self.config.force_pass_interval,
+            })
+        }
+    }
+
+    /// go-zero's `MarkSuccess`: records a successful call at `now` without having
+    /// asked first (the same as [`on_success`](Self::on_success)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// b.mark_success(0);
+    /// assert_eq!(b.stats(0).history.accepts, 1);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn mark_success(&self, now: u64) {
+        self.record(now, Outcome::Success);
+    }
+
+    /// go-zero's `MarkFailed`: records a failed call at `now` without having asked
+    /// first (the same as [`on_failure`](Self::on_failure)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// b.mark_failure(0);
+    /// assert_eq!(b.stats(0).history.failures, 1);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn mark_failure(&self, now: u64) {
+        self.record(now, Outcome::Failure);
+    }
+
+    /// The breaker's statistics at `now`: the window's counts and its trailing
+    /// failing and working bucket runs (the inputs of go-zero's current formula),
+    /// the drop ratio a call at `now` faces, whether the breaker is dropping and its
+    /// last pass. Does not change the window.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
+    ///
+    /// const BUCKET: u64 = 250_000_000; // 10 s / 40
+    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// b.mark_success(0);
+    /// b.mark_failure(BUCKET);
+    /// b.mark_failure(2 * BUCKET);
+    /// let s = b.stats(2 * BUCKET);
+    /// assert_eq!((s.history.failing_buckets, s.history.working_buckets), (2, 0));
+    /// assert_eq!(s.drop_ratio, 0.0, "3 calls are within the protection of 5");
+    /// assert!(!s.dropping);
+    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// ```
+    pub fn stats(&self, now: u64) -> SreStats {
+        let history = self.history(now);
+        SreStats {
+            history,
+            drop_ratio: history.drop_ratio(&self.config),
+            dropping: self.is_dropping(),
+            last_pass: self.last_pass(),
+        }
+    }
+}
+
+/// A snapshot of an [`SreBreaker`]; [`SreBreaker::stats`].
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::breaker::{SreBreaker, SreConfig};
+///
+/// let b = SreBreaker::new(SreConfig::default(), 0)?;
+/// for _ in 0..20 {
+///     b.mark_failure(0);
+/// }
+/// let s = b.stats(0);
+/// assert_eq!((s.history.failures, s.history.failing_buckets), (20, 1));
+/// assert!((s.drop_ratio - 15.0 / 21.0).abs() < 1e-12); // (20 - 5) / (20 + 1)
+/// assert!(!s.dropping, "no call was asked for yet");
+/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SreStats {
+    /// The window's counts with the trailing `failing_buckets` (failures and no
+    /// success) and `working_buckets` (successes and no failure) runs.
+    pub history: SreHistory,
+    /// [`drop_ratio`] of the window: the probability with which a call now would be
+    /// rejected, unless it is a forced probe.
+    pub drop_ratio: f64,
+    /// Whether the last decision saw a positive drop ratio
+    /// ([`SreBreaker::is_dropping`]).
+    pub dropping: bool,
+    /// [`SreBreaker::last_pass`].
+    pub last_pass: Option<u64>,
+}
+
+/// The [`SreBreaker`] refused a call (go-zero's `ErrServiceUnavailable`); the drop is
+/// already recorded in the window.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::breaker::{SreBreaker, SreConfig};
+/// use std::time::Duration;
+///
+/// let b = SreBreaker::new(SreConfig::default(), 0)?;
+/// for _ in 0..100 {
+///     b.mark_failure(0);
+/// }
+/// let r = b.try_allow_with_roll(0, 0.0).unwrap_err();
+/// assert_eq!(r.to_string(), "circuit breaker is open");
+/// assert_eq!(r.retry_after, Duration::from_secs(1));
+/// assert_eq!(b.history(0).drops, 1);
+/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct SreRejected {
+    /// The rejection probability the call faced ([`SreDecision::drop_ratio`]).
+    pub drop_ratio: f64,
+    /// Set when this decision started (or stopped) the dropping condition.
+    pub transition: Option<DroppingTransition>,
+    /// The breaker's [`force_pass_interval`](SreConfig::force_pass_interval): while
+    /// it drops, a call is let through as a probe at least this often, so a client
+    /// should not come back sooner.
+    pub retry_after: Duration,
+}
+
+impl fmt::Display for SreRejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("circuit breaker is open")
+    }
+}
+
+impl std::error::Error for SreRejected {}
+
+/// A call an [`SreBreaker`] admitted (go-zero's `Promise`): mark it with
+/// [`accept`](Self::accept) (the call succeeded) or [`reject`](Self::reject) (it
+/// failed) at its end. Dropping it unmarked records nothing, as for a cancelled call.
+///
+/// `B` is `&SreBreaker` ([`SreBreaker::try_allow`]) or `Arc<SreBreaker>`
+/// ([`SreBreaker::try_allow_owned`]).
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
+///
+/// let b = SreBreaker::new(SreConfig::default(), 0)?;
+/// let p = b.try_allow(0).unwrap();
+/// assert_eq!(p.decision().verdict, SreVerdict::Accepted);
+/// assert!(!p.is_forced_probe());
+/// p.reject(10); // the call failed
+/// let unmarked = b.try_allow(20).unwrap();
+/// drop(unmarked); // records nothing
+/// let h = b.history(20);
+/// assert_eq!((h.failures, h.total), (1, 1));
+/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// ```
+#[must_use = "mark the call's outcome with accept() or reject()"]
+pub struct SrePromise<B: Borrow<SreBreaker>> {
+    breaker: B,
+    decision: SreDecision,
+}
+
+impl<B: Borrow<SreBreaker>> fmt::Debug for SrePromise<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SrePromise")
+            .field("decision", &self.decision)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Borrow<SreBreaker>> SrePromise<B> {
+    /// The decision that admitted the call (a forced probe or an accepted roll, the
+    /// drop ratio it faced, a dropping transition it caused).
+    pub fn decision(&self) -> &SreDecision {
+        &self.decision
+    }
+
+    /// Whether the call was let through as a forced probe while dropping.
+    pub fn is_forced_probe(&self) -> bool {
+        self.decision.verdict == SreVerdict::ForcedProbe
+    }
+
+    /// The call succeeded (go-zero's `Accept`): records a success at `now`.
+    pub fn accept(self, now: u64) {
+        self.breaker.borrow().record(now, Outcome::Success);
+    }
+
+    /// The call failed (go-zero's `Reject`): records a failure at `now`.
+    pub fn reject(self, now: u64) {
+        self.breaker.borrow().record(now, Outcome::Failure);
     }
 }
 

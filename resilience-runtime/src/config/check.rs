@@ -16,7 +16,7 @@ use std::time::Duration;
 const TOP_LEVEL: [&str; 2] = ["strict", "points"];
 
 /// The keys of a point's table, in the order the reference documents them.
-pub(crate) const POINT_FIELDS: [&str; 13] = [
+pub(crate) const POINT_FIELDS: [&str; 14] = [
     "shadow",
     "max_visits",
     "max_concurrency",
@@ -24,6 +24,7 @@ pub(crate) const POINT_FIELDS: [&str; 13] = [
     "downgrade_percentage",
     "exception_rate",
     "timeouts",
+    "call_timeout",
     "token_bucket",
     "delay",
     "window",
@@ -254,7 +255,7 @@ impl Reporter<'_> {
         }
     }
 
-    fn bool(&mut self, field: &str, value: &Node) -> Option<bool> {
+    pub(super) fn bool(&mut self, field: &str, value: &Node) -> Option<bool> {
         match value {
             Node::Bool(b) => Some(*b),
             other => {
@@ -368,6 +369,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
             }
             "exception_rate" => check_exception_rate(&mut r, v, b),
             "timeouts" => check_timeouts(&mut r, v, b),
+            "call_timeout" => apply(b, r.duration(key, v), PolicyBuilder::call_timeout),
             "token_bucket" => check_token_bucket(&mut r, v, b),
             "delay" => check_delay(&mut r, v, b),
             "window" => check_window(&mut r, v, b),
@@ -591,5 +593,7 @@ mod tests {
             unknown_key_message("max_visit", &POINT_FIELDS).contains("did you mean `max_visits`")
         );
         assert!(!unknown_key_message("tokens_total", &POINT_FIELDS).contains("did you mean"));
+        assert!(unknown_key_message("call_timout", &POINT_FIELDS)
+            .contains("did you mean `call_timeout`"));
     }
 }

@@ -8,6 +8,7 @@
 //! max_visits = 1000
 //! max_concurrency = 64
 //! timeouts = { threshold = "250ms", max_count = 20 }
+//! call_timeout = "200ms"             # deadline of `timeout = "..."` async fns
 //! delay = { duration = "10s", retry_interval = "1s" }
 //!
 //! [points."order.create".window]
@@ -656,6 +657,9 @@ struct PointOut {
     max_exceptions: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     downgrade_percentage: Option<u8>,
+    /// Left out when unset, so the digest of settings without it is unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    call_timeout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     exception_rate: Option<ExceptionRateOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -792,6 +796,8 @@ struct BreakerOut {
     half_open_probes: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     open_wait: Option<OpenWaitOut>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cancellations_are_failures: bool,
 }
 
 #[derive(Serialize)]
@@ -870,6 +876,7 @@ impl BreakerOut {
                     buckets: unless_default(c.buckets, d.buckets),
                     force_pass_interval: text(c.force_pass_interval, d.force_pass_interval),
                     slow_call: slow_call.map(duration::format_duration),
+                    cancellations_are_failures: c.cancellations_are_failures,
                     ..BreakerOut::default()
                 }
             }
@@ -891,6 +898,7 @@ impl BreakerOut {
                         max: duration::format_duration(w.max),
                         jitter: w.jitter,
                     }),
+                    cancellations_are_failures: c.cancellations_are_failures,
                     ..BreakerOut::default()
                 }
             }
@@ -966,6 +974,7 @@ impl PointOut {
             max_concurrency: p.max_concurrency().filter(|_| rules),
             max_exceptions: p.max_exceptions().filter(|_| rules),
             downgrade_percentage: Some(p.downgrade_percentage()).filter(|&d| rules && d != 100),
+            call_timeout: p.call_timeout().filter(|_| rules).map(text),
             exception_rate: p
                 .exception_rate()
                 .filter(|_| rules)
@@ -1012,6 +1021,7 @@ impl PointOut {
             && out.downgrade_percentage.is_none()
             && out.exception_rate.is_none()
             && out.timeouts.is_none()
+            && out.call_timeout.is_none()
             && out.token_bucket.is_none()
             && out.delay.is_none();
         let other_written = out.shadow.is_some()

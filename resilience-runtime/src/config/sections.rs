@@ -36,6 +36,7 @@ pub(crate) const SRE_FIELDS: &[&str] = &[
     "buckets",
     "force_pass_interval",
     "slow_call",
+    "cancellations_are_failures",
 ];
 
 /// The fields of `algorithm = "classic"`.
@@ -49,6 +50,7 @@ pub(crate) const CLASSIC_FIELDS: &[&str] = &[
     "buckets",
     "half_open_probes",
     "open_wait",
+    "cancellations_are_failures",
 ];
 
 /// The fields of `[points."x".breaker.open_wait]`.
@@ -304,6 +306,8 @@ pub(super) fn check_breaker(r: &mut Reporter<'_>, value: &Node) -> Option<Breake
             let interval = &mut config.force_pass_interval;
             f.set(r, "force_pass_interval", interval, Reporter::duration);
             f.set_some(r, "slow_call", &mut slow_call, Reporter::duration);
+            let cancels = &mut config.cancellations_are_failures;
+            f.set(r, "cancellations_are_failures", cancels, Reporter::bool);
             BreakerPolicy::Sre { config, slow_call }
         }
         "classic" => {
@@ -326,6 +330,8 @@ pub(super) fn check_breaker(r: &mut Reporter<'_>, value: &Node) -> Option<Breake
             if let Some(v) = f.get("open_wait") {
                 check_open_wait(r, v, &mut c);
             }
+            let cancels = &mut c.cancellations_are_failures;
+            f.set(r, "cancellations_are_failures", cancels, Reporter::bool);
             BreakerPolicy::Classic(c)
         }
         _ => BreakerPolicy::Disabled,
@@ -379,6 +385,9 @@ fn reset_breaker(p: &mut BreakerPolicy, field: &str) -> bool {
                 "buckets" => config.buckets = d.buckets,
                 "force_pass_interval" => config.force_pass_interval = d.force_pass_interval,
                 "slow_call" => *slow_call = None,
+                "cancellations_are_failures" => {
+                    config.cancellations_are_failures = d.cancellations_are_failures
+                }
                 _ => return false,
             }
         }
@@ -393,6 +402,9 @@ fn reset_breaker(p: &mut BreakerPolicy, field: &str) -> bool {
                 "window" => c.window = d.window,
                 "buckets" => c.buckets = d.buckets,
                 "half_open_probes" => c.half_open_probes = d.half_open_probes,
+                "cancellations_are_failures" => {
+                    c.cancellations_are_failures = d.cancellations_are_failures
+                }
                 // Keep `base <= max` when putting one of them back.
                 "open_wait.base" if c.open_wait.max.is_zero() => {
                     c.open_wait.base = d.open_wait.base

@@ -26,6 +26,8 @@ pub(crate) struct PointReport {
     pub(crate) downgrades: u64,
     pub(crate) exceptions: u64,
     pub(crate) timeouts: u64,
+    /// Calls whose future or permit was dropped (not in SDS's protocol of its own).
+    pub(crate) cancelled: u64,
     pub(crate) peak_concurrency: u64,
     pub(crate) by_reason: Vec<(Reason, u64)>,
     /// The cycle's ten seconds: visits, passes, downgrades, exceptions, timeouts.
@@ -35,11 +37,17 @@ pub(crate) struct PointReport {
     /// The cycle's ten seconds of call durations: calls measured, the sum and the max
     /// of their durations in microseconds; empty when no call was measured.
     pub(crate) seconds_durations: Vec<[u64; 3]>,
+    /// What `call_retrying` did on the point since the previous report.
+    pub(crate) retry: crate::retry::RetryStats,
 }
 
 impl PointReport {
     fn is_idle(&self) -> bool {
-        self.visits == 0 && self.exceptions == 0 && self.timeouts == 0 && self.peak_concurrency == 0
+        self.visits == 0
+            && self.exceptions == 0
+            && self.timeouts == 0
+            && self.cancelled == 0
+            && self.peak_concurrency == 0
     }
 }
 
@@ -117,6 +125,8 @@ fn enforcing(name: &str, effective: &EffectivePolicy, breaker: Option<&BreakerSt
 #[derive(Debug, Default)]
 pub(crate) struct Collector {
     previous: HashMap<&'static str, Totals>,
+    /// The retry counters of each point at the previous report.
+    previous_retry: HashMap<&'static str, crate::retry::RetryStats>,
 }
 
 impl Collector {
@@ -126,6 +136,7 @@ impl Collector {
         for name in registry.point_names() {
             if let Some(s) = registry.stats(name) {
                 c.previous.insert(name, s.totals);
+                c.previous_retry.insert(name, s.retry);
             }
         }
         c
@@ -163,6 +174,7 @@ impl Collector {
                         downgrades: cycle.downgrades,
                         exceptions: cycle.exceptions,
                         timeouts: cycle.timeouts,
+                        cancelled: cycle.cancelled,
                         peak_concurrency: cycle.peak_concurrency,
                         by_reason: cycle.downgrades_by_reason.iter().collect(),
                         ..PointReport::default()
@@ -180,6 +192,7 @@ impl Collector {
                         downgrades,
                         exceptions: d(t.exceptions, previous.exceptions),
                         timeouts: d(t.timeouts, previous.timeouts),
+                        cancelled: d(t.cancelled, previous.cancelled),
                         peak_concurrency: 0,
                         by_reason: t
                             .downgrades_by_reason
@@ -190,8 +203,13 @@ impl Collector {
                     }
                 }
             };
-            if !report.is_idle() {
-                let mut report = report;
+            let before = self
+                .previous_retry
+                .insert(name, stats.retry)
+                .unwrap_or_default();
+            let mut report = report;
+            report.retry = retry_growth(&stats.retry, &before);
+            if !report.is_idle() || report.retry.calls > 0 {
                 if let Some(point) = registry.get(name) {
                     let from = cycle_start_ms / 1000;
                     let seconds = point.seconds_between(from, from + CYCLE_MS / 1000);
@@ -242,6 +260,31 @@ impl Collector {
     }
 }
 
+/// The retry counters' growth from `before` to `now`.
+fn retry_growth(
+    now: &crate::retry::RetryStats,
+    before: &crate::retry::RetryStats,
+) -> crate::retry::RetryStats {
+    crate::retry::RetryStats {
+        calls: now.calls.saturating_sub(before.calls),
+        attempts: now.attempts.saturating_sub(before.attempts),
+        retries: now.retries.saturating_sub(before.retries),
+        exhausted: now.exhausted.saturating_sub(before.exhausted),
+        refused_by_budget: now
+            .refused_by_budget
+            .saturating_sub(before.refused_by_budget),
+    }
+}
+
+/// A point's retry counters on the wire, if it made a retrying call.
+fn retry_json(p: &PointReport) -> Option<Value> {
+    let r = &p.retry;
+    (r.calls > 0).then(|| {
+        json!({"calls": r.calls, "attempts": r.attempts, "retries": r.retries,
+               "exhausted": r.exhausted, "refused_by_budget": r.refused_by_budget})
+    })
+}
+
 fn reasons(p: &PointReport) -> Map<String, Value> {
     p.by_reason
         .iter()
@@ -275,11 +318,15 @@ pub(crate) fn upload_body(
                 .map(|p| {
                     let mut point = json!({"name": p.name, "visits": p.visits, "passes": p.passes,
                            "downgrades": p.downgrades, "exceptions": p.exceptions,
-                           "timeouts": p.timeouts, "peak_concurrency": p.peak_concurrency,
+                           "timeouts": p.timeouts, "cancelled": p.cancelled,
+                           "peak_concurrency": p.peak_concurrency,
                            "downgrades_by_reason": reasons(p), "seconds": p.seconds,
                            "seconds_by_reason": seconds_by_reason(p)});
                     if !p.seconds_durations.is_empty() {
                         point["seconds_durations"] = json!(p.seconds_durations);
+                    }
+                    if let Some(retry) = retry_json(p) {
+                        point["retry"] = retry;
                     }
                     point
                 })
@@ -313,11 +360,15 @@ pub(crate) fn upload_body(
                     let mut point = json!({"point": p.name, "visitNum": p.visits,
                                "exceptionNum": p.exceptions,
                                "concurrentNum": p.peak_concurrency,
-                               "timeoutNum": p.timeouts, "downgradeNum": p.downgrades,
+                               "timeoutNum": p.timeouts, "cancelledNum": p.cancelled,
+                               "downgradeNum": p.downgrades,
                                "downgradeReasons": reasons(p), "seconds": p.seconds,
                                "secondsByReason": seconds_by_reason(p)});
                     if !p.seconds_durations.is_empty() {
                         point["secondsDurations"] = json!(p.seconds_durations);
+                    }
+                    if let Some(retry) = retry_json(p) {
+                        point["retry"] = retry;
                     }
                     (p.name.to_owned(), point)
                 })

@@ -1,7 +1,7 @@
 //! Running a closure or future under a point: the guard of [`Point::enter`] in one
 //! call, with a fallback for downgrades.
 
-use super::permit::Permit;
+use super::permit::{Outcome, Permit};
 use super::Point;
 use crate::Downgraded;
 
@@ -98,8 +98,10 @@ impl Point {
     }
 
     /// The async form of [`call`](Point::call): `f` and `fallback` produce futures.
-    /// If the returned future is dropped mid-flight the call counts as cancelled: its
-    /// concurrency slot is released and no exception is recorded.
+    /// If the returned future is dropped mid-flight the call counts as cancelled (see
+    /// [`Totals::cancelled`](crate::Totals::cancelled)): its concurrency slot is
+    /// released, no exception is recorded, and it counts as a timeout if it ran past
+    /// the timeout threshold.
     ///
     /// # Examples
     ///
@@ -154,20 +156,43 @@ impl Point {
         F: std::future::Future<Output = Result<T, E>>,
         G: std::future::Future<Output = Result<T, E>>,
     {
-        let mut permit = None;
-        if let Err(d) = self.enter_in(&mut permit) {
+        let mut call = Pending {
+            point: self,
+            permit: None,
+            done: false,
+        };
+        if let Err(d) = self.enter_in(&mut call.permit) {
+            call.done = true;
             return fallback(d).await;
         }
-        match crate::unwind::CatchUnwind::new(f()).await {
+        let out = crate::unwind::CatchUnwind::new(f()).await;
+        call.done = true;
+        match out {
             Ok(out) => {
                 let exception = out.as_ref().err().is_some_and(is_exception);
-                Permit::finish_in(self, &mut permit, exception);
+                Permit::finish_in(self, &mut call.permit, exception);
                 out
             }
             Err(panic) => {
-                Permit::finish_in(self, &mut permit, true);
+                Permit::finish_in(self, &mut call.permit, true);
                 std::panic::resume_unwind(panic)
             }
+        }
+    }
+}
+
+/// An async call in flight: dropped before it ends (its future dropped by the
+/// caller), it is recorded as cancelled, with or without a permit.
+struct Pending {
+    point: &'static Point,
+    permit: Option<Permit>,
+    done: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.done {
+            Permit::end_in(self.point, &mut self.permit, Outcome::Cancelled);
         }
     }
 }

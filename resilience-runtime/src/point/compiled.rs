@@ -96,6 +96,10 @@ pub(super) struct Compiled {
     pub(super) percentage: u64,
     pub(super) delay_ns: u64,
     pub(super) retry_ns: u64,
+    /// The policy's `call_timeout` in nanoseconds (never ticks), 0 for none: the
+    /// deadline of a call of an `async fn` with `timeout = "..."`. No rule bit: it
+    /// changes nothing in admission, only what `Point::call_timeout` answers.
+    pub(super) call_timeout_ns: u64,
     /// The window ring (with `ACTIVE`).
     pub(super) ring: Option<Leaked<Ring>>,
     /// The token bucket (with `R_TOKENS`).
@@ -119,6 +123,7 @@ pub(super) const EMPTY: Compiled = Compiled {
     percentage: 0,
     delay_ns: 0,
     retry_ns: 0,
+    call_timeout_ns: 0,
     ring: None,
     bucket: None,
     breaker: None,
@@ -225,6 +230,10 @@ impl Compiled {
             c.rules |= R_TIMEOUTS;
             c.timeout = unit(nanos(t.threshold)).max(1);
             c.timeout_count = t.max_count;
+        }
+        if let Some(d) = p.call_timeout {
+            // Validated: 1 ns..=one day, so never 0 (which means none) and it fits.
+            c.call_timeout_ns = nanos(d).max(1);
         }
         if let (Some(_), Some(b)) = (p.token_bucket, bucket) {
             c.rules |= R_TOKENS;

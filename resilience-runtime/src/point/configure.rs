@@ -5,7 +5,11 @@
 #[cfg(feature = "redis")]
 use super::chores::{self, Chore};
 use super::compiled::{Compiled, Parts};
-use super::slots::{AdaptiveImpl, AdaptiveSlot, BreakerImpl, BreakerSlot, BucketSlot, ClusterSlot};
+#[cfg(feature = "redis")]
+use super::slots::Clusters;
+use super::slots::{
+    AdaptiveImpl, AdaptiveSlot, BreakerImpl, BreakerSlot, BucketSlot, Buckets, ClusterSlot,
+};
 use super::{Point, Settings};
 use crate::adaptive::{AdaptiveLimiter, GradientLimiter, SystemCpu};
 use crate::breaker::{ClassicBreaker, SreBreaker};
@@ -29,7 +33,7 @@ impl Point {
             self.observe_cycle(self.clock.now());
         }
         settings.policy = policy;
-        self.recompile(&settings);
+        self.recompile(&mut settings);
     }
 
     /// Sets (or, with `None`, removes) the breaker. A new breaker starts empty.
@@ -43,6 +47,11 @@ impl Point {
         settings: &mut Settings,
         breaker: Option<BreakerPolicy>,
     ) {
+        let cancel_fails = match breaker {
+            Some(BreakerPolicy::Sre { config, .. }) => config.cancellations_are_failures,
+            Some(BreakerPolicy::Classic(config)) => config.cancellations_are_failures,
+            _ => false,
+        };
         let slot = match breaker {
             Some(BreakerPolicy::Sre { config, slow_call }) => {
                 SreBreaker::new(config, self.clock.now())
@@ -66,11 +75,9 @@ impl Point {
                 slow_ns: slow.map(nanos),
                 slow_ticks: slow.map(|d| self.clock.ns_to_ticks(nanos(d))),
                 changed_at: AtomicU64::new(self.clock.now()),
+                cancel_fails,
             }));
-            self.breakers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(slot);
+            settings.breakers.push(slot);
         }
         self.breaker_set.store(breaker.is_some(), Ordering::Release);
         settings.breaker = breaker;
@@ -85,16 +92,24 @@ impl Point {
         }
     }
 
-    pub(super) fn recompile(&'static self, settings: &Settings) {
-        let policy = settings.policy.as_ref();
-        let ring = policy.map(|p| self.ring_for(p.window));
-        let slots = self.breakers.lock().unwrap_or_else(|e| e.into_inner());
-        let breaker = match settings.breaker {
-            Some(BreakerPolicy::Sre { .. } | BreakerPolicy::Classic(_)) => slots.last(),
+    pub(super) fn recompile(&'static self, settings: &mut Settings) {
+        let Settings {
+            policy,
+            breaker,
+            buckets,
+            breakers,
+            adaptives,
+            #[cfg(feature = "redis")]
+            clusters,
+            rings,
+        } = settings;
+        let policy = policy.as_ref();
+        let ring = policy.map(|p| self.ring_for(rings, p.window));
+        let breaker = match breaker {
+            Some(BreakerPolicy::Sre { .. } | BreakerPolicy::Classic(_)) => breakers.last(),
             _ => None,
         };
-        let mut adaptives = self.adaptives.lock().unwrap_or_else(|e| e.into_inner());
-        let adaptive = match settings.policy.as_ref().and_then(Policy::adaptive) {
+        let adaptive = match policy.and_then(Policy::adaptive) {
             // An unchanged configuration keeps its limiter and what it learned.
             Some(a) if adaptives.last().is_some_and(|s| s.config == a) => adaptives.last(),
             Some(a) => {
@@ -119,6 +134,9 @@ impl Point {
             }
             None => None,
         };
+        #[cfg(feature = "redis")]
+        let cluster = self.cluster_for(clusters, policy);
+        #[cfg(not(feature = "redis"))]
         let cluster = self.cluster_for(policy);
         // One unit for every duration of the point: ticks if any threshold is too
         // short for the timeline's resolution.
@@ -126,7 +144,7 @@ impl Point {
         let fine = Compiled::needs_ticks(policy, breaker);
         let parts = Parts {
             ring,
-            bucket: self.bucket_for(policy, fine),
+            bucket: self.bucket_for(buckets, policy, fine),
             breaker,
             adaptive: adaptive.copied(),
             cluster,
@@ -145,6 +163,7 @@ impl Point {
     /// bucket: at most one per thread calling at that instant.
     pub(super) fn bucket_for(
         &self,
+        buckets: &mut Buckets,
         policy: Option<&Policy>,
         fine: bool,
     ) -> Option<&'static BucketSlot> {
@@ -169,7 +188,6 @@ impl Point {
                 self.clock.now()
             }
         };
-        let mut buckets = self.buckets.lock().unwrap_or_else(|e| e.into_inner());
         let slot = match buckets
             .kept
             .iter()
@@ -200,10 +218,9 @@ impl Point {
     #[cfg(feature = "redis")]
     pub(super) fn cluster_for(
         &'static self,
+        clusters: &mut Clusters,
         policy: Option<&Policy>,
     ) -> Option<&'static ClusterSlot> {
-        let mut guard = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-        let clusters = &mut *guard;
         let now = self.clock.now();
         let wanted = policy.and_then(|p| p.cluster.clone());
         let same = match (&wanted, clusters.current) {
@@ -234,9 +251,9 @@ impl Point {
     /// them; returns when to look again, if some are still young.
     #[cfg(feature = "redis")]
     pub(crate) fn stop_retired_leases(&self) -> Option<Duration> {
-        let clusters = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
-        let (due, next) = clusters.due(self.clock.now());
-        drop(clusters);
+        let settings = self.settings();
+        let (due, next) = settings.clusters.due(self.clock.now());
+        drop(settings);
         for slot in due {
             slot.lease.stop();
         }
@@ -297,10 +314,13 @@ impl Point {
         }
     }
 
-    pub(super) fn ring_for(&self, w: WindowConfig) -> &'static Ring {
+    pub(super) fn ring_for(
+        &self,
+        rings: &mut Vec<&'static Ring>,
+        w: WindowConfig,
+    ) -> &'static Ring {
         let width = nanos(w.bucket_width);
         let buckets = u64::from(w.buckets);
-        let mut rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(r) = rings
             .last()
             .filter(|r| r.width_ns == width && r.buckets == buckets)

@@ -372,6 +372,26 @@ impl Point {
         self.counters.exceptions.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a cancelled call (see [`Outcome::Cancelled`]).
+    #[inline]
+    pub(super) fn count_cancelled(&self) {
+        self.counters.cancelled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The end of a call without a permit to complete (no policy, or an untimed
+    /// breaker-only call): its exception, cancellation or deadline cut is counted.
+    #[inline(always)]
+    pub(super) fn count_untracked_end(&self, outcome: Outcome) {
+        match outcome {
+            Outcome::Ok => {}
+            Outcome::Exception => self.count_exception(),
+            Outcome::Cancelled => self.count_cancelled(),
+            Outcome::TimedOut => {
+                self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Counts the pass of a call without a policy: in this thread's own cell, without
     /// a read-modify-write (see `tally`).
     #[inline]
@@ -499,7 +519,7 @@ impl Point {
         if spared || shadow {
             if !spared {
                 // Dry run: count and report what would have happened, then run it.
-                self.counters.shadow_by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
+                self.counters.reason_cells().shadow[reason.index()].fetch_add(1, Ordering::Relaxed);
                 self.event(reason, now, true);
             }
             let admitted = if !shadow && c.rules & R_CONCURRENCY != 0 {

@@ -23,7 +23,6 @@
 //! "about". A refusal changes nothing.
 
 use crate::sync::{AtomicU64, Ordering};
-use crossbeam_utils::CachePadded;
 
 const INFLIGHT_BITS: u32 = 24;
 /// One pass in the word.
@@ -93,10 +92,14 @@ pub(crate) fn decide(passes: u64, inflight: u64, limits: Limits) -> Result<(), R
     }
 }
 
-/// Passes and calls in flight of one point.
+/// Passes and calls in flight of one point, in a cache line of their own: the word
+/// every call writes, beside two words written only on a wrap of the pass field or
+/// past `SPILL_AT` calls in flight (64 bytes, not a padded pair of lines: a point
+/// is not worth 256 bytes for this).
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub(crate) struct Flow {
-    word: CachePadded<AtomicU64>,
+    word: AtomicU64,
     /// A full pass total at most 2^40 below the true one (see the module docs).
     base: AtomicU64,
     spill: AtomicU64,
@@ -110,7 +113,7 @@ impl Flow {
     /// A flow whose pass total starts at `passes` (tests of the wrap-around).
     pub(crate) fn starting_at(passes: u64) -> Flow {
         Flow {
-            word: CachePadded::new(AtomicU64::new((passes & PASS_MASK) << INFLIGHT_BITS)),
+            word: AtomicU64::new((passes & PASS_MASK) << INFLIGHT_BITS),
             base: AtomicU64::new(passes),
             spill: AtomicU64::new(0),
         }

@@ -18,7 +18,7 @@
 //!   publication), `configure` (turning a setting into slots and a form, cold).
 //! - The call: `enter` (admission, hot), `permit` (the permit and completion), `report`
 //!   (downgrades and breaker changes to the counters and listeners), `call`
-//!   (`Point::call` and friends).
+//!   (`Point::call` and friends), `retrying` (`Point::call_retrying`).
 //! - Around it: `cycle` (the 10 s statistics cycle, the hung-call sweep), `seconds`
 //!   (the per-second series of every point, sampled), `snapshot` (statistics and
 //!   memory), `chores` (the background timers), `tests`.
@@ -37,6 +37,8 @@
 //! [`tally`], each with its SAFETY comment.
 
 mod arming;
+#[cfg(feature = "tower")]
+mod breaker_wait;
 pub(crate) mod chores;
 mod delay;
 pub(crate) mod durations;
@@ -53,6 +55,7 @@ mod enter;
 mod health;
 pub(crate) mod permit;
 mod report;
+mod retrying;
 mod seconds;
 mod slots;
 mod snapshot;
@@ -75,6 +78,7 @@ use crate::sync::{Arc, Mutex};
 use crate::sync::{AtomicU64, Ordering};
 use crate::window::{self, Ring, TRACKED};
 use flow::Flow;
+pub(crate) use hang::thread_lane;
 use hang::HangTable;
 use std::fmt;
 
@@ -88,9 +92,11 @@ struct Counters {
     downgrades: AtomicU64,
     exceptions: AtomicU64,
     timeouts: AtomicU64,
-    by_reason: [AtomicU64; REASONS],
-    /// Shadow (dry-run) policies: calls that would have been downgraded, per reason.
-    shadow_by_reason: [AtomicU64; REASONS],
+    cancelled: AtomicU64,
+    /// Downgrades and shadow downgrades per reason and the retry counters, made by
+    /// the first downgrade or retrying call: a point that has neither does not hold
+    /// them.
+    by_reason: crate::sync::OnceLock<Box<ReasonCells>>,
     dropped_events: AtomicU64,
     breaker_transitions: AtomicU64,
 }
@@ -102,19 +108,70 @@ impl Counters {
         t[window::DOWNGRADES] = self.downgrades.load(Ordering::Relaxed);
         t[window::EXCEPTIONS] = self.exceptions.load(Ordering::Relaxed);
         t[window::TIMEOUTS] = self.timeouts.load(Ordering::Relaxed);
+        t[window::CANCELLED] = self.cancelled.load(Ordering::Relaxed);
         t
     }
 
     fn reasons(&self) -> ReasonCounts {
-        ReasonCounts(self.by_reason.each_ref().map(|a| a.load(Ordering::Relaxed)))
+        self.by_reason
+            .get()
+            .map_or_else(ReasonCounts::default, |c| load_all(&c.downgrades))
+    }
+
+    /// Shadow (dry-run) policies: calls that would have been downgraded, per reason.
+    fn shadow_reasons(&self) -> ReasonCounts {
+        self.by_reason
+            .get()
+            .map_or_else(ReasonCounts::default, |c| load_all(&c.shadow))
+    }
+
+    /// The per-reason cells, made on first use.
+    #[inline]
+    fn reason_cells(&self) -> &ReasonCells {
+        self.by_reason.get_or_init(|| {
+            Box::new(ReasonCells {
+                downgrades: std::array::from_fn(|_| AtomicU64::new(0)),
+                shadow: std::array::from_fn(|_| AtomicU64::new(0)),
+                retry: std::array::from_fn(|_| AtomicU64::new(0)),
+            })
+        })
     }
 }
 
-/// What a point is configured with: the writer side of its [`PolicyCell`].
+/// Downgrades per reason, real and shadow, and the retry counters.
+#[derive(Debug)]
+struct ReasonCells {
+    downgrades: [AtomicU64; REASONS],
+    shadow: [AtomicU64; REASONS],
+    /// `retry::RetryStats` fields, in their order (see `call`).
+    retry: [AtomicU64; 5],
+}
+
+fn load_all(cells: &[AtomicU64; REASONS]) -> ReasonCounts {
+    ReasonCounts(cells.each_ref().map(|a| a.load(Ordering::Relaxed)))
+}
+
+/// What a point is configured with: the writer side of its [`PolicyCell`], and every
+/// slot its settings have made (kept here, under the same lock: only configuration
+/// touches them, so a point never configured holds none of it).
 #[derive(Debug, Default)]
 struct Settings {
     policy: Option<Policy>,
     breaker: Option<BreakerPolicy>,
+    /// The token buckets (see [`Buckets`]).
+    buckets: Buckets,
+    /// Every breaker this point has had, leaked (never freed nor moved: a call may
+    /// still hold a replaced one); the current one is in `cfg`.
+    breakers: Vec<&'static BreakerSlot>,
+    /// Every adaptive limiter this point has had, leaked like the breakers; the
+    /// current one is in `cfg`.
+    adaptives: Vec<&'static AdaptiveSlot>,
+    #[cfg(feature = "redis")]
+    clusters: Clusters,
+    /// Every window ring this point has had, the one in use last. Rings are leaked,
+    /// never freed nor moved (and reused for an equal geometry), because a concurrent
+    /// reader may still hold a replaced one.
+    rings: Vec<&'static Ring>,
 }
 
 #[derive(Debug, Default)]
@@ -144,22 +201,13 @@ pub struct Point {
     /// the first call past it closes the second, and at a cycle's end the cycle.
     next_second_at: AtomicU64,
     cycle: Mutex<Option<Box<CycleState>>>,
-    /// The token buckets (see [`Buckets`]).
-    buckets: Mutex<Buckets>,
     /// The delay rule's state.
     delay: Delay,
-    /// The policy and breaker as given, and the writer lock of `cfg`.
+    /// The policy and breaker as given, the slots they made, and the writer lock of
+    /// `cfg`.
     settings: Mutex<Option<Box<Settings>>>,
-    /// Every breaker this point has had, leaked (never freed nor moved: a call may
-    /// still hold a replaced one); the current one is in `cfg`.
-    breakers: Mutex<Vec<&'static BreakerSlot>>,
     /// Whether a breaker setting exists (possibly `Disabled`).
     breaker_set: crate::sync::atomic::AtomicBool,
-    /// Every adaptive limiter this point has had, leaked like the breakers; the
-    /// current one is in `cfg`.
-    adaptives: Mutex<Vec<&'static AdaptiveSlot>>,
-    #[cfg(feature = "redis")]
-    clusters: Mutex<Clusters>,
     /// The state of the hung-call sweep.
     sweeping: arming::Arming,
     /// The state of the per-second sampler.
@@ -174,10 +222,6 @@ pub struct Point {
     hang: crate::sync::OnceLock<HangTable>,
     /// Durations of the calls under a policy, created by the first that ends.
     durations: crate::sync::OnceLock<durations::Durations>,
-    /// Every window ring this point has had, the one in use last. Rings are leaked,
-    /// never freed nor moved (and reused for an equal geometry), because a concurrent
-    /// reader may still hold a replaced one.
-    rings: Mutex<Vec<&'static Ring>>,
 }
 
 impl fmt::Debug for Point {
@@ -206,8 +250,8 @@ impl Point {
                 downgrades: AtomicU64::new(0),
                 exceptions: AtomicU64::new(0),
                 timeouts: AtomicU64::new(0),
-                by_reason: std::array::from_fn(|_| AtomicU64::new(0)),
-                shadow_by_reason: std::array::from_fn(|_| AtomicU64::new(0)),
+                cancelled: AtomicU64::new(0),
+                by_reason: crate::sync::OnceLock::new(),
                 dropped_events: AtomicU64::new(0),
                 breaker_transitions: AtomicU64::new(0),
             },
@@ -216,13 +260,9 @@ impl Point {
             cycle_id: AtomicU64::new(0),
             next_second_at: AtomicU64::new(0),
             cycle: Mutex::new(None),
-            buckets: Mutex::new(Buckets::default()),
             delay: Delay::new(),
             settings: Mutex::new(None),
             breaker_set: crate::sync::atomic::AtomicBool::new(false),
-            adaptives: Mutex::new(Vec::new()),
-            #[cfg(feature = "redis")]
-            clusters: Mutex::new(Clusters::default()),
             sweeping: arming::Arming::new(),
             sampling: arming::Arming::new(),
             entered: crate::sync::atomic::AtomicBool::new(false),
@@ -230,8 +270,6 @@ impl Point {
             seconds: Mutex::new(None),
             hang: crate::sync::OnceLock::new(),
             durations: crate::sync::OnceLock::new(),
-            breakers: Mutex::new(Vec::new()),
-            rings: Mutex::new(Vec::new()),
         }
     }
 
@@ -256,6 +294,30 @@ impl Point {
         self.settings().breaker
     }
 
+    /// The deadline the policy in force sets for calls of an `async fn` with
+    /// `timeout = "..."` ([`PolicyBuilder::call_timeout`](crate::PolicyBuilder::call_timeout)),
+    /// if any: such a call uses it instead of the attribute's duration. Read from the
+    /// compiled policy, one load and no lock, so every call can ask.
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy};
+    /// use std::time::Duration;
+    ///
+    /// let point = registry().point("docs.call_timeout")?;
+    /// assert_eq!(point.call_timeout(), None);
+    /// let policy = Policy::builder().call_timeout(Duration::from_millis(150)).build()?;
+    /// registry().set_policy("docs.call_timeout", policy)?;
+    /// assert_eq!(point.call_timeout(), Some(Duration::from_millis(150)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn call_timeout(&self) -> Option<std::time::Duration> {
+        match self.compiled().call_timeout_ns {
+            0 => None,
+            ns => Some(std::time::Duration::from_nanos(ns)),
+        }
+    }
+
     fn settings(&self) -> SettingsGuard<'_> {
         SettingsGuard(self.settings.lock().unwrap_or_else(|e| e.into_inner()))
     }
@@ -268,6 +330,18 @@ struct SettingsGuard<'a>(crate::sync::MutexGuard<'a, Option<Box<Settings>>>);
 static NO_SETTINGS: Settings = Settings {
     policy: None,
     breaker: None,
+    buckets: Buckets {
+        last: None,
+        kept: Vec::new(),
+    },
+    breakers: Vec::new(),
+    adaptives: Vec::new(),
+    #[cfg(feature = "redis")]
+    clusters: Clusters {
+        current: None,
+        replaced: Vec::new(),
+    },
+    rings: Vec::new(),
 };
 
 impl std::ops::Deref for SettingsGuard<'_> {

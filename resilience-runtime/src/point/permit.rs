@@ -17,8 +17,11 @@ use std::time::Duration;
 ///
 /// Report the outcome with [`finish`](Permit::finish) or [`panicked`](Permit::panicked).
 /// Dropping it without either means the call was cancelled (an async future dropped
-/// mid-flight): its concurrency slot is released and nothing else is recorded. Either
-/// way the slot can never leak, which SDS's `downgradeFinally` could.
+/// mid-flight): it is counted in [`Totals::cancelled`](crate::Totals::cancelled), its
+/// concurrency slot is released, and if it ran past the timeout rule's threshold (or
+/// the breaker's slow-call threshold) it counts as a timeout (a slow call) and a
+/// breaker failure, as if it had returned then; otherwise the breaker does not see
+/// it. Either way the slot can never leak, which SDS's `downgradeFinally` could.
 #[must_use = "dropping a permit records the call as cancelled; call `finish`"]
 pub struct Permit {
     pub(super) point: &'static Point,
@@ -162,11 +165,20 @@ impl fmt::Debug for Permit {
     }
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
+/// How an admitted call ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Outcome {
+    /// Returned, not an exception.
     Ok,
+    /// Returned a counted `Err`, or panicked.
     Exception,
+    /// Never reported: its future or permit was dropped. Counted as cancelled, and as
+    /// a timeout (and a breaker failure) if it ran past the timeout threshold, or as a
+    /// slow call past the breaker's slow-call threshold, as if it had returned then.
     Cancelled,
+    /// Cut at its deadline (`timeout = "..."`, `call_timeout`): a timeout, and a
+    /// failure for the breaker.
+    TimedOut,
 }
 
 impl Outcome {
@@ -259,10 +271,17 @@ impl Permit {
     /// untracked call: only an exception is counted.
     #[inline(always)]
     pub(crate) fn finish_in(point: &'static Point, slot: &mut Option<Permit>, exception: bool) {
+        Permit::end_in(point, slot, Outcome::of(exception));
+    }
+
+    /// Records how a call that [`Point::enter_in`] admitted on `point` ended, its
+    /// permit completed where it is; the slot is left empty. An empty slot is an
+    /// untracked call: only exceptions, cancellations and timeouts are counted.
+    #[inline(always)]
+    pub(crate) fn end_in(point: &'static Point, slot: &mut Option<Permit>, outcome: Outcome) {
         match slot {
-            Some(permit) => permit.complete(Outcome::of(exception)),
-            None if exception => point.count_exception(),
-            None => {}
+            Some(permit) => permit.complete(outcome),
+            None => point.count_untracked_end(outcome),
         }
         std::mem::forget(slot.take());
     }
@@ -279,10 +298,9 @@ impl Permit {
         );
         let meta = self.meta.bits();
         if meta & (Meta::SLOT_MASK | Meta::EXTRA) == 0 {
-            // Without policy or breaker only an exception is counted.
-            if outcome == Outcome::Exception {
-                self.point.count_exception();
-            }
+            // Without policy or breaker only exceptions, cancellations and timeouts
+            // are counted.
+            self.point.count_untracked_end(outcome);
             return;
         }
         if meta & Meta::EXTRA == 0 {
@@ -312,12 +330,7 @@ impl Permit {
             }
             Some(_) => return self.complete_slow(outcome),
         }
-        if outcome == Outcome::Exception {
-            self.point
-                .counters
-                .exceptions
-                .fetch_add(1, Ordering::Relaxed);
-        }
+        self.point.count_untracked_end(outcome);
     }
 
     /// Counts the exception, measures the call, frees its hung-call slot and counts a
@@ -329,7 +342,7 @@ impl Permit {
         let mut failed = outcome == Outcome::Exception;
         let mut elapsed = 0;
         let mut counted = false;
-        if self.start != 0 && outcome != Outcome::Cancelled {
+        if self.start != 0 {
             // The duration, in the unit of `start`, and in nanoseconds for the series.
             let (now, ns) = if self.meta.fine() {
                 elapsed = p.clock.ticks().saturating_sub(self.start);
@@ -339,7 +352,7 @@ impl Permit {
                 elapsed = now.saturating_sub(self.start);
                 (now, elapsed)
             };
-            if super::durations::measuring_durations() {
+            if outcome != Outcome::Cancelled && super::durations::measuring_durations() {
                 p.end_measured(now, ns, self.meta.hang(), failed);
                 counted = true;
             }
@@ -347,7 +360,10 @@ impl Permit {
         if failed && !counted {
             p.counters.exceptions.fetch_add(1, Ordering::Relaxed);
         }
-        let late = self.timeout != 0 && elapsed > self.timeout;
+        if outcome == Outcome::Cancelled {
+            p.count_cancelled();
+        }
+        let late = outcome == Outcome::TimedOut || (self.timeout != 0 && elapsed > self.timeout);
         let hang = self.meta.hang();
         let swept = hang != NO_HANG
             && p.hang
@@ -399,9 +415,10 @@ impl Drop for Permit {
 }
 
 impl Point {
-    /// Reports a finished call to the breaker that admitted it. A cancelled call is
-    /// not an outcome: the SRE breaker records nothing and a classic ticket is dropped,
-    /// which frees its half-open probe slot.
+    /// Reports a finished call to the breaker that admitted it. A call cancelled
+    /// before any threshold is not an outcome: the SRE breaker records nothing and a
+    /// classic ticket is dropped, which frees its half-open probe slot; one cancelled
+    /// past the timeout or slow-call threshold counts as if it had returned then.
     pub(super) fn breaker_outcome(
         &self,
         call: BreakerCall,
@@ -412,20 +429,26 @@ impl Point {
     ) {
         match &call.slot.imp {
             BreakerImpl::Sre(b) => {
-                if outcome == Outcome::Cancelled {
-                    return;
-                }
                 // Into the bucket the window reached when the call was admitted (or
                 // later): no clock read on the way out.
                 let slow = call.word;
-                let failed = failed || (slow != 0 && elapsed > slow);
+                let failed = failed
+                    || (slow != 0 && elapsed > slow)
+                    || (outcome == Outcome::Cancelled && call.slot.cancel_fails);
+                if outcome == Outcome::Cancelled && !failed {
+                    // Cancelled in time: not an outcome.
+                    return;
+                }
                 b.record_admitted(sre_outcome(failed));
             }
             BreakerImpl::Classic(b) => {
                 // The start is not needed: the duration comes from the permit.
                 let ticket = b.ticket_from_raw(call.word >> 1, 0, call.word & 1 == 1);
-                if outcome == Outcome::Cancelled {
-                    // Dropping the rebuilt ticket frees a half-open probe slot.
+                let slow = call.slot.slow(fine).is_some_and(|t| elapsed > t);
+                let failed = failed || (outcome == Outcome::Cancelled && call.slot.cancel_fails);
+                if outcome == Outcome::Cancelled && !failed && !slow {
+                    // Cancelled in time: not an outcome. Dropping the rebuilt ticket
+                    // frees a half-open probe slot.
                     drop(ticket);
                     return;
                 }

@@ -56,7 +56,7 @@ impl Point {
     /// Counts a downgrade and reports it to the listeners.
     pub(super) fn downgrade(&self, reason: Reason, now: u64, shadow: bool) -> Downgraded {
         self.counters.downgrades.fetch_add(1, Ordering::Relaxed);
-        self.counters.by_reason[reason.index()].fetch_add(1, Ordering::Relaxed);
+        self.counters.reason_cells().downgrades[reason.index()].fetch_add(1, Ordering::Relaxed);
         self.event(reason, now, shadow);
         Downgraded {
             point: self.name,

@@ -114,6 +114,7 @@ impl Counts {
             downgrades: self.tracked[window::DOWNGRADES],
             exceptions: self.tracked[window::EXCEPTIONS],
             timeouts: self.tracked[window::TIMEOUTS],
+            cancelled: self.tracked[window::CANCELLED],
         }
     }
 }
@@ -434,6 +435,7 @@ impl Point {
                     downgrades: w.downgrades,
                     exceptions: w.exceptions,
                     timeouts: w.timeouts,
+                    cancelled: w.cancelled,
                     downgrades_by_reason: ReasonCounts(c.reasons),
                 }
             })
@@ -472,6 +474,7 @@ impl Point {
             downgrades: w.downgrades,
             exceptions: w.exceptions,
             timeouts: w.timeouts,
+            cancelled: w.cancelled,
             peak_concurrency: 0,
             downgrades_by_reason: ReasonCounts(c.reasons),
         })

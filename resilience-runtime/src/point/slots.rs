@@ -28,6 +28,8 @@ pub(super) struct BreakerSlot {
     pub(super) slow_ticks: Option<u64>,
     /// When the breaker last changed state, or was installed (the point's clock).
     pub(super) changed_at: AtomicU64,
+    /// Whether a call cancelled in time counts as a failure (`cancellations_are_failures`).
+    pub(super) cancel_fails: bool,
 }
 
 impl BreakerSlot {

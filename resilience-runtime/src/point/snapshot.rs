@@ -6,7 +6,7 @@ use super::slots::{classic_state, AdaptiveSlot, BreakerImpl, BreakerSlot, Cluste
 use super::{delay, tally, Point};
 use crate::sync::Ordering;
 use crate::window::Ring;
-use crate::{window, BreakerState, BreakerStats, PointStats, ReasonCounts, Totals, WindowCounts};
+use crate::{window, BreakerState, BreakerStats, PointStats, Totals, WindowCounts};
 
 impl Point {
     /// A snapshot of the point's statistics.
@@ -51,6 +51,7 @@ impl Point {
                     downgrades: d(window::DOWNGRADES),
                     exceptions: d(window::EXCEPTIONS),
                     timeouts: d(window::TIMEOUTS),
+                    cancelled: d(window::CANCELLED),
                 }
             })
         };
@@ -80,6 +81,7 @@ impl Point {
                 downgrades: tracked[window::DOWNGRADES],
                 exceptions: tracked[window::EXCEPTIONS],
                 timeouts: tracked[window::TIMEOUTS],
+                cancelled: tracked[window::CANCELLED],
                 downgrades_by_reason: self.counters.reasons(),
             },
             window,
@@ -88,13 +90,9 @@ impl Point {
             peak_concurrency: self.peak.load(Ordering::Relaxed),
             in_delay: c.rules & R_DELAY != 0 && delay::in_delay(now, self.delay.until()),
             dropped_events: self.counters.dropped_events.load(Ordering::Relaxed),
-            shadow_downgrades_by_reason: ReasonCounts(
-                self.counters
-                    .shadow_by_reason
-                    .each_ref()
-                    .map(|a| a.load(Ordering::Relaxed)),
-            ),
+            shadow_downgrades_by_reason: self.counters.shadow_reasons(),
             breaker: self.breaker_stats(c, now),
+            retry: self.retry_stats(),
         }
     }
 
@@ -140,32 +138,29 @@ impl Point {
     /// rings, breakers, adaptive limiters, cluster-limit slots and hung-call table
     /// (not the heap of a limiter's own state, nor a cluster lease's thread).
     pub fn memory_bytes(&self) -> usize {
-        let rings = self.rings.lock().unwrap_or_else(|e| e.into_inner());
-        std::mem::size_of::<Point>()
-            + rings
+        let configured = {
+            let settings = self.settings();
+            let rings = &settings.rings;
+            rings
                 .iter()
                 .map(|r| std::mem::size_of::<Ring>() + r.heap_bytes())
                 .sum::<usize>()
-            + rings.capacity() * std::mem::size_of::<usize>()
-            + self
-                .breakers
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .iter()
-                .map(|b| {
-                    std::mem::size_of::<BreakerSlot>()
-                        + match &b.imp {
-                            BreakerImpl::Sre(s) => s.heap_bytes(),
-                            BreakerImpl::Classic(_) => 0,
-                        }
-                })
-                .sum::<usize>()
-            + self
-                .adaptives
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .len()
-                * std::mem::size_of::<AdaptiveSlot>()
+                + rings.capacity() * std::mem::size_of::<usize>()
+                + settings
+                    .breakers
+                    .iter()
+                    .map(|b| {
+                        std::mem::size_of::<BreakerSlot>()
+                            + match &b.imp {
+                                BreakerImpl::Sre(s) => s.heap_bytes(),
+                                BreakerImpl::Classic(_) => 0,
+                            }
+                    })
+                    .sum::<usize>()
+                + settings.adaptives.len() * std::mem::size_of::<AdaptiveSlot>()
+        };
+        std::mem::size_of::<Point>()
+            + configured
             + self.cluster_slots() * std::mem::size_of::<ClusterSlot>()
             + self.hang.get().map_or(0, HangTable::heap_bytes)
             + self.durations.get().map_or(0, |d| d.heap_bytes())
@@ -174,8 +169,8 @@ impl Point {
             + self.lazy_bytes()
     }
 
-    /// What the parts made on first use hold: the settings, the cycle state and the
-    /// per-second series.
+    /// What the parts made on first use hold: the settings, the cycle state, the
+    /// per-reason counters and the per-second series.
     fn lazy_bytes(&self) -> usize {
         let held = |present: bool, size: usize| if present { size } else { 0 };
         held(
@@ -190,6 +185,9 @@ impl Point {
                 .unwrap_or_else(|e| e.into_inner())
                 .is_some(),
             std::mem::size_of::<super::CycleState>(),
+        ) + held(
+            self.counters.by_reason.get().is_some(),
+            std::mem::size_of::<super::ReasonCells>(),
         ) + self
             .seconds
             .lock()
@@ -202,7 +200,8 @@ impl Point {
     pub(super) fn cluster_slots(&self) -> usize {
         #[cfg(feature = "redis")]
         {
-            let c = self.clusters.lock().unwrap_or_else(|e| e.into_inner());
+            let settings = self.settings();
+            let c = &settings.clusters;
             usize::from(c.current.is_some()) + c.replaced.len()
         }
         #[cfg(not(feature = "redis"))]

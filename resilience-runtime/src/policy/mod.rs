@@ -13,6 +13,10 @@ use std::time::Duration;
 /// Largest number of buckets a window may have (one hour of one-second buckets).
 pub const MAX_WINDOW_BUCKETS: u32 = 3600;
 
+/// The longest [`call_timeout`](PolicyBuilder::call_timeout) a policy accepts: one day
+/// (the `timeout = "..."` argument of the macros has the same limit).
+pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// The downgrade policy of a point: which rules apply and with which thresholds.
 ///
 /// Every rule is optional and rules combine. A policy with no rule still makes the point
@@ -46,6 +50,7 @@ pub struct Policy {
     pub(crate) max_exceptions: Option<u64>,
     pub(crate) exception_rate: Option<ExceptionRate>,
     pub(crate) timeouts: Option<Timeouts>,
+    pub(crate) call_timeout: Option<Duration>,
     pub(crate) token_bucket: Option<TokenBucketConfig>,
     pub(crate) downgrade_percentage: u8,
     pub(crate) delay: Option<Delay>,
@@ -204,6 +209,7 @@ impl Policy {
                 max_exceptions: None,
                 exception_rate: None,
                 timeouts: None,
+                call_timeout: None,
                 token_bucket: None,
                 downgrade_percentage: 100,
                 delay: None,
@@ -227,6 +233,7 @@ impl Policy {
                 self.max_exceptions = from.max_exceptions;
                 self.exception_rate = from.exception_rate;
                 self.timeouts = from.timeouts;
+                self.call_timeout = from.call_timeout;
                 self.token_bucket = from.token_bucket;
                 self.downgrade_percentage = from.downgrade_percentage;
                 self.delay = from.delay;
@@ -277,6 +284,11 @@ impl Policy {
     /// The timeout rule, if set.
     pub fn timeouts(&self) -> Option<Timeouts> {
         self.timeouts
+    }
+    /// The deadline of a call of an `async fn` with `timeout = "..."`, if set: it
+    /// overrides the attribute's (see [`PolicyBuilder::call_timeout`]).
+    pub fn call_timeout(&self) -> Option<Duration> {
+        self.call_timeout
     }
     /// The token bucket, if set.
     pub fn token_bucket(&self) -> Option<TokenBucketConfig> {
@@ -373,6 +385,35 @@ impl PolicyBuilder {
             threshold,
             max_count,
         });
+        self
+    }
+
+    /// The deadline of each call of an `async fn` whose attribute has
+    /// `timeout = "..."`: it replaces the attribute's duration, which is the default
+    /// when the policy has none. More than zero and at most [`MAX_CALL_TIMEOUT`].
+    ///
+    /// Unlike [`timeouts`](Self::timeouts), which counts slow calls and lets them run,
+    /// a call still running at its deadline is cut: its future is dropped, the call
+    /// counts as a pass and a timeout (and as a failure for a breaker), and the
+    /// function's fallback (or default, or `Err(From<Downgraded>)`) takes over with
+    /// [`Reason::Deadline`](crate::Reason::Deadline). A function without `timeout` is
+    /// never cut (a sync body cannot be). It is part of the rules section of the
+    /// layered sources (`call_timeout = "200ms"` in a policy file), read by each call
+    /// from the compiled policy (one load), and enforced in shadow mode too: it is a
+    /// deadline, not a rule that downgrades.
+    ///
+    /// ```
+    /// use resilience_runtime::{Policy, MAX_CALL_TIMEOUT};
+    /// use std::time::Duration;
+    ///
+    /// let p = Policy::builder().call_timeout(Duration::from_millis(200)).build()?;
+    /// assert_eq!(p.call_timeout(), Some(Duration::from_millis(200)));
+    /// let err = Policy::builder().call_timeout(MAX_CALL_TIMEOUT * 2).build().unwrap_err();
+    /// assert_eq!(err.fields(), ["call_timeout"]);
+    /// # Ok::<(), resilience_runtime::PolicyError>(())
+    /// ```
+    pub fn call_timeout(mut self, deadline: Duration) -> Self {
+        self.policy.call_timeout = Some(deadline);
         self
     }
 
@@ -511,6 +552,16 @@ impl PolicyBuilder {
         if let Some(t) = p.timeouts {
             if t.threshold.is_zero() {
                 fail("timeouts.threshold", "must be greater than zero".into());
+            }
+        }
+        if let Some(d) = p.call_timeout {
+            if d.is_zero() {
+                fail("call_timeout", "must be greater than zero".into());
+            } else if d > MAX_CALL_TIMEOUT {
+                fail(
+                    "call_timeout",
+                    format!("must be at most {MAX_CALL_TIMEOUT:?} (one day), got {d:?}"),
+                );
             }
         }
         if let Some(tb) = p.token_bucket {
@@ -669,6 +720,7 @@ mod tests {
             .max_concurrency(MAX_CONCURRENCY + 1)
             .exception_rate(1.5, 0)
             .timeouts(Duration::ZERO, 3)
+            .call_timeout(Duration::ZERO)
             .token_bucket(f64::INFINITY, 0)
             .downgrade_percentage(101)
             .delay(Duration::from_secs(1), Some(Duration::from_secs(2)))
@@ -681,6 +733,7 @@ mod tests {
                 "max_concurrency",
                 "exception_rate.rate",
                 "timeouts.threshold",
+                "call_timeout",
                 "token_bucket.rate",
                 "token_bucket.capacity",
                 "downgrade_percentage",
@@ -702,9 +755,23 @@ mod tests {
             .token_bucket(0.0, 1)
             .downgrade_percentage(0)
             .max_concurrency(MAX_CONCURRENCY)
+            .call_timeout(MAX_CALL_TIMEOUT)
             .window(MAX_WINDOW_BUCKETS, Duration::from_nanos(1))
             .build()
             .unwrap();
+        Policy::builder()
+            .call_timeout(Duration::from_nanos(1))
+            .build()
+            .unwrap();
+        let err = Policy::builder()
+            .call_timeout(MAX_CALL_TIMEOUT + Duration::from_nanos(1))
+            .build()
+            .unwrap_err();
+        assert_eq!(err.fields(), ["call_timeout"]);
+        assert!(
+            err.to_string().contains("must be at most 86400s (one day)"),
+            "{err}"
+        );
         assert!(Policy::builder()
             .window(MAX_WINDOW_BUCKETS + 1, Duration::from_secs(1))
             .build()

@@ -1,0 +1,150 @@
+//! Retrying a call through a point (see [`crate::retry`]): every attempt is a call of
+//! the point; a downgrade ends the call with the fallback at once.
+
+use super::permit::Permit;
+use super::Point;
+use crate::retry::{Retry, RetryBudget, RetryStats};
+use crate::sync::Ordering;
+use crate::Downgraded;
+
+/// Indices of the retry counters (`RetryStats` order).
+const CALLS: usize = 0;
+const ATTEMPTS: usize = 1;
+const RETRIES: usize = 2;
+const EXHAUSTED: usize = 3;
+const REFUSED: usize = 4;
+
+/// What happened to an attempt.
+enum Attempt<T, E> {
+    /// Returned `Ok`, or an error not to retry: the call's result.
+    Done(Result<T, E>),
+    /// Downgraded: the fallback answers.
+    Downgraded(Downgraded),
+    /// Failed with an error `retry_if` chose.
+    Failed(E),
+}
+
+impl Point {
+    fn count_retry(&self, what: usize) {
+        self.counters.reason_cells().retry[what].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The retry counters (zeros until the first retrying call).
+    pub fn retry_stats(&self) -> RetryStats {
+        let Some(cells) = self.counters.by_reason.get() else {
+            return RetryStats::default();
+        };
+        let n = |i: usize| cells.retry[i].load(Ordering::Relaxed);
+        RetryStats {
+            calls: n(CALLS),
+            attempts: n(ATTEMPTS),
+            retries: n(RETRIES),
+            exhausted: n(EXHAUSTED),
+            refused_by_budget: n(REFUSED),
+        }
+    }
+
+    /// One attempt: a call of the point (an `Err` counts as an exception, a panic
+    /// keeps unwinding).
+    fn attempt<T, E>(
+        &'static self,
+        f: &mut impl FnMut() -> Result<T, E>,
+        retry_if: &impl Fn(&E) -> bool,
+    ) -> Attempt<T, E> {
+        self.count_retry(ATTEMPTS);
+        let mut permit = None;
+        if let Err(d) = self.enter_in(&mut permit) {
+            return Attempt::Downgraded(d);
+        }
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(&mut *f)) {
+            Ok(out) => {
+                Permit::finish_in(self, &mut permit, out.is_err());
+                match out {
+                    Err(e) if retry_if(&e) => Attempt::Failed(e),
+                    out => Attempt::Done(out),
+                }
+            }
+            Err(panic) => {
+                Permit::finish_in(self, &mut permit, true);
+                std::panic::resume_unwind(panic)
+            }
+        }
+    }
+
+    /// Whether to retry after failed attempt number `done` (from 1): attempts left,
+    /// and the budget (if any) allows it. Counts what it decides.
+    fn may_retry(&self, retry: &Retry, budget: Option<&RetryBudget>, done: u32) -> bool {
+        if done >= retry.attempts {
+            self.count_retry(EXHAUSTED);
+            return false;
+        }
+        if budget.is_some_and(|b| !b.try_retry()) {
+            self.count_retry(REFUSED);
+            return false;
+        }
+        self.count_retry(RETRIES);
+        true
+    }
+
+    /// Runs `f` through this point up to `retry.attempts` times, waiting
+    /// `retry.backoff` between attempts (the thread sleeps; a manual clock advances),
+    /// while `budget` (if any) allows: see [`crate::retry`]. An `Err` that `retry_if`
+    /// chooses is retried; any other result, a downgrade (answered by `fallback`, at
+    /// once) and a panic end the call. Every `Err` counts as an exception of the
+    /// point, every attempt as a call.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::retry::{BudgetConfig, Retry};
+    /// use resilience_runtime::{Clock, ManualClock, Registry};
+    /// use std::time::Duration;
+    ///
+    /// let manual = ManualClock::new();
+    /// let registry: &'static Registry =
+    ///     Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+    /// let point = registry.point("docs.retrying")?;
+    /// let budget = registry.retry_budget("docs");
+    /// let mut failures_left = 2;
+    /// let out = point.call_retrying(
+    ///     &Retry::new(3),
+    ///     Some(budget),
+    ///     || if failures_left > 0 { failures_left -= 1; Err("busy") } else { Ok(7) },
+    ///     |_downgraded| Ok(0),
+    ///     |e| *e == "busy",
+    /// );
+    /// assert_eq!(out, Ok(7));
+    /// let stats = point.retry_stats();
+    /// assert_eq!((stats.calls, stats.attempts, stats.retries), (1, 3, 2));
+    /// assert_eq!(point.stats().totals.exceptions, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn call_retrying<T, E>(
+        &'static self,
+        retry: &Retry,
+        budget: Option<&RetryBudget>,
+        mut f: impl FnMut() -> Result<T, E>,
+        fallback: impl FnOnce(Downgraded) -> Result<T, E>,
+        retry_if: impl Fn(&E) -> bool,
+    ) -> Result<T, E> {
+        self.count_retry(CALLS);
+        if let Some(b) = budget {
+            b.deposit();
+        }
+        let mut done = 0;
+        loop {
+            match self.attempt(&mut f, &retry_if) {
+                Attempt::Done(out) => return out,
+                Attempt::Downgraded(d) => return fallback(d),
+                Attempt::Failed(e) => {
+                    done += 1;
+                    if !self.may_retry(retry, budget, done) {
+                        return Err(e);
+                    }
+                    let wait = retry.backoff.wait(done - 1, crate::breaker::roll());
+                    self.clock.sleep(wait);
+                }
+            }
+        }
+    }
+}
