@@ -43,6 +43,7 @@ const EXPECTED: &str =
 pub(crate) enum Kind {
     Downgrade,
     Breaker,
+    Retry,
 }
 
 impl fmt::Display for Kind {
@@ -50,6 +51,7 @@ impl fmt::Display for Kind {
         f.write_str(match self {
             Kind::Downgrade => "downgrade",
             Kind::Breaker => "breaker",
+            Kind::Retry => "retry",
         })
     }
 }
@@ -89,6 +91,9 @@ pub(crate) struct Args {
     pub(crate) is_exception: Option<Arg<ExprPath>>,
     pub(crate) timeout: Option<Arg<Timeout>>,
     pub(crate) krate: Option<Arg<Path>>,
+    /// Not an argument: set when a `#[retry]` above expands this attribute, so that a
+    /// refused (or cut) call marks its attempt as downgraded.
+    pub(crate) mark_downgrade: bool,
 }
 
 impl Args {
@@ -438,6 +443,310 @@ fn skip_past_comma(input: ParseStream<'_>) {
     });
 }
 
+// ---- `#[retry(...)]` ----
+//
+// args := (arg ("," arg)* ","?)?
+// arg  := "point" "=" LitStr | "attempts" "=" LitInt | "backoff" "=" LitStr
+//       | "base" "=" LitStr | "max" "=" LitStr | "multiplier" "=" LitFloat
+//       | "jitter" "=" LitStr | "retry_if" "=" path | "budget" "=" LitStr
+//       | "crate" "=" LitStr
+
+/// Every argument of `#[retry]`, in the order diagnostics list them.
+const RETRY_ARGS: [&str; 10] = [
+    "point",
+    "attempts",
+    "backoff",
+    "base",
+    "max",
+    "multiplier",
+    "jitter",
+    "retry_if",
+    "budget",
+    "crate",
+];
+
+/// The parsed arguments of `#[retry]`.
+#[derive(Default)]
+pub(crate) struct RetryArgs {
+    pub(crate) point: Option<Arg<LitStr>>,
+    pub(crate) attempts: Option<Arg<u32>>,
+    /// `true` for `"exponential"`.
+    pub(crate) exponential: Option<Arg<bool>>,
+    pub(crate) base: Option<Arg<u64>>,
+    pub(crate) max: Option<Arg<u64>>,
+    pub(crate) multiplier: Option<Arg<f64>>,
+    pub(crate) jitter: Option<Arg<f64>>,
+    pub(crate) retry_if: Option<Arg<ExprPath>>,
+    pub(crate) budget: Option<Arg<LitStr>>,
+    pub(crate) krate: Option<Arg<Path>>,
+}
+
+impl RetryArgs {
+    /// Parses `#[retry]`'s arguments, reporting every mistake (as [`Args::parse`]).
+    pub(crate) fn parse(tokens: TokenStream) -> (RetryArgs, Option<syn::Error>) {
+        let mut args = RetryArgs::default();
+        let mut errors = Errors::default();
+        let parser = |input: ParseStream<'_>| {
+            let mut position = 0;
+            while !input.is_empty() {
+                if let Err(err) = args.parse_one(input, position) {
+                    errors.push(err);
+                    skip_past_comma(input);
+                    position += 1;
+                    continue;
+                }
+                position += 1;
+                if input.is_empty() {
+                    break;
+                }
+                if let Err(err) = input.parse::<Token![,]>() {
+                    errors.push(syn::Error::new(
+                        err.span(),
+                        "expected `,` between arguments",
+                    ));
+                    skip_past_comma(input);
+                }
+            }
+            Ok(())
+        };
+        if let Err(err) = parser.parse2(tokens) {
+            errors.push(err);
+        }
+        if let Some(Arg { value: false, .. }) = &args.exponential {
+            for (arg, name) in [
+                (args.max.as_ref().map(|a| a.key_span), "max"),
+                (args.multiplier.as_ref().map(|a| a.key_span), "multiplier"),
+            ] {
+                if let Some(span) = arg {
+                    errors.push(syn::Error::new(
+                        span,
+                        format!("`{name}` needs `backoff = \"exponential\"`; a fixed backoff waits `base` every time"),
+                    ));
+                }
+            }
+        }
+        if let (Some(base), Some(max)) = (&args.base, &args.max) {
+            if max.value < base.value {
+                errors.push(syn::Error::new(
+                    max.key_span,
+                    "`max` must be at least `base`",
+                ));
+            }
+        }
+        (args, errors.finish())
+    }
+
+    fn parse_one(&mut self, input: ParseStream<'_>, position: usize) -> syn::Result<()> {
+        let key_span = input.span();
+        if input.peek(Token![crate]) {
+            let value = key_value::<Token![crate], _>(input, crate_path)?;
+            return set_once(&mut self.krate, arg(key_span, position, value), "crate");
+        }
+        let ident = input
+            .call(Ident::parse_any)
+            .map_err(|_| input.error(format!("expected one of {}", retry_expected())))?;
+        let name = ident.to_string();
+        if !RETRY_ARGS.contains(&name.as_str()) || name == "crate" {
+            let hint = match did_you_mean(&name, &RETRY_ARGS) {
+                Some(close) => format!("; did you mean `{close}`?"),
+                None => String::new(),
+            };
+            return Err(syn::Error::new(
+                ident.span(),
+                format!(
+                    "unknown argument `{name}`, expected one of {}{hint}",
+                    retry_expected()
+                ),
+            ));
+        }
+        input.parse::<Token![=]>()?;
+        match name.as_str() {
+            "point" => set_once(
+                &mut self.point,
+                arg(key_span, position, point_name(input)?),
+                "point",
+            ),
+            "attempts" => set_once(
+                &mut self.attempts,
+                arg(key_span, position, attempts(input)?),
+                "attempts",
+            ),
+            "backoff" => {
+                let lit = string_literal(input, "backoff = \"exponential\"")?;
+                let exponential = match lit.value().as_str() {
+                    "exponential" => true,
+                    "fixed" => false,
+                    other => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            format!(
+                            "unknown backoff `{other}`, expected `\"fixed\"` or `\"exponential\"`"
+                        ),
+                        ))
+                    }
+                };
+                set_once(
+                    &mut self.exponential,
+                    arg(key_span, position, exponential),
+                    "backoff",
+                )
+            }
+            "base" => set_once(
+                &mut self.base,
+                arg(key_span, position, wait(input, "base")?),
+                "base",
+            ),
+            "max" => set_once(
+                &mut self.max,
+                arg(key_span, position, wait(input, "max")?),
+                "max",
+            ),
+            "multiplier" => set_once(
+                &mut self.multiplier,
+                arg(key_span, position, multiplier(input)?),
+                "multiplier",
+            ),
+            "jitter" => {
+                let lit = string_literal(input, "jitter = \"full\"")?;
+                let jitter = match lit.value().as_str() {
+                    "none" => 0.0,
+                    "equal" => 0.5,
+                    "full" => 1.0,
+                    other => {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            format!("unknown jitter `{other}`, expected `\"none\"`, `\"equal\"` or `\"full\"`"),
+                        ))
+                    }
+                };
+                set_once(&mut self.jitter, arg(key_span, position, jitter), "jitter")
+            }
+            "retry_if" => {
+                let path = function_path(input, "retry_if = is_transient")?;
+                set_once(
+                    &mut self.retry_if,
+                    arg(key_span, position, path),
+                    "retry_if",
+                )
+            }
+            "budget" => {
+                let lit = string_literal(input, "budget = \"backend\"")?;
+                if lit.value().trim().is_empty() {
+                    return Err(syn::Error::new(lit.span(), "`budget` must not be empty"));
+                }
+                set_once(&mut self.budget, arg(key_span, position, lit), "budget")
+            }
+            _ => unreachable!("every name in RETRY_ARGS is handled"),
+        }
+    }
+}
+
+fn retry_expected() -> String {
+    RETRY_ARGS
+        .iter()
+        .map(|name| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The closest of `candidates` to `name` (an edit distance of at most a third of
+/// its length, at least 1), for "did you mean".
+fn did_you_mean<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let limit = (name.chars().count() / 3).max(1);
+    candidates
+        .iter()
+        .map(|c| (edit_distance(name, c), *c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// The runtime's `MAX_ATTEMPTS`.
+const MAX_ATTEMPTS: u32 = 100;
+
+/// `3`: an integer literal in 1..=100.
+fn attempts(input: ParseStream<'_>) -> syn::Result<u32> {
+    match input.parse::<Expr>()? {
+        Expr::Lit(syn::ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => match lit.base10_parse::<u32>() {
+            Ok(n) if (1..=MAX_ATTEMPTS).contains(&n) => Ok(n),
+            _ => Err(syn::Error::new(
+                lit.span(),
+                format!("`attempts` must be in 1..={MAX_ATTEMPTS} (the first attempt included)"),
+            )),
+        },
+        other => Err(syn::Error::new_spanned(
+            other,
+            "expected an integer literal, e.g. `attempts = 3`",
+        )),
+    }
+}
+
+/// `2.0`: a float (or integer) literal, finite and at least 1.
+fn multiplier(input: ParseStream<'_>) -> syn::Result<f64> {
+    let (value, span) = match input.parse::<Expr>()? {
+        Expr::Lit(syn::ExprLit {
+            lit: Lit::Float(lit),
+            ..
+        }) => (lit.base10_parse::<f64>()?, lit.span()),
+        Expr::Lit(syn::ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => (lit.base10_parse::<f64>()?, lit.span()),
+        other => {
+            return Err(syn::Error::new_spanned(
+                other,
+                "expected a number, e.g. `multiplier = 2.0`",
+            ))
+        }
+    };
+    if value.is_finite() && value >= 1.0 {
+        Ok(value)
+    } else {
+        Err(syn::Error::new(
+            span,
+            "`multiplier` must be a finite number >= 1",
+        ))
+    }
+}
+
+/// `"50ms"`: a duration greater than zero and at most a day (as `timeout`).
+fn wait(input: ParseStream<'_>, name: &str) -> syn::Result<u64> {
+    let lit = string_literal(input, &format!("{name} = \"50ms\""))?;
+    match parse_duration(&lit.value()) {
+        Ok(0) => Err(syn::Error::new(
+            lit.span(),
+            format!("`{name}` must be greater than zero"),
+        )),
+        Ok(nanos) if nanos > MAX_TIMEOUT_NS => Err(syn::Error::new(
+            lit.span(),
+            format!("`{name}` must be at most one day (`\"24h\"`)"),
+        )),
+        Ok(nanos) => Ok(nanos),
+        Err(problem) => Err(syn::Error::new(
+            lit.span(),
+            problem.replace("`timeout = \"200ms\"`", &format!("`{name} = \"50ms\"`")),
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use quote::{quote, ToTokens as _};
@@ -456,6 +765,64 @@ mod tests {
         let (args, errors) = parse(tokens);
         assert!(errors.is_empty(), "unexpected errors: {errors:?}");
         args
+    }
+
+    #[test]
+    fn retry_arguments() {
+        let (args, errors) = RetryArgs::parse(quote!(
+            attempts = 4,
+            backoff = "fixed",
+            base = "20ms",
+            jitter = "equal",
+            retry_if = is_transient,
+            budget = "db",
+            point = "p",
+        ));
+        assert!(errors.is_none());
+        assert_eq!(args.attempts.unwrap().value, 4);
+        assert!(!args.exponential.unwrap().value);
+        assert_eq!(args.base.unwrap().value, 20_000_000);
+        assert!((args.jitter.unwrap().value - 0.5).abs() < f64::EPSILON);
+        assert_eq!(args.budget.unwrap().value.value(), "db");
+    }
+
+    #[test]
+    fn retry_mistakes() {
+        let messages = |tokens| {
+            RetryArgs::parse(tokens)
+                .1
+                .map(|e| e.into_iter().map(|e| e.to_string()).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        let unknown = messages(quote!(atempts = 3));
+        assert_eq!(unknown.len(), 1);
+        assert!(
+            unknown[0].ends_with("did you mean `attempts`?"),
+            "{unknown:?}"
+        );
+        assert!(!messages(quote!(fallback = f))[0].contains("did you mean"));
+        assert_eq!(
+            messages(quote!(attempts = 0, base = "1s", max = "1ms")),
+            [
+                "`attempts` must be in 1..=100 (the first attempt included)",
+                "`max` must be at least `base`",
+            ]
+        );
+        assert_eq!(
+            messages(quote!(jitter = "half", jitter = "full")),
+            ["unknown jitter `half`, expected `\"none\"`, `\"equal\"` or `\"full\"`",]
+        );
+        assert_eq!(
+            messages(quote!(budget = "a", budget = "b")),
+            ["duplicate argument `budget`"]
+        );
+    }
+
+    #[test]
+    fn did_you_mean_is_close_only() {
+        assert_eq!(did_you_mean("retryif", &RETRY_ARGS), Some("retry_if"));
+        assert_eq!(did_you_mean("mutliplier", &RETRY_ARGS), Some("multiplier"));
+        assert_eq!(did_you_mean("timeout", &RETRY_ARGS), None);
     }
 
     #[test]

@@ -395,3 +395,14 @@ pub fn downgrade(args: TokenStream, item: TokenStream) -> TokenStream {
 pub fn breaker(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::breaker::expand(args.into(), item.into()).into()
 }
+
+/// Retries a function that returns a `Result`: an `Err` that `retry_if` chooses
+/// (every `Err` by default) is retried up to `attempts` times in all, with a backoff
+/// between attempts and, with `budget`, only while that retry budget allows. A panic
+/// is never retried. Stacked above a `#[downgrade]` / `#[breaker]`, every attempt is a
+/// call of that point, and a refused (or cut) attempt ends the call at once with the
+/// fallback's answer. See the runtime's README, "`#[retry]`".
+#[proc_macro_attribute]
+pub fn retry(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::retry::expand(args.into(), item.into()).into()
+}

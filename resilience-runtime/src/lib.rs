@@ -68,4 +68,4 @@ pub use stats::{
 };
 
 #[cfg(feature = "macros")]
-pub use resilience_macros::{breaker, downgrade};
+pub use resilience_macros::{breaker, downgrade, retry};

@@ -257,3 +257,268 @@ macro_rules! __resilience_deadline {
 }
 
 pub use crate::__resilience_deadline as deadline;
+
+// ---- `#[retry]` ----
+
+pub use crate::retry::RetryBudget;
+
+/// A retry budget cached in a function-local `static` at each call site, like
+/// [`StaticPoint`].
+#[derive(Debug)]
+pub struct StaticBudget {
+    name: &'static str,
+    cell: AtomicPtr<RetryBudget>,
+}
+
+impl StaticBudget {
+    /// A handle for the budget `name` of the global registry, resolved on first use.
+    pub const fn new(name: &'static str) -> StaticBudget {
+        StaticBudget {
+            name,
+            cell: AtomicPtr::new(std::ptr::null_mut()),
+        }
+    }
+
+    /// The budget, looked up in the global registry on the first call only.
+    #[inline]
+    pub fn get(&'static self) -> &'static RetryBudget {
+        let budget = self.cell.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer was stored by `init` from a `&'static RetryBudget`.
+        match unsafe { budget.cast_const().as_ref() } {
+            Some(b) => b,
+            None => self.init(),
+        }
+    }
+
+    #[cold]
+    fn init(&'static self) -> &'static RetryBudget {
+        let budget = crate::registry().retry_budget(self.name);
+        self.cell
+            .store(std::ptr::from_ref(budget).cast_mut(), Ordering::Release);
+        budget
+    }
+}
+
+/// The attribute's retry settings, checked at compile time.
+#[derive(Debug)]
+pub struct RetrySpec {
+    /// Attempts in all, 1..=100.
+    pub attempts: u32,
+    /// `backoff = "exponential"` (else fixed: `base` between attempts).
+    pub exponential: bool,
+    /// The first wait.
+    pub base_nanos: u64,
+    /// Growth per retry (exponential).
+    pub multiplier: f64,
+    /// The longest wait (exponential).
+    pub max_nanos: u64,
+    /// 0 (none), 0.5 (equal) or 1 (full).
+    pub jitter: f64,
+}
+
+impl RetrySpec {
+    #[cold]
+    fn retry(&self) -> crate::retry::Retry {
+        use std::time::Duration;
+        let base = Duration::from_nanos(self.base_nanos);
+        let backoff = if self.exponential {
+            crate::retry::Backoff::exponential(
+                base,
+                self.multiplier,
+                Duration::from_nanos(self.max_nanos),
+            )
+        } else {
+            crate::retry::Backoff::fixed(base)
+        };
+        crate::retry::Retry {
+            attempts: self.attempts,
+            backoff: backoff.with_jitter(self.jitter),
+        }
+    }
+}
+
+/// One `#[retry]` call: its point (where it is counted), budget and attempts so far.
+#[derive(Debug)]
+pub struct Retrying {
+    point: &'static Point,
+    budget: Option<&'static RetryBudget>,
+    done: u32,
+}
+
+impl Retrying {
+    /// Counts the call and its first attempt, deposits into `budget`.
+    #[inline]
+    pub fn begin(point: &'static Point, budget: Option<&'static RetryBudget>) -> Retrying {
+        point.begin_retrying(budget);
+        Retrying {
+            point,
+            budget,
+            done: 0,
+        }
+    }
+
+    /// After an attempt that failed with an error to retry: the wait before the next
+    /// attempt, or `None` when attempts are exhausted or the budget refuses (counted).
+    #[cold]
+    pub fn failed(&mut self, spec: &RetrySpec) -> Option<std::time::Duration> {
+        self.done += 1;
+        self.point
+            .retry_after(&spec.retry(), self.budget, self.done)
+    }
+
+    /// Waits `d` on the point's clock (the thread sleeps; a manual clock advances).
+    #[cold]
+    pub fn sleep(&self, d: std::time::Duration) {
+        self.point.retry_clock().sleep(d);
+    }
+
+    /// Waits `d`: `tokio::time::sleep` on the system clock, advancing a manual clock.
+    #[cfg(feature = "tokio")]
+    pub async fn sleep_async(&self, d: std::time::Duration) {
+        let clock = self.point.retry_clock();
+        if clock.is_manual() {
+            clock.sleep(d);
+        } else {
+            tokio::time::sleep(d).await;
+        }
+    }
+}
+
+/// `retry_sleep!(retrying, wait)`: the wait of an async `#[retry]` fn, with the
+/// runtime's `tokio` feature.
+#[cfg(feature = "tokio")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_retry_sleep {
+    ($retrying:expr, $wait:expr $(,)?) => {
+        $crate::__private::Retrying::sleep_async($retrying, $wait)
+    };
+}
+
+/// `retry_sleep!(..)` without the `tokio` feature: the compile error.
+#[cfg(not(feature = "tokio"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_retry_sleep {
+    ($retrying:expr, $wait:expr $(,)?) => {{
+        ::core::compile_error!(
+            "`#[retry]` on an `async fn` needs the `tokio` feature of resilience-runtime, \
+             which waits between attempts with `tokio::time::sleep`: enable it in Cargo.toml, \
+             e.g. `resilience-runtime = { version = \"0.1\", features = [\"tokio\"] }`"
+        );
+        let _ = ($retrying, $wait);
+        async {}
+    }};
+}
+
+pub use crate::__resilience_retry_sleep as retry_sleep;
+
+std::thread_local! {
+    /// Set by the `#[downgrade]`/`#[breaker]` stacked below a `#[retry]` when it
+    /// refuses (or cuts) the attempt; read and reset by the retry around the attempt.
+    static DOWNGRADED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the current attempt of the `#[retry]` above as downgraded: it is not retried.
+#[cold]
+pub fn mark_downgraded() {
+    DOWNGRADED.with(|m| m.set(true));
+}
+
+/// Restores the mark of the enclosing attempt (if any) when an attempt ends, even by
+/// a panic.
+struct MarkScope {
+    outer: bool,
+}
+
+impl MarkScope {
+    #[inline]
+    fn enter(mark: bool) -> MarkScope {
+        MarkScope {
+            outer: DOWNGRADED.with(|m| m.replace(mark)),
+        }
+    }
+
+    /// The attempt's mark; the enclosing one is back.
+    #[inline]
+    fn leave(self) -> bool {
+        let outer = self.outer;
+        std::mem::forget(self);
+        DOWNGRADED.with(|m| m.replace(outer))
+    }
+}
+
+impl Drop for MarkScope {
+    fn drop(&mut self) {
+        DOWNGRADED.with(|m| m.set(self.outer));
+    }
+}
+
+/// Runs one attempt of a sync `#[retry]` fn: its output, and whether the stacked
+/// `#[downgrade]`/`#[breaker]` refused it. Attempts nest (a retrying fn called in the
+/// body of another keeps its own mark).
+#[inline]
+pub fn attempt<R>(f: impl FnOnce() -> R) -> (R, bool) {
+    let scope = MarkScope::enter(false);
+    let out = f();
+    (out, scope.leave())
+}
+
+/// One attempt of a sync `#[retry]` fn with nothing stacked below it that could mark
+/// it (a retrying fn called in the body keeps its own mark in its own scope).
+#[inline(always)]
+pub fn attempt_unmarked<R>(f: impl FnOnce() -> R) -> (R, bool) {
+    (f(), false)
+}
+
+/// One attempt of an async `#[retry]` fn: the mark lives in the future between polls
+/// and in the thread-local only during each poll, so tasks that move between threads
+/// (or interleave on one) never see each other's marks.
+#[derive(Debug)]
+pub struct Attempt<F> {
+    inner: F,
+    mark: bool,
+}
+
+/// Wraps one attempt of an async `#[retry]` fn (see [`Attempt`]).
+#[inline]
+pub fn attempt_async<F: std::future::Future>(inner: F) -> Attempt<F> {
+    Attempt { inner, mark: false }
+}
+
+impl<F: std::future::Future> std::future::Future for Attempt<F> {
+    type Output = (F::Output, bool);
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        // SAFETY: `inner` is structurally pinned: never moved out of `self`, and
+        // `Attempt` has no `Drop` impl; `mark` is a plain `bool`, never pinned.
+        let this = unsafe { self.get_unchecked_mut() };
+        let inner = unsafe { std::pin::Pin::new_unchecked(&mut this.inner) };
+        let scope = MarkScope::enter(this.mark);
+        let polled = inner.poll(cx);
+        this.mark = scope.leave();
+        match polled {
+            std::task::Poll::Ready(out) => std::task::Poll::Ready((out, this.mark)),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+/// Names an argument of a `#[retry]` fn that each attempt needs again: it must be
+/// `Clone` (the error points at the argument).
+#[diagnostic::on_unimplemented(
+    message = "a `#[retry]` fn clones its arguments for each attempt, but `{Self}` is not `Clone`",
+    label = "this argument is not `Clone`",
+    note = "derive or implement `Clone`, take the argument by reference, or remove `#[retry]`"
+)]
+pub trait RetryArgument: Clone {}
+impl<T: Clone> RetryArgument for T {}
+
+/// A fresh copy of an argument for an attempt.
+#[inline(always)]
+pub fn clone_argument<T: RetryArgument>(value: &T) -> T {
+    value.clone()
+}

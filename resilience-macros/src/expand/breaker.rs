@@ -12,7 +12,7 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
 
 // Input:  __resilience_point: &'static RT::Point, __resilience_permit: Option<RT::Permit>
 // Output: RT::enter_breaker(__resilience_point, &mut __resilience_permit)
-fn enter(private: &TokenStream, point: &Ident, slot: &TokenStream) -> TokenStream {
+pub(super) fn enter(private: &TokenStream, point: &Ident, slot: &TokenStream) -> TokenStream {
     quote!(#private::enter_breaker(#point, &mut #slot))
 }
 

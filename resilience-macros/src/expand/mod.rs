@@ -11,6 +11,7 @@
 
 pub(crate) mod breaker;
 pub(crate) mod downgrade;
+pub(crate) mod retry;
 
 use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
@@ -34,8 +35,28 @@ pub(crate) type Enter = fn(private: &TokenStream, point: &Ident, slot: &TokenStr
 
 /// The pipeline: parse -> validate -> expand.
 pub(crate) fn run(kind: Kind, args: TokenStream, item: TokenStream, enter: Enter) -> TokenStream {
+    // A `#[retry]` below runs inside this point: expand it first (see `retry`).
+    let item = match retry::absorb_below(item) {
+        Ok(item) => item,
+        Err(out) => return out,
+    };
+    match run_marked(kind, args, item, enter, false) {
+        Ok(out) | Err(out) => out,
+    }
+}
+
+/// The pipeline, `Err` (the item kept, and the errors) when it failed; with `mark`, a
+/// refused or cut call marks the attempt of the `#[retry]` above as downgraded.
+pub(crate) fn run_marked(
+    kind: Kind,
+    args: TokenStream,
+    item: TokenStream,
+    enter: Enter,
+    mark: bool,
+) -> Result<TokenStream, TokenStream> {
     let mut errors = Errors::default();
-    let (args, args_error) = Args::parse(args);
+    let (mut args, args_error) = Args::parse(args);
+    args.mark_downgrade = mark;
     if let Some(err) = args_error {
         errors.push(err);
     }
@@ -50,11 +71,11 @@ pub(crate) fn run(kind: Kind, args: TokenStream, item: TokenStream, enter: Enter
         }
     };
     match (errors.finish(), parsed) {
-        (None, Some(parsed)) => wrap(kind, &args, parsed, enter),
+        (None, Some(parsed)) => Ok(wrap(kind, &args, parsed, enter)),
         (err, _) => {
             // Keep the item so that callers and IDEs still see the function.
             let err = err.map(|err| err.to_compile_error());
-            quote!(#item #err)
+            Err(quote!(#item #err))
         }
     }
 }
@@ -160,11 +181,20 @@ fn wrap(kind: Kind, args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream 
             // A fallback called after a cut needs the arguments the body had: the
             // body borrows them instead of taking them.
             moves: args.fallback_fn().is_none(),
+            marked: marked(&runtime, args),
         });
     let Caught {
         prelude: caught_prelude,
         caught,
-    } = caught_body(&runtime, &shape, &output, &rebound, &block, &slot, timed.as_ref());
+    } = caught_body(
+        &runtime,
+        &shape,
+        &output,
+        &rebound,
+        &block,
+        &slot,
+        timed.as_ref(),
+    );
     let outcome = record_outcome(&private, args, &output, &slot);
 
     let declare_slot = match shape.await_span() {
@@ -462,7 +492,7 @@ fn declared_point(private: &TokenStream, kind: Kind, args: &Args, sig: &Signatur
     };
     let constructor = match kind {
         Kind::Downgrade => quote!(downgrade),
-        Kind::Breaker => quote!(breaker),
+        Kind::Breaker | Kind::Retry => quote!(breaker),
     };
     let has_fallback = args.fallback_fn().is_some() || args.default.is_some();
     // The user's own span, not `at_user_token`: `line!()` walks up to the
@@ -502,7 +532,9 @@ fn acquire_permit(
 ) -> TokenStream {
     let entered = enter(&runtime.private(), &ident("__resilience_point"), &slot.expr);
     let OnDowngrade { binding, value } = on_downgrade(runtime, args, sig, shape, rebound);
+    let marked = marked(runtime, args);
     let ended = &slot.end;
+    let ended = &quote!(#marked #ended);
     let refused = match ended.is_empty() {
         true => quote!(return #value),
         false => quote!({ #ended return #value }),
@@ -610,6 +642,18 @@ struct Timed {
     /// Whether the body's future takes the arguments (`async move`); with a
     /// fallback it borrows them, since the fallback is called after a cut.
     moves: bool,
+    /// Marks the attempt of a `#[retry]` above as downgraded (or nothing).
+    marked: TokenStream,
+}
+
+/// `RT::mark_downgraded();` under a `#[retry]`, which then does not retry the call.
+fn marked(runtime: &Runtime, args: &Args) -> TokenStream {
+    if args.mark_downgrade {
+        let private = runtime.private();
+        quote!(#private::mark_downgraded();)
+    } else {
+        TokenStream::new()
+    }
 }
 
 // Sync:  ::std::panic::catch_unwind(::core::panic::AssertUnwindSafe(move || { PIN LETS { BODY } }))
@@ -712,6 +756,7 @@ fn caught_body(
                 quote_spanned!(timed.key_span=> #private::deadline! #call)
             };
             let OnDowngrade { binding, value } = &timed.on_cut;
+            let marked = &timed.marked;
             let result = ident("__resilience_caught");
             Caught {
                 prelude: quote! {
@@ -719,7 +764,7 @@ fn caught_body(
                     #[allow(unreachable_code, clippy::diverging_sub_expression)]
                     let #result = match #deadline #awaited {
                         ::core::result::Result::Ok(#result) => #result,
-                        ::core::result::Result::Err(#binding) => { #ended return #value }
+                        ::core::result::Result::Err(#binding) => { #marked #ended return #value }
                     };
                 },
                 caught: result.into_token_stream(),

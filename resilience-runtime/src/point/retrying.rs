@@ -7,9 +7,10 @@ use crate::retry::{Retry, RetryBudget, RetryStats};
 use crate::sync::Ordering;
 use crate::Downgraded;
 
-/// Indices of the retry counters (`RetryStats` order).
+/// Indices of the retry counters (`RetryStats` order). Attempts are not counted on
+/// their own: every attempt is a call's first or a retry, so `attempts` is
+/// `calls + retries`, and a call costs one counter.
 const CALLS: usize = 0;
-const ATTEMPTS: usize = 1;
 const RETRIES: usize = 2;
 const EXHAUSTED: usize = 3;
 const REFUSED: usize = 4;
@@ -29,6 +30,34 @@ impl Point {
         self.counters.reason_cells().retry[what].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// `#[retry]`: counts a call (and so its first attempt), deposits into `budget`.
+    #[inline]
+    pub(crate) fn begin_retrying(&self, budget: Option<&RetryBudget>) {
+        self.count_retry(CALLS);
+        if let Some(b) = budget {
+            b.deposit();
+        }
+    }
+
+    /// `#[retry]`: after failed attempt number `done` (from 1), whether to retry (a
+    /// retry counted is the next attempt counted) and how long to wait first.
+    pub(crate) fn retry_after(
+        &self,
+        retry: &Retry,
+        budget: Option<&RetryBudget>,
+        done: u32,
+    ) -> Option<std::time::Duration> {
+        if !self.may_retry(retry, budget, done) {
+            return None;
+        }
+        Some(retry.backoff.wait(done - 1, crate::breaker::roll()))
+    }
+
+    /// The point's clock (the registry's), which `#[retry]` sleeps on.
+    pub(crate) fn retry_clock(&self) -> &crate::Clock {
+        &self.clock
+    }
+
     /// The retry counters (zeros until the first retrying call).
     pub fn retry_stats(&self) -> RetryStats {
         let Some(cells) = self.counters.by_reason.get() else {
@@ -37,7 +66,7 @@ impl Point {
         let n = |i: usize| cells.retry[i].load(Ordering::Relaxed);
         RetryStats {
             calls: n(CALLS),
-            attempts: n(ATTEMPTS),
+            attempts: n(CALLS) + n(RETRIES),
             retries: n(RETRIES),
             exhausted: n(EXHAUSTED),
             refused_by_budget: n(REFUSED),
@@ -51,7 +80,6 @@ impl Point {
         f: &mut impl FnMut() -> Result<T, E>,
         retry_if: &impl Fn(&E) -> bool,
     ) -> Attempt<T, E> {
-        self.count_retry(ATTEMPTS);
         let mut permit = None;
         if let Err(d) = self.enter_in(&mut permit) {
             return Attempt::Downgraded(d);

@@ -1,0 +1,442 @@
+//! Owns `#[retry]`: the whole function runs up to `attempts` times, an `Err` that
+//! `retry_if` chooses is retried after a backoff.
+//!
+//! Stacking: a `#[downgrade]` / `#[breaker]` written below `#[retry]` is expanded here,
+//! inside the retry loop, so every attempt is a call of that point, and a refused (or
+//! cut) attempt marks itself downgraded (`RT::mark_downgraded`), which ends the call at
+//! once with that attempt's result. A `#[retry]` below a `#[downgrade]` / `#[breaker]`
+//! is expanded by that attribute first (see [`absorb_below`]): the point sees one
+//! call, the retries happen inside it.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned, ToTokens};
+use syn::{FnArg, LitStr, Pat, ReturnType, Type};
+
+use super::{at_user_token, ident, rebind_patterns, ReturnKind, Shape};
+use crate::args::{Args, Kind, RetryArgs};
+use crate::item::ItemFn;
+use crate::paths::Runtime;
+use crate::validate::{self, Errors};
+
+/// Runs the pipeline for `#[retry(ARGS)] ITEM`.
+pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
+    match expand_checked(args, item, TokenStream::new()) {
+        Ok(out) | Err(out) => out,
+    }
+}
+
+/// The last segment of an attribute's path: `downgrade` in `#[rt::downgrade(..)]`.
+fn attr_name(attr: &syn::Attribute) -> Option<String> {
+    attr.path().segments.last().map(|s| s.ident.to_string())
+}
+
+/// The tokens inside an attribute's parentheses (none for `#[retry]`).
+fn attr_args(attr: &syn::Attribute) -> syn::Result<TokenStream> {
+    match &attr.meta {
+        syn::Meta::Path(_) => Ok(TokenStream::new()),
+        syn::Meta::List(list) => Ok(list.tokens.clone()),
+        syn::Meta::NameValue(nv) => Err(syn::Error::new_spanned(
+            nv,
+            "expected `#[attr]` or `#[attr(..)]`",
+        )),
+    }
+}
+
+/// For `#[downgrade]` / `#[breaker]`: if a `#[retry]` is written below, expands it now
+/// (with whatever is below it), so that it runs inside the point.
+pub(crate) fn absorb_below(item: TokenStream) -> Result<TokenStream, TokenStream> {
+    let Ok(mut parsed) = ItemFn::parse(item.clone(), Kind::Downgrade) else {
+        return Ok(item);
+    };
+    let Some(index) = parsed
+        .attrs
+        .iter()
+        .position(|a| attr_name(a).as_deref() == Some("retry"))
+    else {
+        return Ok(item);
+    };
+    let attr = parsed.attrs.remove(index);
+    // The attributes between this one and `#[retry]` stay outside, expanded after.
+    let outside: Vec<syn::Attribute> = parsed.attrs.drain(..index).collect();
+    let args = attr_args(&attr).map_err(|e| {
+        let e = e.to_compile_error();
+        quote!(#item #e)
+    })?;
+    let inner = expand_checked(args, super::emit(&parsed, None), used(&[attr]))?;
+    Ok(quote!(#(#outside)* #inner))
+}
+
+/// `use PATH as _;` for each attribute expanded here rather than by rustc, so that
+/// its import (`use resilience_runtime::breaker;`) still counts as used.
+fn used(attrs: &[syn::Attribute]) -> TokenStream {
+    let paths = attrs.iter().map(syn::Attribute::path);
+    quote!(#(#[allow(unused_imports)] use #paths as _;)*)
+}
+
+fn expand_checked(
+    args: TokenStream,
+    item: TokenStream,
+    uses: TokenStream,
+) -> Result<TokenStream, TokenStream> {
+    let mut errors = Errors::default();
+    let (args, args_error) = RetryArgs::parse(args);
+    if let Some(err) = args_error {
+        errors.push(err);
+    }
+    let parsed = match ItemFn::parse(item.clone(), Kind::Retry) {
+        Ok(parsed) => {
+            validate_retry(&parsed, &mut errors);
+            Some(parsed)
+        }
+        Err(err) => {
+            errors.push(err);
+            None
+        }
+    };
+    let fail = |err: syn::Error| {
+        let err = err.to_compile_error();
+        quote!(#item #err)
+    };
+    if let Some(err) = errors.finish() {
+        return Err(fail(err));
+    }
+    let Some(mut parsed) = parsed else {
+        return Err(item);
+    };
+
+    // The `#[downgrade]` / `#[breaker]` below run inside the loop, marked.
+    let (stacked, rest): (Vec<_>, Vec<_>) = parsed
+        .attrs
+        .drain(..)
+        .partition(|a| matches!(attr_name(a).as_deref(), Some("downgrade" | "breaker")));
+    parsed.attrs = rest;
+    let stacked_paths: Vec<syn::Path> = stacked.iter().map(|a| a.path().clone()).collect();
+    let mut inner_point: Option<LitStr> = None;
+    let mut current = super::emit(&parsed, None);
+    for attr in &stacked {
+        let tokens = attr_args(attr).map_err(fail)?;
+        if inner_point.is_none() {
+            inner_point = Args::parse(tokens.clone()).0.point.map(|p| p.value);
+        }
+        let (kind, enter): (Kind, super::Enter) = match attr_name(attr).as_deref() {
+            Some("breaker") => (Kind::Breaker, super::breaker::enter),
+            _ => (Kind::Downgrade, super::downgrade::enter),
+        };
+        current = super::run_marked(kind, tokens, current, enter, true)?;
+    }
+    let item = match ItemFn::parse(current.clone(), Kind::Retry) {
+        Ok(item) => item,
+        Err(_) => return Err(current),
+    };
+    let uses = quote!(#uses #(#[allow(unused_imports)] use #stacked_paths as _;)*);
+    Ok(wrap(&args, item, inner_point, &uses, !stacked.is_empty()))
+}
+
+/// What only `#[retry]` needs of the signature.
+fn validate_retry(item: &ItemFn, errors: &mut Errors) {
+    validate::validate(Kind::Retry, &Args::default(), item, errors);
+    let sig = &item.sig;
+    let split = item.body.split();
+    if split
+        .as_ref()
+        .is_some_and(|split| matches!(Shape::of(sig, split), Shape::Boxed { .. }))
+    {
+        errors.push(syn::Error::new(
+            sig.ident.span(),
+            "`#[retry]` does not support `#[async_trait]` methods; retry inside the method",
+        ));
+    }
+    for input in &sig.inputs {
+        if let FnArg::Receiver(receiver) = input {
+            if receiver.reference.is_none() {
+                errors.push(syn::Error::new_spanned(
+                    receiver,
+                    "a `#[retry]` method cannot take `self` by value: each attempt needs it \
+                     again; take `&self`",
+                ));
+            }
+        }
+    }
+    let cannot_be_result = match &sig.output {
+        ReturnType::Default => true,
+        ReturnType::Type(_, ty) => matches!(&**ty, Type::Never(_) | Type::Tuple(_)),
+    };
+    if cannot_be_result {
+        errors.push(syn::Error::new(
+            sig.ident.span(),
+            "`#[retry]` needs a function that returns a `Result`: only an `Err` is retried",
+        ));
+    }
+}
+
+// Input:  #[retry(attempts = 3, retry_if = pred)] fn get(&self, id: Id, name: &str) -> R { BODY }
+// Output: fn get(&self, id: Id, name: &str) -> R {
+//             let __resilience_retry_point = { static ..: RT::StaticPoint = ..; .. };
+//             let __resilience_budget = None | Some({ static ..: RT::StaticBudget = ..; .. });
+//             static __RESILIENCE_RETRY: RT::RetrySpec = RT::RetrySpec { .. };
+//             let mut __resilience_retrying = RT::Retrying::begin(point, budget);
+//             loop {
+//                 let id = RT::clone_argument(&id);          // at `id`: "not Clone" there
+//                 let (__resilience_out, __resilience_refused) =
+//                     RT::attempt(|| { PIN LETS BODY });     // async: RT::attempt_async(async { .. }).await
+//                 let __resilience_again: bool = !refused && match &out { Ok(_) => false, Err(e) => pred(e) };
+//                 if !__resilience_again { return __resilience_out; }
+//                 match RT::Retrying::failed(&mut retrying, &__RESILIENCE_RETRY) {
+//                     Some(wait) => RT::Retrying::sleep(&retrying, wait),   // async: RT::retry_sleep!(..).await
+//                     None => return __resilience_out,
+//                 }
+//             }
+//         }
+// References are not cloned (`&T` is copied, `&mut T` reborrowed); BODY is the user's
+// block, or what the `#[downgrade]` / `#[breaker]` below made of it.
+fn wrap(
+    args: &RetryArgs,
+    mut item: ItemFn,
+    inner_point: Option<LitStr>,
+    uses: &TokenStream,
+    marked: bool,
+) -> TokenStream {
+    let Some(split) = item.body.split() else {
+        return super::emit(&item, None);
+    };
+    let shape = Shape::of(&item.sig, &split);
+    let inner_attrs = &split.inner_attrs;
+    let mut block = split.block.clone();
+    block.set_span(at_user_token(block.span()));
+
+    let runtime = Runtime::new(args.krate.as_ref().map(|k| &k.value));
+    let private = runtime.private();
+    let rebound = rebind_patterns(&mut item.sig);
+    let lets = &rebound.lets;
+    let output = ReturnKind::of(&item.sig);
+    let pin = output.pin();
+
+    // One fresh copy of each argument per attempt.
+    let mut copies = Vec::new();
+    for input in &mut item.sig.inputs {
+        let FnArg::Typed(typed) = input else { continue };
+        let Pat::Ident(pat) = &mut *typed.pat else {
+            continue;
+        };
+        let mutability = pat.mutability.take();
+        let name = &pat.ident;
+        let span = at_user_token(name.span());
+        match &*typed.ty {
+            Type::Reference(reference) if reference.mutability.is_some() => {
+                copies.push(quote!(let #mutability #name = &mut *#name;));
+            }
+            Type::Reference(_) => {
+                if mutability.is_some() {
+                    copies.push(quote!(let #mutability #name = #name;));
+                }
+            }
+            _ => {
+                let at = runtime.private_at(span);
+                let call = quote_spanned!(span=> #at::clone_argument(&#name));
+                copies.push(quote!(let #mutability #name = #call;));
+            }
+        }
+    }
+
+    let name = match (&args.point, &inner_point) {
+        (Some(point), _) => point.value.to_token_stream(),
+        (None, Some(point)) => point.to_token_stream(),
+        (None, None) => {
+            use syn::ext::IdentExt as _;
+            let fn_name = LitStr::new(&item.sig.ident.unraw().to_string(), item.sig.ident.span());
+            quote!(::core::concat!(::core::module_path!(), "::", #fn_name))
+        }
+    };
+    let point_cell = ident("__RESILIENCE_RETRY_POINT");
+    let handle = quote!({
+        static #point_cell: #private::StaticPoint = #private::StaticPoint::new(#name);
+        #private::StaticPoint::get(&#point_cell)
+    });
+    let budget = match &args.budget {
+        Some(budget) => {
+            let cell = ident("__RESILIENCE_BUDGET");
+            let name = &budget.value;
+            quote!(::core::option::Option::Some({
+                static #cell: #private::StaticBudget = #private::StaticBudget::new(#name);
+                #private::StaticBudget::get(&#cell)
+            }))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let attempts = args.attempts.as_ref().map_or(3, |a| a.value);
+    let exponential = args.exponential.as_ref().is_none_or(|a| a.value);
+    let base = args.base.as_ref().map_or(50_000_000, |a| a.value);
+    let max = args
+        .max
+        .as_ref()
+        .map_or(2_000_000_000u64.max(base), |a| a.value);
+    let multiplier = args.multiplier.as_ref().map_or(2.0, |a| a.value);
+    let jitter = args.jitter.as_ref().map_or(1.0, |a| a.value);
+    let attempts = proc_macro2::Literal::u32_suffixed(attempts);
+    let base = proc_macro2::Literal::u64_suffixed(base);
+    let max = proc_macro2::Literal::u64_suffixed(max);
+    let multiplier = proc_macro2::Literal::f64_suffixed(multiplier);
+    let jitter = proc_macro2::Literal::f64_suffixed(jitter);
+
+    let point = ident("__resilience_retry_point");
+    let budget_var = ident("__resilience_budget");
+    let spec = ident("__RESILIENCE_RETRY");
+    let retrying = ident("__resilience_retrying");
+    let out = ident("__resilience_out");
+    let refused = ident("__resilience_refused");
+    let again = ident("__resilience_again");
+    let wait = ident("__resilience_wait");
+
+    let decide = match &args.retry_if {
+        Some(predicate) => {
+            let path = &predicate.value;
+            let span = at_user_token(super::path_span(path));
+            let err = proc_macro2::Ident::new("__resilience_e", span);
+            quote_spanned! {span=>
+                match &#out {
+                    ::core::result::Result::Ok(_) => false,
+                    ::core::result::Result::Err(#err) => #path(#err),
+                }
+            }
+        }
+        None => {
+            let span = match &item.sig.output {
+                ReturnType::Type(_, ty) => at_user_token(super::type_span(ty)),
+                ReturnType::Default => Span::mixed_site(),
+            };
+            quote_spanned! {span=>
+                match &#out {
+                    ::core::result::Result::Ok(_) => false,
+                    ::core::result::Result::Err(_) => true,
+                }
+            }
+        }
+    };
+    // Only an attribute stacked below marks an attempt downgraded; without one the
+    // attempt needs no scope for the mark (a retrying fn called in the body keeps its
+    // own).
+    let (attempt, sleep) = match shape.await_span() {
+        None => (
+            if marked {
+                quote!(#private::attempt(|| { #pin #(#lets)* #block }))
+            } else {
+                quote!(#private::attempt_unmarked(|| { #pin #(#lets)* #block }))
+            },
+            quote!(#private::Retrying::sleep(&#retrying, #wait)),
+        ),
+        Some(await_span) => {
+            let awaited = quote_spanned!(await_span=> .await);
+            let at = runtime.private_at(await_span);
+            (
+                if marked {
+                    quote!(#private::attempt_async(async { #pin #(#lets)* #block }) #awaited)
+                } else {
+                    quote!((async { #pin #(#lets)* #block } #awaited, false))
+                },
+                quote_spanned!(await_span=> #at::retry_sleep!(&#retrying, #wait) #awaited),
+            )
+        }
+    };
+    let body = quote! {
+        #inner_attrs
+        #uses
+        let #point = #handle;
+        let #budget_var: ::core::option::Option<&'static #private::RetryBudget> = #budget;
+        static #spec: #private::RetrySpec = #private::RetrySpec {
+            attempts: #attempts,
+            exponential: #exponential,
+            base_nanos: #base,
+            multiplier: #multiplier,
+            max_nanos: #max,
+            jitter: #jitter,
+        };
+        let mut #retrying = #private::Retrying::begin(#point, #budget_var);
+        loop {
+            #(#copies)*
+            let (#out, #refused) = #attempt;
+            let #again: bool = !#refused && #decide;
+            if !#again {
+                return #out;
+            }
+            match #private::Retrying::failed(&mut #retrying, &#spec) {
+                ::core::option::Option::Some(#wait) => #sleep,
+                ::core::option::Option::None => return #out,
+            }
+        }
+    };
+    super::emit(&item, Some(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    #[test]
+    fn stacked_below_runs_inside_the_loop_and_marks() {
+        let out = super::expand(
+            quote!(attempts = 2),
+            quote!(
+                #[downgrade(point = "p", default = Ok(0))]
+                fn f(id: String) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        assert!(!out.contains("# [downgrade"), "{out}");
+        let looped = out.find("loop {").unwrap();
+        let entered = out.find("__private :: enter (").unwrap();
+        assert!(
+            looped < entered,
+            "the point is asked inside the loop: {out}"
+        );
+        assert!(out.contains("__private :: mark_downgraded () ;"), "{out}");
+        assert!(out.contains("__private :: attempt (||"), "{out}");
+        // The stacked point's name counts the retries.
+        assert!(out.contains("StaticPoint :: new (\"p\")"), "{out}");
+        assert!(
+            out.contains("let id = :: resilience_runtime :: __private :: clone_argument (& id) ;"),
+            "{out}"
+        );
+        assert!(out.contains("use downgrade as _ ;"), "{out}");
+    }
+
+    #[test]
+    fn alone_needs_no_mark() {
+        let out = super::expand(
+            quote!(),
+            quote!(
+                fn f(name: &str, out: &mut Vec<u8>) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        assert!(out.contains("attempt_unmarked"), "{out}");
+        assert!(!out.contains("mark_downgraded"), "{out}");
+        assert!(out.contains("let out = & mut * out ;"), "{out}");
+        assert!(!out.contains("clone_argument (& name)"), "{out}");
+    }
+
+    #[test]
+    fn below_a_downgrade_runs_inside_the_point() {
+        let out = super::super::downgrade::expand(
+            quote!(point = "p", default = Ok(0)),
+            quote!(
+                #[retry(attempts = 2)]
+                fn f() -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        let entered = out.find("__private :: enter (").unwrap();
+        let looped = out.find("loop {").unwrap();
+        assert!(
+            entered < looped,
+            "one call of the point around the loop: {out}"
+        );
+        assert!(!out.contains("mark_downgraded"), "{out}");
+        assert!(out.contains("use retry as _ ;"), "{out}");
+    }
+}
