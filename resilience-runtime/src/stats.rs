@@ -126,10 +126,9 @@ pub struct SecondStats {
     pub cancelled: u64,
     /// Downgrades per reason.
     pub downgrades_by_reason: ReasonCounts,
-    /// Calls whose duration was measured that ended in the second: every call
-    /// admitted under a policy (an empty one is enough) that finished or panicked.
-    /// Calls without a policy are counted but not timed (timing costs two clock
-    /// readings a call); cancelled calls have no duration.
+    /// Calls whose duration was measured that ended in the second: while
+    /// [`measure_durations`](crate::measure_durations) is on, every call admitted
+    /// that finished or panicked (cancelled calls have no duration).
     pub measured: u64,
     /// The mean duration of the measured calls, in whole microseconds (`None` if
     /// there were none).

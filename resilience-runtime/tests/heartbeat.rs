@@ -283,8 +283,8 @@ fn json_upload_carries_the_closed_cycle_of_every_point() {
                    [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0], [0, 0, 0]]})
     );
     assert_eq!(points[1]["name"], "hb.plain");
-    // Calls without a policy are not timed.
-    assert!(points[1].get("seconds_durations").is_none());
+    // Calls without a policy are timed too (zero-length on this manual clock).
+    assert_eq!(points[1]["seconds_durations"][0], json!([3, 0, 0]));
     assert_eq!(points[1]["visits"], 3);
     assert_eq!(points[1]["passes"], 3);
     // A point without a policy has its seconds too.

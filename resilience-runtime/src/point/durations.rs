@@ -2,8 +2,9 @@
 //! their durations and the longest one, for the per-second series (mean and max
 //! duration in the console's live charts).
 //!
-//! Every call admitted under a policy is measured when it ends (finished or
-//! panicked; a cancelled call is not a duration). Recording one must cost about a
+//! Every call admitted is measured when it ends (finished or panicked; a cancelled
+//! call is not a duration), with or without a policy; a point with only an untimed
+//! breaker is not. Recording one must cost about a
 //! nanosecond, so nothing is a read-modify-write shared by threads: each live thread
 //! owns a lane (its number from the hung-call table's thread numbering) and writes it
 //! with plain loads and stores; threads beyond the owned lanes share one lane with
@@ -30,22 +31,23 @@
 
 use crate::sync::{AtomicU64, Ordering};
 
-/// Whether calls under a policy are measured (see [`measure_durations`]).
+/// Whether calls are measured (see [`measure_durations`]).
 #[cfg(not(loom))]
 static MEASURING: crate::sync::atomic::AtomicBool = crate::sync::atomic::AtomicBool::new(false);
 
 /// Turns the measuring of call durations on or off, process-wide.
 ///
-/// While on, every call admitted under a policy (an empty policy is enough) that
-/// finishes or panics is measured, and each second of [`Point::seconds`] has the
+/// While on, every call admitted that finishes or panics is measured (with or
+/// without a policy; not on a point whose only setting is a breaker without a
+/// slow-call threshold), and each second of [`Point::seconds`] has the
 /// count, mean and max of the durations of the calls that ended in it
 /// ([`SecondStats::measured`], [`mean_duration`](crate::SecondStats::mean_duration),
 /// [`max_duration`](crate::SecondStats::max_duration)). The heartbeat client turns it
 /// on (the console charts them); it is off by default because it costs a few
 /// nanoseconds a call (two clock readings and a few owner-written stores; see the
-/// hot-path bench's `durations measured` row). Calls without a policy are never
-/// timed. Calls under a timeout rule or a slow-call breaker are timed either way, for
-/// their rules; this only says whether their durations go into the series.
+/// hot-path bench's `durations measured` row). Calls under a timeout rule or a
+/// slow-call breaker are timed either way, for their rules; this only says whether
+/// their durations go into the series.
 ///
 /// [`Point::seconds`]: crate::Point::seconds
 /// [`SecondStats::measured`]: crate::SecondStats::measured

@@ -87,6 +87,10 @@ impl Point {
         }
         let Some(c) = self.cfg.get() else {
             self.pass_untracked();
+            if super::durations::measuring_durations() {
+                // Timed for the per-second durations: a permit with a start.
+                self.time_untracked(slot);
+            }
             return Ok(());
         };
         // The entries out of line answer with the reason alone, a byte in a
@@ -390,6 +394,15 @@ impl Point {
                 self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Gives a call without policy or breaker a permit with its start, so that its
+    /// duration is measured (`measure_durations`).
+    #[inline(never)]
+    pub(super) fn time_untracked(&'static self, slot: &mut Option<Permit>) {
+        let mut permit = Permit::untracked(self);
+        permit.start = self.clock.now().max(1);
+        fill(slot, permit);
     }
 
     /// Counts the pass of a call without a policy: in this thread's own cell, without

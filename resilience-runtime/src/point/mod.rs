@@ -220,7 +220,7 @@ pub struct Point {
     seconds: Mutex<Option<Box<seconds::Series>>>,
     /// In-flight timed calls, created by the first timed call.
     hang: crate::sync::OnceLock<HangTable>,
-    /// Durations of the calls under a policy, created by the first that ends.
+    /// Durations of the calls, created by the first measured one that ends.
     durations: crate::sync::OnceLock<durations::Durations>,
 }
 

@@ -299,7 +299,10 @@ impl Permit {
         let meta = self.meta.bits();
         if meta & (Meta::SLOT_MASK | Meta::EXTRA) == 0 {
             // Without policy or breaker only exceptions, cancellations and timeouts
-            // are counted.
+            // are counted, and a duration if the call was timed for the series.
+            if self.start != 0 {
+                return self.end_timed_untracked(outcome);
+            }
             self.point.count_untracked_end(outcome);
             return;
         }
@@ -309,6 +312,23 @@ impl Permit {
             return;
         }
         self.complete_tracked(outcome);
+    }
+
+    /// The end of a call without policy or breaker timed for the per-second durations
+    /// (see [`Point::time_untracked`]).
+    #[inline(never)]
+    fn end_timed_untracked(&mut self, outcome: Outcome) {
+        let p = self.point;
+        if outcome == Outcome::Cancelled || !super::durations::measuring_durations() {
+            return p.count_untracked_end(outcome);
+        }
+        let now = p.clock.now();
+        let ns = now.saturating_sub(self.start);
+        // Not closing the second: without a policy, the sampler attributes calls.
+        p.end_measured(now, ns, NO_HANG, outcome == Outcome::Exception, false);
+        if outcome == Outcome::TimedOut {
+            p.count_untracked_end(outcome);
+        }
     }
 
     /// The rest of [`complete`](Self::complete), out of line.
@@ -353,7 +373,7 @@ impl Permit {
                 (now, elapsed)
             };
             if outcome != Outcome::Cancelled && super::durations::measuring_durations() {
-                p.end_measured(now, ns, self.meta.hang(), failed);
+                p.end_measured(now, ns, self.meta.hang(), failed, true);
                 counted = true;
             }
         }

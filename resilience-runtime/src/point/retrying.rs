@@ -1,4 +1,4 @@
-//! Retrying a call through a point (see [`crate::retry`]): every attempt is a call of
+//! Retrying a call through a point (see [`mod@crate::retry`]): every attempt is a call of
 //! the point; a downgrade ends the call with the fallback at once.
 
 use super::permit::Permit;
@@ -116,7 +116,7 @@ impl Point {
 
     /// Runs `f` through this point up to `retry.attempts` times, waiting
     /// `retry.backoff` between attempts (the thread sleeps; a manual clock advances),
-    /// while `budget` (if any) allows: see [`crate::retry`]. An `Err` that `retry_if`
+    /// while `budget` (if any) allows: see [`mod@crate::retry`]. An `Err` that `retry_if`
     /// chooses is retried; any other result, a downgrade (answered by `fallback`, at
     /// once) and a panic end the call. Every `Err` counts as an exception of the
     /// point, every attempt as a call.

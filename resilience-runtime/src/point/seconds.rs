@@ -163,7 +163,16 @@ impl Series {
         if moved {
             if delta.calls > 0 {
                 let from = first.max(second.saturating_sub(1)).min(second);
-                delta.max_us = (from..=second).map(&max_of).max().unwrap_or(0);
+                let mut max = (from..=second).map(&max_of).max().unwrap_or(0);
+                let mean = delta.sum_us.div_ceil(delta.calls);
+                if max < mean {
+                    // A call counted after the sample of the second it ended in (its
+                    // thread was preempted between its end and its count) has its
+                    // max in that earlier second: take it along, and never show a
+                    // max below the mean.
+                    max = max.max(max_of(from.saturating_sub(1))).max(mean);
+                }
+                delta.max_us = max;
             }
             match self.seconds.back_mut() {
                 Some((s, counts)) if *s >= second => counts.add(&delta),
@@ -269,13 +278,15 @@ impl Point {
         }
     }
 
-    /// The end of a measured call under a policy at `now` (timeline), `ns` long,
-    /// holding hung-call slot `hang`: its exception (if `exception`) and its duration
-    /// (see `durations`). The first event of a second closes the one before, ends
-    /// included, so that both count in the second the call ended in.
+    /// The end of a measured call at `now` (timeline), `ns` long, holding hung-call
+    /// slot `hang`: its exception (if `exception`) and its duration (see
+    /// `durations`). Under a policy (`close`), the first event of a second closes the
+    /// one before, ends included, so that both count in the second the call ended in.
     #[inline(never)]
-    pub(super) fn end_measured(&self, now: u64, ns: u64, hang: u32, exception: bool) {
-        self.observe_cycle(now);
+    pub(super) fn end_measured(&self, now: u64, ns: u64, hang: u32, exception: bool, close: bool) {
+        if close {
+            self.observe_cycle(now);
+        }
         if exception {
             self.counters.exceptions.fetch_add(1, Ordering::Relaxed);
         }
@@ -287,7 +298,7 @@ impl Point {
             .record(lane, second, ns / 1_000);
     }
 
-    /// The longest call under a policy that ended in wall-clock `second`, in µs.
+    /// The longest measured call that ended in wall-clock `second`, in µs.
     fn max_duration_of(&self, second: u64) -> u64 {
         self.durations.get().map_or(0, |d| d.max_of(second))
     }
