@@ -151,8 +151,12 @@ fn policy_swaps_under_load_never_tear_or_leak() {
     // for the tick counter), so that calls race with the switch between the two.
     // The settings repeat every 30 swaps: the point keeps one compiled form per
     // distinct setting, so its memory stops growing after the first 30. (The
-    // hung-call table is made by the first timed call, whenever that comes: make it
-    // first, so that it is in both measurements.)
+    // hung-call table is made by the first timed call, and the per-reason counters by
+    // the first downgrade, whenever those come: make them first, so that they are in
+    // both measurements.)
+    let none = Policy::builder().max_visits(0).build().unwrap();
+    reg.set_policy("stress-swap", none).unwrap();
+    assert!(p.enter().is_err());
     let timed = Policy::builder()
         .timeouts(Duration::from_secs(5), 1_000_000)
         .build()
@@ -191,8 +195,8 @@ fn policy_swaps_under_load_never_tear_or_leak() {
     );
     let s = p.stats();
     assert_eq!(s.concurrency, 0);
-    // The one timed call made above counts too.
-    assert_eq!(s.totals.visits, calls + 1, "every call is one visit");
+    // The two calls made above count too (one downgraded, one timed).
+    assert_eq!(s.totals.visits, calls + 2, "every call is one visit");
     assert_eq!(s.totals.passes, ran + 1, "every admitted call is a pass");
     assert_eq!(s.totals.downgrades, s.totals.downgrades_by_reason.total());
 }
