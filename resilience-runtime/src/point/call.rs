@@ -1,7 +1,7 @@
 //! Running a closure or future under a point: the guard of [`Point::enter`] in one
 //! call, with a fallback for downgrades.
 
-use super::permit::{Outcome, Permit};
+use super::permit::Permit;
 use super::Point;
 use crate::Downgraded;
 
@@ -156,12 +156,10 @@ impl Point {
         F: std::future::Future<Output = Result<T, E>>,
         G: std::future::Future<Output = Result<T, E>>,
     {
-        let mut call = Pending {
-            point: self,
-            permit: None,
-            done: false,
-        };
-        if let Err(d) = self.enter_in(&mut call.permit) {
+        // The guard of the generated async code: a future dropped mid-flight is a
+        // cancelled call, with or without a permit.
+        let mut call = crate::__private::Pending::new(self);
+        if let Err(d) = self.enter_in(&mut call.slot) {
             call.done = true;
             return fallback(d).await;
         }
@@ -170,29 +168,13 @@ impl Point {
         match out {
             Ok(out) => {
                 let exception = out.as_ref().err().is_some_and(is_exception);
-                Permit::finish_in(self, &mut call.permit, exception);
+                Permit::finish_in(self, &mut call.slot, exception);
                 out
             }
             Err(panic) => {
-                Permit::finish_in(self, &mut call.permit, true);
+                Permit::finish_in(self, &mut call.slot, true);
                 std::panic::resume_unwind(panic)
             }
-        }
-    }
-}
-
-/// An async call in flight: dropped before it ends (its future dropped by the
-/// caller), it is recorded as cancelled, with or without a permit.
-struct Pending {
-    point: &'static Point,
-    permit: Option<Permit>,
-    done: bool,
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if !self.done {
-            Permit::end_in(self.point, &mut self.permit, Outcome::Cancelled);
         }
     }
 }
