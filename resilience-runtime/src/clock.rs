@@ -139,6 +139,17 @@ impl Clock {
         }
     }
 
+    /// Waits `d` without blocking the thread (`tokio` feature): `tokio::time::sleep` on
+    /// the system clock (so it needs a tokio runtime with its time driver); a manual
+    /// clock is advanced by `d` at once instead, like [`sleep`](Self::sleep).
+    #[cfg(feature = "tokio")]
+    pub async fn sleep_async(&self, d: Duration) {
+        match &self.inner {
+            Source::System { .. } => tokio::time::sleep(d).await,
+            Source::Manual(m) => m.advance(d),
+        }
+    }
+
     /// The current time on the timeline, in nanoseconds (monotonic; a resolution of
     /// about a millisecond for the system clock).
     #[inline]

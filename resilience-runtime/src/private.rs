@@ -375,12 +375,7 @@ impl Retrying {
     /// Waits `d`: `tokio::time::sleep` on the system clock, advancing a manual clock.
     #[cfg(feature = "tokio")]
     pub async fn sleep_async(&self, d: std::time::Duration) {
-        let clock = self.point.retry_clock();
-        if clock.is_manual() {
-            clock.sleep(d);
-        } else {
-            tokio::time::sleep(d).await;
-        }
+        self.point.retry_clock().sleep_async(d).await;
     }
 }
 

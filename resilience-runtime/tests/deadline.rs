@@ -311,3 +311,108 @@ async fn calls_on_a_multi_threaded_runtime_are_cut_too() {
     let t = totals("deadline.threads");
     assert_eq!((t.passes, t.timeouts, t.downgrades), (8, 4, 0), "{t:?}");
 }
+
+// ------------------------------------------------------------------ stress
+
+#[downgrade(point = "deadline.stress", timeout = "4ms")]
+async fn stressed(ms: u64, fail: bool) -> Result<u64, Error> {
+    sleep_ms(ms).await;
+    if fail {
+        Err(Error::Backend)
+    } else {
+        Ok(ms)
+    }
+}
+
+/// 1, 8 and 64 tasks on a two-thread runtime call a `timeout = "4ms"` fn under
+/// `max_concurrency` (swapped between 3 and 6 meanwhile); callers also drop calls with
+/// `tokio::time::timeout`. Every call ends one way, and the counts add up exactly:
+/// visits = passes + downgrades, passes = successes + exceptions + cancelled + cut
+/// (timeouts), and no slot is left taken.
+#[test]
+fn many_cut_and_dropped_calls_under_a_concurrency_limit_add_up() {
+    let name = "deadline.stress";
+    let limit = |n| Policy::builder().max_concurrency(n).build().unwrap();
+    registry().set_policy(name, limit(6)).unwrap();
+    for tasks in [1u64, 8, 64] {
+        let before = totals(name);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let outcomes = runtime.block_on(async move {
+            let swapper = tokio::spawn(async move {
+                for i in 0..40u32 {
+                    registry()
+                        .set_policy(name, limit(if i % 2 == 0 { 3 } else { 6 }))
+                        .unwrap();
+                    sleep_ms(1).await;
+                }
+            });
+            let workers: Vec<_> = (0..tasks)
+                .map(|t| {
+                    tokio::spawn(async move {
+                        // [successes, exceptions, cut, refused, dropped]
+                        let mut seen = [0u64; 5];
+                        let mut x = (t + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                        for _ in 0..25 {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let (ms, fail, patience) = (x % 7, x % 5 == 0, 1 + (x >> 8) % 8);
+                            let call = stressed(ms, fail);
+                            match tokio::time::timeout(Duration::from_millis(patience), call).await
+                            {
+                                Ok(Ok(_)) => seen[0] += 1,
+                                Ok(Err(Error::Backend)) => seen[1] += 1,
+                                Ok(Err(Error::Unavailable(Reason::Deadline))) => seen[2] += 1,
+                                Ok(Err(Error::Unavailable(_))) => seen[3] += 1,
+                                Err(_elapsed) => seen[4] += 1,
+                            }
+                        }
+                        seen
+                    })
+                })
+                .collect();
+            let mut all = [0u64; 5];
+            for w in workers {
+                let seen = w.await.unwrap();
+                for (a, s) in all.iter_mut().zip(seen) {
+                    *a += s;
+                }
+            }
+            swapper.await.unwrap();
+            all
+        });
+        drop(runtime);
+        let now = totals(name);
+        let d = |f: fn(&Totals) -> u64| f(&now) - f(&before);
+        let [ok, failed, cut, refused, dropped] = outcomes;
+        assert_eq!(ok + failed + cut + refused + dropped, tasks * 25);
+        if tasks == 64 {
+            assert!(
+                outcomes.iter().all(|n| *n > 0),
+                "every way to end: {outcomes:?}"
+            );
+        }
+        assert_eq!(d(|t| t.visits), tasks * 25, "{tasks} tasks");
+        assert_eq!(
+            d(|t| t.visits),
+            d(|t| t.passes) + d(|t| t.downgrades),
+            "{tasks}"
+        );
+        assert_eq!(d(|t| t.downgrades), refused, "{tasks}: {outcomes:?}");
+        assert_eq!(d(|t| t.exceptions), failed, "{tasks}: {outcomes:?}");
+        assert_eq!(d(|t| t.cancelled), dropped, "{tasks}: {outcomes:?}");
+        assert_eq!(d(|t| t.timeouts), cut, "{tasks}: {outcomes:?}");
+        assert_eq!(
+            d(|t| t.passes),
+            ok + failed + dropped + cut,
+            "{tasks}: {outcomes:?}"
+        );
+        let stats = registry().stats(name).unwrap();
+        assert_eq!(stats.concurrency, 0, "{tasks}: a slot leaked");
+        assert!(stats.peak_concurrency <= 6, "{tasks}");
+    }
+}

@@ -18,7 +18,8 @@
 //!   publication), `configure` (turning a setting into slots and a form, cold).
 //! - The call: `enter` (admission, hot), `permit` (the permit and completion), `report`
 //!   (downgrades and breaker changes to the counters and listeners), `call`
-//!   (`Point::call` and friends), `retrying` (`Point::call_retrying`).
+//!   (`Point::call` and friends), `retry_settings` (the point's retry section),
+//!   `retrying` (`Point::call_retrying`), `retrying_async` (its async form).
 //! - Around it: `cycle` (the 10 s statistics cycle, the hung-call sweep), `seconds`
 //!   (the per-second series of every point, sampled), `snapshot` (statistics and
 //!   memory), `chores` (the background timers), `tests`.
@@ -57,6 +58,8 @@ pub(crate) mod permit;
 mod report;
 mod retry_settings;
 mod retrying;
+#[cfg(feature = "tokio")]
+mod retrying_async;
 mod seconds;
 mod slots;
 mod snapshot;
