@@ -112,7 +112,7 @@ fn a_dropped_call_is_a_cancelled_attempt_and_frees_its_slot() {
     let call = point.call_retrying_async(
         &retry,
         None,
-        || std::future::pending::<Result<(), ()>>(),
+        std::future::pending::<Result<(), ()>>,
         |_| Ok(()),
         |_| true,
     );
