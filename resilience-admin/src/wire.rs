@@ -1408,8 +1408,8 @@ fn sds_points(r: &mut Reader<'_, '_>) -> Option<Vec<PointCycle>> {
 }
 
 /// The sections of a point's settings, as the runtime names them.
-const SECTIONS: [&str; 6] = [
-    "rules", "window", "shadow", "adaptive", "cluster", "breaker",
+const SECTIONS: [&str; 7] = [
+    "rules", "window", "shadow", "adaptive", "cluster", "breaker", "retry",
 ];
 
 /// The breaker states the runtime reports.

@@ -21,7 +21,7 @@
 //!
 //! This crate compiles the engine's *real* source files, included by `#[path]`
 //! (`point/flow.rs`, `point/delay.rs`, `point/hang.rs`, `point/durations.rs`, `limit/gcra.rs`,
-//! `limit/cell.rs`): they take their atomics (and `hang.rs` its mutex and
+//! `limit/cell.rs`, `retry/take.rs`): they take their atomics (and `hang.rs` its mutex and
 //! thread-locals) from `crate::sync`, which here is this crate's `sync` module, built
 //! on loom, and in the runtime is `std`'s. `build.rs` sets `cfg(loom)`, so the files'
 //! std-thread unit tests (`#[cfg(all(test, not(loom)))]`) drop out.
@@ -196,6 +196,15 @@ mod window;
 #[path = "../../resilience-runtime/src/point/cell.rs"]
 mod cell;
 
+#[path = "../../resilience-runtime/src/retry/take.rs"]
+mod take;
+
+/// The retry budget's atomic step, laid out as in the runtime.
+#[cfg(test)]
+mod retry {
+    pub(crate) use super::take;
+}
+
 /// The token bucket, laid out as in the runtime (`cell.rs` reaches `super::Gcra`).
 ///
 /// The `path` of an inline module is the directory of the files it declares. (A
@@ -219,6 +228,7 @@ mod models {
     mod flow;
     mod gcra;
     mod hang;
+    mod take;
     mod window;
 
     /// A loom model with the bound every test here uses: three preemptions cover the

@@ -349,7 +349,7 @@ impl Retrying {
     /// Counts the call and its first attempt, deposits into `budget`.
     #[inline]
     pub fn begin(point: &'static Point, budget: Option<&'static RetryBudget>) -> Retrying {
-        point.begin_retrying(budget);
+        let budget = point.begin_retrying(budget);
         Retrying {
             point,
             budget,
@@ -363,7 +363,7 @@ impl Retrying {
     pub fn failed(&mut self, spec: &RetrySpec) -> Option<std::time::Duration> {
         self.done += 1;
         self.point
-            .retry_after(&spec.retry(), self.budget, self.done)
+            .retry_after(|| spec.retry(), self.budget, self.done)
     }
 
     /// Waits `d` on the point's clock (the thread sleeps; a manual clock advances).

@@ -6,7 +6,7 @@ use crate::layers::{Layers, PointConfig};
 use crate::listener::{BreakerEvent, Dispatcher, DowngradeEvent, Event, Listener, ListenerId};
 use crate::point::Point;
 use crate::policy::{BreakerError, BreakerPolicy, Policy};
-use crate::retry::{BudgetConfig, RetryBudget};
+use crate::retry::RetryBudget;
 use crate::stats::PointStats;
 use crate::sync::{Arc, AtomicUsize, OnceLock, Ordering};
 use dashmap::DashMap;
@@ -60,8 +60,8 @@ pub struct Registry {
     /// Points no `#[downgrade]` or `#[breaker]` function declares, and their cap.
     undeclared: AtomicUsize,
     max_undeclared: AtomicUsize,
-    /// Named retry budgets, leaked like points (a replaced one stays valid).
-    budgets: crate::sync::Mutex<std::collections::HashMap<String, &'static RetryBudget>>,
+    /// Named retry budgets, leaked like points (reconfigured in place).
+    pub(crate) budgets: crate::sync::Mutex<std::collections::HashMap<String, &'static RetryBudget>>,
 }
 
 /// How many points that no function declares a registry takes by default
@@ -90,52 +90,6 @@ impl Registry {
             max_undeclared: AtomicUsize::new(DEFAULT_MAX_UNDECLARED_POINTS),
             budgets: crate::sync::Mutex::new(std::collections::HashMap::new()),
         }
-    }
-
-    /// The retry budget named `name`, made with [`BudgetConfig::default`] (20% of the
-    /// calls of the last 10 s plus 10 a second) on first use. Every caller that names
-    /// it shares it; look it up once and keep the reference (it lives as long as the
-    /// process).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use resilience_runtime::registry;
-    ///
-    /// let budget = registry().retry_budget("docs.budget");
-    /// assert!(std::ptr::eq(budget, registry().retry_budget("docs.budget")));
-    /// assert_eq!(budget.config().percent, 20.0);
-    /// ```
-    pub fn retry_budget(&self, name: &str) -> &'static RetryBudget {
-        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(b) = budgets.get(name) {
-            return b;
-        }
-        let budget = RetryBudget::new(BudgetConfig::default(), self.clock.clone())
-            .unwrap_or_else(|_| unreachable!("the default budget is valid"));
-        let budget: &'static RetryBudget = Box::leak(Box::new(budget));
-        budgets.insert(name.to_owned(), budget);
-        budget
-    }
-
-    /// Makes the budget named `name` anew with `config` (its counts start over) and
-    /// returns it; callers that kept the previous one keep using it.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`](crate::ConfigError) naming an invalid field of `config`.
-    pub fn set_retry_budget(
-        &self,
-        name: &str,
-        config: BudgetConfig,
-    ) -> Result<&'static RetryBudget, crate::ConfigError> {
-        let budget: &'static RetryBudget =
-            Box::leak(Box::new(RetryBudget::new(config, self.clock.clone())?));
-        self.budgets
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_owned(), budget);
-        Ok(budget)
     }
 
     pub(crate) fn layers_state(&self) -> &Layers {
@@ -244,7 +198,10 @@ impl Registry {
         let point = self.point(name)?;
         self.edit_code_layer(point, |current| {
             let mut config = PointConfig::new(policy);
-            config.breaker = current.and_then(|c| c.breaker);
+            if let Some(c) = current {
+                config.breaker = c.breaker;
+                config.retry = c.retry;
+            }
             Some(config)
         });
         Ok(())

@@ -11,6 +11,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
 use resilience_runtime::config::{Format, PointConfig, PolicyFile, INLINE_SOURCE};
 use resilience_runtime::layers::Source;
+use resilience_runtime::retry::RetryPolicy;
 use resilience_runtime::{BreakerPolicy, Clock, Policy, Registry};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -49,6 +50,7 @@ open_wait = { base = "1s", multiplier = 2.0, max = "30s", jitter = 0.1 }
 [points.search]
 max_visits = 0
 breaker = { algorithm = "sre", k = 2.0, slow_call = "500ms" }
+retry = { attempts = 4, base = "10ms", budget = { percent = 5.0 } }
 adaptive = { algorithm = "shedder", cpu_threshold = 800 }
 "#;
 
@@ -93,10 +95,19 @@ fn breakers(r: &Registry) -> BTreeMap<&'static str, Option<BreakerPolicy>> {
         .collect()
 }
 
+/// Every point's retry section.
+fn retries(r: &Registry) -> BTreeMap<&'static str, Option<RetryPolicy>> {
+    r.point_names()
+        .into_iter()
+        .map(|n| (n, r.retry(n).unwrap()))
+        .collect()
+}
+
 /// Loads `text` and checks the all-or-nothing rule either way.
 fn check_load(r: &Registry, text: &str, format: Format) -> Result<(), TestCaseError> {
     let before = snapshot(r);
     let breakers_before = breakers(r);
+    let retries_before = retries(r);
     let version = r.policy_file_version();
     let parsed = PolicyFile::parse(text, format);
     match r.load_policies_str(text, format) {
@@ -112,6 +123,11 @@ fn check_load(r: &Registry, text: &str, format: Format) -> Result<(), TestCaseEr
                 breakers(r),
                 breakers_before,
                 "a rejected load changed breakers"
+            );
+            prop_assert_eq!(
+                retries(r),
+                retries_before,
+                "a rejected load changed retry sections"
             );
             prop_assert_eq!(r.policy_file_version(), version);
             // Display never panics and names every problem.
@@ -130,6 +146,8 @@ fn check_load(r: &Registry, text: &str, format: Format) -> Result<(), TestCaseEr
                 if config.breaker.is_some() {
                     prop_assert_eq!(r.breaker(name).unwrap(), config.breaker);
                 }
+                // The file is the only source of retry sections.
+                prop_assert_eq!(r.retry(name).unwrap(), config.retry);
             }
             // Points outside the file keep what they had, unless the previous file
             // configured them (then they are cleared).
@@ -316,6 +334,8 @@ fn field_name() -> impl Strategy<Value = String> {
             Just("retry_interval"), Just("buckets"), Just("bucket_width"),
             Just("breaker"), Just("adaptive"), Just("algorithm"), Just("k"),
             Just("failure_rate"), Just("open_wait"), Just("max_limit"),
+            Just("retry"), Just("attempts"), Just("base"), Just("multiplier"), Just("max"),
+            Just("jitter"), Just("budget"), Just("percent"), Just("min_per_second"),
         ]
         .prop_map(str::to_owned),
         1 => "[a-z_]{1,10}",
@@ -362,6 +382,8 @@ fn point() -> impl Strategy<Value = serde_json::Value> {
             "cpu_threshold"
         ])
         .prop_map(|v| ("adaptive".to_owned(), v)),
+        section(&["attempts", "base", "multiplier", "max", "jitter", "budget"])
+            .prop_map(|v| ("retry".to_owned(), v)),
         (field_name(), value()),
     ];
     proptest::collection::vec(field, 0..6)
@@ -432,6 +454,41 @@ fn valid_policy() -> impl Strategy<Value = Policy> {
         )
 }
 
+/// A random valid retry section, or none.
+fn valid_retry() -> impl Strategy<Value = Option<RetryPolicy>> {
+    use resilience_runtime::retry::{Backoff, BudgetConfig, Retry};
+    use std::time::Duration;
+    let budget =
+        (0.0..=1000.0f64, 0..=1_000_000u64, 1..=3_600u64).prop_map(|(p, m, w)| BudgetConfig {
+            percent: p,
+            min_per_second: m,
+            window: Duration::from_secs(w),
+        });
+    proptest::option::of(
+        (
+            1..=100u32,
+            1..10_000u64,
+            1.0..10.0f64,
+            0..100_000u64,
+            0.0..=1.0f64,
+            proptest::option::of(budget),
+        )
+            .prop_map(|(attempts, base, multiplier, extra, jitter, budget)| {
+                let base = Duration::from_millis(base);
+                let backoff = Backoff {
+                    base,
+                    multiplier,
+                    max: base + Duration::from_millis(extra),
+                    jitter,
+                };
+                RetryPolicy {
+                    retry: Retry { attempts, backoff },
+                    budget,
+                }
+            }),
+    )
+}
+
 proptest! {
     #![proptest_config(config(1000))]
 
@@ -439,11 +496,17 @@ proptest! {
     fn random_valid_policies_round_trip_and_apply(
         // Few distinct names: the registry keeps every point it ever saw, and each case
         // compares all of them, so an open-ended name space would make the run quadratic.
-        policies in proptest::collection::btree_map("[a-c]{1,2}(\\.[a-c])?", valid_policy(), 0..5),
+        policies in proptest::collection::btree_map(
+            "[a-c]{1,2}(\\.[a-c])?",
+            (valid_policy(), valid_retry()),
+            0..5,
+        ),
     ) {
         let mut file = PolicyFile::default();
-        for (name, policy) in &policies {
-            file.points.insert(name.clone(), PointConfig::new(policy.clone()));
+        for (name, (policy, retry)) in &policies {
+            let mut config = PointConfig::new(policy.clone());
+            config.retry = *retry;
+            file.points.insert(name.clone(), config);
         }
         for format in [Format::Toml, Format::Json] {
             let text = file.to_text(format).unwrap();

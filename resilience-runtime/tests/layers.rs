@@ -18,6 +18,7 @@ use resilience_runtime::layers::{
     EffectivePolicy, Layer, PointConfig, PolicyChange, Precedence, Section, Sections, Source,
     SourceKind,
 };
+use resilience_runtime::retry::{Retry, RetryPolicy};
 use resilience_runtime::{AdaptiveLimit, BreakerPolicy, Clock, Policy, Reason, Registry};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -59,8 +60,9 @@ const PERMUTATIONS: [[SourceKind; 3]; 6] = {
 struct Expected {
     policy: Option<Policy>,
     breaker: Option<BreakerPolicy>,
+    retry: Option<RetryPolicy>,
     /// Per section of `Section::ALL`: the source and version of its winning layer.
-    origins: [Option<(Source, u64)>; 6],
+    origins: [Option<(Source, u64)>; 7],
 }
 
 /// Whether `a` ranks above `b` for `section`: the kind placed earlier in the
@@ -88,6 +90,7 @@ fn ranks_above(precedence: &Precedence, section: Section, a: &Source, b: &Source
 fn sets(config: &PointConfig, section: Section) -> bool {
     match section {
         Section::Breaker => config.breaker.is_some(),
+        Section::Retry => config.retry.is_some(),
         s => config.sections.contains(s),
     }
 }
@@ -128,7 +131,7 @@ fn copy_rules(
 /// it; the policy starts from `Policy::observe()` with each set section copied from
 /// its winner, and is `None` if no layer sets a policy section.
 fn reference(layers: &[(Source, u64, PointConfig)], precedence: &Precedence) -> Expected {
-    let mut winners: [Option<&(Source, u64, PointConfig)>; 6] = Default::default();
+    let mut winners: [Option<&(Source, u64, PointConfig)>; 7] = Default::default();
     for (i, section) in Section::ALL.into_iter().enumerate() {
         for layer in layers.iter().filter(|l| sets(&l.2, section)) {
             let better = match winners[i] {
@@ -167,6 +170,7 @@ fn reference(layers: &[(Source, u64, PointConfig)], precedence: &Precedence) -> 
     Expected {
         policy: any_policy.then(|| b.build().expect("sections of valid policies")),
         breaker: winner(Section::Breaker).and_then(|c| c.breaker),
+        retry: winner(Section::Retry).and_then(|c| c.retry),
         origins: winners.map(|w| w.map(|l| (l.0.clone(), l.1))),
     }
 }
@@ -176,6 +180,7 @@ fn observed(e: &EffectivePolicy) -> Expected {
     Expected {
         policy: e.policy.clone(),
         breaker: e.breaker,
+        retry: e.retry,
         origins: Section::ALL.map(|s| e.origin(s).map(|o| (o.source.clone(), o.version))),
     }
 }
@@ -200,6 +205,11 @@ fn assert_consistent(r: &Registry, name: &str) {
         r.breaker(name).unwrap(),
         e.breaker,
         "{name}: point's breaker"
+    );
+    assert_eq!(
+        r.retry(name).unwrap(),
+        e.retry,
+        "{name}: point's retry section"
     );
 }
 
@@ -283,6 +293,7 @@ fn point_config() -> impl Strategy<Value = PointConfig> {
         prop::option::of(prop::sample::select(vec![30u32, 64])),
         0u8..32,
         prop::sample::select(breaker_pool()),
+        prop::sample::select(vec![None, Some(2u32), Some(4)]),
     )
         .prop_map(
             |(
@@ -292,6 +303,7 @@ fn point_config() -> impl Strategy<Value = PointConfig> {
                 adaptive,
                 bits,
                 breaker,
+                retry,
             )| {
                 let mut b = Policy::builder()
                     .window(buckets, Duration::from_millis(width))
@@ -321,6 +333,9 @@ fn point_config() -> impl Strategy<Value = PointConfig> {
                 let mut c = PointConfig::new(b.build().unwrap()).with_sections(sections);
                 if let Some(breaker) = breaker {
                     c = c.with_breaker(breaker);
+                }
+                if let Some(attempts) = retry {
+                    c = c.with_retry(RetryPolicy::new(Retry::new(attempts)));
                 }
                 c
             },
@@ -373,7 +388,8 @@ impl Model {
                 self.existing.insert(name);
                 let version = self.bump(source);
                 let layers = self.layers.entry(name).or_default();
-                if config.sections.is_empty() && config.breaker.is_none() {
+                if config.sections.is_empty() && config.breaker.is_none() && config.retry.is_none()
+                {
                     // Settings that set nothing remove the source's layer.
                     layers.remove(source);
                 } else {

@@ -239,3 +239,42 @@ fn metrics_carry_the_retry_counters() {
         assert!(text.lines().any(|l| l == line), "{line} missing");
     }
 }
+
+/// Setting a budget's limits changes the budget every caller already holds: a call
+/// site that looked it up before sees the new limits; the old limits come back with
+/// their counts.
+#[test]
+fn set_retry_budget_reconfigures_in_place() {
+    let (_manual, registry) = manual_registry();
+    let held = registry.retry_budget("inplace");
+    let none = BudgetConfig {
+        percent: 0.0,
+        min_per_second: 0,
+        window: Duration::from_secs(10),
+    };
+    let again = registry.set_retry_budget("inplace", none).unwrap();
+    assert!(std::ptr::eq(held, again), "the same budget");
+    assert_eq!(held.config(), none);
+    assert!(!held.try_retry(), "the new limits hold for the old handle");
+    // Back to the defaults: their counts (none yet) and 10 a second.
+    registry
+        .set_retry_budget("inplace", BudgetConfig::default())
+        .unwrap();
+    assert_eq!((0..200).filter(|_| held.try_retry()).count(), 100);
+    let s = held.stats();
+    assert_eq!(
+        (s.retries, s.refused),
+        (100, 101),
+        "counted over both limits"
+    );
+    // An invalid config changes nothing.
+    let bad = BudgetConfig {
+        percent: f64::NAN,
+        ..none
+    };
+    assert_eq!(
+        registry.set_retry_budget("inplace", bad).unwrap_err().field,
+        "percent"
+    );
+    assert_eq!(held.config(), BudgetConfig::default());
+}

@@ -5,7 +5,7 @@
 use super::duration::parse_duration;
 use super::error::{Problem, ProblemKind};
 use super::node::Node;
-use super::{sections, PointConfig, PolicyFile};
+use super::{retry, sections, PointConfig, PolicyFile};
 use crate::error::check_point_name;
 use crate::layers::{Section, Sections};
 use crate::policy::{Policy, PolicyBuilder, WindowConfig};
@@ -16,7 +16,7 @@ use std::time::Duration;
 const TOP_LEVEL: [&str; 2] = ["strict", "points"];
 
 /// The keys of a point's table, in the order the reference documents them.
-pub(crate) const POINT_FIELDS: [&str; 14] = [
+pub(crate) const POINT_FIELDS: [&str; 15] = [
     "shadow",
     "max_visits",
     "max_concurrency",
@@ -31,6 +31,7 @@ pub(crate) const POINT_FIELDS: [&str; 14] = [
     "adaptive",
     "cluster",
     "breaker",
+    "retry",
 ];
 
 /// What the checker made of a document, even a broken one.
@@ -315,6 +316,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
     };
     let mut b = Policy::builder();
     let mut breaker = None;
+    let mut retry = None;
     let mut seen = HashSet::new();
     let mut set = Sections::NONE;
     for (key, _) in entries {
@@ -323,7 +325,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
             "window" => Section::Window,
             "adaptive" => Section::Adaptive,
             "cluster" => Section::Cluster,
-            "breaker" => continue,
+            "breaker" | "retry" => continue,
             _ => Section::Rules,
         };
         set = set.with(section);
@@ -398,6 +400,10 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
                 breaker = sections::check_breaker(&mut r, v);
                 b
             }
+            "retry" => {
+                retry = retry::check_retry(&mut r, v);
+                b
+            }
             _ => {
                 let message = unknown_key_message(key, &POINT_FIELDS);
                 r.push(key, ProblemKind::UnknownField, message);
@@ -411,6 +417,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
         Ok(policy) if !r.failed => {
             let mut config = PointConfig::new(policy).with_sections(set);
             config.breaker = breaker;
+            config.retry = retry;
             Some(config)
         }
         Ok(_) => None,

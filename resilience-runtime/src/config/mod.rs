@@ -30,6 +30,11 @@
 //! algorithm = "classic"              # or "sre", "disabled"
 //! failure_rate = 0.5
 //! open_wait = { base = "1s", multiplier = 2.0, max = "30s" }
+//!
+//! [points."order.create".retry]      # how `#[retry]` retries this point's calls
+//! attempts = 3
+//! base = "50ms"                      # exponential backoff, full jitter by default
+//! budget = { percent = 20.0, min_per_second = 10, window = "10s" }
 //! ```
 //!
 //! The same file in JSON is `{"strict": true, "points": {"order.create": {...}}}`.
@@ -77,6 +82,7 @@ mod check;
 mod duration;
 mod error;
 mod node;
+mod retry;
 mod sections;
 mod watch;
 
@@ -680,6 +686,8 @@ struct PointOut {
     cluster: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     breaker: Option<BreakerOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry: Option<retry::RetryOut>,
 }
 
 /// A cluster-wide limit: `algorithm`, its fields, and `batch` unless it is the default.
@@ -1014,6 +1022,7 @@ impl PointOut {
             #[cfg(not(feature = "redis"))]
             cluster: sets(Section::Cluster).then_some("off"),
             breaker: config.breaker.as_ref().map(BreakerOut::of),
+            retry: config.retry.as_ref().map(retry::RetryOut::of),
         };
         let no_rule_written = out.max_visits.is_none()
             && out.max_concurrency.is_none()
@@ -1028,7 +1037,8 @@ impl PointOut {
             || out.window.is_some()
             || out.adaptive.is_some()
             || out.cluster.is_some()
-            || out.breaker.is_some();
+            || out.breaker.is_some()
+            || out.retry.is_some();
         if rules && no_rule_written && other_written {
             // Rules set to "none": a table with other keys but no rule key would not
             // set the rules when read back, so say it with the default percentage.

@@ -91,13 +91,19 @@ fn enforcing(name: &str, effective: &EffectivePolicy, breaker: Option<&BreakerSt
             .origins()
             .filter(|(_, o)| o.source != Source::Console)
             .fold(Sections::NONE, |set, (section, _)| set.with(section));
-        let breaker_local = effective
-            .origin(Section::Breaker)
-            .is_some_and(|o| o.source != Source::Console);
-        if !local.is_empty() || breaker_local {
+        let is_local = |section| {
+            effective
+                .origin(section)
+                .is_some_and(|o| o.source != Source::Console)
+        };
+        let (breaker_local, retry_local) = (is_local(Section::Breaker), is_local(Section::Retry));
+        if !local.is_empty() || breaker_local || retry_local {
             let mut local_config = config.with_sections(local);
             if !breaker_local {
                 local_config.breaker = None;
+            }
+            if !retry_local {
+                local_config.retry = None;
             }
             if let Ok(v) = serde_json::to_value(&local_config) {
                 out.insert("local".into(), v);

@@ -10,7 +10,8 @@ pub(crate) fn compose(layers: &[Layer], precedence: &Precedence) -> EffectivePol
     let mut policy = Policy::observe();
     let mut any_policy = false;
     let mut breaker = None;
-    let mut origins: [Option<Origin>; 6] = Default::default();
+    let mut retry = None;
+    let mut origins: [Option<Origin>; 7] = Default::default();
     for section in Section::ALL {
         let winner = layers
             .iter()
@@ -21,14 +22,16 @@ pub(crate) fn compose(layers: &[Layer], precedence: &Precedence) -> EffectivePol
             source: layer.source.clone(),
             version: layer.version,
         });
-        if section == Section::Breaker {
-            breaker = layer.settings.breaker;
-        } else {
-            policy.take_section(&layer.settings.policy, section);
-            any_policy = true;
+        match section {
+            Section::Breaker => breaker = layer.settings.breaker,
+            Section::Retry => retry = layer.settings.retry,
+            _ => {
+                policy.take_section(&layer.settings.policy, section);
+                any_policy = true;
+            }
         }
     }
-    EffectivePolicy::new(any_policy.then_some(policy), breaker, origins)
+    EffectivePolicy::new(any_policy.then_some(policy), breaker, retry, origins)
 }
 
 #[cfg(test)]
@@ -101,5 +104,33 @@ mod tests {
         );
         let nothing = PointConfig::new(Policy::observe()).with_sections(Sections::NONE);
         assert!(nothing.is_empty());
+    }
+
+    #[test]
+    fn the_retry_section_is_layered_on_its_own() {
+        use crate::retry::{Retry, RetryPolicy};
+        let code = PointConfig::new(Policy::builder().max_visits(3).build().unwrap())
+            .with_retry(RetryPolicy::new(Retry::new(2)));
+        let console = PointConfig::retry_only(RetryPolicy::new(Retry::new(5)));
+        let layers = [
+            layer(Source::Code, code.clone()),
+            layer(Source::Console, console),
+        ];
+        let e = compose(&layers, &Precedence::default());
+        assert_eq!(
+            e.retry.map(|r| r.retry.attempts),
+            Some(5),
+            "the console wins"
+        );
+        assert_eq!(e.origin(Section::Retry).unwrap().source, Source::Console);
+        assert_eq!(
+            e.policy.unwrap().max_visits(),
+            Some(3),
+            "a retry-only layer leaves the rules to the code"
+        );
+        // Retry alone sets no policy section: the point keeps its fast path.
+        let e = compose(&layers[1..], &Precedence::default());
+        assert!(e.policy.is_none() && e.retry.is_some());
+        assert!(!PointConfig::retry_only(RetryPolicy::new(Retry::new(2))).is_empty());
     }
 }

@@ -102,6 +102,9 @@ fn install(point: &'static Point, before: &EffectivePolicy, after: &EffectivePol
     if before.breaker != after.breaker {
         point.apply_breaker(after.breaker);
     }
+    if before.retry != after.retry {
+        point.apply_retry(after.retry);
+    }
 }
 
 impl Registry {
@@ -155,7 +158,8 @@ impl Registry {
     ///
     /// # Errors
     ///
-    /// [`BreakerError`] for an invalid name or breaker setting (naming the field).
+    /// [`BreakerError`] for an invalid name, breaker setting or retry section (naming
+    /// the field).
     pub fn set_layer(
         &self,
         name: &str,
@@ -164,6 +168,9 @@ impl Registry {
     ) -> Result<(), BreakerError> {
         if let Some(b) = &settings.breaker {
             b.validate()?;
+        }
+        if let Some(r) = &settings.retry {
+            r.validate().map_err(BreakerError::Retry)?;
         }
         let point = self.point(name)?;
         self.edit_layers(&source, None, |_| vec![(point, Some(settings))]);

@@ -19,17 +19,20 @@ pub enum Section {
     Cluster,
     /// The breaker.
     Breaker,
+    /// How retrying calls retry ([`RetryPolicy`](crate::retry::RetryPolicy)).
+    Retry,
 }
 
 impl Section {
     /// Every section, in this order.
-    pub const ALL: [Section; 6] = [
+    pub const ALL: [Section; 7] = [
         Section::Rules,
         Section::Window,
         Section::Shadow,
         Section::Adaptive,
         Section::Cluster,
         Section::Breaker,
+        Section::Retry,
     ];
 
     /// The section's name as written in policy files and wire messages.
@@ -41,6 +44,7 @@ impl Section {
             Section::Adaptive => "adaptive",
             Section::Cluster => "cluster",
             Section::Breaker => "breaker",
+            Section::Retry => "retry",
         }
     }
 
@@ -61,7 +65,7 @@ impl fmt::Display for Section {
 }
 
 /// A set of the [`Policy`](crate::Policy) sections (every section but
-/// [`Section::Breaker`], which a setting carries as an `Option`).
+/// [`Section::Breaker`] and [`Section::Retry`], which a setting carries as `Option`s).
 ///
 /// # Examples
 ///
@@ -87,7 +91,8 @@ impl Sections {
             | Section::Cluster.bit(),
     );
 
-    /// The same set with `section` added ([`Section::Breaker`] is ignored).
+    /// The same set with `section` added ([`Section::Breaker`] and [`Section::Retry`]
+    /// are ignored).
     #[must_use]
     pub fn with(self, section: Section) -> Sections {
         Sections((self.0 | section.bit()) & Sections::POLICY.0)

@@ -1,10 +1,12 @@
 //! What a layer holds, and what composing layers gives.
 
 use super::{Section, Sections, Source};
+use crate::retry::RetryPolicy;
 use crate::{BreakerPolicy, Policy};
 
 /// The settings of one point from one source: a policy (of which only the sections in
-/// [`sections`](PointConfig::sections) count) and, optionally, a breaker.
+/// [`sections`](PointConfig::sections) count) and, optionally, a breaker and a retry
+/// section.
 ///
 /// # Examples
 ///
@@ -28,6 +30,9 @@ pub struct PointConfig {
     pub sections: Sections,
     /// The point's breaker, or `None` to leave the breaker to other sources.
     pub breaker: Option<BreakerPolicy>,
+    /// How the point's retrying calls retry, or `None` to leave it to other sources
+    /// (and, without any, to the code's `#[retry]` arguments).
+    pub retry: Option<RetryPolicy>,
 }
 
 impl PointConfig {
@@ -52,6 +57,7 @@ impl PointConfig {
             policy,
             sections,
             breaker: None,
+            retry: None,
         }
     }
 
@@ -61,7 +67,25 @@ impl PointConfig {
             policy: Policy::observe(),
             sections: Sections::NONE,
             breaker: Some(breaker),
+            retry: None,
         }
+    }
+
+    /// Settings that set only the retry section.
+    pub fn retry_only(retry: RetryPolicy) -> PointConfig {
+        PointConfig {
+            policy: Policy::observe(),
+            sections: Sections::NONE,
+            breaker: None,
+            retry: Some(retry),
+        }
+    }
+
+    /// The same settings with a retry section.
+    #[must_use]
+    pub fn with_retry(mut self, retry: RetryPolicy) -> PointConfig {
+        self.retry = Some(retry);
+        self
     }
 
     /// The same settings with a breaker.
@@ -82,13 +106,14 @@ impl PointConfig {
     pub fn sets(&self, section: Section) -> bool {
         match section {
             Section::Breaker => self.breaker.is_some(),
+            Section::Retry => self.retry.is_some(),
             s => self.sections.contains(s),
         }
     }
 
     /// Whether these settings set nothing at all.
     pub fn is_empty(&self) -> bool {
-        self.sections.is_empty() && self.breaker.is_none()
+        self.sections.is_empty() && self.breaker.is_none() && self.retry.is_none()
     }
 }
 
@@ -122,18 +147,22 @@ pub struct EffectivePolicy {
     pub policy: Option<Policy>,
     /// The breaker setting enforced, if any layer sets one.
     pub breaker: Option<BreakerPolicy>,
-    origins: [Option<Origin>; 6],
+    /// The retry section enforced, if any layer sets one.
+    pub retry: Option<RetryPolicy>,
+    origins: [Option<Origin>; 7],
 }
 
 impl EffectivePolicy {
     pub(crate) fn new(
         policy: Option<Policy>,
         breaker: Option<BreakerPolicy>,
-        origins: [Option<Origin>; 6],
+        retry: Option<RetryPolicy>,
+        origins: [Option<Origin>; 7],
     ) -> EffectivePolicy {
         EffectivePolicy {
             policy,
             breaker,
+            retry,
             origins,
         }
     }
@@ -163,6 +192,7 @@ impl EffectivePolicy {
             policy: self.policy.clone().unwrap_or_else(Policy::observe),
             sections,
             breaker: self.breaker,
+            retry: self.retry,
         };
         (!config.is_empty()).then_some(config)
     }

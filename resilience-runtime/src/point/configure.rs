@@ -102,6 +102,7 @@ impl Point {
             #[cfg(feature = "redis")]
             clusters,
             rings,
+            retry_forms: _,
         } = settings;
         let policy = policy.as_ref();
         let ring = policy.map(|p| self.ring_for(rings, p.window));

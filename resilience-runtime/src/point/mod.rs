@@ -55,6 +55,7 @@ mod enter;
 mod health;
 pub(crate) mod permit;
 mod report;
+mod retry_settings;
 mod retrying;
 mod seconds;
 mod slots;
@@ -172,6 +173,8 @@ struct Settings {
     /// never freed nor moved (and reused for an equal geometry), because a concurrent
     /// reader may still hold a replaced one.
     rings: Vec<&'static Ring>,
+    /// The retry sections this point has had (see `retry_settings`).
+    retry_forms: retry_settings::RetryForms,
 }
 
 #[derive(Debug, Default)]
@@ -218,6 +221,8 @@ pub struct Point {
     sampler_hooked: crate::sync::atomic::AtomicBool,
     /// The per-second series, made by the first sample.
     seconds: Mutex<Option<Box<seconds::Series>>>,
+    /// The retry section in force (see `retry_settings`).
+    retry: retry_settings::RetryCell,
     /// In-flight timed calls, created by the first timed call.
     hang: crate::sync::OnceLock<HangTable>,
     /// Durations of the calls, created by the first measured one that ends.
@@ -268,6 +273,7 @@ impl Point {
             entered: crate::sync::atomic::AtomicBool::new(false),
             sampler_hooked: crate::sync::atomic::AtomicBool::new(false),
             seconds: Mutex::new(None),
+            retry: retry_settings::RetryCell::new(std::ptr::null_mut()),
             hang: crate::sync::OnceLock::new(),
             durations: crate::sync::OnceLock::new(),
         }
@@ -342,6 +348,7 @@ static NO_SETTINGS: Settings = Settings {
         replaced: Vec::new(),
     },
     rings: Vec::new(),
+    retry_forms: retry_settings::RetryForms::EMPTY,
 };
 
 impl std::ops::Deref for SettingsGuard<'_> {

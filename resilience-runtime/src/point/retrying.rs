@@ -30,24 +30,33 @@ impl Point {
         self.counters.reason_cells().retry[what].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// `#[retry]`: counts a call (and so its first attempt), deposits into `budget`.
+    /// `#[retry]`: counts a call (and so its first attempt), deposits into the
+    /// budget it uses (the point's own if its retry section sets one, else `code`),
+    /// which it returns.
     #[inline]
-    pub(crate) fn begin_retrying(&self, budget: Option<&RetryBudget>) {
+    pub(crate) fn begin_retrying<'a>(
+        &self,
+        code: Option<&'a RetryBudget>,
+    ) -> Option<&'a RetryBudget> {
         self.count_retry(CALLS);
+        let budget = self.effective_budget(code);
         if let Some(b) = budget {
             b.deposit();
         }
+        budget
     }
 
     /// `#[retry]`: after failed attempt number `done` (from 1), whether to retry (a
-    /// retry counted is the next attempt counted) and how long to wait first.
+    /// retry counted is the next attempt counted) and how long to wait first, by the
+    /// point's retry section, else by `code`.
     pub(crate) fn retry_after(
         &self,
-        retry: &Retry,
+        code: impl FnOnce() -> Retry,
         budget: Option<&RetryBudget>,
         done: u32,
     ) -> Option<std::time::Duration> {
-        if !self.may_retry(retry, budget, done) {
+        let retry = self.effective_retry(code);
+        if !self.may_retry(&retry, budget, done) {
             return None;
         }
         Some(retry.backoff.wait(done - 1, crate::breaker::roll()))
@@ -116,7 +125,10 @@ impl Point {
 
     /// Runs `f` through this point up to `retry.attempts` times, waiting
     /// `retry.backoff` between attempts (the thread sleeps; a manual clock advances),
-    /// while `budget` (if any) allows: see [`mod@crate::retry`]. An `Err` that `retry_if`
+    /// while `budget` (if any) allows: see [`mod@crate::retry`]. The point's retry
+    /// section, if a layer sets one ([`Registry::set_retry`](crate::Registry::set_retry)),
+    /// replaces `retry` (read after each failed attempt) and, if it sets a budget,
+    /// `budget`. An `Err` that `retry_if`
     /// chooses is retried; any other result, a downgrade (answered by `fallback`, at
     /// once) and a panic end the call. Every `Err` counts as an exception of the
     /// point, every attempt as a call.
@@ -155,10 +167,7 @@ impl Point {
         fallback: impl FnOnce(Downgraded) -> Result<T, E>,
         retry_if: impl Fn(&E) -> bool,
     ) -> Result<T, E> {
-        self.count_retry(CALLS);
-        if let Some(b) = budget {
-            b.deposit();
-        }
+        let budget = self.begin_retrying(budget);
         let mut done = 0;
         loop {
             match self.attempt(&mut f, &retry_if) {
@@ -166,11 +175,10 @@ impl Point {
                 Attempt::Downgraded(d) => return fallback(d),
                 Attempt::Failed(e) => {
                     done += 1;
-                    if !self.may_retry(retry, budget, done) {
-                        return Err(e);
+                    match self.retry_after(|| *retry, budget, done) {
+                        Some(wait) => self.clock.sleep(wait),
+                        None => return Err(e),
                     }
-                    let wait = retry.backoff.wait(done - 1, crate::breaker::roll());
-                    self.clock.sleep(wait);
                 }
             }
         }

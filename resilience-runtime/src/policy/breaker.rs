@@ -88,6 +88,8 @@ pub enum BreakerError {
     Name(PointNameError),
     /// A breaker setting is invalid.
     Config(ConfigError),
+    /// A retry section is invalid ([`Registry::set_layer`](crate::Registry::set_layer)).
+    Retry(ConfigError),
 }
 
 impl fmt::Display for BreakerError {
@@ -95,6 +97,7 @@ impl fmt::Display for BreakerError {
         match self {
             BreakerError::Name(e) => e.fmt(f),
             BreakerError::Config(e) => write!(f, "invalid breaker: {e}"),
+            BreakerError::Retry(e) => write!(f, "invalid retry section: {e}"),
         }
     }
 }
@@ -103,7 +106,7 @@ impl std::error::Error for BreakerError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             BreakerError::Name(e) => Some(e),
-            BreakerError::Config(e) => Some(e),
+            BreakerError::Config(e) | BreakerError::Retry(e) => Some(e),
         }
     }
 }

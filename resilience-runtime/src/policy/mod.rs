@@ -247,7 +247,7 @@ impl Policy {
                     self.cluster = from.cluster.clone();
                 }
             }
-            Section::Breaker => {}
+            Section::Breaker | Section::Retry => {}
         }
     }
 

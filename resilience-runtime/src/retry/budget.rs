@@ -14,9 +14,10 @@
 //! thread writes (threads past the owned cells share one atomic counter): about a
 //! nanosecond, made for every first attempt.
 
+use super::take::take_below;
 use crate::clock::Clock;
 use crate::error::ConfigError;
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicPtr, AtomicU64, Mutex, Ordering, PoisonError};
 use crate::window::Ring;
 use std::time::Duration;
 
@@ -103,6 +104,7 @@ impl BudgetConfig {
 
 /// Whether one more retry fits a window that holds `retries` retries and `calls`
 /// calls. Pure: the decision of [`RetryBudget::try_retry`].
+#[cfg(test)]
 pub(crate) fn admits(config: &BudgetConfig, retries: u64, calls: u64) -> bool {
     retries < config.allowance(calls)
 }
@@ -117,6 +119,10 @@ struct Cell(AtomicU64);
 /// A shared retry budget: every first attempt deposits (see [`deposit`](Self::deposit)),
 /// every retry asks [`try_retry`](Self::try_retry). Get a named one, shared by every
 /// point that names it, from [`Registry::retry_budget`](crate::Registry::retry_budget).
+///
+/// Its limits can change while it is in use ([`reconfigure`](Self::reconfigure)): a
+/// new configuration counts from zero, an earlier one comes back with its counts (a
+/// budget keeps one set of counters per configuration it has had).
 ///
 /// # Examples
 ///
@@ -140,8 +146,17 @@ struct Cell(AtomicU64);
 /// ```
 #[derive(Debug)]
 pub struct RetryBudget {
-    config: BudgetConfig,
     clock: Clock,
+    /// The counters of the configuration in force (one of `kept`).
+    current: AtomicPtr<Counts>,
+    /// Every configuration's counters, leaked: a caller may still hold a replaced one.
+    kept: Mutex<Vec<&'static Counts>>,
+}
+
+/// The counters of one configuration.
+#[derive(Debug)]
+struct Counts {
+    config: BudgetConfig,
     /// Calls counted per thread (`OWNED` cells, then the shared one), cumulative.
     calls: Box<[Cell]>,
     /// Retries allowed, cumulative.
@@ -150,6 +165,23 @@ pub struct RetryBudget {
     refused: AtomicU64,
     /// Bucket-start snapshots of `[calls, retries]`.
     window: Ring<2>,
+}
+
+impl Counts {
+    fn new(config: BudgetConfig, now: u64) -> Counts {
+        let width = crate::clock::nanos(config.window) / u64::from(BUCKETS);
+        Counts {
+            config,
+            window: Ring::new(BUCKETS, width.max(1), now, [0, 0]),
+            calls: (0..=OWNED).map(|_| Cell(AtomicU64::new(0))).collect(),
+            retries: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    fn calls_total(&self) -> u64 {
+        self.calls.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
+    }
 }
 
 /// What a budget has counted since it was made.
@@ -171,74 +203,94 @@ impl RetryBudget {
     /// A [`ConfigError`] naming an invalid field of `config`.
     pub fn new(config: BudgetConfig, clock: Clock) -> Result<RetryBudget, ConfigError> {
         config.validate()?;
-        let width = crate::clock::nanos(config.window) / u64::from(BUCKETS);
-        let now = clock.now();
+        let counts: &'static Counts = Box::leak(Box::new(Counts::new(config, clock.now())));
         Ok(RetryBudget {
-            config,
-            window: Ring::new(BUCKETS, width.max(1), now, [0, 0]),
             clock,
-            calls: (0..=OWNED).map(|_| Cell(AtomicU64::new(0))).collect(),
-            retries: AtomicU64::new(0),
-            refused: AtomicU64::new(0),
+            current: AtomicPtr::new(std::ptr::from_ref(counts).cast_mut()),
+            kept: Mutex::new(vec![counts]),
         })
+    }
+
+    #[inline]
+    fn counts(&self) -> &'static Counts {
+        // SAFETY: `current` only ever holds pointers from `Box::leak` (in `new` and
+        // `reconfigure`), never freed.
+        unsafe { &*self.current.load(Ordering::Acquire) }
     }
 
     /// The budget's limits.
     pub fn config(&self) -> BudgetConfig {
-        self.config
+        self.counts().config
+    }
+
+    /// Changes the budget's limits, at once for every caller (a call site that looked
+    /// the budget up keeps the same `&RetryBudget`). A configuration the budget has not
+    /// had starts with empty counts; one it had before takes its counts back.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming an invalid field of `config` (the budget is unchanged).
+    pub fn reconfigure(&self, config: BudgetConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let counts = match kept.iter().find(|c| c.config == config) {
+            Some(c) => *c,
+            None => {
+                let c: &'static Counts = Box::leak(Box::new(Counts::new(config, self.clock.now())));
+                kept.push(c);
+                c
+            }
+        };
+        self.current
+            .store(std::ptr::from_ref(counts).cast_mut(), Ordering::Release);
+        Ok(())
     }
 
     /// Counts a call (a first attempt): it adds `percent / 100` of a retry to the
     /// budget for the length of the window.
     #[inline]
     pub fn deposit(&self) {
+        let counts = self.counts();
         let lane = crate::point::thread_lane() as usize;
-        match self.calls.get(lane).filter(|_| lane < OWNED) {
+        match counts.calls.get(lane).filter(|_| lane < OWNED) {
             // Only this thread writes its cell.
             Some(own) => own
                 .0
                 .store(own.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed),
             None => {
-                self.calls[OWNED].0.fetch_add(1, Ordering::Relaxed);
+                counts.calls[OWNED].0.fetch_add(1, Ordering::Relaxed);
             }
         }
-    }
-
-    fn calls_total(&self) -> u64 {
-        self.calls.iter().map(|c| c.0.load(Ordering::Relaxed)).sum()
     }
 
     /// Asks for one retry: `true` (and counted) if it fits the budget, else `false`
     /// (counted as refused). Exact under any number of threads (see the module docs).
     pub fn try_retry(&self) -> bool {
+        let c = self.counts();
         let now = self.clock.now();
-        loop {
-            let base = self.window.base(now, || {
-                [self.calls_total(), self.retries.load(Ordering::Acquire)]
-            });
-            let calls = self.calls_total().saturating_sub(base[0]);
-            let retries = self.retries.load(Ordering::Acquire);
-            if !admits(&self.config, retries.saturating_sub(base[1]), calls) {
-                self.refused.fetch_add(1, Ordering::Relaxed);
-                return false;
-            }
-            if self
-                .retries
-                .compare_exchange(retries, retries + 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                return true;
-            }
+        let base = c
+            .window
+            .base(now, || [c.calls_total(), c.retries.load(Ordering::Acquire)]);
+        let calls = c.calls_total().saturating_sub(base[0]);
+        let allowance = c.config.allowance(calls);
+        // The window's retries are `retries - base[1]`: take one while below.
+        if take_below(&c.retries, allowance.saturating_add(base[1])) {
+            true
+        } else {
+            c.refused.fetch_add(1, Ordering::Relaxed);
+            false
         }
     }
 
-    /// What the budget counted.
+    /// What the budget counted, over every configuration it has had.
     pub fn stats(&self) -> BudgetStats {
-        BudgetStats {
-            calls: self.calls_total(),
-            retries: self.retries.load(Ordering::Relaxed),
-            refused: self.refused.load(Ordering::Relaxed),
-        }
+        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        kept.iter()
+            .fold(BudgetStats::default(), |s, c| BudgetStats {
+                calls: s.calls + c.calls_total(),
+                retries: s.retries + c.retries.load(Ordering::Relaxed),
+                refused: s.refused + c.refused.load(Ordering::Relaxed),
+            })
     }
 }
 

@@ -18,9 +18,12 @@
 //! deterministic).
 
 mod budget;
+mod registry;
+mod take;
 
 pub use crate::breaker::Backoff;
 pub use budget::{BudgetConfig, BudgetStats, RetryBudget};
+pub use registry::RetryError;
 
 use crate::error::ConfigError;
 use std::time::Duration;
@@ -38,7 +41,7 @@ use std::time::Duration;
 /// assert!(retry.validate().is_ok());
 /// assert_eq!(Retry::new(0).validate().unwrap_err().field, "attempts");
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Retry {
     /// Attempts in all, the first included (1 ..= 100; 1 never retries).
     pub attempts: u32,
@@ -85,6 +88,86 @@ impl Retry {
             "backoff.max",
             "backoff.jitter",
         ])
+    }
+}
+
+/// A point's `retry` section: how its retrying calls retry, set at runtime (code,
+/// policy files, the console), over what the code says.
+///
+/// When a point has one, `#[retry]` and [`Point::call_retrying`](crate::Point::call_retrying)
+/// on that point use its [`retry`](Self::retry) (attempts and backoff) instead of the
+/// attribute's or the argument's, and, if it has a [`budget`](Self::budget), a budget of
+/// the point's own with those limits instead of the budget the code names. The change
+/// applies from the next call (a call in progress keeps the budget it began with and
+/// reads attempts and backoff at each failure). Set it with
+/// [`Registry::set_retry`](crate::Registry::set_retry) or a policy file's
+/// `[points."name".retry]`.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::retry::{BudgetConfig, Retry, RetryPolicy};
+///
+/// let policy = RetryPolicy::new(Retry::new(5)).with_budget(BudgetConfig::default());
+/// assert!(policy.validate().is_ok());
+/// let bad = RetryPolicy::new(Retry::new(101));
+/// assert_eq!(bad.validate().unwrap_err().field, "attempts");
+/// let bad = RetryPolicy::new(Retry::new(2))
+///     .with_budget(BudgetConfig { percent: -1.0, ..BudgetConfig::default() });
+/// assert_eq!(bad.validate().unwrap_err().field, "budget.percent");
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryPolicy {
+    /// Attempts and backoff.
+    pub retry: Retry,
+    /// A budget of the point's own, or `None` to keep the budget the code names.
+    pub budget: Option<BudgetConfig>,
+}
+
+impl RetryPolicy {
+    /// `retry`, keeping the code's budget.
+    pub fn new(retry: Retry) -> RetryPolicy {
+        RetryPolicy {
+            retry,
+            budget: None,
+        }
+    }
+
+    /// The same with a budget of the point's own.
+    #[must_use]
+    pub fn with_budget(mut self, budget: BudgetConfig) -> RetryPolicy {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Checks every field.
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`] naming the first invalid field as a policy file does:
+    /// `attempts`, `base`, `multiplier`, `max`, `jitter`, `budget.percent`,
+    /// `budget.min_per_second`, `budget.window`.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(1..=MAX_ATTEMPTS).contains(&self.retry.attempts) {
+            return Err(ConfigError::new(
+                "attempts",
+                format!("must be in 1..={MAX_ATTEMPTS}, got {}", self.retry.attempts),
+            ));
+        }
+        self.retry
+            .backoff
+            .check_as(["base", "multiplier", "max", "jitter"])?;
+        if let Some(b) = &self.budget {
+            b.validate().map_err(|e| ConfigError {
+                field: match e.field {
+                    "percent" => "budget.percent",
+                    "min_per_second" => "budget.min_per_second",
+                    _ => "budget.window",
+                },
+                message: e.message,
+            })?;
+        }
+        Ok(())
     }
 }
 

@@ -1,0 +1,164 @@
+//! The registry's side of retries: named budgets and each point's `retry` section.
+
+use super::{BudgetConfig, RetryBudget, RetryPolicy};
+use crate::error::{check_point_name, ConfigError, PointNameError};
+use crate::layers::PointConfig;
+use crate::Registry;
+use std::fmt;
+
+/// Why [`Registry::set_retry`] refused a retry section.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RetryError {
+    /// The point name is invalid.
+    Name(PointNameError),
+    /// A field of the section is invalid.
+    Config(ConfigError),
+}
+
+impl fmt::Display for RetryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RetryError::Name(e) => e.fmt(f),
+            RetryError::Config(e) => write!(f, "invalid retry section: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for RetryError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RetryError::Name(e) => Some(e),
+            RetryError::Config(e) => Some(e),
+        }
+    }
+}
+
+impl From<PointNameError> for RetryError {
+    fn from(e: PointNameError) -> Self {
+        RetryError::Name(e)
+    }
+}
+
+impl Registry {
+    /// The retry budget named `name`, made with [`BudgetConfig::default`] (20% of the
+    /// calls of the last 10 s plus 10 a second) on first use. Every caller that names
+    /// it shares it; look it up once and keep the reference (it lives as long as the
+    /// process).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::registry;
+    ///
+    /// let budget = registry().retry_budget("docs.budget");
+    /// assert!(std::ptr::eq(budget, registry().retry_budget("docs.budget")));
+    /// assert_eq!(budget.config().percent, 20.0);
+    /// ```
+    pub fn retry_budget(&self, name: &str) -> &'static RetryBudget {
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = budgets.get(name) {
+            return b;
+        }
+        let budget = RetryBudget::new(BudgetConfig::default(), self.clock().clone())
+            .unwrap_or_else(|_| unreachable!("the default budget is valid"));
+        let budget: &'static RetryBudget = Box::leak(Box::new(budget));
+        budgets.insert(name.to_owned(), budget);
+        budget
+    }
+
+    /// Sets the limits of the budget named `name` (making it if needed) and returns
+    /// it. Every caller sees the change at once, call sites that looked the budget up
+    /// before included (see [`RetryBudget::reconfigure`]: new limits count from zero).
+    ///
+    /// # Errors
+    ///
+    /// A [`ConfigError`](crate::ConfigError) naming an invalid field of `config` (the
+    /// budget is unchanged).
+    pub fn set_retry_budget(
+        &self,
+        name: &str,
+        config: BudgetConfig,
+    ) -> Result<&'static RetryBudget, crate::ConfigError> {
+        config.validate()?;
+        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = budgets.get(name) {
+            b.reconfigure(config)?;
+            return Ok(b);
+        }
+        let budget: &'static RetryBudget =
+            Box::leak(Box::new(RetryBudget::new(config, self.clock().clone())?));
+        budgets.insert(name.to_owned(), budget);
+        Ok(budget)
+    }
+
+    /// Sets the retry section of a point in the code layer (creating the point if
+    /// needed): its retrying calls (`#[retry]`, [`Point::call_retrying`](crate::Point::call_retrying))
+    /// use it from their next attempt on, unless a file or the console sets the
+    /// section (they rank above code by default). See [`RetryPolicy`].
+    ///
+    /// # Errors
+    ///
+    /// [`RetryError`] for an invalid name or field (named as in a policy file).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::retry::{Backoff, Retry, RetryPolicy};
+    /// use resilience_runtime::registry;
+    /// use std::time::Duration;
+    ///
+    /// let point = registry().point("docs.set_retry")?;
+    /// let retry = Retry::new(5).backoff(Backoff::fixed(Duration::from_nanos(1)));
+    /// registry().set_retry("docs.set_retry", RetryPolicy::new(retry))?;
+    /// // The code asks for 2 attempts; the section in force says 5.
+    /// let out: Result<(), &str> =
+    ///     point.call_retrying(&Retry::new(2), None, || Err("busy"), |_| Ok(()), |_| true);
+    /// assert_eq!(out, Err("busy"));
+    /// assert_eq!(point.retry_stats().attempts, 5);
+    /// let bad = RetryPolicy::new(Retry::new(0));
+    /// assert!(registry().set_retry("docs.set_retry", bad).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_retry(&self, name: &str, retry: RetryPolicy) -> Result<(), RetryError> {
+        retry.validate().map_err(RetryError::Config)?;
+        let point = self.point(name)?;
+        self.edit_code_layer(point, |current| {
+            Some(match current {
+                Some(c) => c.with_retry(retry),
+                None => PointConfig::retry_only(retry),
+            })
+        });
+        Ok(())
+    }
+
+    /// Removes the retry section of the code layer: the point's retrying calls use
+    /// what the code says again (unless another layer sets the section).
+    ///
+    /// # Errors
+    ///
+    /// [`PointNameError`] for an invalid name.
+    pub fn clear_retry(&self, name: &str) -> Result<(), PointNameError> {
+        check_point_name(name)?;
+        if let Some(point) = self.get(name) {
+            self.edit_code_layer(point, |current| {
+                current
+                    .map(|mut c| {
+                        c.retry = None;
+                        c
+                    })
+                    .filter(|c| !c.is_empty())
+            });
+        }
+        Ok(())
+    }
+
+    /// The retry section a point enforces, if any layer sets one.
+    ///
+    /// # Errors
+    ///
+    /// [`PointNameError`] for an invalid name.
+    pub fn retry(&self, name: &str) -> Result<Option<RetryPolicy>, PointNameError> {
+        check_point_name(name)?;
+        Ok(self.get(name).and_then(crate::Point::retry_policy))
+    }
+}
