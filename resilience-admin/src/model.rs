@@ -255,8 +255,8 @@ pub struct Enforcing {
     /// The digest of the effective settings (16 hex digits, the runtime's
     /// `PointConfig::digest`), or `none` when no section is set.
     pub digest: String,
-    /// Section (`rules`, `window`, `shadow`, `adaptive`, `cluster`, `breaker`) ->
-    /// where it comes from; sections no source sets are absent.
+    /// Section (`rules`, `window`, `shadow`, `adaptive`, `cluster`, `breaker`,
+    /// `retry`) -> where it comes from; sections no source sets are absent.
     pub origins: BTreeMap<String, SectionOrigin>,
     /// The settings of the sections that do not come from the console, in the policy
     /// file's JSON form for one point; `None` when every section comes from the

@@ -43,7 +43,7 @@ const FORM_SECTIONS = [
       ["retry.attempts", "int"],
       ["retry.base", "dur", "50ms"],
       ["retry.multiplier", "num", "2"],
-      ["retry.max", "dur", "2s"],
+      ["retry.max", "dur", "max(2s, base)"],
       ["retry.jitter", "num", "1"],
     ],
     groups: [
@@ -305,6 +305,8 @@ function retrySummary(settings) {
   const r = settings && settings.retry;
   if (!r || typeof r !== "object") return { text: "Stored: no retry section (calls are not retried).", values: null };
   const v = Object.assign({}, RETRY_DEFAULTS, r);
+  // A `max` left out is the default raised to `base` (the runtime's rule).
+  if (r.max === undefined && r.base !== undefined) v.max = "max(2s, " + r.base + ")";
   const jitter = Number(v.jitter) === 1 ? "full jitter" : Number(v.jitter) === 0 ? "no jitter" : "jitter " + v.jitter;
   const wait = Number(v.multiplier) === 1 ? "a fixed wait of " + v.base : "waits from " + v.base + " growing \u00d7" + v.multiplier + " up to " + v.max;
   let text = "Stored: " + v.attempts + " attempt" + (Number(v.attempts) === 1 ? "" : "s") + " in all, " + wait + ", " + jitter;

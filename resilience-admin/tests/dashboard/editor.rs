@@ -77,6 +77,14 @@ const PLAIN_FIELDS: &[&str] = &[
     "delay.retry_interval",
     "window.buckets",
     "window.bucket_width",
+    "retry.attempts",
+    "retry.base",
+    "retry.multiplier",
+    "retry.max",
+    "retry.jitter",
+    "retry.budget.percent",
+    "retry.budget.min_per_second",
+    "retry.budget.window",
 ];
 
 /// The fields of each algorithm of the sections that choose one.
@@ -133,7 +141,8 @@ fn algorithm_fields(section: &str, algorithm: &str) -> &'static [&'static str] {
 }
 
 /// A valid value of a field (`algorithm` empty for plain fields). Combinations are
-/// kept valid by the ranges: `retry_interval` (ms) never exceeds `duration` (s),
+/// kept valid by the ranges: `retry_interval` (ms) never exceeds `duration` (s), nor
+/// `retry.base` (ms) `retry.max` (s),
 /// `min_limit < initial_limit < max_limit`, `open_wait.base < open_wait.max`, a
 /// token bucket's `batch` below its `burst`.
 fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value {
@@ -154,6 +163,14 @@ fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value
         ("", _, "delay.retry_interval") => rng.millis(1, 999),
         ("", _, "window.buckets") => rng.int(1, 3600),
         ("", _, "window.bucket_width") => rng.millis(1, 999),
+        ("", _, "retry.attempts") => rng.int(1, 100),
+        ("", _, "retry.base") => rng.millis(1, 999),
+        ("", _, "retry.multiplier") => rng.tenths(10, 40),
+        ("", _, "retry.max") => rng.secs(1, 59),
+        ("", _, "retry.jitter") => rng.hundredths(0, 100),
+        ("", _, "retry.budget.percent") => rng.tenths(0, 10_000),
+        ("", _, "retry.budget.min_per_second") => rng.int(0, 1000),
+        ("", _, "retry.budget.window") => rng.secs(1, 59),
         // `false` is the default, which the runtime leaves out.
         ("breaker", _, "cancellations_are_failures") => json!(true),
         ("breaker", "sre", "k") => rng.tenths(11, 50),
@@ -206,7 +223,7 @@ fn required(section: &str, field: &str) -> bool {
             "exception_rate.rate" | "timeouts.threshold" | "timeouts.max_count"
         ) | (
             "",
-            "token_bucket.rate" | "token_bucket.capacity" | "delay.duration"
+            "token_bucket.rate" | "token_bucket.capacity" | "delay.duration" | "retry.attempts"
         ) | (
             "cluster",
             "url" | "key" | "period" | "quota" | "rate" | "burst"
@@ -274,6 +291,7 @@ fn random_point(rng: &mut Rng, i: usize) -> Value {
         ("timeouts", &["threshold", "max_count"]),
         ("token_bucket", &["rate", "capacity"]),
         ("delay", &["duration"]),
+        ("retry", &["attempts"]),
     ] {
         if p.get(section).is_some() {
             for f in needs {
@@ -623,6 +641,7 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
         "shadow",
         "window",
         "timeouts",
+        "retry",
         "breaker:sre",
         "breaker:classic",
         "breaker:disabled",
@@ -1090,7 +1109,7 @@ fn the_form_has_a_retry_section_with_a_budget_group() {
             ["retry.attempts", "int", "", "attempts", false],
             ["retry.base", "dur", "50ms", "base", false],
             ["retry.multiplier", "num", "2", "multiplier", false],
-            ["retry.max", "dur", "2s", "max", false],
+            ["retry.max", "dur", "max(2s, base)", "max", false],
             ["retry.jitter", "num", "1", "jitter", false],
             ["retry.budget.percent", "num", "20", "percent", true],
             [
@@ -1139,4 +1158,116 @@ fn the_form_has_a_retry_section_with_a_budget_group() {
         ])
     );
     assert_eq!(stored(addr), (version, doc));
+}
+
+/// The retry section end to end, through the runtime's parser: the entered fields
+/// are stored exactly, the form and the summary show them after a reload, and an
+/// invalid value shows the runtime's error at its field and stores nothing.
+#[test]
+fn the_form_saves_a_retry_section_and_shows_the_runtimes_errors() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let doc = json!({"points": {"order.create": {"max_visits": 5,
+        "breaker": {"algorithm": "classic", "failure_rate": 0.3}}}});
+    let mut version = put_policy(addr, 0, &doc);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.type_into("#author", "e2e");
+    browser.open_point("order.create", version);
+    for (path, text) in RETRY_ENTRIES {
+        browser.type_into(&css_id(path), text);
+    }
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    let mut want = doc.clone();
+    want["points"]["order.create"]["retry"] = retry_entered();
+    assert_eq!(stored(addr), (version, want.clone()));
+    let diff: Vec<_> = history(addr)[0]["diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["field"].as_str().unwrap().to_owned())
+        .collect();
+    let mut fields: Vec<_> = RETRY_ENTRIES.iter().map(|(p, _)| p.to_string()).collect();
+    fields.sort();
+    assert_eq!(diff, fields);
+
+    // After a reload the inputs and the summary show what is stored.
+    browser.reload();
+    browser.open_point("order.create", version);
+    for (path, text) in RETRY_ENTRIES {
+        assert_eq!(browser.text_of(&css_id(path)), *text, "{path}");
+    }
+    assert_eq!(
+        browser.text_of("#retry-summary"),
+        "Stored: 4 attempts in all, waits from 100ms growing \u{d7}1.5 up to 3s, jitter 0.5; \
+         own budget: 12.5 retries per 100 calls, at least 5/s, over 30s."
+    );
+    // The raw point editor has the section too, as the runtime writes it.
+    let text = browser.wait(
+        "document.querySelector('#raw-point-text').value",
+        "the point's text",
+    );
+    assert!(
+        text.as_str()
+            .unwrap()
+            .contains("[points.\"order.create\".retry]"),
+        "{text}"
+    );
+
+    // attempts = 0: the runtime's error at the field, nothing stored.
+    browser.type_into("#f-retry-attempts", "0");
+    browser.click("#save");
+    let msg = browser.wait(
+        "document.querySelector('.field-error[data-field=\"retry.attempts\"]').textContent",
+        "the attempts' problem",
+    );
+    assert!(!msg.as_str().unwrap().is_empty(), "{msg}");
+    assert_eq!(
+        browser.js(
+            "return document.querySelector('#f-retry-attempts').classList.contains('invalid');"
+        ),
+        json!(true)
+    );
+    assert!(
+        browser.text_of("#form-message").contains("not saved"),
+        "{}",
+        browser.text_of("#form-message")
+    );
+    let r = post_json(
+        addr,
+        &format!("{POLICY}/validate"),
+        Some(ADMIN),
+        &json!({"policy": {"points": {"order.create": {"retry": {"attempts": 0}}}}}),
+    );
+    assert_eq!(r.status, 422, "{}", r.text());
+    let problems = r.json()["error"]["problems"].clone();
+    assert_eq!(problems[0]["field"], "retry.attempts", "{problems}");
+    assert_eq!(
+        msg.as_str().unwrap(),
+        problems[0]["message"].as_str().unwrap(),
+        "the runtime's own message"
+    );
+    assert_eq!(stored(addr), (version, want.clone()));
+
+    // Emptying the budget's fields removes the budget, the rest stays.
+    browser.type_into("#f-retry-attempts", "4");
+    for (path, _) in RETRY_ENTRIES.iter().filter(|(p, _)| p.contains("budget")) {
+        browser.clear(&css_id(path));
+    }
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    want["points"]["order.create"]["retry"]
+        .as_object_mut()
+        .unwrap()
+        .remove("budget");
+    assert_eq!(stored(addr), (version, want));
 }
