@@ -182,5 +182,10 @@ fn the_dashboard_shows_cancelled_calls_and_retry_counters() {
         )),
         json!(true)
     );
+    // For people: what it looked like.
+    browser.js("window.scrollTo(0, 0);");
+    let shot = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("retries.png");
+    std::fs::write(&shot, browser.page_png()).unwrap();
+    eprintln!("retries screenshot: {}", shot.display());
     drop(browser);
 }
