@@ -8,7 +8,7 @@
 //!
 //! - **`local_override`**: the console's *current* policy document has the point, and
 //!   at least one section the instance enforces for it (rules, window, shadow,
-//!   adaptive, cluster, breaker) comes from another source than the console (a policy
+//!   adaptive, cluster, breaker, retry) comes from another source than the console (a policy
 //!   file or the program's code). Local settings of a point the console does not
 //!   manage are not drift: they are the only policy of that point.
 //! - **`digest_mismatch`**: every section the instance enforces comes from the

@@ -96,6 +96,9 @@ pub struct PointCycle {
     pub exceptions: u64,
     /// Calls slower than the point's timeout threshold.
     pub timeouts: u64,
+    /// Calls that did not finish: their future was dropped, or their permit dropped
+    /// before they ended (0 from older clients and SDS's own).
+    pub cancelled: u64,
     /// The most calls in flight at once (read back: the sum of the instances' peaks,
     /// an upper bound of the app-wide peak).
     pub peak_concurrency: u64,
@@ -107,6 +110,66 @@ pub struct PointCycle {
     /// cycle: the seconds are read with [`Store::seconds`](crate::store::Store::seconds).
     #[serde(skip)]
     pub seconds: Option<CycleSeconds>,
+    /// What the point's retrying calls did in the cycle (all 0 when it made none, and
+    /// from older clients).
+    pub retry: RetryCounts,
+}
+
+/// The retry counters of one point in one cycle, as an instance reported them (the
+/// growth since its previous report), or summed over instances.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryCounts {
+    /// Calls made through the point's retrying call.
+    pub calls: u64,
+    /// Attempts in all (first attempts and retries).
+    pub attempts: u64,
+    /// Retries made.
+    pub retries: u64,
+    /// Calls that failed on their last attempt.
+    pub exhausted: u64,
+    /// Retries the retry budget refused (the call returned its last error).
+    pub refused_by_budget: u64,
+    /// Hedged attempts started (0 from clients that do not hedge).
+    pub hedges: u64,
+    /// Attempts cancelled: a losing hedge, or the call dropped while retrying (0 from
+    /// clients that do not say).
+    pub cancelled: u64,
+}
+
+impl RetryCounts {
+    /// The counters in the order the stores keep them: calls, attempts, retries,
+    /// exhausted, refused by budget, hedges, cancelled.
+    pub fn to_array(&self) -> [u64; 7] {
+        [
+            self.calls,
+            self.attempts,
+            self.retries,
+            self.exhausted,
+            self.refused_by_budget,
+            self.hedges,
+            self.cancelled,
+        ]
+    }
+
+    /// The counters back from [`to_array`](RetryCounts::to_array)'s order.
+    pub fn from_array(
+        [calls, attempts, retries, exhausted, refused_by_budget, hedges, cancelled]: [u64; 7],
+    ) -> RetryCounts {
+        RetryCounts {
+            calls,
+            attempts,
+            retries,
+            exhausted,
+            refused_by_budget,
+            hedges,
+            cancelled,
+        }
+    }
+
+    /// Whether every counter is 0.
+    pub fn is_zero(&self) -> bool {
+        *self == RetryCounts::default()
+    }
 }
 
 /// A validated heartbeat: the statistics of one closed cycle of one instance.
@@ -192,8 +255,8 @@ pub struct Enforcing {
     /// The digest of the effective settings (16 hex digits, the runtime's
     /// `PointConfig::digest`), or `none` when no section is set.
     pub digest: String,
-    /// Section (`rules`, `window`, `shadow`, `adaptive`, `cluster`, `breaker`) ->
-    /// where it comes from; sections no source sets are absent.
+    /// Section (`rules`, `window`, `shadow`, `adaptive`, `cluster`, `breaker`,
+    /// `retry`) -> where it comes from; sections no source sets are absent.
     pub origins: BTreeMap<String, SectionOrigin>,
     /// The settings of the sections that do not come from the console, in the policy
     /// file's JSON form for one point; `None` when every section comes from the

@@ -434,6 +434,47 @@ mod tests {
         assert!(diff(&new, &new).is_empty());
     }
 
+    /// The retry section is stored in the runtime's canonical form (defaults left
+    /// out, every budget field written), diffed field by field, validated with its
+    /// field names, and carried whole in the SDS view's `resiliencePolicy` (SDS's
+    /// strategy has no field of its own for it: its `retryInterval` is the delay's).
+    #[test]
+    fn the_retry_section_is_stored_diffed_and_carried_to_sds_clients() {
+        let doc = Document::from_json(&json!({
+            "points": {"a": {"retry": {"attempts": 3, "base": "50ms", "multiplier": 1.5,
+                                       "budget": {"percent": 10.0}}}}
+        }))
+        .unwrap();
+        let retry = json!({"attempts": 3, "multiplier": 1.5,
+                           "budget": {"percent": 10.0, "min_per_second": 10, "window": "10s"}});
+        assert_eq!(doc.json["points"]["a"]["retry"], retry);
+        let s = &doc.sds_strategies()[0];
+        assert_eq!(s["resiliencePolicy"]["retry"], retry);
+        assert_eq!(s["retryInterval"], -1);
+        let newer = Document::from_json(&json!({
+            "points": {"a": {"retry": {"attempts": 5, "multiplier": 1.5,
+                                       "budget": {"percent": 10.0}}}}
+        }))
+        .unwrap();
+        let d = diff(&doc.json, &newer.json);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].field.as_deref(), Some("retry.attempts"));
+        assert_eq!(
+            (d[0].old.clone(), d[0].new.clone()),
+            (Some(json!(3)), Some(json!(5)))
+        );
+        let problems = Document::from_json(&json!({
+            "points": {"a": {"retry": {"attempts": 0, "budget": {"percent": 2000.0}}}}
+        }))
+        .unwrap_err();
+        let fields: Vec<_> = problems.iter().map(|p| p.field.as_deref()).collect();
+        assert!(fields.contains(&Some("retry.attempts")), "{problems:?}");
+        assert!(
+            fields.contains(&Some("retry.budget.percent")),
+            "{problems:?}"
+        );
+    }
+
     #[test]
     fn sds_view_uses_minus_one_for_unset_rules() {
         let doc = Document::from_json(&json!({

@@ -38,6 +38,21 @@
 //! most [`MAX_LOCAL_BYTES`] of JSON per point); origins of sections this server does
 //! not know are ignored.
 //!
+//! Per point it also sends `cancelled` (calls whose future, or whose permit, was
+//! dropped before they ended) and, when the point made retrying calls, `retry`: what
+//! they did since the previous report (each counter optional, 0 when absent; the
+//! whole object is absent for a point without retrying calls, and from older
+//! clients):
+//!
+//! ```json
+//! {"name": "order.create", "visits": 120, "...": "...", "cancelled": 2,
+//!  "retry": {"calls": 40, "attempts": 52, "retries": 12, "exhausted": 1,
+//!            "refused_by_budget": 3, "hedges": 0, "cancelled": 0}}
+//! ```
+//!
+//! A malformed `cancelled` or `retry` counter makes its point malformed (left out
+//! and reported by the `*_lenient` readers).
+//!
 //! It also adds, per point, the cycle's ten 1-second buckets (optional too: without
 //! them the point has no per-second figures for the cycle):
 //!
@@ -74,15 +89,17 @@
 //! cycle, ms), `pointInfoMap` (`point -> {visitNum, exceptionNum, concurrentNum,
 //! timeoutNum, downgradeNum}`), or for a pull `version` and `pointList`. This
 //! project's client adds `instanceId`, `declaredPoints`, `knownPoints`, `enforcing`,
-//! `client` (the same as in our JSON protocol) and, per point, `downgradeReasons`,
+//! `client` (the same as in our JSON protocol) and, per point, `cancelledNum` and
+//! `retry` (the same as `cancelled` and `retry`), `downgradeReasons`,
 //! `seconds`, `secondsByReason` and `secondsDurations` (the same as `seconds`,
 //! `seconds_by_reason` and `seconds_durations`, index 0 being the second starting at
 //! `statisticsCycleTime - 10000`); SDS's admin ignores them.
 
 use crate::model::{
     AppKey, BreakerReport, ClientHealth, CycleSeconds, Enforcing, Heartbeat, PointCycle, Protocol,
-    SecondCounts, SectionOrigin, CYCLE_MS, MAX_COUNT, MAX_ERROR_LEN, MAX_LOCAL_BYTES, MAX_NAME_LEN,
-    MAX_PARTS, MAX_POINTS_PER_HEARTBEAT, MAX_SECOND_REASONS, MAX_SOURCE_LEN, SECONDS_PER_CYCLE,
+    RetryCounts, SecondCounts, SectionOrigin, CYCLE_MS, MAX_COUNT, MAX_ERROR_LEN, MAX_LOCAL_BYTES,
+    MAX_NAME_LEN, MAX_PARTS, MAX_POINTS_PER_HEARTBEAT, MAX_SECOND_REASONS, MAX_SOURCE_LEN,
+    SECONDS_PER_CYCLE,
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -684,6 +701,8 @@ struct CountFields {
     downgrades: &'static str,
     exceptions: &'static str,
     timeouts: &'static str,
+    cancelled: &'static str,
+    retry: &'static str,
     concurrency: &'static str,
     reasons: &'static str,
     seconds: &'static str,
@@ -697,6 +716,8 @@ const JSON_FIELDS: CountFields = CountFields {
     downgrades: "downgrades",
     exceptions: "exceptions",
     timeouts: "timeouts",
+    cancelled: "cancelled",
+    retry: "retry",
     concurrency: "peak_concurrency",
     reasons: "downgrades_by_reason",
     seconds: "seconds",
@@ -710,6 +731,8 @@ const SDS_FIELDS: CountFields = CountFields {
     downgrades: "downgradeNum",
     exceptions: "exceptionNum",
     timeouts: "timeoutNum",
+    cancelled: "cancelledNum",
+    retry: "retry",
     concurrency: "concurrentNum",
     reasons: "downgradeReasons",
     seconds: "seconds",
@@ -726,8 +749,10 @@ fn read_point_counts(
     let downgrades = p.count(f.downgrades);
     let exceptions = p.count(f.exceptions);
     let timeouts = p.count(f.timeouts);
+    let cancelled = p.count(f.cancelled);
     let peak = p.count(f.concurrency);
     let reasons = read_reasons(p, f.reasons, downgrades);
+    let retry = read_retry(p, f.retry);
     let seconds = read_seconds(p, &f);
     let (visits, downgrades) = (visits?, downgrades?);
     if downgrades > visits {
@@ -759,10 +784,56 @@ fn read_point_counts(
         downgrades,
         exceptions: exceptions?,
         timeouts: timeouts?,
+        cancelled: cancelled?,
         peak_concurrency: peak?,
         downgrades_by_reason: reasons?,
         seconds: seconds?,
+        retry: retry?,
     })
+}
+
+/// The counters of a retry report, in the order of [`RetryCounts::to_array`].
+const RETRY_FIELDS: [&str; 7] = [
+    "calls",
+    "attempts",
+    "retries",
+    "exhausted",
+    "refused_by_budget",
+    "hedges",
+    "cancelled",
+];
+
+/// A point's retry counters (`retry`: an object of [`RETRY_FIELDS`], each a count
+/// bounded like a cycle's, a missing one 0; counters this server does not know are
+/// ignored); all 0 when the point has none (it made no retrying call, or an older
+/// client). The counters are not compared with each other nor with the cycle's: the
+/// runtime reads them at another moment than the cycle's figures.
+fn read_retry(p: &mut Reader<'_, '_>, key: &str) -> Option<RetryCounts> {
+    let Some(v) = p.get(key) else {
+        return Some(RetryCounts::default());
+    };
+    if !v.is_object() {
+        let field = p.field(key);
+        p.error(
+            field,
+            format!(
+                "expected an object of retry counters ({}), got {}",
+                RETRY_FIELDS.join(", "),
+                describe(v)
+            ),
+        );
+        return None;
+    }
+    let mut r = p.child(key, v)?;
+    let mut out = [0; 7];
+    let mut ok = true;
+    for (i, name) in RETRY_FIELDS.iter().enumerate() {
+        match r.count(name) {
+            Some(n) => out[i] = n,
+            None => ok = false,
+        }
+    }
+    ok.then(|| RetryCounts::from_array(out))
 }
 
 /// The cycle's ten 1-second buckets (`seconds`: ten `[visits, passes, downgrades,
@@ -1616,7 +1687,12 @@ fn read_client_health(r: &mut Reader<'_, '_>, key: &str) -> Option<Option<Client
 }
 
 fn is_idle(p: &PointCycle) -> bool {
-    p.visits == 0 && p.exceptions == 0 && p.timeouts == 0 && p.peak_concurrency == 0
+    p.visits == 0
+        && p.exceptions == 0
+        && p.timeouts == 0
+        && p.cancelled == 0
+        && p.peak_concurrency == 0
+        && p.retry.is_zero()
 }
 
 /// Reads a pull of our JSON protocol.
@@ -1842,6 +1918,121 @@ mod tests {
                 "client.statisticsCycleTime",
                 "client.pointInfoMap.p.visitNum"
             ]
+        );
+    }
+
+    /// `cancelled` and `retry` in both protocols: read when sent, 0 when absent (the
+    /// whole `retry`, or counters of it: `hedges` and `cancelled` come from newer
+    /// clients only), unknown counters ignored.
+    #[test]
+    fn cancelled_and_retry_counters_are_read_in_both_protocols() {
+        let retry = json!({"calls": 40, "attempts": 52, "retries": 12, "exhausted": 1,
+                           "refused_by_budget": 3, "hedges": 2, "cancelled": 1,
+                           "a_later_counter": 9});
+        let json_hb = json_heartbeat(
+            &with(json!({"points": [
+                {"name": "r", "visits": 40, "timeouts": 1, "cancelled": 4, "retry": retry},
+                {"name": "old", "visits": 5, "retry": {"calls": 5, "attempts": 6, "retries": 1}},
+                {"name": "none", "visits": 5}]})),
+            &ctx(),
+        )
+        .unwrap();
+        let sds_hb = sds_heartbeat(
+            &json!({"appGroupName": "g", "appName": "a", "statisticsCycleTime": 1_767_225_600_000_i64,
+                    "pointInfoMap": {
+                        "r": {"visitNum": 40, "timeoutNum": 1, "cancelledNum": 4, "retry": retry},
+                        "old": {"visitNum": 5, "retry": {"calls": 5, "attempts": 6, "retries": 1}},
+                        "none": {"visitNum": 5},
+                        // Only cancellations, or only retries: not idle.
+                        "cancels": {"visitNum": 0, "cancelledNum": 2},
+                        "retries": {"visitNum": 0, "retry": {"calls": 1}}}}),
+            &ctx(),
+        )
+        .unwrap();
+        let full = RetryCounts {
+            calls: 40,
+            attempts: 52,
+            retries: 12,
+            exhausted: 1,
+            refused_by_budget: 3,
+            hedges: 2,
+            cancelled: 1,
+        };
+        let older = RetryCounts {
+            calls: 5,
+            attempts: 6,
+            retries: 1,
+            ..RetryCounts::default()
+        };
+        for hb in [&json_hb, &sds_hb] {
+            let point = |name: &str| hb.points.iter().find(|p| p.point == name).unwrap();
+            assert_eq!((point("r").cancelled, point("r").retry), (4, full));
+            assert_eq!(point("r").timeouts, 1);
+            assert_eq!((point("old").cancelled, point("old").retry), (0, older));
+            assert_eq!(
+                (point("none").cancelled, point("none").retry),
+                (0, RetryCounts::default())
+            );
+        }
+        let names: Vec<_> = sds_hb.points.iter().map(|p| p.point.as_str()).collect();
+        assert_eq!(names, ["cancels", "none", "old", "r", "retries"]);
+    }
+
+    #[test]
+    fn malformed_cancelled_and_retry_counters_name_the_field() {
+        let errors = json_heartbeat(
+            &with(json!({"points": [
+                {"name": "a", "visits": 1, "cancelled": -1},
+                {"name": "b", "visits": 1, "retry": {"calls": "many", "attempts": 1.5,
+                                                     "hedges": MAX_COUNT + 1}},
+                {"name": "c", "visits": 1, "retry": [1, 2]},
+                {"name": "d", "visits": 1, "retry": {"refused_by_budget": true,
+                                                     "cancelled": {}}}]})),
+            &ctx(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            fields(&errors),
+            [
+                "points[0].cancelled",
+                "points[1].retry.calls",
+                "points[1].retry.attempts",
+                "points[1].retry.hedges",
+                "points[2].retry",
+                "points[3].retry.refused_by_budget",
+                "points[3].retry.cancelled",
+            ],
+            "{errors:?}"
+        );
+        assert!(errors[3].message.contains("above the limit"), "{errors:?}");
+        assert!(errors[4].message.contains("retry counters"), "{errors:?}");
+        let errors = sds_heartbeat(
+            &json!({"appGroupName": "g", "appName": "a", "statisticsCycleTime": 1_767_225_600_000_i64,
+                    "pointInfoMap": {"p": {"visitNum": 1, "cancelledNum": "2",
+                                           "retry": {"exhausted": -3}}}}),
+            &ctx(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            fields(&errors),
+            [
+                "client.pointInfoMap.p.cancelledNum",
+                "client.pointInfoMap.p.retry.exhausted"
+            ]
+        );
+        // The lenient reader leaves the malformed point out and keeps the others.
+        let (hb, rejected) = json_heartbeat_lenient(
+            &with(json!({"points": [
+                {"name": "bad", "visits": 1, "retry": {"calls": -1}},
+                {"name": "good", "visits": 2, "cancelled": 1}]})),
+            &ctx(),
+        )
+        .unwrap();
+        assert_eq!(fields(&rejected), ["points[0].retry.calls"]);
+        assert_eq!(hb.points.len(), 1);
+        assert_eq!(
+            (hb.points[0].point.as_str(), hb.points[0].cancelled),
+            ("good", 1)
         );
     }
 

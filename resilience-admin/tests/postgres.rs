@@ -147,7 +147,7 @@ fn a_version_1_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 5);
+    assert_eq!(v, 6);
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn a_version_2_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 5);
+    assert_eq!(v, 6);
 }
 
 /// A database of schema version 4 (before the seconds' call durations: this
@@ -206,7 +206,41 @@ fn a_version_4_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 5);
+    assert_eq!(v, 6);
+}
+
+#[test]
+fn postgres_cancellations_and_retries() {
+    let db = Database::create();
+    scenarios::cancellations_and_retries(StorageConfig::Postgres(db.url()));
+}
+
+/// A database of schema version 5 (before cancelled calls and retry counters: this
+/// version's schema without them) opens: its cycles are kept, with zeros, and new
+/// heartbeats store theirs.
+#[test]
+fn a_version_5_database_is_migrated() {
+    let db = Database::create();
+    drop(resilience_admin::store::PostgresStore::connect(&db.url()).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let mut c = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "ALTER TABLE ra_cycle_stats DROP COLUMN cancelled, DROP COLUMN retry_calls,
+             DROP COLUMN retry_attempts, DROP COLUMN retry_retries,
+             DROP COLUMN retry_exhausted, DROP COLUMN retry_refused_by_budget,
+             DROP COLUMN retry_hedges, DROP COLUMN retry_cancelled;
+         UPDATE ra_schema SET version = 5;
+         INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
+         INSERT INTO ra_cycle_stats
+             SELECT id, 'order.create', {cycle}, 7, 7, 0, 0, 0, 1, 1, 0 FROM ra_apps;"
+    ))
+    .unwrap();
+    scenarios::migrated_v5(StorageConfig::Postgres(db.url()), cycle);
+    let v: i32 = c
+        .query_one("SELECT MAX(version) FROM ra_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 6);
 }
 
 #[test]

@@ -10,6 +10,25 @@ fn file(dir: &TempDir) -> StorageConfig {
     StorageConfig::Sqlite(dir.path().join("admin.db"))
 }
 
+/// Takes a file of this version back to schema version 5: without the cycles'
+/// cancelled calls and retry counters.
+fn without_v6() -> String {
+    [
+        "cancelled",
+        "retry_calls",
+        "retry_attempts",
+        "retry_retries",
+        "retry_exhausted",
+        "retry_refused_by_budget",
+        "retry_hedges",
+        "retry_cancelled",
+    ]
+    .iter()
+    .map(|c| format!("ALTER TABLE cycle_stats DROP COLUMN {c};"))
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
 #[test]
 fn sqlite_aggregation() {
     let dir = TempDir::new("agg");
@@ -79,7 +98,7 @@ fn a_version_1_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 5);
+    assert_eq!(v, 6);
 }
 
 #[test]
@@ -98,12 +117,14 @@ fn a_version_2_file_is_migrated() {
     let cycle = 1_767_225_590_000_i64;
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(&format!(
-        "DROP TABLE second_stats;
+        "{}
+         DROP TABLE second_stats;
          DROP TABLE second_reasons;
          ALTER TABLE cycle_stats DROP COLUMN second_instances;
          INSERT INTO apps VALUES (1, 'shop', 'orders', 5);
          INSERT INTO cycle_stats VALUES (1, 'order.create', {cycle}, 7, 7, 0, 0, 0, 1, 1);
-         PRAGMA user_version = 2;"
+         PRAGMA user_version = 2;",
+        without_v6()
     ))
     .unwrap();
     drop(conn);
@@ -112,7 +133,7 @@ fn a_version_2_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 5);
+    assert_eq!(v, 6);
 }
 
 /// A file of schema version 4 (before the seconds' call durations: this version's
@@ -126,12 +147,14 @@ fn a_version_4_file_is_migrated() {
     let cycle = 1_767_225_590_000_i64;
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.execute_batch(&format!(
-        "ALTER TABLE second_stats DROP COLUMN measured;
+        "{}
+         ALTER TABLE second_stats DROP COLUMN measured;
          ALTER TABLE second_stats DROP COLUMN sum_us;
          ALTER TABLE second_stats DROP COLUMN max_us;
          INSERT INTO apps VALUES (1, 'shop', 'orders', 5);
          INSERT INTO second_stats VALUES (1, 'order.create', {}, 7, 7, 0, 0, 0, 1);
          PRAGMA user_version = 4;",
+        without_v6(),
         cycle + 3_000
     ))
     .unwrap();
@@ -141,5 +164,38 @@ fn a_version_4_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 5);
+    assert_eq!(v, 6);
+}
+
+#[test]
+fn sqlite_cancellations_and_retries() {
+    let dir = TempDir::new("retries");
+    scenarios::cancellations_and_retries(file(&dir));
+}
+
+/// A file of schema version 5 (before cancelled calls and retry counters: this
+/// version's file without them) opens: its cycles are kept, with zeros, and new
+/// heartbeats store theirs.
+#[test]
+fn a_version_5_file_is_migrated() {
+    let dir = TempDir::new("migrate5");
+    let path = dir.path().join("admin.db");
+    drop(resilience_admin::store::SqliteStore::open(&path).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&format!(
+        "{}
+         INSERT INTO apps VALUES (1, 'shop', 'orders', 5);
+         INSERT INTO cycle_stats VALUES (1, 'order.create', {cycle}, 7, 7, 0, 0, 0, 1, 1, 0);
+         PRAGMA user_version = 5;",
+        without_v6()
+    ))
+    .unwrap();
+    drop(conn);
+    scenarios::migrated_v5(file(&dir), cycle);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 6);
 }

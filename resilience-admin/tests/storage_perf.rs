@@ -89,6 +89,7 @@ fn big_heartbeat(app: &AppKey, instance: &str, cycle: i64, scale: u64) -> Heartb
                 peak_concurrency: scale,
                 downgrades_by_reason: [("visits".to_owned(), downgrades)].into(),
                 seconds: Some(s),
+                ..PointCycle::default()
             }
         })
         .collect();

@@ -168,7 +168,7 @@ async function loadPoints() {
   const body = $("#points tbody");
   body.textContent = "";
   const all = el("tr", { "data-point": "", class: state.point === null ? "selected" : "" }, [
-    el("td", { text: "(all points)", colspan: "10" }),
+    el("td", { text: "(all points)", colspan: "11" }),
   ]);
   all.addEventListener("click", () => selectPoint(null));
   body.append(all);
@@ -177,6 +177,32 @@ async function loadPoints() {
     row.addEventListener("click", () => selectPoint(p.name));
     body.append(row);
   }
+  drawRetries(r.data.points);
+}
+
+// The retry counters, as the API names them, with the class of their cell.
+const RETRY_COUNTERS = ["calls", "attempts", "retries", "exhausted", "refused_by_budget", "hedges", "cancelled"];
+
+function hasRetries(c) {
+  return !!(c && c.retry && RETRY_COUNTERS.some((k) => c.retry[k] > 0));
+}
+
+// The retries table: a row per point whose latest cycle (not idle) had retrying
+// calls; clicking it selects the point.
+function drawRetries(points) {
+  const body = $("#retries tbody");
+  body.textContent = "";
+  const shown = points.filter((p) => !p.idle && hasRetries(p.last_cycle));
+  for (const p of shown) {
+    const c = p.last_cycle;
+    const cells = [el("td", { text: p.name })];
+    for (const k of RETRY_COUNTERS) cells.push(el("td", { class: "r-" + k, text: String(c.retry[k] || 0) }));
+    cells.push(el("td", { class: "asof", "data-cycle-start-ms": String(c.cycle_start_ms), text: time(c.cycle_start_ms) }));
+    const row = el("tr", { "data-point": p.name, class: state.point === p.name ? "selected" : "" }, cells);
+    row.addEventListener("click", () => selectPoint(p.name));
+    body.append(row);
+  }
+  $("#retries-none").hidden = shown.length > 0;
 }
 
 async function loadInstances() {
@@ -201,7 +227,7 @@ async function loadInstances() {
 function selectPoint(name) {
   state.point = name;
   state.formDirty = false;
-  for (const row of document.querySelectorAll("#points tbody tr")) {
+  for (const row of document.querySelectorAll("#points tbody tr, #retries tbody tr")) {
     row.classList.toggle("selected", (row.dataset.point || null) === name);
   }
   $("#chart-subject").textContent = name === null ? "all points" : name;
@@ -270,11 +296,12 @@ function pointRow(p, consoleVersion) {
   }
   const cells = [name, el("td", { class: "policy-source", text: policySource(p, consoleVersion) }), drift, breaker];
   if (c && !p.idle) {
-    for (const k of ["visits", "passes", "downgrades", "exceptions", "timeouts"]) cells.push(el("td", { class: "n-" + k, text: String(c[k]) }));
+    // `cancelled` is 0 from older servers' answers and clients that do not say.
+    for (const k of ["visits", "passes", "downgrades", "exceptions", "timeouts", "cancelled"]) cells.push(el("td", { class: "n-" + k, text: String(c[k] || 0) }));
     cells.push(el("td", { class: "asof", "data-cycle-start-ms": String(c.cycle_start_ms), text: time(c.cycle_start_ms) }));
   } else {
     // No old numbers for a point without recent traffic.
-    const idle = el("td", { class: "idle", colspan: "5", text: c ? "idle since " + time(p.idle_since_ms) : "no traffic" });
+    const idle = el("td", { class: "idle", colspan: "6", text: c ? "idle since " + time(p.idle_since_ms) : "no traffic" });
     if (c) idle.dataset.idleSinceMs = String(p.idle_since_ms);
     cells.push(idle, el("td", { class: "asof", text: "-" }));
   }

@@ -16,7 +16,8 @@
 
 // Sections of plain fields: [path, kind, shown default]. Kinds: int, num (numbers,
 // sent as numbers when they parse), dur (a duration with a unit), str, bool3 (not
-// set / true / false).
+// set / true / false). `groups` are nested tables of the section, each a fieldset
+// of its own inside the section's.
 const FORM_SECTIONS = [
   {
     legend: "Rules",
@@ -26,6 +27,7 @@ const FORM_SECTIONS = [
       ["max_concurrency", "int"],
       ["max_exceptions", "int"],
       ["downgrade_percentage", "int", "100"],
+      ["call_timeout", "dur"],
     ],
   },
   { legend: "shadow", hint: "dry run: rules are counted, calls never downgraded", fields: [["shadow", "bool3"]] },
@@ -34,7 +36,33 @@ const FORM_SECTIONS = [
   { legend: "token_bucket", fields: [["token_bucket.rate", "num"], ["token_bucket.capacity", "int"]] },
   { legend: "delay", fields: [["delay.duration", "dur"], ["delay.retry_interval", "dur"]] },
   { legend: "window", fields: [["window.buckets", "int", "10"], ["window.bucket_width", "dur", "1s"]] },
+  {
+    legend: "retry",
+    hint: "retrying calls: attempts in all (1 never retries); the wait starts at base and grows by multiplier up to max, jitter removes a random fraction of it",
+    fields: [
+      ["retry.attempts", "int"],
+      ["retry.base", "dur", "50ms"],
+      ["retry.multiplier", "num", "2"],
+      ["retry.max", "dur", "max(2s, base)"],
+      ["retry.jitter", "num", "1"],
+    ],
+    groups: [
+      {
+        legend: "budget",
+        hint: "optional, the point's own: retries allowed per 100 calls of the window, and at least min_per_second",
+        fields: [
+          ["retry.budget.percent", "num", "20"],
+          ["retry.budget.min_per_second", "int", "10"],
+          ["retry.budget.window", "dur", "10s"],
+        ],
+      },
+    ],
+  },
 ];
+
+// The defaults of the retry section, for its summary (the runtime's).
+const RETRY_DEFAULTS = { base: "50ms", multiplier: 2, max: "2s", jitter: 1 };
+const BUDGET_DEFAULTS = { percent: 20, min_per_second: 10, window: "10s" };
 
 // Sections that choose an algorithm: each algorithm's fields [name, kind, default],
 // named within the section. `off` sections can also be "off" (set to none over the
@@ -51,6 +79,7 @@ const ALGORITHM_SECTIONS = [
         ["buckets", "int", "40"],
         ["force_pass_interval", "dur", "1s"],
         ["slow_call", "dur"],
+        ["cancellations_are_failures", "bool3", "false"],
       ],
       classic: [
         ["failure_rate", "num", "0.5"],
@@ -65,6 +94,7 @@ const ALGORITHM_SECTIONS = [
         ["open_wait.multiplier", "num", "1"],
         ["open_wait.max", "dur", "max(5s, base)"],
         ["open_wait.jitter", "num", "0"],
+        ["cancellations_are_failures", "bool3", "false"],
       ],
       disabled: [],
     },
@@ -119,11 +149,13 @@ const ALGORITHM_SECTIONS = [
 
 const inputId = (path) => "f-" + path.replace(/\./g, "-");
 
-function fieldRow(path, kind, placeholder) {
+// An input's row; `prefix` is left out of the name shown (the section, or the
+// section and the group of a nested table).
+function fieldRow(path, kind, placeholder, prefix) {
   let input;
   if (kind === "bool3") {
     input = el("select", { id: inputId(path), "data-field": path, "data-kind": kind }, [
-      el("option", { value: "", text: "(not set)" }),
+      el("option", { value: "", text: placeholder ? "(not set: " + placeholder + ")" : "(not set)" }),
       el("option", { value: "true", text: "true" }),
       el("option", { value: "false", text: "false" }),
     ]);
@@ -132,7 +164,7 @@ function fieldRow(path, kind, placeholder) {
     if (placeholder) attrs.placeholder = placeholder;
     input = el("input", attrs);
   }
-  const name = path.slice(path.indexOf(".") + 1);
+  const name = prefix ? path.slice(prefix.length + 1) : path.slice(path.indexOf(".") + 1);
   return el("div", { class: "field", "data-row": path }, [
     el("label", {}, [el("span", { class: "name", text: name }), input]),
     el("div", { class: "field-error", "data-field": path }),
@@ -148,6 +180,15 @@ function buildForm() {
     if (s.hint) set.append(el("p", { class: "hint", text: s.hint }));
     for (const [path, kind, def] of s.fields) set.append(fieldRow(path, kind, def));
     const section = s.fields[0][0].includes(".") ? s.fields[0][0].split(".")[0] : null;
+    for (const g of s.groups || []) {
+      const path = section + "." + g.legend;
+      const group = el("fieldset", { "data-section": path }, [el("legend", { text: g.legend })]);
+      if (g.hint) group.append(el("p", { class: "hint", text: g.hint }));
+      for (const [field, kind, def] of g.fields) group.append(fieldRow(field, kind, def, path));
+      group.append(el("div", { class: "field-error", "data-field": path }));
+      set.append(group);
+    }
+    if (section === "retry") set.append(el("p", { class: "hint retry-summary", id: "retry-summary" }));
     if (section) set.append(el("div", { class: "field-error", "data-field": section }));
     box.append(set);
   }
@@ -251,10 +292,45 @@ function fillForm() {
     input.disabled = name === null;
   }
   for (const s of ALGORITHM_SECTIONS) showAlgorithm(s.section);
+  showRetrySummary(settings);
   $("#form-state").textContent = name === null ? "" : settings ? "" : "This point has no policy in the console yet.";
   $("#save").disabled = name === null;
   $("#remove").disabled = name === null || !settings;
   fillRawPoint(false);
+}
+
+// What the stored retry section of the point does, defaults included ("" without a
+// point). The data attributes hold the effective values.
+function retrySummary(settings) {
+  const r = settings && settings.retry;
+  if (!r || typeof r !== "object") return { text: "Stored: no retry section (calls are not retried).", values: null };
+  const v = Object.assign({}, RETRY_DEFAULTS, r);
+  // A `max` left out is the default raised to `base` (the runtime's rule).
+  if (r.max === undefined && r.base !== undefined) v.max = "max(2s, " + r.base + ")";
+  const jitter = Number(v.jitter) === 1 ? "full jitter" : Number(v.jitter) === 0 ? "no jitter" : "jitter " + v.jitter;
+  const wait = Number(v.multiplier) === 1 ? "a fixed wait of " + v.base : "waits from " + v.base + " growing \u00d7" + v.multiplier + " up to " + v.max;
+  let text = "Stored: " + v.attempts + " attempt" + (Number(v.attempts) === 1 ? "" : "s") + " in all, " + wait + ", " + jitter;
+  let budget = null;
+  if (r.budget && typeof r.budget === "object") {
+    budget = Object.assign({}, BUDGET_DEFAULTS, r.budget);
+    text += "; own budget: " + budget.percent + " retries per 100 calls, at least " + budget.min_per_second + "/s, over " + budget.window;
+  } else {
+    text += "; the app's shared retry budget";
+  }
+  return { text: text + ".", values: Object.assign({}, v, { budget }) };
+}
+
+function showRetrySummary(settings) {
+  const slot = $("#retry-summary");
+  if (!slot) return;
+  if (state.point === null) {
+    slot.textContent = "";
+    delete slot.dataset.retry;
+    return;
+  }
+  const s = retrySummary(settings);
+  slot.textContent = s.text;
+  slot.dataset.retry = s.values === null ? "" : JSON.stringify(s.values);
 }
 
 // After a conflict: the form moves to the current version, keeping what the operator
@@ -269,6 +345,7 @@ function rebaseForm() {
     input.dataset.original = text;
   }
   for (const s of ALGORITHM_SECTIONS) showAlgorithm(s.section);
+  showRetrySummary(settings);
   $("#remove").disabled = name === null || !settings;
 }
 

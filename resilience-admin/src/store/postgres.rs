@@ -9,8 +9,8 @@ use super::{
 };
 use crate::model::{
     AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, Ingested, InstanceInfo,
-    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, SecondCounts, SecondRow, CYCLE_MS,
-    SECOND_MS,
+    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, RetryCounts, SecondCounts, SecondRow,
+    CYCLE_MS, SECOND_MS,
 };
 use postgres::error::SqlState;
 use postgres::types::ToSql;
@@ -18,7 +18,7 @@ use postgres::{Client, GenericClient, NoTls, Row};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-const SCHEMA_VERSION: i32 = 5;
+const SCHEMA_VERSION: i32 = 6;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ra_schema (version INTEGER NOT NULL);
@@ -160,6 +160,16 @@ CREATE INDEX IF NOT EXISTS ra_received_parts_time ON ra_received_parts (cycle_st
 ALTER TABLE ra_second_stats ADD COLUMN IF NOT EXISTS measured BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE ra_second_stats ADD COLUMN IF NOT EXISTS sum_us BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE ra_second_stats ADD COLUMN IF NOT EXISTS max_us BIGINT NOT NULL DEFAULT 0;
+-- Version 6: the cycles' cancelled calls and retry counters. Additions only, each of
+-- which may run again; the cycles stored before have none.
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS cancelled BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS retry_calls BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS retry_attempts BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS retry_retries BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS retry_exhausted BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS retry_refused_by_budget BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS retry_hedges BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS retry_cancelled BIGINT NOT NULL DEFAULT 0;
 -- The reads of one app over a time range (every point's cycles or seconds of the last
 -- minutes, summed or not). Indexes only: a database with them still opens in an
 -- older server, which keeps them up to date.
@@ -168,6 +178,34 @@ CREATE INDEX IF NOT EXISTS ra_cycle_reasons_app_time ON ra_cycle_reasons (app_id
 CREATE INDEX IF NOT EXISTS ra_second_stats_app_time ON ra_second_stats (app_id, second_ms);
 CREATE INDEX IF NOT EXISTS ra_second_reasons_app_time ON ra_second_reasons (app_id, second_ms, point, reason);
 ";
+
+/// The columns of `ra_cycle_stats` added by schema version 6: `cancelled`, then a
+/// point's [`RetryCounts::to_array`].
+const EXTRA_COLUMNS: [&str; 8] = [
+    "cancelled",
+    "retry_calls",
+    "retry_attempts",
+    "retry_retries",
+    "retry_exhausted",
+    "retry_refused_by_budget",
+    "retry_hedges",
+    "retry_cancelled",
+];
+
+/// `cancelled, retry_calls, ...` with each column as `f` writes it.
+fn extra_columns(f: impl Fn(&str) -> String) -> String {
+    EXTRA_COLUMNS.map(f).join(", ")
+}
+
+/// A cycle's cancelled calls and retry counters, read from `EXTRA_COLUMNS` starting
+/// at column `at`.
+fn read_extra(r: &Row, at: usize) -> (u64, RetryCounts) {
+    let mut retry = [0; 7];
+    for (i, v) in retry.iter_mut().enumerate() {
+        *v = count(r, at + 1 + i);
+    }
+    (count(r, at), RetryCounts::from_array(retry))
+}
 
 /// Connections kept open: heartbeats, pulls and reads each take one, so a read
 /// never waits for a heartbeat in progress (nor a heartbeat for a read).
@@ -363,12 +401,15 @@ fn read_cycles(
 ) -> Result<Vec<CycleRow>, postgres::Error> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let (sql, args) = by_point(
-        "SELECT point, cycle_start_ms, visits, passes, downgrades, exceptions, timeouts,
-                peak_concurrency, instances
+        &format!(
+            "SELECT point, cycle_start_ms, visits, passes, downgrades, exceptions, timeouts,
+                peak_concurrency, instances, {}
          FROM ra_cycle_stats
-         WHERE app_id = $1 {point} AND cycle_start_ms >= $a AND cycle_start_ms < $b
+         WHERE app_id = $1 {{point}} AND cycle_start_ms >= $a AND cycle_start_ms < $b
          ORDER BY point, cycle_start_ms
          LIMIT $c",
+            extra_columns(str::to_owned)
+        ),
         &app_id,
         &point,
         &[&from_ms, &to_ms, &limit],
@@ -376,20 +417,25 @@ fn read_cycles(
     let rows = c.query(&sql, &args)?;
     let mut out: Vec<CycleRow> = rows
         .iter()
-        .map(|r| CycleRow {
-            cycle_start_ms: r.get(1),
-            counts: PointCycle {
-                point: r.get(0),
-                visits: count(r, 2),
-                passes: count(r, 3),
-                downgrades: count(r, 4),
-                exceptions: count(r, 5),
-                timeouts: count(r, 6),
-                peak_concurrency: count(r, 7),
-                downgrades_by_reason: BTreeMap::new(),
-                seconds: None,
-            },
-            instances: count(r, 8),
+        .map(|r| {
+            let (cancelled, retry) = read_extra(r, 9);
+            CycleRow {
+                cycle_start_ms: r.get(1),
+                counts: PointCycle {
+                    point: r.get(0),
+                    visits: count(r, 2),
+                    passes: count(r, 3),
+                    downgrades: count(r, 4),
+                    exceptions: count(r, 5),
+                    timeouts: count(r, 6),
+                    cancelled,
+                    peak_concurrency: count(r, 7),
+                    downgrades_by_reason: BTreeMap::new(),
+                    seconds: None,
+                    retry,
+                },
+                instances: count(r, 8),
+            }
         })
         .collect();
     if out.is_empty() {
@@ -556,10 +602,12 @@ fn record_cycles(
     app: i64,
     hb: &Heartbeat,
 ) -> Result<(), postgres::Error> {
-    // visits, passes, downgrades, exceptions, timeouts, peak, instances, with seconds
-    let mut stats: BTreeMap<&str, [i64; 8]> = BTreeMap::new();
+    // visits, passes, downgrades, exceptions, timeouts, peak, instances, with seconds,
+    // then the `EXTRA_COLUMNS`
+    let mut stats: BTreeMap<&str, [i64; 16]> = BTreeMap::new();
     let mut reasons: BTreeMap<(&str, &str), [i64; 1]> = BTreeMap::new();
     for p in &hb.points {
+        let r = p.retry.to_array().map(to_i64);
         add(
             stats.entry(p.point.as_str()).or_default(),
             [
@@ -571,6 +619,14 @@ fn record_cycles(
                 to_i64(p.peak_concurrency),
                 1,
                 i64::from(p.seconds.is_some()),
+                to_i64(p.cancelled),
+                r[0],
+                r[1],
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
             ],
         );
         for (reason, n) in p.downgrades_by_reason.iter().filter(|(_, n)| **n > 0) {
@@ -582,22 +638,32 @@ fn record_cycles(
             );
         }
     }
-    let stats: Vec<(&str, [i64; 8])> = stats.into_iter().collect();
+    let stats: Vec<(&str, [i64; 16])> = stats.into_iter().collect();
+    let extra = extra_columns(str::to_owned);
+    let extra_arrays = (12..20)
+        .map(|i| format!("${i}::BIGINT[]"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let extra_values = extra_columns(|c| format!("u.{c}"));
+    let extra_sums = extra_columns(|c| format!("{c} = ra_cycle_stats.{c} + excluded.{c}"));
     for chunk in stats.chunks(BATCH_ROWS) {
         let points: Vec<&str> = chunk.iter().map(|(p, _)| *p).collect();
         let c = columns(chunk, |v| *v);
         tx.execute(
-            "INSERT INTO ra_cycle_stats (app_id, point, cycle_start_ms, visits, passes,
+            &format!(
+                "INSERT INTO ra_cycle_stats (app_id, point, cycle_start_ms, visits, passes,
                 downgrades, exceptions, timeouts, peak_concurrency, instances,
-                second_instances)
+                second_instances, {extra})
              SELECT $1::BIGINT, u.point, $2::BIGINT, u.visits, u.passes, u.downgrades,
-                    u.exceptions, u.timeouts, u.peak, u.instances, u.second_instances
+                    u.exceptions, u.timeouts, u.peak, u.instances, u.second_instances,
+                    {extra_values}
              FROM UNNEST($3::TEXT[], $4::BIGINT[], $5::BIGINT[], $6::BIGINT[],
                          $7::BIGINT[], $8::BIGINT[], $9::BIGINT[], $10::BIGINT[],
-                         $11::BIGINT[])
+                         $11::BIGINT[], {extra_arrays})
                   AS u(point, visits, passes, downgrades, exceptions, timeouts, peak,
-                       instances, second_instances)
+                       instances, second_instances, {extra})
              ON CONFLICT (app_id, point, cycle_start_ms) DO UPDATE SET
+                {extra_sums},
                 second_instances =
                     ra_cycle_stats.second_instances + excluded.second_instances,
                 visits = ra_cycle_stats.visits + excluded.visits,
@@ -606,7 +672,8 @@ fn record_cycles(
                 exceptions = ra_cycle_stats.exceptions + excluded.exceptions,
                 timeouts = ra_cycle_stats.timeouts + excluded.timeouts,
                 peak_concurrency = ra_cycle_stats.peak_concurrency + excluded.peak_concurrency,
-                instances = ra_cycle_stats.instances + excluded.instances",
+                instances = ra_cycle_stats.instances + excluded.instances"
+            ),
             &[
                 &app,
                 &hb.cycle_start_ms,
@@ -619,6 +686,14 @@ fn record_cycles(
                 &c[5],
                 &c[6],
                 &c[7],
+                &c[8],
+                &c[9],
+                &c[10],
+                &c[11],
+                &c[12],
+                &c[13],
+                &c[14],
+                &c[15],
             ],
         )?;
     }
@@ -823,30 +898,38 @@ fn read_cycles_summed(
 ) -> Result<Vec<CycleRow>, postgres::Error> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = c.query(
-        "SELECT cycle_start_ms, SUM(visits)::BIGINT, SUM(passes)::BIGINT,
+        &format!(
+            "SELECT cycle_start_ms, SUM(visits)::BIGINT, SUM(passes)::BIGINT,
                 SUM(downgrades)::BIGINT, SUM(exceptions)::BIGINT, SUM(timeouts)::BIGINT,
-                SUM(peak_concurrency)::BIGINT, MAX(instances)
+                SUM(peak_concurrency)::BIGINT, MAX(instances), {}
          FROM ra_cycle_stats
          WHERE app_id = $1 AND cycle_start_ms >= $2 AND cycle_start_ms < $3
          GROUP BY cycle_start_ms ORDER BY cycle_start_ms LIMIT $4",
+            extra_columns(|c| format!("SUM({c})::BIGINT"))
+        ),
         &[&app_id, &from_ms, &to_ms, &limit],
     )?;
     let mut out: Vec<CycleRow> = rows
         .iter()
-        .map(|r| CycleRow {
-            cycle_start_ms: r.get(0),
-            counts: PointCycle {
-                point: String::new(),
-                visits: count(r, 1),
-                passes: count(r, 2),
-                downgrades: count(r, 3),
-                exceptions: count(r, 4),
-                timeouts: count(r, 5),
-                peak_concurrency: count(r, 6),
-                downgrades_by_reason: BTreeMap::new(),
-                seconds: None,
-            },
-            instances: count(r, 7),
+        .map(|r| {
+            let (cancelled, retry) = read_extra(r, 8);
+            CycleRow {
+                cycle_start_ms: r.get(0),
+                counts: PointCycle {
+                    point: String::new(),
+                    visits: count(r, 1),
+                    passes: count(r, 2),
+                    downgrades: count(r, 3),
+                    exceptions: count(r, 4),
+                    timeouts: count(r, 5),
+                    cancelled,
+                    peak_concurrency: count(r, 6),
+                    downgrades_by_reason: BTreeMap::new(),
+                    seconds: None,
+                    retry,
+                },
+                instances: count(r, 7),
+            }
         })
         .collect();
     if out.is_empty() {
@@ -1015,14 +1098,16 @@ impl Store for PostgresStore {
         // statistics), its reasons likewise from theirs: two index probes per point.
         let rows = client
             .query(
-                "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms, s.cycle_start_ms,
+                &format!(
+                    "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms, s.cycle_start_ms,
                     s.visits, s.passes, s.downgrades, s.exceptions, s.timeouts,
                     s.peak_concurrency, s.instances,
                     (SELECT json_object_agg(x.reason, x.count)::TEXT FROM (
                         SELECT r.reason, r.count FROM ra_cycle_reasons r
                         WHERE r.app_id = p.app_id AND r.point = p.name
                           AND r.cycle_start_ms = s.cycle_start_ms
-                        ORDER BY r.app_id, r.point, r.cycle_start_ms, r.reason) x)
+                        ORDER BY r.app_id, r.point, r.cycle_start_ms, r.reason) x),
+                    {extra}
                  FROM ra_points p
                  LEFT JOIN LATERAL (
                     SELECT * FROM ra_cycle_stats c
@@ -1030,6 +1115,8 @@ impl Store for PostgresStore {
                     ORDER BY c.point DESC, c.cycle_start_ms DESC LIMIT 1
                  ) s ON TRUE
                  WHERE p.app_id = $1 ORDER BY p.name",
+                    extra = extra_columns(|c| format!("s.{c}"))
+                ),
                 &[&app_id],
             )
             .map_err(backend)?;
@@ -1044,6 +1131,7 @@ impl Store for PostgresStore {
                         Some(text) => parse_json(&text, "downgrade reasons")?,
                         None => BTreeMap::new(),
                     };
+                    let (cancelled, retry) = read_extra(&r, 13);
                     Some(CycleRow {
                         cycle_start_ms: t,
                         counts: PointCycle {
@@ -1053,9 +1141,11 @@ impl Store for PostgresStore {
                             downgrades: count(&r, 7),
                             exceptions: count(&r, 8),
                             timeouts: count(&r, 9),
+                            cancelled,
                             peak_concurrency: count(&r, 10),
                             downgrades_by_reason,
                             seconds: None,
+                            retry,
                         },
                         instances: count(&r, 11),
                     })

@@ -6,8 +6,8 @@ use super::{
 };
 use crate::model::{
     AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, Ingested, InstanceInfo,
-    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, SecondCounts, SecondRow, CYCLE_MS,
-    SECOND_MS,
+    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, RetryCounts, SecondCounts, SecondRow,
+    CYCLE_MS, SECOND_MS,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 /// The schema; `PRAGMA user_version` tells which one a file has.
-const SCHEMA_VERSION: i64 = 5;
+const SCHEMA_VERSION: i64 = 6;
 
 /// What each schema version adds to the one before ([`SCHEMA`] is version 1). Only
 /// additions: a file of an older version opens and is brought up to date.
-const MIGRATIONS: [(i64, &str); 4] = [
+const MIGRATIONS: [(i64, &str); 5] = [
     (
         2,
         "
@@ -110,7 +110,68 @@ ALTER TABLE second_stats ADD COLUMN sum_us INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE second_stats ADD COLUMN max_us INTEGER NOT NULL DEFAULT 0;
 ",
     ),
+    // Version 6: the cycles' cancelled calls and retry counters; the cycles stored
+    // before have none.
+    (
+        6,
+        "
+ALTER TABLE cycle_stats ADD COLUMN cancelled INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN retry_calls INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN retry_attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN retry_retries INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN retry_exhausted INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN retry_refused_by_budget INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN retry_hedges INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN retry_cancelled INTEGER NOT NULL DEFAULT 0;
+",
+    ),
 ];
+
+/// The columns of `cycle_stats` added by schema version 6, in the order of a
+/// point's [`RetryCounts::to_array`] after `cancelled`.
+const EXTRA_COLUMNS: [&str; 8] = [
+    "cancelled",
+    "retry_calls",
+    "retry_attempts",
+    "retry_retries",
+    "retry_exhausted",
+    "retry_refused_by_budget",
+    "retry_hedges",
+    "retry_cancelled",
+];
+
+/// `cancelled, retry_calls, ...` with each column as `f` writes it.
+fn extra_columns(f: impl Fn(&str) -> String) -> String {
+    EXTRA_COLUMNS.map(f).join(", ")
+}
+
+/// A cycle's cancelled calls and retry counters, read from `EXTRA_COLUMNS` starting
+/// at column `at`.
+fn read_extra(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<(u64, RetryCounts)> {
+    let count = |i: usize| -> rusqlite::Result<u64> {
+        Ok(u64::try_from(r.get::<_, Option<i64>>(at + i)?.unwrap_or(0)).unwrap_or(0))
+    };
+    let mut retry = [0; 7];
+    for (i, v) in retry.iter_mut().enumerate() {
+        *v = count(i + 1)?;
+    }
+    Ok((count(0)?, RetryCounts::from_array(retry)))
+}
+
+/// A point's cancelled calls and retry counters as `EXTRA_COLUMNS` store them.
+fn extra_values(p: &PointCycle) -> [i64; 8] {
+    let r = p.retry.to_array();
+    [
+        to_i64(p.cancelled),
+        to_i64(r[0]),
+        to_i64(r[1]),
+        to_i64(r[2]),
+        to_i64(r[3]),
+        to_i64(r[4]),
+        to_i64(r[5]),
+        to_i64(r[6]),
+    ]
+}
 
 /// Indexes for the reads of one app over a time range (every point's cycles or
 /// seconds of the last minutes, summed or not): created, if missing, on every
@@ -580,9 +641,10 @@ fn read_cycles(
     } else {
         "INDEXED BY cycle_stats_app_time"
     };
+    let extra = extra_columns(str::to_owned);
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT point, cycle_start_ms, visits, passes, downgrades, exceptions, timeouts,
-                peak_concurrency, instances
+                peak_concurrency, instances, {extra}
          FROM cycle_stats {stats_index}
          WHERE app_id = ? {filter} AND cycle_start_ms >= ? AND cycle_start_ms < ?
          ORDER BY point, cycle_start_ms
@@ -595,6 +657,7 @@ fn read_cycles(
             let count = |i: usize| -> rusqlite::Result<u64> {
                 Ok(u64::try_from(r.get::<_, i64>(i)?).unwrap_or(0))
             };
+            let (cancelled, retry) = read_extra(r, 9)?;
             Ok(CycleRow {
                 cycle_start_ms: r.get(1)?,
                 counts: PointCycle {
@@ -604,9 +667,11 @@ fn read_cycles(
                     downgrades: count(4)?,
                     exceptions: count(5)?,
                     timeouts: count(6)?,
+                    cancelled,
                     peak_concurrency: count(7)?,
                     downgrades_by_reason: BTreeMap::new(),
                     seconds: None,
+                    retry,
                 },
                 instances: count(8)?,
             })
@@ -820,18 +885,20 @@ fn read_cycles_summed(
     limit: usize,
 ) -> rusqlite::Result<Vec<CycleRow>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let mut stmt = conn.prepare_cached(
+    let extra = extra_columns(|c| format!("SUM({c})"));
+    let mut stmt = conn.prepare_cached(&format!(
         "SELECT cycle_start_ms, SUM(visits), SUM(passes), SUM(downgrades), SUM(exceptions),
-                SUM(timeouts), SUM(peak_concurrency), MAX(instances)
+                SUM(timeouts), SUM(peak_concurrency), MAX(instances), {extra}
          FROM cycle_stats INDEXED BY cycle_stats_app_time
          WHERE app_id = ?1 AND cycle_start_ms >= ?2 AND cycle_start_ms < ?3
-         GROUP BY cycle_start_ms ORDER BY cycle_start_ms LIMIT ?4",
-    )?;
+         GROUP BY cycle_start_ms ORDER BY cycle_start_ms LIMIT ?4"
+    ))?;
     let mut rows: Vec<CycleRow> = stmt
         .query_map(params![app_id, from_ms, to_ms, limit], |r| {
             let count = |i: usize| -> rusqlite::Result<u64> {
                 Ok(u64::try_from(r.get::<_, i64>(i)?).unwrap_or(0))
             };
+            let (cancelled, retry) = read_extra(r, 8)?;
             Ok(CycleRow {
                 cycle_start_ms: r.get(0)?,
                 counts: PointCycle {
@@ -841,9 +908,11 @@ fn read_cycles_summed(
                     downgrades: count(3)?,
                     exceptions: count(4)?,
                     timeouts: count(5)?,
+                    cancelled,
                     peak_concurrency: count(6)?,
                     downgrades_by_reason: BTreeMap::new(),
                     seconds: None,
+                    retry,
                 },
                 instances: count(7)?,
             })
@@ -943,13 +1012,20 @@ impl Store for SqliteStore {
             }
         }
         if fresh {
+            let extra = extra_columns(str::to_owned);
+            let extra_params = (11..19)
+                .map(|i| format!("?{i}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let extra_sums = extra_columns(|c| format!("{c} = cycle_stats.{c} + excluded.{c}"));
             let mut stats = tx
-                .prepare_cached(
+                .prepare_cached(&format!(
                     "INSERT INTO cycle_stats (app_id, point, cycle_start_ms, visits, passes,
                         downgrades, exceptions, timeouts, peak_concurrency, instances,
-                        second_instances)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1, ?10)
+                        second_instances, {extra})
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1, ?10, {extra_params})
                      ON CONFLICT (app_id, point, cycle_start_ms) DO UPDATE SET
+                        {extra_sums},
                         second_instances =
                             cycle_stats.second_instances + excluded.second_instances,
                         visits = cycle_stats.visits + excluded.visits,
@@ -959,8 +1035,8 @@ impl Store for SqliteStore {
                         timeouts = cycle_stats.timeouts + excluded.timeouts,
                         peak_concurrency =
                             cycle_stats.peak_concurrency + excluded.peak_concurrency,
-                        instances = cycle_stats.instances + 1",
-                )
+                        instances = cycle_stats.instances + 1"
+                ))
                 .map_err(backend)?;
             let mut reasons = tx
                 .prepare_cached(
@@ -971,6 +1047,7 @@ impl Store for SqliteStore {
                 )
                 .map_err(backend)?;
             for p in &hb.points {
+                let [e0, e1, e2, e3, e4, e5, e6, e7] = extra_values(p);
                 stats
                     .execute(params![
                         app,
@@ -982,7 +1059,15 @@ impl Store for SqliteStore {
                         to_i64(p.exceptions),
                         to_i64(p.timeouts),
                         to_i64(p.peak_concurrency),
-                        i64::from(p.seconds.is_some())
+                        i64::from(p.seconds.is_some()),
+                        e0,
+                        e1,
+                        e2,
+                        e3,
+                        e4,
+                        e5,
+                        e6,
+                        e7
                     ])
                     .map_err(backend)?;
                 for (reason, count) in p.downgrades_by_reason.iter().filter(|(_, c)| **c > 0) {
@@ -1085,19 +1170,21 @@ impl Store for SqliteStore {
             // by its rowid, and that cycle's reasons through theirs: three index probes
             // per point, whatever the length of the history.
             let mut stmt = conn
-                .prepare_cached(
+                .prepare_cached(&format!(
                     "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms,
                         s.cycle_start_ms, s.visits, s.passes, s.downgrades, s.exceptions,
                         s.timeouts, s.peak_concurrency, s.instances,
                         (SELECT json_group_object(r.reason, r.count) FROM cycle_reasons r
                          WHERE s.rowid IS NOT NULL AND r.app_id = s.app_id
-                           AND r.point = s.point AND r.cycle_start_ms = s.cycle_start_ms)
+                           AND r.point = s.point AND r.cycle_start_ms = s.cycle_start_ms),
+                        {extra}
                      FROM points p
                      LEFT JOIN cycle_stats s ON s.rowid = (SELECT m.rowid FROM cycle_stats m
                         WHERE m.app_id = p.app_id AND m.point = p.name
                         ORDER BY m.cycle_start_ms DESC LIMIT 1)
                      WHERE p.app_id = ?1 ORDER BY p.name",
-                )
+                    extra = extra_columns(|c| format!("s.{c}"))
+                ))
                 .map_err(backend)?;
             let rows = stmt
                 .query_map(params![app_id], |r| {
@@ -1107,21 +1194,26 @@ impl Store for SqliteStore {
                     let name: String = r.get(0)?;
                     let last_cycle = match r.get::<_, Option<i64>>(4)? {
                         None => None,
-                        Some(t) => Some(CycleRow {
-                            cycle_start_ms: t,
-                            counts: PointCycle {
-                                point: name.clone(),
-                                visits: count(5)?,
-                                passes: count(6)?,
-                                downgrades: count(7)?,
-                                exceptions: count(8)?,
-                                timeouts: count(9)?,
-                                peak_concurrency: count(10)?,
-                                downgrades_by_reason: BTreeMap::new(),
-                                seconds: None,
-                            },
-                            instances: count(11)?,
-                        }),
+                        Some(t) => {
+                            let (cancelled, retry) = read_extra(r, 13)?;
+                            Some(CycleRow {
+                                cycle_start_ms: t,
+                                counts: PointCycle {
+                                    point: name.clone(),
+                                    visits: count(5)?,
+                                    passes: count(6)?,
+                                    downgrades: count(7)?,
+                                    exceptions: count(8)?,
+                                    timeouts: count(9)?,
+                                    cancelled,
+                                    peak_concurrency: count(10)?,
+                                    downgrades_by_reason: BTreeMap::new(),
+                                    seconds: None,
+                                    retry,
+                                },
+                                instances: count(11)?,
+                            })
+                        }
                     };
                     let info = PointInfo {
                         name,

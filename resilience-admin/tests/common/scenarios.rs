@@ -446,6 +446,7 @@ fn seconds_hb(
             peak_concurrency: 1,
             downgrades_by_reason: Default::default(),
             seconds,
+            ..PointCycle::default()
         }
     };
     let mut q = [[0; 5]; 10];
@@ -885,4 +886,216 @@ pub fn points_list_of_ten_thousand(storage: StorageConfig, label: &str) {
         "{label}: {times:?} (one query per point again?)"
     );
     server.stop();
+}
+
+/// Cancelled calls and retry counters: summed over instances (one speaking our JSON
+/// protocol, one SDS's), not counted twice for a duplicate, 0 where an instance does
+/// not send them, in the stats API per point and summed over points, in the point
+/// list's latest cycle, and kept across a restart.
+pub fn cancellations_and_retries(storage: StorageConfig) {
+    let (c, manual) = manual(storage);
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let server = start(c.clone());
+    let addr = server.addr();
+    let json_hb = json!({"app_group": "shop", "app": "orders", "instance": "a",
+        "cycle_start_ms": cycle,
+        "points": [
+            {"name": "order.create", "visits": 10, "timeouts": 1, "cancelled": 3,
+             "retry": {"calls": 8, "attempts": 11, "retries": 3, "exhausted": 1,
+                       "refused_by_budget": 2}},
+            {"name": "order.refund", "visits": 4, "cancelled": 1,
+             "retry": {"calls": 1, "attempts": 2, "retries": 1, "exhausted": 0,
+                       "refused_by_budget": 0, "hedges": 1, "cancelled": 1}}]});
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &json_hb);
+    assert_eq!(r.json()["result"], "stored", "{}", r.text());
+    assert_eq!(r.json()["rejected"], json!([]), "{}", r.text());
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &json_hb);
+    assert_eq!(r.json()["result"], "duplicate");
+    let client = json!({"appGroupName": "shop", "appName": "orders", "instanceId": "b",
+        "statisticsCycleTime": cycle + 10_000,
+        "pointInfoMap": {"order.create": {"visitNum": 5, "cancelledNum": 2,
+            "retry": {"calls": 4, "attempts": 6, "retries": 2, "exhausted": 0,
+                      "refused_by_budget": 1, "hedges": 3, "cancelled": 2}}}});
+    let r = request(
+        addr,
+        "POST",
+        "/sds/heartbeat/add",
+        Some(APP),
+        Body::Form(&format!("client={}", form_value(&client.to_string()))),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // An older client: neither.
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &hb("c", cycle, 2, 0));
+    assert_eq!(r.json()["result"], "stored", "{}", r.text());
+    let create = json!({"calls": 12, "attempts": 17, "retries": 5, "exhausted": 1,
+                        "refused_by_budget": 3, "hedges": 3, "cancelled": 2});
+    let refund = json!({"calls": 1, "attempts": 2, "retries": 1, "exhausted": 0,
+                        "refused_by_budget": 0, "hedges": 1, "cancelled": 1});
+    let summed = json!({"calls": 13, "attempts": 19, "retries": 6, "exhausted": 1,
+                        "refused_by_budget": 3, "hedges": 4, "cancelled": 3});
+    let check = |addr: std::net::SocketAddr| {
+        let range = format!("from={cycle}&to={}", cycle + 10_000);
+        let s = get(
+            addr,
+            &format!("/api/v1/apps/shop/orders/stats?{range}"),
+            None,
+        )
+        .json();
+        let rows: Vec<_> = s["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["point"].clone(),
+                    r["visits"].clone(),
+                    r["timeouts"].clone(),
+                    r["cancelled"].clone(),
+                    r["retry"].clone(),
+                    r["instances"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (
+                    json!("order.create"),
+                    json!(17),
+                    json!(1),
+                    json!(5),
+                    create.clone(),
+                    json!(3)
+                ),
+                (
+                    json!("order.refund"),
+                    json!(4),
+                    json!(0),
+                    json!(1),
+                    refund.clone(),
+                    json!(1)
+                ),
+            ],
+            "{s}"
+        );
+        let s = get(
+            addr,
+            &format!("/api/v1/apps/shop/orders/stats?{range}&sum=points"),
+            None,
+        )
+        .json();
+        assert_eq!(
+            (
+                s["rows"][0]["cancelled"].clone(),
+                s["rows"][0]["retry"].clone()
+            ),
+            (json!(6), summed.clone()),
+            "{s}"
+        );
+        let one = get(
+            addr,
+            &format!("/api/v1/apps/shop/orders/stats?{range}&point=order.refund"),
+            None,
+        )
+        .json();
+        assert_eq!(one["rows"][0]["retry"], refund, "{one}");
+        let points = get(addr, "/api/v1/apps/shop/orders/points", None).json();
+        let last = |name: &str| {
+            points["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap()["last_cycle"]
+                .clone()
+        };
+        assert_eq!(last("order.create")["cancelled"], 5, "{points}");
+        assert_eq!(last("order.create")["retry"], create, "{points}");
+        assert_eq!(last("order.refund")["retry"], refund, "{points}");
+        // A declared point without traffic has no cycle at all.
+        assert!(last("order.idle").is_null(), "{points}");
+    };
+    check(addr);
+    server.stop();
+    let server = start(c);
+    check(server.addr());
+    // The next cycle of the older client only: zeros.
+    let addr = server.addr();
+    let next = cycle + 10_000;
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &hb("c", next, 2, 0));
+    assert_eq!(r.json()["result"], "stored", "{}", r.text());
+    let s = get(
+        addr,
+        &format!(
+            "/api/v1/apps/shop/orders/stats?from={next}&to={}",
+            next + 10_000
+        ),
+        None,
+    )
+    .json();
+    assert_eq!(
+        (
+            s["rows"][0]["cancelled"].clone(),
+            s["rows"][0]["retry"].clone()
+        ),
+        (
+            json!(0),
+            json!({"calls": 0, "attempts": 0, "retries": 0, "exhausted": 0,
+                   "refused_by_budget": 0, "hedges": 0, "cancelled": 0})
+        ),
+        "{s}"
+    );
+}
+
+/// A database of schema version 5 (before cancelled calls and retry counters)
+/// holding a cycle at `cycle` of shop/orders' `order.create` (7 visits): the cycle is
+/// kept, with zeros for them, and a new heartbeat stores its own.
+pub fn migrated_v5(storage: StorageConfig, cycle: i64) {
+    let (c, manual) = manual(storage);
+    assert_eq!(
+        cycle,
+        last_closed_cycle(now_ms(&manual)),
+        "the manual clock's last cycle"
+    );
+    let server = start(c);
+    let addr = server.addr();
+    let next = cycle + 10_000;
+    let body = json!({"app_group": "shop", "app": "orders", "instance": "new-1",
+        "cycle_start_ms": next,
+        "points": [{"name": "order.create", "visits": 2, "cancelled": 1,
+                    "retry": {"calls": 2, "attempts": 3, "retries": 1}}]});
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["rejected"], json!([]), "{}", r.text());
+    let s = get(
+        addr,
+        &format!(
+            "/api/v1/apps/shop/orders/stats?from={cycle}&to={}",
+            cycle + 20_000
+        ),
+        None,
+    )
+    .json();
+    let rows: Vec<_> = s["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["cycle_start_ms"].clone(),
+                r["visits"].clone(),
+                r["cancelled"].clone(),
+                r["retry"]["calls"].clone(),
+                r["retry"]["attempts"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (json!(cycle), json!(7), json!(0), json!(0), json!(0)),
+            (json!(next), json!(2), json!(1), json!(2), json!(3)),
+        ],
+        "{s}"
+    );
 }

@@ -65,6 +65,7 @@ const PLAIN_FIELDS: &[&str] = &[
     "max_concurrency",
     "max_exceptions",
     "downgrade_percentage",
+    "call_timeout",
     "shadow",
     "exception_rate.rate",
     "exception_rate.min_visits",
@@ -76,6 +77,14 @@ const PLAIN_FIELDS: &[&str] = &[
     "delay.retry_interval",
     "window.buckets",
     "window.bucket_width",
+    "retry.attempts",
+    "retry.base",
+    "retry.multiplier",
+    "retry.max",
+    "retry.jitter",
+    "retry.budget.percent",
+    "retry.budget.min_per_second",
+    "retry.budget.window",
 ];
 
 /// The fields of each algorithm of the sections that choose one.
@@ -88,6 +97,7 @@ fn algorithm_fields(section: &str, algorithm: &str) -> &'static [&'static str] {
             "buckets",
             "force_pass_interval",
             "slow_call",
+            "cancellations_are_failures",
         ],
         ("breaker", "classic") => &[
             "failure_rate",
@@ -102,6 +112,7 @@ fn algorithm_fields(section: &str, algorithm: &str) -> &'static [&'static str] {
             "open_wait.multiplier",
             "open_wait.max",
             "open_wait.jitter",
+            "cancellations_are_failures",
         ],
         ("adaptive", "gradient") => &[
             "initial_limit",
@@ -130,7 +141,8 @@ fn algorithm_fields(section: &str, algorithm: &str) -> &'static [&'static str] {
 }
 
 /// A valid value of a field (`algorithm` empty for plain fields). Combinations are
-/// kept valid by the ranges: `retry_interval` (ms) never exceeds `duration` (s),
+/// kept valid by the ranges: `retry_interval` (ms) never exceeds `duration` (s), nor
+/// `retry.base` (ms) `retry.max` (s),
 /// `min_limit < initial_limit < max_limit`, `open_wait.base < open_wait.max`, a
 /// token bucket's `batch` below its `burst`.
 fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value {
@@ -139,6 +151,7 @@ fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value
         ("", _, "max_concurrency") => rng.int(1, 4096),
         ("", _, "max_exceptions") => rng.int(0, 1000),
         ("", _, "downgrade_percentage") => rng.int(0, 99),
+        ("", _, "call_timeout") => rng.millis(1, 999),
         ("", _, "shadow") => json!(rng.chance(50)),
         ("", _, "exception_rate.rate") => rng.hundredths(0, 100),
         ("", _, "exception_rate.min_visits") => rng.int(1, 500),
@@ -150,6 +163,16 @@ fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value
         ("", _, "delay.retry_interval") => rng.millis(1, 999),
         ("", _, "window.buckets") => rng.int(1, 3600),
         ("", _, "window.bucket_width") => rng.millis(1, 999),
+        ("", _, "retry.attempts") => rng.int(1, 100),
+        ("", _, "retry.base") => rng.millis(1, 999),
+        ("", _, "retry.multiplier") => rng.tenths(10, 40),
+        ("", _, "retry.max") => rng.secs(1, 59),
+        ("", _, "retry.jitter") => rng.hundredths(0, 100),
+        ("", _, "retry.budget.percent") => rng.tenths(0, 10_000),
+        ("", _, "retry.budget.min_per_second") => rng.int(0, 1000),
+        ("", _, "retry.budget.window") => rng.secs(1, 59),
+        // `false` is the default, which the runtime leaves out.
+        ("breaker", _, "cancellations_are_failures") => json!(true),
         ("breaker", "sre", "k") => rng.tenths(11, 50),
         ("breaker", "sre", "protection") => rng.int(0, 20),
         ("breaker", _, "window") => rng.secs(1, 59),
@@ -200,7 +223,7 @@ fn required(section: &str, field: &str) -> bool {
             "exception_rate.rate" | "timeouts.threshold" | "timeouts.max_count"
         ) | (
             "",
-            "token_bucket.rate" | "token_bucket.capacity" | "delay.duration"
+            "token_bucket.rate" | "token_bucket.capacity" | "delay.duration" | "retry.attempts"
         ) | (
             "cluster",
             "url" | "key" | "period" | "quota" | "rate" | "burst"
@@ -268,6 +291,7 @@ fn random_point(rng: &mut Rng, i: usize) -> Value {
         ("timeouts", &["threshold", "max_count"]),
         ("token_bucket", &["rate", "capacity"]),
         ("delay", &["duration"]),
+        ("retry", &["attempts"]),
     ] {
         if p.get(section).is_some() {
             for f in needs {
@@ -368,7 +392,7 @@ fn random_edit(rng: &mut Rng, doc: &Value, point: &str) -> (Edit, Value) {
         .filter(|g| match g.as_str() {
             "rules" => ["max_visits", "max_concurrency", "max_exceptions"]
                 .iter()
-                .chain(&["downgrade_percentage"])
+                .chain(&["downgrade_percentage", "call_timeout"])
                 .any(|k| settings.get(*k).is_some()),
             g => settings.get(g).is_some(),
         })
@@ -494,6 +518,11 @@ impl Browser {
     }
 }
 
+/// Fields whose input is a `<select>` (not set / true / false).
+fn is_choice(path: &str) -> bool {
+    path == "shadow" || path.ends_with(".cancellations_are_failures")
+}
+
 fn css_id(path: &str) -> String {
     format!("#f-{}", path.replace('.', "-"))
 }
@@ -569,8 +598,8 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
         }
 
         match (&edit.path[..], &edit.value) {
-            ("shadow", Some(v)) => browser.choose("#f-shadow", &v.to_string()),
-            ("shadow", None) => browser.choose("#f-shadow", ""),
+            (path, Some(v)) if is_choice(path) => browser.choose(&css_id(path), &v.to_string()),
+            (path, None) if is_choice(path) => browser.choose(&css_id(path), ""),
             (path, None) => browser.clear(&css_id(path)),
             (path, Some(Value::String(s))) => browser.type_into(&css_id(path), s),
             (path, Some(v)) => browser.type_into(&css_id(path), &v.to_string()),
@@ -612,6 +641,7 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
         "shadow",
         "window",
         "timeouts",
+        "retry",
         "breaker:sre",
         "breaker:classic",
         "breaker:disabled",
@@ -634,7 +664,8 @@ fn the_form_switches_algorithms_and_turns_sections_off() {
     let addr = server.addr();
     let doc = json!({"points": {"order.create": {"max_visits": 5,
         "adaptive": {"algorithm": "gradient", "max_limit": 300},
-        "breaker": {"algorithm": "classic", "failure_rate": 0.3}}}});
+        "breaker": {"algorithm": "classic", "failure_rate": 0.3,
+                    "cancellations_are_failures": true}}}});
     let mut version = put_policy(addr, 0, &doc);
     let browser = Browser::start();
     browser.goto(&format!("{}/#token={ADMIN}", server.url()));
@@ -642,6 +673,10 @@ fn the_form_switches_algorithms_and_turns_sections_off() {
     browser.open_point("order.create", version);
     assert_eq!(browser.text_of("#f-breaker-algorithm"), "classic");
     assert_eq!(browser.text_of("#f-breaker-failure_rate"), "0.3");
+    assert_eq!(
+        browser.text_of("#f-breaker-cancellations_are_failures"),
+        "true"
+    );
     // The fields of the other algorithm are hidden.
     assert_eq!(
         browser.js("return document.querySelector('#f-breaker-k').closest('.field').hidden;"),
@@ -656,6 +691,14 @@ fn the_form_switches_algorithms_and_turns_sections_off() {
     assert_eq!(
         browser.js("return document.querySelector('#f-breaker-buckets').placeholder;"),
         json!("40")
+    );
+    // The field both algorithms have stays as it was.
+    assert_eq!(
+        browser.js(
+            "const i = document.querySelector('#f-breaker-cancellations_are_failures'); \
+             return [i.closest('.field').hidden, i.value];"
+        ),
+        json!([false, "true"])
     );
     browser.type_into("#f-breaker-k", "2.5");
     browser.choose("#f-adaptive-algorithm", "off");
@@ -683,7 +726,7 @@ fn the_form_switches_algorithms_and_turns_sections_off() {
         json!({"points": {"order.create": {"max_visits": 5, "adaptive": "off",
             "cluster": {"algorithm": "visits", "url": "redis://127.0.0.1:6379/", "key": "orders",
                         "period": "1s", "quota": 100},
-            "breaker": {"algorithm": "sre", "k": 2.5}}}})
+            "breaker": {"algorithm": "sre", "k": 2.5, "cancellations_are_failures": true}}}})
     );
     // The form shows the new version; removing the breaker removes the section only.
     browser.wait(
@@ -704,7 +747,14 @@ fn the_form_switches_algorithms_and_turns_sections_off() {
         .iter()
         .map(|d| d["field"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(fields, ["breaker.algorithm", "breaker.k"]);
+    assert_eq!(
+        fields,
+        [
+            "breaker.algorithm",
+            "breaker.cancellations_are_failures",
+            "breaker.k"
+        ]
+    );
 }
 
 #[test]
@@ -1003,4 +1053,221 @@ fn the_raw_app_editor_saves_the_whole_policy_in_toml_and_json() {
         ]
     );
     assert_eq!(h[0]["author"], "e2e");
+}
+
+/// The retry fields as the form names them, with what the E2E test types into them:
+/// none of them a default (which the runtime would leave out).
+const RETRY_ENTRIES: &[(&str, &str)] = &[
+    ("retry.attempts", "4"),
+    ("retry.base", "100ms"),
+    ("retry.multiplier", "1.5"),
+    ("retry.max", "3s"),
+    ("retry.jitter", "0.5"),
+    ("retry.budget.percent", "12.5"),
+    ("retry.budget.min_per_second", "5"),
+    ("retry.budget.window", "30s"),
+];
+
+/// The retry section those entries make.
+fn retry_entered() -> Value {
+    json!({"attempts": 4, "base": "100ms", "multiplier": 1.5, "max": "3s", "jitter": 0.5,
+           "budget": {"percent": 12.5, "min_per_second": 5, "window": "30s"}})
+}
+
+/// The retry fieldset, its nested budget group and the runtime's defaults as
+/// placeholders; what the form would send for entered retry fields (read from the
+/// form's own `formSettings`, before anything is saved), every other field of the
+/// point kept; emptying the budget's fields removes the budget table.
+#[test]
+fn the_form_has_a_retry_section_with_a_budget_group() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let doc = json!({"points": {"order.create": {"max_visits": 5, "call_timeout": "200ms",
+        "breaker": {"algorithm": "sre", "k": 2.5}}}});
+    let version = put_policy(addr, 0, &doc);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.type_into("#author", "e2e");
+    browser.open_point("order.create", version);
+    assert_eq!(browser.text_of("#f-call_timeout"), "200ms");
+    let layout = browser.js(
+        "const set = document.querySelector('#policy-form fieldset[data-section=\"retry\"]'); \
+         const budget = set.querySelector('fieldset[data-section=\"retry.budget\"]'); \
+         return {legend: set.querySelector('legend').textContent, \
+                 fields: [...set.querySelectorAll('[data-kind]')].map(i => \
+                     [i.dataset.field, i.dataset.kind, i.placeholder, \
+                      i.closest('.field').querySelector('.name').textContent, \
+                      !!budget.contains(i)]), \
+                 summary: document.querySelector('#retry-summary').textContent, \
+                 slots: [...set.querySelectorAll(':scope > .field-error, fieldset > .field-error')] \
+                     .map(e => e.dataset.field)};",
+    );
+    assert_eq!(layout["legend"], "retry");
+    assert_eq!(
+        layout["fields"],
+        json!([
+            ["retry.attempts", "int", "", "attempts", false],
+            ["retry.base", "dur", "50ms", "base", false],
+            ["retry.multiplier", "num", "2", "multiplier", false],
+            ["retry.max", "dur", "max(2s, base)", "max", false],
+            ["retry.jitter", "num", "1", "jitter", false],
+            ["retry.budget.percent", "num", "20", "percent", true],
+            [
+                "retry.budget.min_per_second",
+                "int",
+                "10",
+                "min_per_second",
+                true
+            ],
+            ["retry.budget.window", "dur", "10s", "window", true],
+        ])
+    );
+    assert_eq!(layout["slots"], json!(["retry.budget", "retry"]));
+    assert_eq!(
+        layout["summary"],
+        "Stored: no retry section (calls are not retried)."
+    );
+    for (path, text) in RETRY_ENTRIES {
+        browser.type_into(&css_id(path), text);
+    }
+    let mut want = doc["points"]["order.create"].clone();
+    want["retry"] = retry_entered();
+    assert_eq!(
+        browser.js("return formSettings();"),
+        want,
+        "the settings the form sends"
+    );
+    // Without the budget's fields: no budget table.
+    for (path, _) in RETRY_ENTRIES.iter().filter(|(p, _)| p.contains("budget")) {
+        browser.clear(&css_id(path));
+    }
+    want["retry"].as_object_mut().unwrap().remove("budget");
+    assert_eq!(browser.js("return formSettings();"), want);
+    // The summary of a stored section, defaults filled in.
+    let summary = browser.js(
+        "const s = retrySummary({retry: {attempts: 3, budget: {percent: 50}}}); \
+         return [s.text, s.values];",
+    );
+    assert_eq!(
+        summary,
+        json!([
+            "Stored: 3 attempts in all, waits from 50ms growing \u{d7}2 up to 2s, full jitter; \
+             own budget: 50 retries per 100 calls, at least 10/s, over 10s.",
+            {"attempts": 3, "base": "50ms", "multiplier": 2, "max": "2s", "jitter": 1,
+             "budget": {"percent": 50, "min_per_second": 10, "window": "10s"}}
+        ])
+    );
+    assert_eq!(stored(addr), (version, doc));
+}
+
+/// The retry section end to end, through the runtime's parser: the entered fields
+/// are stored exactly, the form and the summary show them after a reload, and an
+/// invalid value shows the runtime's error at its field and stores nothing.
+#[test]
+fn the_form_saves_a_retry_section_and_shows_the_runtimes_errors() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let doc = json!({"points": {"order.create": {"max_visits": 5,
+        "breaker": {"algorithm": "classic", "failure_rate": 0.3}}}});
+    let mut version = put_policy(addr, 0, &doc);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.type_into("#author", "e2e");
+    browser.open_point("order.create", version);
+    for (path, text) in RETRY_ENTRIES {
+        browser.type_into(&css_id(path), text);
+    }
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    let mut want = doc.clone();
+    want["points"]["order.create"]["retry"] = retry_entered();
+    assert_eq!(stored(addr), (version, want.clone()));
+    let diff: Vec<_> = history(addr)[0]["diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["field"].as_str().unwrap().to_owned())
+        .collect();
+    let mut fields: Vec<_> = RETRY_ENTRIES.iter().map(|(p, _)| p.to_string()).collect();
+    fields.sort();
+    assert_eq!(diff, fields);
+
+    // After a reload the inputs and the summary show what is stored.
+    browser.reload();
+    browser.open_point("order.create", version);
+    for (path, text) in RETRY_ENTRIES {
+        assert_eq!(browser.text_of(&css_id(path)), *text, "{path}");
+    }
+    assert_eq!(
+        browser.text_of("#retry-summary"),
+        "Stored: 4 attempts in all, waits from 100ms growing \u{d7}1.5 up to 3s, jitter 0.5; \
+         own budget: 12.5 retries per 100 calls, at least 5/s, over 30s."
+    );
+    // The raw point editor has the section too, as the runtime writes it.
+    let text = browser.wait(
+        "document.querySelector('#raw-point-text').value",
+        "the point's text",
+    );
+    assert!(
+        text.as_str()
+            .unwrap()
+            .contains("[points.\"order.create\".retry]"),
+        "{text}"
+    );
+
+    // attempts = 0: the runtime's error at the field, nothing stored.
+    browser.type_into("#f-retry-attempts", "0");
+    browser.click("#save");
+    let msg = browser.wait(
+        "document.querySelector('.field-error[data-field=\"retry.attempts\"]').textContent",
+        "the attempts' problem",
+    );
+    assert!(!msg.as_str().unwrap().is_empty(), "{msg}");
+    assert_eq!(
+        browser.js(
+            "return document.querySelector('#f-retry-attempts').classList.contains('invalid');"
+        ),
+        json!(true)
+    );
+    assert!(
+        browser.text_of("#form-message").contains("not saved"),
+        "{}",
+        browser.text_of("#form-message")
+    );
+    let r = post_json(
+        addr,
+        &format!("{POLICY}/validate"),
+        Some(ADMIN),
+        &json!({"policy": {"points": {"order.create": {"retry": {"attempts": 0}}}}}),
+    );
+    assert_eq!(r.status, 422, "{}", r.text());
+    let problems = r.json()["error"]["problems"].clone();
+    assert_eq!(problems[0]["field"], "retry.attempts", "{problems}");
+    assert_eq!(
+        msg.as_str().unwrap(),
+        problems[0]["message"].as_str().unwrap(),
+        "the runtime's own message"
+    );
+    assert_eq!(stored(addr), (version, want.clone()));
+
+    // Emptying the budget's fields removes the budget, the rest stays.
+    browser.type_into("#f-retry-attempts", "4");
+    for (path, _) in RETRY_ENTRIES.iter().filter(|(p, _)| p.contains("budget")) {
+        browser.clear(&css_id(path));
+    }
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    want["points"]["order.create"]["retry"]
+        .as_object_mut()
+        .unwrap()
+        .remove("budget");
+    assert_eq!(stored(addr), (version, want));
 }
