@@ -44,11 +44,19 @@ pub mod __private {
         Cancelled,
         /// `run_with_deadline` cut the call.
         TimedOut,
+        /// `enter_async` made the call wait (a point given to `wait`).
+        Waited,
     }
 
     static LOG: Mutex<Vec<(&'static str, Event)>> = Mutex::new(Vec::new());
     static REJECT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
     static CUT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    static WAIT: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+    /// Calls of `point` wait once (one pending poll) before they are entered.
+    pub fn wait(point: &'static str) {
+        WAIT.lock().unwrap().push(point);
+    }
     static DEADLINES: Mutex<Vec<(&'static str, Duration)>> = Mutex::new(Vec::new());
 
     pub fn events(point: &str) -> Vec<Event> {
@@ -122,6 +130,39 @@ pub mod __private {
         slot: &mut Option<Permit>,
     ) -> Result<(), Downgraded> {
         point.admit(Event::BreakerEntered, slot)
+    }
+
+    /// The async entry: ready at once (the mock has no queue), or, for a point given
+    /// to `wait`, after one pending poll.
+    #[allow(missing_debug_implementations)]
+    pub enum Admission<'a> {
+        Ready(Result<(), Downgraded>),
+        Wait(Pin<Box<dyn Future<Output = Result<(), Downgraded>> + Send + 'a>>),
+    }
+
+    pub fn enter_async(call: &mut Pending) -> Admission<'_> {
+        let Pending { point, slot, done } = call;
+        let point = *point;
+        if WAIT.lock().unwrap().contains(&point.name) {
+            log(point.name, Event::Waited);
+            // As the runtime: nothing to record while the call waits.
+            *done = true;
+            let mut polled = false;
+            return Admission::Wait(Box::pin(std::future::poll_fn(move |cx| {
+                if !polled {
+                    polled = true;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                *done = false;
+                Poll::Ready(point.admit(Event::Entered, slot))
+            })));
+        }
+        Admission::Ready(point.admit(Event::Entered, slot))
+    }
+
+    pub fn enter_breaker_async(call: &mut Pending) -> Admission<'_> {
+        Admission::Ready(call.point.admit(Event::BreakerEntered, &mut call.slot))
     }
 
     /// The generated code hands back the point it entered with the slot it entered.
@@ -1413,4 +1454,32 @@ fn async_trait_methods_can_be_cut() {
     );
     assert_eq!(deadlines("timeout::boxed"), [Duration::from_millis(10); 2]);
     assert_send(&db.slow(1));
+}
+
+// ---- waiting admission ----
+
+#[downgrade(point = "wait::async", default = 0)]
+async fn waits(x: u32) -> u32 {
+    x + 1
+}
+
+#[test]
+fn an_async_call_that_waits_is_entered_after_its_wait() {
+    __private::wait("wait::async");
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut call = pin!(waits(1));
+    assert!(call.as_mut().poll(&mut cx).is_pending(), "waits one poll");
+    assert_eq!(call.as_mut().poll(&mut cx), Poll::Ready(2));
+    assert_eq!(
+        __private::events("wait::async"),
+        [Event::Waited, Event::Entered, Event::Success]
+    );
+    // Dropped while it waits: never entered, nothing recorded.
+    let mut call = Box::pin(waits(1));
+    assert!(call.as_mut().poll(&mut cx).is_pending());
+    drop(call);
+    assert_eq!(
+        __private::events("wait::async"),
+        [Event::Waited, Event::Entered, Event::Success, Event::Waited]
+    );
 }

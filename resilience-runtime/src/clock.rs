@@ -111,6 +111,23 @@ impl Clock {
         }
     }
 
+    /// With a manual clock, registers `hook` to run just after it moved (with the new
+    /// reading) and returns `true`; with the system clock, does nothing and returns
+    /// `false`. Waiters with a deadline on the clock use it to look at the time again.
+    pub(crate) fn after_move(&self, hook: impl Fn(u64) + Send + Sync + 'static) -> bool {
+        match &self.inner {
+            Source::Manual(m) => {
+                m.after_move
+                    .0
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(Box::new(hook));
+                true
+            }
+            Source::System { .. } => false,
+        }
+    }
+
     /// Whether this clock is a manual clock.
     pub fn is_manual(&self) -> bool {
         matches!(self.inner, Source::Manual(_))
@@ -240,6 +257,8 @@ pub struct ManualClock {
     nanos: Arc<AtomicU64>,
     wall_offset_ns: u64,
     before_move: BeforeMove,
+    /// What runs just after it moved: the queues' waiters look at their deadlines.
+    after_move: BeforeMove,
 }
 
 /// Called with the reading the clock is about to move to.
@@ -275,6 +294,7 @@ impl ManualClock {
             nanos: Arc::new(AtomicU64::new(1_000_000_000)),
             wall_offset_ns: MANUAL_WALL_ORIGIN_NS,
             before_move: BeforeMove::default(),
+            after_move: BeforeMove::default(),
         }
     }
 
@@ -289,12 +309,14 @@ impl ManualClock {
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 Some(n.saturating_add(by))
             });
+        self.after_move.run(self.now_nanos());
     }
 
     /// Sets the reading, in nanoseconds. Moving backwards is ignored: clocks are monotonic.
     pub fn set(&self, nanos: u64) {
         self.before_move.run(nanos.max(self.now_nanos()));
         self.nanos.fetch_max(nanos, Ordering::SeqCst);
+        self.after_move.run(self.now_nanos());
     }
 
     /// The current reading in nanoseconds.

@@ -15,6 +15,12 @@ pub enum Reason {
     TokenBucket,
     /// Too many calls in flight.
     Concurrency,
+    /// Every slot was taken and the concurrency rule's queue was full (see
+    /// [`PolicyBuilder::queue`](crate::PolicyBuilder::queue)).
+    QueueFull,
+    /// The call waited in the concurrency rule's queue for its `max_wait` without
+    /// getting a slot.
+    QueueTimeout,
     /// Too many slow calls in the sliding window.
     Timeouts,
     /// Too many exceptions in the sliding window.
@@ -48,10 +54,12 @@ impl Reason {
     /// Every reason a call is refused for, in check order: SDS's rules, then
     /// [`Reason::Delay`] (which short-cuts them) and the breaker. [`Reason::Deadline`]
     /// is not one: a call cut at its deadline was admitted.
-    pub const ALL: [Reason; 11] = [
+    pub const ALL: [Reason; 13] = [
         Reason::Visits,
         Reason::TokenBucket,
         Reason::Concurrency,
+        Reason::QueueFull,
+        Reason::QueueTimeout,
         Reason::Timeouts,
         Reason::Exceptions,
         Reason::ExceptionRate,
@@ -68,6 +76,8 @@ impl Reason {
             Reason::Visits => "visits",
             Reason::TokenBucket => "token_bucket",
             Reason::Concurrency => "concurrency",
+            Reason::QueueFull => "queue_full",
+            Reason::QueueTimeout => "queue_timeout",
             Reason::Timeouts => "timeouts",
             Reason::Exceptions => "exceptions",
             Reason::ExceptionRate => "exception_rate",

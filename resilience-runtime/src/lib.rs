@@ -53,13 +53,14 @@ pub use listener::{
 };
 pub use point::durations::{measure_durations, measuring_durations};
 pub use point::permit::Permit;
+pub use point::queue::QueueStats;
 pub use point::Point;
 #[cfg(feature = "redis")]
 pub use policy::ClusterLimit;
 pub use policy::{
     AdaptiveLimit, BreakerError, BreakerPolicy, Delay, ExceptionRate, FieldError, Policy,
-    PolicyBuilder, PolicyError, Timeouts, TokenBucketConfig, WindowConfig, MAX_CALL_TIMEOUT,
-    MAX_CONCURRENCY, MAX_WINDOW_BUCKETS,
+    PolicyBuilder, PolicyError, QueueConfig, Timeouts, TokenBucketConfig, WindowConfig,
+    MAX_CALL_TIMEOUT, MAX_CONCURRENCY, MAX_QUEUE, MAX_WINDOW_BUCKETS,
 };
 pub use registry::{init_registry, registry, Registry, DEFAULT_MAX_UNDECLARED_POINTS};
 pub use stats::{

@@ -292,6 +292,7 @@ impl Selector {
                     shadow_downgrades_by_reason: crate::ReasonCounts::default(),
                     breaker: None,
                     retry: crate::retry::RetryStats::default(),
+                    queue: None,
                 },
                 0,
             )

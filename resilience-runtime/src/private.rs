@@ -1,7 +1,7 @@
 //! The only doorway generated code uses into the runtime. Not a public API: no
 //! stability promise, no docs promised.
 
-use crate::error::Downgraded;
+pub use crate::error::Downgraded;
 use crate::sync::atomic::{AtomicPtr, Ordering};
 
 pub use crate::point::permit::Permit;
@@ -152,6 +152,24 @@ pub fn timed_out(point: &'static Point, slot: &mut Option<Permit>) {
 #[inline]
 pub fn cancelled(point: &'static Point, slot: &mut Option<Permit>) {
     Permit::end_in(point, slot, crate::point::permit::Outcome::Cancelled);
+}
+
+pub use crate::point::queue::{Admission, WaitFuture};
+
+/// The entry of an async `#[downgrade]` fn: [`enter`] that never blocks; with a queue
+/// and every slot taken, `Admission::Wait` is awaited by the generated code. While the
+/// call waits its guard records nothing (a call dropped while it waits never began).
+#[inline(always)]
+pub fn enter_async(call: &mut Pending) -> Admission<'_> {
+    let Pending { point, slot, done } = call;
+    point.enter_async_in(slot, Some(done))
+}
+
+/// The entry of an async `#[breaker]` fn (see [`enter_breaker`]).
+#[inline(always)]
+pub fn enter_breaker_async(call: &mut Pending) -> Admission<'_> {
+    let Pending { point, slot, done } = call;
+    point.enter_breaker_async_in(slot, Some(done))
 }
 
 /// The permit slot of an async call (see [`enter`]), held across its awaits: dropped

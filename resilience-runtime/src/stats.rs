@@ -208,4 +208,7 @@ pub struct PointStats {
     pub breaker: Option<BreakerStats>,
     /// What [`Point::call_retrying`](crate::Point::call_retrying) did on this point.
     pub retry: crate::retry::RetryStats,
+    /// The concurrency rule's queue, once a call waited or found it full (see
+    /// [`PolicyBuilder::queue`](crate::PolicyBuilder::queue)).
+    pub queue: Option<crate::QueueStats>,
 }

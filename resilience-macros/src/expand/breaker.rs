@@ -3,6 +3,7 @@
 use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
+use super::Entry;
 use crate::args::Kind;
 
 /// Runs the pipeline for `#[breaker(ARGS)] ITEM`.
@@ -11,9 +12,14 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 // Input:  __resilience_point: &'static RT::Point, __resilience_permit: Option<RT::Permit>
+//         (async: __resilience_pending: RT::Pending)
 // Output: RT::enter_breaker(__resilience_point, &mut __resilience_permit)
-pub(super) fn enter(private: &TokenStream, point: &Ident, slot: &TokenStream) -> TokenStream {
-    quote!(#private::enter_breaker(#point, &mut #slot))
+//         (async: RT::enter_breaker_async(&mut __resilience_pending))
+pub(super) fn enter(private: &TokenStream, point: &Ident, entry: Entry<'_>) -> TokenStream {
+    match entry {
+        Entry::Sync(slot) => quote!(#private::enter_breaker(#point, &mut #slot)),
+        Entry::Async(guard) => quote!(#private::enter_breaker_async(&mut #guard)),
+    }
 }
 
 #[cfg(test)]

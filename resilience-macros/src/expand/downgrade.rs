@@ -4,6 +4,7 @@
 use proc_macro2::{Ident, TokenStream};
 use quote::quote;
 
+use super::Entry;
 use crate::args::Kind;
 
 /// Runs the pipeline for `#[downgrade(ARGS)] ITEM`.
@@ -12,7 +13,12 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 // Input:  __resilience_point: &'static RT::Point, __resilience_permit: Option<RT::Permit>
+//         (async: __resilience_pending: RT::Pending)
 // Output: RT::enter(__resilience_point, &mut __resilience_permit)
-pub(super) fn enter(private: &TokenStream, point: &Ident, slot: &TokenStream) -> TokenStream {
-    quote!(#private::enter(#point, &mut #slot))
+//         (async: RT::enter_async(&mut __resilience_pending))
+pub(super) fn enter(private: &TokenStream, point: &Ident, entry: Entry<'_>) -> TokenStream {
+    match entry {
+        Entry::Sync(slot) => quote!(#private::enter(#point, &mut #slot)),
+        Entry::Async(guard) => quote!(#private::enter_async(&mut #guard)),
+    }
 }

@@ -27,11 +27,22 @@ use crate::item::{Body, BoxedFuture, ItemFn, SplitBody};
 use crate::paths::Runtime;
 use crate::validate::{self, Errors};
 
-/// Builds the expression that asks the runtime for a permit, of type
-/// `Result<(), Downgraded>`, from the runtime's `__private` path, the identifier
-/// holding the `&'static Point` and the one of the `Option<Permit>` the runtime
-/// writes an admitted call's permit into.
-pub(crate) type Enter = fn(private: &TokenStream, point: &Ident, slot: &TokenStream) -> TokenStream;
+/// Builds the expression that asks the runtime for a permit, from the runtime's
+/// `__private` path, the identifier holding the `&'static Point` and where the permit
+/// goes: for a sync fn (`Entry::Sync`) the `Option<Permit>` the runtime writes an
+/// admitted call's permit into, giving a `Result<(), Downgraded>`; for an async fn
+/// (`Entry::Async`) the call's `Pending` guard, giving an `Admission` (ready, or a
+/// wait in the point's queue to await).
+pub(crate) type Enter = fn(private: &TokenStream, point: &Ident, entry: Entry<'_>) -> TokenStream;
+
+/// Where an entry puts the permit (see [`Enter`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Entry<'a> {
+    /// The permit slot of a sync call.
+    Sync(&'a TokenStream),
+    /// The `Pending` guard of an async call.
+    Async(&'a TokenStream),
+}
 
 /// The pipeline: parse -> validate -> expand.
 pub(crate) fn run(kind: Kind, args: TokenStream, item: TokenStream, enter: Enter) -> TokenStream {
@@ -158,6 +169,7 @@ fn wrap(kind: Kind, args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream 
     let Slot {
         expr: permit,
         end: ended,
+        ..
     } = &slot;
     let out = ident("__resilience_out");
     let panic = ident("__resilience_panic");
@@ -294,6 +306,8 @@ impl Shape {
 struct Slot {
     /// `__resilience_permit` (sync) or `__resilience_pending.slot` (async).
     expr: TokenStream,
+    /// `__resilience_pending` (async only): the guard the async entry takes.
+    guard: Option<TokenStream>,
     /// Nothing (sync) or `__resilience_pending.done = true;` (async): after it, dropping
     /// the guard records nothing.
     end: TokenStream,
@@ -307,12 +321,14 @@ impl Slot {
         match shape.await_span() {
             None => Slot {
                 expr: ident("__resilience_permit").into_token_stream(),
+                guard: None,
                 end: TokenStream::new(),
             },
             Some(_) => {
                 let pending = ident("__resilience_pending");
                 Slot {
                     expr: quote!(#pending.slot),
+                    guard: Some(pending.to_token_stream()),
                     end: quote!(#pending.done = true;),
                 }
             }
@@ -530,7 +546,26 @@ fn acquire_permit(
     slot: &Slot,
     enter: Enter,
 ) -> TokenStream {
-    let entered = enter(&runtime.private(), &ident("__resilience_point"), &slot.expr);
+    let private = runtime.private();
+    let point = ident("__resilience_point");
+    let entered = match (&slot.guard, shape.await_span()) {
+        (Some(guard), Some(await_span)) => {
+            let admission = enter(&private, &point, Entry::Async(guard));
+            let awaited = quote_spanned!(await_span=> .await);
+            let wait = ident("__resilience_wait");
+            let result = ident("__resilience_entered");
+            // Bound first: the admission borrows the guard, which the refusal below
+            // marks done.
+            quote!({
+                let #result: ::core::result::Result<(), #private::Downgraded> = match #admission {
+                    #private::Admission::Ready(#result) => #result,
+                    #private::Admission::Wait(#wait) => #wait #awaited,
+                };
+                #result
+            })
+        }
+        _ => enter(&private, &point, Entry::Sync(&slot.expr)),
+    };
     let OnDowngrade { binding, value } = on_downgrade(runtime, args, sig, shape, rebound);
     let marked = marked(runtime, args);
     let ended = &slot.end;

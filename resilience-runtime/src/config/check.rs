@@ -16,10 +16,11 @@ use std::time::Duration;
 const TOP_LEVEL: [&str; 2] = ["strict", "points"];
 
 /// The keys of a point's table, in the order the reference documents them.
-pub(crate) const POINT_FIELDS: [&str; 15] = [
+pub(crate) const POINT_FIELDS: [&str; 16] = [
     "shadow",
     "max_visits",
     "max_concurrency",
+    "queue",
     "max_exceptions",
     "downgrade_percentage",
     "exception_rate",
@@ -369,6 +370,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
                     }
                 }
             }
+            "queue" => check_queue(&mut r, v, b),
             "exception_rate" => check_exception_rate(&mut r, v, b),
             "timeouts" => check_timeouts(&mut r, v, b),
             "call_timeout" => apply(b, r.duration(key, v), PolicyBuilder::call_timeout),
@@ -471,6 +473,22 @@ fn check_exception_rate(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> Pol
     };
     match (rate, min_visits) {
         (Some(rate), Some(min)) => b.exception_rate(rate, min),
+        _ => b,
+    }
+}
+
+fn check_queue(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuilder {
+    let Some([max_waiting, max_wait]) = r.section("queue", v, ["max_waiting", "max_wait"]) else {
+        return b;
+    };
+    let max_waiting = r
+        .required("queue.max_waiting", max_waiting)
+        .and_then(|v| r.u32("queue.max_waiting", v));
+    let max_wait = r
+        .required("queue.max_wait", max_wait)
+        .and_then(|v| r.duration("queue.max_wait", v));
+    match (max_waiting, max_wait) {
+        (Some(n), Some(d)) => b.queue(n, d),
         _ => b,
     }
 }

@@ -7,6 +7,7 @@
 //! [points."order.create"]
 //! max_visits = 1000
 //! max_concurrency = 64
+//! queue = { max_waiting = 100, max_wait = "50ms" }  # wait for a slot, FIFO
 //! timeouts = { threshold = "250ms", max_count = 20 }
 //! call_timeout = "200ms"             # deadline of `timeout = "..."` async fns
 //! delay = { duration = "10s", retry_interval = "1s" }
@@ -667,6 +668,8 @@ struct PointOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     call_timeout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    queue: Option<QueueOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     exception_rate: Option<ExceptionRateOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     timeouts: Option<TimeoutsOut>,
@@ -688,6 +691,12 @@ struct PointOut {
     breaker: Option<BreakerOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry: Option<retry::RetryOut>,
+}
+
+#[derive(Serialize)]
+struct QueueOut {
+    max_waiting: u32,
+    max_wait: String,
 }
 
 /// A cluster-wide limit: `algorithm`, its fields, and `batch` unless it is the default.
@@ -983,6 +992,10 @@ impl PointOut {
             max_exceptions: p.max_exceptions().filter(|_| rules),
             downgrade_percentage: Some(p.downgrade_percentage()).filter(|&d| rules && d != 100),
             call_timeout: p.call_timeout().filter(|_| rules).map(text),
+            queue: p.queue().filter(|_| rules).map(|q| QueueOut {
+                max_waiting: q.max_waiting,
+                max_wait: text(q.max_wait),
+            }),
             exception_rate: p
                 .exception_rate()
                 .filter(|_| rules)
@@ -1031,6 +1044,7 @@ impl PointOut {
             && out.exception_rate.is_none()
             && out.timeouts.is_none()
             && out.call_timeout.is_none()
+            && out.queue.is_none()
             && out.token_bucket.is_none()
             && out.delay.is_none();
         let other_written = out.shadow.is_some()

@@ -45,11 +45,20 @@ pub(super) const R_CLUSTER: u64 = 1 << 12;
 /// timeline's millisecond resolution. Without it they use the timeline (nanoseconds).
 pub(super) const R_FINE: u64 = 1 << 13;
 
+/// The concurrency rule has a queue: a call finding every slot taken waits (see
+/// `queue`).
+pub(super) const R_QUEUE: u64 = 1 << 14;
+
 /// Rule bits outside the plain rules (SDS's, with fixed thresholds on the timeline):
 /// a point without any of them takes the leaner [`Point::enter_policy`] instance.
-pub(super) const NOT_PLAIN: u64 = R_DELAY | R_SHADOW | R_BREAKER | R_ADAPTIVE | R_CLUSTER | R_FINE;
+pub(super) const NOT_PLAIN: u64 =
+    R_DELAY | R_SHADOW | R_BREAKER | R_ADAPTIVE | R_CLUSTER | R_FINE | R_QUEUE;
 
 const _: () = assert!(NOT_PLAIN & (R_VISITS | R_TOKENS | R_CONCURRENCY | R_RATE) == 0);
+
+/// The queue word's wait field (see [`Compiled::queue`]).
+const QUEUE_WAIT_BITS: u32 = 42;
+const QUEUE_WAIT_MASK: u64 = (1 << QUEUE_WAIT_BITS) - 1;
 
 /// A slot leaked for the rest of the process (never freed nor moved: a call that read
 /// an older policy may still use it), compared by address: two compiled forms are equal
@@ -100,6 +109,9 @@ pub(super) struct Compiled {
     /// deadline of a call of an `async fn` with `timeout = "..."`. No rule bit: it
     /// changes nothing in admission, only what `Point::call_timeout` answers.
     pub(super) call_timeout_ns: u64,
+    /// The queue (with `R_QUEUE`): calls that may wait (the high 22 bits) and the
+    /// longest wait in timeline nanoseconds (the low 42 bits, up to 73 minutes).
+    pub(super) queue: u64,
     /// The window ring (with `ACTIVE`).
     pub(super) ring: Option<Leaked<Ring>>,
     /// The token bucket (with `R_TOKENS`).
@@ -124,6 +136,7 @@ pub(super) const EMPTY: Compiled = Compiled {
     delay_ns: 0,
     retry_ns: 0,
     call_timeout_ns: 0,
+    queue: 0,
     ring: None,
     bucket: None,
     breaker: None,
@@ -216,6 +229,13 @@ impl Compiled {
         if let Some(v) = p.max_concurrency {
             c.rules |= R_CONCURRENCY;
             c.max_concurrency = u64::from(v);
+            // A dry run never makes a call wait: that would change what it observes.
+            if let (Some(q), false) = (p.queue, p.shadow) {
+                c.rules |= R_QUEUE;
+                // Validated: at most 10^6 waiting (20 bits) and an hour (42 bits).
+                c.queue = u64::from(q.max_waiting) << QUEUE_WAIT_BITS
+                    | nanos(q.max_wait).clamp(1, QUEUE_WAIT_MASK);
+            }
         }
         if let Some(v) = p.max_exceptions {
             c.rules |= R_EXCEPTIONS;
@@ -248,6 +268,16 @@ impl Compiled {
             c.retry_ns = d.retry_interval.map_or(0, nanos);
         }
         c
+    }
+
+    /// Calls that may wait in the queue (with `R_QUEUE`).
+    pub(super) fn queue_max(&self) -> u64 {
+        self.queue >> QUEUE_WAIT_BITS
+    }
+
+    /// The longest wait in the queue, in timeline nanoseconds (with `R_QUEUE`).
+    pub(super) fn queue_wait_ns(&self) -> u64 {
+        self.queue & QUEUE_WAIT_MASK
     }
 
     /// The window ring of a form with a policy.

@@ -34,6 +34,9 @@ impl Point {
         }
         settings.policy = policy;
         self.recompile(&mut settings);
+        drop(settings);
+        // Waiting calls ask the new policy (a raised limit, a queue gone).
+        self.wake_all_waiters();
     }
 
     /// Sets (or, with `None`, removes) the breaker. A new breaker starts empty.

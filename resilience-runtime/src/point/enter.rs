@@ -16,7 +16,7 @@
 
 use super::compiled::{
     Compiled, Leaked, ACTIVE, NOT_PLAIN, R_ADAPTIVE, R_BREAKER, R_BREAKER_TIMED, R_CONCURRENCY,
-    R_DELAY, R_EXCEPTIONS, R_FINE, R_RATE, R_SHADOW, R_TIMEOUTS, R_TOKENS, R_VISITS,
+    R_DELAY, R_EXCEPTIONS, R_FINE, R_QUEUE, R_RATE, R_SHADOW, R_TIMEOUTS, R_TOKENS, R_VISITS,
 };
 use super::flow::{Limits, Refused, NO_LIMIT};
 use super::hang::HangTable;
@@ -50,6 +50,24 @@ impl Point {
         self.enter_in(slot)
     }
 
+    /// The async entry of `#[breaker]` (see [`enter_breaker_in`](Self::enter_breaker_in)
+    /// and [`enter_async_in`](Self::enter_async_in)).
+    #[inline]
+    pub(crate) fn enter_breaker_async_in<'a>(
+        &'static self,
+        slot: &'a mut Option<Permit>,
+        done: Option<&'a mut bool>,
+    ) -> super::queue::Admission<'a> {
+        let c = self.compiled();
+        if c.rules & (ACTIVE | R_BREAKER) == R_BREAKER {
+            return super::queue::Admission::Ready(place(self.enter_breaker_only(c), slot));
+        }
+        if c.rules & R_BREAKER == 0 && !self.breaker_set.load(Ordering::Acquire) {
+            self.ensure_breaker();
+        }
+        self.enter_async_in(slot, done)
+    }
+
     /// Asks whether a call may run.
     ///
     /// On `Ok`, run the call and report its outcome through the [`Permit`] (dropping it
@@ -74,17 +92,71 @@ impl Point {
         Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
     }
 
+    /// [`enter`](Self::enter) for async code: never blocks the thread. Under a policy
+    /// with a queue ([`PolicyBuilder::queue`](crate::PolicyBuilder::queue)) and every
+    /// slot taken, the call waits in the returned future (dropping it leaves the
+    /// queue); otherwise it is ready at once. Waiting on the system clock needs the
+    /// `tokio` feature (for the deadline); without it the call is refused for
+    /// concurrency instead of waiting.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy};
+    /// use std::time::Duration;
+    ///
+    /// let policy = Policy::builder().max_concurrency(1).queue(4, Duration::from_secs(1)).build()?;
+    /// registry().set_policy("docs.enter_async", policy)?;
+    /// let point = registry().point("docs.enter_async")?;
+    /// let permit = futures_executor::block_on(point.enter_async())?;
+    /// permit.finish(false);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn enter_async(&'static self) -> Result<Permit, Downgraded> {
+        let mut slot = None;
+        match self.enter_async_in(&mut slot, None) {
+            super::queue::Admission::Ready(r) => r?,
+            super::queue::Admission::Wait(w) => w.await?,
+        }
+        Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
+    }
+
     /// [`enter`](Self::enter) for the generated code: an admitted call's permit is
     /// written into `slot`, where it stays until [`Permit::finish_in`]. A permit moved
     /// around by value is copied through the stack in wide loads that stall on the
     /// narrower stores that built it; written in place, it is not moved at all. A call
     /// on a point without policy or breaker, which has nothing to complete but an
     /// exception, is admitted with the slot left empty: nothing is written at all.
+    ///
+    /// With a queue (see [`PolicyBuilder::queue`](crate::PolicyBuilder::queue)) and
+    /// every slot taken, the thread waits here (parked) for a slot.
     #[inline(always)]
     pub(crate) fn enter_in(&'static self, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
         if !self.sampler_armed() {
             self.arm_sampler();
         }
+        // The entries out of line answer with the reason alone, a byte in a
+        // register: the refusal is built here.
+        match self.enter_once(slot, false) {
+            Ok(()) => Ok(()),
+            Err(Reason::QueueFull) => self.wait_blocking(slot),
+            Err(reason) => Err(Downgraded {
+                point: self.name,
+                reason,
+            }),
+        }
+    }
+
+    /// One look at the rules. `Err(Reason::QueueFull)` is not a refusal but the
+    /// queue's signal, counted nowhere: every slot is taken (or, for a new call,
+    /// others are waiting) under a policy with a queue, so the call may wait. A
+    /// `waiter` asking again does not queue behind the others.
+    #[inline(always)]
+    pub(super) fn enter_once(
+        &'static self,
+        slot: &mut Option<Permit>,
+        waiter: bool,
+    ) -> Result<(), Reason> {
         let Some(c) = self.cfg.get() else {
             self.pass_untracked();
             if super::durations::measuring_durations() {
@@ -93,17 +165,11 @@ impl Point {
             }
             return Ok(());
         };
-        // The entries out of line answer with the reason alone, a byte in a
-        // register: the refusal is built here.
-        let entered = if c.rules & ACTIVE == 0 {
+        if c.rules & ACTIVE == 0 {
             self.enter_unpoliced(c, slot)
         } else {
-            self.enter_governed(c, slot)
-        };
-        entered.map_err(|reason| Downgraded {
-            point: self.name,
-            reason,
-        })
+            self.enter_governed(c, slot, waiter)
+        }
     }
 
     /// A point with a policy: the plain rules alone take a leaner instance of the
@@ -113,11 +179,12 @@ impl Point {
         &'static self,
         c: &'static Compiled,
         slot: &mut Option<Permit>,
+        waiter: bool,
     ) -> Result<(), Reason> {
         let entered = if c.rules & NOT_PLAIN == 0 {
-            self.enter_policy::<true>(c, slot)
+            self.enter_policy::<true>(c, slot, waiter)
         } else {
-            self.enter_policy::<false>(c, slot)
+            self.enter_policy::<false>(c, slot, waiter)
         };
         entered.map_err(|d| d.reason)
     }
@@ -136,6 +203,7 @@ impl Point {
         &'static self,
         c: &'static Compiled,
         slot: &mut Option<Permit>,
+        waiter: bool,
     ) -> Result<(), Downgraded> {
         debug_assert!(c.rules & ACTIVE != 0 && (!PLAIN || c.rules & NOT_PLAIN == 0));
         // One timeline reading per call; the tick counter only when some threshold is
@@ -185,6 +253,17 @@ impl Point {
         let tripped = 'chain: {
             if c.rules & R_VISITS != 0 && passes >= limits.passes {
                 break 'chain Some(Reason::Visits);
+            }
+            // With a queue, a call that would wait does so before any token is taken:
+            // every slot is taken, or (a new call) others already wait.
+            if !PLAIN
+                && c.rules & R_QUEUE != 0
+                && (inflight >= limits.inflight || (!waiter && self.flow.waiting() != 0))
+            {
+                if let Some((_, claimed)) = probe {
+                    self.delay.unclaim(claimed);
+                }
+                return Err(self.queue_signal());
             }
             if c.rules & R_TOKENS != 0 && !self.take_token(c, stamp) {
                 break 'chain Some(Reason::TokenBucket);
@@ -267,6 +346,12 @@ impl Point {
                 }
                 let reason = match refused {
                     Refused::Visits => Reason::Visits,
+                    Refused::Concurrency if !PLAIN && c.rules & R_QUEUE != 0 => {
+                        if let Some((_, claimed)) = probe {
+                            self.delay.unclaim(claimed);
+                        }
+                        return Err(self.queue_signal());
+                    }
                     Refused::Concurrency => Reason::Concurrency,
                 };
                 return place(self.refuse(c, reason, probe, start, fine, now), slot);
@@ -285,6 +370,15 @@ impl Point {
             permit.attach_probe(until);
         }
         Ok(())
+    }
+
+    /// The queue's signal (see [`enter_once`](Self::enter_once)): not a refusal.
+    #[cold]
+    fn queue_signal(&self) -> Downgraded {
+        Downgraded {
+            point: self.name,
+            reason: Reason::QueueFull,
+        }
     }
 
     /// A rule refused a call: a probe it claimed goes back for the next call, the delay
@@ -527,7 +621,11 @@ impl Point {
         let shadow = c.rules & R_SHADOW != 0;
         let spared = c.percentage < 100
             && (c.percentage == 0 || crate::rand::below(100) >= c.percentage)
-            && (shadow || reason != Reason::Concurrency);
+            && (shadow
+                || !matches!(
+                    reason,
+                    Reason::Concurrency | Reason::QueueFull | Reason::QueueTimeout
+                ));
         let mut reason = reason;
         if spared || shadow {
             if !spared {

@@ -103,6 +103,8 @@ pub(crate) struct Flow {
     /// A full pass total at most 2^40 below the true one (see the module docs).
     base: AtomicU64,
     spill: AtomicU64,
+    /// Calls waiting in the concurrency rule's queue (see `queue`).
+    waiting: AtomicU64,
 }
 
 impl Flow {
@@ -116,6 +118,7 @@ impl Flow {
             word: AtomicU64::new((passes & PASS_MASK) << INFLIGHT_BITS),
             base: AtomicU64::new(passes),
             spill: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
         }
     }
 
@@ -205,18 +208,44 @@ impl Flow {
         }
     }
 
-    /// Gives a slot back.
+    /// Gives a slot back; `true` if calls are waiting for one (the caller then wakes
+    /// one: see [`wait_begin`](Self::wait_begin)).
     #[inline]
-    pub(crate) fn release(&self, slot: Slot) {
+    pub(crate) fn release(&self, slot: Slot) -> bool {
         match slot {
-            Slot::None => {}
+            Slot::None => return false,
             Slot::Word => {
-                self.word.fetch_sub(1, Ordering::Release);
+                self.word.fetch_sub(1, Ordering::SeqCst);
             }
             Slot::Spill => {
-                self.spill.fetch_sub(1, Ordering::Release);
+                self.spill.fetch_sub(1, Ordering::SeqCst);
             }
         }
+        self.waiting.load(Ordering::SeqCst) != 0
+    }
+
+    /// A call starts waiting for a slot. After this, either the waiter's next look at
+    /// the word sees every slot released before, or the releaser sees the waiter: the
+    /// release is a sequentially consistent read-modify-write followed by a
+    /// sequentially consistent load of `waiting`, and this increment is followed by a
+    /// sequentially consistent fence, so (in the single total order of those
+    /// operations) a releaser that missed the increment released before the fence,
+    /// and the waiter's later loads see its release. No slot freed while a call waits
+    /// goes unnoticed by both.
+    pub(crate) fn wait_begin(&self) {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        crate::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// A waiting call stopped waiting (admitted, refused, timed out or cancelled).
+    pub(crate) fn wait_end(&self) {
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Calls waiting now.
+    #[inline]
+    pub(crate) fn waiting(&self) -> u64 {
+        self.waiting.load(Ordering::Relaxed)
     }
 
     /// The passes since the total `from` and the calls in flight in the word now (the

@@ -55,6 +55,7 @@ mod cycle;
 mod enter;
 mod health;
 pub(crate) mod permit;
+pub(crate) mod queue;
 mod report;
 mod retry_settings;
 mod retrying;
@@ -226,6 +227,8 @@ pub struct Point {
     seconds: Mutex<Option<Box<seconds::Series>>>,
     /// The retry section in force (see `retry_settings`).
     retry: retry_settings::RetryCell,
+    /// The concurrency rule's waiters, made by the first call that waits.
+    queue: crate::sync::OnceLock<Box<queue::WaitQueue>>,
     /// In-flight timed calls, created by the first timed call.
     hang: crate::sync::OnceLock<HangTable>,
     /// Durations of the calls, created by the first measured one that ends.
@@ -277,6 +280,7 @@ impl Point {
             sampler_hooked: crate::sync::atomic::AtomicBool::new(false),
             seconds: Mutex::new(None),
             retry: retry_settings::RetryCell::new(std::ptr::null_mut()),
+            queue: crate::sync::OnceLock::new(),
             hang: crate::sync::OnceLock::new(),
             durations: crate::sync::OnceLock::new(),
         }

@@ -308,7 +308,9 @@ impl Permit {
         }
         if meta & Meta::EXTRA == 0 {
             let _ = self.settle(outcome);
-            self.point.flow.release(self.meta.slot());
+            if self.point.flow.release(self.meta.slot()) {
+                self.point.wake_waiter();
+            }
             return;
         }
         self.complete_tracked(outcome);
@@ -423,7 +425,9 @@ impl Permit {
             p.delay
                 .probe_ended(self.probe_of, p.clock.now(), end, retry_ns);
         }
-        p.flow.release(self.meta.slot());
+        if p.flow.release(self.meta.slot()) {
+            p.wake_waiter();
+        }
     }
 }
 

@@ -93,6 +93,7 @@ impl Point {
             shadow_downgrades_by_reason: self.counters.shadow_reasons(),
             breaker: self.breaker_stats(c, now),
             retry: self.retry_stats(),
+            queue: self.queue_stats(),
         }
     }
 

@@ -47,6 +47,7 @@ pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(24 * 60 * 60);
 pub struct Policy {
     pub(crate) max_visits: Option<u64>,
     pub(crate) max_concurrency: Option<u32>,
+    pub(crate) queue: Option<QueueConfig>,
     pub(crate) max_exceptions: Option<u64>,
     pub(crate) exception_rate: Option<ExceptionRate>,
     pub(crate) timeouts: Option<Timeouts>,
@@ -145,6 +146,22 @@ pub struct ExceptionRate {
     pub min_visits: u64,
 }
 
+/// The queue of the concurrency rule (a bulkhead): when every slot is taken, up to
+/// `max_waiting` calls wait, first in first out, at most `max_wait` each, for a slot
+/// (see [`PolicyBuilder::queue`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueConfig {
+    /// Calls that may wait at once (1 ..= 1 000 000); one more is refused at once
+    /// ([`Reason::QueueFull`](crate::Reason::QueueFull)).
+    pub max_waiting: u32,
+    /// The longest a call waits (> 0, at most an hour); then it is refused
+    /// ([`Reason::QueueTimeout`](crate::Reason::QueueTimeout)).
+    pub max_wait: Duration,
+}
+
+/// The most calls a queue may hold.
+pub const MAX_QUEUE: u32 = 1_000_000;
+
 /// The timeout rule: a call slower than `threshold` is a timeout; the point is
 /// downgraded once the window holds `max_count` timeouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,6 +223,7 @@ impl Policy {
             policy: Policy {
                 max_visits: None,
                 max_concurrency: None,
+                queue: None,
                 max_exceptions: None,
                 exception_rate: None,
                 timeouts: None,
@@ -230,6 +248,7 @@ impl Policy {
             Section::Rules => {
                 self.max_visits = from.max_visits;
                 self.max_concurrency = from.max_concurrency;
+                self.queue = from.queue;
                 self.max_exceptions = from.max_exceptions;
                 self.exception_rate = from.exception_rate;
                 self.timeouts = from.timeouts;
@@ -284,6 +303,10 @@ impl Policy {
     /// The timeout rule, if set.
     pub fn timeouts(&self) -> Option<Timeouts> {
         self.timeouts
+    }
+    /// The queue of the concurrency rule, if any.
+    pub fn queue(&self) -> Option<QueueConfig> {
+        self.queue
     }
     /// The deadline of a call of an `async fn` with `timeout = "..."`, if set: it
     /// overrides the attribute's (see [`PolicyBuilder::call_timeout`]).
@@ -353,6 +376,57 @@ impl PolicyBuilder {
     /// counted.
     pub fn max_concurrency(mut self, max: u32) -> Self {
         self.policy.max_concurrency = Some(max);
+        self
+    }
+
+    /// A queue for the concurrency rule (a bulkhead that waits): when all
+    /// `max_concurrency` slots are taken, up to `max_waiting` calls wait for one, first
+    /// in first out, for at most `max_wait`. A call that finds the queue full is
+    /// downgraded at once ([`Reason::QueueFull`](crate::Reason::QueueFull)); one whose
+    /// wait runs out is downgraded then ([`Reason::QueueTimeout`](crate::Reason::QueueTimeout)).
+    /// Needs [`max_concurrency`](Self::max_concurrency).
+    ///
+    /// A sync caller waits on its thread (parked, woken by the call that frees a
+    /// slot); the code an `async fn` gets from `#[downgrade]` / `#[breaker]` waits
+    /// without blocking (a waker per waiter; `tokio` feature for the deadline, without
+    /// it an async call never waits and is refused at once as before).
+    /// [`Point::enter`](crate::Point::enter) waits like a sync caller;
+    /// [`Point::enter_async`](crate::Point::enter_async) like an async one.
+    ///
+    /// Bounds: at most `max_concurrency` calls in flight, exactly, as without a queue
+    /// (a waiter is admitted by the same compare-and-swap as any call); at most
+    /// `max_waiting` calls waiting; a freed slot wakes one waiter, the oldest, and a
+    /// new call never passes a waiting one (while calls wait, a new call queues behind
+    /// them); a waiter that is cancelled or times out leaves the queue and never takes
+    /// a slot. A woken waiter asks every rule again, as a new call would (a token
+    /// bucket is asked only once a slot is free).
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy, Reason};
+    /// use std::time::Duration;
+    ///
+    /// let policy = Policy::builder()
+    ///     .max_concurrency(1)
+    ///     .queue(8, Duration::from_millis(50))
+    ///     .build()?;
+    /// registry().set_policy("docs.queue", policy)?;
+    /// let point = registry().point("docs.queue")?;
+    /// let first = point.enter()?;
+    /// let waiter = std::thread::spawn(move || point.enter().map(|p| p.finish(false)));
+    /// std::thread::sleep(Duration::from_millis(5));
+    /// first.finish(false); // wakes the waiter, which takes the slot
+    /// assert!(waiter.join().unwrap().is_ok());
+    /// // Nobody frees the slot now: a waiter gives up after 50 ms.
+    /// let held = point.enter()?;
+    /// assert_eq!(point.enter().unwrap_err().reason(), Reason::QueueTimeout);
+    /// held.finish(false);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn queue(mut self, max_waiting: u32, max_wait: Duration) -> Self {
+        self.policy.queue = Some(QueueConfig {
+            max_waiting,
+            max_wait,
+        });
         self
     }
 
@@ -536,6 +610,29 @@ impl PolicyBuilder {
                 fail(
                     "max_concurrency",
                     format!("must be at most {MAX_CONCURRENCY}, got {max}"),
+                );
+            }
+        }
+        if let Some(q) = p.queue {
+            if p.max_concurrency.is_none() {
+                fail(
+                    "queue",
+                    "needs `max_concurrency`: the queue holds calls waiting for its slots".into(),
+                );
+            }
+            if !(1..=MAX_QUEUE).contains(&q.max_waiting) {
+                fail(
+                    "queue.max_waiting",
+                    format!("must be in 1..={MAX_QUEUE}, got {}", q.max_waiting),
+                );
+            }
+            if q.max_wait.is_zero() || q.max_wait > Duration::from_secs(3600) {
+                fail(
+                    "queue.max_wait",
+                    format!(
+                        "must be greater than zero and at most 1h, got {:?}",
+                        q.max_wait
+                    ),
                 );
             }
         }

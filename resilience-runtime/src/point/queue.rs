@@ -1,0 +1,489 @@
+//! The concurrency rule's queue (a bulkhead that waits): when every slot is taken, a
+//! call waits, first in first out, for a slot or its deadline.
+//!
+//! # Protocol
+//!
+//! A waiter is an entry in the point's list, under one mutex. It asks for a slot by
+//! entering the point again (every rule asked again, the slot taken by the same
+//! compare-and-swap as any call), always under the list's lock, and only while it is
+//! the oldest waiter or has been woken. A call that frees a slot sees the waiting
+//! count (`Flow::release`) and, under the lock, wakes the oldest waiter not yet woken.
+//! Because retries and wakes are serialised by the lock, and the count is published
+//! before a waiter's first look (`Flow::wait_begin`), a freed slot is never missed:
+//! either the waiter's look sees it, or the releaser sees the waiter and wakes it after
+//! the waiter's look. A waiter that leaves (timed out, cancelled, refused by another
+//! rule) after being woken passes the wake on to the next one, so a wake is never
+//! lost with its waiter. A policy change, and a manual clock that moves, wake every
+//! waiter to look again.
+//!
+//! While calls wait, a new call queues behind them (the entry checks the count), so a
+//! new call never passes a waiting one.
+
+use super::compiled::{ACTIVE, R_QUEUE};
+use super::permit::Permit;
+use super::Point;
+use crate::error::{Downgraded, Reason};
+use crate::sync::atomic::AtomicBool;
+use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering};
+use std::collections::VecDeque;
+use std::task::Waker;
+use std::time::Duration;
+
+/// What a point's queue did, since the point was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueStats {
+    /// Calls waiting now.
+    pub waiting: u64,
+    /// The most calls ever waiting at once.
+    pub peak_waiting: u64,
+    /// Waits that ended with a slot (the call then ran).
+    pub admitted: u64,
+    /// Waits that ran out ([`Reason::QueueTimeout`]).
+    pub timed_out: u64,
+    /// Waits whose caller gave up (an async call's future dropped while it waited):
+    /// neither a pass nor a downgrade, the call never began.
+    pub cancelled: u64,
+    /// Waits ended by another rule when the waiter asked again (counted as that
+    /// rule's downgrade).
+    pub refused: u64,
+    /// Calls refused at once because the queue was full ([`Reason::QueueFull`]).
+    pub full: u64,
+    /// The total time waited by the waits that ended, in nanoseconds.
+    pub wait_ns: u64,
+    /// The longest wait that ended, in nanoseconds.
+    pub max_wait_ns: u64,
+}
+
+impl QueueStats {
+    /// The mean wait of the waits that ended, if any did.
+    pub fn mean_wait(&self) -> Option<Duration> {
+        let ended = self.admitted + self.timed_out + self.cancelled + self.refused;
+        (ended > 0).then(|| Duration::from_nanos(self.wait_ns / ended))
+    }
+}
+
+/// How a waiter is woken.
+#[derive(Debug)]
+enum Wake {
+    /// A parked thread.
+    Thread(std::thread::Thread),
+    /// A task, once it has been polled.
+    Task(Option<Waker>),
+}
+
+#[derive(Debug)]
+struct Waiter {
+    /// Woken since it last asked for a slot.
+    notified: AtomicBool,
+    wake: Mutex<Wake>,
+}
+
+impl Waiter {
+    fn wake(&self) {
+        match &*self.wake.lock().unwrap_or_else(|e| e.into_inner()) {
+            Wake::Thread(t) => t.unpark(),
+            Wake::Task(Some(w)) => w.wake_by_ref(),
+            Wake::Task(None) => {}
+        }
+    }
+}
+
+const ADMITTED: usize = 0;
+const TIMED_OUT: usize = 1;
+const CANCELLED: usize = 2;
+const REFUSED: usize = 3;
+const FULL: usize = 4;
+
+/// A point's waiters, made by the first call that waits.
+#[derive(Debug, Default)]
+pub(super) struct WaitQueue {
+    waiters: Mutex<VecDeque<Arc<Waiter>>>,
+    ends: [AtomicU64; 5],
+    wait_ns: AtomicU64,
+    max_wait_ns: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl WaitQueue {
+    fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Waiter>>> {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wakes the oldest waiter not yet woken, with the list locked.
+    fn wake_one_locked(list: &VecDeque<Arc<Waiter>>) {
+        if let Some(w) = list
+            .iter()
+            .find(|w| !w.notified.swap(true, Ordering::AcqRel))
+        {
+            w.wake();
+        }
+    }
+
+    fn wake_all(&self) {
+        for w in self.lock().iter() {
+            w.notified.store(true, Ordering::Release);
+            w.wake();
+        }
+    }
+
+    fn stats(&self, waiting: u64) -> QueueStats {
+        let n = |i: usize| self.ends[i].load(Ordering::Relaxed);
+        QueueStats {
+            waiting,
+            peak_waiting: self.peak.load(Ordering::Relaxed),
+            admitted: n(ADMITTED),
+            timed_out: n(TIMED_OUT),
+            cancelled: n(CANCELLED),
+            refused: n(REFUSED),
+            full: n(FULL),
+            wait_ns: self.wait_ns.load(Ordering::Relaxed),
+            max_wait_ns: self.max_wait_ns.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn remove(list: &mut VecDeque<Arc<Waiter>>, waiter: &Arc<Waiter>) {
+    if let Some(i) = list.iter().position(|w| Arc::ptr_eq(w, waiter)) {
+        list.remove(i);
+    }
+}
+
+impl Point {
+    /// The point's queue, made (with its clock hook) on first use.
+    fn wait_queue(&'static self) -> &'static WaitQueue {
+        self.queue.get_or_init(|| {
+            // A manual clock that moves wakes the waiters to look at their deadlines.
+            self.clock.after_move(move |_| self.wake_all_waiters());
+            Box::default()
+        })
+    }
+
+    /// A slot was freed while calls wait: wakes the oldest one not yet woken.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn wake_waiter(&self) {
+        if let Some(q) = self.queue.get() {
+            WaitQueue::wake_one_locked(&q.lock());
+        }
+    }
+
+    /// Wakes every waiter to ask again (a policy change, a clock move).
+    pub(super) fn wake_all_waiters(&self) {
+        if let Some(q) = self.queue.get() {
+            q.wake_all();
+        }
+    }
+
+    /// The queue's counters, if a call ever waited or was refused by a full queue.
+    pub(super) fn queue_stats(&self) -> Option<QueueStats> {
+        self.queue.get().map(|q| q.stats(self.flow.waiting()))
+    }
+
+    /// A sync call found every slot taken under a policy with a queue: waits on the
+    /// thread (parked) for a slot, then enters as [`enter_in`](Self::enter_in) would.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn wait_blocking(
+        &'static self,
+        slot: &mut Option<Permit>,
+    ) -> Result<(), Downgraded> {
+        let mut wait = Wait::begin(self, Wake::Thread(std::thread::current()))?;
+        loop {
+            if let Some(entered) = wait.try_admit(slot) {
+                return entered;
+            }
+            let now = self.clock.now();
+            if now >= wait.deadline {
+                return Err(wait.time_out());
+            }
+            if wait.waiter.notified.load(Ordering::Acquire) {
+                continue;
+            }
+            if self.clock.is_manual() {
+                // Woken by a slot, a policy change or the clock moving.
+                std::thread::park();
+            } else {
+                std::thread::park_timeout(Duration::from_nanos(wait.deadline - now));
+            }
+        }
+    }
+}
+
+/// One waiting call: in the list from [`begin`](Wait::begin) until it is admitted,
+/// refused, times out or is dropped (cancelled).
+#[derive(Debug)]
+pub(super) struct Wait {
+    point: &'static Point,
+    queue: &'static WaitQueue,
+    waiter: Arc<Waiter>,
+    start: u64,
+    pub(super) deadline: u64,
+    done: bool,
+}
+
+impl Wait {
+    /// Queues a call, or refuses it at once ([`Reason::QueueFull`], counted) when the
+    /// queue is full. A policy changed since the call's entry to one without a queue
+    /// refuses it for concurrency.
+    fn begin(point: &'static Point, wake: Wake) -> Result<Wait, Downgraded> {
+        let c = point.compiled();
+        let now = point.clock.now();
+        let queue = point.wait_queue();
+        if c.rules & (ACTIVE | R_QUEUE) != ACTIVE | R_QUEUE {
+            return Err(point.refuse_waiting(Reason::Concurrency, now));
+        }
+        let waiter = Arc::new(Waiter {
+            notified: AtomicBool::new(false),
+            wake: Mutex::new(wake),
+        });
+        {
+            let mut list = queue.lock();
+            if list.len() as u64 >= c.queue_max() {
+                drop(list);
+                queue.ends[FULL].fetch_add(1, Ordering::Relaxed);
+                return Err(point.refuse_waiting(Reason::QueueFull, now));
+            }
+            list.push_back(waiter.clone());
+            point.flow.wait_begin();
+            queue.peak.fetch_max(list.len() as u64, Ordering::Relaxed);
+        }
+        Ok(Wait {
+            point,
+            queue,
+            waiter,
+            start: now,
+            deadline: now.saturating_add(c.queue_wait_ns()),
+            done: false,
+        })
+    }
+
+    /// Asks for a slot if this waiter is the oldest or was woken: `Some` when the wait
+    /// is over (admitted, or refused by a rule: counted there), `None` to wait on.
+    fn try_admit(&mut self, slot: &mut Option<Permit>) -> Option<Result<(), Downgraded>> {
+        let mut list = self.queue.lock();
+        let woken = self.waiter.notified.swap(false, Ordering::AcqRel);
+        let oldest = list.front().is_some_and(|w| Arc::ptr_eq(w, &self.waiter));
+        if !woken && !oldest {
+            return None;
+        }
+        let entered = match self.point.enter_once(slot, true) {
+            Err(Reason::QueueFull) => return None,
+            Ok(()) => Ok(()),
+            Err(reason) => Err(Downgraded {
+                point: self.point.name,
+                reason,
+            }),
+        };
+        remove(&mut list, &self.waiter);
+        if entered.is_err() && woken {
+            // The slot this waiter was woken for is someone else's now.
+            WaitQueue::wake_one_locked(&list);
+        }
+        drop(list);
+        self.end(if entered.is_ok() { ADMITTED } else { REFUSED });
+        Some(entered)
+    }
+
+    /// The wait ran out: leaves the queue (passing a wake on) and is refused
+    /// ([`Reason::QueueTimeout`], counted).
+    fn time_out(mut self) -> Downgraded {
+        self.leave();
+        self.end(TIMED_OUT);
+        self.point
+            .refuse_waiting(Reason::QueueTimeout, self.point.clock.now())
+    }
+
+    /// Leaves the list; a wake this waiter had not used goes to the next one.
+    fn leave(&self) {
+        let mut list = self.queue.lock();
+        remove(&mut list, &self.waiter);
+        if self.waiter.notified.load(Ordering::Acquire) {
+            WaitQueue::wake_one_locked(&list);
+        }
+    }
+
+    fn end(&mut self, how: usize) {
+        self.done = true;
+        self.point.flow.wait_end();
+        let q = self.queue;
+        q.ends[how].fetch_add(1, Ordering::Relaxed);
+        let waited = self.point.clock.now().saturating_sub(self.start);
+        q.wait_ns.fetch_add(waited, Ordering::Relaxed);
+        q.max_wait_ns.fetch_max(waited, Ordering::Relaxed);
+    }
+
+    /// Registers the task to wake (async waiters).
+    fn set_waker(&self, waker: &Waker) {
+        let mut wake = self.waiter.wake.lock().unwrap_or_else(|e| e.into_inner());
+        match &mut *wake {
+            Wake::Task(Some(w)) if w.will_wake(waker) => {}
+            other => *other = Wake::Task(Some(waker.clone())),
+        }
+    }
+}
+
+impl Drop for Wait {
+    /// A waiter dropped while waiting (its caller gave up): out of the queue, never
+    /// with a slot.
+    fn drop(&mut self) {
+        if !self.done {
+            self.leave();
+            self.end(CANCELLED);
+        }
+    }
+}
+
+// ---- async waiting ----
+
+/// What an async call's entry decided: at once, or after a wait.
+#[derive(Debug)]
+pub enum Admission<'a> {
+    /// Decided: admitted (the permit in the slot) or refused.
+    Ready(Result<(), Downgraded>),
+    /// Every slot is taken and the policy has a queue: await it.
+    Wait(WaitFuture<'a>),
+}
+
+/// An async call waiting in the queue; see [`Admission::Wait`]. Dropping it leaves the
+/// queue (a cancelled wait: the call never began and takes no slot).
+#[derive(Debug)]
+pub struct WaitFuture<'a> {
+    point: &'static Point,
+    slot: &'a mut Option<Permit>,
+    /// The generated code's "nothing to record" flag: set while the call waits (a call
+    /// dropped then never began), cleared once it is admitted.
+    done: Option<&'a mut bool>,
+    wait: Option<Wait>,
+    #[cfg(feature = "tokio")]
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Point {
+    /// The async form of the entry: never blocks. With a queue and every slot taken,
+    /// the call waits in the returned future.
+    /// `done` is the generated code's guard flag, if any (see [`WaitFuture`]).
+    #[inline(always)]
+    pub(crate) fn enter_async_in<'a>(
+        &'static self,
+        slot: &'a mut Option<Permit>,
+        done: Option<&'a mut bool>,
+    ) -> Admission<'a> {
+        if !self.sampler_armed() {
+            self.arm_sampler();
+        }
+        match self.enter_once(slot, false) {
+            Ok(()) => Admission::Ready(Ok(())),
+            Err(Reason::QueueFull) => self.wait_async(slot, done),
+            Err(reason) => Admission::Ready(Err(Downgraded {
+                point: self.name,
+                reason,
+            })),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(super) fn wait_async<'a>(
+        &'static self,
+        slot: &'a mut Option<Permit>,
+        mut done: Option<&'a mut bool>,
+    ) -> Admission<'a> {
+        // On the system clock the deadline needs tokio's timer; without it, an async
+        // call does not wait (refused for concurrency as without a queue).
+        if !cfg!(feature = "tokio") && !self.clock.is_manual() {
+            let now = self.clock.now();
+            return Admission::Ready(Err(self.refuse_waiting(Reason::Concurrency, now)));
+        }
+        if let Some(d) = done.as_deref_mut() {
+            *d = true;
+        }
+        Admission::Wait(WaitFuture {
+            point: self,
+            slot,
+            done,
+            wait: None,
+            #[cfg(feature = "tokio")]
+            sleep: None,
+        })
+    }
+}
+
+impl std::future::Future for WaitFuture<'_> {
+    type Output = Result<(), Downgraded>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if this.wait.is_none() {
+            match Wait::begin(this.point, Wake::Task(Some(cx.waker().clone()))) {
+                Ok(w) => this.wait = Some(w),
+                Err(d) => return Poll::Ready(Err(d)),
+            }
+        }
+        let Some(wait) = this.wait.as_mut() else {
+            unreachable!("set above");
+        };
+        loop {
+            // The waker first: a wake after the look below must reach this task.
+            wait.set_waker(cx.waker());
+            if let Some(entered) = wait.try_admit(this.slot) {
+                this.wait = None;
+                if let (Ok(()), Some(done)) = (&entered, this.done.as_deref_mut()) {
+                    // Admitted: from now on a dropped call is a cancelled one.
+                    *done = false;
+                }
+                return Poll::Ready(entered);
+            }
+            let now = this.point.clock.now();
+            if now >= wait.deadline {
+                let Some(wait) = this.wait.take() else {
+                    unreachable!("present");
+                };
+                return Poll::Ready(Err(wait.time_out()));
+            }
+            if wait.waiter.notified.load(Ordering::Acquire) {
+                continue;
+            }
+            #[cfg(feature = "tokio")]
+            if !this.point.clock.is_manual() {
+                let left = Duration::from_nanos(wait.deadline - now);
+                let sleep = this
+                    .sleep
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(left)));
+                if sleep.as_mut().poll(cx).is_ready() {
+                    // The timer is the deadline (the timeline may lag it by a tick).
+                    let Some(wait) = this.wait.take() else {
+                        unreachable!("present");
+                    };
+                    return Poll::Ready(Err(wait.time_out()));
+                }
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+impl Point {
+    /// Refuses a call for a reason of the queue (or for concurrency, when the queue
+    /// went away): counted and reported like any refusal, the delay started if the
+    /// policy has one.
+    fn refuse_waiting(&'static self, reason: Reason, now: u64) -> Downgraded {
+        let c = self.compiled();
+        match self.refuse(c, reason, None, 0, false, now) {
+            Err(d) => d,
+            // Queue refusals are never spared, so `refuse` never admits here; if it
+            // ever did, its permit ends as cancelled and the call is still refused.
+            Ok(permit) => {
+                drop(permit);
+                Downgraded {
+                    point: self.name,
+                    reason,
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,402 @@
+//! The concurrency rule's queue (`PolicyBuilder::queue`): order, deadlines on the
+//! manual clock, a full queue, cancellation, policy changes while calls wait, and the
+//! bound under many threads and tasks.
+
+use resilience_runtime::config::Format;
+use resilience_runtime::{Clock, ManualClock, Permit, Point, Policy, QueueStats, Reason, Registry};
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+fn manual_registry() -> (ManualClock, &'static Registry) {
+    let manual = ManualClock::new();
+    let registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+    (manual, registry)
+}
+
+fn bulkhead(n: u32, waiting: u32, wait: Duration) -> Policy {
+    Policy::builder()
+        .max_concurrency(n)
+        .queue(waiting, wait)
+        .build()
+        .unwrap()
+}
+
+fn queue(point: &Point) -> QueueStats {
+    point.stats().queue.unwrap_or_default()
+}
+
+/// Spins until `n` calls wait on `point`.
+fn until_waiting(point: &Point, n: u64) {
+    let t0 = std::time::Instant::now();
+    while queue(point).waiting != n {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never {n} waiting");
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn waiters_are_served_first_in_first_out() {
+    let (_manual, registry) = manual_registry();
+    registry
+        .set_policy("q.fifo", bulkhead(1, 8, Duration::from_secs(60)))
+        .unwrap();
+    let point = registry.point("q.fifo").unwrap();
+    let held = point.enter().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..4u64 {
+        let order = order.clone();
+        threads.push(std::thread::spawn(move || {
+            let permit = point.enter().unwrap();
+            order.lock().unwrap().push(i);
+            permit.finish(false);
+        }));
+        // Each waiter is queued before the next arrives.
+        until_waiting(point, i + 1);
+    }
+    held.finish(false);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
+    let q = queue(point);
+    assert_eq!((q.admitted, q.waiting, q.peak_waiting), (4, 0, 4));
+    let s = point.stats();
+    assert_eq!(
+        (s.totals.passes, s.totals.downgrades, s.concurrency),
+        (5, 0, 0)
+    );
+}
+
+#[test]
+fn a_wait_runs_out_on_the_manual_clock() {
+    let (manual, registry) = manual_registry();
+    registry
+        .set_policy("q.timeout", bulkhead(1, 8, Duration::from_millis(100)))
+        .unwrap();
+    let point = registry.point("q.timeout").unwrap();
+    let held = point.enter().unwrap();
+    let waiter = std::thread::spawn(move || point.enter().map(Permit::finish_ok));
+    until_waiting(point, 1);
+    manual.advance(Duration::from_millis(99));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(queue(point).waiting, 1, "not yet");
+    manual.advance(Duration::from_millis(1));
+    let err = waiter.join().unwrap().unwrap_err();
+    assert_eq!(err.reason(), Reason::QueueTimeout);
+    let q = queue(point);
+    assert_eq!((q.timed_out, q.waiting, q.admitted), (1, 0, 0));
+    assert_eq!(q.max_wait_ns, 100_000_000, "waited exactly its deadline");
+    let s = point.stats();
+    assert_eq!(s.totals.downgrades, 1);
+    assert_eq!(s.totals.visits, 2, "the holder and the waiter");
+    held.finish(false);
+    assert_eq!(point.stats().concurrency, 0);
+}
+
+trait FinishOk {
+    fn finish_ok(self);
+}
+
+impl FinishOk for Permit {
+    fn finish_ok(self) {
+        self.finish(false);
+    }
+}
+
+#[test]
+fn a_full_queue_refuses_at_once() {
+    let (_manual, registry) = manual_registry();
+    registry
+        .set_policy("q.full", bulkhead(1, 1, Duration::from_secs(60)))
+        .unwrap();
+    let point = registry.point("q.full").unwrap();
+    let held = point.enter().unwrap();
+    let waiter = std::thread::spawn(move || point.enter().map(Permit::finish_ok));
+    until_waiting(point, 1);
+    assert_eq!(point.enter().unwrap_err().reason(), Reason::QueueFull);
+    let q = queue(point);
+    assert_eq!((q.full, q.waiting), (1, 1));
+    assert_eq!(point.stats().totals.downgrades, 1);
+    held.finish(false);
+    waiter.join().unwrap().unwrap();
+    assert_eq!(queue(point).admitted, 1);
+}
+
+fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+    let mut cx = Context::from_waker(Waker::noop());
+    std::pin::Pin::new(f).poll(&mut cx)
+}
+
+#[test]
+fn a_cancelled_async_waiter_leaves_and_never_takes_a_slot() {
+    let (_manual, registry) = manual_registry();
+    registry
+        .set_policy("q.cancel", bulkhead(1, 8, Duration::from_secs(60)))
+        .unwrap();
+    let point = registry.point("q.cancel").unwrap();
+    let held = point.enter().unwrap();
+    let mut first = Box::pin(point.enter_async());
+    let mut second = Box::pin(point.enter_async());
+    assert!(poll_once(&mut first).is_pending());
+    assert!(poll_once(&mut second).is_pending());
+    assert_eq!(queue(point).waiting, 2);
+    // The oldest gives up; the freed slot goes to the next.
+    drop(first);
+    assert_eq!(queue(point).waiting, 1);
+    held.finish(false);
+    let Poll::Ready(Ok(permit)) = poll_once(&mut second) else {
+        panic!("the second waiter gets the slot");
+    };
+    let q = queue(point);
+    assert_eq!((q.cancelled, q.admitted, q.waiting), (1, 1, 0));
+    let s = point.stats();
+    assert_eq!(
+        (s.totals.passes, s.totals.downgrades, s.totals.cancelled),
+        (2, 0, 0)
+    );
+    permit.finish(false);
+    assert_eq!(point.stats().concurrency, 0);
+}
+
+#[test]
+fn a_woken_waiter_dropped_at_once_passes_its_wake_on() {
+    let (_manual, registry) = manual_registry();
+    registry
+        .set_policy("q.pass_on", bulkhead(1, 8, Duration::from_secs(60)))
+        .unwrap();
+    let point = registry.point("q.pass_on").unwrap();
+    let held = point.enter().unwrap();
+    let mut first = Box::pin(point.enter_async());
+    let mut second = Box::pin(point.enter_async());
+    assert!(poll_once(&mut first).is_pending());
+    assert!(poll_once(&mut second).is_pending());
+    // The slot frees and wakes the first, which is dropped before it runs.
+    held.finish(false);
+    drop(first);
+    let Poll::Ready(Ok(permit)) = poll_once(&mut second) else {
+        panic!("the wake went on to the second waiter");
+    };
+    permit.finish(false);
+    let s = point.stats();
+    assert_eq!((s.concurrency, queue(point).waiting), (0, 0));
+}
+
+#[test]
+fn policy_changes_wake_waiters_to_ask_again() {
+    let (_manual, registry) = manual_registry();
+    let name = "q.change";
+    registry
+        .set_policy(name, bulkhead(1, 8, Duration::from_secs(60)))
+        .unwrap();
+    let point = registry.point(name).unwrap();
+    let held = point.enter().unwrap();
+    let mut waiters: Vec<_> = (0..3).map(|_| Box::pin(point.enter_async())).collect();
+    for w in &mut waiters {
+        assert!(poll_once(w).is_pending());
+    }
+    // A raised limit admits two of them.
+    registry
+        .set_policy(name, bulkhead(3, 8, Duration::from_secs(60)))
+        .unwrap();
+    let mut admitted = Vec::new();
+    let mut still = Vec::new();
+    for mut w in waiters {
+        match poll_once(&mut w) {
+            Poll::Ready(Ok(p)) => admitted.push(p),
+            Poll::Ready(Err(d)) => panic!("{d}"),
+            Poll::Pending => still.push(w),
+        }
+    }
+    assert_eq!((admitted.len(), still.len()), (2, 1));
+    assert_eq!(point.stats().concurrency, 3);
+    // A lowered limit admits nobody while more are in flight than it allows.
+    registry
+        .set_policy(name, bulkhead(1, 8, Duration::from_secs(60)))
+        .unwrap();
+    held.finish(false);
+    admitted.pop().unwrap().finish(false);
+    assert!(
+        poll_once(&mut still[0]).is_pending(),
+        "2 in flight, limit 1"
+    );
+    admitted.pop().unwrap().finish(false);
+    let Poll::Ready(Ok(last)) = poll_once(&mut still[0]) else {
+        panic!("admitted once in flight is below the new limit");
+    };
+    // Without a queue, a waiter is refused for concurrency.
+    let mut late = Box::pin(point.enter_async());
+    assert!(poll_once(&mut late).is_pending());
+    registry
+        .set_policy(name, Policy::builder().max_concurrency(1).build().unwrap())
+        .unwrap();
+    let Poll::Ready(Err(d)) = poll_once(&mut late) else {
+        panic!("refused");
+    };
+    assert_eq!(d.reason(), Reason::Concurrency);
+    last.finish(false);
+    let q = queue(point);
+    assert_eq!((q.admitted, q.refused, q.waiting), (3, 1, 0));
+}
+
+#[test]
+fn new_calls_queue_behind_waiters() {
+    let (_manual, registry) = manual_registry();
+    registry
+        .set_policy("q.behind", bulkhead(1, 8, Duration::from_secs(60)))
+        .unwrap();
+    let point = registry.point("q.behind").unwrap();
+    let held = point.enter().unwrap();
+    let mut waiter = Box::pin(point.enter_async());
+    assert!(poll_once(&mut waiter).is_pending());
+    held.finish(false);
+    // A slot is free, but a call waits: a new call queues behind it.
+    let mut newcomer = Box::pin(point.enter_async());
+    assert!(poll_once(&mut newcomer).is_pending());
+    let Poll::Ready(Ok(first)) = poll_once(&mut waiter) else {
+        panic!("the waiter goes first");
+    };
+    assert!(poll_once(&mut newcomer).is_pending());
+    first.finish(false);
+    let Poll::Ready(Ok(second)) = poll_once(&mut newcomer) else {
+        panic!("then the newcomer");
+    };
+    second.finish(false);
+}
+
+#[test]
+fn policy_files_read_and_check_the_queue() {
+    let (_manual, registry) = manual_registry();
+    registry
+        .load_policies_str(
+            "[points.\"q.file\"]\nmax_concurrency = 2\nqueue = { max_waiting = 10, max_wait = \"250ms\" }\n",
+            Format::Toml,
+        )
+        .unwrap();
+    let q = registry.policy("q.file").unwrap().unwrap().queue().unwrap();
+    assert_eq!(
+        (q.max_waiting, q.max_wait),
+        (10, Duration::from_millis(250))
+    );
+    let err = registry
+        .load_policies_str(
+            "[points.\"q.bad\"]\nqueue = { max_waiting = 0, max_wait = \"0s\", extra = 1 }\n",
+            Format::Toml,
+        )
+        .unwrap_err();
+    let fields: Vec<_> = err
+        .problems()
+        .iter()
+        .filter_map(|p| p.field.clone())
+        .collect();
+    assert!(fields.contains(&"queue.extra".to_owned()), "{fields:?}");
+    let err = registry
+        .load_policies_str(
+            "[points.\"q.bad\"]\nqueue = { max_waiting = 0, max_wait = \"0s\" }\n",
+            Format::Toml,
+        )
+        .unwrap_err();
+    let fields: Vec<_> = err
+        .problems()
+        .iter()
+        .filter_map(|p| p.field.clone())
+        .collect();
+    for want in ["queue", "queue.max_waiting", "queue.max_wait"] {
+        assert!(fields.iter().any(|f| f == want), "{want} in {fields:?}");
+    }
+}
+
+/// 1 to 64 threads on a point of 4 slots with a queue, while the limit swaps between
+/// 2 and 4: never more calls in the body than the largest limit, each waiter ends
+/// one way, and every count adds up with nothing left waiting or in flight.
+#[test]
+fn the_bound_holds_under_many_threads_and_swaps() {
+    for threads in [1u64, 2, 8, 24, 64] {
+        let registry: &'static Registry =
+            Box::leak(Box::new(Registry::with_clock(Clock::system())));
+        let name = "q.stress";
+        registry
+            .set_policy(name, bulkhead(4, 16, Duration::from_millis(20)))
+            .unwrap();
+        let point = registry.point(name).unwrap();
+        let inside = Arc::new(AtomicU64::new(0));
+        let most = Arc::new(AtomicU64::new(0));
+        let ran = Arc::new(AtomicU64::new(0));
+        let refused = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut i = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let n = if i.is_multiple_of(2) { 2 } else { 4 };
+                    registry
+                        .set_policy(name, bulkhead(n, 16, Duration::from_millis(20)))
+                        .unwrap();
+                    i += 1;
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+            })
+        };
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                let (inside, most, ran, refused) =
+                    (inside.clone(), most.clone(), ran.clone(), refused.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..100 {
+                        match point.enter() {
+                            Ok(p) => {
+                                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                                most.fetch_max(now, Ordering::SeqCst);
+                                std::thread::sleep(Duration::from_micros(50));
+                                inside.fetch_sub(1, Ordering::SeqCst);
+                                ran.fetch_add(1, Ordering::Relaxed);
+                                p.finish(false);
+                            }
+                            Err(_) => {
+                                refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for w in workers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert!(
+            most.load(Ordering::SeqCst) <= 4,
+            "{threads}: {most:?} in the body"
+        );
+        let s = point.stats();
+        let q = s.queue.unwrap_or_default();
+        let (ran, refused) = (ran.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
+        assert_eq!(ran + refused, threads * 100, "{threads}");
+        assert_eq!(s.totals.passes, ran, "{threads}");
+        assert_eq!(s.totals.downgrades, refused, "{threads}");
+        assert_eq!((s.concurrency, q.waiting), (0, 0), "{threads}: {q:?}");
+        assert!(s.peak_concurrency <= 4, "{threads}");
+        assert_eq!(q.cancelled, 0);
+        if threads >= 8 {
+            assert!(
+                q.admitted > 0,
+                "{threads}: calls waited and got slots: {q:?}"
+            );
+        }
+        let by_reason = s.totals.downgrades_by_reason;
+        assert_eq!(
+            by_reason.get(Reason::QueueFull)
+                + by_reason.get(Reason::QueueTimeout)
+                + by_reason.get(Reason::Concurrency),
+            refused,
+            "{threads}"
+        );
+        assert_eq!(q.full, by_reason.get(Reason::QueueFull));
+        assert_eq!(q.timed_out, by_reason.get(Reason::QueueTimeout));
+    }
+}
