@@ -46,13 +46,12 @@ pub(super) const R_CLUSTER: u64 = 1 << 12;
 pub(super) const R_FINE: u64 = 1 << 13;
 
 /// The concurrency rule has a queue: a call finding every slot taken waits (see
-/// `queue`).
+/// `queue`). A plain rule: its check is one test of the rule bits on the pass path.
 pub(super) const R_QUEUE: u64 = 1 << 14;
 
 /// Rule bits outside the plain rules (SDS's, with fixed thresholds on the timeline):
 /// a point without any of them takes the leaner [`Point::enter_policy`] instance.
-pub(super) const NOT_PLAIN: u64 =
-    R_DELAY | R_SHADOW | R_BREAKER | R_ADAPTIVE | R_CLUSTER | R_FINE | R_QUEUE;
+pub(super) const NOT_PLAIN: u64 = R_DELAY | R_SHADOW | R_BREAKER | R_ADAPTIVE | R_CLUSTER | R_FINE;
 
 const _: () = assert!(NOT_PLAIN & (R_VISITS | R_TOKENS | R_CONCURRENCY | R_RATE) == 0);
 

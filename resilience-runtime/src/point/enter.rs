@@ -256,8 +256,7 @@ impl Point {
             }
             // With a queue, a call that would wait does so before any token is taken:
             // every slot is taken, or (a new call) others already wait.
-            if !PLAIN
-                && c.rules & R_QUEUE != 0
+            if c.rules & R_QUEUE != 0
                 && (inflight >= limits.inflight || (!waiter && self.flow.waiting() != 0))
             {
                 if let Some((_, claimed)) = probe {
@@ -346,7 +345,7 @@ impl Point {
                 }
                 let reason = match refused {
                     Refused::Visits => Reason::Visits,
-                    Refused::Concurrency if !PLAIN && c.rules & R_QUEUE != 0 => {
+                    Refused::Concurrency if c.rules & R_QUEUE != 0 => {
                         if let Some((_, claimed)) = probe {
                             self.delay.unclaim(claimed);
                         }
