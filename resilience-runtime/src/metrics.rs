@@ -15,6 +15,8 @@
 //! | `resilience_timeouts_total` | counter | `point` | [`Totals::timeouts`](crate::Totals::timeouts) |
 //! | `resilience_cancelled_total` | counter | `point` | [`Totals::cancelled`](crate::Totals::cancelled) |
 //! | `resilience_retry_calls_total`, `_attempts_total`, `_retries_total`, `_exhausted_total`, `_refused_by_budget_total` | counter | `point` | [`RetryStats`](crate::retry::RetryStats) |
+//! | `resilience_queue_admitted_total`, `_timed_out_total`, `_cancelled_total`, `_refused_total`, `_full_total`, `resilience_queue_wait_seconds_total` | counter | `point` | [`QueueStats`](crate::QueueStats), only for points whose calls waited (or found the queue full) |
+//! | `resilience_queue_waiting`, `resilience_queue_peak_waiting` | gauge | `point` | the same points: calls waiting now, and the most ever |
 //! | `resilience_dropped_events_total` | counter | `point` | listener events dropped, queue full |
 //! | `resilience_concurrency` | gauge | `point` | calls in flight now |
 //! | `resilience_peak_concurrency` | gauge | `point` | most calls ever in flight at once |
@@ -341,6 +343,18 @@ fn add_into(sum: &mut PointStats, p: &PointStats) {
     t.exceptions += o.exceptions;
     t.timeouts += o.timeouts;
     t.cancelled += o.cancelled;
+    if let Some(q) = &p.queue {
+        let s = sum.queue.get_or_insert_with(crate::QueueStats::default);
+        s.waiting += q.waiting;
+        s.peak_waiting = s.peak_waiting.max(q.peak_waiting);
+        s.admitted += q.admitted;
+        s.timed_out += q.timed_out;
+        s.cancelled += q.cancelled;
+        s.refused += q.refused;
+        s.full += q.full;
+        s.wait_ns += q.wait_ns;
+        s.max_wait_ns = s.max_wait_ns.max(q.max_wait_ns);
+    }
     let (r, q) = (&mut sum.retry, &p.retry);
     r.calls += q.calls;
     r.attempts += q.attempts;
@@ -377,6 +391,25 @@ fn per_point<M: EncodeMetric>(
     let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
     for (p, omitted, point) in points.each() {
         value(p).encode(family.encode_family(&labels(omitted, point))?)?;
+    }
+    Ok(())
+}
+
+/// One metric family with a value per point that has queue statistics (a point
+/// whose calls never waited has no series: queues are rare, series are not free).
+fn per_queue<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    points: &Rows,
+    value: impl Fn(&crate::QueueStats) -> M,
+) -> fmt::Result {
+    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
+    for (p, omitted, point) in points.each() {
+        if let Some(q) = &p.queue {
+            value(q).encode(family.encode_family(&labels(omitted, point))?)?;
+        }
     }
     Ok(())
 }
@@ -490,6 +523,61 @@ fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &Rows) -> f
     for (name, help, value) in retry_series {
         per_point(encoder, name, help, Counter, points, |p| counter(value(p)))?;
     }
+    type QueueSeries = (&'static str, &'static str, fn(&crate::QueueStats) -> u64);
+    let queue_series: [QueueSeries; 5] = [
+        (
+            "resilience_queue_admitted",
+            "Waits in the concurrency queue that ended with a slot.",
+            |q| q.admitted,
+        ),
+        (
+            "resilience_queue_timed_out",
+            "Waits in the concurrency queue that ran out.",
+            |q| q.timed_out,
+        ),
+        (
+            "resilience_queue_cancelled",
+            "Waits in the concurrency queue whose caller gave up.",
+            |q| q.cancelled,
+        ),
+        (
+            "resilience_queue_refused",
+            "Waits ended by another rule when the waiter asked again.",
+            |q| q.refused,
+        ),
+        (
+            "resilience_queue_full",
+            "Calls refused because the concurrency queue was full.",
+            |q| q.full,
+        ),
+    ];
+    for (name, help, value) in queue_series {
+        per_queue(encoder, name, help, Counter, points, |q| counter(value(q)))?;
+    }
+    per_queue(
+        encoder,
+        "resilience_queue_wait_seconds",
+        "Time waited in the concurrency queue by the waits that ended.",
+        Counter,
+        points,
+        |q| ConstCounter::new(q.wait_ns as f64 / 1e9),
+    )?;
+    per_queue(
+        encoder,
+        "resilience_queue_waiting",
+        "Calls waiting in the concurrency queue now.",
+        Gauge,
+        points,
+        |q| gauge(q.waiting),
+    )?;
+    per_queue(
+        encoder,
+        "resilience_queue_peak_waiting",
+        "The most calls ever waiting in the concurrency queue at once.",
+        Gauge,
+        points,
+        |q| gauge(q.peak_waiting),
+    )?;
     per_point(
         encoder,
         "resilience_dropped_events",

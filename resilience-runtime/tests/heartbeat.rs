@@ -957,3 +957,53 @@ fn uploads_carry_the_retry_counters_of_the_cycle() {
     assert_eq!(p["name"], "hb.retry");
     assert!(p.get("retry").is_none(), "{p}");
 }
+
+#[test]
+fn uploads_carry_the_queue_of_the_cycle() {
+    use std::future::Future;
+    let (registry, manual) = manual_registry();
+    let peer = Peer::start(|_| ok(json!({"result": "stored"})));
+    let client = HeartbeatClient::new(config(&peer.url()), registry);
+    let policy = resilience_runtime::Policy::builder()
+        .max_concurrency(1)
+        .queue(1, Duration::from_millis(100))
+        .build()
+        .unwrap();
+    registry.set_policy("hb.queue", policy).unwrap();
+    let point = registry.point("hb.queue").unwrap();
+    let held = point.enter().unwrap();
+    // One waiter (polled by hand), one refused because the queue is full.
+    let mut waiter = Box::pin(point.enter_async());
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(waiter.as_mut().poll(&mut cx).is_pending());
+    assert!(point.enter().is_err());
+    manual.advance(Duration::from_millis(30));
+    held.finish(false);
+    let std::task::Poll::Ready(Ok(permit)) = waiter.as_mut().poll(&mut cx) else {
+        panic!("admitted");
+    };
+    permit.finish(false);
+    manual.advance(Duration::from_secs(14));
+    client.upload_now().unwrap();
+    let body = peer.seen()[0].json();
+    let p = body["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "hb.queue")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        p["queue"],
+        json!({"waiting": 0, "peak_waiting": 1, "admitted": 1, "timed_out": 0,
+               "cancelled": 0, "refused": 0, "full": 1, "wait_ns": 30_000_000u64,
+               "max_wait_ns": 30_000_000u64})
+    );
+    // Only the growth: a quiet next cycle carries no queue object.
+    point.enter().unwrap().finish(false);
+    manual.advance(Duration::from_secs(10));
+    client.upload_now().unwrap();
+    let body = peer.seen()[1].json();
+    let p = &body["points"].as_array().unwrap()[0];
+    assert!(p.get("queue").is_none(), "{p}");
+}

@@ -397,3 +397,52 @@ fn exported_points_are_capped_and_the_rest_summed() {
     assert!(!text.contains(r#"point="other",omitted="true"}"#));
     assert!(text.contains("resilience_metrics_points_omitted 0"));
 }
+
+/// Queue series exist for a point whose calls waited or found the queue full, with its
+/// statistics, and not for a point without a queue.
+#[test]
+fn queues_are_exported_for_points_that_have_one() {
+    let policy = Policy::builder()
+        .max_concurrency(1)
+        .queue(1, Duration::from_millis(1))
+        .build()
+        .unwrap();
+    registry().set_policy("metrics.queue", policy).unwrap();
+    let point = registry().point("metrics.queue").unwrap();
+    let held = point.enter().unwrap();
+    // Times out after 1 ms on the system clock.
+    assert_eq!(point.enter().unwrap_err().reason(), Reason::QueueTimeout);
+    held.finish(false);
+    registry()
+        .point("metrics.no_queue")
+        .unwrap()
+        .enter()
+        .unwrap()
+        .finish(false);
+    let scrape = parse(&metrics::render());
+    let q = registry().stats("metrics.queue").unwrap().queue.unwrap();
+    let point = [("point", "metrics.queue")];
+    assert_eq!(
+        value(&scrape, "resilience_queue_timed_out_total", &point),
+        1.0
+    );
+    assert_eq!(
+        value(&scrape, "resilience_queue_admitted_total", &point),
+        0.0
+    );
+    assert_eq!(value(&scrape, "resilience_queue_waiting", &point), 0.0);
+    assert_eq!(value(&scrape, "resilience_queue_peak_waiting", &point), 1.0);
+    assert!(
+        (value(&scrape, "resilience_queue_wait_seconds_total", &point) - q.wait_ns as f64 / 1e9)
+            .abs()
+            < 1e-9
+    );
+    assert!(
+        !scrape
+            .samples
+            .iter()
+            .any(|s| s.metric.starts_with("resilience_queue_")
+                && s.labels.get("point") == Some("metrics.no_queue")),
+        "no queue, no series"
+    );
+}

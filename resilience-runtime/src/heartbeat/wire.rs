@@ -39,6 +39,9 @@ pub(crate) struct PointReport {
     pub(crate) seconds_durations: Vec<[u64; 3]>,
     /// What `call_retrying` did on the point since the previous report.
     pub(crate) retry: crate::retry::RetryStats,
+    /// The concurrency queue since the previous report (counts grown, waiting now,
+    /// the longest wait that ended), if the point has one.
+    pub(crate) queue: Option<crate::QueueStats>,
 }
 
 impl PointReport {
@@ -133,6 +136,8 @@ pub(crate) struct Collector {
     previous: HashMap<&'static str, Totals>,
     /// The retry counters of each point at the previous report.
     previous_retry: HashMap<&'static str, crate::retry::RetryStats>,
+    /// The queue counters of each point at the previous report.
+    previous_queue: HashMap<&'static str, crate::QueueStats>,
 }
 
 impl Collector {
@@ -215,7 +220,18 @@ impl Collector {
                 .unwrap_or_default();
             let mut report = report;
             report.retry = retry_growth(&stats.retry, &before);
-            if !report.is_idle() || report.retry.calls > 0 {
+            if let Some(now) = stats.queue {
+                let before = self.previous_queue.insert(name, now).unwrap_or_default();
+                let max = registry
+                    .get(name)
+                    .and_then(crate::Point::take_queue_max_wait)
+                    .unwrap_or(0);
+                report.queue = Some(queue_growth(&now, &before, max));
+            }
+            let queue_busy = report.queue.is_some_and(|q| {
+                q.waiting + q.admitted + q.timed_out + q.cancelled + q.refused + q.full > 0
+            });
+            if !report.is_idle() || report.retry.calls > 0 || queue_busy {
                 if let Some(point) = registry.get(name) {
                     let from = cycle_start_ms / 1000;
                     let seconds = point.seconds_between(from, from + CYCLE_MS / 1000);
@@ -264,6 +280,35 @@ impl Collector {
             enforcing: enforced,
         }
     }
+}
+
+/// The queue counters' growth from `before` to `now`, with the calls waiting now and
+/// `max_wait_ns`, the longest wait since the previous report.
+fn queue_growth(
+    now: &crate::QueueStats,
+    before: &crate::QueueStats,
+    max_wait_ns: u64,
+) -> crate::QueueStats {
+    let mut q = *now;
+    q.admitted = now.admitted.saturating_sub(before.admitted);
+    q.timed_out = now.timed_out.saturating_sub(before.timed_out);
+    q.cancelled = now.cancelled.saturating_sub(before.cancelled);
+    q.refused = now.refused.saturating_sub(before.refused);
+    q.full = now.full.saturating_sub(before.full);
+    q.wait_ns = now.wait_ns.saturating_sub(before.wait_ns);
+    q.max_wait_ns = max_wait_ns;
+    q
+}
+
+/// A point's queue on the wire, if it has one that did something this cycle.
+fn queue_json(p: &PointReport) -> Option<Value> {
+    let q = p.queue?;
+    let busy = q.waiting + q.admitted + q.timed_out + q.cancelled + q.refused + q.full > 0;
+    busy.then(|| {
+        json!({"waiting": q.waiting, "peak_waiting": q.peak_waiting, "admitted": q.admitted,
+               "timed_out": q.timed_out, "cancelled": q.cancelled, "refused": q.refused,
+               "full": q.full, "wait_ns": q.wait_ns, "max_wait_ns": q.max_wait_ns})
+    })
 }
 
 /// The retry counters' growth from `before` to `now`.
@@ -334,6 +379,9 @@ pub(crate) fn upload_body(
                     if let Some(retry) = retry_json(p) {
                         point["retry"] = retry;
                     }
+                    if let Some(queue) = queue_json(p) {
+                        point["queue"] = queue;
+                    }
                     point
                 })
                 .collect();
@@ -375,6 +423,9 @@ pub(crate) fn upload_body(
                     }
                     if let Some(retry) = retry_json(p) {
                         point["retry"] = retry;
+                    }
+                    if let Some(queue) = queue_json(p) {
+                        point["queue"] = queue;
                     }
                     (p.name.to_owned(), point)
                 })

@@ -102,6 +102,8 @@ pub(super) struct WaitQueue {
     ends: [AtomicU64; 5],
     wait_ns: AtomicU64,
     max_wait_ns: AtomicU64,
+    /// The longest wait since the heartbeat client last took it.
+    report_max_ns: AtomicU64,
     peak: AtomicU64,
 }
 
@@ -173,6 +175,15 @@ impl Point {
         if let Some(q) = self.queue.get() {
             q.wake_all();
         }
+    }
+
+    /// The longest wait that ended since the previous call (the heartbeat's per-cycle
+    /// max), if the point has a queue.
+    #[cfg_attr(not(feature = "heartbeat"), allow(dead_code))]
+    pub(crate) fn take_queue_max_wait(&self) -> Option<u64> {
+        self.queue
+            .get()
+            .map(|q| q.report_max_ns.swap(0, Ordering::Relaxed))
     }
 
     /// The queue's counters, if a call ever waited or was refused by a full queue.
@@ -311,6 +322,7 @@ impl Wait {
         let waited = self.point.clock.now().saturating_sub(self.start);
         q.wait_ns.fetch_add(waited, Ordering::Relaxed);
         q.max_wait_ns.fetch_max(waited, Ordering::Relaxed);
+        q.report_max_ns.fetch_max(waited, Ordering::Relaxed);
     }
 
     /// Registers the task to wake (async waiters).
