@@ -510,7 +510,9 @@ fn check_timeouts(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBui
 }
 
 fn check_token_bucket(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuilder {
-    let Some([rate, capacity]) = r.section("token_bucket", v, ["rate", "capacity"]) else {
+    let Some([rate, capacity, max_wait]) =
+        r.section("token_bucket", v, ["rate", "capacity", "max_wait"])
+    else {
         return b;
     };
     let rate = r
@@ -519,6 +521,10 @@ fn check_token_bucket(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> Polic
     let capacity = r
         .required("token_bucket.capacity", capacity)
         .and_then(|v| r.u64("token_bucket.capacity", v));
+    let b = match max_wait.and_then(|v| r.duration("token_bucket.max_wait", v)) {
+        Some(d) => b.token_wait(d),
+        None => b,
+    };
     match (rate, capacity) {
         (Some(rate), Some(capacity)) => b.token_bucket(rate, capacity),
         _ => b,

@@ -767,6 +767,8 @@ struct TimeoutsOut {
 struct TokenBucketOut {
     rate: f64,
     capacity: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_wait: Option<String>,
 }
 
 #[derive(Serialize)]
@@ -1010,6 +1012,7 @@ impl PointOut {
             token_bucket: p.token_bucket().filter(|_| rules).map(|t| TokenBucketOut {
                 rate: t.rate,
                 capacity: t.capacity,
+                max_wait: p.token_wait().map(text),
             }),
             delay: p.delay().filter(|_| rules).map(|d| DelayOut {
                 duration: text(d.duration),

@@ -45,6 +45,24 @@ impl GcraCell {
         }
     }
 
+    /// Reserves `n` tokens of `g` at `now` if they are there within `max_wait` (all
+    /// scaled for `g`): the wait (0 if they are there now), or `None` (nothing
+    /// reserved). One compare-and-swap per reservation, as [`try_take`](Self::try_take).
+    #[inline]
+    pub(crate) fn try_reserve(&self, g: &Gcra, now: u64, n: u64, max_wait: u64) -> Option<u64> {
+        let mut tat = self.tat.load(Ordering::Relaxed);
+        loop {
+            let (next, wait) = g.reserve(tat, now, n, max_wait)?;
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(wait),
+                Err(seen) => tat = seen,
+            }
+        }
+    }
+
     /// The arrival time now (for carrying the state into another bucket).
     pub(crate) fn tat(&self) -> u64 {
         self.tat.load(Ordering::Relaxed)

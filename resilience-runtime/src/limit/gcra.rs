@@ -123,6 +123,34 @@ impl Gcra {
         (after <= self.burst).then(|| now.wrapping_add(after))
     }
 
+    /// The decision of a call that may wait up to `max_wait` (scaled) for its token:
+    /// `Some((new arrival time, wait))` if `n` tokens are there now (wait 0) or will
+    /// be within `max_wait`, reserving them (the arrival time moves on as for a
+    /// take, so later calls wait behind this one), else `None`. The call may run
+    /// `wait` units from `now`: by then the reserved tokens have refilled, so the
+    /// calls run within `capacity + rate * t` over any interval `t`.
+    #[inline]
+    pub(crate) fn reserve(&self, tat: u64, now: u64, n: u64, max_wait: u64) -> Option<(u64, u64)> {
+        if self.interval == 0 {
+            return None;
+        }
+        let after = Gcra::ahead(tat, now).saturating_add(self.interval.saturating_mul(n));
+        let wait = after.saturating_sub(self.burst);
+        (wait <= max_wait && after <= MAX_SPAN).then(|| (now.wrapping_add(after), wait))
+    }
+
+    /// Scaled units as clock units, rounded up.
+    #[inline]
+    pub(crate) fn unscaled_ceil(&self, units: u64) -> u64 {
+        units.div_ceil(self.scale)
+    }
+
+    /// Clock units as scaled units (saturating).
+    #[inline]
+    pub(crate) fn scaled_span(&self, units: u64) -> u64 {
+        units.saturating_mul(self.scale)
+    }
+
     /// The arrival time that carries the deficit of `from` (a bucket at `tat`, at
     /// `then`, scaled for `from`) into this bucket at `now` (scaled for `self`): the
     /// tokens taken and not yet refilled are owed here too, at most `capacity` of
@@ -257,6 +285,27 @@ mod tests {
     }
 
     /// The reference: a bucket of rational tokens, refilled by elapsed time.
+    #[test]
+    fn reservations_queue_behind_each_other_within_the_wait() {
+        // 10 a second holding 1: a token every 100 ms.
+        let g = Gcra::per_second(10.0, 1);
+        let ms = |m: u64| g.scaled(m * 1_000_000);
+        let now = ms(1_000);
+        let mut tat = g.full(now);
+        let mut waits = Vec::new();
+        while let Some((next, wait)) = g.reserve(tat, now, 1, ms(250)) {
+            tat = next;
+            waits.push(g.unscaled_ceil(wait) / 1_000_000);
+        }
+        // Now, then 100, 200 ms; the fourth would wait 300 ms > 250.
+        assert_eq!(waits, [0, 100, 200]);
+        // A reservation is a take: once the wait has passed, the bucket is as if the
+        // calls had arrived then.
+        assert_eq!(g.take(tat, ms(1_300), 1), Some(ms(1_400)));
+        assert_eq!(g.take(tat, ms(1_299), 1), None);
+        assert_eq!(Gcra::CLOSED.reserve(0, now, 1, u64::MAX), None);
+    }
+
     fn reference_admits(rate_milli: u64, capacity: u64, calls: &[(u64, u64)]) -> Vec<bool> {
         // Tokens in units of 1 / (1e12) token: refill rate_milli units per ns.
         let full = u128::from(capacity) * u128::from(MILLI_NS);

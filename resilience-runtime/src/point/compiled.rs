@@ -111,6 +111,9 @@ pub(super) struct Compiled {
     /// The queue (with `R_QUEUE`): calls that may wait (the high 22 bits) and the
     /// longest wait in timeline nanoseconds (the low 42 bits, up to 73 minutes).
     pub(super) queue: u64,
+    /// How long a call may wait for its token (with `R_TOKENS`; 0: it may not), in
+    /// the unit of the other thresholds.
+    pub(super) token_wait: u64,
     /// The window ring (with `ACTIVE`).
     pub(super) ring: Option<Leaked<Ring>>,
     /// The token bucket (with `R_TOKENS`).
@@ -136,6 +139,7 @@ pub(super) const EMPTY: Compiled = Compiled {
     retry_ns: 0,
     call_timeout_ns: 0,
     queue: 0,
+    token_wait: 0,
     ring: None,
     bucket: None,
     breaker: None,
@@ -257,6 +261,9 @@ impl Compiled {
         if let (Some(_), Some(b)) = (p.token_bucket, bucket) {
             c.rules |= R_TOKENS;
             c.bucket = Some(Leaked(b));
+            if let Some(d) = p.token_wait {
+                c.token_wait = unit(nanos(d)).max(1);
+            }
         }
         if p.shadow {
             c.rules |= R_SHADOW;

@@ -29,6 +29,25 @@ use crate::breaker::DroppingTransition;
 use crate::sync::{AtomicU64, Ordering};
 use crate::{window, BreakerChange, BreakerState, Downgraded, Reason};
 
+/// [`Point::enter_once`] flag: a queue waiter asking again.
+pub(super) const WAITER: u8 = 1;
+/// [`Point::enter_once`] flag: the call holds its token already.
+pub(super) const TOKEN_HELD: u8 = 2;
+
+std::thread_local! {
+    /// The wait of the token a call just reserved (see [`Point::enter_once`]), read once
+    /// by [`take_token_wait`].
+    static TOKEN_WAIT_NS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The wait, in nanoseconds, of the token this thread's last entry reserved, if it
+/// reserved one: `Err(Reason::TokenBucket)` from [`Point::enter_once`] is then the
+/// bucket's signal, not a refusal. Reading clears it.
+pub(super) fn take_token_wait() -> Option<u64> {
+    let ns = TOKEN_WAIT_NS.with(|w| w.replace(0));
+    (ns != 0).then_some(ns)
+}
+
 impl Point {
     /// The entry of `#[breaker]`: installs the default breaker unless one was set
     /// (even `Disabled`), then enters like any call (see [`enter_in`](Self::enter_in)).
@@ -137,25 +156,60 @@ impl Point {
         }
         // The entries out of line answer with the reason alone, a byte in a
         // register: the refusal is built here.
-        match self.enter_once(slot, false) {
+        match self.enter_once(slot, 0) {
             Ok(()) => Ok(()),
-            Err(Reason::QueueFull) => self.wait_blocking(slot),
-            Err(reason) => Err(Downgraded {
-                point: self.name,
-                reason,
-            }),
+            Err(reason) => self.refused_or_waits(slot, reason),
         }
+    }
+
+    /// After [`enter_once`](Self::enter_once) said no: the refusal, or (the queue's or
+    /// the token bucket's signal) the wait on this thread and what follows it.
+    #[cold]
+    #[inline(never)]
+    fn refused_or_waits(
+        &'static self,
+        slot: &mut Option<Permit>,
+        first: Reason,
+    ) -> Result<(), Downgraded> {
+        let mut reason = first;
+        let mut flags = 0;
+        loop {
+            match reason {
+                Reason::QueueFull => return self.wait_blocking(slot, flags | TOKEN_HELD),
+                Reason::TokenBucket => match take_token_wait() {
+                    Some(ns) => {
+                        // The clock's sleep: a manual clock is advanced instead.
+                        self.clock.sleep(std::time::Duration::from_nanos(ns));
+                        flags |= TOKEN_HELD;
+                        match self.enter_once(slot, flags) {
+                            Ok(()) => return Ok(()),
+                            Err(r) => reason = r,
+                        }
+                    }
+                    None => break,
+                },
+                _ => break,
+            }
+        }
+        Err(Downgraded {
+            point: self.name,
+            reason,
+        })
     }
 
     /// One look at the rules. `Err(Reason::QueueFull)` is not a refusal but the
     /// queue's signal, counted nowhere: every slot is taken (or, for a new call,
     /// others are waiting) under a policy with a queue, so the call may wait. A
-    /// `waiter` asking again does not queue behind the others.
+    /// waiter asking again ([`WAITER`]) does not queue behind the others; a call that
+    /// holds its token already ([`TOKEN_HELD`]: it took or reserved one before it
+    /// waited) does not take another. `Err(Reason::TokenBucket)` with
+    /// [`take_token_wait`] giving a time is the token bucket's signal, also counted
+    /// nowhere: the call has reserved its token and may run after that wait.
     #[inline(always)]
     pub(super) fn enter_once(
         &'static self,
         slot: &mut Option<Permit>,
-        waiter: bool,
+        flags: u8,
     ) -> Result<(), Reason> {
         let Some(c) = self.cfg.get() else {
             self.pass_untracked();
@@ -168,7 +222,7 @@ impl Point {
         if c.rules & ACTIVE == 0 {
             self.enter_unpoliced(c, slot)
         } else {
-            self.enter_governed(c, slot, waiter)
+            self.enter_governed(c, slot, flags)
         }
     }
 
@@ -179,12 +233,12 @@ impl Point {
         &'static self,
         c: &'static Compiled,
         slot: &mut Option<Permit>,
-        waiter: bool,
+        flags: u8,
     ) -> Result<(), Reason> {
         let entered = if c.rules & NOT_PLAIN == 0 {
-            self.enter_policy::<true>(c, slot, waiter)
+            self.enter_policy::<true>(c, slot, flags)
         } else {
-            self.enter_policy::<false>(c, slot, waiter)
+            self.enter_policy::<false>(c, slot, flags)
         };
         entered.map_err(|d| d.reason)
     }
@@ -203,7 +257,7 @@ impl Point {
         &'static self,
         c: &'static Compiled,
         slot: &mut Option<Permit>,
-        waiter: bool,
+        flags: u8,
     ) -> Result<(), Downgraded> {
         debug_assert!(c.rules & ACTIVE != 0 && (!PLAIN || c.rules & NOT_PLAIN == 0));
         // One timeline reading per call; the tick counter only when some threshold is
@@ -254,18 +308,29 @@ impl Point {
             if c.rules & R_VISITS != 0 && passes >= limits.passes {
                 break 'chain Some(Reason::Visits);
             }
-            // With a queue, a call that would wait does so before any token is taken:
-            // every slot is taken, or (a new call) others already wait.
+            if c.rules & R_TOKENS != 0 && flags & TOKEN_HELD == 0 && !self.take_token(c, stamp) {
+                // A bucket that waits reserves the call's token if it is close enough.
+                if c.token_wait != 0 && self.reserve_token(c, stamp, fine) {
+                    if let Some((_, claimed)) = probe {
+                        self.delay.unclaim(claimed);
+                    }
+                    return Err(Downgraded {
+                        point: self.name,
+                        reason: Reason::TokenBucket,
+                    });
+                }
+                break 'chain Some(Reason::TokenBucket);
+            }
+            // With a queue, a call waits when every slot is taken or (a new call)
+            // others already wait. Its token is taken: it waits holding it.
             if c.rules & R_QUEUE != 0
-                && (inflight >= limits.inflight || (!waiter && self.flow.waiting() != 0))
+                && (inflight >= limits.inflight
+                    || (flags & WAITER == 0 && self.flow.waiting() != 0))
             {
                 if let Some((_, claimed)) = probe {
                     self.delay.unclaim(claimed);
                 }
                 return Err(self.queue_signal());
-            }
-            if c.rules & R_TOKENS != 0 && !self.take_token(c, stamp) {
-                break 'chain Some(Reason::TokenBucket);
             }
             if c.rules & R_CONCURRENCY != 0 && inflight >= limits.inflight {
                 break 'chain Some(Reason::Concurrency);
@@ -660,6 +725,36 @@ impl Point {
     pub(super) fn take_token(&self, c: &Compiled, stamp: u64) -> bool {
         match c.bucket {
             Some(b) => b.cell.try_take(&b.gcra, b.gcra.scaled(stamp), 1),
+            None => false,
+        }
+    }
+
+    /// Reserves a token due within the policy's `token_wait` (the bucket had none
+    /// now): `true` if the call is to wait (the wait noted for [`take_token_wait`]),
+    /// `false` if it is refused. A token there by the time of the reservation is a
+    /// plain take: `true` with no wait noted would be wrong, so it reports `false`
+    /// only when nothing was reserved.
+    #[cold]
+    #[inline(never)]
+    fn reserve_token(&self, c: &Compiled, stamp: u64, fine: bool) -> bool {
+        let Some(b) = c.bucket else {
+            return false;
+        };
+        let g = &b.gcra;
+        match b
+            .cell
+            .try_reserve(g, g.scaled(stamp), 1, g.scaled_span(c.token_wait))
+        {
+            Some(wait) => {
+                let wait = g.unscaled_ceil(wait);
+                let ns = if fine {
+                    self.clock.ticks_to_ns(wait)
+                } else {
+                    wait
+                };
+                TOKEN_WAIT_NS.with(|w| w.set(ns.max(1)));
+                true
+            }
             None => false,
         }
     }

@@ -20,6 +20,7 @@
 //! new call never passes a waiting one.
 
 use super::compiled::{ACTIVE, R_QUEUE};
+use super::enter::{take_token_wait, TOKEN_HELD, WAITER};
 use super::permit::Permit;
 use super::Point;
 use crate::error::{Downgraded, Reason};
@@ -198,8 +199,9 @@ impl Point {
     pub(super) fn wait_blocking(
         &'static self,
         slot: &mut Option<Permit>,
+        flags: u8,
     ) -> Result<(), Downgraded> {
-        let mut wait = Wait::begin(self, Wake::Thread(std::thread::current()))?;
+        let mut wait = Wait::begin(self, Wake::Thread(std::thread::current()), flags)?;
         loop {
             if let Some(entered) = wait.try_admit(slot) {
                 return entered;
@@ -228,6 +230,8 @@ pub(super) struct Wait {
     point: &'static Point,
     queue: &'static WaitQueue,
     waiter: Arc<Waiter>,
+    /// The entry flags of the waiter's looks (`TOKEN_HELD`; `WAITER` is added).
+    flags: u8,
     start: u64,
     pub(super) deadline: u64,
     done: bool,
@@ -237,7 +241,7 @@ impl Wait {
     /// Queues a call, or refuses it at once ([`Reason::QueueFull`], counted) when the
     /// queue is full. A policy changed since the call's entry to one without a queue
     /// refuses it for concurrency.
-    fn begin(point: &'static Point, wake: Wake) -> Result<Wait, Downgraded> {
+    fn begin(point: &'static Point, wake: Wake, flags: u8) -> Result<Wait, Downgraded> {
         let c = point.compiled();
         let now = point.clock.now();
         let queue = point.wait_queue();
@@ -263,6 +267,7 @@ impl Wait {
             point,
             queue,
             waiter,
+            flags,
             start: now,
             deadline: now.saturating_add(c.queue_wait_ns()),
             done: false,
@@ -278,7 +283,7 @@ impl Wait {
         if !woken && !oldest {
             return None;
         }
-        let entered = match self.point.enter_once(slot, true) {
+        let entered = match self.point.enter_once(slot, WAITER | self.flags) {
             Err(Reason::QueueFull) => return None,
             Ok(()) => Ok(()),
             Err(reason) => Err(Downgraded {
@@ -353,12 +358,22 @@ impl Drop for Wait {
 pub enum Admission<'a> {
     /// Decided: admitted (the permit in the slot) or refused.
     Ready(Result<(), Downgraded>),
-    /// Every slot is taken and the policy has a queue: await it.
+    /// The call waits (for its reserved token, or in the queue for a slot): await it.
     Wait(WaitFuture<'a>),
 }
 
-/// An async call waiting in the queue; see [`Admission::Wait`]. Dropping it leaves the
-/// queue (a cancelled wait: the call never began and takes no slot).
+/// What an async call waits for.
+#[derive(Debug)]
+enum Stage {
+    /// The token it reserved, due `ns` after the wait began.
+    Token { ns: u64 },
+    /// A slot, in the queue (the entry made at the first poll).
+    Queue(Option<Wait>),
+}
+
+/// An async call waiting for its token or in the queue; see [`Admission::Wait`].
+/// Dropping it ends the wait: out of the queue, no slot taken, the call never began
+/// (a reserved token stays spent).
 #[derive(Debug)]
 pub struct WaitFuture<'a> {
     point: &'static Point,
@@ -366,15 +381,16 @@ pub struct WaitFuture<'a> {
     /// The generated code's "nothing to record" flag: set while the call waits (a call
     /// dropped then never began), cleared once it is admitted.
     done: Option<&'a mut bool>,
-    wait: Option<Wait>,
+    flags: u8,
+    stage: Stage,
     #[cfg(feature = "tokio")]
     sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl Point {
     /// The async form of the entry: never blocks. With a queue and every slot taken,
-    /// the call waits in the returned future.
-    /// `done` is the generated code's guard flag, if any (see [`WaitFuture`]).
+    /// or a token bucket that waits and no token now, the call waits in the returned
+    /// future. `done` is the generated code's guard flag, if any (see [`WaitFuture`]).
     #[inline(always)]
     pub(crate) fn enter_async_in<'a>(
         &'static self,
@@ -384,28 +400,38 @@ impl Point {
         if !self.sampler_armed() {
             self.arm_sampler();
         }
-        match self.enter_once(slot, false) {
+        match self.enter_once(slot, 0) {
             Ok(()) => Admission::Ready(Ok(())),
-            Err(Reason::QueueFull) => self.wait_async(slot, done),
-            Err(reason) => Admission::Ready(Err(Downgraded {
-                point: self.name,
-                reason,
-            })),
+            Err(reason) => self.wait_async(slot, done, reason),
         }
     }
 
+    /// After the first look said no: the refusal, or a wait for the signal it gave.
     #[cold]
     #[inline(never)]
     pub(super) fn wait_async<'a>(
         &'static self,
         slot: &'a mut Option<Permit>,
         mut done: Option<&'a mut bool>,
+        reason: Reason,
     ) -> Admission<'a> {
-        // On the system clock the deadline needs tokio's timer; without it, an async
-        // call does not wait (refused for concurrency as without a queue).
+        let stage = match reason {
+            Reason::QueueFull => Stage::Queue(None),
+            Reason::TokenBucket => match take_token_wait() {
+                Some(ns) => Stage::Token { ns },
+                None => return self.refused(reason),
+            },
+            _ => return self.refused(reason),
+        };
+        // On the system clock a wait needs tokio's timer; without it, an async call
+        // does not wait (refused as without the queue or the wait).
         if !cfg!(feature = "tokio") && !self.clock.is_manual() {
             let now = self.clock.now();
-            return Admission::Ready(Err(self.refuse_waiting(Reason::Concurrency, now)));
+            let refusal = match stage {
+                Stage::Queue(_) => Reason::Concurrency,
+                Stage::Token { .. } => Reason::TokenBucket,
+            };
+            return Admission::Ready(Err(self.refuse_waiting(refusal, now)));
         }
         if let Some(d) = done.as_deref_mut() {
             *d = true;
@@ -414,10 +440,56 @@ impl Point {
             point: self,
             slot,
             done,
-            wait: None,
+            flags: TOKEN_HELD,
+            stage,
             #[cfg(feature = "tokio")]
             sleep: None,
         })
+    }
+
+    fn refused<'a>(&self, reason: Reason) -> Admission<'a> {
+        Admission::Ready(Err(Downgraded {
+            point: self.name,
+            reason,
+        }))
+    }
+}
+
+impl WaitFuture<'_> {
+    /// The wait is over with `entered`: admitted calls are recorded from now on.
+    fn finish(
+        &mut self,
+        entered: Result<(), Downgraded>,
+    ) -> std::task::Poll<Result<(), Downgraded>> {
+        if let (Ok(()), Some(done)) = (&entered, self.done.as_deref_mut()) {
+            *done = false;
+        }
+        std::task::Poll::Ready(entered)
+    }
+
+    /// Whether the tokio timer of `ns` from the first call has fired (a manual clock
+    /// is advanced by `ns` at once instead).
+    fn slept(&mut self, ns: u64, cx: &mut std::task::Context<'_>) -> bool {
+        if self.point.clock.is_manual() {
+            self.point.clock.sleep(Duration::from_nanos(ns));
+            return true;
+        }
+        #[cfg(feature = "tokio")]
+        {
+            let sleep = self
+                .sleep
+                .get_or_insert_with(|| Box::pin(tokio::time::sleep(Duration::from_nanos(ns))));
+            if std::future::Future::poll(sleep.as_mut(), cx).is_ready() {
+                self.sleep = None;
+                return true;
+            }
+            false
+        }
+        #[cfg(not(feature = "tokio"))]
+        {
+            let _ = cx;
+            true
+        }
     }
 }
 
@@ -430,51 +502,62 @@ impl std::future::Future for WaitFuture<'_> {
     ) -> std::task::Poll<Self::Output> {
         use std::task::Poll;
         let this = self.get_mut();
-        if this.wait.is_none() {
-            match Wait::begin(this.point, Wake::Task(Some(cx.waker().clone()))) {
-                Ok(w) => this.wait = Some(w),
-                Err(d) => return Poll::Ready(Err(d)),
-            }
-        }
-        let Some(wait) = this.wait.as_mut() else {
-            unreachable!("set above");
-        };
         loop {
-            // The waker first: a wake after the look below must reach this task.
-            wait.set_waker(cx.waker());
-            if let Some(entered) = wait.try_admit(this.slot) {
-                this.wait = None;
-                if let (Ok(()), Some(done)) = (&entered, this.done.as_deref_mut()) {
-                    // Admitted: from now on a dropped call is a cancelled one.
-                    *done = false;
+            match &mut this.stage {
+                Stage::Token { ns } => {
+                    let ns = *ns;
+                    if !this.slept(ns, cx) {
+                        return Poll::Pending;
+                    }
+                    // The token is due: the other rules, holding it.
+                    match this.point.enter_once(this.slot, this.flags) {
+                        Ok(()) => return this.finish(Ok(())),
+                        Err(Reason::QueueFull) => this.stage = Stage::Queue(None),
+                        Err(reason) => {
+                            return this.finish(Err(Downgraded {
+                                point: this.point.name,
+                                reason,
+                            }))
+                        }
+                    }
                 }
-                return Poll::Ready(entered);
-            }
-            let now = this.point.clock.now();
-            if now >= wait.deadline {
-                let Some(wait) = this.wait.take() else {
-                    unreachable!("present");
-                };
-                return Poll::Ready(Err(wait.time_out()));
-            }
-            if wait.waiter.notified.load(Ordering::Acquire) {
-                continue;
-            }
-            #[cfg(feature = "tokio")]
-            if !this.point.clock.is_manual() {
-                let left = Duration::from_nanos(wait.deadline - now);
-                let sleep = this
-                    .sleep
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(left)));
-                if sleep.as_mut().poll(cx).is_ready() {
-                    // The timer is the deadline (the timeline may lag it by a tick).
-                    let Some(wait) = this.wait.take() else {
-                        unreachable!("present");
+                Stage::Queue(slot_wait) => {
+                    if slot_wait.is_none() {
+                        let wake = Wake::Task(Some(cx.waker().clone()));
+                        match Wait::begin(this.point, wake, this.flags) {
+                            Ok(w) => *slot_wait = Some(w),
+                            Err(d) => return this.finish(Err(d)),
+                        }
+                    }
+                    let Some(wait) = slot_wait.as_mut() else {
+                        unreachable!("set above");
                     };
-                    return Poll::Ready(Err(wait.time_out()));
+                    // The waker first: a wake after the look below must reach this task.
+                    wait.set_waker(cx.waker());
+                    if let Some(entered) = wait.try_admit(this.slot) {
+                        this.stage = Stage::Queue(None);
+                        return this.finish(entered);
+                    }
+                    let now = this.point.clock.now();
+                    let timed_out = now >= wait.deadline || {
+                        if wait.waiter.notified.load(Ordering::Acquire) {
+                            continue;
+                        }
+                        let left = wait.deadline - now;
+                        !this.point.clock.is_manual() && this.slept(left, cx)
+                    };
+                    if timed_out {
+                        // The timer is the deadline (the timeline may lag it a tick).
+                        let Stage::Queue(Some(wait)) =
+                            std::mem::replace(&mut this.stage, Stage::Queue(None))
+                        else {
+                            unreachable!("present");
+                        };
+                        return this.finish(Err(wait.time_out()));
+                    }
+                    return Poll::Pending;
                 }
             }
-            return Poll::Pending;
         }
     }
 }

@@ -53,6 +53,7 @@ pub struct Policy {
     pub(crate) timeouts: Option<Timeouts>,
     pub(crate) call_timeout: Option<Duration>,
     pub(crate) token_bucket: Option<TokenBucketConfig>,
+    pub(crate) token_wait: Option<Duration>,
     pub(crate) downgrade_percentage: u8,
     pub(crate) delay: Option<Delay>,
     pub(crate) window: WindowConfig,
@@ -229,6 +230,7 @@ impl Policy {
                 timeouts: None,
                 call_timeout: None,
                 token_bucket: None,
+                token_wait: None,
                 downgrade_percentage: 100,
                 delay: None,
                 window: WindowConfig::default(),
@@ -254,6 +256,7 @@ impl Policy {
                 self.timeouts = from.timeouts;
                 self.call_timeout = from.call_timeout;
                 self.token_bucket = from.token_bucket;
+                self.token_wait = from.token_wait;
                 self.downgrade_percentage = from.downgrade_percentage;
                 self.delay = from.delay;
             }
@@ -316,6 +319,11 @@ impl Policy {
     /// The token bucket, if set.
     pub fn token_bucket(&self) -> Option<TokenBucketConfig> {
         self.token_bucket
+    }
+    /// How long a call may wait for its token, if the token bucket waits (see
+    /// [`PolicyBuilder::token_wait`]).
+    pub fn token_wait(&self) -> Option<Duration> {
+        self.token_wait
     }
     /// The probability, in percent, that a tripped rule really downgrades.
     pub fn downgrade_percentage(&self) -> u8 {
@@ -505,6 +513,58 @@ impl PolicyBuilder {
         self
     }
 
+    /// Lets a call that finds the token bucket empty wait for its token, if its
+    /// token's time is at most `max_wait` away; a call whose token is further off is
+    /// refused at once, without waiting (as without `token_wait`). Needs
+    /// [`token_bucket`](Self::token_bucket); `max_wait` is at most an hour. Errors
+    /// name the field `token_bucket.max_wait`, as a policy file writes it.
+    ///
+    /// A waiting call reserves its token when it arrives (one compare-and-swap of the
+    /// bucket's arrival time, as a take), so waiting calls run in arrival order and
+    /// the bound still holds over the times calls run: at most
+    /// `capacity + rate * t` over any interval `t`. A sync call sleeps on its thread
+    /// (a manual clock is advanced instead, as retries do); an `async fn` under
+    /// `#[downgrade]` / `#[breaker]` or [`Point::enter_async`](crate::Point::enter_async)
+    /// awaits a tokio timer (`tokio` feature; without it an async call is refused at
+    /// once instead of waiting). After its wait the call asks the other rules
+    /// (its token already held).
+    ///
+    /// ```
+    /// use resilience_runtime::{Clock, ManualClock, Policy, Registry};
+    /// use std::time::Duration;
+    ///
+    /// let manual = ManualClock::new();
+    /// let registry: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(&manual))));
+    /// let policy = Policy::builder()
+    ///     .token_bucket(10.0, 1)
+    ///     .token_wait(Duration::from_millis(250))
+    ///     .build()?;
+    /// registry.set_policy("docs.token_wait", policy)?;
+    /// let point = registry.point("docs.token_wait")?;
+    /// let t0 = manual.now_nanos();
+    /// for _ in 0..3 {
+    ///     point.enter()?.finish(false); // the 2nd and 3rd wait 100 ms each
+    /// }
+    /// assert_eq!(manual.now_nanos() - t0, 200_000_000);
+    /// // Now the next token is 100 ms away; with two calls already reserved ahead it
+    /// // would be 300 ms: past the 250 ms allowed, refused at once.
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn token_wait(mut self, max_wait: Duration) -> Self {
+        self.policy.token_wait = Some(max_wait);
+        self
+    }
+
+    /// Pacing (Sentinel's rate limiter behaviour): calls are spaced uniformly, one
+    /// every `1 / rate` seconds, each waiting for its turn at most `max_wait` (a call
+    /// whose turn is further off is refused at once). The same as
+    /// `token_bucket(rate, 1).token_wait(max_wait)`: a bucket of one token never
+    /// lets a burst through, so a dependency that cannot take bursts sees a steady
+    /// stream.
+    pub fn pacing(self, rate: f64, max_wait: Duration) -> Self {
+        self.token_bucket(rate, 1).token_wait(max_wait)
+    }
+
     /// The probability, 0–100, that a tripped rule really downgrades (default 100;
     /// 0 never downgrades and emits no event). The concurrency rule always downgrades:
     /// a spared call still needs a free slot. The other rules' bounds hold at 100.
@@ -679,6 +739,20 @@ impl PolicyBuilder {
                 fail(
                     "token_bucket.capacity",
                     format!("must be at most 1e9, got {}", tb.capacity),
+                );
+            }
+        }
+        if let Some(d) = p.token_wait {
+            if p.token_bucket.is_none() {
+                fail(
+                    "token_bucket.max_wait",
+                    "needs `token_bucket`: calls wait for the bucket's tokens".into(),
+                );
+            }
+            if d.is_zero() || d > Duration::from_secs(3600) {
+                fail(
+                    "token_bucket.max_wait",
+                    format!("must be greater than zero and at most 1h, got {d:?}"),
                 );
             }
         }
