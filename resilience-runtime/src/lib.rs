@@ -23,6 +23,7 @@ mod listener;
 pub mod metrics;
 mod point;
 mod policy;
+pub mod priority;
 mod rand;
 #[cfg(feature = "redis")]
 pub mod redis;

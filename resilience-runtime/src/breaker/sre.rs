@@ -370,7 +370,7 @@ impl SreBreaker {
     /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
     /// ```
     pub fn allow(&self, now: u64) -> SreDecision {
-        self.decide(now, roll)
+        self.decide(now, roll, |p| p)
     }
 
     /// Like [`allow`](Self::allow) with the dice given: the call is rejected iff
@@ -391,7 +391,7 @@ impl SreBreaker {
     /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
     /// ```
     pub fn allow_with_roll(&self, now: u64, roll: f64) -> SreDecision {
-        self.decide(now, || roll)
+        self.decide(now, || roll, |p| p)
     }
 
     /// The closed path in integer arithmetic: `true` when [`allow`](Self::allow) at
@@ -412,7 +412,37 @@ impl SreBreaker {
         u128::from(total.saturating_sub(self.config.protection)) * 10 <= u128::from(accepts) * 11
     }
 
-    fn decide(&self, now: u64, roll: impl FnOnce() -> f64) -> SreDecision {
+    /// [`allow`](Self::allow) for a call of tier `priority`: the drop probability is
+    /// the tier's ([`Priority::sre_drop`](crate::priority::Priority::sre_drop)), so
+    /// the lowest tier is shed first. The decision reports the breaker's own ratio.
+    ///
+    /// ```
+    /// use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
+    /// use resilience_runtime::priority::Priority;
+    ///
+    /// let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+    /// for _ in 0..100 {
+    ///     b.record(0, resilience_runtime::breaker::Outcome::Failure);
+    /// }
+    /// // Every call fails: the ratio is high, but a critical call is dropped less often.
+    /// let critical = (0..1000)
+    ///     .filter(|_| b.allow_priority(0, Priority::Critical).verdict == SreVerdict::Rejected)
+    ///     .count();
+    /// let sheddable = (0..1000)
+    ///     .filter(|_| b.allow_priority(0, Priority::Sheddable).verdict == SreVerdict::Rejected)
+    ///     .count();
+    /// assert!(critical < sheddable, "{critical} {sheddable}");
+    /// ```
+    pub fn allow_priority(&self, now: u64, priority: crate::priority::Priority) -> SreDecision {
+        self.decide(now, roll, |p| priority.sre_drop(p))
+    }
+
+    fn decide(
+        &self,
+        now: u64,
+        roll: impl FnOnce() -> f64,
+        tier: impl FnOnce(f64) -> f64,
+    ) -> SreDecision {
         let c = &self.config;
         let base = self.ring.base(now, || self.current());
         let current = self.current();
@@ -463,7 +493,7 @@ impl SreBreaker {
                 transition,
             };
         }
-        if roll() < drop_ratio {
+        if roll() < tier(drop_ratio) {
             self.record(now, Outcome::Drop);
             return SreDecision {
                 verdict: SreVerdict::Rejected,

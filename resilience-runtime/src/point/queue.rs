@@ -24,6 +24,7 @@ use super::enter::{take_token_wait, TOKEN_HELD, WAITER};
 use super::permit::Permit;
 use super::Point;
 use crate::error::{Downgraded, Reason};
+use crate::priority::Priority;
 use crate::sync::atomic::AtomicBool;
 use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering};
 use std::collections::VecDeque;
@@ -50,6 +51,9 @@ pub struct QueueStats {
     pub refused: u64,
     /// Calls refused at once because the queue was full ([`Reason::QueueFull`]).
     pub full: u64,
+    /// Waiters taken out of a full queue by a call of a higher tier
+    /// ([`Priority`](crate::priority::Priority)), refused with [`Reason::QueueFull`].
+    pub evicted: u64,
     /// The total time waited by the waits that ended, in nanoseconds.
     pub wait_ns: u64,
     /// The longest wait that ended, in nanoseconds.
@@ -59,7 +63,7 @@ pub struct QueueStats {
 impl QueueStats {
     /// The mean wait of the waits that ended, if any did.
     pub fn mean_wait(&self) -> Option<Duration> {
-        let ended = self.admitted + self.timed_out + self.cancelled + self.refused;
+        let ended = self.admitted + self.timed_out + self.cancelled + self.refused + self.evicted;
         (ended > 0).then(|| Duration::from_nanos(self.wait_ns / ended))
     }
 }
@@ -77,6 +81,9 @@ enum Wake {
 struct Waiter {
     /// Woken since it last asked for a slot.
     notified: AtomicBool,
+    /// Taken out of the queue by a call of a higher tier (it is refused).
+    evicted: AtomicBool,
+    priority: Priority,
     wake: Mutex<Wake>,
 }
 
@@ -95,12 +102,13 @@ const TIMED_OUT: usize = 1;
 const CANCELLED: usize = 2;
 const REFUSED: usize = 3;
 const FULL: usize = 4;
+const EVICTED: usize = 5;
 
 /// A point's waiters, made by the first call that waits.
 #[derive(Debug, Default)]
 pub(super) struct WaitQueue {
     waiters: Mutex<VecDeque<Arc<Waiter>>>,
-    ends: [AtomicU64; 5],
+    ends: [AtomicU64; 6],
     wait_ns: AtomicU64,
     max_wait_ns: AtomicU64,
     /// The longest wait since the heartbeat client last took it.
@@ -140,6 +148,7 @@ impl WaitQueue {
             cancelled: n(CANCELLED),
             refused: n(REFUSED),
             full: n(FULL),
+            evicted: n(EVICTED),
             wait_ns: self.wait_ns.load(Ordering::Relaxed),
             max_wait_ns: self.max_wait_ns.load(Ordering::Relaxed),
         }
@@ -201,7 +210,8 @@ impl Point {
         slot: &mut Option<Permit>,
         flags: u8,
     ) -> Result<(), Downgraded> {
-        let mut wait = Wait::begin(self, Wake::Thread(std::thread::current()), flags)?;
+        let wake = Wake::Thread(std::thread::current());
+        let mut wait = Wait::begin(self, wake, flags, crate::priority::current())?;
         loop {
             if let Some(entered) = wait.try_admit(slot) {
                 return entered;
@@ -241,7 +251,12 @@ impl Wait {
     /// Queues a call, or refuses it at once ([`Reason::QueueFull`], counted) when the
     /// queue is full. A policy changed since the call's entry to one without a queue
     /// refuses it for concurrency.
-    fn begin(point: &'static Point, wake: Wake, flags: u8) -> Result<Wait, Downgraded> {
+    fn begin(
+        point: &'static Point,
+        wake: Wake,
+        flags: u8,
+        priority: Priority,
+    ) -> Result<Wait, Downgraded> {
         let c = point.compiled();
         let now = point.clock.now();
         let queue = point.wait_queue();
@@ -250,16 +265,37 @@ impl Wait {
         }
         let waiter = Arc::new(Waiter {
             notified: AtomicBool::new(false),
+            evicted: AtomicBool::new(false),
+            priority,
             wake: Mutex::new(wake),
         });
         {
             let mut list = queue.lock();
             if list.len() as u64 >= c.queue_max() {
-                drop(list);
-                queue.ends[FULL].fetch_add(1, Ordering::Relaxed);
-                return Err(point.refuse_waiting(Reason::QueueFull, now));
+                // The newest waiter of the lowest tier, if lower than this call, makes
+                // room; else this call is refused.
+                match list.back() {
+                    Some(last) if last.priority < priority => {
+                        let victim = list.pop_back().unwrap_or_else(|| unreachable!());
+                        victim.evicted.store(true, Ordering::Release);
+                        victim.wake();
+                        if victim.notified.load(Ordering::Acquire) {
+                            WaitQueue::wake_one_locked(&list);
+                        }
+                    }
+                    _ => {
+                        drop(list);
+                        queue.ends[FULL].fetch_add(1, Ordering::Relaxed);
+                        return Err(point.refuse_waiting(Reason::QueueFull, now));
+                    }
+                }
             }
-            list.push_back(waiter.clone());
+            // Higher tiers first, arrival order within a tier.
+            let at = list
+                .iter()
+                .position(|w| w.priority < priority)
+                .unwrap_or(list.len());
+            list.insert(at, waiter.clone());
             point.flow.wait_begin();
             queue.peak.fetch_max(list.len() as u64, Ordering::Relaxed);
         }
@@ -277,6 +313,12 @@ impl Wait {
     /// Asks for a slot if this waiter is the oldest or was woken: `Some` when the wait
     /// is over (admitted, or refused by a rule: counted there), `None` to wait on.
     fn try_admit(&mut self, slot: &mut Option<Permit>) -> Option<Result<(), Downgraded>> {
+        if self.waiter.evicted.load(Ordering::Acquire) {
+            // Out of the queue already (the evicting call removed it).
+            self.end(EVICTED);
+            let now = self.point.clock.now();
+            return Some(Err(self.point.refuse_waiting(Reason::QueueFull, now)));
+        }
         let mut list = self.queue.lock();
         let woken = self.waiter.notified.swap(false, Ordering::AcqRel);
         let oldest = list.front().is_some_and(|w| Arc::ptr_eq(w, &self.waiter));
@@ -382,6 +424,8 @@ pub struct WaitFuture<'a> {
     /// dropped then never began), cleared once it is admitted.
     done: Option<&'a mut bool>,
     flags: u8,
+    /// The caller's priority when it entered (the wait may be polled elsewhere).
+    priority: Priority,
     stage: Stage,
     #[cfg(feature = "tokio")]
     sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
@@ -441,6 +485,7 @@ impl Point {
             slot,
             done,
             flags: TOKEN_HELD,
+            priority: crate::priority::current(),
             stage,
             #[cfg(feature = "tokio")]
             sleep: None,
@@ -524,7 +569,7 @@ impl std::future::Future for WaitFuture<'_> {
                 Stage::Queue(slot_wait) => {
                     if slot_wait.is_none() {
                         let wake = Wake::Task(Some(cx.waker().clone()));
-                        match Wait::begin(this.point, wake, this.flags) {
+                        match Wait::begin(this.point, wake, this.flags, this.priority) {
                             Ok(w) => *slot_wait = Some(w),
                             Err(d) => return this.finish(Err(d)),
                         }
