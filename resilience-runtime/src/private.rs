@@ -363,7 +363,14 @@ impl Retrying {
     pub fn failed(&mut self, spec: &RetrySpec) -> Option<std::time::Duration> {
         self.done += 1;
         self.point
-            .retry_after(&spec.retry(), self.budget, self.done)
+            .retry_after(&self.effective(spec), self.budget, self.done)
+    }
+
+    /// The retry settings of this call: the attribute's, for now. The one place that
+    /// decides them, so that a runtime policy can override them later.
+    #[cold]
+    pub fn effective(&self, spec: &RetrySpec) -> crate::retry::Retry {
+        spec.retry()
     }
 
     /// Waits `d` on the point's clock (the thread sleeps; a manual clock advances).
@@ -412,6 +419,55 @@ macro_rules! __resilience_retry_sleep {
 }
 
 pub use crate::__resilience_retry_sleep as retry_sleep;
+
+pub use crate::retry::hedge::{HedgeSpec, LatencyLog};
+
+/// Runs an async `#[retry(hedge = "..")]` call (see `retry::hedge`): `make` starts an
+/// attempt from fresh copies of the arguments; its future gives the attempt's output,
+/// whether the attribute below downgraded it, and whether it is an error to retry.
+#[cfg(feature = "tokio")]
+pub async fn hedged<R, F, Fut>(
+    retrying: Retrying,
+    spec: &'static RetrySpec,
+    hedge: &'static HedgeSpec,
+    make: F,
+) -> R
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (R, bool, bool)>,
+{
+    let retry = retrying.effective(spec);
+    crate::retry::hedge::run(retrying.point, retrying.budget, &retry, hedge, make).await
+}
+
+/// `retry_hedge!(retrying, spec, hedge, make)`: the hedged call of an async
+/// `#[retry(hedge = "..")]` fn, with the runtime's `tokio` feature.
+#[cfg(feature = "tokio")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_retry_hedge {
+    ($($call:tt)*) => {
+        $crate::__private::hedged($($call)*)
+    };
+}
+
+/// `retry_hedge!(..)` without the `tokio` feature: the compile error.
+#[cfg(not(feature = "tokio"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_retry_hedge {
+    ($retrying:expr, $spec:expr, $hedge:expr, $make:expr $(,)?) => {{
+        ::core::compile_error!(
+            "`#[retry(hedge = \"...\")]` needs the `tokio` feature of resilience-runtime, \
+             which waits the hedge delay with `tokio::time::sleep`: enable it in Cargo.toml, \
+             e.g. `resilience-runtime = { version = \"0.1\", features = [\"tokio\"] }`"
+        );
+        let _ = ($retrying, $spec, $hedge, $make);
+        async { ::core::unreachable!() }
+    }};
+}
+
+pub use crate::__resilience_retry_hedge as retry_hedge;
 
 std::thread_local! {
     /// Set by the `#[downgrade]`/`#[breaker]` stacked below a `#[retry]` when it

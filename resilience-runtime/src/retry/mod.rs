@@ -16,8 +16,19 @@
 //! `jitter = 1.0` is "full jitter", `0.5` "equal jitter"). The sync form sleeps on the
 //! thread (on a manual clock it advances the clock instead, so tests are instant and
 //! deterministic).
+//!
+//! # Hedging
+//!
+//! `#[retry(hedge = "30ms")]` (or `hedge = "p95"`) on an `async fn` does not wait for
+//! a slow attempt to fail: once an attempt has not answered after the hedge delay,
+//! another one starts beside it, and the first answer that is not an error to retry
+//! wins; the others are dropped (cancelled) at once. Hedges count as attempts and
+//! spend the budget like retries. See the `hedge` argument of the `#[retry]`
+//! attribute for the rules, [`RetryStats::hedges`] and [`RetryStats::cancelled`]
+//! for what is counted.
 
 mod budget;
+pub(crate) mod hedge;
 
 pub use crate::breaker::Backoff;
 pub use budget::{BudgetConfig, BudgetStats, RetryBudget};
@@ -93,12 +104,21 @@ impl Retry {
 pub struct RetryStats {
     /// Calls made through [`Point::call_retrying`](crate::Point::call_retrying).
     pub calls: u64,
-    /// Attempts in all (first attempts and retries).
+    /// Attempts in all: first attempts, retries and hedges (`calls + retries +
+    /// hedges`).
     pub attempts: u64,
     /// Retries made.
     pub retries: u64,
     /// Calls that failed on their last attempt.
     pub exhausted: u64,
-    /// Retries the budget refused (the call then returned its last error).
+    /// Retries and hedges the budget refused (a refused retry ends the call with its
+    /// last error; a refused hedge is not sent, the attempts running go on).
     pub refused_by_budget: u64,
+    /// Hedged attempts started: attempts begun beside one still running, because it
+    /// had not answered after the hedge delay (`#[retry(hedge = "..")]`).
+    pub hedges: u64,
+    /// Attempts dropped while still running because another attempt of the same call
+    /// answered first (or was downgraded). An attempt dropped because the caller
+    /// dropped the whole call is not counted here (its point counts it cancelled).
+    pub cancelled: u64,
 }
