@@ -187,10 +187,11 @@ fn validate_hedge(args: &RetryArgs, item: &ItemFn, errors: &mut Errors) {
         ));
     }
     for input in &sig.inputs {
-        let (shared, what) = match input {
+        let (shared, what, instead) = match input {
             FnArg::Receiver(receiver) => (
                 receiver.reference.is_some() && receiver.mutability.is_some(),
                 "`&mut self`".to_owned(),
+                "take `&self` (with interior mutability for what attempts change)",
             ),
             FnArg::Typed(typed) => (
                 matches!(&*typed.ty, Type::Reference(r) if r.mutability.is_some()),
@@ -198,6 +199,7 @@ fn validate_hedge(args: &RetryArgs, item: &ItemFn, errors: &mut Errors) {
                     Pat::Ident(pat) => format!("the `&mut` argument `{}`", pat.ident),
                     _ => "a `&mut` argument".to_owned(),
                 },
+                "pass it by value (each attempt gets a clone) or by shared reference",
             ),
         };
         if shared {
@@ -209,8 +211,7 @@ fn validate_hedge(args: &RetryArgs, item: &ItemFn, errors: &mut Errors) {
                 at,
                 format!(
                     "`hedge` runs several attempts at once, which cannot share {what}; \
-                     pass it by value (each attempt gets a clone) or by shared reference, \
-                     or remove `hedge`"
+                     {instead}, or remove `hedge`"
                 ),
             ));
         }
@@ -426,6 +427,10 @@ fn wrap(
         } else {
             quote!((async move { #pin #(#lets)* #block } #awaited, false))
         };
+        // At `async`, where the error without the `tokio` feature belongs.
+        let run = quote_spanned!(await_span=>
+            #at::retry_hedge!(#retrying, &#spec, &#hedge_spec, #make) #awaited
+        );
         let body = quote! {
             #inner_attrs
             #uses
@@ -442,7 +447,7 @@ fn wrap(
                     (#out, #refused, #again)
                 }
             };
-            #at::retry_hedge!(#retrying, &#spec, &#hedge_spec, #make) #awaited
+            #run
         };
         return super::emit(&item, Some(body));
     }
@@ -518,6 +523,41 @@ mod tests {
         assert!(!out.contains("mark_downgraded"), "{out}");
         assert!(out.contains("let out = & mut * out ;"), "{out}");
         assert!(!out.contains("clone_argument (& name)"), "{out}");
+    }
+
+    #[test]
+    fn hedge_makes_attempts_with_a_closure_and_only_then() {
+        let plain = super::expand(
+            quote!(attempts = 2),
+            quote!(
+                async fn f(id: String) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        assert!(plain.contains("loop {"), "{plain}");
+        assert!(!plain.contains("hedge"), "{plain}");
+        let hedged = super::expand(
+            quote!(attempts = 2, hedge = "p95"),
+            quote!(
+                #[downgrade(point = "p")]
+                async fn f(id: String, name: &str) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        assert!(!hedged.contains("loop {"), "{hedged}");
+        assert!(hedged.contains("let __resilience_make = || {"), "{hedged}");
+        assert!(
+            hedged
+                .contains("let id = :: resilience_runtime :: __private :: clone_argument (& id) ;"),
+            "{hedged}"
+        );
+        assert!(hedged.contains("attempt_async (async move {"), "{hedged}");
+        assert!(hedged.contains("tenths : 950u32"), "{hedged}");
+        assert!(hedged.contains("retry_hedge ! ("), "{hedged}");
     }
 
     #[test]
