@@ -389,7 +389,12 @@ static REAL: AtomicU32 = AtomicU32::new(0);
 #[retry(point = "hedge.real", attempts = 2, hedge = "20ms")]
 async fn real_stall() -> Result<u32, AppError> {
     let n = REAL.fetch_add(1, Ordering::SeqCst);
-    sleep(if n % 2 == 0 { ms(3_000) } else { ms(5) }).await;
+    sleep(if n.is_multiple_of(2) {
+        ms(3_000)
+    } else {
+        ms(5)
+    })
+    .await;
     Ok(n % 2)
 }
 
@@ -431,7 +436,7 @@ async fn stressed(seed: u32) -> Result<u32, AppError> {
     let n = STRESS.fetch_add(1, Ordering::SeqCst);
     let mix = n.wrapping_mul(2_654_435_761) ^ seed;
     sleep(Duration::from_micros(u64::from(mix % 3_000))).await;
-    if mix % 7 == 0 {
+    if mix.is_multiple_of(7) {
         Err(AppError::Busy)
     } else {
         Ok(n)

@@ -167,12 +167,12 @@ impl LatencyLog {
         let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
         self.buckets[bucket_of(nanos)].fetch_add(1, Ordering::Relaxed);
         let n = self.samples.fetch_add(1, Ordering::Relaxed) + 1;
-        if n % DECAY_EVERY == 0 {
+        if n.is_multiple_of(DECAY_EVERY) {
             for b in &self.buckets {
                 let _ = b.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |c| Some(c / 2));
             }
         }
-        if n == MIN_SAMPLES || (n > MIN_SAMPLES && n % REFRESH_EVERY == 0) {
+        if n == MIN_SAMPLES || (n > MIN_SAMPLES && n.is_multiple_of(REFRESH_EVERY)) {
             let counts = self.counts();
             if let Some(bucket) = percentile_bucket(&counts, tenths) {
                 self.delay.store(upper_bound(bucket), Ordering::Relaxed);
