@@ -436,8 +436,8 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = (R, bool, bool)>,
 {
-    let retry = retrying.effective(spec);
-    crate::retry::hedge::run(retrying.point, retrying.budget, &retry, hedge, make).await
+    let (point, budget) = (retrying.point, retrying.budget);
+    crate::retry::hedge::run(point, budget, || retrying.effective(spec), hedge, make).await
 }
 
 /// `retry_hedge!(retrying, spec, hedge, make)`: the hedged call of an async

@@ -451,7 +451,7 @@ async fn stress_many_hedged_calls_under_max_concurrency() {
             Policy::builder().max_concurrency(16).build().unwrap(),
         )
         .unwrap();
-    let calls = 400u32;
+    let calls = 2_000u32;
     let tasks: Vec<_> = (0..calls).map(|i| tokio::spawn(stressed(i))).collect();
     let mut answered = 0u64;
     for t in tasks {
@@ -467,7 +467,12 @@ async fn stress_many_hedged_calls_under_max_concurrency() {
     assert_eq!(p.concurrency, 0, "no permit leaked");
     assert_eq!(s.calls, u64::from(calls));
     assert_eq!(s.attempts, s.calls + s.retries + s.hedges, "{s:?}");
-    assert!(s.hedges > 0, "{s:?}");
+    assert!(s.hedges > 0 && s.cancelled > 0 && s.retries > 0, "{s:?}");
+    assert!(
+        p.totals.downgrades > 0,
+        "the limit refused some: {:?}",
+        p.totals
+    );
     // Every attempt is a visit of the point; every attempt the retry dropped is a
     // cancelled call of the point, and the point saw no other cancellation.
     assert_eq!(p.totals.visits, s.attempts, "{s:?} {:?}", p.totals);
@@ -498,5 +503,113 @@ async fn metrics_carry_hedges_and_cancelled() {
     ] {
         let line = format!("{series}{{point=\"hedge.metrics\"}} {n}");
         assert!(text.lines().any(|l| l == line), "{line} missing");
+    }
+}
+
+// ---- against a plain model ----
+
+/// What each attempt of the model call does: (latency in ms, answers `Ok`).
+static SCRIPT: std::sync::Mutex<Vec<(u64, bool)>> = std::sync::Mutex::new(Vec::new());
+static SCRIPTED: AtomicU32 = AtomicU32::new(0);
+
+#[retry(
+    point = "hedge.model",
+    attempts = 4,
+    hedge = "10ms",
+    backoff = "fixed",
+    base = "7ms",
+    jitter = "none"
+)]
+async fn scripted() -> Result<usize, usize> {
+    let n = SCRIPTED.fetch_add(1, Ordering::SeqCst) as usize;
+    let (latency, ok) = SCRIPT.lock().unwrap()[n];
+    sleep(ms(latency)).await;
+    if ok {
+        Ok(n)
+    } else {
+        Err(n)
+    }
+}
+
+/// The model: events in time order; at equal times answers before a hedge, and
+/// attempts in the order they started. Returns the result, the time it took, and
+/// (hedges, retries, cancelled, exhausted).
+fn model(
+    script: &[(u64, bool)],
+    delay: u64,
+    attempts: usize,
+    backoff: u64,
+) -> (Result<usize, usize>, u64, [u64; 4]) {
+    let (mut t, mut started) = (0u64, 0usize);
+    let mut counts = [0u64; 4];
+    loop {
+        let mut running = vec![(started, t + script[started].0)];
+        started += 1;
+        let mut last_start = t;
+        let mut last_err = 0;
+        while !running.is_empty() {
+            let next_end = running.iter().map(|r| r.1).min().unwrap();
+            if started < attempts && last_start + delay < next_end {
+                t = last_start + delay;
+                running.push((started, t + script[started].0));
+                started += 1;
+                counts[0] += 1;
+                last_start = t;
+                continue;
+            }
+            t = next_end;
+            let mut i = 0;
+            while i < running.len() {
+                if running[i].1 != t {
+                    i += 1;
+                    continue;
+                }
+                let (n, _) = running.remove(i);
+                if script[n].1 {
+                    counts[2] += running.len() as u64;
+                    return (Ok(n), t, counts);
+                }
+                last_err = n;
+            }
+        }
+        if started >= attempts {
+            counts[3] += 1;
+            return (Err(last_err), t, counts);
+        }
+        counts[1] += 1;
+        t += backoff;
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Random latencies and outcomes: the hedged call gives the model's answer, at
+    /// the model's time, with the model's counts.
+    #[test]
+    fn matches_a_model(script in proptest::collection::vec((1u64..40, proptest::bool::weighted(0.6)), 4)) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        *SCRIPT.lock().unwrap() = script.clone();
+        SCRIPTED.store(0, Ordering::SeqCst);
+        let before = retry_stats("hedge.model");
+        let (out, took) = runtime.block_on(async {
+            let t0 = Instant::now();
+            let out = scripted().await;
+            (out, t0.elapsed())
+        });
+        let s = retry_stats("hedge.model");
+        let (want, want_took, [hedges, retries, cancelled, exhausted]) = model(&script, 10, 4, 7);
+        proptest::prop_assert_eq!(out, want);
+        proptest::prop_assert_eq!(took, ms(want_took));
+        proptest::prop_assert_eq!(
+            (s.hedges - before.hedges, s.retries - before.retries,
+             s.cancelled - before.cancelled, s.exhausted - before.exhausted),
+            (hedges, retries, cancelled, exhausted)
+        );
+        proptest::prop_assert_eq!(s.attempts - before.attempts, 1 + hedges + retries);
     }
 }

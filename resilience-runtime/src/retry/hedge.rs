@@ -270,10 +270,12 @@ mod combinator {
     /// Runs one hedged call (see the module docs). `make` starts an attempt: its
     /// future gives the attempt's output, whether the attribute below downgraded it,
     /// and whether it is an error to retry.
+    /// `effective` gives the call's retry settings, asked for only once they matter
+    /// (at the first `Pending` or failure), so an immediate answer never builds them.
     pub(crate) async fn run<R, F, Fut>(
         point: &'static Point,
         budget: Option<&'static RetryBudget>,
-        retry: &Retry,
+        effective: impl Fn() -> Retry,
         spec: &'static HedgeSpec,
         mut make: F,
     ) -> R
@@ -281,6 +283,7 @@ mod combinator {
         F: FnMut() -> Fut,
         Fut: Future<Output = (R, bool, bool)>,
     {
+        let mut settings: Option<Retry> = None;
         let log = spec.log();
         // Attempts started in all, backoffs waited, whether the budget refused a hedge.
         let (mut started, mut round, mut refused) = (0u32, 0u32, false);
@@ -364,13 +367,8 @@ mod combinator {
                     delay = Some(spec.delay());
                 }
                 let since_last = last_started.map_or(Duration::ZERO, |at| at.elapsed());
-                match plan(
-                    delay.flatten(),
-                    started,
-                    retry.attempts,
-                    refused,
-                    since_last,
-                ) {
+                let attempts = settings.get_or_insert_with(&effective).attempts;
+                match plan(delay.flatten(), started, attempts, refused, since_last) {
                     Plan::Never => {
                         timer.set(None);
                         return Poll::Pending;
@@ -412,6 +410,7 @@ mod combinator {
             match ended {
                 Round::Done(out) => return out,
                 Round::Failed(err) => {
+                    let retry = settings.get_or_insert_with(&effective);
                     let Some(wait) = point.retry_after_round(retry, budget, started, round) else {
                         return err;
                     };
