@@ -425,19 +425,21 @@ pub use crate::retry::hedge::{HedgeSpec, LatencyLog};
 /// Runs an async `#[retry(hedge = "..")]` call (see `retry::hedge`): `make` starts an
 /// attempt from fresh copies of the arguments; its future gives the attempt's output,
 /// whether the attribute below downgraded it, and whether it is an error to retry.
+/// (A plain fn returning the combinator's future: no second future around it.)
 #[cfg(feature = "tokio")]
-pub async fn hedged<R, F, Fut>(
+#[inline]
+pub fn hedged<R, F, Fut>(
     retrying: Retrying,
     spec: &'static RetrySpec,
     hedge: &'static HedgeSpec,
     make: F,
-) -> R
+) -> impl std::future::Future<Output = R>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = (R, bool, bool)>,
 {
     let (point, budget) = (retrying.point, retrying.budget);
-    crate::retry::hedge::run(point, budget, || retrying.effective(spec), hedge, make).await
+    crate::retry::hedge::run(point, budget, move || retrying.effective(spec), hedge, make)
 }
 
 /// `retry_hedge!(retrying, spec, hedge, make)`: the hedged call of an async
