@@ -449,10 +449,10 @@ fn skip_past_comma(input: ParseStream<'_>) {
 // arg  := "point" "=" LitStr | "attempts" "=" LitInt | "backoff" "=" LitStr
 //       | "base" "=" LitStr | "max" "=" LitStr | "multiplier" "=" LitFloat
 //       | "jitter" "=" LitStr | "retry_if" "=" path | "budget" "=" LitStr
-//       | "crate" "=" LitStr
+//       | "hedge" "=" LitStr | "crate" "=" LitStr
 
 /// Every argument of `#[retry]`, in the order diagnostics list them.
-const RETRY_ARGS: [&str; 10] = [
+const RETRY_ARGS: [&str; 11] = [
     "point",
     "attempts",
     "backoff",
@@ -462,8 +462,18 @@ const RETRY_ARGS: [&str; 10] = [
     "jitter",
     "retry_if",
     "budget",
+    "hedge",
     "crate",
 ];
+
+/// `hedge = "30ms"` or `hedge = "p95"`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Hedge {
+    /// A fixed delay, in nanoseconds.
+    Fixed(u64),
+    /// A percentile of the site's attempt latencies, in tenths (500 ..= 999).
+    Percentile(u32),
+}
 
 /// The parsed arguments of `#[retry]`.
 #[derive(Default)]
@@ -478,6 +488,7 @@ pub(crate) struct RetryArgs {
     pub(crate) jitter: Option<Arg<f64>>,
     pub(crate) retry_if: Option<Arg<ExprPath>>,
     pub(crate) budget: Option<Arg<LitStr>>,
+    pub(crate) hedge: Option<Arg<Hedge>>,
     pub(crate) krate: Option<Arg<Path>>,
 }
 
@@ -636,6 +647,11 @@ impl RetryArgs {
                 }
                 set_once(&mut self.budget, arg(key_span, position, lit), "budget")
             }
+            "hedge" => set_once(
+                &mut self.hedge,
+                arg(key_span, position, hedge(input)?),
+                "hedge",
+            ),
             _ => unreachable!("every name in RETRY_ARGS is handled"),
         }
     }
@@ -727,6 +743,51 @@ fn multiplier(input: ParseStream<'_>) -> syn::Result<f64> {
     }
 }
 
+/// What `hedge` takes, for its errors.
+const HEDGE_EXPECTED: &str = "expected a delay (`hedge = \"30ms\"`) or a percentile of \
+    this call site's attempt latencies from `\"p50\"` to `\"p99.9\"` (`hedge = \"p95\"`)";
+
+/// `"30ms"` (as `base`) or `"p95"` (`p50` ..= `p99.9`, at most one decimal).
+fn hedge(input: ParseStream<'_>) -> syn::Result<Hedge> {
+    let lit = string_literal(input, "hedge = \"30ms\"")?;
+    let text = lit.value();
+    let error = |problem: String| syn::Error::new(lit.span(), problem);
+    if let Some(number) = text.trim().strip_prefix('p') {
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if !digits(whole) || !(fraction.is_empty() || fraction.len() == 1 && digits(fraction)) {
+            return Err(error(format!("unknown hedge `{text}`: {HEDGE_EXPECTED}")));
+        }
+        let tenths = whole
+            .parse::<u32>()
+            .ok()
+            .and_then(|w| w.checked_mul(10))
+            .map(|w| w + fraction.parse::<u32>().unwrap_or(0));
+        return match tenths {
+            Some(t) if (500..=999).contains(&t) => Ok(Hedge::Percentile(t)),
+            _ => Err(error(format!(
+                "the hedge percentile must be from `p50` to `p99.9`, got `{text}`"
+            ))),
+        };
+    }
+    if !text
+        .trim()
+        .starts_with(|c: char| c.is_ascii_digit() || c == '.')
+    {
+        return Err(error(format!("unknown hedge `{text}`: {HEDGE_EXPECTED}")));
+    }
+    match parse_duration(&text) {
+        Ok(0) => Err(error("`hedge` must be greater than zero".to_owned())),
+        Ok(nanos) if nanos > MAX_TIMEOUT_NS => Err(error(
+            "`hedge` must be at most one day (`\"24h\"`)".to_owned(),
+        )),
+        Ok(nanos) => Ok(Hedge::Fixed(nanos)),
+        Err(problem) => Err(error(
+            problem.replace("`timeout = \"200ms\"`", "`hedge = \"30ms\"`"),
+        )),
+    }
+}
+
 /// `"50ms"`: a duration greater than zero and at most a day (as `timeout`).
 fn wait(input: ParseStream<'_>, name: &str) -> syn::Result<u64> {
     let lit = string_literal(input, &format!("{name} = \"50ms\""))?;
@@ -815,6 +876,35 @@ mod tests {
         assert_eq!(
             messages(quote!(budget = "a", budget = "b")),
             ["duplicate argument `budget`"]
+        );
+    }
+
+    #[test]
+    fn hedge_values() {
+        let hedge = |tokens| {
+            let (args, errors) = RetryArgs::parse(tokens);
+            match errors {
+                None => Ok(args.hedge.unwrap().value),
+                Some(e) => Err(e.to_string()),
+            }
+        };
+        assert_eq!(hedge(quote!(hedge = "30ms")), Ok(Hedge::Fixed(30_000_000)));
+        assert_eq!(hedge(quote!(hedge = "p95")), Ok(Hedge::Percentile(950)));
+        assert_eq!(hedge(quote!(hedge = "p99.9")), Ok(Hedge::Percentile(999)));
+        assert_eq!(hedge(quote!(hedge = "p50")), Ok(Hedge::Percentile(500)));
+        for bad in ["p101", "p49.9", "p100"] {
+            let e = hedge(quote!(hedge = #bad)).unwrap_err();
+            assert!(e.contains("`p50` to `p99.9`"), "{bad}: {e}");
+        }
+        for bad in ["fast", "p", "p9x", "p99.99", "", "0ms"] {
+            assert!(hedge(quote!(hedge = #bad)).is_err(), "{bad}");
+        }
+        assert!(hedge(quote!(hedge = "fast"))
+            .unwrap_err()
+            .starts_with("unknown hedge `fast`"));
+        assert_eq!(
+            hedge(quote!(hedge = "1ms", hedge = "2ms")).unwrap_err(),
+            "duplicate argument `hedge`"
         );
     }
 

@@ -14,7 +14,7 @@
 //! | `resilience_exceptions_total` | counter | `point` | [`Totals::exceptions`](crate::Totals::exceptions) |
 //! | `resilience_timeouts_total` | counter | `point` | [`Totals::timeouts`](crate::Totals::timeouts) |
 //! | `resilience_cancelled_total` | counter | `point` | [`Totals::cancelled`](crate::Totals::cancelled) |
-//! | `resilience_retry_calls_total`, `_attempts_total`, `_retries_total`, `_exhausted_total`, `_refused_by_budget_total` | counter | `point` | [`RetryStats`](crate::retry::RetryStats) |
+//! | `resilience_retry_calls_total`, `_attempts_total`, `_retries_total`, `_exhausted_total`, `_refused_by_budget_total`, `_hedges_total`, `_cancelled_total` | counter | `point` | [`RetryStats`](crate::retry::RetryStats) |
 //! | `resilience_queue_admitted_total`, `_timed_out_total`, `_cancelled_total`, `_refused_total`, `_full_total`, `resilience_queue_wait_seconds_total` | counter | `point` | [`QueueStats`](crate::QueueStats), only for points whose calls waited (or found the queue full) |
 //! | `resilience_queue_waiting`, `resilience_queue_peak_waiting` | gauge | `point` | the same points: calls waiting now, and the most ever |
 //! | `resilience_dropped_events_total` | counter | `point` | listener events dropped, queue full |
@@ -361,6 +361,8 @@ fn add_into(sum: &mut PointStats, p: &PointStats) {
     r.retries += q.retries;
     r.exhausted += q.exhausted;
     r.refused_by_budget += q.refused_by_budget;
+    r.hedges += q.hedges;
+    r.cancelled += q.cancelled;
     for (a, b) in t
         .downgrades_by_reason
         .0
@@ -495,7 +497,7 @@ fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &Rows) -> f
         |p| counter(p.totals.cancelled),
     )?;
     type Series = (&'static str, &'static str, fn(&PointStats) -> u64);
-    let retry_series: [Series; 5] = [
+    let retry_series: [Series; 7] = [
         (
             "resilience_retry_calls",
             "Calls made through call_retrying.",
@@ -503,7 +505,7 @@ fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &Rows) -> f
         ),
         (
             "resilience_retry_attempts",
-            "Attempts, first ones and retries.",
+            "Attempts: first ones, retries and hedges.",
             |p| p.retry.attempts,
         ),
         ("resilience_retry_retries", "Retries made.", |p| {
@@ -516,8 +518,18 @@ fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &Rows) -> f
         ),
         (
             "resilience_retry_refused_by_budget",
-            "Retries the budget refused.",
+            "Retries and hedges the budget refused.",
             |p| p.retry.refused_by_budget,
+        ),
+        (
+            "resilience_retry_hedges",
+            "Hedged attempts started beside a slow one.",
+            |p| p.retry.hedges,
+        ),
+        (
+            "resilience_retry_cancelled",
+            "Attempts dropped because another attempt of their call answered first.",
+            |p| p.retry.cancelled,
         ),
     ];
     for (name, help, value) in retry_series {

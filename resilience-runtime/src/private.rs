@@ -384,6 +384,13 @@ impl Retrying {
             .retry_after(|| spec.retry(), self.budget, self.done)
     }
 
+    /// The retry settings of this call: the point's retry section if a layer sets
+    /// one, else the attribute's. The one place that decides them.
+    #[cold]
+    pub fn effective(&self, spec: &RetrySpec) -> crate::retry::Retry {
+        self.point.effective_retry(|| spec.retry())
+    }
+
     /// Waits `d` on the point's clock (the thread sleeps; a manual clock advances).
     #[cold]
     pub fn sleep(&self, d: std::time::Duration) {
@@ -425,6 +432,57 @@ macro_rules! __resilience_retry_sleep {
 }
 
 pub use crate::__resilience_retry_sleep as retry_sleep;
+
+pub use crate::retry::hedge::{HedgeSpec, LatencyLog};
+
+/// Runs an async `#[retry(hedge = "..")]` call (see `retry::hedge`): `make` starts an
+/// attempt from fresh copies of the arguments; its future gives the attempt's output,
+/// whether the attribute below downgraded it, and whether it is an error to retry.
+/// (A plain fn returning the combinator's future: no second future around it.)
+#[cfg(feature = "tokio")]
+#[inline]
+pub fn hedged<R, F, Fut>(
+    retrying: Retrying,
+    spec: &'static RetrySpec,
+    hedge: &'static HedgeSpec,
+    make: F,
+) -> impl std::future::Future<Output = R>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = (R, bool, bool)>,
+{
+    let (point, budget) = (retrying.point, retrying.budget);
+    crate::retry::hedge::run(point, budget, move || retrying.effective(spec), hedge, make)
+}
+
+/// `retry_hedge!(retrying, spec, hedge, make)`: the hedged call of an async
+/// `#[retry(hedge = "..")]` fn, with the runtime's `tokio` feature.
+#[cfg(feature = "tokio")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_retry_hedge {
+    ($($call:tt)*) => {
+        $crate::__private::hedged($($call)*)
+    };
+}
+
+/// `retry_hedge!(..)` without the `tokio` feature: the compile error.
+#[cfg(not(feature = "tokio"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_retry_hedge {
+    ($retrying:expr, $spec:expr, $hedge:expr, $make:expr $(,)?) => {{
+        ::core::compile_error!(
+            "`#[retry(hedge = \"...\")]` needs the `tokio` feature of resilience-runtime, \
+             which waits the hedge delay with `tokio::time::sleep`: enable it in Cargo.toml, \
+             e.g. `resilience-runtime = { version = \"0.1\", features = [\"tokio\"] }`"
+        );
+        let _ = ($retrying, $spec, $hedge, $make);
+        async { ::core::unreachable!() }
+    }};
+}
+
+pub use crate::__resilience_retry_hedge as retry_hedge;
 
 std::thread_local! {
     /// Set by the `#[downgrade]`/`#[breaker]` stacked below a `#[retry]` when it

@@ -946,7 +946,8 @@ fn uploads_carry_the_retry_counters_of_the_cycle() {
         .clone();
     assert_eq!(
         p["retry"],
-        json!({"calls": 1, "attempts": 3, "retries": 2, "exhausted": 1, "refused_by_budget": 0})
+        json!({"calls": 1, "attempts": 3, "retries": 2, "exhausted": 1, "refused_by_budget": 0,
+               "hedges": 0, "cancelled": 0})
     );
     // Only the growth: nothing new in the next cycle, so no retry object.
     point.enter().unwrap().finish(false);

@@ -234,6 +234,8 @@ fn metrics_carry_the_retry_counters() {
         ("resilience_retry_retries_total", 2),
         ("resilience_retry_exhausted_total", 1),
         ("resilience_retry_refused_by_budget_total", 0),
+        ("resilience_retry_hedges_total", 0),
+        ("resilience_retry_cancelled_total", 0),
     ] {
         let line = format!("{series}{{point=\"retry.metrics\"}} {n}");
         assert!(text.lines().any(|l| l == line), "{line} missing");

@@ -13,7 +13,7 @@ use quote::{quote, quote_spanned, ToTokens};
 use syn::{FnArg, LitStr, Pat, ReturnType, Type};
 
 use super::{at_user_token, ident, rebind_patterns, ReturnKind, Shape};
-use crate::args::{Args, Kind, RetryArgs};
+use crate::args::{Args, Hedge, Kind, RetryArgs};
 use crate::item::ItemFn;
 use crate::paths::Runtime;
 use crate::validate::{self, Errors};
@@ -86,6 +86,7 @@ fn expand_checked(
     let parsed = match ItemFn::parse(item.clone(), Kind::Retry) {
         Ok(parsed) => {
             validate_retry(&parsed, &mut errors);
+            validate_hedge(&args, &parsed, &mut errors);
             Some(parsed)
         }
         Err(err) => {
@@ -165,6 +166,60 @@ fn validate_retry(item: &ItemFn, errors: &mut Errors) {
         errors.push(syn::Error::new(
             sig.ident.span(),
             "`#[retry]` needs a function that returns a `Result`: only an `Err` is retried",
+        ));
+    }
+}
+
+/// What `hedge` needs: an `async fn` (attempts at once), no `&mut` argument (they
+/// cannot share it), and attempts to hedge with.
+fn validate_hedge(args: &RetryArgs, item: &ItemFn, errors: &mut Errors) {
+    let Some(hedge) = &args.hedge else { return };
+    let sig = &item.sig;
+    if sig.asyncness.is_none() {
+        errors.push(syn::Error::new(
+            hedge.key_span,
+            format!(
+                "`hedge` needs an `async fn`: hedged attempts run at the same time, polled \
+                 together in the caller's task, and a sync fn can run only one attempt at a \
+                 time; make `{}` async, or remove `hedge` to retry it one attempt after another",
+                sig.ident
+            ),
+        ));
+    }
+    for input in &sig.inputs {
+        let (shared, what, instead) = match input {
+            FnArg::Receiver(receiver) => (
+                receiver.reference.is_some() && receiver.mutability.is_some(),
+                "`&mut self`".to_owned(),
+                "take `&self` (with interior mutability for what attempts change)",
+            ),
+            FnArg::Typed(typed) => (
+                matches!(&*typed.ty, Type::Reference(r) if r.mutability.is_some()),
+                match &*typed.pat {
+                    Pat::Ident(pat) => format!("the `&mut` argument `{}`", pat.ident),
+                    _ => "a `&mut` argument".to_owned(),
+                },
+                "pass it by value (each attempt gets a clone) or by shared reference",
+            ),
+        };
+        if shared {
+            let at: &dyn ToTokens = match input {
+                FnArg::Receiver(receiver) => receiver,
+                FnArg::Typed(typed) => &typed.ty,
+            };
+            errors.push(syn::Error::new_spanned(
+                at,
+                format!(
+                    "`hedge` runs several attempts at once, which cannot share {what}; \
+                     {instead}, or remove `hedge`"
+                ),
+            ));
+        }
+    }
+    if let Some(attempts) = args.attempts.as_ref().filter(|a| a.value < 2) {
+        errors.push(syn::Error::new(
+            attempts.key_span,
+            "`hedge` needs `attempts` of at least 2: hedged attempts count as attempts",
         ));
     }
 }
@@ -337,19 +392,71 @@ fn wrap(
             )
         }
     };
-    let body = quote! {
-        #inner_attrs
-        #uses
-        let #point = #handle;
-        let #budget_var: ::core::option::Option<&'static #private::RetryBudget> = #budget;
-        static #spec: #private::RetrySpec = #private::RetrySpec {
+    let spec_init = quote! {
+        #private::RetrySpec {
             attempts: #attempts,
             exponential: #exponential,
             base_nanos: #base,
             multiplier: #multiplier,
             max_nanos: #max,
             jitter: #jitter,
+        }
+    };
+    // `hedge` (async only, checked): attempts made by a closure, run by the runtime.
+    if let (Some(hedge), Some(await_span)) = (&args.hedge, shape.await_span()) {
+        let awaited = quote_spanned!(await_span=> .await);
+        let at = runtime.private_at(await_span);
+        let make = ident("__resilience_make");
+        let hedge_spec = ident("__RESILIENCE_HEDGE");
+        let log = ident("__RESILIENCE_LATENCIES");
+        let hedge_init = match hedge.value {
+            Hedge::Fixed(nanos) => {
+                let nanos = proc_macro2::Literal::u64_suffixed(nanos);
+                quote!(#private::HedgeSpec::Fixed { nanos: #nanos })
+            }
+            Hedge::Percentile(tenths) => {
+                let tenths = proc_macro2::Literal::u32_suffixed(tenths);
+                quote!({
+                    static #log: #private::LatencyLog = #private::LatencyLog::new();
+                    #private::HedgeSpec::Percentile { tenths: #tenths, log: &#log }
+                })
+            }
         };
+        let attempt = if marked {
+            quote!(#private::attempt_async(async move { #pin #(#lets)* #block }) #awaited)
+        } else {
+            quote!((async move { #pin #(#lets)* #block } #awaited, false))
+        };
+        // At `async`, where the error without the `tokio` feature belongs.
+        let run = quote_spanned!(await_span=>
+            #at::retry_hedge!(#retrying, &#spec, &#hedge_spec, #make) #awaited
+        );
+        let body = quote! {
+            #inner_attrs
+            #uses
+            let #point = #handle;
+            let #budget_var: ::core::option::Option<&'static #private::RetryBudget> = #budget;
+            static #spec: #private::RetrySpec = #spec_init;
+            static #hedge_spec: #private::HedgeSpec = #hedge_init;
+            let #retrying = #private::Retrying::begin(#point, #budget_var);
+            let #make = || {
+                #(#copies)*
+                async move {
+                    let (#out, #refused) = #attempt;
+                    let #again: bool = !#refused && #decide;
+                    (#out, #refused, #again)
+                }
+            };
+            #run
+        };
+        return super::emit(&item, Some(body));
+    }
+    let body = quote! {
+        #inner_attrs
+        #uses
+        let #point = #handle;
+        let #budget_var: ::core::option::Option<&'static #private::RetryBudget> = #budget;
+        static #spec: #private::RetrySpec = #spec_init;
         let mut #retrying = #private::Retrying::begin(#point, #budget_var);
         loop {
             #(#copies)*
@@ -416,6 +523,41 @@ mod tests {
         assert!(!out.contains("mark_downgraded"), "{out}");
         assert!(out.contains("let out = & mut * out ;"), "{out}");
         assert!(!out.contains("clone_argument (& name)"), "{out}");
+    }
+
+    #[test]
+    fn hedge_makes_attempts_with_a_closure_and_only_then() {
+        let plain = super::expand(
+            quote!(attempts = 2),
+            quote!(
+                async fn f(id: String) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        assert!(plain.contains("loop {"), "{plain}");
+        assert!(!plain.contains("hedge"), "{plain}");
+        let hedged = super::expand(
+            quote!(attempts = 2, hedge = "p95"),
+            quote!(
+                #[downgrade(point = "p")]
+                async fn f(id: String, name: &str) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        assert!(!hedged.contains("loop {"), "{hedged}");
+        assert!(hedged.contains("let __resilience_make = || {"), "{hedged}");
+        assert!(
+            hedged
+                .contains("let id = :: resilience_runtime :: __private :: clone_argument (& id) ;"),
+            "{hedged}"
+        );
+        assert!(hedged.contains("attempt_async (async move {"), "{hedged}");
+        assert!(hedged.contains("tenths : 950u32"), "{hedged}");
+        assert!(hedged.contains("retry_hedge ! ("), "{hedged}");
     }
 
     #[test]

@@ -324,6 +324,8 @@ fn retry_growth(
         refused_by_budget: now
             .refused_by_budget
             .saturating_sub(before.refused_by_budget),
+        hedges: now.hedges.saturating_sub(before.hedges),
+        cancelled: now.cancelled.saturating_sub(before.cancelled),
     }
 }
 
@@ -332,7 +334,8 @@ fn retry_json(p: &PointReport) -> Option<Value> {
     let r = &p.retry;
     (r.calls > 0).then(|| {
         json!({"calls": r.calls, "attempts": r.attempts, "retries": r.retries,
-               "exhausted": r.exhausted, "refused_by_budget": r.refused_by_budget})
+               "exhausted": r.exhausted, "refused_by_budget": r.refused_by_budget,
+               "hedges": r.hedges, "cancelled": r.cancelled})
     })
 }
 
@@ -696,6 +699,39 @@ mod tests {
 
     fn file(v: Value) -> PolicyFile {
         PolicyFile::parse(&v.to_string(), Format::Json).unwrap()
+    }
+
+    #[test]
+    fn the_retry_object_carries_hedges_and_cancelled_growth() {
+        use crate::retry::RetryStats;
+        let before = RetryStats {
+            calls: 2,
+            attempts: 5,
+            retries: 1,
+            hedges: 2,
+            cancelled: 1,
+            ..RetryStats::default()
+        };
+        let now = RetryStats {
+            calls: 3,
+            attempts: 9,
+            retries: 1,
+            hedges: 5,
+            cancelled: 3,
+            refused_by_budget: 1,
+            ..RetryStats::default()
+        };
+        let report = PointReport {
+            retry: retry_growth(&now, &before),
+            ..PointReport::default()
+        };
+        assert_eq!(
+            retry_json(&report),
+            Some(
+                json!({"calls": 1, "attempts": 4, "retries": 0, "exhausted": 0,
+                        "refused_by_budget": 1, "hedges": 3, "cancelled": 2})
+            )
+        );
     }
 
     #[test]

@@ -149,7 +149,7 @@ struct ReasonCells {
     downgrades: [AtomicU64; REASONS],
     shadow: [AtomicU64; REASONS],
     /// `retry::RetryStats` fields, in their order (see `call`).
-    retry: [AtomicU64; 5],
+    retry: [AtomicU64; 7],
 }
 
 fn load_all(cells: &[AtomicU64; REASONS]) -> ReasonCounts {

@@ -14,6 +14,10 @@ const CALLS: usize = 0;
 const RETRIES: usize = 2;
 const EXHAUSTED: usize = 3;
 const REFUSED: usize = 4;
+/// Hedged attempts started (`#[retry(hedge = "..")]`), counted in `attempts` too.
+const HEDGES: usize = 5;
+/// Attempts dropped because another attempt of their call answered first.
+const CANCELLED: usize = 6;
 
 /// What happened to an attempt.
 enum Attempt<T, E> {
@@ -75,10 +79,12 @@ impl Point {
         let n = |i: usize| cells.retry[i].load(Ordering::Relaxed);
         RetryStats {
             calls: n(CALLS),
-            attempts: n(CALLS) + n(RETRIES),
+            attempts: n(CALLS) + n(RETRIES) + n(HEDGES),
             retries: n(RETRIES),
             exhausted: n(EXHAUSTED),
             refused_by_budget: n(REFUSED),
+            hedges: n(HEDGES),
+            cancelled: n(CANCELLED),
         }
     }
 
@@ -182,5 +188,47 @@ impl Point {
                 }
             }
         }
+    }
+}
+
+// ---- hedging (`#[retry(hedge = "..")]`, see `retry::hedge`) ----
+
+// Used by the hedging combinator, which needs the `tokio` feature.
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+impl Point {
+    /// `#[retry(hedge)]`: asks for one hedged attempt, once the attempt count allows
+    /// it: `true` (counted as a hedge) if the budget, if any, lets it spend one retry,
+    /// else `false` (counted as refused by the budget).
+    pub(crate) fn try_hedge(&self, budget: Option<&RetryBudget>) -> bool {
+        if budget.is_some_and(|b| !b.try_retry()) {
+            self.count_retry(REFUSED);
+            return false;
+        }
+        self.count_retry(HEDGES);
+        true
+    }
+
+    /// `#[retry(hedge)]`: `n` attempts dropped because another one answered first.
+    pub(crate) fn count_hedges_cancelled(&self, n: u64) {
+        if n > 0 {
+            self.counters.reason_cells().retry[CANCELLED].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// `#[retry(hedge)]`: after every attempt of a round failed (`started` attempts
+    /// made in all, hedges included; `round` backoffs waited so far), whether to
+    /// retry and how long to wait first (`round` indexes the backoff, so hedges do
+    /// not lengthen it). Counts what it decides, as [`retry_after`](Self::retry_after).
+    pub(crate) fn retry_after_round(
+        &self,
+        retry: &Retry,
+        budget: Option<&RetryBudget>,
+        started: u32,
+        round: u32,
+    ) -> Option<std::time::Duration> {
+        if !self.may_retry(retry, budget, started) {
+            return None;
+        }
+        Some(retry.backoff.wait(round, crate::breaker::roll()))
     }
 }

@@ -16,8 +16,62 @@
 //! `jitter = 1.0` is "full jitter", `0.5` "equal jitter"). The sync form sleeps on the
 //! thread (on a manual clock it advances the clock instead, so tests are instant and
 //! deterministic).
+//!
+//! # Hedging
+//!
+//! `#[retry(hedge = "30ms")]` (or `hedge = "p95"`) on an `async fn` does not wait for
+//! a slow attempt to fail: once an attempt has not answered after the hedge delay,
+//! another one starts beside it, and the first answer that is not an error to retry
+//! wins; the others are dropped (cancelled) at once. Hedges count as attempts and
+//! spend the budget like retries: a hedge the budget refuses is not sent (counted in
+//! [`RetryStats::refused_by_budget`]). An attempt that fails with an error to retry
+//! while others run waits for them; when none is left, the call goes on as without
+//! hedging (backoff, then a new attempt). A downgraded attempt ends the call at once.
+//! [`RetryStats::hedges`] counts the hedges started, [`RetryStats::cancelled`] the
+//! attempts dropped because another answered. `hedge = "p95"` (`"p50"` ..
+//! `"p99.9"`) hedges at that percentile of the call site's own attempt latencies,
+//! kept in a small log-bucket histogram (4 buckets per octave, halved every 256
+//! samples so it follows recent latency; the delay is the upper bound of the
+//! percentile's bucket, at most 25% above it), and not at all before the site has
+//! measured 20 attempts. Hedge delays and latencies are on tokio's clock (pause it
+//! in tests), not the registry's. Only for idempotent calls.
+//!
+//! ```
+//! # #[cfg(all(feature = "tokio", feature = "macros"))] {
+//! use resilience_runtime::{registry, retry};
+//! use std::sync::atomic::{AtomicU32, Ordering};
+//! use std::time::Duration;
+//!
+//! static CALLS: AtomicU32 = AtomicU32::new(0);
+//!
+//! // Idempotent: if an attempt has not answered in 30 ms, another starts beside it.
+//! #[retry(point = "docs.hedge", attempts = 3, hedge = "30ms")]
+//! async fn price(sku: String) -> Result<u32, std::io::Error> {
+//!     if CALLS.fetch_add(1, Ordering::Relaxed) == 0 {
+//!         tokio::time::sleep(Duration::from_secs(5)).await; // a stalled replica
+//!     }
+//!     Ok(sku.len() as u32)
+//! }
+//!
+//! let rt = tokio::runtime::Builder::new_current_thread()
+//!     .enable_time()
+//!     .start_paused(true)
+//!     .build()?;
+//! rt.block_on(async {
+//!     let t0 = tokio::time::Instant::now();
+//!     assert_eq!(price("abc".to_owned()).await?, 3);
+//!     // The hedge started at 30 ms and answered at once; the stalled one was dropped.
+//!     assert_eq!(t0.elapsed(), Duration::from_millis(30));
+//!     Ok::<(), std::io::Error>(())
+//! })?;
+//! let s = registry().point("docs.hedge")?.retry_stats();
+//! assert_eq!((s.calls, s.attempts, s.hedges, s.cancelled), (1, 2, 1, 1));
+//! # }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 mod budget;
+pub(crate) mod hedge;
 mod registry;
 mod take;
 
@@ -176,12 +230,21 @@ impl RetryPolicy {
 pub struct RetryStats {
     /// Calls made through [`Point::call_retrying`](crate::Point::call_retrying).
     pub calls: u64,
-    /// Attempts in all (first attempts and retries).
+    /// Attempts in all: first attempts, retries and hedges (`calls + retries +
+    /// hedges`).
     pub attempts: u64,
     /// Retries made.
     pub retries: u64,
     /// Calls that failed on their last attempt.
     pub exhausted: u64,
-    /// Retries the budget refused (the call then returned its last error).
+    /// Retries and hedges the budget refused (a refused retry ends the call with its
+    /// last error; a refused hedge is not sent, the attempts running go on).
     pub refused_by_budget: u64,
+    /// Hedged attempts started: attempts begun beside one still running, because it
+    /// had not answered after the hedge delay (`#[retry(hedge = "..")]`).
+    pub hedges: u64,
+    /// Attempts dropped while still running because another attempt of the same call
+    /// answered first (or was downgraded). An attempt dropped because the caller
+    /// dropped the whole call is not counted here (its point counts it cancelled).
+    pub cancelled: u64,
 }
