@@ -8,6 +8,7 @@
 //!           | "default" ("=" expr)?
 //!           | "is_exception" "=" path
 //!           | "timeout" "=" LitStr        // a duration: "200ms", "1.5s", "1m30s"
+//!           | "priority" "=" expr         // a `Priority`, over the arguments
 //!           | "crate" "=" LitStr          // the string holds a path
 //! ```
 //!
@@ -32,11 +33,12 @@ pub(crate) mod kw {
     syn::custom_keyword!(default);
     syn::custom_keyword!(is_exception);
     syn::custom_keyword!(timeout);
+    syn::custom_keyword!(priority);
 }
 
 /// Every argument name, in the order diagnostics list them.
-const EXPECTED: &str =
-    "`point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `crate`";
+const EXPECTED: &str = "`point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, \
+                        `timeout`, `priority`, `crate`";
 
 /// Which attribute is being expanded; used in diagnostics.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -90,6 +92,8 @@ pub(crate) struct Args {
     pub(crate) default: Option<Arg<DefaultValue>>,
     pub(crate) is_exception: Option<Arg<ExprPath>>,
     pub(crate) timeout: Option<Arg<Timeout>>,
+    /// The call's `Priority`, an expression over the arguments.
+    pub(crate) priority: Option<Arg<Expr>>,
     pub(crate) krate: Option<Arg<Path>>,
     /// Not an argument: set when a `#[retry]` above expands this attribute, so that a
     /// refused (or cut) call marks its attempt as downgraded.
@@ -171,6 +175,13 @@ impl Args {
         } else if input.peek(kw::timeout) {
             let value = key_value::<kw::timeout, _>(input, timeout)?;
             set_once(&mut self.timeout, arg(key_span, position, value), "timeout")
+        } else if input.peek(kw::priority) {
+            let value = key_value::<kw::priority, _>(input, |input| input.parse::<Expr>())?;
+            set_once(
+                &mut self.priority,
+                arg(key_span, position, value),
+                "priority",
+            )
         } else if input.peek(kw::default) {
             input.parse::<kw::default>()?;
             let value = if input.peek(Token![=]) {
@@ -1092,7 +1103,7 @@ mod tests {
         let (args, errors) = parse(quote!(fallbak = f, point = "p"));
         assert_eq!(
             errors,
-            ["unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `crate`"]
+            ["unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`"]
         );
         // Parsing went on after the bad argument.
         assert_eq!(args.point.unwrap().value.value(), "p");
@@ -1103,7 +1114,7 @@ mod tests {
         let (_, errors) = parse(quote!(type = u8));
         assert_eq!(
             errors,
-            ["unknown argument `type`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `crate`"]
+            ["unknown argument `type`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`"]
         );
     }
 
@@ -1162,7 +1173,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `crate`",
+                "unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`",
                 "`point` must not be empty or only whitespace",
                 "duplicate argument `point`",
             ]

@@ -46,6 +46,8 @@ pub mod __private {
         TimedOut,
         /// `enter_async` made the call wait (a point given to `wait`).
         Waited,
+        /// `PriorityScope::enter` set this priority.
+        Prioritised(u8),
     }
 
     static LOG: Mutex<Vec<(&'static str, Event)>> = Mutex::new(Vec::new());
@@ -159,6 +161,18 @@ pub mod __private {
             })));
         }
         Admission::Ready(point.admit(Event::Entered, slot))
+    }
+
+    /// The tier of `priority = expr`, logged under the point `priority` when set.
+    #[derive(Debug)]
+    pub struct PriorityScope;
+
+    impl PriorityScope {
+        #[must_use]
+        pub fn enter(priority: u8) -> PriorityScope {
+            log("priority", Event::Prioritised(priority));
+            PriorityScope
+        }
     }
 
     pub fn enter_breaker_async(call: &mut Pending) -> Admission<'_> {
@@ -1482,4 +1496,42 @@ fn an_async_call_that_waits_is_entered_after_its_wait() {
         __private::events("wait::async"),
         [Event::Waited, Event::Entered, Event::Success, Event::Waited]
     );
+}
+
+#[downgrade(point = "priority::sync", default = 0)]
+fn prioritised(vip: bool) -> u32 {
+    u32::from(vip)
+}
+
+#[downgrade(point = "priority::async", default = 0)]
+#[allow(clippy::unused_async)]
+async fn prioritised_async(level: u8) -> u32 {
+    u32::from(level)
+}
+
+#[test]
+fn the_priority_is_set_for_the_entry_from_the_arguments() {
+    // The attribute is on a wrapper so that the expression can use the argument.
+    #[downgrade(point = "priority::args", default = 0, priority = if vip { 2 } else { 1 })]
+    fn call(vip: bool) -> u32 {
+        u32::from(vip)
+    }
+    #[downgrade(point = "priority::async_args", default = 0, priority = level)]
+    async fn call_async(level: u8) -> u32 {
+        u32::from(level)
+    }
+    assert_eq!(call(true), 1);
+    assert_eq!(call(false), 0);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut fut = pin!(call_async(7));
+    assert_eq!(fut.as_mut().poll(&mut cx), Poll::Ready(7));
+    assert_eq!(
+        __private::events("priority"),
+        [
+            Event::Prioritised(2),
+            Event::Prioritised(1),
+            Event::Prioritised(7)
+        ]
+    );
+    let _ = (prioritised(true), prioritised_async(1));
 }

@@ -15,9 +15,10 @@
 //!   serves higher tiers first (first in first out within a tier), and a call that
 //!   finds the queue full evicts the newest waiter of a lower tier (which is refused
 //!   with [`Reason::QueueFull`](crate::Reason::QueueFull));
-//! - **the adaptive limit** keeps a share of its capacity for critical calls
-//!   ([`PolicyBuilder::critical_reserve`](crate::PolicyBuilder::critical_reserve)): the
-//!   other tiers are refused once the calls in flight reach `(1 - share)` of the limit;
+//! - **the gradient adaptive limit** keeps a share of its capacity for critical calls
+//!   ([`GradientConfig::critical_reserve`](crate::adaptive::GradientConfig::critical_reserve)):
+//!   the other tiers are refused once the calls in flight reach `(1 - share)` of the
+//!   limit;
 //! - **the SRE breaker** drops by tier: with go-zero's drop probability `p`, a
 //!   sheddable call is dropped with probability `min(1, 2p)`, a default one with `p`,
 //!   a critical one with `max(0, 2p - 1)` (only once more than half the traffic would
@@ -120,23 +121,27 @@ pub fn current() -> Priority {
     CURRENT.with(Cell::get)
 }
 
-/// Restores the previous priority when dropped (even by a panic).
-struct Restore(Priority);
+/// The priority of this thread until the scope is dropped, when the previous one is
+/// restored (even by a panic); not held across an `.await`.
+#[derive(Debug)]
+pub(crate) struct Scope(Priority);
 
-impl Drop for Restore {
+impl Scope {
+    pub(crate) fn enter(p: Priority) -> Scope {
+        Scope(CURRENT.with(|c| c.replace(p)))
+    }
+}
+
+impl Drop for Scope {
     fn drop(&mut self) {
         CURRENT.with(|c| c.set(self.0));
     }
 }
 
-fn set(p: Priority) -> Restore {
-    Restore(CURRENT.with(|c| c.replace(p)))
-}
-
 /// Runs `f` with calls made on this thread at priority `p`, then restores the
 /// previous one (also on a panic).
 pub fn with<R>(p: Priority, f: impl FnOnce() -> R) -> R {
-    let _restore = set(p);
+    let _scope = Scope::enter(p);
     f()
 }
 
@@ -161,7 +166,7 @@ impl<F: Future> Future for Scoped<F> {
     type Output = F::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let _restore = set(self.priority);
+        let _scope = Scope::enter(self.priority);
         // SAFETY: `future` is structurally pinned: it is never moved out of `self`,
         // and `Scoped` has no `Drop` or `Unpin` impl of its own that could move it.
         let future = unsafe { self.map_unchecked_mut(|s| &mut s.future) };
@@ -177,7 +182,9 @@ mod tests {
     fn scopes_nest_and_restore_on_panic() {
         with(Priority::Sheddable, || {
             assert_eq!(current(), Priority::Sheddable);
-            with(Priority::Critical, || assert_eq!(current(), Priority::Critical));
+            with(Priority::Critical, || {
+                assert_eq!(current(), Priority::Critical)
+            });
             assert_eq!(current(), Priority::Sheddable);
             let _ = std::panic::catch_unwind(|| with(Priority::Critical, || panic!("boom")));
             assert_eq!(current(), Priority::Sheddable);

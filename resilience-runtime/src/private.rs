@@ -156,6 +156,23 @@ pub fn cancelled(point: &'static Point, slot: &mut Option<Permit>) {
 
 pub use crate::point::queue::{Admission, WaitFuture};
 
+/// `priority = expr`: the call's tier, set for its entry (see [`crate::priority`]).
+#[derive(Debug)]
+pub struct PriorityScope {
+    /// Held for its `Drop`, which restores the previous priority.
+    _scope: crate::priority::Scope,
+}
+
+impl PriorityScope {
+    /// Sets `priority` until the scope is dropped.
+    #[inline]
+    pub fn enter(priority: crate::priority::Priority) -> PriorityScope {
+        PriorityScope {
+            _scope: crate::priority::Scope::enter(priority),
+        }
+    }
+}
+
 /// The entry of an async `#[downgrade]` fn: [`enter`] that never blocks; with a queue
 /// and every slot taken, `Admission::Wait` is awaited by the generated code. While the
 /// call waits its guard records nothing (a call dropped while it waits never began).

@@ -919,6 +919,7 @@ fn tuned_file() -> PolicyFile {
         long_window: 300,
         sample_window: Duration::from_millis(250),
         min_samples: 20,
+        critical_reserve: 0.25,
     });
     let shedder = AdaptiveLimit::Shedder(AdaptiveConfig {
         window: Duration::from_secs(2),

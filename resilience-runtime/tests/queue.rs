@@ -400,3 +400,17 @@ fn the_bound_holds_under_many_threads_and_swaps() {
         assert_eq!(q.timed_out, by_reason.get(Reason::QueueTimeout));
     }
 }
+
+#[test]
+fn try_enter_never_waits() {
+    let (_manual, registry) = manual_registry();
+    registry
+        .set_policy("q.try", bulkhead(1, 8, Duration::from_secs(60)))
+        .unwrap();
+    let point = registry.point("q.try").unwrap();
+    let held = point.try_enter().unwrap();
+    assert_eq!(point.try_enter().unwrap_err().reason(), Reason::Concurrency);
+    assert_eq!(queue(point).waiting, 0, "nobody queued");
+    held.finish(false);
+    point.try_enter().unwrap().finish(false);
+}

@@ -3,12 +3,15 @@
 //! waiter is lost and no slot leaks.
 #![cfg(feature = "tokio")]
 
+use resilience_runtime::priority::{self, Priority};
 use resilience_runtime::{downgrade, registry, Downgraded, Policy, Reason};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-#[derive(Debug)]
-struct Refused(#[allow(dead_code)] Reason);
+#[derive(Debug, PartialEq)]
+struct Refused(Reason);
 
 impl From<Downgraded> for Refused {
     fn from(d: Downgraded) -> Self {
@@ -175,4 +178,48 @@ async fn async_waiters_run_in_arrival_order_and_time_out_on_tokio_time() {
     long.await.unwrap().unwrap();
     let q = registry().stats("qa.order").unwrap().queue.unwrap();
     assert_eq!((q.admitted, q.timed_out, q.waiting), (3, 1, 0));
+}
+
+fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+    std::pin::Pin::new(f).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+#[downgrade(point = "p.macro", priority = if vip { Priority::Critical } else { Priority::Sheddable })]
+async fn lookup(vip: bool) -> Result<bool, Refused> {
+    Ok(vip)
+}
+
+/// `priority = expr` over the arguments: a critical call evicts a sheddable waiter.
+#[tokio::test]
+async fn priority_from_the_arguments_orders_the_queue() {
+    registry()
+        .set_policy(
+            "p.macro",
+            Policy::builder()
+                .max_concurrency(1)
+                .queue(1, Duration::from_secs(60))
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    let point = registry().point("p.macro").unwrap();
+    let held = point.enter().unwrap();
+    let mut low = Box::pin(lookup(false));
+    assert!(poll_once(&mut low).is_pending(), "waits");
+    let mut high = Box::pin(lookup(true));
+    assert!(
+        poll_once(&mut high).is_pending(),
+        "evicts the sheddable call and waits"
+    );
+    assert_eq!(
+        poll_once(&mut low),
+        Poll::Ready(Err(Refused(Reason::QueueFull)))
+    );
+    held.finish(false);
+    assert_eq!(poll_once(&mut high), Poll::Ready(Ok(true)));
+    assert_eq!(
+        priority::current(),
+        Priority::Default,
+        "the entry's scope is gone"
+    );
 }

@@ -548,9 +548,24 @@ fn acquire_permit(
 ) -> TokenStream {
     let private = runtime.private();
     let point = ident("__resilience_point");
+    // `priority = expr`: the tier is set for the entry only (a wait in the queue
+    // keeps it), never across the body's awaits.
+    let prioritised = |entry: TokenStream| match &args.priority {
+        None => entry,
+        Some(priority) => {
+            let expr = &priority.value;
+            let span = at_user_token(expr.span());
+            let at = runtime.private_at(span);
+            let scope = quote_spanned!(span=> #at::PriorityScope::enter(#expr));
+            quote!({
+                let __resilience_priority = #scope;
+                #entry
+            })
+        }
+    };
     let entered = match (&slot.guard, shape.await_span()) {
         (Some(guard), Some(await_span)) => {
-            let admission = enter(&private, &point, Entry::Async(guard));
+            let admission = prioritised(enter(&private, &point, Entry::Async(guard)));
             let awaited = quote_spanned!(await_span=> .await);
             let wait = ident("__resilience_wait");
             let result = ident("__resilience_entered");
@@ -564,7 +579,7 @@ fn acquire_permit(
                 #result
             })
         }
-        _ => enter(&private, &point, Entry::Sync(&slot.expr)),
+        _ => prioritised(enter(&private, &point, Entry::Sync(&slot.expr))),
     };
     let OnDowngrade { binding, value } = on_downgrade(runtime, args, sig, shape, rebound);
     let marked = marked(runtime, args);

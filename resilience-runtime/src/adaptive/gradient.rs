@@ -60,6 +60,12 @@ pub struct GradientConfig {
     pub sample_window: Duration,
     /// Fewest completed calls in a sampling window (>= 1); 10.
     pub min_samples: u32,
+    /// The share of the limit kept for [`Priority::Critical`](crate::priority::Priority)
+    /// calls (`0 <= x < 1`); 0. Other calls are refused once the calls in flight reach
+    /// `limit * (1 - critical_reserve)`; critical ones up to the limit. The reserve is
+    /// checked on a read of the flight count (two calls racing may both pass it); the
+    /// limit itself stays exact.
+    pub critical_reserve: f64,
 }
 
 impl Default for GradientConfig {
@@ -74,6 +80,7 @@ impl Default for GradientConfig {
             long_window: 600,
             sample_window: Duration::from_millis(100),
             min_samples: 10,
+            critical_reserve: 0.0,
         }
     }
 }
@@ -129,6 +136,12 @@ impl GradientConfig {
         }
         if self.min_samples == 0 {
             return Err(ConfigError::new("min_samples", "must be at least 1"));
+        }
+        if !(0.0..1.0).contains(&self.critical_reserve) {
+            return Err(ConfigError::new(
+                "critical_reserve",
+                format!("must be in [0, 1), got {}", self.critical_reserve),
+            ));
         }
         Ok(())
     }
@@ -267,7 +280,48 @@ impl GradientLimiter {
     /// [`Overloaded`] when the limit is reached.
     #[inline]
     pub fn try_acquire(&self, now: u64) -> Result<GradientPermit<&Self>, Overloaded> {
-        self.admit()?;
+        self.admit(1.0)?;
+        Ok(LatencyPermit::new(self, now))
+    }
+
+    /// [`try_acquire`](GradientLimiter::try_acquire) for a call whose tier
+    /// `priority` gives (asked only when the configuration keeps a
+    /// [`critical_reserve`](GradientConfig::critical_reserve)): a call below
+    /// [`Priority::Critical`](crate::priority::Priority::Critical) is admitted only
+    /// while fewer than `floor(limit * (1 - critical_reserve))` calls are in flight,
+    /// exactly (the same compare-and-swap as the limit's).
+    ///
+    /// # Errors
+    ///
+    /// [`Overloaded`] when the call's share of the limit is used up.
+    ///
+    /// ```
+    /// use resilience_runtime::adaptive::{GradientConfig, GradientLimiter};
+    /// use resilience_runtime::priority::Priority;
+    ///
+    /// let config = GradientConfig { initial_limit: 10, critical_reserve: 0.3, ..GradientConfig::default() };
+    /// let limiter = GradientLimiter::new(config)?;
+    /// let now = limiter.now();
+    /// let default: Vec<_> = (0..10).filter_map(|_| limiter.try_acquire_for(now, || Priority::Default).ok()).collect();
+    /// assert_eq!(default.len(), 7, "30% kept for critical calls");
+    /// let critical: Vec<_> = (0..10).filter_map(|_| limiter.try_acquire_for(now, || Priority::Critical).ok()).collect();
+    /// assert_eq!(critical.len(), 3);
+    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_for(
+        &self,
+        now: u64,
+        priority: impl FnOnce() -> crate::priority::Priority,
+    ) -> Result<GradientPermit<&Self>, Overloaded> {
+        let share = if self.config.critical_reserve > 0.0
+            && priority() < crate::priority::Priority::Critical
+        {
+            1.0 - self.config.critical_reserve
+        } else {
+            1.0
+        };
+        self.admit(share)?;
         Ok(LatencyPermit::new(self, now))
     }
 
@@ -282,13 +336,19 @@ impl GradientLimiter {
         self: &Arc<Self>,
         now: u64,
     ) -> Result<GradientPermit<Arc<Self>>, Overloaded> {
-        self.admit()?;
+        self.admit(1.0)?;
         Ok(LatencyPermit::new(Arc::clone(self), now))
     }
 
-    fn admit(&self) -> Result<(), Overloaded> {
+    /// Admits while fewer than `share` of the limit are in flight (`share` 1: the
+    /// limit, at least 1; below 1: its floor, possibly 0).
+    fn admit(&self, share: f64) -> Result<(), Overloaded> {
         let limit = self.limit();
-        let max = (limit as u64).max(1);
+        let max = if share >= 1.0 {
+            (limit as u64).max(1)
+        } else {
+            (limit.floor() * share).floor() as u64
+        };
         let mut current = self.in_flight.load(Ordering::Relaxed);
         loop {
             if current >= max {

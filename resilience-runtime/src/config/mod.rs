@@ -850,6 +850,8 @@ struct AdaptiveOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     min_samples: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    critical_reserve: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     window: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     buckets: Option<u32>,
@@ -954,6 +956,7 @@ impl AdaptiveOut {
                     long_window: unless_default(c.long_window, d.long_window),
                     sample_window: text(c.sample_window, d.sample_window),
                     min_samples: unless_default(c.min_samples, d.min_samples),
+                    critical_reserve: unless_default(c.critical_reserve, d.critical_reserve),
                     ..AdaptiveOut::default()
                 }
             }

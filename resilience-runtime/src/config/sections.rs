@@ -67,6 +67,7 @@ pub(crate) const GRADIENT_FIELDS: &[&str] = &[
     "long_window",
     "sample_window",
     "min_samples",
+    "critical_reserve",
 ];
 
 /// The fields of `algorithm = "shedder"`.
@@ -498,6 +499,8 @@ pub(super) fn check_adaptive(r: &mut Reporter<'_>, value: &Node) -> Option<Adapt
         f.set(r, "long_window", &mut c.long_window, Reporter::u32);
         f.set(r, "sample_window", &mut c.sample_window, Reporter::duration);
         f.set(r, "min_samples", &mut c.min_samples, Reporter::u32);
+        let reserve = &mut c.critical_reserve;
+        f.set(r, "critical_reserve", reserve, Reporter::number);
         AdaptiveLimit::Gradient(c)
     } else {
         let mut c = AdaptiveConfig::default();
@@ -548,6 +551,7 @@ fn reset_adaptive(a: &mut AdaptiveLimit, field: &str) -> bool {
                 "queue_size" => c.queue_size = d.queue_size,
                 "long_window" => c.long_window = d.long_window,
                 "min_samples" => c.min_samples = d.min_samples,
+                "critical_reserve" => c.critical_reserve = d.critical_reserve,
                 _ => return false,
             }
         }

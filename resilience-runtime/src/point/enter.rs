@@ -33,6 +33,9 @@ use crate::{window, BreakerChange, BreakerState, Downgraded, Reason};
 pub(super) const WAITER: u8 = 1;
 /// [`Point::enter_once`] flag: the call holds its token already.
 pub(super) const TOKEN_HELD: u8 = 2;
+/// [`Point::enter_once`] flag: the call may not wait (a queue or a waiting token
+/// bucket refuses it at once, as without them).
+pub(super) const NO_WAIT: u8 = 4;
 
 std::thread_local! {
     /// The wait of the token a call just reserved (see [`Point::enter_once`]), read once
@@ -108,6 +111,25 @@ impl Point {
     pub fn enter(&'static self) -> Result<Permit, Downgraded> {
         let mut slot = None;
         self.enter_in(&mut slot)?;
+        Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
+    }
+
+    /// [`enter`](Self::enter) that never waits: under a policy with a queue or a token
+    /// bucket that waits, a call that would wait is refused at once
+    /// ([`Reason::Concurrency`], [`Reason::TokenBucket`]), as without them. What the
+    /// tower layer uses (a `call` may not block, and its future has no place to
+    /// wait in before the inner service is called).
+    #[inline]
+    pub fn try_enter(&'static self) -> Result<Permit, Downgraded> {
+        if !self.sampler_armed() {
+            self.arm_sampler();
+        }
+        let mut slot = None;
+        self.enter_once(&mut slot, NO_WAIT)
+            .map_err(|reason| Downgraded {
+                point: self.name,
+                reason,
+            })?;
         Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
     }
 
@@ -310,7 +332,7 @@ impl Point {
             }
             if c.rules & R_TOKENS != 0 && flags & TOKEN_HELD == 0 && !self.take_token(c, stamp) {
                 // A bucket that waits reserves the call's token if it is close enough.
-                if c.token_wait != 0 && self.reserve_token(c, stamp, fine) {
+                if c.token_wait != 0 && flags & NO_WAIT == 0 && self.reserve_token(c, stamp, fine) {
                     if let Some((_, claimed)) = probe {
                         self.delay.unclaim(claimed);
                     }
@@ -324,6 +346,7 @@ impl Point {
             // With a queue, a call waits when every slot is taken or (a new call)
             // others already wait. Its token is taken: it waits holding it.
             if c.rules & R_QUEUE != 0
+                && flags & NO_WAIT == 0
                 && (inflight >= limits.inflight
                     || (flags & WAITER == 0 && self.flow.waiting() != 0))
             {
@@ -410,7 +433,7 @@ impl Point {
                 }
                 let reason = match refused {
                     Refused::Visits => Reason::Visits,
-                    Refused::Concurrency if c.rules & R_QUEUE != 0 => {
+                    Refused::Concurrency if c.rules & R_QUEUE != 0 && flags & NO_WAIT == 0 => {
                         if let Some((_, claimed)) = probe {
                             self.delay.unclaim(claimed);
                         }
@@ -613,7 +636,10 @@ impl Point {
     pub(super) fn adaptive_admit(&self, c: &Compiled) -> Option<AdaptiveCall> {
         let slot = c.adaptive?.0;
         let start = match &slot.imp {
-            AdaptiveImpl::Gradient(l) => l.try_acquire(l.now()).ok().map(LatencyPermit::into_start),
+            AdaptiveImpl::Gradient(l) => l
+                .try_acquire_for(l.now(), crate::priority::current)
+                .ok()
+                .map(LatencyPermit::into_start),
             AdaptiveImpl::Shedder(l) => l.try_acquire(l.now()).ok().map(LatencyPermit::into_start),
         };
         start.map(|start| AdaptiveCall { slot, start })
@@ -633,7 +659,8 @@ impl Point {
                 word: slot.slow_or_zero(rules & R_FINE != 0),
             }),
             BreakerImpl::Sre(b) => {
-                let d = b.allow(now);
+                // Dropping: the lowest tier goes first (see `crate::priority`).
+                let d = b.allow_priority(now, crate::priority::current());
                 if let Some(t) = d.transition {
                     let (from, to) = match t {
                         DroppingTransition::Started => (BreakerState::Closed, BreakerState::Open),

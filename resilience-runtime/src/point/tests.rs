@@ -180,6 +180,7 @@ fn every_adaptive_limit_a_policy_accepts_starts_its_limiter() {
                     long_window: long,
                     sample_window: sample,
                     min_samples: samples,
+                    critical_reserve: 0.0,
                 })
             },
         );

@@ -1,6 +1,7 @@
 //! tower middleware (feature `tower`): guard a [`Service`] with a point of the
 //! registry ([`PointLayer`]) or an adaptive limit ([`AdmissionLayer`]), and turn a
-//! refusal into an error or an HTTP response.
+//! refusal into an error or an HTTP response; give requests a priority from a header
+//! ([`PriorityLayer`]).
 //!
 //! # Shared state
 //!
@@ -17,7 +18,9 @@
 //! forever for a service that is made ready and then dropped without a call (axum's
 //! per-request clones, load balancers probing readiness); and a full limit answered
 //! with `Pending` would make callers queue, which is what fail-fast admission is meant
-//! to prevent. A refused call is answered at once with a ready future.
+//! to prevent. A refused call is answered at once with a ready future. For the same
+//! reason a [`PointLayer`] never waits: a point with a queue or a token bucket that
+//! waits refuses at once in the layer ([`Point::try_enter`]).
 //!
 //! # Outcomes
 //!
@@ -56,6 +59,10 @@
 //! assert_eq!(res.status(), 429);
 //! # Ok(()) }
 //! ```
+
+mod priority;
+
+pub use priority::{PriorityLayer, PriorityService};
 
 use crate::adaptive::{
     AdaptiveLimiter, AdaptivePermit, Gate, GatePermit, GradientLimiter, GradientPermit,
@@ -559,7 +566,8 @@ where
     }
 
     fn call(&mut self, req: Req) -> Self::Future {
-        match self.point.enter() {
+        // Never waits (a queue or a waiting token bucket refuses at once here).
+        match self.point.try_enter() {
             Ok(permit) => ResponseFuture::admitted(self.inner.call(req), permit),
             Err(d) => {
                 // An open breaker knows when it may admit a probe.
