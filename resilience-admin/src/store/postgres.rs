@@ -205,7 +205,7 @@ const EXTRA_COLUMNS: [&str; 8] = [
 ];
 
 /// How many columns `extra_columns` lists: `EXTRA_COLUMNS`, then `QUEUE_COLUMNS`.
-const EXTRA: usize = 18;
+const EXTRA: usize = EXTRA_COLUMNS.len() + QUEUE_COLUMNS.len();
 
 /// The `extra_columns` in order.
 fn extra_list() -> impl Iterator<Item = &'static str> {

@@ -158,7 +158,7 @@ const EXTRA_COLUMNS: [&str; 8] = [
 ];
 
 /// How many columns `extra_columns` lists: `EXTRA_COLUMNS`, then `QUEUE_COLUMNS`.
-const EXTRA: usize = 18;
+const EXTRA: usize = EXTRA_COLUMNS.len() + QUEUE_COLUMNS.len();
 
 /// `cancelled, retry_calls, ..., queue_reports, ...` (`EXTRA_COLUMNS` then
 /// `QUEUE_COLUMNS`) with each column as `f` writes it.
