@@ -113,6 +113,9 @@ pub struct PointCycle {
     /// What the point's retrying calls did in the cycle (all 0 when it made none, and
     /// from older clients).
     pub retry: RetryCounts,
+    /// What the point's concurrency queue did in the cycle; `None` when no instance
+    /// reported one (the point has no queue, its queue did nothing, or older clients).
+    pub queue: Option<QueueCounts>,
 }
 
 /// The retry counters of one point in one cycle, as an instance reported them (the
@@ -169,6 +172,91 @@ impl RetryCounts {
     /// Whether every counter is 0.
     pub fn is_zero(&self) -> bool {
         *self == RetryCounts::default()
+    }
+}
+
+/// The concurrency queue of one point in one cycle, as an instance reported it, or
+/// summed over instances (counts, `waiting` and `wait_ns` summed, `peak_waiting` and
+/// `max_wait_ns` the largest).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueueCounts {
+    /// Calls waiting at the end of the cycle.
+    pub waiting: u64,
+    /// The most calls ever waiting at once (since the instance started).
+    pub peak_waiting: u64,
+    /// Waits that ended with a slot (the call then ran).
+    pub admitted: u64,
+    /// Waits that ran out of time (downgraded as `queue_timeout`).
+    pub timed_out: u64,
+    /// Waits whose caller gave up (an async call dropped while it waited).
+    pub cancelled: u64,
+    /// Waits ended by another rule when the waiter asked again.
+    pub refused: u64,
+    /// Calls refused at once because the queue was full (downgraded as
+    /// `queue_full`).
+    pub full: u64,
+    /// The total time waited by the waits that ended in the cycle, in nanoseconds.
+    pub wait_ns: u64,
+    /// The longest wait that ended in the cycle, in nanoseconds.
+    pub max_wait_ns: u64,
+}
+
+impl QueueCounts {
+    /// The counters in the order the stores keep them: waiting, peak waiting,
+    /// admitted, timed out, cancelled, refused, full, wait ns, max wait ns.
+    pub fn to_array(&self) -> [u64; 9] {
+        [
+            self.waiting,
+            self.peak_waiting,
+            self.admitted,
+            self.timed_out,
+            self.cancelled,
+            self.refused,
+            self.full,
+            self.wait_ns,
+            self.max_wait_ns,
+        ]
+    }
+
+    /// The counters back from [`to_array`](QueueCounts::to_array)'s order.
+    pub fn from_array(
+        [waiting, peak_waiting, admitted, timed_out, cancelled, refused, full, wait_ns, max_wait_ns]: [u64; 9],
+    ) -> QueueCounts {
+        QueueCounts {
+            waiting,
+            peak_waiting,
+            admitted,
+            timed_out,
+            cancelled,
+            refused,
+            full,
+            wait_ns,
+            max_wait_ns,
+        }
+    }
+
+    /// Whether the counter at `i` of [`to_array`](QueueCounts::to_array) is the
+    /// largest over instances rather than their sum (`peak_waiting`, `max_wait_ns`).
+    pub const fn is_max(i: usize) -> bool {
+        i == 1 || i == 8
+    }
+
+    /// `other` added in: counts summed, the peak and the longest wait the largest.
+    pub fn merge(&mut self, other: &QueueCounts) {
+        let mut a = self.to_array();
+        for (i, (x, y)) in a.iter_mut().zip(other.to_array()).enumerate() {
+            *x = if QueueCounts::is_max(i) {
+                (*x).max(y)
+            } else {
+                x.saturating_add(y)
+            };
+        }
+        *self = QueueCounts::from_array(a);
+    }
+
+    /// Waits that ended in the cycle (admitted, timed out, cancelled or refused).
+    pub fn ended(&self) -> u64 {
+        self.admitted + self.timed_out + self.cancelled + self.refused
     }
 }
 

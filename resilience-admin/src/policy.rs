@@ -475,6 +475,53 @@ mod tests {
         );
     }
 
+    /// The concurrency queue is stored as the runtime writes it, diffed field by field,
+    /// validated with its field names (`queue` itself without `max_concurrency`), and
+    /// carried in the SDS view's `resiliencePolicy`.
+    #[test]
+    fn the_queue_is_stored_diffed_and_validated_with_its_field_names() {
+        let doc = Document::from_json(&json!({
+            "points": {"a": {"max_concurrency": 2,
+                             "queue": {"max_waiting": 4, "max_wait": "250ms"}}}
+        }))
+        .unwrap();
+        let queue = json!({"max_waiting": 4, "max_wait": "250ms"});
+        assert_eq!(doc.json["points"]["a"]["queue"], queue);
+        let s = &doc.sds_strategies()[0];
+        assert_eq!(s["resiliencePolicy"]["queue"], queue, "{s}");
+        let newer = Document::from_json(&json!({
+            "points": {"a": {"max_concurrency": 2,
+                             "queue": {"max_waiting": 8, "max_wait": "250ms"}}}
+        }))
+        .unwrap();
+        let d = diff(&doc.json, &newer.json);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].field.as_deref(), Some("queue.max_waiting"));
+        let fields = |point: Value| -> Vec<Option<String>> {
+            Document::from_json(&json!({"points": {"a": point}}))
+                .unwrap_err()
+                .iter()
+                .map(|p| p.field.clone())
+                .collect()
+        };
+        assert_eq!(
+            fields(json!({"queue": {"max_waiting": 4, "max_wait": "1s"}})),
+            [Some("queue".to_owned())]
+        );
+        assert_eq!(
+            fields(json!({"max_concurrency": 1, "queue": {"max_waiting": 0, "max_wait": "1s"}})),
+            [Some("queue.max_waiting".to_owned())]
+        );
+        assert_eq!(
+            fields(json!({"max_concurrency": 1, "queue": {"max_waiting": 1, "max_wait": "2h"}})),
+            [Some("queue.max_wait".to_owned())]
+        );
+        assert_eq!(
+            fields(json!({"max_concurrency": 1, "queue": {"max_waiting": 1}})),
+            [Some("queue.max_wait".to_owned())]
+        );
+    }
+
     #[test]
     fn sds_view_uses_minus_one_for_unset_rules() {
         let doc = Document::from_json(&json!({

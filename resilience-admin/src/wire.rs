@@ -53,6 +53,20 @@
 //! A malformed `cancelled` or `retry` counter makes its point malformed (left out
 //! and reported by the `*_lenient` readers).
 //!
+//! A point whose concurrency queue did something in the cycle also sends `queue`
+//! (absent otherwise, and from older clients): the counts' growth since the
+//! previous report, the calls `waiting` now, `peak_waiting` (the most ever, since
+//! the process started), `wait_ns` (the total waited by the waits that ended in the
+//! cycle) and `max_wait_ns` (the longest of them). Each is bounded like a count, a
+//! missing one is 0, and a malformed one makes its point malformed:
+//!
+//! ```json
+//! {"name": "order.create", "...": "...",
+//!  "queue": {"waiting": 1, "peak_waiting": 4, "admitted": 30, "timed_out": 2,
+//!            "cancelled": 0, "refused": 0, "full": 1, "wait_ns": 96000000,
+//!            "max_wait_ns": 9000000}}
+//! ```
+//!
 //! It also adds, per point, the cycle's ten 1-second buckets (optional too: without
 //! them the point has no per-second figures for the cycle):
 //!
@@ -89,17 +103,17 @@
 //! cycle, ms), `pointInfoMap` (`point -> {visitNum, exceptionNum, concurrentNum,
 //! timeoutNum, downgradeNum}`), or for a pull `version` and `pointList`. This
 //! project's client adds `instanceId`, `declaredPoints`, `knownPoints`, `enforcing`,
-//! `client` (the same as in our JSON protocol) and, per point, `cancelledNum` and
-//! `retry` (the same as `cancelled` and `retry`), `downgradeReasons`,
-//! `seconds`, `secondsByReason` and `secondsDurations` (the same as `seconds`,
-//! `seconds_by_reason` and `seconds_durations`, index 0 being the second starting at
-//! `statisticsCycleTime - 10000`); SDS's admin ignores them.
+//! `client` (the same as in our JSON protocol) and, per point, `cancelledNum`,
+//! `retry` and `queue` (the same as `cancelled`, `retry` and `queue`),
+//! `downgradeReasons`, `seconds`, `secondsByReason` and `secondsDurations` (the same
+//! as `seconds`, `seconds_by_reason` and `seconds_durations`, index 0 being the
+//! second starting at `statisticsCycleTime - 10000`); SDS's admin ignores them.
 
 use crate::model::{
     AppKey, BreakerReport, ClientHealth, CycleSeconds, Enforcing, Heartbeat, PointCycle, Protocol,
-    RetryCounts, SecondCounts, SectionOrigin, CYCLE_MS, MAX_COUNT, MAX_ERROR_LEN, MAX_LOCAL_BYTES,
-    MAX_NAME_LEN, MAX_PARTS, MAX_POINTS_PER_HEARTBEAT, MAX_SECOND_REASONS, MAX_SOURCE_LEN,
-    SECONDS_PER_CYCLE,
+    QueueCounts, RetryCounts, SecondCounts, SectionOrigin, CYCLE_MS, MAX_COUNT, MAX_ERROR_LEN,
+    MAX_LOCAL_BYTES, MAX_NAME_LEN, MAX_PARTS, MAX_POINTS_PER_HEARTBEAT, MAX_SECOND_REASONS,
+    MAX_SOURCE_LEN, SECONDS_PER_CYCLE,
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -703,6 +717,7 @@ struct CountFields {
     timeouts: &'static str,
     cancelled: &'static str,
     retry: &'static str,
+    queue: &'static str,
     concurrency: &'static str,
     reasons: &'static str,
     seconds: &'static str,
@@ -718,6 +733,7 @@ const JSON_FIELDS: CountFields = CountFields {
     timeouts: "timeouts",
     cancelled: "cancelled",
     retry: "retry",
+    queue: "queue",
     concurrency: "peak_concurrency",
     reasons: "downgrades_by_reason",
     seconds: "seconds",
@@ -733,6 +749,7 @@ const SDS_FIELDS: CountFields = CountFields {
     timeouts: "timeoutNum",
     cancelled: "cancelledNum",
     retry: "retry",
+    queue: "queue",
     concurrency: "concurrentNum",
     reasons: "downgradeReasons",
     seconds: "seconds",
@@ -753,6 +770,7 @@ fn read_point_counts(
     let peak = p.count(f.concurrency);
     let reasons = read_reasons(p, f.reasons, downgrades);
     let retry = read_retry(p, f.retry);
+    let queue = read_queue(p, f.queue);
     let seconds = read_seconds(p, &f);
     let (visits, downgrades) = (visits?, downgrades?);
     if downgrades > visits {
@@ -789,6 +807,7 @@ fn read_point_counts(
         downgrades_by_reason: reasons?,
         seconds: seconds?,
         retry: retry?,
+        queue: queue?,
     })
 }
 
@@ -834,6 +853,53 @@ fn read_retry(p: &mut Reader<'_, '_>, key: &str) -> Option<RetryCounts> {
         }
     }
     ok.then(|| RetryCounts::from_array(out))
+}
+
+/// The fields of a queue report, in the order of [`QueueCounts::to_array`].
+const QUEUE_FIELDS: [&str; 9] = [
+    "waiting",
+    "peak_waiting",
+    "admitted",
+    "timed_out",
+    "cancelled",
+    "refused",
+    "full",
+    "wait_ns",
+    "max_wait_ns",
+];
+
+/// A point's concurrency queue (`queue`: an object of [`QUEUE_FIELDS`], each a count
+/// bounded like a cycle's, a missing one 0; fields this server does not know are
+/// ignored); `Some(None)` when the point has none (no queue, a queue that did nothing
+/// in the cycle, or an older client). Like the retry counters, the figures are not
+/// compared with each other nor with the cycle's: the runtime reads the longest wait
+/// at another moment than the counters.
+fn read_queue(p: &mut Reader<'_, '_>, key: &str) -> Option<Option<QueueCounts>> {
+    let Some(v) = p.get(key) else {
+        return Some(None);
+    };
+    if !v.is_object() {
+        let field = p.field(key);
+        p.error(
+            field,
+            format!(
+                "expected an object of queue figures ({}), got {}",
+                QUEUE_FIELDS.join(", "),
+                describe(v)
+            ),
+        );
+        return None;
+    }
+    let mut r = p.child(key, v)?;
+    let mut out = [0; 9];
+    let mut ok = true;
+    for (i, name) in QUEUE_FIELDS.iter().enumerate() {
+        match r.count(name) {
+            Some(n) => out[i] = n,
+            None => ok = false,
+        }
+    }
+    ok.then(|| Some(QueueCounts::from_array(out)))
 }
 
 /// The cycle's ten 1-second buckets (`seconds`: ten `[visits, passes, downgrades,
@@ -1693,6 +1759,7 @@ fn is_idle(p: &PointCycle) -> bool {
         && p.cancelled == 0
         && p.peak_concurrency == 0
         && p.retry.is_zero()
+        && p.queue.is_none()
 }
 
 /// Reads a pull of our JSON protocol.
@@ -2034,6 +2101,134 @@ mod tests {
             (hb.points[0].point.as_str(), hb.points[0].cancelled),
             ("good", 1)
         );
+    }
+
+    /// `queue` in both protocols: read when sent (missing figures 0, unknown ones
+    /// ignored), `None` when absent; a point with only queue figures is not idle, and
+    /// the runtime's queue reasons are accepted.
+    #[test]
+    fn queue_figures_are_read_in_both_protocols() {
+        let queue = json!({"waiting": 2, "peak_waiting": 4, "admitted": 30, "timed_out": 3,
+                           "cancelled": 1, "refused": 1, "full": 5, "wait_ns": 96_000_000,
+                           "max_wait_ns": 9_000_000, "a_later_figure": 7});
+        let json_hb = json_heartbeat(
+            &with(json!({"points": [
+                {"name": "q", "visits": 40, "downgrades": 8,
+                 "downgrades_by_reason": {"queue_full": 5, "queue_timeout": 3},
+                 "queue": queue},
+                {"name": "part", "visits": 5, "queue": {"admitted": 5, "wait_ns": 10}},
+                {"name": "none", "visits": 5}]})),
+            &ctx(),
+        )
+        .unwrap();
+        let sds_hb = sds_heartbeat(
+            &json!({"appGroupName": "g", "appName": "a", "statisticsCycleTime": 1_767_225_600_000_i64,
+                    "pointInfoMap": {
+                        "q": {"visitNum": 40, "downgradeNum": 8,
+                              "downgradeReasons": {"queue_full": 5, "queue_timeout": 3},
+                              "queue": queue},
+                        "part": {"visitNum": 5, "queue": {"admitted": 5, "wait_ns": 10}},
+                        "none": {"visitNum": 5},
+                        // Only calls still waiting: not idle.
+                        "waiting": {"visitNum": 0, "queue": {"waiting": 1, "peak_waiting": 1}}}}),
+            &ctx(),
+        )
+        .unwrap();
+        let full = QueueCounts {
+            waiting: 2,
+            peak_waiting: 4,
+            admitted: 30,
+            timed_out: 3,
+            cancelled: 1,
+            refused: 1,
+            full: 5,
+            wait_ns: 96_000_000,
+            max_wait_ns: 9_000_000,
+        };
+        let part = QueueCounts {
+            admitted: 5,
+            wait_ns: 10,
+            ..QueueCounts::default()
+        };
+        for hb in [&json_hb, &sds_hb] {
+            let point = |name: &str| hb.points.iter().find(|p| p.point == name).unwrap();
+            assert_eq!(point("q").queue, Some(full));
+            assert_eq!(point("q").downgrades_by_reason["queue_full"], 5);
+            assert_eq!(point("q").downgrades_by_reason["queue_timeout"], 3);
+            assert_eq!(point("part").queue, Some(part));
+            assert_eq!(point("none").queue, None);
+        }
+        let names: Vec<_> = sds_hb.points.iter().map(|p| p.point.as_str()).collect();
+        assert_eq!(names, ["none", "part", "q", "waiting"]);
+        assert_eq!(full.ended(), 35);
+        let mut sum = full;
+        sum.merge(&QueueCounts {
+            waiting: 1,
+            peak_waiting: 9,
+            admitted: 1,
+            max_wait_ns: 1,
+            wait_ns: 1,
+            ..QueueCounts::default()
+        });
+        assert_eq!(
+            (
+                sum.waiting,
+                sum.peak_waiting,
+                sum.admitted,
+                sum.wait_ns,
+                sum.max_wait_ns
+            ),
+            (3, 9, 31, 96_000_001, 9_000_000)
+        );
+    }
+
+    #[test]
+    fn malformed_queue_figures_name_the_field() {
+        let errors = json_heartbeat(
+            &with(json!({"points": [
+                {"name": "a", "visits": 1, "queue": {"waiting": -1, "peak_waiting": "4",
+                                                     "wait_ns": MAX_COUNT + 1}},
+                {"name": "b", "visits": 1, "queue": [1, 2]},
+                {"name": "c", "visits": 1, "queue": {"admitted": 1.5, "max_wait_ns": true,
+                                                     "full": {}}},
+                {"name": "d", "visits": 1, "queue": 3}]})),
+            &ctx(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            fields(&errors),
+            [
+                "points[0].queue.waiting",
+                "points[0].queue.peak_waiting",
+                "points[0].queue.wait_ns",
+                "points[1].queue",
+                "points[2].queue.admitted",
+                "points[2].queue.full",
+                "points[2].queue.max_wait_ns",
+                "points[3].queue",
+            ],
+            "{errors:?}"
+        );
+        assert!(errors[2].message.contains("above the limit"), "{errors:?}");
+        assert!(errors[3].message.contains("queue figures"), "{errors:?}");
+        let errors = sds_heartbeat(
+            &json!({"appGroupName": "g", "appName": "a", "statisticsCycleTime": 1_767_225_600_000_i64,
+                    "pointInfoMap": {"p": {"visitNum": 1, "queue": {"timed_out": -3}}}}),
+            &ctx(),
+        )
+        .unwrap_err();
+        assert_eq!(fields(&errors), ["client.pointInfoMap.p.queue.timed_out"]);
+        // The lenient reader leaves the malformed point out and keeps the others.
+        let (hb, rejected) = json_heartbeat_lenient(
+            &with(json!({"points": [
+                {"name": "bad", "visits": 1, "queue": {"refused": "x"}},
+                {"name": "good", "visits": 2, "queue": {"admitted": 2}}]})),
+            &ctx(),
+        )
+        .unwrap();
+        assert_eq!(fields(&rejected), ["points[0].queue.refused"]);
+        assert_eq!(hb.points.len(), 1);
+        assert_eq!(hb.points[0].queue.map(|q| q.admitted), Some(2));
     }
 
     fn with(extra: Value) -> Value {

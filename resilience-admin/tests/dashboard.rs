@@ -16,6 +16,9 @@ mod editor;
 /// The live view: charts at 1-second resolution.
 #[path = "dashboard/live.rs"]
 mod live;
+/// Concurrency queues.
+#[path = "dashboard/queues.rs"]
+mod queues;
 /// Cancelled calls and retry counters.
 #[path = "dashboard/retries.rs"]
 mod retries;

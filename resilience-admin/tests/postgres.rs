@@ -147,7 +147,7 @@ fn a_version_1_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 6);
+    assert_eq!(v, 7);
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn a_version_2_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 6);
+    assert_eq!(v, 7);
 }
 
 /// A database of schema version 4 (before the seconds' call durations: this
@@ -206,7 +206,7 @@ fn a_version_4_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 6);
+    assert_eq!(v, 7);
 }
 
 #[test]
@@ -240,7 +240,43 @@ fn a_version_5_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 6);
+    assert_eq!(v, 7);
+}
+
+#[test]
+fn postgres_queues() {
+    let db = Database::create();
+    scenarios::queues(StorageConfig::Postgres(db.url()));
+}
+
+/// A database of schema version 6 (before the concurrency queues: this version's
+/// schema without them) opens: its cycles are kept, without a queue, and new
+/// heartbeats store theirs.
+#[test]
+fn a_version_6_database_is_migrated() {
+    let db = Database::create();
+    drop(resilience_admin::store::PostgresStore::connect(&db.url()).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let mut c = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "ALTER TABLE ra_cycle_stats DROP COLUMN queue_reports, DROP COLUMN queue_waiting,
+             DROP COLUMN queue_peak_waiting, DROP COLUMN queue_admitted,
+             DROP COLUMN queue_timed_out, DROP COLUMN queue_cancelled,
+             DROP COLUMN queue_refused, DROP COLUMN queue_full,
+             DROP COLUMN queue_wait_ns, DROP COLUMN queue_max_wait_ns;
+         UPDATE ra_schema SET version = 6;
+         INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
+         INSERT INTO ra_cycle_stats
+             SELECT id, 'order.create', {cycle}, 7, 7, 0, 0, 0, 1, 1, 0,
+                    0, 0, 0, 0, 0, 0, 0, 0 FROM ra_apps;"
+    ))
+    .unwrap();
+    scenarios::migrated_v6(StorageConfig::Postgres(db.url()), cycle);
+    let v: i32 = c
+        .query_one("SELECT MAX(version) FROM ra_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 7);
 }
 
 #[test]

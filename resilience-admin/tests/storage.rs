@@ -10,23 +10,46 @@ fn file(dir: &TempDir) -> StorageConfig {
     StorageConfig::Sqlite(dir.path().join("admin.db"))
 }
 
+/// Takes a file of this version back to schema version 6: without the cycles'
+/// queues.
+fn without_v7() -> String {
+    drop_columns(&[
+        "queue_reports",
+        "queue_waiting",
+        "queue_peak_waiting",
+        "queue_admitted",
+        "queue_timed_out",
+        "queue_cancelled",
+        "queue_refused",
+        "queue_full",
+        "queue_wait_ns",
+        "queue_max_wait_ns",
+    ])
+}
+
 /// Takes a file of this version back to schema version 5: without the cycles'
-/// cancelled calls and retry counters.
+/// queues, cancelled calls and retry counters.
 fn without_v6() -> String {
-    [
-        "cancelled",
-        "retry_calls",
-        "retry_attempts",
-        "retry_retries",
-        "retry_exhausted",
-        "retry_refused_by_budget",
-        "retry_hedges",
-        "retry_cancelled",
-    ]
-    .iter()
-    .map(|c| format!("ALTER TABLE cycle_stats DROP COLUMN {c};"))
-    .collect::<Vec<_>>()
-    .join("\n")
+    without_v7()
+        + "\n"
+        + &drop_columns(&[
+            "cancelled",
+            "retry_calls",
+            "retry_attempts",
+            "retry_retries",
+            "retry_exhausted",
+            "retry_refused_by_budget",
+            "retry_hedges",
+            "retry_cancelled",
+        ])
+}
+
+fn drop_columns(columns: &[&str]) -> String {
+    columns
+        .iter()
+        .map(|c| format!("ALTER TABLE cycle_stats DROP COLUMN {c};"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -98,7 +121,7 @@ fn a_version_1_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 6);
+    assert_eq!(v, 7);
 }
 
 #[test]
@@ -133,7 +156,7 @@ fn a_version_2_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 6);
+    assert_eq!(v, 7);
 }
 
 /// A file of schema version 4 (before the seconds' call durations: this version's
@@ -164,7 +187,7 @@ fn a_version_4_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 6);
+    assert_eq!(v, 7);
 }
 
 #[test]
@@ -197,5 +220,39 @@ fn a_version_5_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 6);
+    assert_eq!(v, 7);
+}
+
+#[test]
+fn sqlite_queues() {
+    let dir = TempDir::new("queues");
+    scenarios::queues(file(&dir));
+}
+
+/// A file of schema version 6 (before the concurrency queues: this version's file
+/// without them) opens: its cycles are kept, without a queue, and new heartbeats
+/// store theirs.
+#[test]
+fn a_version_6_file_is_migrated() {
+    let dir = TempDir::new("migrate6");
+    let path = dir.path().join("admin.db");
+    drop(resilience_admin::store::SqliteStore::open(&path).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&format!(
+        "{}
+         INSERT INTO apps VALUES (1, 'shop', 'orders', 5);
+         INSERT INTO cycle_stats
+             VALUES (1, 'order.create', {cycle}, 7, 7, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+         PRAGMA user_version = 6;",
+        without_v7()
+    ))
+    .unwrap();
+    drop(conn);
+    scenarios::migrated_v6(file(&dir), cycle);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 7);
 }

@@ -17,6 +17,8 @@ const REASON_COLORS = {
   visits: "#dc2626",
   token_bucket: "#d97706",
   concurrency: "#7c3aed",
+  queue_full: "#a21caf",
+  queue_timeout: "#c2410c",
   timeouts: "#0891b2",
   exceptions: "#be185d",
   exception_rate: "#4d7c0f",
@@ -178,6 +180,7 @@ async function loadPoints() {
     body.append(row);
   }
   drawRetries(r.data.points);
+  drawQueues(r.data.points);
 }
 
 // The retry counters, as the API names them, with the class of their cell.
@@ -205,6 +208,40 @@ function drawRetries(points) {
   $("#retries-none").hidden = shown.length > 0;
 }
 
+// The queue's figures, as the API names them, each its cell's class (`q-` + name).
+const QUEUE_COUNTERS = ["waiting", "peak_waiting", "admitted", "timed_out", "cancelled", "refused", "full"];
+
+// A wait in ns, as ms.
+function waitText(ns) {
+  return formatMs(ns / 1e6) + " ms";
+}
+
+// The queues table: a row per point whose latest cycle (not idle) had queue figures
+// (from any instance); the mean wait is that of the waits that ended in the cycle
+// (admitted, timed out, cancelled or refused), the max the longest of them.
+// Clicking a row selects the point.
+function drawQueues(points) {
+  const body = $("#queues tbody");
+  body.textContent = "";
+  const shown = points.filter((p) => !p.idle && p.last_cycle && p.last_cycle.queue);
+  for (const p of shown) {
+    const c = p.last_cycle;
+    const q = c.queue;
+    const cells = [el("td", { text: p.name })];
+    for (const k of QUEUE_COUNTERS) cells.push(el("td", { class: "q-" + k, text: String(q[k] || 0) }));
+    const ended = (q.admitted || 0) + (q.timed_out || 0) + (q.cancelled || 0) + (q.refused || 0);
+    const mean = ended > 0 ? Math.floor((q.wait_ns || 0) / ended) : null;
+    cells.push(el("td", { class: "q-mean_wait", "data-ns": mean === null ? "" : String(mean), text: mean === null ? "-" : waitText(mean) }));
+    const max = q.max_wait_ns || 0;
+    cells.push(el("td", { class: "q-max_wait", "data-ns": String(max), text: ended > 0 || max > 0 ? waitText(max) : "-" }));
+    cells.push(el("td", { class: "asof", "data-cycle-start-ms": String(c.cycle_start_ms), text: time(c.cycle_start_ms) }));
+    const row = el("tr", { "data-point": p.name, class: state.point === p.name ? "selected" : "" }, cells);
+    row.addEventListener("click", () => selectPoint(p.name));
+    body.append(row);
+  }
+  $("#queues-none").hidden = shown.length > 0;
+}
+
 async function loadInstances() {
   const r = await api("GET", appPath("/instances"));
   if (!r.ok) throw new Error(errorText(r));
@@ -227,7 +264,7 @@ async function loadInstances() {
 function selectPoint(name) {
   state.point = name;
   state.formDirty = false;
-  for (const row of document.querySelectorAll("#points tbody tr, #retries tbody tr")) {
+  for (const row of document.querySelectorAll("#points tbody tr, #retries tbody tr, #queues tbody tr")) {
     row.classList.toggle("selected", (row.dataset.point || null) === name);
   }
   $("#chart-subject").textContent = name === null ? "all points" : name;

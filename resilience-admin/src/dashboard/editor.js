@@ -30,6 +30,14 @@ const FORM_SECTIONS = [
       ["call_timeout", "dur"],
     ],
   },
+  {
+    legend: "queue",
+    hint: "with max_concurrency: a call that finds every slot taken waits for one, first in first out; at most max_waiting wait (beyond: queue_full), each for at most max_wait (then: queue_timeout)",
+    fields: [
+      ["queue.max_waiting", "int"],
+      ["queue.max_wait", "dur"],
+    ],
+  },
   { legend: "shadow", hint: "dry run: rules are counted, calls never downgraded", fields: [["shadow", "bool3"]] },
   { legend: "exception_rate", fields: [["exception_rate.rate", "num"], ["exception_rate.min_visits", "int", "0"]] },
   { legend: "timeouts", fields: [["timeouts.threshold", "dur"], ["timeouts.max_count", "int"]] },
@@ -189,6 +197,7 @@ function buildForm() {
       set.append(group);
     }
     if (section === "retry") set.append(el("p", { class: "hint retry-summary", id: "retry-summary" }));
+    if (section === "queue") set.append(el("p", { class: "hint queue-summary", id: "queue-summary" }));
     if (section) set.append(el("div", { class: "field-error", "data-field": section }));
     box.append(set);
   }
@@ -293,6 +302,7 @@ function fillForm() {
   }
   for (const s of ALGORITHM_SECTIONS) showAlgorithm(s.section);
   showRetrySummary(settings);
+  showQueueSummary(settings);
   $("#form-state").textContent = name === null ? "" : settings ? "" : "This point has no policy in the console yet.";
   $("#save").disabled = name === null;
   $("#remove").disabled = name === null || !settings;
@@ -333,6 +343,34 @@ function showRetrySummary(settings) {
   slot.dataset.retry = s.values === null ? "" : JSON.stringify(s.values);
 }
 
+// What the stored queue of the point does (both of its fields are required). The
+// data attribute holds the stored section with the point's max_concurrency.
+function queueSummary(settings) {
+  const q = settings && settings.queue;
+  const limit = settings && settings.max_concurrency;
+  if (!q || typeof q !== "object") {
+    const text = limit === undefined || limit === null ? "Stored: no queue." : "Stored: no queue (calls beyond max_concurrency = " + limit + " are downgraded at once).";
+    return { text, values: null };
+  }
+  const n = Number(q.max_waiting);
+  const when = limit === undefined || limit === null ? "every slot is" : Number(limit) === 1 ? "the only slot is" : "all " + limit + " slots are";
+  const text = "Stored: when " + when + " taken, up to " + q.max_waiting + (n === 1 ? " call waits" : " calls wait") + " for one, each for at most " + q.max_wait + ".";
+  return { text, values: { max_waiting: q.max_waiting, max_wait: q.max_wait, max_concurrency: limit === undefined ? null : limit } };
+}
+
+function showQueueSummary(settings) {
+  const slot = $("#queue-summary");
+  if (!slot) return;
+  if (state.point === null) {
+    slot.textContent = "";
+    delete slot.dataset.queue;
+    return;
+  }
+  const s = queueSummary(settings);
+  slot.textContent = s.text;
+  slot.dataset.queue = s.values === null ? "" : JSON.stringify(s.values);
+}
+
 // After a conflict: the form moves to the current version, keeping what the operator
 // typed; untouched inputs show the new version's values.
 function rebaseForm() {
@@ -346,6 +384,7 @@ function rebaseForm() {
   }
   for (const s of ALGORITHM_SECTIONS) showAlgorithm(s.section);
   showRetrySummary(settings);
+  showQueueSummary(settings);
   $("#remove").disabled = name === null || !settings;
 }
 

@@ -4,13 +4,13 @@
 //! other applications.
 
 use super::{
-    parse_json, to_i64, to_json, to_u64, Forgotten, Pool, Pooled, Pull, Store, StoreError,
-    StoredEnforcing,
+    is_max_column, parse_json, queue_from, queue_values, to_i64, to_json, to_u64, Forgotten, Pool,
+    Pooled, Pull, Store, StoreError, StoredEnforcing, QUEUE_COLUMNS,
 };
 use crate::model::{
     AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, Ingested, InstanceInfo,
-    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, RetryCounts, SecondCounts, SecondRow,
-    CYCLE_MS, SECOND_MS,
+    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, QueueCounts, RetryCounts, SecondCounts,
+    SecondRow, CYCLE_MS, SECOND_MS,
 };
 use postgres::error::SqlState;
 use postgres::types::ToSql;
@@ -18,7 +18,7 @@ use postgres::{Client, GenericClient, NoTls, Row};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-const SCHEMA_VERSION: i32 = 6;
+const SCHEMA_VERSION: i32 = 7;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ra_schema (version INTEGER NOT NULL);
@@ -170,6 +170,18 @@ ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS retry_exhausted BIGINT NOT N
 ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS retry_refused_by_budget BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS retry_hedges BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS retry_cancelled BIGINT NOT NULL DEFAULT 0;
+-- Version 7: the cycles' concurrency queues (`QUEUE_COLUMNS`); the cycles stored
+-- before have none (queue_reports 0).
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_reports BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_waiting BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_peak_waiting BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_admitted BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_timed_out BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_cancelled BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_refused BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_full BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_wait_ns BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_max_wait_ns BIGINT NOT NULL DEFAULT 0;
 -- The reads of one app over a time range (every point's cycles or seconds of the last
 -- minutes, summed or not). Indexes only: a database with them still opens in an
 -- older server, which keeps them up to date.
@@ -192,19 +204,36 @@ const EXTRA_COLUMNS: [&str; 8] = [
     "retry_cancelled",
 ];
 
-/// `cancelled, retry_calls, ...` with each column as `f` writes it.
-fn extra_columns(f: impl Fn(&str) -> String) -> String {
-    EXTRA_COLUMNS.map(f).join(", ")
+/// How many columns `extra_columns` lists: `EXTRA_COLUMNS`, then `QUEUE_COLUMNS`.
+const EXTRA: usize = EXTRA_COLUMNS.len() + QUEUE_COLUMNS.len();
+
+/// The `extra_columns` in order.
+fn extra_list() -> impl Iterator<Item = &'static str> {
+    EXTRA_COLUMNS.iter().chain(&QUEUE_COLUMNS).copied()
 }
 
-/// A cycle's cancelled calls and retry counters, read from `EXTRA_COLUMNS` starting
-/// at column `at`.
-fn read_extra(r: &Row, at: usize) -> (u64, RetryCounts) {
+/// `cancelled, retry_calls, ..., queue_reports, ...` (`EXTRA_COLUMNS` then
+/// `QUEUE_COLUMNS`) with each column as `f` writes it.
+fn extra_columns(f: impl Fn(&str) -> String) -> String {
+    extra_list().map(f).collect::<Vec<_>>().join(", ")
+}
+
+/// A cycle's cancelled calls, retry counters and queue, read from `extra_columns`
+/// starting at column `at`.
+fn read_extra(r: &Row, at: usize) -> (u64, RetryCounts, Option<QueueCounts>) {
     let mut retry = [0; 7];
     for (i, v) in retry.iter_mut().enumerate() {
         *v = count(r, at + 1 + i);
     }
-    (count(r, at), RetryCounts::from_array(retry))
+    let mut queue = [0; 10];
+    for (i, v) in queue.iter_mut().enumerate() {
+        *v = count(r, at + 8 + i);
+    }
+    (
+        count(r, at),
+        RetryCounts::from_array(retry),
+        queue_from(queue),
+    )
 }
 
 /// Connections kept open: heartbeats, pulls and reads each take one, so a read
@@ -418,7 +447,7 @@ fn read_cycles(
     let mut out: Vec<CycleRow> = rows
         .iter()
         .map(|r| {
-            let (cancelled, retry) = read_extra(r, 9);
+            let (cancelled, retry, queue) = read_extra(r, 9);
             CycleRow {
                 cycle_start_ms: r.get(1),
                 counts: PointCycle {
@@ -433,6 +462,7 @@ fn read_cycles(
                     downgrades_by_reason: BTreeMap::new(),
                     seconds: None,
                     retry,
+                    queue,
                 },
                 instances: count(r, 8),
             }
@@ -603,32 +633,38 @@ fn record_cycles(
     hb: &Heartbeat,
 ) -> Result<(), postgres::Error> {
     // visits, passes, downgrades, exceptions, timeouts, peak, instances, with seconds,
-    // then the `EXTRA_COLUMNS`
-    let mut stats: BTreeMap<&str, [i64; 16]> = BTreeMap::new();
+    // then the `extra_columns`
+    let mut stats: BTreeMap<&str, [i64; 8 + EXTRA]> = BTreeMap::new();
     let mut reasons: BTreeMap<(&str, &str), [i64; 1]> = BTreeMap::new();
+    let is_max: Vec<bool> = [false; 8]
+        .into_iter()
+        .chain(extra_list().map(is_max_column))
+        .collect();
     for p in &hb.points {
-        let r = p.retry.to_array().map(to_i64);
-        add(
-            stats.entry(p.point.as_str()).or_default(),
-            [
-                to_i64(p.visits),
-                to_i64(p.passes),
-                to_i64(p.downgrades),
-                to_i64(p.exceptions),
-                to_i64(p.timeouts),
-                to_i64(p.peak_concurrency),
-                1,
-                i64::from(p.seconds.is_some()),
-                to_i64(p.cancelled),
-                r[0],
-                r[1],
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                r[6],
-            ],
-        );
+        let mut row = [0; 8 + EXTRA];
+        row[..8].copy_from_slice(&[
+            to_i64(p.visits),
+            to_i64(p.passes),
+            to_i64(p.downgrades),
+            to_i64(p.exceptions),
+            to_i64(p.timeouts),
+            to_i64(p.peak_concurrency),
+            1,
+            i64::from(p.seconds.is_some()),
+        ]);
+        row[8] = to_i64(p.cancelled);
+        for (o, v) in row[9..16].iter_mut().zip(p.retry.to_array()) {
+            *o = to_i64(v);
+        }
+        row[16..].copy_from_slice(&queue_values(p));
+        let at = stats.entry(p.point.as_str()).or_default();
+        for ((a, b), max) in at.iter_mut().zip(row).zip(&is_max) {
+            *a = if *max {
+                (*a).max(b)
+            } else {
+                a.saturating_add(b)
+            };
+        }
         for (reason, n) in p.downgrades_by_reason.iter().filter(|(_, n)| **n > 0) {
             add(
                 reasons
@@ -638,14 +674,20 @@ fn record_cycles(
             );
         }
     }
-    let stats: Vec<(&str, [i64; 16])> = stats.into_iter().collect();
+    let stats: Vec<(&str, [i64; 8 + EXTRA])> = stats.into_iter().collect();
     let extra = extra_columns(str::to_owned);
-    let extra_arrays = (12..20)
+    let extra_arrays = (12..12 + EXTRA)
         .map(|i| format!("${i}::BIGINT[]"))
         .collect::<Vec<_>>()
         .join(", ");
     let extra_values = extra_columns(|c| format!("u.{c}"));
-    let extra_sums = extra_columns(|c| format!("{c} = ra_cycle_stats.{c} + excluded.{c}"));
+    let extra_sums = extra_columns(|c| {
+        if is_max_column(c) {
+            format!("{c} = GREATEST(ra_cycle_stats.{c}, excluded.{c})")
+        } else {
+            format!("{c} = ra_cycle_stats.{c} + excluded.{c}")
+        }
+    });
     for chunk in stats.chunks(BATCH_ROWS) {
         let points: Vec<&str> = chunk.iter().map(|(p, _)| *p).collect();
         let c = columns(chunk, |v| *v);
@@ -674,27 +716,10 @@ fn record_cycles(
                 peak_concurrency = ra_cycle_stats.peak_concurrency + excluded.peak_concurrency,
                 instances = ra_cycle_stats.instances + excluded.instances"
             ),
-            &[
-                &app,
-                &hb.cycle_start_ms,
-                &points,
-                &c[0],
-                &c[1],
-                &c[2],
-                &c[3],
-                &c[4],
-                &c[5],
-                &c[6],
-                &c[7],
-                &c[8],
-                &c[9],
-                &c[10],
-                &c[11],
-                &c[12],
-                &c[13],
-                &c[14],
-                &c[15],
-            ],
+            &[&app as &(dyn ToSql + Sync), &hb.cycle_start_ms, &points]
+                .into_iter()
+                .chain(c.iter().map(|v| v as &(dyn ToSql + Sync)))
+                .collect::<Vec<_>>(),
         )?;
     }
     let reasons: Vec<((&str, &str), [i64; 1])> = reasons.into_iter().collect();
@@ -905,14 +930,18 @@ fn read_cycles_summed(
          FROM ra_cycle_stats
          WHERE app_id = $1 AND cycle_start_ms >= $2 AND cycle_start_ms < $3
          GROUP BY cycle_start_ms ORDER BY cycle_start_ms LIMIT $4",
-            extra_columns(|c| format!("SUM({c})::BIGINT"))
+            extra_columns(|c| if is_max_column(c) {
+                format!("MAX({c})::BIGINT")
+            } else {
+                format!("SUM({c})::BIGINT")
+            })
         ),
         &[&app_id, &from_ms, &to_ms, &limit],
     )?;
     let mut out: Vec<CycleRow> = rows
         .iter()
         .map(|r| {
-            let (cancelled, retry) = read_extra(r, 8);
+            let (cancelled, retry, queue) = read_extra(r, 8);
             CycleRow {
                 cycle_start_ms: r.get(0),
                 counts: PointCycle {
@@ -927,6 +956,7 @@ fn read_cycles_summed(
                     downgrades_by_reason: BTreeMap::new(),
                     seconds: None,
                     retry,
+                    queue,
                 },
                 instances: count(r, 7),
             }
@@ -1131,7 +1161,7 @@ impl Store for PostgresStore {
                         Some(text) => parse_json(&text, "downgrade reasons")?,
                         None => BTreeMap::new(),
                     };
-                    let (cancelled, retry) = read_extra(&r, 13);
+                    let (cancelled, retry, queue) = read_extra(&r, 13);
                     Some(CycleRow {
                         cycle_start_ms: t,
                         counts: PointCycle {
@@ -1146,6 +1176,7 @@ impl Store for PostgresStore {
                             downgrades_by_reason,
                             seconds: None,
                             retry,
+                            queue,
                         },
                         instances: count(&r, 11),
                     })

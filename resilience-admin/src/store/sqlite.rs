@@ -1,13 +1,13 @@
 //! The embedded SQLite store: one database file, no server to run.
 
 use super::{
-    parse_json, to_i64, to_json, to_u64, Forgotten, Pool, Pooled, Pull, Store, StoreError,
-    StoredEnforcing,
+    is_max_column, parse_json, queue_from, queue_values, to_i64, to_json, to_u64, Forgotten, Pool,
+    Pooled, Pull, Store, StoreError, StoredEnforcing, QUEUE_COLUMNS,
 };
 use crate::model::{
     AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, Ingested, InstanceInfo,
-    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, RetryCounts, SecondCounts, SecondRow,
-    CYCLE_MS, SECOND_MS,
+    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, QueueCounts, RetryCounts, SecondCounts,
+    SecondRow, CYCLE_MS, SECOND_MS,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 /// The schema; `PRAGMA user_version` tells which one a file has.
-const SCHEMA_VERSION: i64 = 6;
+const SCHEMA_VERSION: i64 = 7;
 
 /// What each schema version adds to the one before ([`SCHEMA`] is version 1). Only
 /// additions: a file of an older version opens and is brought up to date.
-const MIGRATIONS: [(i64, &str); 5] = [
+const MIGRATIONS: [(i64, &str); 6] = [
     (
         2,
         "
@@ -125,6 +125,23 @@ ALTER TABLE cycle_stats ADD COLUMN retry_hedges INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE cycle_stats ADD COLUMN retry_cancelled INTEGER NOT NULL DEFAULT 0;
 ",
     ),
+    // Version 7: the cycles' concurrency queues (`QUEUE_COLUMNS`); the cycles stored
+    // before have none (`queue_reports` 0).
+    (
+        7,
+        "
+ALTER TABLE cycle_stats ADD COLUMN queue_reports INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN queue_waiting INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN queue_peak_waiting INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN queue_admitted INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN queue_timed_out INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN queue_cancelled INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN queue_refused INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN queue_full INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN queue_wait_ns INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE cycle_stats ADD COLUMN queue_max_wait_ns INTEGER NOT NULL DEFAULT 0;
+",
+    ),
 ];
 
 /// The columns of `cycle_stats` added by schema version 6, in the order of a
@@ -140,14 +157,26 @@ const EXTRA_COLUMNS: [&str; 8] = [
     "retry_cancelled",
 ];
 
-/// `cancelled, retry_calls, ...` with each column as `f` writes it.
+/// How many columns `extra_columns` lists: `EXTRA_COLUMNS`, then `QUEUE_COLUMNS`.
+const EXTRA: usize = EXTRA_COLUMNS.len() + QUEUE_COLUMNS.len();
+
+/// `cancelled, retry_calls, ..., queue_reports, ...` (`EXTRA_COLUMNS` then
+/// `QUEUE_COLUMNS`) with each column as `f` writes it.
 fn extra_columns(f: impl Fn(&str) -> String) -> String {
-    EXTRA_COLUMNS.map(f).join(", ")
+    EXTRA_COLUMNS
+        .iter()
+        .chain(&QUEUE_COLUMNS)
+        .map(|c| f(c))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
-/// A cycle's cancelled calls and retry counters, read from `EXTRA_COLUMNS` starting
-/// at column `at`.
-fn read_extra(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<(u64, RetryCounts)> {
+/// A cycle's cancelled calls, retry counters and queue, read from `extra_columns`
+/// starting at column `at`.
+fn read_extra(
+    r: &rusqlite::Row<'_>,
+    at: usize,
+) -> rusqlite::Result<(u64, RetryCounts, Option<QueueCounts>)> {
     let count = |i: usize| -> rusqlite::Result<u64> {
         Ok(u64::try_from(r.get::<_, Option<i64>>(at + i)?.unwrap_or(0)).unwrap_or(0))
     };
@@ -155,22 +184,24 @@ fn read_extra(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<(u64, RetryC
     for (i, v) in retry.iter_mut().enumerate() {
         *v = count(i + 1)?;
     }
-    Ok((count(0)?, RetryCounts::from_array(retry)))
+    let mut queue = [0; 10];
+    for (i, v) in queue.iter_mut().enumerate() {
+        *v = count(i + 8)?;
+    }
+    Ok((count(0)?, RetryCounts::from_array(retry), queue_from(queue)))
 }
 
-/// A point's cancelled calls and retry counters as `EXTRA_COLUMNS` store them.
-fn extra_values(p: &PointCycle) -> [i64; 8] {
+/// A point's cancelled calls, retry counters and queue as `extra_columns` store
+/// them.
+fn extra_values(p: &PointCycle) -> [i64; EXTRA] {
     let r = p.retry.to_array();
-    [
-        to_i64(p.cancelled),
-        to_i64(r[0]),
-        to_i64(r[1]),
-        to_i64(r[2]),
-        to_i64(r[3]),
-        to_i64(r[4]),
-        to_i64(r[5]),
-        to_i64(r[6]),
-    ]
+    let mut out = [0; EXTRA];
+    out[0] = to_i64(p.cancelled);
+    for (o, v) in out[1..8].iter_mut().zip(r) {
+        *o = to_i64(v);
+    }
+    out[8..].copy_from_slice(&queue_values(p));
+    out
 }
 
 /// Indexes for the reads of one app over a time range (every point's cycles or
@@ -657,7 +688,7 @@ fn read_cycles(
             let count = |i: usize| -> rusqlite::Result<u64> {
                 Ok(u64::try_from(r.get::<_, i64>(i)?).unwrap_or(0))
             };
-            let (cancelled, retry) = read_extra(r, 9)?;
+            let (cancelled, retry, queue) = read_extra(r, 9)?;
             Ok(CycleRow {
                 cycle_start_ms: r.get(1)?,
                 counts: PointCycle {
@@ -672,6 +703,7 @@ fn read_cycles(
                     downgrades_by_reason: BTreeMap::new(),
                     seconds: None,
                     retry,
+                    queue,
                 },
                 instances: count(8)?,
             })
@@ -885,7 +917,13 @@ fn read_cycles_summed(
     limit: usize,
 ) -> rusqlite::Result<Vec<CycleRow>> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-    let extra = extra_columns(|c| format!("SUM({c})"));
+    let extra = extra_columns(|c| {
+        if is_max_column(c) {
+            format!("MAX({c})")
+        } else {
+            format!("SUM({c})")
+        }
+    });
     let mut stmt = conn.prepare_cached(&format!(
         "SELECT cycle_start_ms, SUM(visits), SUM(passes), SUM(downgrades), SUM(exceptions),
                 SUM(timeouts), SUM(peak_concurrency), MAX(instances), {extra}
@@ -898,7 +936,7 @@ fn read_cycles_summed(
             let count = |i: usize| -> rusqlite::Result<u64> {
                 Ok(u64::try_from(r.get::<_, i64>(i)?).unwrap_or(0))
             };
-            let (cancelled, retry) = read_extra(r, 8)?;
+            let (cancelled, retry, queue) = read_extra(r, 8)?;
             Ok(CycleRow {
                 cycle_start_ms: r.get(0)?,
                 counts: PointCycle {
@@ -913,6 +951,7 @@ fn read_cycles_summed(
                     downgrades_by_reason: BTreeMap::new(),
                     seconds: None,
                     retry,
+                    queue,
                 },
                 instances: count(7)?,
             })
@@ -1013,11 +1052,17 @@ impl Store for SqliteStore {
         }
         if fresh {
             let extra = extra_columns(str::to_owned);
-            let extra_params = (11..19)
+            let extra_params = (11..11 + EXTRA)
                 .map(|i| format!("?{i}"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            let extra_sums = extra_columns(|c| format!("{c} = cycle_stats.{c} + excluded.{c}"));
+            let extra_sums = extra_columns(|c| {
+                if is_max_column(c) {
+                    format!("{c} = max(cycle_stats.{c}, excluded.{c})")
+                } else {
+                    format!("{c} = cycle_stats.{c} + excluded.{c}")
+                }
+            });
             let mut stats = tx
                 .prepare_cached(&format!(
                     "INSERT INTO cycle_stats (app_id, point, cycle_start_ms, visits, passes,
@@ -1047,28 +1092,26 @@ impl Store for SqliteStore {
                 )
                 .map_err(backend)?;
             for p in &hb.points {
-                let [e0, e1, e2, e3, e4, e5, e6, e7] = extra_values(p);
+                let counts = [
+                    to_i64(p.visits),
+                    to_i64(p.passes),
+                    to_i64(p.downgrades),
+                    to_i64(p.exceptions),
+                    to_i64(p.timeouts),
+                    to_i64(p.peak_concurrency),
+                    i64::from(p.seconds.is_some()),
+                ];
+                let extra = extra_values(p);
+                let args: [&dyn rusqlite::ToSql; 3] = [&app, &p.point, &hb.cycle_start_ms];
                 stats
-                    .execute(params![
-                        app,
-                        p.point,
-                        hb.cycle_start_ms,
-                        to_i64(p.visits),
-                        to_i64(p.passes),
-                        to_i64(p.downgrades),
-                        to_i64(p.exceptions),
-                        to_i64(p.timeouts),
-                        to_i64(p.peak_concurrency),
-                        i64::from(p.seconds.is_some()),
-                        e0,
-                        e1,
-                        e2,
-                        e3,
-                        e4,
-                        e5,
-                        e6,
-                        e7
-                    ])
+                    .execute(rusqlite::params_from_iter(
+                        args.into_iter().chain(
+                            counts
+                                .iter()
+                                .chain(&extra)
+                                .map(|v| v as &dyn rusqlite::ToSql),
+                        ),
+                    ))
                     .map_err(backend)?;
                 for (reason, count) in p.downgrades_by_reason.iter().filter(|(_, c)| **c > 0) {
                     reasons
@@ -1195,7 +1238,7 @@ impl Store for SqliteStore {
                     let last_cycle = match r.get::<_, Option<i64>>(4)? {
                         None => None,
                         Some(t) => {
-                            let (cancelled, retry) = read_extra(r, 13)?;
+                            let (cancelled, retry, queue) = read_extra(r, 13)?;
                             Some(CycleRow {
                                 cycle_start_ms: t,
                                 counts: PointCycle {
@@ -1210,6 +1253,7 @@ impl Store for SqliteStore {
                                     downgrades_by_reason: BTreeMap::new(),
                                     seconds: None,
                                     retry,
+                                    queue,
                                 },
                                 instances: count(11)?,
                             })

@@ -1099,3 +1099,192 @@ pub fn migrated_v5(storage: StorageConfig, cycle: i64) {
         "{s}"
     );
 }
+
+/// Concurrency queues: counts, `waiting` and `wait_ns` summed over instances (one
+/// speaking our JSON protocol, one SDS's), `peak_waiting` and `max_wait_ns` the
+/// largest, a duplicate not counted twice, `null` where no instance reported a queue,
+/// in the stats API per point and over points, in the point list's latest cycle, and
+/// kept across a restart.
+pub fn queues(storage: StorageConfig) {
+    let (c, manual) = manual(storage);
+    let cycle = last_closed_cycle(now_ms(&manual));
+    let server = start(c.clone());
+    let addr = server.addr();
+    let json_hb = json!({"app_group": "shop", "app": "orders", "instance": "a",
+        "cycle_start_ms": cycle,
+        "points": [
+            {"name": "order.create", "visits": 16, "downgrades": 6,
+             "downgrades_by_reason": {"queue_full": 4, "queue_timeout": 2},
+             "queue": {"waiting": 1, "peak_waiting": 3, "admitted": 10, "timed_out": 2,
+                       "cancelled": 1, "refused": 0, "full": 4, "wait_ns": 50_000_000,
+                       "max_wait_ns": 9_000_000}},
+            {"name": "order.refund", "visits": 4}]});
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &json_hb);
+    assert_eq!(r.json()["result"], "stored", "{}", r.text());
+    assert_eq!(r.json()["rejected"], json!([]), "{}", r.text());
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &json_hb);
+    assert_eq!(r.json()["result"], "duplicate");
+    let client = json!({"appGroupName": "shop", "appName": "orders", "instanceId": "b",
+        "statisticsCycleTime": cycle + 10_000,
+        "pointInfoMap": {
+            "order.create": {"visitNum": 5, "queue": {"waiting": 2, "peak_waiting": 5,
+                "admitted": 3, "refused": 1, "wait_ns": 6_000_000, "max_wait_ns": 4_000_000}},
+            "order.list": {"visitNum": 1, "queue": {"peak_waiting": 7, "admitted": 1,
+                "wait_ns": 1_000, "max_wait_ns": 1_000}}}});
+    let r = request(
+        addr,
+        "POST",
+        "/sds/heartbeat/add",
+        Some(APP),
+        Body::Form(&format!("client={}", form_value(&client.to_string()))),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    // An older client: no queue.
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &hb("c", cycle, 2, 0));
+    assert_eq!(r.json()["result"], "stored", "{}", r.text());
+    let create = json!({"waiting": 3, "peak_waiting": 5, "admitted": 13, "timed_out": 2,
+                        "cancelled": 1, "refused": 1, "full": 4, "wait_ns": 56_000_000,
+                        "max_wait_ns": 9_000_000});
+    let list = json!({"waiting": 0, "peak_waiting": 7, "admitted": 1, "timed_out": 0,
+                      "cancelled": 0, "refused": 0, "full": 0, "wait_ns": 1_000,
+                      "max_wait_ns": 1_000});
+    let summed = json!({"waiting": 3, "peak_waiting": 7, "admitted": 14, "timed_out": 2,
+                        "cancelled": 1, "refused": 1, "full": 4, "wait_ns": 56_001_000,
+                        "max_wait_ns": 9_000_000});
+    let check = |addr: std::net::SocketAddr| {
+        let range = format!("from={cycle}&to={}", cycle + 10_000);
+        let s = get(
+            addr,
+            &format!("/api/v1/apps/shop/orders/stats?{range}"),
+            None,
+        )
+        .json();
+        let rows: Vec<_> = s["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["point"].clone(),
+                    r["visits"].clone(),
+                    r["queue"].clone(),
+                    r["instances"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                (json!("order.create"), json!(23), create.clone(), json!(3)),
+                (json!("order.list"), json!(1), list.clone(), json!(1)),
+                (json!("order.refund"), json!(4), json!(null), json!(1)),
+            ],
+            "{s}"
+        );
+        assert_eq!(
+            s["rows"][0]["downgrades_by_reason"],
+            json!({"queue_full": 4, "queue_timeout": 2}),
+            "{s}"
+        );
+        let s = get(
+            addr,
+            &format!("/api/v1/apps/shop/orders/stats?{range}&sum=points"),
+            None,
+        )
+        .json();
+        assert_eq!(s["rows"][0]["queue"], summed, "{s}");
+        let one = get(
+            addr,
+            &format!("/api/v1/apps/shop/orders/stats?{range}&point=order.refund"),
+            None,
+        )
+        .json();
+        assert_eq!(one["rows"][0]["queue"], json!(null), "{one}");
+        let points = get(addr, "/api/v1/apps/shop/orders/points", None).json();
+        let last = |name: &str| {
+            points["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == name)
+                .unwrap()["last_cycle"]
+                .clone()
+        };
+        assert_eq!(last("order.create")["queue"], create, "{points}");
+        assert_eq!(last("order.list")["queue"], list, "{points}");
+        assert_eq!(last("order.refund")["queue"], json!(null), "{points}");
+    };
+    check(addr);
+    server.stop();
+    let server = start(c);
+    check(server.addr());
+    // The next cycle of the older client only: no queue.
+    let addr = server.addr();
+    let next = cycle + 10_000;
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &hb("c", next, 2, 0));
+    assert_eq!(r.json()["result"], "stored", "{}", r.text());
+    let range = format!("from={next}&to={}", next + 10_000);
+    for sum in ["", "&sum=points"] {
+        let s = get(
+            addr,
+            &format!("/api/v1/apps/shop/orders/stats?{range}{sum}"),
+            None,
+        )
+        .json();
+        assert_eq!(s["rows"][0]["queue"], json!(null), "{s}");
+    }
+}
+
+/// A database of schema version 6 (before the concurrency queues) holding a cycle at
+/// `cycle` of shop/orders' `order.create` (7 visits): the cycle is kept, without a
+/// queue, and a new heartbeat stores its own.
+pub fn migrated_v6(storage: StorageConfig, cycle: i64) {
+    let (c, manual) = manual(storage);
+    assert_eq!(
+        cycle,
+        last_closed_cycle(now_ms(&manual)),
+        "the manual clock's last cycle"
+    );
+    let server = start(c);
+    let addr = server.addr();
+    let next = cycle + 10_000;
+    let body = json!({"app_group": "shop", "app": "orders", "instance": "new-1",
+        "cycle_start_ms": next,
+        "points": [{"name": "order.create", "visits": 2,
+                    "queue": {"peak_waiting": 1, "admitted": 1, "wait_ns": 5,
+                              "max_wait_ns": 5}}]});
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["rejected"], json!([]), "{}", r.text());
+    let s = get(
+        addr,
+        &format!(
+            "/api/v1/apps/shop/orders/stats?from={cycle}&to={}",
+            cycle + 20_000
+        ),
+        None,
+    )
+    .json();
+    let rows: Vec<_> = s["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["cycle_start_ms"].clone(),
+                r["visits"].clone(),
+                r["queue"]["admitted"].clone(),
+                r["queue"]["max_wait_ns"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            (json!(cycle), json!(7), json!(null), json!(null)),
+            (json!(next), json!(2), json!(1), json!(5)),
+        ],
+        "{s}"
+    );
+    assert!(s["rows"][0]["queue"].is_null(), "{s}");
+}

@@ -66,6 +66,8 @@ const PLAIN_FIELDS: &[&str] = &[
     "max_exceptions",
     "downgrade_percentage",
     "call_timeout",
+    "queue.max_waiting",
+    "queue.max_wait",
     "shadow",
     "exception_rate.rate",
     "exception_rate.min_visits",
@@ -152,6 +154,8 @@ fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value
         ("", _, "max_exceptions") => rng.int(0, 1000),
         ("", _, "downgrade_percentage") => rng.int(0, 99),
         ("", _, "call_timeout") => rng.millis(1, 999),
+        ("", _, "queue.max_waiting") => rng.int(1, 1_000_000),
+        ("", _, "queue.max_wait") => rng.millis(1, 999),
         ("", _, "shadow") => json!(rng.chance(50)),
         ("", _, "exception_rate.rate") => rng.hundredths(0, 100),
         ("", _, "exception_rate.min_visits") => rng.int(1, 500),
@@ -224,10 +228,11 @@ fn required(section: &str, field: &str) -> bool {
         ) | (
             "",
             "token_bucket.rate" | "token_bucket.capacity" | "delay.duration" | "retry.attempts"
-        ) | (
-            "cluster",
-            "url" | "key" | "period" | "quota" | "rate" | "burst"
-        )
+        ) | ("", "queue.max_waiting" | "queue.max_wait")
+            | (
+                "cluster",
+                "url" | "key" | "period" | "quota" | "rate" | "burst"
+            )
     )
 }
 
@@ -292,6 +297,7 @@ fn random_point(rng: &mut Rng, i: usize) -> Value {
         ("token_bucket", &["rate", "capacity"]),
         ("delay", &["duration"]),
         ("retry", &["attempts"]),
+        ("queue", &["max_waiting", "max_wait"]),
     ] {
         if p.get(section).is_some() {
             for f in needs {
@@ -302,6 +308,11 @@ fn random_point(rng: &mut Rng, i: usize) -> Value {
                 }
             }
         }
+    }
+    // A queue needs the concurrency rule.
+    if p.get("queue").is_some() && p.get("max_concurrency").is_none() {
+        let v = value_of(rng, "", "", "max_concurrency");
+        set_path(&mut p, "max_concurrency", Some(v));
     }
     match i % 3 {
         0 => {}
@@ -642,6 +653,7 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
         "window",
         "timeouts",
         "retry",
+        "queue",
         "breaker:sre",
         "breaker:classic",
         "breaker:disabled",
@@ -1270,4 +1282,143 @@ fn the_form_saves_a_retry_section_and_shows_the_runtimes_errors() {
         .unwrap()
         .remove("budget");
     assert_eq!(stored(addr), (version, want));
+}
+
+/// The queue fieldset sits right after the rules, with its two inputs and a summary;
+/// through the runtime's parser the entered fields are stored exactly, shown again
+/// after a reload, and the runtime's errors (a queue without `max_concurrency`,
+/// `max_waiting = 0`) are shown at their field and store nothing.
+#[test]
+fn the_form_saves_a_queue_and_shows_the_runtimes_errors() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let doc = json!({"points": {"order.create": {"max_visits": 5}}});
+    let mut version = put_policy(addr, 0, &doc);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.type_into("#author", "e2e");
+    browser.open_point("order.create", version);
+    let layout = browser.js(
+        "const set = document.querySelector('#policy-form fieldset[data-section=\"queue\"]'); \
+         return {legend: set.querySelector('legend').textContent, \
+                 before: set.previousElementSibling.dataset.section, \
+                 fields: [...set.querySelectorAll('[data-kind]')].map(i => \
+                     [i.dataset.field, i.dataset.kind, i.placeholder, \
+                      i.closest('.field').querySelector('.name').textContent]), \
+                 summary: document.querySelector('#queue-summary').textContent, \
+                 slots: [...set.querySelectorAll('.field-error')].map(e => e.dataset.field)};",
+    );
+    assert_eq!(
+        layout,
+        json!({"legend": "queue", "before": "Rules",
+               "fields": [["queue.max_waiting", "int", "", "max_waiting"],
+                          ["queue.max_wait", "dur", "", "max_wait"]],
+               "summary": "Stored: no queue.",
+               "slots": ["queue.max_waiting", "queue.max_wait", "queue"]})
+    );
+    let validate = |policy: Value| {
+        let r = post_json(
+            addr,
+            &format!("{POLICY}/validate"),
+            Some(ADMIN),
+            &json!({ "policy": policy }),
+        );
+        assert_eq!(r.status, 422, "{}", r.text());
+        r.json()["error"]["problems"][0].clone()
+    };
+
+    // Without max_concurrency: the runtime's error at the section, nothing stored.
+    browser.type_into("#f-queue-max_waiting", "4");
+    browser.type_into("#f-queue-max_wait", "1s");
+    browser.click("#save");
+    let msg = browser.wait(
+        "document.querySelector('.field-error[data-field=\"queue\"]').textContent",
+        "the queue's problem",
+    );
+    let problem = validate(json!({"points": {"order.create": {"max_visits": 5,
+        "queue": {"max_waiting": 4, "max_wait": "1s"}}}}));
+    assert_eq!(problem["field"], "queue", "{problem}");
+    assert_eq!(msg, problem["message"], "the runtime's own message");
+    assert!(
+        browser.text_of("#form-message").contains("not saved"),
+        "{}",
+        browser.text_of("#form-message")
+    );
+    assert_eq!(stored(addr), (version, doc.clone()));
+
+    // With it: stored exactly, one diff entry per field.
+    browser.type_into("#f-max_concurrency", "2");
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    let want = json!({"points": {"order.create": {"max_visits": 5, "max_concurrency": 2,
+        "queue": {"max_waiting": 4, "max_wait": "1s"}}}});
+    assert_eq!(stored(addr), (version, want.clone()));
+    let diff: Vec<_> = history(addr)[0]["diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["field"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        diff,
+        ["max_concurrency", "queue.max_wait", "queue.max_waiting"]
+    );
+
+    // After a reload the inputs and the summary show what is stored.
+    browser.reload();
+    browser.open_point("order.create", version);
+    for (css, text) in [
+        ("#f-max_concurrency", "2"),
+        ("#f-queue-max_waiting", "4"),
+        ("#f-queue-max_wait", "1s"),
+    ] {
+        assert_eq!(browser.text_of(css), text, "{css}");
+    }
+    assert_eq!(
+        browser.text_of("#queue-summary"),
+        "Stored: when all 2 slots are taken, up to 4 calls wait for one, each for at most 1s."
+    );
+    assert_eq!(
+        browser.js("return JSON.parse(document.querySelector('#queue-summary').dataset.queue);"),
+        json!({"max_waiting": 4, "max_wait": "1s", "max_concurrency": 2})
+    );
+    let text = browser.wait(
+        "document.querySelector('#raw-point-text').value",
+        "the point's text",
+    );
+    assert!(text.as_str().unwrap().contains("max_waiting = 4"), "{text}");
+
+    // max_waiting = 0: the runtime's error at the field, nothing stored.
+    browser.type_into("#f-queue-max_waiting", "0");
+    browser.click("#save");
+    let msg = browser.wait(
+        "document.querySelector('.field-error[data-field=\"queue.max_waiting\"]').textContent",
+        "the max_waiting problem",
+    );
+    let problem = validate(json!({"points": {"order.create": {"max_visits": 5,
+        "max_concurrency": 2, "queue": {"max_waiting": 0, "max_wait": "1s"}}}}));
+    assert_eq!(problem["field"], "queue.max_waiting", "{problem}");
+    assert_eq!(msg, problem["message"], "the runtime's own message");
+    assert_eq!(
+        browser.js(
+            "return document.querySelector('#f-queue-max_waiting').classList.contains('invalid');"
+        ),
+        json!(true)
+    );
+    assert_eq!(stored(addr), (version, want));
+    // The summary of other stored queues.
+    assert_eq!(
+        browser.js(
+            "return [queueSummary({max_concurrency: 1, queue: {max_waiting: 1, max_wait: '50ms'}}).text, \
+                     queueSummary({max_concurrency: 3}).text];"
+        ),
+        json!([
+            "Stored: when the only slot is taken, up to 1 call waits for one, each for at most 50ms.",
+            "Stored: no queue (calls beyond max_concurrency = 3 are downgraded at once)."
+        ])
+    );
 }
