@@ -214,6 +214,7 @@ mod retry {
 mod limit {
     pub(crate) mod cell;
     pub(crate) mod gcra;
+    pub(crate) mod warmup;
 
     pub(crate) use gcra::Gcra;
 }
@@ -229,6 +230,7 @@ mod models {
     mod gcra;
     mod hang;
     mod take;
+    mod warmup;
     mod window;
 
     /// A loom model with the bound every test here uses: three preemptions cover the

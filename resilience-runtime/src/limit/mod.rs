@@ -1,9 +1,11 @@
 //! The token bucket shared by the point engine and the Redis limiters' local
 //! fallback: the decision of the generic cell rate algorithm as a pure function
 //! ([`gcra`]) and the one compare-and-swap loop around it ([`cell`]).
+//! [`warmup`] is Sentinel's warm-up limit (a pure decision and its atomic cell).
 
 pub(crate) mod cell;
 pub(crate) mod gcra;
+pub(crate) mod warmup;
 
 pub(crate) use cell::GcraCell;
 pub(crate) use gcra::Gcra;
