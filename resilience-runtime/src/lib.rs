@@ -60,8 +60,8 @@ pub use point::Point;
 pub use policy::ClusterLimit;
 pub use policy::{
     AdaptiveLimit, BreakerError, BreakerPolicy, Delay, ExceptionRate, FieldError, Policy,
-    PolicyBuilder, PolicyError, QueueConfig, Timeouts, TokenBucketConfig, WindowConfig,
-    MAX_CALL_TIMEOUT, MAX_CONCURRENCY, MAX_QUEUE, MAX_WINDOW_BUCKETS,
+    PolicyBuilder, PolicyError, QueueConfig, Timeouts, TokenBucketConfig, WarmUpConfig,
+    WindowConfig, MAX_CALL_TIMEOUT, MAX_CONCURRENCY, MAX_QUEUE, MAX_WINDOW_BUCKETS,
 };
 pub use registry::{init_registry, registry, Registry, DEFAULT_MAX_UNDECLARED_POINTS};
 pub use stats::{

@@ -16,7 +16,7 @@ use std::time::Duration;
 const TOP_LEVEL: [&str; 2] = ["strict", "points"];
 
 /// The keys of a point's table, in the order the reference documents them.
-pub(crate) const POINT_FIELDS: [&str; 16] = [
+pub(crate) const POINT_FIELDS: [&str; 17] = [
     "shadow",
     "max_visits",
     "max_concurrency",
@@ -27,6 +27,7 @@ pub(crate) const POINT_FIELDS: [&str; 16] = [
     "timeouts",
     "call_timeout",
     "token_bucket",
+    "warm_up",
     "delay",
     "window",
     "adaptive",
@@ -375,6 +376,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
             "timeouts" => check_timeouts(&mut r, v, b),
             "call_timeout" => apply(b, r.duration(key, v), PolicyBuilder::call_timeout),
             "token_bucket" => check_token_bucket(&mut r, v, b),
+            "warm_up" => check_warm_up(&mut r, v, b),
             "delay" => check_delay(&mut r, v, b),
             "window" => check_window(&mut r, v, b),
             "adaptive" | "cluster" if is_off(v) => b,
@@ -527,6 +529,23 @@ fn check_token_bucket(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> Polic
     };
     match (rate, capacity) {
         (Some(rate), Some(capacity)) => b.token_bucket(rate, capacity),
+        _ => b,
+    }
+}
+
+fn check_warm_up(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuilder {
+    let Some([period, cold_factor]) = r.section("warm_up", v, ["period", "cold_factor"]) else {
+        return b;
+    };
+    let period = r
+        .required("warm_up.period", period)
+        .and_then(|v| r.duration("warm_up.period", v));
+    let cold_factor = match cold_factor {
+        Some(v) => r.number("warm_up.cold_factor", v),
+        None => Some(3.0),
+    };
+    match (period, cold_factor) {
+        (Some(p), Some(f)) => b.warm_up(p, f),
         _ => b,
     }
 }

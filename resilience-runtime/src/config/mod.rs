@@ -676,6 +676,8 @@ struct PointOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     token_bucket: Option<TokenBucketOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    warm_up: Option<WarmUpOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     delay: Option<DelayOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     window: Option<WindowOut>,
@@ -769,6 +771,12 @@ struct TokenBucketOut {
     capacity: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_wait: Option<String>,
+}
+
+#[derive(Serialize)]
+struct WarmUpOut {
+    period: String,
+    cold_factor: f64,
 }
 
 #[derive(Serialize)]
@@ -1017,6 +1025,10 @@ impl PointOut {
                 capacity: t.capacity,
                 max_wait: p.token_wait().map(text),
             }),
+            warm_up: p.warm_up().filter(|_| rules).map(|w| WarmUpOut {
+                period: text(w.period),
+                cold_factor: w.cold_factor,
+            }),
             delay: p.delay().filter(|_| rules).map(|d| DelayOut {
                 duration: text(d.duration),
                 retry_interval: d.retry_interval.map(text),
@@ -1052,6 +1064,7 @@ impl PointOut {
             && out.call_timeout.is_none()
             && out.queue.is_none()
             && out.token_bucket.is_none()
+            && out.warm_up.is_none()
             && out.delay.is_none();
         let other_written = out.shadow.is_some()
             || out.window.is_some()

@@ -51,6 +51,7 @@
 //! tokens, a lower limit).
 
 // Wired into the admission path next (issue 18 §3); until then only the tests use it.
+// The derived numbers' accessors and `stored` serve the tests and the loom models.
 #![allow(dead_code)]
 
 use crate::sync::{AtomicU64, Ordering};

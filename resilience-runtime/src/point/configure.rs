@@ -192,10 +192,14 @@ impl Point {
                 self.clock.now()
             }
         };
+        // Validated with the policy: a rate above 0 and parameters in range.
+        let warm = policy
+            .and_then(|p| p.warm_up)
+            .and_then(|w| crate::limit::warmup::WarmUp::new(tb.rate, w.period, w.cold_factor).ok());
         let slot = match buckets
             .kept
             .iter()
-            .find(|b| b.gcra == gcra && b.fine == fine)
+            .find(|b| b.gcra == gcra && b.fine == fine && b.warm.as_ref().map(|w| w.0) == warm)
         {
             Some(b) => *b,
             None => {
@@ -203,6 +207,10 @@ impl Point {
                     gcra,
                     fine,
                     cell: GcraCell::new(&gcra, gcra.scaled(time(fine))),
+                    warm: warm.map(|w| {
+                        let cell = crate::limit::warmup::WarmUpCell::new(&w, self.clock.now());
+                        (w, cell)
+                    }),
                 }));
                 buckets.kept.push(slot);
                 slot

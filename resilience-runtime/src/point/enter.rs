@@ -330,6 +330,10 @@ impl Point {
             if c.rules & R_VISITS != 0 && passes >= limits.passes {
                 break 'chain Some(Reason::Visits);
             }
+            // A warm-up refusal takes no token, and never waits.
+            if c.rules & R_TOKENS != 0 && flags & TOKEN_HELD == 0 && !self.warm_passes(c, now) {
+                break 'chain Some(Reason::TokenBucket);
+            }
             if c.rules & R_TOKENS != 0 && flags & TOKEN_HELD == 0 && !self.take_token(c, stamp) {
                 // A bucket that waits reserves the call's token if it is close enough.
                 if c.token_wait != 0 && flags & NO_WAIT == 0 && self.reserve_token(c, stamp, fine) {
@@ -753,6 +757,16 @@ impl Point {
         match c.bucket {
             Some(b) => b.cell.try_take(&b.gcra, b.gcra.scaled(stamp), 1),
             None => false,
+        }
+    }
+
+    /// The warm-up before the token bucket (if it has one) lets the call through at
+    /// `now` (timeline ns), counting it.
+    #[inline]
+    pub(super) fn warm_passes(&self, c: &Compiled, now: u64) -> bool {
+        match c.bucket.and_then(|b| b.0.warm.as_ref()) {
+            Some((w, cell)) => cell.try_pass(w, now),
+            None => true,
         }
     }
 

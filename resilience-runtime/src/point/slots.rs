@@ -123,6 +123,11 @@ pub(super) struct BucketSlot {
     /// Whether the bucket's time is in ticks (else timeline nanoseconds).
     pub(super) fine: bool,
     pub(super) cell: GcraCell,
+    /// The warm-up before the bucket, on the timeline (nanoseconds), if any.
+    pub(super) warm: Option<(
+        crate::limit::warmup::WarmUp,
+        crate::limit::warmup::WarmUpCell,
+    )>,
 }
 
 /// The token buckets of a point: the last one in use and every one it has had.
