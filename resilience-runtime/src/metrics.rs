@@ -15,7 +15,7 @@
 //! | `resilience_timeouts_total` | counter | `point` | [`Totals::timeouts`](crate::Totals::timeouts) |
 //! | `resilience_cancelled_total` | counter | `point` | [`Totals::cancelled`](crate::Totals::cancelled) |
 //! | `resilience_retry_calls_total`, `_attempts_total`, `_retries_total`, `_exhausted_total`, `_refused_by_budget_total`, `_hedges_total`, `_cancelled_total` | counter | `point` | [`RetryStats`](crate::retry::RetryStats) |
-//! | `resilience_queue_admitted_total`, `_timed_out_total`, `_cancelled_total`, `_refused_total`, `_full_total`, `resilience_queue_wait_seconds_total` | counter | `point` | [`QueueStats`](crate::QueueStats), only for points whose calls waited (or found the queue full) |
+//! | `resilience_queue_admitted_total`, `_timed_out_total`, `_cancelled_total`, `_refused_total`, `_full_total`, `_evicted_total`, `resilience_queue_wait_seconds_total` | counter | `point` | [`QueueStats`](crate::QueueStats), only for points whose calls waited (or found the queue full) |
 //! | `resilience_queue_waiting`, `resilience_queue_peak_waiting` | gauge | `point` | the same points: calls waiting now, and the most ever |
 //! | `resilience_dropped_events_total` | counter | `point` | listener events dropped, queue full |
 //! | `resilience_concurrency` | gauge | `point` | calls in flight now |
@@ -352,6 +352,7 @@ fn add_into(sum: &mut PointStats, p: &PointStats) {
         s.cancelled += q.cancelled;
         s.refused += q.refused;
         s.full += q.full;
+        s.evicted += q.evicted;
         s.wait_ns += q.wait_ns;
         s.max_wait_ns = s.max_wait_ns.max(q.max_wait_ns);
     }
@@ -536,7 +537,7 @@ fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &Rows) -> f
         per_point(encoder, name, help, Counter, points, |p| counter(value(p)))?;
     }
     type QueueSeries = (&'static str, &'static str, fn(&crate::QueueStats) -> u64);
-    let queue_series: [QueueSeries; 5] = [
+    let queue_series: [QueueSeries; 6] = [
         (
             "resilience_queue_admitted",
             "Waits in the concurrency queue that ended with a slot.",
@@ -561,6 +562,11 @@ fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &Rows) -> f
             "resilience_queue_full",
             "Calls refused because the concurrency queue was full.",
             |q| q.full,
+        ),
+        (
+            "resilience_queue_evicted",
+            "Waiters taken out of a full queue by a call of a higher priority.",
+            |q| q.evicted,
         ),
     ];
     for (name, help, value) in queue_series {

@@ -997,7 +997,7 @@ fn uploads_carry_the_queue_of_the_cycle() {
     assert_eq!(
         p["queue"],
         json!({"waiting": 0, "peak_waiting": 1, "admitted": 1, "timed_out": 0,
-               "cancelled": 0, "refused": 0, "full": 1, "wait_ns": 30_000_000u64,
+               "cancelled": 0, "refused": 0, "full": 1, "evicted": 0, "wait_ns": 30_000_000u64,
                "max_wait_ns": 30_000_000u64})
     );
     // Only the growth: a quiet next cycle carries no queue object.

@@ -229,7 +229,8 @@ impl Collector {
                 report.queue = Some(queue_growth(&now, &before, max));
             }
             let queue_busy = report.queue.is_some_and(|q| {
-                q.waiting + q.admitted + q.timed_out + q.cancelled + q.refused + q.full > 0
+                q.waiting + q.admitted + q.timed_out + q.cancelled + q.refused + q.full + q.evicted
+                    > 0
             });
             if !report.is_idle() || report.retry.calls > 0 || queue_busy {
                 if let Some(point) = registry.get(name) {
@@ -295,6 +296,7 @@ fn queue_growth(
     q.cancelled = now.cancelled.saturating_sub(before.cancelled);
     q.refused = now.refused.saturating_sub(before.refused);
     q.full = now.full.saturating_sub(before.full);
+    q.evicted = now.evicted.saturating_sub(before.evicted);
     q.wait_ns = now.wait_ns.saturating_sub(before.wait_ns);
     q.max_wait_ns = max_wait_ns;
     q
@@ -303,11 +305,13 @@ fn queue_growth(
 /// A point's queue on the wire, if it has one that did something this cycle.
 fn queue_json(p: &PointReport) -> Option<Value> {
     let q = p.queue?;
-    let busy = q.waiting + q.admitted + q.timed_out + q.cancelled + q.refused + q.full > 0;
+    let busy =
+        q.waiting + q.admitted + q.timed_out + q.cancelled + q.refused + q.full + q.evicted > 0;
     busy.then(|| {
         json!({"waiting": q.waiting, "peak_waiting": q.peak_waiting, "admitted": q.admitted,
                "timed_out": q.timed_out, "cancelled": q.cancelled, "refused": q.refused,
-               "full": q.full, "wait_ns": q.wait_ns, "max_wait_ns": q.max_wait_ns})
+               "full": q.full, "evicted": q.evicted, "wait_ns": q.wait_ns,
+               "max_wait_ns": q.max_wait_ns})
     })
 }
 
