@@ -577,3 +577,36 @@ fn sim_is_deterministic_and_validates_its_input() {
     );
     assert_eq!(run(&s, &Admission::Fixed(0)).unwrap_err().field, "capacity");
 }
+
+/// 20% critical calls at 2x capacity (deterministic): without priorities both tiers
+/// lose about half; with 30% of the gradient limit reserved, critical calls keep at
+/// least 95% goodput and the total goodput does not drop.
+#[test]
+fn sim_a_critical_reserve_keeps_critical_goodput() {
+    let s = Scenario {
+        arrival_rate: 4000.0,
+        critical_share: 0.2,
+        ..Scenario::default()
+    };
+    let with = |reserve: f64| {
+        run(
+            &s,
+            &Admission::Gradient(GradientConfig {
+                critical_reserve: reserve,
+                ..GradientConfig::default()
+            }),
+        )
+        .unwrap()
+    };
+    let (plain, reserved) = (with(0.0), with(0.3));
+    assert!(plain.critical.goodput_share() < 0.8, "{plain:?}");
+    assert!(reserved.critical.goodput_share() >= 0.95, "{reserved:?}");
+    assert!(reserved.other.goodput_share() < plain.other.goodput_share());
+    let total = |o: &resilience_runtime::adaptive::sim::Outcome| o.critical.good + o.other.good;
+    assert!(
+        total(&reserved) as f64 >= 0.95 * total(&plain) as f64,
+        "{} vs {}",
+        total(&reserved),
+        total(&plain)
+    );
+}

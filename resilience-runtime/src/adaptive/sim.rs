@@ -63,6 +63,9 @@ pub struct Scenario {
     pub cpu_beta: f64,
     /// Seed of the random arrivals and service times.
     pub seed: u64,
+    /// The share of arrivals that are [`Priority::Critical`](crate::priority::Priority)
+    /// (`0 ..= 1`; the others are `Default`); 0.
+    pub critical_share: f64,
 }
 
 impl Default for Scenario {
@@ -80,6 +83,7 @@ impl Default for Scenario {
             sla: Duration::from_millis(200),
             cpu_beta: 0.95,
             seed: 0x5eed,
+            critical_share: 0.0,
         }
     }
 }
@@ -122,6 +126,9 @@ impl Scenario {
         if !(0.0..1.0).contains(&self.cpu_beta) {
             return Err(ConfigError::new("cpu_beta", "must be in 0..1"));
         }
+        if !(0.0..=1.0).contains(&self.critical_share) {
+            return Err(ConfigError::new("critical_share", "must be in 0..=1"));
+        }
         Ok(())
     }
 }
@@ -158,6 +165,32 @@ pub struct Outcome {
     pub p99: Duration,
     /// The most calls in flight (queued or served) at once.
     pub max_in_flight: u64,
+    /// The critical calls (see [`Scenario::critical_share`]).
+    pub critical: TierOutcome,
+    /// The other calls.
+    pub other: TierOutcome,
+}
+
+/// What one tier of calls got in a run (after the warm-up).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TierOutcome {
+    /// Calls of the tier that arrived after the warm-up.
+    pub offered: u64,
+    /// Of those, calls completed within the SLA.
+    pub good: u64,
+    /// 99th percentile latency of the tier's admitted calls after the warm-up.
+    pub p99: Duration,
+}
+
+impl TierOutcome {
+    /// `good / offered`: the share of the tier's calls served within the SLA.
+    pub fn goodput_share(&self) -> f64 {
+        if self.offered == 0 {
+            1.0
+        } else {
+            self.good as f64 / self.offered as f64
+        }
+    }
 }
 
 enum Ticket<'a> {
@@ -169,6 +202,7 @@ enum Ticket<'a> {
 
 struct Call<'a> {
     arrival: u64,
+    critical: bool,
     ticket: Ticket<'a>,
 }
 
@@ -237,6 +271,9 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, Config
     // Separate streams, so that every policy meets the same arrivals.
     let mut rng = Rng(s.seed);
     let mut service_rng = Rng(s.seed ^ 0x6a09_e667_f3bc_c909);
+    let mut tier_rng = Rng(s.seed ^ 0x3c6e_f372_fe94_f82b);
+    // Per tier (critical, other): offered after the warm-up, good, latencies.
+    let mut tiers: [(u64, u64, Vec<u64>); 2] = Default::default();
     let base_ns = nanos(s.base_latency) as f64;
     let warmup_end = t0 + nanos(s.warmup);
     let end = t0 + nanos(s.duration);
@@ -299,6 +336,15 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, Config
 
         if arrival_first {
             offered += 1;
+            let critical = tier_rng.next_f64() <= s.critical_share;
+            let priority = if critical {
+                crate::priority::Priority::Critical
+            } else {
+                crate::priority::Priority::Default
+            };
+            if t >= warmup_end {
+                tiers[usize::from(!critical)].0 += 1;
+            }
             next_arrival = match arrival_gap(&mut rng, t) {
                 Some(g) => t + g,
                 None => warmup_end.max(t + 1),
@@ -312,7 +358,9 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, Config
                     l.try_acquire(t).map(Ticket::Shedder).map_err(|_| ())
                 }),
                 Admission::Gradient(_) => gradient.as_ref().map_or(Ok(Ticket::None), |l| {
-                    l.try_acquire(t).map(Ticket::Gradient).map_err(|_| ())
+                    l.try_acquire_for(t, || priority)
+                        .map(Ticket::Gradient)
+                        .map_err(|_| ())
                 }),
             };
             let Ok(ticket) = ticket else {
@@ -320,7 +368,11 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, Config
                 continue;
             };
             admitted += 1;
-            calls.push(Some(Call { arrival: t, ticket }));
+            calls.push(Some(Call {
+                arrival: t,
+                critical,
+                ticket,
+            }));
             queue.push_back(calls.len() - 1);
         } else if let Some(Reverse((_, id))) = running.pop() {
             let call = calls[id].take().expect("a running call is stored");
@@ -329,6 +381,13 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, Config
             completed += 1;
             if t >= warmup_end && latency <= sla {
                 good += 1;
+            }
+            if call.arrival >= warmup_end {
+                let tier = &mut tiers[usize::from(!call.critical)];
+                tier.2.push(latency);
+                if latency <= sla {
+                    tier.1 += 1;
+                }
             }
             match call.ticket {
                 Ticket::Shedder(p) => p.pass(t),
@@ -349,7 +408,23 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, Config
     // Unfinished calls count with their age at the end.
     for call in calls.iter().flatten() {
         latencies.push(end - call.arrival);
+        if call.arrival >= warmup_end {
+            tiers[usize::from(!call.critical)]
+                .2
+                .push(end - call.arrival);
+        }
     }
+    let tier = |(offered, good, mut l): (u64, u64, Vec<u64>)| {
+        l.sort_unstable();
+        let p99 = if l.is_empty() {
+            Duration::ZERO
+        } else {
+            let i = ((l.len() as f64 * 0.99).ceil() as usize).clamp(1, l.len()) - 1;
+            Duration::from_nanos(l[i])
+        };
+        TierOutcome { offered, good, p99 }
+    };
+    let [critical, other] = tiers.map(tier);
     latencies.sort_unstable();
     let pct = |q: f64| -> Duration {
         if latencies.is_empty() {
@@ -367,5 +442,7 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, Config
         p50: pct(0.50),
         p99: pct(0.99),
         max_in_flight,
+        critical,
+        other,
     })
 }
