@@ -188,6 +188,21 @@ use proc_macro::TokenStream;
 /// async fn suggestions(query: &str) -> Vec<String> { /* ... */ }
 /// ```
 ///
+/// ## `priority`
+///
+/// The call's `resilience_runtime::priority::Priority`, an expression over the
+/// arguments (evaluated once per call, before its entry). It is set for the
+/// entry only (a wait in the point's queue keeps it; the body does not see it):
+/// under overload the queue serves higher tiers first and evicts lower ones, the
+/// gradient limit keeps its `critical_reserve` for critical calls, and the SRE
+/// breaker drops the lowest tier first. A value of another type is a type error
+/// at the expression.
+///
+/// ```ignore
+/// #[downgrade(priority = if user.is_paying() { Priority::Critical } else { Priority::Default })]
+/// async fn checkout(user: &User, cart: Cart) -> Result<Order, Error> { /* ... */ }
+/// ```
+///
 /// ## `crate`
 ///
 /// The path to the runtime crate, as a string, for when it is renamed in
