@@ -1,6 +1,7 @@
 //! Concurrency: `max_concurrency(n)` never has more than `n` calls in flight (the
 //! callers' own count and `peak_concurrency`): plain, while the policy is swapped, and
-//! with a delay rule whose probes arrive while the limit is still full. Through
+//! with a delay rule whose probes arrive while the limit is still full, and with a
+//! queue whose waiters take the freed slots while the policy is swapped. Through
 //! `enter`/`finish`, a sync `#[downgrade]` fn and an `async fn` with `#[downgrade]`.
 //!
 //! With a classic breaker offering more half-open probes than the limit has slots
@@ -38,6 +39,9 @@ enum ConcMode {
     /// `max_concurrency(n).delay(1 s, Some(10 ms))`: a trip starts a delay whose probes
     /// come every 10 ms, while the callers that filled the limit still hold it.
     Delay,
+    /// `max_concurrency(n).queue(16, 20 ms)`: a call finding every slot taken waits
+    /// for one (parked), swapped with the same plus `max_visits(u64::MAX / 2)`.
+    Queue,
 }
 
 /// `max_concurrency(n)`: at most `n` calls in flight, as the callers count them and as
@@ -63,6 +67,15 @@ fn concurrency_case(
             format!("max_concurrency({n})"),
             Load::calls(threads, BRIEF),
         ),
+        ConcMode::Queue => {
+            let queued = plain.queue(16, Duration::from_millis(20));
+            (
+                queued.clone().build().unwrap(),
+                queued.max_visits(u64::MAX / 2).build().unwrap(),
+                format!("max_concurrency({n}).queue(16, 20ms)"),
+                Load::calls(threads, BRIEF),
+            )
+        }
         ConcMode::Delay => {
             let p = plain
                 .delay(Duration::from_secs(1), Some(RETRY))
@@ -76,7 +89,7 @@ fn concurrency_case(
             )
         }
     };
-    let swap = mode == ConcMode::Swap;
+    let swap = matches!(mode, ConcMode::Swap | ConcMode::Queue);
     let case = Case::new(rule, shape, threads, swap);
     reg.set_policy(name, policy.clone()).unwrap();
     let p = reg.point(name).unwrap();
@@ -92,7 +105,22 @@ fn concurrency_case(
     );
     let s = p.stats();
     check_books(v, &case, &s, &seen);
-    check_reasons(v, &case, &s, &[Reason::Concurrency, Reason::Delay]);
+    check_reasons(
+        v,
+        &case,
+        &s,
+        &[
+            Reason::Concurrency,
+            Reason::Delay,
+            Reason::QueueFull,
+            Reason::QueueTimeout,
+        ],
+    );
+    if let Some(q) = s.queue {
+        v.check(q.waiting == 0, || {
+            format!("{case}: {} calls still waiting after the run", q.waiting)
+        });
+    }
     v.check(seen.max_inflight() <= u64::from(n), || {
         format!(
             "{case}: the callers saw {} calls in flight at once, at most {n} may be",
@@ -151,6 +179,11 @@ fn concurrency_is_never_exceeded_while_the_policy_is_swapped() {
 #[test]
 fn concurrency_is_never_exceeded_by_delay_probes() {
     concurrency_enter(ConcMode::Delay);
+}
+
+#[test]
+fn concurrency_is_never_exceeded_by_queue_waiters_while_the_policy_is_swapped() {
+    concurrency_enter(ConcMode::Queue);
 }
 
 type MacroTable<F> = [(&'static [(F, &'static str); 6], u32, ConcMode); 6];

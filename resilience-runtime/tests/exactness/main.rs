@@ -11,8 +11,9 @@
 //!   another thread keeps swapping the policy between two forms that share the window;
 //! * concurrency ([`concurrency`]): `max_concurrency(n)` never has more than `n` calls
 //!   in flight (the callers' own count and `peak_concurrency`): plain, while the policy
-//!   is swapped, and with a delay rule whose probes arrive while the limit is still
-//!   full;
+//!   is swapped, with a delay rule whose probes arrive while the limit is still
+//!   full, and with a queue (`queue(16, 20ms)`) whose waiters take freed slots while
+//!   the policy is swapped (nobody left waiting afterwards);
 //! * concurrency and a half-open classic breaker ([`concurrency`]):
 //!   `max_concurrency(2)` with 5 half-open probes, `T` calls racing for them and
 //!   holding their permits: at most 2 in flight, exactly `min(2, T)` admitted, every
