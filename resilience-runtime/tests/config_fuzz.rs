@@ -9,7 +9,10 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, FileFailurePersistence};
-use resilience_runtime::config::{Format, PointConfig, PolicyFile, INLINE_SOURCE};
+#[cfg(feature = "redis")]
+use resilience_runtime::config::INLINE_SOURCE;
+use resilience_runtime::config::{Format, PointConfig, PolicyFile};
+#[cfg(feature = "redis")]
 use resilience_runtime::layers::Source;
 use resilience_runtime::retry::RetryPolicy;
 use resilience_runtime::{BreakerPolicy, Clock, Policy, Registry};
