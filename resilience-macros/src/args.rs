@@ -36,6 +36,18 @@ pub(crate) mod kw {
     syn::custom_keyword!(priority);
 }
 
+/// Every argument name, for "did you mean".
+const ARGS: [&str; 8] = [
+    "point",
+    "fallback",
+    "fallback_with_reason",
+    "default",
+    "is_exception",
+    "timeout",
+    "priority",
+    "crate",
+];
+
 /// Every argument name, in the order diagnostics list them.
 const EXPECTED: &str = "`point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, \
                         `timeout`, `priority`, `crate`";
@@ -208,9 +220,14 @@ impl Args {
         } else if input.peek(Ident::peek_any) {
             // Any identifier, keywords included, so `type = ..` gets the same message.
             let ident = input.call(Ident::parse_any)?;
+            let name = ident.to_string();
+            let hint = match did_you_mean(&name, &ARGS) {
+                Some(close) => format!("; did you mean `{close}`?"),
+                None => String::new(),
+            };
             Err(syn::Error::new(
                 ident.span(),
-                format!("unknown argument `{ident}`, expected one of {EXPECTED}"),
+                format!("unknown argument `{name}`, expected one of {EXPECTED}{hint}"),
             ))
         } else {
             Err(input.error(format!("expected one of {EXPECTED}")))
@@ -1103,7 +1120,7 @@ mod tests {
         let (args, errors) = parse(quote!(fallbak = f, point = "p"));
         assert_eq!(
             errors,
-            ["unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`"]
+            ["unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`; did you mean `fallback`?"]
         );
         // Parsing went on after the bad argument.
         assert_eq!(args.point.unwrap().value.value(), "p");
@@ -1173,7 +1190,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`",
+                "unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`; did you mean `fallback`?",
                 "`point` must not be empty or only whitespace",
                 "duplicate argument `point`",
             ]

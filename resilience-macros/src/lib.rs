@@ -224,7 +224,7 @@ use proc_macro::TokenStream;
 /// with a body, or on a `const fn`, an `extern` fn or a variadic fn.
 ///
 /// ```text
-/// error: unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`
+/// error: unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`; did you mean `fallback`?
 ///  --> src/orders.rs:3:13
 ///   |
 /// 3 | #[downgrade(fallbak = cached)]
