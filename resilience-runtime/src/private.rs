@@ -98,6 +98,9 @@ pub trait DowngradeReturn {
     fn from_downgraded(d: Downgraded) -> Self;
 }
 
+// Not recommended: an `E` without `From<Downgraded>` then gets this crate's message
+// (`on_unimplemented` above) instead of rustc's list of the `From` impls `E` has.
+#[diagnostic::do_not_recommend]
 impl<T, E: From<Downgraded>> DowngradeReturn for Result<T, E> {
     #[inline]
     fn from_downgraded(d: Downgraded) -> Self {
