@@ -391,9 +391,23 @@ fn per_point<M: EncodeMetric>(
     points: &Rows,
     value: impl Fn(&PointStats) -> M,
 ) -> fmt::Result {
+    per_point_with(encoder, name, help, metric_type, points, |p| Some(value(p)))
+}
+
+/// [`per_point`] for the points `value` gives a value for (the others have no series).
+fn per_point_with<M: EncodeMetric>(
+    encoder: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    metric_type: MetricType,
+    points: &Rows,
+    value: impl Fn(&PointStats) -> Option<M>,
+) -> fmt::Result {
     let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
     for (p, omitted, point) in points.each() {
-        value(p).encode(family.encode_family(&labels(omitted, point))?)?;
+        if let Some(v) = value(p) {
+            v.encode(family.encode_family(&labels(omitted, point))?)?;
+        }
     }
     Ok(())
 }
@@ -408,13 +422,9 @@ fn per_queue<M: EncodeMetric>(
     points: &Rows,
     value: impl Fn(&crate::QueueStats) -> M,
 ) -> fmt::Result {
-    let mut family = encoder.encode_descriptor(name, help, None, metric_type)?;
-    for (p, omitted, point) in points.each() {
-        if let Some(q) = &p.queue {
-            value(q).encode(family.encode_family(&labels(omitted, point))?)?;
-        }
-    }
-    Ok(())
+    per_point_with(encoder, name, help, metric_type, points, |p| {
+        p.queue.as_ref().map(&value)
+    })
 }
 
 /// One metric family with a value per point and reason (labels: `point`, `reason`).
