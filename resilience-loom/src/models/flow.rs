@@ -157,3 +157,62 @@ fn both_limits_at_once() {
         assert_eq!(flow.inflight(), 0);
     });
 }
+
+/// A call frees the only slot while another starts waiting for it (the concurrency
+/// queue): either the releaser sees the waiter (and wakes it) or the waiter's next
+/// look sees the free slot, in every interleaving; never neither.
+#[test]
+fn a_release_and_a_new_waiter_never_miss_each_other() {
+    check(|| {
+        let flow = Arc::new(Flow::new());
+        let limits = Limits {
+            from: 0,
+            passes: NO_LIMIT,
+            inflight: 1,
+        };
+        let held = flow.admit(limits).unwrap();
+        let releaser = {
+            let flow = flow.clone();
+            thread::spawn(move || flow.release(held.slot))
+        };
+        flow.wait_begin();
+        let (_, inflight) = flow.peek(0);
+        let saw_free = inflight == 0;
+        let saw_waiter = releaser.join().unwrap();
+        assert!(saw_free || saw_waiter, "a freed slot went unnoticed");
+        flow.wait_end();
+    });
+}
+
+/// Two waiters and one release: the release sees a waiter, or both waiters see the
+/// free slot.
+#[test]
+fn a_release_reaches_one_of_two_waiters() {
+    check(|| {
+        let flow = Arc::new(Flow::new());
+        let limits = Limits {
+            from: 0,
+            passes: NO_LIMIT,
+            inflight: 1,
+        };
+        let held = flow.admit(limits).unwrap();
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let flow = flow.clone();
+                thread::spawn(move || {
+                    flow.wait_begin();
+                    flow.peek(0).1 == 0
+                })
+            })
+            .collect();
+        let saw_waiter = flow.release(held.slot);
+        let saw_free = waiters
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .collect::<Vec<_>>();
+        assert!(
+            saw_waiter || saw_free.iter().all(|f| *f),
+            "a waiter missed the slot and the release missed the waiter"
+        );
+    });
+}

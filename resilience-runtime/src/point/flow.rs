@@ -215,31 +215,35 @@ impl Flow {
         match slot {
             Slot::None => return false,
             Slot::Word => {
-                self.word.fetch_sub(1, Ordering::SeqCst);
+                self.word.fetch_sub(1, Ordering::AcqRel);
             }
             Slot::Spill => {
-                self.spill.fetch_sub(1, Ordering::SeqCst);
+                self.spill.fetch_sub(1, Ordering::AcqRel);
             }
         }
-        self.waiting.load(Ordering::SeqCst) != 0
+        self.waiting.load(Ordering::Relaxed) != 0
     }
 
     /// A call starts waiting for a slot. After this, either the waiter's next look at
-    /// the word sees every slot released before, or the releaser sees the waiter: the
-    /// release is a sequentially consistent read-modify-write followed by a
-    /// sequentially consistent load of `waiting`, and this increment is followed by a
-    /// sequentially consistent fence, so (in the single total order of those
-    /// operations) a releaser that missed the increment released before the fence,
-    /// and the waiter's later loads see its release. No slot freed while a call waits
-    /// goes unnoticed by both.
+    /// the word sees every slot released before, or the releaser sees the waiter.
+    ///
+    /// The waiter counts itself, then makes a read-modify-write of the word (and of
+    /// the spill counter) that changes nothing; a release is a read-modify-write of
+    /// the same word. Read-modify-writes of one word are totally ordered: if the
+    /// release comes first, the waiter's reads the released word, and its later loads
+    /// see at least that; if the waiter's comes first, the release reads what it wrote
+    /// (acquire from release), so the count the waiter made before is visible to the
+    /// releaser's load of `waiting`. Either way no slot freed while a call waits goes
+    /// unnoticed by both (loom model `models/flow.rs`).
     pub(crate) fn wait_begin(&self) {
-        self.waiting.fetch_add(1, Ordering::SeqCst);
-        crate::sync::atomic::fence(Ordering::SeqCst);
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        self.word.fetch_add(0, Ordering::AcqRel);
+        self.spill.fetch_add(0, Ordering::AcqRel);
     }
 
     /// A waiting call stopped waiting (admitted, refused, timed out or cancelled).
     pub(crate) fn wait_end(&self) {
-        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Calls waiting now.
