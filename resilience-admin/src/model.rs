@@ -195,6 +195,10 @@ pub struct QueueCounts {
     /// Calls refused at once because the queue was full (downgraded as
     /// `queue_full`).
     pub full: u64,
+    /// Waiters taken out of a full queue by a call of a higher priority (0 from
+    /// older clients).
+    #[serde(default)]
+    pub evicted: u64,
     /// The total time waited by the waits that ended in the cycle, in nanoseconds.
     pub wait_ns: u64,
     /// The longest wait that ended in the cycle, in nanoseconds.
@@ -203,8 +207,9 @@ pub struct QueueCounts {
 
 impl QueueCounts {
     /// The counters in the order the stores keep them: waiting, peak waiting,
-    /// admitted, timed out, cancelled, refused, full, wait ns, max wait ns.
-    pub fn to_array(&self) -> [u64; 9] {
+    /// admitted, timed out, cancelled, refused, full, wait ns, max wait ns, evicted
+    /// (the last added by schema version 8).
+    pub fn to_array(&self) -> [u64; 10] {
         [
             self.waiting,
             self.peak_waiting,
@@ -215,12 +220,13 @@ impl QueueCounts {
             self.full,
             self.wait_ns,
             self.max_wait_ns,
+            self.evicted,
         ]
     }
 
     /// The counters back from [`to_array`](QueueCounts::to_array)'s order.
     pub fn from_array(
-        [waiting, peak_waiting, admitted, timed_out, cancelled, refused, full, wait_ns, max_wait_ns]: [u64; 9],
+        [waiting, peak_waiting, admitted, timed_out, cancelled, refused, full, wait_ns, max_wait_ns, evicted]: [u64; 10],
     ) -> QueueCounts {
         QueueCounts {
             waiting,
@@ -230,6 +236,7 @@ impl QueueCounts {
             cancelled,
             refused,
             full,
+            evicted,
             wait_ns,
             max_wait_ns,
         }
@@ -254,9 +261,10 @@ impl QueueCounts {
         *self = QueueCounts::from_array(a);
     }
 
-    /// Waits that ended in the cycle (admitted, timed out, cancelled or refused).
+    /// Waits that ended in the cycle (admitted, timed out, cancelled, refused or
+    /// evicted).
     pub fn ended(&self) -> u64 {
-        self.admitted + self.timed_out + self.cancelled + self.refused
+        self.admitted + self.timed_out + self.cancelled + self.refused + self.evicted
     }
 }
 

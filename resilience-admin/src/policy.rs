@@ -522,6 +522,58 @@ mod tests {
         );
     }
 
+    /// The token bucket's wait, the warm-up and the gradient's critical reserve are
+    /// stored as the runtime writes them, diffed field by field and validated with
+    /// their field names (`warm_up` itself without a token bucket).
+    #[test]
+    fn token_waits_warm_ups_and_critical_reserves_have_their_field_names() {
+        let point = json!({"token_bucket": {"rate": 2.5, "capacity": 1, "max_wait": "200ms"},
+                           "warm_up": {"period": "10s", "cold_factor": 4.5},
+                           "adaptive": {"algorithm": "gradient", "critical_reserve": 0.25}});
+        let doc = Document::from_json(&json!({"points": {"a": point}})).unwrap();
+        assert_eq!(doc.json["points"]["a"], point);
+        let mut newer = point.clone();
+        newer["warm_up"]["cold_factor"] = json!(6);
+        newer["adaptive"]["critical_reserve"] = json!(0.5);
+        let newer = Document::from_json(&json!({"points": {"a": newer}})).unwrap();
+        let d = diff(&doc.json, &newer.json);
+        let mut changed: Vec<_> = d.iter().map(|e| e.field.clone().unwrap()).collect();
+        changed.sort();
+        assert_eq!(
+            changed,
+            ["adaptive.critical_reserve", "warm_up.cold_factor"]
+        );
+        let fields = |point: Value| -> Vec<Option<String>> {
+            Document::from_json(&json!({"points": {"a": point}}))
+                .unwrap_err()
+                .iter()
+                .map(|p| p.field.clone())
+                .collect()
+        };
+        let bucket = json!({"rate": 5, "capacity": 1});
+        for (point, field) in [
+            (json!({"warm_up": {"period": "10s"}}), "warm_up"),
+            (
+                json!({"token_bucket": {"rate": 5, "capacity": 1, "max_wait": "2h"}}),
+                "token_bucket.max_wait",
+            ),
+            (
+                json!({"token_bucket": bucket, "warm_up": {"period": "500ms"}}),
+                "warm_up.period",
+            ),
+            (
+                json!({"token_bucket": bucket, "warm_up": {"period": "1s", "cold_factor": 1}}),
+                "warm_up.cold_factor",
+            ),
+            (
+                json!({"adaptive": {"algorithm": "gradient", "critical_reserve": 1}}),
+                "adaptive.critical_reserve",
+            ),
+        ] {
+            assert_eq!(fields(point.clone()), [Some(field.to_owned())], "{point}");
+        }
+    }
+
     #[test]
     fn sds_view_uses_minus_one_for_unset_rules() {
         let doc = Document::from_json(&json!({

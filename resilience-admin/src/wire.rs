@@ -856,7 +856,7 @@ fn read_retry(p: &mut Reader<'_, '_>, key: &str) -> Option<RetryCounts> {
 }
 
 /// The fields of a queue report, in the order of [`QueueCounts::to_array`].
-const QUEUE_FIELDS: [&str; 9] = [
+const QUEUE_FIELDS: [&str; 10] = [
     "waiting",
     "peak_waiting",
     "admitted",
@@ -866,6 +866,7 @@ const QUEUE_FIELDS: [&str; 9] = [
     "full",
     "wait_ns",
     "max_wait_ns",
+    "evicted",
 ];
 
 /// A point's concurrency queue (`queue`: an object of [`QUEUE_FIELDS`], each a count
@@ -891,7 +892,7 @@ fn read_queue(p: &mut Reader<'_, '_>, key: &str) -> Option<Option<QueueCounts>> 
         return None;
     }
     let mut r = p.child(key, v)?;
-    let mut out = [0; 9];
+    let mut out = [0; 10];
     let mut ok = true;
     for (i, name) in QUEUE_FIELDS.iter().enumerate() {
         match r.count(name) {
@@ -2109,7 +2110,8 @@ mod tests {
     #[test]
     fn queue_figures_are_read_in_both_protocols() {
         let queue = json!({"waiting": 2, "peak_waiting": 4, "admitted": 30, "timed_out": 3,
-                           "cancelled": 1, "refused": 1, "full": 5, "wait_ns": 96_000_000,
+                           "cancelled": 1, "refused": 1, "full": 5, "evicted": 2,
+                           "wait_ns": 96_000_000,
                            "max_wait_ns": 9_000_000, "a_later_figure": 7});
         let json_hb = json_heartbeat(
             &with(json!({"points": [
@@ -2142,6 +2144,7 @@ mod tests {
             cancelled: 1,
             refused: 1,
             full: 5,
+            evicted: 2,
             wait_ns: 96_000_000,
             max_wait_ns: 9_000_000,
         };
@@ -2160,7 +2163,7 @@ mod tests {
         }
         let names: Vec<_> = sds_hb.points.iter().map(|p| p.point.as_str()).collect();
         assert_eq!(names, ["none", "part", "q", "waiting"]);
-        assert_eq!(full.ended(), 35);
+        assert_eq!(full.ended(), 37);
         let mut sum = full;
         sum.merge(&QueueCounts {
             waiting: 1,
@@ -2168,6 +2171,7 @@ mod tests {
             admitted: 1,
             max_wait_ns: 1,
             wait_ns: 1,
+            evicted: 3,
             ..QueueCounts::default()
         });
         assert_eq!(
@@ -2176,9 +2180,10 @@ mod tests {
                 sum.peak_waiting,
                 sum.admitted,
                 sum.wait_ns,
-                sum.max_wait_ns
+                sum.max_wait_ns,
+                sum.evicted
             ),
-            (3, 9, 31, 96_000_001, 9_000_000)
+            (3, 9, 31, 96_000_001, 9_000_000, 5)
         );
     }
 
@@ -2190,7 +2195,7 @@ mod tests {
                                                      "wait_ns": MAX_COUNT + 1}},
                 {"name": "b", "visits": 1, "queue": [1, 2]},
                 {"name": "c", "visits": 1, "queue": {"admitted": 1.5, "max_wait_ns": true,
-                                                     "full": {}}},
+                                                     "full": {}, "evicted": -2}},
                 {"name": "d", "visits": 1, "queue": 3}]})),
             &ctx(),
         )
@@ -2205,6 +2210,7 @@ mod tests {
                 "points[2].queue.admitted",
                 "points[2].queue.full",
                 "points[2].queue.max_wait_ns",
+                "points[2].queue.evicted",
                 "points[3].queue",
             ],
             "{errors:?}"

@@ -147,7 +147,7 @@ fn a_version_1_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 7);
+    assert_eq!(v, 8);
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn a_version_2_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 7);
+    assert_eq!(v, 8);
 }
 
 /// A database of schema version 4 (before the seconds' call durations: this
@@ -206,7 +206,7 @@ fn a_version_4_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 7);
+    assert_eq!(v, 8);
 }
 
 #[test]
@@ -240,7 +240,7 @@ fn a_version_5_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 7);
+    assert_eq!(v, 8);
 }
 
 #[test]
@@ -263,7 +263,8 @@ fn a_version_6_database_is_migrated() {
              DROP COLUMN queue_peak_waiting, DROP COLUMN queue_admitted,
              DROP COLUMN queue_timed_out, DROP COLUMN queue_cancelled,
              DROP COLUMN queue_refused, DROP COLUMN queue_full,
-             DROP COLUMN queue_wait_ns, DROP COLUMN queue_max_wait_ns;
+             DROP COLUMN queue_wait_ns, DROP COLUMN queue_max_wait_ns,
+             DROP COLUMN queue_evicted;
          UPDATE ra_schema SET version = 6;
          INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
          INSERT INTO ra_cycle_stats
@@ -276,7 +277,7 @@ fn a_version_6_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 7);
+    assert_eq!(v, 8);
 }
 
 #[test]
@@ -290,4 +291,31 @@ fn postgres_control_characters_are_refused() {
 fn postgres_point_list_of_ten_thousand_points() {
     let db = Database::create();
     scenarios::points_list_of_ten_thousand(StorageConfig::Postgres(db.url()), "PostgreSQL");
+}
+
+/// A database of schema version 7 (before the queues' evicted waiters: this version's
+/// schema without them) opens: its cycles keep their queues, with none evicted, and
+/// new heartbeats store theirs.
+#[test]
+fn a_version_7_database_is_migrated() {
+    let db = Database::create();
+    drop(resilience_admin::store::PostgresStore::connect(&db.url()).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let mut c = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "ALTER TABLE ra_cycle_stats DROP COLUMN queue_evicted;
+         UPDATE ra_schema SET version = 7;
+         INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
+         INSERT INTO ra_cycle_stats
+             SELECT id, 'order.create', {cycle}, 7, 7, 0, 0, 0, 1, 1, 0,
+                    0, 0, 0, 0, 0, 0, 0, 0,
+                    1, 0, 2, 4, 0, 0, 0, 0, 8, 3 FROM ra_apps;"
+    ))
+    .unwrap();
+    scenarios::migrated_v7(StorageConfig::Postgres(db.url()), cycle);
+    let v: i32 = c
+        .query_one("SELECT MAX(version) FROM ra_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 8);
 }

@@ -10,21 +10,29 @@ fn file(dir: &TempDir) -> StorageConfig {
     StorageConfig::Sqlite(dir.path().join("admin.db"))
 }
 
+/// Takes a file of this version back to schema version 7: without the queues'
+/// evicted waiters.
+fn without_v8() -> String {
+    drop_columns(&["queue_evicted"])
+}
+
 /// Takes a file of this version back to schema version 6: without the cycles'
 /// queues.
 fn without_v7() -> String {
-    drop_columns(&[
-        "queue_reports",
-        "queue_waiting",
-        "queue_peak_waiting",
-        "queue_admitted",
-        "queue_timed_out",
-        "queue_cancelled",
-        "queue_refused",
-        "queue_full",
-        "queue_wait_ns",
-        "queue_max_wait_ns",
-    ])
+    without_v8()
+        + "\n"
+        + &drop_columns(&[
+            "queue_reports",
+            "queue_waiting",
+            "queue_peak_waiting",
+            "queue_admitted",
+            "queue_timed_out",
+            "queue_cancelled",
+            "queue_refused",
+            "queue_full",
+            "queue_wait_ns",
+            "queue_max_wait_ns",
+        ])
 }
 
 /// Takes a file of this version back to schema version 5: without the cycles'
@@ -121,7 +129,7 @@ fn a_version_1_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 7);
+    assert_eq!(v, 8);
 }
 
 #[test]
@@ -156,7 +164,7 @@ fn a_version_2_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 7);
+    assert_eq!(v, 8);
 }
 
 /// A file of schema version 4 (before the seconds' call durations: this version's
@@ -187,7 +195,7 @@ fn a_version_4_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 7);
+    assert_eq!(v, 8);
 }
 
 #[test]
@@ -220,7 +228,7 @@ fn a_version_5_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 7);
+    assert_eq!(v, 8);
 }
 
 #[test]
@@ -254,5 +262,34 @@ fn a_version_6_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 7);
+    assert_eq!(v, 8);
+}
+
+/// A file of schema version 7 (before the queues' evicted waiters: this version's file
+/// without them) opens: its cycles keep their queues, with none evicted, and new
+/// heartbeats store theirs.
+#[test]
+fn a_version_7_file_is_migrated() {
+    let dir = TempDir::new("migrate7");
+    let path = dir.path().join("admin.db");
+    drop(resilience_admin::store::SqliteStore::open(&path).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&format!(
+        "{}
+         INSERT INTO apps VALUES (1, 'shop', 'orders', 5);
+         INSERT INTO cycle_stats
+             VALUES (1, 'order.create', {cycle}, 7, 7, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                     1, 0, 2, 4, 0, 0, 0, 0, 8, 3);
+         PRAGMA user_version = 7;",
+        without_v8()
+    ))
+    .unwrap();
+    drop(conn);
+    scenarios::migrated_v7(file(&dir), cycle);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 8);
 }

@@ -209,7 +209,7 @@ function drawRetries(points) {
 }
 
 // The queue's figures, as the API names them, each its cell's class (`q-` + name).
-const QUEUE_COUNTERS = ["waiting", "peak_waiting", "admitted", "timed_out", "cancelled", "refused", "full"];
+const QUEUE_COUNTERS = ["waiting", "peak_waiting", "admitted", "timed_out", "cancelled", "refused", "full", "evicted"];
 
 // A wait in ns, as ms.
 function waitText(ns) {
@@ -218,7 +218,7 @@ function waitText(ns) {
 
 // The queues table: a row per point whose latest cycle (not idle) had queue figures
 // (from any instance); the mean wait is that of the waits that ended in the cycle
-// (admitted, timed out, cancelled or refused), the max the longest of them.
+// (admitted, timed out, cancelled, refused or evicted), the max the longest of them.
 // Clicking a row selects the point.
 function drawQueues(points) {
   const body = $("#queues tbody");
@@ -229,7 +229,7 @@ function drawQueues(points) {
     const q = c.queue;
     const cells = [el("td", { text: p.name })];
     for (const k of QUEUE_COUNTERS) cells.push(el("td", { class: "q-" + k, text: String(q[k] || 0) }));
-    const ended = (q.admitted || 0) + (q.timed_out || 0) + (q.cancelled || 0) + (q.refused || 0);
+    const ended = (q.admitted || 0) + (q.timed_out || 0) + (q.cancelled || 0) + (q.refused || 0) + (q.evicted || 0);
     const mean = ended > 0 ? Math.floor((q.wait_ns || 0) / ended) : null;
     cells.push(el("td", { class: "q-mean_wait", "data-ns": mean === null ? "" : String(mean), text: mean === null ? "-" : waitText(mean) }));
     const max = q.max_wait_ns || 0;

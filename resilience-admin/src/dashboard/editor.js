@@ -41,7 +41,23 @@ const FORM_SECTIONS = [
   { legend: "shadow", hint: "dry run: rules are counted, calls never downgraded", fields: [["shadow", "bool3"]] },
   { legend: "exception_rate", fields: [["exception_rate.rate", "num"], ["exception_rate.min_visits", "int", "0"]] },
   { legend: "timeouts", fields: [["timeouts.threshold", "dur"], ["timeouts.max_count", "int"]] },
-  { legend: "token_bucket", fields: [["token_bucket.rate", "num"], ["token_bucket.capacity", "int"]] },
+  {
+    legend: "token_bucket",
+    hint: "rate tokens a second, at most capacity saved up; with max_wait a call finding no token waits for the next one if it is due within max_wait (capacity = 1: pacing, calls spaced 1/rate apart)",
+    fields: [
+      ["token_bucket.rate", "num"],
+      ["token_bucket.capacity", "int"],
+      ["token_bucket.max_wait", "dur"],
+    ],
+  },
+  {
+    legend: "warm_up",
+    hint: "with token_bucket: a cold point admits rate / cold_factor calls a second at first, climbing to rate over about period of sustained traffic",
+    fields: [
+      ["warm_up.period", "dur"],
+      ["warm_up.cold_factor", "num", "3"],
+    ],
+  },
   { legend: "delay", fields: [["delay.duration", "dur"], ["delay.retry_interval", "dur"]] },
   { legend: "window", fields: [["window.buckets", "int", "10"], ["window.bucket_width", "dur", "1s"]] },
   {
@@ -121,6 +137,7 @@ const ALGORITHM_SECTIONS = [
         ["long_window", "int", "600"],
         ["sample_window", "dur", "100ms"],
         ["min_samples", "int", "10"],
+        ["critical_reserve", "num", "0"],
       ],
       shedder: [
         ["window", "dur", "5s"],
@@ -198,6 +215,8 @@ function buildForm() {
     }
     if (section === "retry") set.append(el("p", { class: "hint retry-summary", id: "retry-summary" }));
     if (section === "queue") set.append(el("p", { class: "hint queue-summary", id: "queue-summary" }));
+    if (section === "token_bucket") set.append(el("p", { class: "hint token-bucket-summary", id: "token-bucket-summary" }));
+    if (section === "warm_up") set.append(el("p", { class: "hint warm-up-summary", id: "warm-up-summary" }));
     if (section) set.append(el("div", { class: "field-error", "data-field": section }));
     box.append(set);
   }
@@ -303,6 +322,7 @@ function fillForm() {
   for (const s of ALGORITHM_SECTIONS) showAlgorithm(s.section);
   showRetrySummary(settings);
   showQueueSummary(settings);
+  showTokenSummaries(settings);
   $("#form-state").textContent = name === null ? "" : settings ? "" : "This point has no policy in the console yet.";
   $("#save").disabled = name === null;
   $("#remove").disabled = name === null || !settings;
@@ -371,6 +391,52 @@ function showQueueSummary(settings) {
   slot.dataset.queue = s.values === null ? "" : JSON.stringify(s.values);
 }
 
+// What the stored token bucket of the point does, its wait (pacing with capacity 1)
+// included. The data attribute holds the stored section.
+function tokenBucketSummary(settings) {
+  const b = settings && settings.token_bucket;
+  if (!b || typeof b !== "object") return { text: "Stored: no token bucket.", values: null };
+  let text;
+  if (b.max_wait !== undefined && Number(b.capacity) === 1) {
+    text = "Stored: pacing, calls spaced 1/" + b.rate + " s apart; a call waits for its turn if it is due within " + b.max_wait + ".";
+  } else {
+    text = "Stored: " + b.rate + " tokens a second, at most " + b.capacity + " saved up; ";
+    text += b.max_wait === undefined ? "a call finding no token is downgraded at once." : "a call finding no token waits for the next one if it is due within " + b.max_wait + ".";
+  }
+  const values = { rate: b.rate, capacity: b.capacity, max_wait: b.max_wait === undefined ? null : b.max_wait };
+  return { text, values };
+}
+
+// What the stored warm-up of the point does (cold_factor's default is the runtime's).
+// The data attribute holds the effective values.
+function warmUpSummary(settings) {
+  const w = settings && settings.warm_up;
+  if (!w || typeof w !== "object") return { text: "Stored: no warm-up.", values: null };
+  const factor = w.cold_factor === undefined ? 3 : w.cold_factor;
+  const b = settings.token_bucket;
+  const start = b && typeof b === "object" && b.rate !== undefined ? String(Math.round((Number(b.rate) / Number(factor)) * 100) / 100) + " (rate / " + factor + ")" : "rate / " + factor;
+  const text = "Stored: a cold point admits " + start + " calls a second at first, reaching the bucket's rate over about " + w.period + ".";
+  return { text, values: { period: w.period, cold_factor: factor } };
+}
+
+function showTokenSummaries(settings) {
+  for (const [id, summary, key] of [
+    ["#token-bucket-summary", tokenBucketSummary, "tokenBucket"],
+    ["#warm-up-summary", warmUpSummary, "warmUp"],
+  ]) {
+    const slot = $(id);
+    if (!slot) continue;
+    if (state.point === null) {
+      slot.textContent = "";
+      delete slot.dataset[key];
+      continue;
+    }
+    const s = summary(settings);
+    slot.textContent = s.text;
+    slot.dataset[key] = s.values === null ? "" : JSON.stringify(s.values);
+  }
+}
+
 // After a conflict: the form moves to the current version, keeping what the operator
 // typed; untouched inputs show the new version's values.
 function rebaseForm() {
@@ -385,6 +451,7 @@ function rebaseForm() {
   for (const s of ALGORITHM_SECTIONS) showAlgorithm(s.section);
   showRetrySummary(settings);
   showQueueSummary(settings);
+  showTokenSummaries(settings);
   $("#remove").disabled = name === null || !settings;
 }
 

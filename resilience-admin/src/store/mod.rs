@@ -417,10 +417,11 @@ pub(crate) fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-/// The columns of the cycles' table added by schema version 7: how many instances
-/// reported a queue for the point in the cycle (0: no queue data), then a point's
+/// The columns of the cycles' table added by schema version 7 (`queue_evicted` by
+/// version 8): how many instances reported a queue for the point in the cycle (0: no
+/// queue data), then a point's
 /// [`QueueCounts::to_array`](crate::model::QueueCounts::to_array).
-pub(crate) const QUEUE_COLUMNS: [&str; 10] = [
+pub(crate) const QUEUE_COLUMNS: [&str; 11] = [
     "queue_reports",
     "queue_waiting",
     "queue_peak_waiting",
@@ -431,6 +432,8 @@ pub(crate) const QUEUE_COLUMNS: [&str; 10] = [
     "queue_full",
     "queue_wait_ns",
     "queue_max_wait_ns",
+    // Schema version 8.
+    "queue_evicted",
 ];
 
 /// Whether a column of the cycles' table keeps the largest of the instances' values
@@ -440,8 +443,8 @@ pub(crate) fn is_max_column(column: &str) -> bool {
 }
 
 /// A point's queue as [`QUEUE_COLUMNS`] store it (all 0 without one).
-pub(crate) fn queue_values(p: &crate::model::PointCycle) -> [i64; 10] {
-    let mut out = [0; 10];
+pub(crate) fn queue_values(p: &crate::model::PointCycle) -> [i64; 11] {
+    let mut out = [0; 11];
     if let Some(q) = &p.queue {
         out[0] = 1;
         for (o, v) in out[1..].iter_mut().zip(q.to_array()) {
@@ -452,8 +455,8 @@ pub(crate) fn queue_values(p: &crate::model::PointCycle) -> [i64; 10] {
 }
 
 /// A queue back from [`QUEUE_COLUMNS`]' values; `None` when no instance reported one.
-pub(crate) fn queue_from(values: [u64; 10]) -> Option<crate::model::QueueCounts> {
-    let mut q = [0; 9];
+pub(crate) fn queue_from(values: [u64; 11]) -> Option<crate::model::QueueCounts> {
+    let mut q = [0; 10];
     q.copy_from_slice(&values[1..]);
     (values[0] > 0).then(|| crate::model::QueueCounts::from_array(q))
 }

@@ -18,7 +18,7 @@ use postgres::{Client, GenericClient, NoTls, Row};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-const SCHEMA_VERSION: i32 = 7;
+const SCHEMA_VERSION: i32 = 8;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ra_schema (version INTEGER NOT NULL);
@@ -182,6 +182,8 @@ ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_refused BIGINT NOT NUL
 ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_full BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_wait_ns BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_max_wait_ns BIGINT NOT NULL DEFAULT 0;
+-- Version 8: the queues' evicted waiters; the cycles stored before have none.
+ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_evicted BIGINT NOT NULL DEFAULT 0;
 -- The reads of one app over a time range (every point's cycles or seconds of the last
 -- minutes, summed or not). Indexes only: a database with them still opens in an
 -- older server, which keeps them up to date.
@@ -225,7 +227,7 @@ fn read_extra(r: &Row, at: usize) -> (u64, RetryCounts, Option<QueueCounts>) {
     for (i, v) in retry.iter_mut().enumerate() {
         *v = count(r, at + 1 + i);
     }
-    let mut queue = [0; 10];
+    let mut queue = [0; 11];
     for (i, v) in queue.iter_mut().enumerate() {
         *v = count(r, at + 8 + i);
     }

@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 /// The schema; `PRAGMA user_version` tells which one a file has.
-const SCHEMA_VERSION: i64 = 7;
+const SCHEMA_VERSION: i64 = 8;
 
 /// What each schema version adds to the one before ([`SCHEMA`] is version 1). Only
 /// additions: a file of an older version opens and is brought up to date.
-const MIGRATIONS: [(i64, &str); 6] = [
+const MIGRATIONS: [(i64, &str); 7] = [
     (
         2,
         "
@@ -142,6 +142,13 @@ ALTER TABLE cycle_stats ADD COLUMN queue_wait_ns INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE cycle_stats ADD COLUMN queue_max_wait_ns INTEGER NOT NULL DEFAULT 0;
 ",
     ),
+    // Version 8: the queues' evicted waiters; the cycles stored before have none.
+    (
+        8,
+        "
+ALTER TABLE cycle_stats ADD COLUMN queue_evicted INTEGER NOT NULL DEFAULT 0;
+",
+    ),
 ];
 
 /// The columns of `cycle_stats` added by schema version 6, in the order of a
@@ -184,7 +191,7 @@ fn read_extra(
     for (i, v) in retry.iter_mut().enumerate() {
         *v = count(i + 1)?;
     }
-    let mut queue = [0; 10];
+    let mut queue = [0; 11];
     for (i, v) in queue.iter_mut().enumerate() {
         *v = count(i + 8)?;
     }

@@ -1116,8 +1116,8 @@ pub fn queues(storage: StorageConfig) {
             {"name": "order.create", "visits": 16, "downgrades": 6,
              "downgrades_by_reason": {"queue_full": 4, "queue_timeout": 2},
              "queue": {"waiting": 1, "peak_waiting": 3, "admitted": 10, "timed_out": 2,
-                       "cancelled": 1, "refused": 0, "full": 4, "wait_ns": 50_000_000,
-                       "max_wait_ns": 9_000_000}},
+                       "cancelled": 1, "refused": 0, "full": 4, "evicted": 2,
+                       "wait_ns": 50_000_000, "max_wait_ns": 9_000_000}},
             {"name": "order.refund", "visits": 4}]});
     let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &json_hb);
     assert_eq!(r.json()["result"], "stored", "{}", r.text());
@@ -1128,7 +1128,8 @@ pub fn queues(storage: StorageConfig) {
         "statisticsCycleTime": cycle + 10_000,
         "pointInfoMap": {
             "order.create": {"visitNum": 5, "queue": {"waiting": 2, "peak_waiting": 5,
-                "admitted": 3, "refused": 1, "wait_ns": 6_000_000, "max_wait_ns": 4_000_000}},
+                "admitted": 3, "refused": 1, "evicted": 1, "wait_ns": 6_000_000,
+                "max_wait_ns": 4_000_000}},
             "order.list": {"visitNum": 1, "queue": {"peak_waiting": 7, "admitted": 1,
                 "wait_ns": 1_000, "max_wait_ns": 1_000}}}});
     let r = request(
@@ -1143,13 +1144,16 @@ pub fn queues(storage: StorageConfig) {
     let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &hb("c", cycle, 2, 0));
     assert_eq!(r.json()["result"], "stored", "{}", r.text());
     let create = json!({"waiting": 3, "peak_waiting": 5, "admitted": 13, "timed_out": 2,
-                        "cancelled": 1, "refused": 1, "full": 4, "wait_ns": 56_000_000,
+                        "cancelled": 1, "refused": 1, "full": 4, "evicted": 3,
+                        "wait_ns": 56_000_000,
                         "max_wait_ns": 9_000_000});
     let list = json!({"waiting": 0, "peak_waiting": 7, "admitted": 1, "timed_out": 0,
-                      "cancelled": 0, "refused": 0, "full": 0, "wait_ns": 1_000,
+                      "cancelled": 0, "refused": 0, "full": 0, "evicted": 0,
+                      "wait_ns": 1_000,
                       "max_wait_ns": 1_000});
     let summed = json!({"waiting": 3, "peak_waiting": 7, "admitted": 14, "timed_out": 2,
-                        "cancelled": 1, "refused": 1, "full": 4, "wait_ns": 56_001_000,
+                        "cancelled": 1, "refused": 1, "full": 4, "evicted": 3,
+                        "wait_ns": 56_001_000,
                         "max_wait_ns": 9_000_000});
     let check = |addr: std::net::SocketAddr| {
         let range = format!("from={cycle}&to={}", cycle + 10_000);
@@ -1287,4 +1291,77 @@ pub fn migrated_v6(storage: StorageConfig, cycle: i64) {
         "{s}"
     );
     assert!(s["rows"][0]["queue"].is_null(), "{s}");
+}
+
+/// A database of schema version 7 (before the queues' evicted waiters) holding a cycle
+/// at `cycle` of shop/orders' `order.create` (7 visits, a queue that admitted 4, peak
+/// 2, waited 8 ns, at most 3): the cycle keeps its queue, with 0 evicted, and a new
+/// heartbeat stores its evictions.
+pub fn migrated_v7(storage: StorageConfig, cycle: i64) {
+    let (c, manual) = manual(storage);
+    assert_eq!(
+        cycle,
+        last_closed_cycle(now_ms(&manual)),
+        "the manual clock's last cycle"
+    );
+    let server = start(c);
+    let addr = server.addr();
+    let next = cycle + 10_000;
+    let body = json!({"app_group": "shop", "app": "orders", "instance": "new-1",
+        "cycle_start_ms": next,
+        "points": [{"name": "order.create", "visits": 2, "downgrades": 1,
+                    "downgrades_by_reason": {"queue_full": 1},
+                    "queue": {"peak_waiting": 1, "admitted": 1, "evicted": 1, "wait_ns": 5,
+                              "max_wait_ns": 5}}]});
+    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["rejected"], json!([]), "{}", r.text());
+    let s = get(
+        addr,
+        &format!(
+            "/api/v1/apps/shop/orders/stats?from={cycle}&to={}",
+            cycle + 20_000
+        ),
+        None,
+    )
+    .json();
+    let old = json!({"waiting": 0, "peak_waiting": 2, "admitted": 4, "timed_out": 0,
+                     "cancelled": 0, "refused": 0, "full": 0, "evicted": 0, "wait_ns": 8,
+                     "max_wait_ns": 3});
+    let new = json!({"waiting": 0, "peak_waiting": 1, "admitted": 1, "timed_out": 0,
+                     "cancelled": 0, "refused": 0, "full": 0, "evicted": 1, "wait_ns": 5,
+                     "max_wait_ns": 5});
+    let rows: Vec<_> = s["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["cycle_start_ms"].clone(),
+                r["visits"].clone(),
+                r["queue"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [(json!(cycle), json!(7), old), (json!(next), json!(2), new),],
+        "{s}"
+    );
+    let s = get(
+        addr,
+        &format!(
+            "/api/v1/apps/shop/orders/stats?from={cycle}&to={}&sum=points",
+            cycle + 20_000
+        ),
+        None,
+    )
+    .json();
+    let evicted: Vec<_> = s["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["queue"]["evicted"].clone())
+        .collect();
+    assert_eq!(evicted, [json!(0), json!(1)], "{s}");
 }

@@ -75,6 +75,9 @@ const PLAIN_FIELDS: &[&str] = &[
     "timeouts.max_count",
     "token_bucket.rate",
     "token_bucket.capacity",
+    "token_bucket.max_wait",
+    "warm_up.period",
+    "warm_up.cold_factor",
     "delay.duration",
     "delay.retry_interval",
     "window.buckets",
@@ -126,6 +129,7 @@ fn algorithm_fields(section: &str, algorithm: &str) -> &'static [&'static str] {
             "long_window",
             "sample_window",
             "min_samples",
+            "critical_reserve",
         ],
         ("adaptive", "shedder") => &[
             "window",
@@ -163,6 +167,9 @@ fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value
         ("", _, "timeouts.max_count") => rng.int(0, 100),
         ("", _, "token_bucket.rate") => rng.tenths(1, 100_000),
         ("", _, "token_bucket.capacity") => rng.int(1, 100_000),
+        ("", _, "token_bucket.max_wait") => rng.millis(1, 999),
+        ("", _, "warm_up.period") => rng.secs(1, 59),
+        ("", _, "warm_up.cold_factor") => rng.tenths(11, 1000),
         ("", _, "delay.duration") => rng.secs(2, 59),
         ("", _, "delay.retry_interval") => rng.millis(1, 999),
         ("", _, "window.buckets") => rng.int(1, 3600),
@@ -200,6 +207,7 @@ fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value
         ("adaptive", "gradient", "long_window") => rng.int(1, 1000),
         ("adaptive", "gradient", "sample_window") => rng.millis(1, 999),
         ("adaptive", "gradient", "min_samples") => rng.int(1, 50),
+        ("adaptive", "gradient", "critical_reserve") => rng.hundredths(0, 99),
         ("adaptive", "shedder", "window") => rng.secs(1, 59),
         ("adaptive", "shedder", "buckets") => rng.int(1, 100),
         ("adaptive", "shedder", "cpu_threshold") => rng.int(0, 999),
@@ -228,11 +236,13 @@ fn required(section: &str, field: &str) -> bool {
         ) | (
             "",
             "token_bucket.rate" | "token_bucket.capacity" | "delay.duration" | "retry.attempts"
-        ) | ("", "queue.max_waiting" | "queue.max_wait")
-            | (
-                "cluster",
-                "url" | "key" | "period" | "quota" | "rate" | "burst"
-            )
+        ) | (
+            "",
+            "queue.max_waiting" | "queue.max_wait" | "warm_up.period"
+        ) | (
+            "cluster",
+            "url" | "key" | "period" | "quota" | "rate" | "burst"
+        )
     )
 }
 
@@ -298,6 +308,7 @@ fn random_point(rng: &mut Rng, i: usize) -> Value {
         ("delay", &["duration"]),
         ("retry", &["attempts"]),
         ("queue", &["max_waiting", "max_wait"]),
+        ("warm_up", &["period"]),
     ] {
         if p.get(section).is_some() {
             for f in needs {
@@ -313,6 +324,13 @@ fn random_point(rng: &mut Rng, i: usize) -> Value {
     if p.get("queue").is_some() && p.get("max_concurrency").is_none() {
         let v = value_of(rng, "", "", "max_concurrency");
         set_path(&mut p, "max_concurrency", Some(v));
+    }
+    // A warm-up needs the token bucket.
+    if p.get("warm_up").is_some() && p.get("token_bucket").is_none() {
+        for path in ["token_bucket.rate", "token_bucket.capacity"] {
+            let v = value_of(rng, "", "", path);
+            set_path(&mut p, path, Some(v));
+        }
     }
     match i % 3 {
         0 => {}
@@ -574,6 +592,15 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
                 kind.map(|k| format!(":{k}")).unwrap_or_default()
             ));
         }
+        for path in NEWER_FIELDS {
+            if path
+                .split('.')
+                .try_fold(&doc["points"][&target], |v, k| v.get(k))
+                .is_some()
+            {
+                seen.insert(format!("has {path}"));
+            }
+        }
         version = put_policy(addr, version, &doc);
         let (edit, expected) = random_edit(&mut rng, &doc, &target);
         eprintln!("seed {seed} case {case}: {} -> {:?}", edit.path, edit.value);
@@ -654,6 +681,8 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
         "timeouts",
         "retry",
         "queue",
+        "token_bucket",
+        "warm_up",
         "breaker:sre",
         "breaker:classic",
         "breaker:disabled",
@@ -666,9 +695,24 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
     ] {
         assert!(seen.contains(want), "no case with {want}: {seen:?}");
     }
+    for path in NEWER_FIELDS {
+        assert!(
+            seen.contains(&format!("has {path}")),
+            "no case with {path}: {seen:?}"
+        );
+    }
     let edited: Vec<_> = seen.iter().filter(|s| s.starts_with("edit ")).collect();
     assert!(edited.len() >= 10, "{edited:?}");
 }
+
+/// The fields added with the runtime's token wait, warm-up and critical reserve: some
+/// case of the random round trip has each.
+const NEWER_FIELDS: [&str; 4] = [
+    "token_bucket.max_wait",
+    "warm_up.period",
+    "warm_up.cold_factor",
+    "adaptive.critical_reserve",
+];
 
 #[test]
 fn the_form_switches_algorithms_and_turns_sections_off() {
@@ -1419,6 +1463,215 @@ fn the_form_saves_a_queue_and_shows_the_runtimes_errors() {
         json!([
             "Stored: when the only slot is taken, up to 1 call waits for one, each for at most 50ms.",
             "Stored: no queue (calls beyond max_concurrency = 3 are downgraded at once)."
+        ])
+    );
+}
+
+/// The token bucket's wait, the warm-up and the gradient limit's critical reserve, as
+/// entered in the form.
+const TOKEN_ENTRIES: [(&str, &str); 6] = [
+    ("token_bucket.rate", "2.5"),
+    ("token_bucket.capacity", "1"),
+    ("token_bucket.max_wait", "200ms"),
+    ("warm_up.period", "10s"),
+    ("warm_up.cold_factor", "4.5"),
+    ("adaptive.critical_reserve", "0.25"),
+];
+
+/// The token bucket's `max_wait`, the warm_up fieldset right after the token bucket
+/// and the gradient's `critical_reserve`: a warm-up without a token bucket shows the
+/// runtime's message at `warm_up` and stores nothing; with one, the entered fields are
+/// stored exactly (one diff entry per field) and shown again after a reload (inputs,
+/// summaries); one invalid value per section shows the runtime's message at its
+/// field and stores nothing.
+#[test]
+fn the_form_saves_token_waits_warm_ups_and_critical_reserves() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let doc = json!({"points": {"order.create": {"max_visits": 5}}});
+    let mut version = put_policy(addr, 0, &doc);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.type_into("#author", "e2e");
+    browser.open_point("order.create", version);
+    let layout = browser.js(
+        "const of = (name) => { \
+             const set = document.querySelector('#policy-form fieldset[data-section=\"' + name + '\"]'); \
+             return {before: set.previousElementSibling.dataset.section, \
+                     fields: [...set.querySelectorAll('[data-kind]')].filter(i => !i.closest('[hidden]')).map(i => \
+                         [i.dataset.field, i.dataset.kind, i.placeholder]), \
+                     slots: [...set.querySelectorAll('.field-error')].map(e => e.dataset.field)}; }; \
+         return {token_bucket: of('token_bucket'), warm_up: of('warm_up'), \
+                 summaries: [document.querySelector('#token-bucket-summary').textContent, \
+                             document.querySelector('#warm-up-summary').textContent], \
+                 reserve: document.querySelector('#f-adaptive-critical_reserve').closest('.field').dataset.algorithms};",
+    );
+    assert_eq!(
+        layout,
+        json!({
+            "token_bucket": {"before": "timeouts",
+                "fields": [["token_bucket.rate", "num", ""], ["token_bucket.capacity", "int", ""],
+                           ["token_bucket.max_wait", "dur", ""]],
+                "slots": ["token_bucket.rate", "token_bucket.capacity", "token_bucket.max_wait",
+                          "token_bucket"]},
+            "warm_up": {"before": "token_bucket",
+                "fields": [["warm_up.period", "dur", ""], ["warm_up.cold_factor", "num", "3"]],
+                "slots": ["warm_up.period", "warm_up.cold_factor", "warm_up"]},
+            "summaries": ["Stored: no token bucket.", "Stored: no warm-up."],
+            "reserve": "gradient"
+        })
+    );
+    let validate = |policy: Value| {
+        let r = post_json(
+            addr,
+            &format!("{POLICY}/validate"),
+            Some(ADMIN),
+            &json!({ "policy": policy }),
+        );
+        assert_eq!(r.status, 422, "{}", r.text());
+        r.json()["error"]["problems"][0].clone()
+    };
+
+    // A warm-up without a token bucket: the runtime's error at the section.
+    browser.type_into("#f-warm_up-period", "10s");
+    browser.click("#save");
+    let msg = browser.wait(
+        "document.querySelector('.field-error[data-field=\"warm_up\"]').textContent",
+        "the warm-up's problem",
+    );
+    let problem = validate(json!({"points": {"order.create": {"max_visits": 5,
+        "warm_up": {"period": "10s"}}}}));
+    assert_eq!(problem["field"], "warm_up", "{problem}");
+    assert_eq!(msg, problem["message"], "the runtime's own message");
+    assert!(
+        browser.text_of("#form-message").contains("not saved"),
+        "{}",
+        browser.text_of("#form-message")
+    );
+    assert_eq!(stored(addr), (version, doc.clone()));
+
+    // Every field entered: stored exactly, one diff entry per field.
+    browser.choose("#f-adaptive-algorithm", "gradient");
+    for (path, text) in TOKEN_ENTRIES {
+        browser.type_into(&css_id(path), text);
+    }
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    let want = json!({"points": {"order.create": {"max_visits": 5,
+        "token_bucket": {"rate": 2.5, "capacity": 1, "max_wait": "200ms"},
+        "warm_up": {"period": "10s", "cold_factor": 4.5},
+        "adaptive": {"algorithm": "gradient", "critical_reserve": 0.25}}}});
+    assert_eq!(stored(addr), (version, want.clone()));
+    let diff: Vec<_> = history(addr)[0]["diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["field"].as_str().unwrap().to_owned())
+        .collect();
+    let mut fields: Vec<_> = TOKEN_ENTRIES.iter().map(|(p, _)| p.to_string()).collect();
+    fields.push("adaptive.algorithm".to_owned());
+    fields.sort();
+    assert_eq!(diff, fields);
+
+    // After a reload the inputs and the summaries show what is stored.
+    browser.reload();
+    browser.open_point("order.create", version);
+    assert_eq!(browser.text_of("#f-adaptive-algorithm"), "gradient");
+    for (path, text) in TOKEN_ENTRIES {
+        assert_eq!(browser.text_of(&css_id(path)), text, "{path}");
+    }
+    assert_eq!(
+        browser.text_of("#token-bucket-summary"),
+        "Stored: pacing, calls spaced 1/2.5 s apart; a call waits for its turn if it is \
+         due within 200ms."
+    );
+    assert_eq!(
+        browser.text_of("#warm-up-summary"),
+        "Stored: a cold point admits 0.56 (rate / 4.5) calls a second at first, reaching \
+         the bucket's rate over about 10s."
+    );
+    assert_eq!(
+        browser.js(
+            "const d = (id, k) => JSON.parse(document.querySelector(id).dataset[k]); \
+             return [d('#token-bucket-summary', 'tokenBucket'), d('#warm-up-summary', 'warmUp')];"
+        ),
+        json!([{"rate": 2.5, "capacity": 1, "max_wait": "200ms"},
+               {"period": "10s", "cold_factor": 4.5}])
+    );
+    let text = browser.wait(
+        "document.querySelector('#raw-point-text').value",
+        "the point's text",
+    );
+    for line in [
+        "max_wait = \"200ms\"",
+        "[points.\"order.create\".warm_up]",
+        "critical_reserve = 0.25",
+    ] {
+        assert!(text.as_str().unwrap().contains(line), "{line}: {text}");
+    }
+
+    // One invalid value per section: the runtime's error at the field, nothing stored.
+    for (path, bad, policy) in [
+        (
+            "token_bucket.max_wait",
+            "2h",
+            json!({"token_bucket": {"rate": 2.5, "capacity": 1, "max_wait": "2h"},
+                   "warm_up": {"period": "10s", "cold_factor": 4.5}}),
+        ),
+        (
+            "warm_up.cold_factor",
+            "1",
+            json!({"token_bucket": {"rate": 2.5, "capacity": 1},
+                   "warm_up": {"period": "10s", "cold_factor": 1}}),
+        ),
+        (
+            "warm_up.period",
+            "500ms",
+            json!({"token_bucket": {"rate": 2.5, "capacity": 1},
+                   "warm_up": {"period": "500ms"}}),
+        ),
+        (
+            "adaptive.critical_reserve",
+            "1",
+            json!({"adaptive": {"algorithm": "gradient", "critical_reserve": 1}}),
+        ),
+    ] {
+        let good = browser.text_of(&css_id(path));
+        browser.type_into(&css_id(path), bad);
+        browser.click("#save");
+        let msg = browser.wait(
+            &format!("document.querySelector('.field-error[data-field=\"{path}\"]').textContent"),
+            path,
+        );
+        let problem = validate(json!({"points": {"order.create": policy}}));
+        assert_eq!(problem["field"], path, "{problem}");
+        assert_eq!(msg, problem["message"], "{path}: the runtime's own message");
+        assert_eq!(
+            browser.js(&format!(
+                "return document.querySelector('{}').classList.contains('invalid');",
+                css_id(path)
+            )),
+            json!(true),
+            "{path}"
+        );
+        assert_eq!(stored(addr), (version, want.clone()), "{path}");
+        browser.type_into(&css_id(path), &good);
+    }
+    // The summaries of other stored sections.
+    assert_eq!(
+        browser.js(
+            "return [tokenBucketSummary({token_bucket: {rate: 100, capacity: 20}}).text, \
+                     tokenBucketSummary({token_bucket: {rate: 100, capacity: 20, max_wait: '1s'}}).text, \
+                     warmUpSummary({token_bucket: {rate: 90, capacity: 9}, warm_up: {period: '1m'}}).text];"
+        ),
+        json!([
+            "Stored: 100 tokens a second, at most 20 saved up; a call finding no token is downgraded at once.",
+            "Stored: 100 tokens a second, at most 20 saved up; a call finding no token waits for the next one if it is due within 1s.",
+            "Stored: a cold point admits 30 (rate / 3) calls a second at first, reaching the bucket's rate over about 1m."
         ])
     );
 }

@@ -1,10 +1,11 @@
 //! Concurrency queues in real Chromium: a real heartbeat client reports a point
 //! whose calls waited for a slot (admitted, given up, refused by a full queue, run
-//! out of time), a second instance (SDS's protocol) adds its own queue figures; the
+//! out of time, evicted from a full queue by a critical call), a second instance (SDS's protocol) adds its own queue figures; the
 //! queues table shows the sums (the peak and the longest wait the largest), the
 //! mean wait of the waits that ended and the longest, exactly as stored.
 
 use super::*;
+use resilience_runtime::priority::{self, Priority};
 use resilience_runtime::{ManualClock, Policy, Reason};
 use std::future::Future;
 use std::task::{Context, Poll, Waker};
@@ -64,15 +65,29 @@ fn the_dashboard_shows_the_queues_of_the_points() {
         .unwrap()
         .finish(false);
 
-    // One call holds the only slot; four wait (polled by hand), so the queue is full.
+    // One call holds the only slot; four wait (polled by hand: three of the default
+    // priority, then a sheddable one), so the queue is full.
     let held = point.enter().unwrap();
-    let mut waiters: Vec<_> = (0..4).map(|_| Box::pin(point.enter_async())).collect();
+    let mut waiters: Vec<_> = (0..3).map(|_| Box::pin(point.enter_async())).collect();
     for w in &mut waiters {
         assert!(poll_once(w).is_pending());
     }
-    assert_eq!(point.enter().unwrap_err().reason(), Reason::QueueFull);
-    // Two give up after 10 ms.
+    let mut low = Box::pin(priority::scope(Priority::Sheddable, point.enter_async()));
+    assert!(poll_once(&mut low).is_pending());
+    // Another sheddable call is refused (a call of the default priority would evict).
+    let refused = priority::with(Priority::Sheddable, || point.enter().unwrap_err());
+    assert_eq!(refused.reason(), Reason::QueueFull);
+    // A critical call finds the queue full and takes the sheddable waiter's place.
+    let mut critical = Box::pin(priority::scope(Priority::Critical, point.enter_async()));
+    assert!(poll_once(&mut critical).is_pending());
+    let Poll::Ready(Err(evicted)) = poll_once(&mut low) else {
+        panic!("the sheddable waiter is evicted");
+    };
+    assert_eq!(evicted.reason(), Reason::QueueFull);
+    drop(low);
+    // Two give up after 10 ms (the critical call and the third waiter).
     instance_clock.advance(Duration::from_millis(10));
+    drop(critical);
     waiters.truncate(2);
     // The slot goes to the oldest waiter after 30 ms, then to the next after 50.
     instance_clock.advance(Duration::from_millis(20));
@@ -104,9 +119,10 @@ fn the_dashboard_shows_the_queues_of_the_points() {
             sent.admitted,
             sent.timed_out,
             sent.cancelled,
-            sent.full
+            sent.full,
+            sent.evicted
         ),
-        (0, 4, 2, 1, 2, 1)
+        (0, 4, 2, 1, 2, 1, 1)
     );
     assert!(sent.max_wait_ns >= 1_000_000_000, "{sent:?}");
     // The server's clock catches up with the instance's.
@@ -123,26 +139,27 @@ fn the_dashboard_shows_the_queues_of_the_points() {
     assert_eq!(
         mine["queue"],
         json!({"waiting": 0, "peak_waiting": 4, "admitted": 2, "timed_out": 1,
-               "cancelled": 2, "refused": 0, "full": 1, "wait_ns": sent.wait_ns,
-               "max_wait_ns": sent.max_wait_ns}),
+               "cancelled": 2, "refused": 0, "full": 1, "evicted": 1,
+               "wait_ns": sent.wait_ns, "max_wait_ns": sent.max_wait_ns}),
         "{mine}"
     );
+    // The evicted waiter is refused as queue_full too.
     assert_eq!(
         mine["downgrades_by_reason"],
-        json!({"queue_full": 1, "queue_timeout": 1}),
+        json!({"queue_full": 2, "queue_timeout": 1}),
         "{mine}"
     );
 
     // A second instance in SDS's protocol: a larger peak, a call still waiting, a
-    // wait ended by another rule.
+    // wait ended by another rule, an eviction.
     let sds = json!({"appGroupName": "shop", "appName": "orders", "instanceId": "sds-2",
         "statisticsCycleTime": cycle + 10_000,
         "pointInfoMap": {
-            "rt.queued": {"visitNum": 6, "downgradeNum": 3,
-                "downgradeReasons": {"queue_full": 2, "queue_timeout": 1},
+            "rt.queued": {"visitNum": 7, "downgradeNum": 4,
+                "downgradeReasons": {"queue_full": 3, "queue_timeout": 1},
                 "queue": {"waiting": 1, "peak_waiting": 6, "admitted": 3, "timed_out": 1,
-                          "cancelled": 0, "refused": 1, "full": 2, "wait_ns": 40_000_000,
-                          "max_wait_ns": 20_000_000}},
+                          "cancelled": 0, "refused": 1, "full": 2, "evicted": 1,
+                          "wait_ns": 40_000_000, "max_wait_ns": 20_000_000}},
             "rt.plain": {"visitNum": 3}}});
     let r = request(
         addr,
@@ -157,12 +174,12 @@ fn the_dashboard_shows_the_queues_of_the_points() {
     let queued = stored_cycle(addr, "rt.queued");
     assert_eq!(queued["instances"], 2, "{queued}");
     let want = json!({"waiting": 1, "peak_waiting": 6, "admitted": 5, "timed_out": 2,
-                      "cancelled": 2, "refused": 1, "full": 3,
+                      "cancelled": 2, "refused": 1, "full": 3, "evicted": 2,
                       "wait_ns": sent.wait_ns + 40_000_000, "max_wait_ns": sent.max_wait_ns});
     assert_eq!(queued["queue"], want, "{queued}");
     assert_eq!(
         queued["downgrades_by_reason"],
-        json!({"queue_full": 3, "queue_timeout": 2}),
+        json!({"queue_full": 5, "queue_timeout": 2}),
         "{queued}"
     );
     assert!(stored_cycle(addr, "rt.plain")["queue"].is_null());
@@ -199,6 +216,7 @@ fn the_dashboard_shows_the_queues_of_the_points() {
             "cancelled",
             "refused",
             "full",
+            "evicted",
             "mean wait",
             "max wait",
             "as of"
@@ -214,6 +232,7 @@ fn the_dashboard_shows_the_queues_of_the_points() {
         "cancelled",
         "refused",
         "full",
+        "evicted",
     ] {
         assert_eq!(
             text(&format!("{r} td.q-{k}")),
@@ -221,13 +240,13 @@ fn the_dashboard_shows_the_queues_of_the_points() {
             "{k}"
         );
     }
-    // The mean of the 10 waits that ended (5 admitted, 2 timed out, 2 cancelled, 1
-    // refused), and the longest.
-    let ended: u64 = ["admitted", "timed_out", "cancelled", "refused"]
+    // The mean of the 12 waits that ended (5 admitted, 2 timed out, 2 cancelled, 1
+    // refused, 2 evicted), and the longest.
+    let ended: u64 = ["admitted", "timed_out", "cancelled", "refused", "evicted"]
         .iter()
         .map(|k| want[k].as_u64().unwrap())
         .sum();
-    assert_eq!(ended, 10);
+    assert_eq!(ended, 12);
     let mean = want["wait_ns"].as_u64().unwrap() / ended;
     assert_eq!(
         data(&format!("{r} td.q-mean_wait"), "ns"),
