@@ -19,6 +19,10 @@
 //!   ([`GradientConfig::critical_reserve`](crate::adaptive::GradientConfig::critical_reserve)):
 //!   the other tiers are refused once the calls in flight reach `(1 - share)` of the
 //!   limit;
+//! - **go-zero's shedder**, while it sheds (CPU overloaded or still hot), drops a
+//!   sheddable call once the flight passes half its limit, a default one past the
+//!   limit (go-zero's rule), a critical one only past twice the limit
+//!   ([`Priority::shedder_scale`]);
 //! - **the SRE breaker** drops by tier: with go-zero's drop probability `p`, a
 //!   sheddable call is dropped with probability `min(1, 2p)`, a default one with `p`,
 //!   a critical one with `max(0, 2p - 1)` (only once more than half the traffic would
@@ -64,6 +68,16 @@ impl Priority {
             Priority::Sheddable => "sheddable",
             Priority::Default => "default",
             Priority::Critical => "critical",
+        }
+    }
+
+    /// The factor of go-zero's shedder flight limit for this tier (see the module
+    /// docs): 0.5, 1 and 2. Pure.
+    pub fn shedder_scale(self) -> f64 {
+        match self {
+            Priority::Sheddable => 0.5,
+            Priority::Default => 1.0,
+            Priority::Critical => 2.0,
         }
     }
 
@@ -222,6 +236,7 @@ mod tests {
             assert!((0.0..=1.0).contains(&s) && (0.0..=1.0).contains(&c));
         }
         assert_eq!(Priority::Critical.sre_drop(0.5), 0.0);
+        assert_eq!(Priority::ALL.map(Priority::shedder_scale), [0.5, 1.0, 2.0]);
         assert_eq!(Priority::Sheddable.sre_drop(0.5), 1.0);
     }
 }

@@ -610,3 +610,39 @@ fn sim_a_critical_reserve_keeps_critical_goodput() {
         total(&plain)
     );
 }
+
+/// While the shedder sheds (CPU at the threshold, limit 54 in flight), the tier scales
+/// the limit: with 60 in flight and the flight average above 54, a sheddable call
+/// (limit 27) and a default one (54) are dropped, while critical calls are admitted up
+/// to 108 in flight.
+#[test]
+fn shedder_drops_by_tier() {
+    use resilience_runtime::priority::Priority;
+    let cpu = Arc::new(FixedCpu::new(100));
+    let (l, _clock) = loaded_shedder(&cpu, 500);
+    let now = l.now();
+    let mut held: Vec<_> = (0..200).map(|_| l.try_acquire(now).unwrap()).collect();
+    for _ in 0..60 {
+        held.pop().unwrap().fail();
+        held.push(l.try_acquire(now).unwrap());
+    }
+    while held.len() > 60 {
+        held.pop().unwrap().fail();
+    }
+    assert!(l.stats(now).avg_in_flight > 54.0, "{:?}", l.stats(now));
+    cpu.set(500);
+    let asks = |tier: Priority| l.try_acquire_for(now, || tier);
+    assert!(asks(Priority::Sheddable).is_err());
+    assert!(asks(Priority::Default).is_err());
+    while held.len() < 108 {
+        held.push(
+            asks(Priority::Critical).expect("critical calls are admitted up to twice the limit"),
+        );
+    }
+    // Past twice the limit a critical call is dropped too (the average permitting).
+    let s = l.stats(now);
+    assert_eq!(
+        asks(Priority::Critical).is_err(),
+        s.avg_in_flight > 108.0 && s.in_flight > 108
+    );
+}

@@ -712,6 +712,29 @@ impl AdaptiveLimiter {
         Ok(LatencyPermit::new(Arc::clone(self), now))
     }
 
+    /// [`try_acquire`](AdaptiveLimiter::try_acquire) for a call whose tier `priority`
+    /// gives (asked only while the limiter sheds: overloaded or still hot). The
+    /// flight limit is scaled by the tier
+    /// ([`Priority::shedder_scale`](crate::priority::Priority::shedder_scale)): a
+    /// sheddable call is dropped at half of it, a critical one only past twice it, a
+    /// default one at the limit itself (go-zero's rule).
+    ///
+    /// # Errors
+    ///
+    /// [`Overloaded`] when the call is dropped.
+    #[inline]
+    pub fn try_acquire_for(
+        &self,
+        now: u64,
+        priority: impl FnOnce() -> crate::priority::Priority,
+    ) -> Result<AdaptivePermit<&Self>, Overloaded> {
+        self.check_scaled(now, self.flying.load(Ordering::Relaxed), || {
+            priority().shedder_scale()
+        })?;
+        self.flying.fetch_add(1, Ordering::Relaxed);
+        Ok(LatencyPermit::new(self, now))
+    }
+
     #[inline]
     fn admit(&self, now: u64) -> Result<(), Overloaded> {
         self.check(now, self.flying.load(Ordering::Relaxed))?;
@@ -742,6 +765,17 @@ impl AdaptiveLimiter {
     /// # Ok::<(), resilience_runtime::adaptive::ConfigError>(())
     /// ```
     pub fn check(&self, now: u64, in_flight: u64) -> Result<(), Overloaded> {
+        self.check_scaled(now, in_flight, || 1.0)
+    }
+
+    /// [`check`](Self::check) with the flight limit scaled by `scale()`, asked only
+    /// while the limiter sheds.
+    fn check_scaled(
+        &self,
+        now: u64,
+        in_flight: u64,
+        scale: impl FnOnce() -> f64,
+    ) -> Result<(), Overloaded> {
         let cpu = self.cpu.usage().min(CPU_MAX);
         // go-zero's `systemOverloaded() || stillHot()`, the overload check first (it
         // records the overload time); neither: admit without reading the window.
@@ -750,7 +784,7 @@ impl AdaptiveLimiter {
         } else if !self.still_hot(now) {
             return Ok(());
         }
-        let limit = self.rules.flight_limit(self.max_flight_cached(now), cpu);
+        let limit = self.rules.flight_limit(self.max_flight_cached(now), cpu) * scale();
         if self
             .rules
             .high_throughput(self.avg_flying.get(), in_flight, limit)

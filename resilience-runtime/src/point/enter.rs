@@ -644,7 +644,10 @@ impl Point {
                 .try_acquire_for(l.now(), crate::priority::current)
                 .ok()
                 .map(LatencyPermit::into_start),
-            AdaptiveImpl::Shedder(l) => l.try_acquire(l.now()).ok().map(LatencyPermit::into_start),
+            AdaptiveImpl::Shedder(l) => l
+                .try_acquire_for(l.now(), crate::priority::current)
+                .ok()
+                .map(LatencyPermit::into_start),
         };
         start.map(|start| AdaptiveCall { slot, start })
     }
