@@ -45,6 +45,10 @@ pub(super) const R_CLUSTER: u64 = 1 << 12;
 /// timeline's millisecond resolution. Without it they use the timeline (nanoseconds).
 pub(super) const R_FINE: u64 = 1 << 13;
 
+/// The token bucket has a warm-up (its slot holds the cell): one test of the rule
+/// bits keeps the others from reading the slot for it.
+pub(super) const R_WARM: u64 = 1 << 15;
+
 /// The concurrency rule has a queue: a call finding every slot taken waits (see
 /// `queue`). A plain rule: its check is one test of the rule bits on the pass path.
 pub(super) const R_QUEUE: u64 = 1 << 14;
@@ -260,6 +264,9 @@ impl Compiled {
         }
         if let (Some(_), Some(b)) = (p.token_bucket, bucket) {
             c.rules |= R_TOKENS;
+            if b.warm.is_some() {
+                c.rules |= R_WARM;
+            }
             c.bucket = Some(Leaked(b));
             if let Some(d) = p.token_wait {
                 c.token_wait = unit(nanos(d)).max(1);

@@ -17,6 +17,7 @@
 use super::compiled::{
     Compiled, Leaked, ACTIVE, NOT_PLAIN, R_ADAPTIVE, R_BREAKER, R_BREAKER_TIMED, R_CONCURRENCY,
     R_DELAY, R_EXCEPTIONS, R_FINE, R_QUEUE, R_RATE, R_SHADOW, R_TIMEOUTS, R_TOKENS, R_VISITS,
+    R_WARM,
 };
 use super::flow::{Limits, Refused, NO_LIMIT};
 use super::hang::HangTable;
@@ -330,22 +331,32 @@ impl Point {
             if c.rules & R_VISITS != 0 && passes >= limits.passes {
                 break 'chain Some(Reason::Visits);
             }
-            // A warm-up refusal takes no token, and never waits.
-            if c.rules & R_TOKENS != 0 && flags & TOKEN_HELD == 0 && !self.warm_passes(c, now) {
-                break 'chain Some(Reason::TokenBucket);
-            }
-            if c.rules & R_TOKENS != 0 && flags & TOKEN_HELD == 0 && !self.take_token(c, stamp) {
-                // A bucket that waits reserves the call's token if it is close enough.
-                if c.token_wait != 0 && flags & NO_WAIT == 0 && self.reserve_token(c, stamp, fine) {
-                    if let Some((_, claimed)) = probe {
-                        self.delay.unclaim(claimed);
-                    }
-                    return Err(Downgraded {
-                        point: self.name,
-                        reason: Reason::TokenBucket,
-                    });
+            if c.rules & R_TOKENS != 0 && flags & TOKEN_HELD == 0 {
+                // A warm-up refusal takes no token, and never waits.
+                if c.rules & R_WARM != 0 && !self.warm_passes(c, now) {
+                    break 'chain Some(Reason::TokenBucket);
                 }
-                break 'chain Some(Reason::TokenBucket);
+                if !self.take_token(c, stamp) {
+                    // A bucket that waits reserves the call's token if it is close
+                    // enough (one due at once is simply taken).
+                    let wait = (c.token_wait != 0 && flags & NO_WAIT == 0)
+                        .then(|| self.reserve_token(c, stamp, fine))
+                        .flatten();
+                    match wait {
+                        None => break 'chain Some(Reason::TokenBucket),
+                        Some(0) => {}
+                        Some(ns) => {
+                            if let Some((_, claimed)) = probe {
+                                self.delay.unclaim(claimed);
+                            }
+                            TOKEN_WAIT_NS.with(|w| w.set(ns));
+                            return Err(Downgraded {
+                                point: self.name,
+                                reason: Reason::TokenBucket,
+                            });
+                        }
+                    }
+                }
             }
             // With a queue, a call waits when every slot is taken or (a new call)
             // others already wait. Its token is taken: it waits holding it.
@@ -763,7 +774,7 @@ impl Point {
         }
     }
 
-    /// The warm-up before the token bucket (if it has one) lets the call through at
+    /// The warm-up before the token bucket (with `R_WARM`) lets the call through at
     /// `now` (timeline ns), counting it.
     #[inline]
     pub(super) fn warm_passes(&self, c: &Compiled, now: u64) -> bool {
@@ -773,34 +784,23 @@ impl Point {
         }
     }
 
-    /// Reserves a token due within the policy's `token_wait` (the bucket had none
-    /// now): `true` if the call is to wait (the wait noted for [`take_token_wait`]),
-    /// `false` if it is refused. A token there by the time of the reservation is a
-    /// plain take: `true` with no wait noted would be wrong, so it reports `false`
-    /// only when nothing was reserved.
+    /// Reserves a token due within the policy's `token_wait` (the bucket had none a
+    /// moment ago): the wait in nanoseconds (0 if the token is there now: taken), or
+    /// `None` (nothing reserved: refused).
     #[cold]
     #[inline(never)]
-    fn reserve_token(&self, c: &Compiled, stamp: u64, fine: bool) -> bool {
-        let Some(b) = c.bucket else {
-            return false;
-        };
+    fn reserve_token(&self, c: &Compiled, stamp: u64, fine: bool) -> Option<u64> {
+        let b = c.bucket?;
         let g = &b.gcra;
-        match b
+        let wait = b
             .cell
-            .try_reserve(g, g.scaled(stamp), 1, g.scaled_span(c.token_wait))
-        {
-            Some(wait) => {
-                let wait = g.unscaled_ceil(wait);
-                let ns = if fine {
-                    self.clock.ticks_to_ns(wait)
-                } else {
-                    wait
-                };
-                TOKEN_WAIT_NS.with(|w| w.set(ns.max(1)));
-                true
-            }
-            None => false,
-        }
+            .try_reserve(g, g.scaled(stamp), 1, g.scaled_span(c.token_wait))?;
+        let wait = g.unscaled_ceil(wait);
+        Some(if fine {
+            self.clock.ticks_to_ns(wait)
+        } else {
+            wait
+        })
     }
 
     #[inline]

@@ -20,7 +20,7 @@
 //! new call never passes a waiting one.
 
 use super::compiled::{ACTIVE, R_QUEUE};
-use super::enter::{take_token_wait, TOKEN_HELD, WAITER};
+use super::enter::{take_token_wait, NO_WAIT, TOKEN_HELD, WAITER};
 use super::permit::Permit;
 use super::Point;
 use crate::error::{Downgraded, Reason};
@@ -444,7 +444,14 @@ impl Point {
         if !self.sampler_armed() {
             self.arm_sampler();
         }
-        match self.enter_once(slot, 0) {
+        // On the system clock a wait needs tokio's timer; without it, an async call
+        // does not wait (refused as without the queue or the wait).
+        let flags = if cfg!(feature = "tokio") || self.clock.is_manual() {
+            0
+        } else {
+            NO_WAIT
+        };
+        match self.enter_once(slot, flags) {
             Ok(()) => Admission::Ready(Ok(())),
             Err(reason) => self.wait_async(slot, done, reason),
         }
@@ -467,16 +474,6 @@ impl Point {
             },
             _ => return self.refused(reason),
         };
-        // On the system clock a wait needs tokio's timer; without it, an async call
-        // does not wait (refused as without the queue or the wait).
-        if !cfg!(feature = "tokio") && !self.clock.is_manual() {
-            let now = self.clock.now();
-            let refusal = match stage {
-                Stage::Queue(_) => Reason::Concurrency,
-                Stage::Token { .. } => Reason::TokenBucket,
-            };
-            return Admission::Ready(Err(self.refuse_waiting(refusal, now)));
-        }
         if let Some(d) = done.as_deref_mut() {
             *d = true;
         }
