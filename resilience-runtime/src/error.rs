@@ -36,8 +36,12 @@ pub enum Reason {
     /// The point's adaptive concurrency limit is reached (see
     /// [`AdaptiveLimit`](crate::AdaptiveLimit)).
     Overloaded,
-    /// The point's circuit breaker rejected the call (checked after every other rule).
+    /// The point's circuit breaker rejected the call (checked after the point's
+    /// other rules).
     BreakerOpen,
+    /// The call's key used up its own limit (the policy's
+    /// [`keys`](crate::keys::KeyPolicy) section), checked after the point's rules.
+    HotKey,
     /// The call ran and was cut at its deadline (`timeout = "..."` on an `async fn`, or
     /// the policy's [`call_timeout`](crate::Policy::call_timeout)): its future was
     /// dropped and the fallback (or default, or `Err(From<Downgraded>)`) took over.
@@ -54,7 +58,7 @@ impl Reason {
     /// Every reason a call is refused for, in check order: SDS's rules, then
     /// [`Reason::Delay`] (which short-cuts them) and the breaker. [`Reason::Deadline`]
     /// is not one: a call cut at its deadline was admitted.
-    pub const ALL: [Reason; 13] = [
+    pub const ALL: [Reason; 14] = [
         Reason::Visits,
         Reason::TokenBucket,
         Reason::Concurrency,
@@ -68,6 +72,7 @@ impl Reason {
         Reason::ClusterTokenBucket,
         Reason::Overloaded,
         Reason::BreakerOpen,
+        Reason::HotKey,
     ];
 
     /// A stable snake-case name, used in stats and metrics labels.
@@ -86,6 +91,7 @@ impl Reason {
             Reason::ClusterTokenBucket => "cluster_token_bucket",
             Reason::Overloaded => "overloaded",
             Reason::BreakerOpen => "breaker_open",
+            Reason::HotKey => "hot_key",
             Reason::Deadline => "deadline",
         }
     }

@@ -16,6 +16,7 @@ pub mod declared;
 mod error;
 #[cfg(feature = "heartbeat")]
 pub mod heartbeat;
+pub mod keys;
 pub mod layers;
 mod limit;
 mod listener;

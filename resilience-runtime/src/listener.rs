@@ -47,6 +47,9 @@ pub struct DowngradeEvent {
     /// The point's policy is a shadow (dry run): the call "would have been
     /// downgraded" and ran.
     pub shadow: bool,
+    /// The key of a call refused by its key's rule ([`Reason::HotKey`]), as text cut
+    /// at [`KEY_TEXT_MAX`](crate::keys::KEY_TEXT_MAX) bytes; `None` otherwise.
+    pub key: Option<String>,
 }
 
 /// A state change of a point's breaker.
@@ -269,6 +272,7 @@ impl From<Event> for DowngradeEvent {
                 time: b.time,
                 breaker: Some(b.change),
                 shadow: false,
+                key: None,
             },
         }
     }

@@ -159,6 +159,43 @@ pub fn cancelled(point: &'static Point, slot: &mut Option<Permit>) {
 
 pub use crate::point::queue::{Admission, WaitFuture};
 
+/// `key = expr`: the call's key (see [`crate::keys`]).
+pub use crate::point::keys::KeyArg;
+
+/// The entry of a sync `#[downgrade]` fn with `key = ...` (see [`enter`]).
+#[inline(always)]
+pub fn enter_keyed(
+    point: &'static Point,
+    slot: &mut Option<Permit>,
+    key: &KeyArg<'_>,
+) -> Result<(), Downgraded> {
+    point.enter_keyed_in(slot, key)
+}
+
+/// The entry of a sync `#[breaker]` fn with `key = ...` (see [`enter_breaker`]).
+#[inline(always)]
+pub fn enter_breaker_keyed(
+    point: &'static Point,
+    slot: &mut Option<Permit>,
+    key: &KeyArg<'_>,
+) -> Result<(), Downgraded> {
+    point.enter_breaker_keyed_in(slot, key)
+}
+
+/// The entry of an async `#[downgrade]` fn with `key = ...` (see [`enter_async`]).
+#[inline(always)]
+pub fn enter_async_keyed<'a>(call: &'a mut Pending, key: KeyArg<'a>) -> Admission<'a> {
+    let Pending { point, slot, done } = call;
+    point.enter_async_keyed_in(slot, Some(done), Some(key))
+}
+
+/// The entry of an async `#[breaker]` fn with `key = ...`.
+#[inline(always)]
+pub fn enter_breaker_async_keyed<'a>(call: &'a mut Pending, key: KeyArg<'a>) -> Admission<'a> {
+    let Pending { point, slot, done } = call;
+    point.enter_breaker_async_keyed_in(slot, Some(done), key)
+}
+
 /// `priority = expr`: the call's tier, set for its entry (see [`crate::priority`]).
 #[derive(Debug)]
 pub struct PriorityScope {

@@ -11,7 +11,7 @@ pub(crate) fn compose(layers: &[Layer], precedence: &Precedence) -> EffectivePol
     let mut any_policy = false;
     let mut breaker = None;
     let mut retry = None;
-    let mut origins: [Option<Origin>; 7] = Default::default();
+    let mut origins: [Option<Origin>; Section::ALL.len()] = Default::default();
     for section in Section::ALL {
         let winner = layers
             .iter()

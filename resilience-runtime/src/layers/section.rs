@@ -21,11 +21,13 @@ pub enum Section {
     Breaker,
     /// How retrying calls retry ([`RetryPolicy`](crate::retry::RetryPolicy)).
     Retry,
+    /// The per-key limits ([`KeyPolicy`](crate::keys::KeyPolicy)).
+    Keys,
 }
 
 impl Section {
     /// Every section, in this order.
-    pub const ALL: [Section; 7] = [
+    pub const ALL: [Section; 8] = [
         Section::Rules,
         Section::Window,
         Section::Shadow,
@@ -33,6 +35,7 @@ impl Section {
         Section::Cluster,
         Section::Breaker,
         Section::Retry,
+        Section::Keys,
     ];
 
     /// The section's name as written in policy files and wire messages.
@@ -45,6 +48,7 @@ impl Section {
             Section::Cluster => "cluster",
             Section::Breaker => "breaker",
             Section::Retry => "retry",
+            Section::Keys => "keys",
         }
     }
 
@@ -82,13 +86,14 @@ pub struct Sections(u8);
 impl Sections {
     /// No section.
     pub const NONE: Sections = Sections(0);
-    /// Every policy section: rules, window, shadow, adaptive and cluster.
+    /// Every policy section: rules, window, shadow, adaptive, cluster and keys.
     pub const POLICY: Sections = Sections(
         Section::Rules.bit()
             | Section::Window.bit()
             | Section::Shadow.bit()
             | Section::Adaptive.bit()
-            | Section::Cluster.bit(),
+            | Section::Cluster.bit()
+            | Section::Keys.bit(),
     );
 
     /// The same set with `section` added ([`Section::Breaker`] and [`Section::Retry`]

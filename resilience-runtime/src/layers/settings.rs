@@ -38,7 +38,7 @@ pub struct PointConfig {
 impl PointConfig {
     /// Settings made of a policy, without a breaker: they set the rules and every
     /// other section whose value is not the default (a window other than 10 x 1 s,
-    /// shadow on, an adaptive or cluster limit).
+    /// shadow on, an adaptive or cluster limit, a keys section).
     pub fn new(policy: Policy) -> PointConfig {
         let mut sections = Sections::NONE.with(Section::Rules);
         if policy.window() != crate::WindowConfig::default() {
@@ -52,6 +52,9 @@ impl PointConfig {
         }
         if policy.has_cluster() {
             sections = sections.with(Section::Cluster);
+        }
+        if policy.keys().is_some() {
+            sections = sections.with(Section::Keys);
         }
         PointConfig {
             policy,
@@ -149,7 +152,7 @@ pub struct EffectivePolicy {
     pub breaker: Option<BreakerPolicy>,
     /// The retry section enforced, if any layer sets one.
     pub retry: Option<RetryPolicy>,
-    origins: [Option<Origin>; 7],
+    origins: [Option<Origin>; Section::ALL.len()],
 }
 
 impl EffectivePolicy {
@@ -157,7 +160,7 @@ impl EffectivePolicy {
         policy: Option<Policy>,
         breaker: Option<BreakerPolicy>,
         retry: Option<RetryPolicy>,
-        origins: [Option<Origin>; 7],
+        origins: [Option<Origin>; Section::ALL.len()],
     ) -> EffectivePolicy {
         EffectivePolicy {
             policy,

@@ -86,7 +86,7 @@ pub enum SourceKind {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Precedence {
-    orders: [[SourceKind; 3]; 7],
+    orders: [[SourceKind; 3]; Section::ALL.len()],
 }
 
 /// A precedence order that is not an order of the three source kinds.
@@ -115,7 +115,7 @@ const DEFAULT_ORDER: [SourceKind; 3] = [SourceKind::Console, SourceKind::File, S
 impl Default for Precedence {
     fn default() -> Precedence {
         Precedence {
-            orders: [DEFAULT_ORDER; 7],
+            orders: [DEFAULT_ORDER; Section::ALL.len()],
         }
     }
 }

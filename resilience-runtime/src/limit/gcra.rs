@@ -139,6 +139,16 @@ impl Gcra {
         (wait <= max_wait && after <= MAX_SPAN).then(|| (now.wrapping_add(after), wait))
     }
 
+    /// Takes `n` tokens at `now` whether or not they are there: the arrival time a
+    /// bucket at `tat` has after it (both scaled), never more than the longest span
+    /// ahead. What a cell shared by several keys records for each call of any of
+    /// them (see `keys::shard`).
+    #[inline]
+    pub(crate) fn charge(&self, tat: u64, now: u64, n: u64) -> u64 {
+        let after = Gcra::ahead(tat, now).saturating_add(self.interval.saturating_mul(n));
+        now.wrapping_add(after.min(MAX_SPAN))
+    }
+
     /// Scaled units as clock units, rounded up.
     #[inline]
     pub(crate) fn unscaled_ceil(&self, units: u64) -> u64 {

@@ -3,6 +3,7 @@
 //! Equality is derived, so an equal form is reused and no field can be left out of the
 //! comparison.
 
+use super::keys::KeyForm;
 use super::slots::{AdaptiveSlot, BreakerSlot, BucketSlot, ClusterSlot};
 use crate::clock::{nanos, COARSE_ENOUGH_NS};
 use crate::window::Ring;
@@ -125,6 +126,8 @@ pub(super) struct Compiled {
     pub(super) breaker: Option<Leaked<BreakerSlot>>,
     pub(super) adaptive: Option<Leaked<AdaptiveSlot>>,
     pub(super) cluster: Option<Leaked<ClusterSlot>>,
+    /// The `keys` section, for calls that name a key.
+    pub(super) keys: Option<Leaked<KeyForm>>,
 }
 
 /// The compiled form without any rule or breaker (a point that has none), and the
@@ -149,6 +152,7 @@ pub(super) const EMPTY: Compiled = Compiled {
     breaker: None,
     adaptive: None,
     cluster: None,
+    keys: None,
 };
 
 impl Default for Compiled {
@@ -165,6 +169,7 @@ pub(super) struct Parts {
     pub(super) breaker: Option<&'static BreakerSlot>,
     pub(super) adaptive: Option<&'static AdaptiveSlot>,
     pub(super) cluster: Option<&'static ClusterSlot>,
+    pub(super) keys: Option<&'static KeyForm>,
 }
 
 impl Compiled {
@@ -183,6 +188,9 @@ impl Compiled {
         if let (Some(a), true) = (parts.adaptive, c.rules & ACTIVE != 0) {
             c.rules |= R_ADAPTIVE;
             c.adaptive = Some(Leaked(a));
+        }
+        if let (Some(k), true) = (parts.keys, c.rules & ACTIVE != 0) {
+            c.keys = Some(Leaked(k));
         }
         if let (Some(cl), true) = (parts.cluster, c.rules & ACTIVE != 0) {
             c.rules |= R_CLUSTER;

@@ -106,6 +106,7 @@ impl Point {
             clusters,
             rings,
             retry_forms: _,
+            keys,
         } = settings;
         let policy = policy.as_ref();
         let ring = policy.map(|p| self.ring_for(rings, p.window));
@@ -152,6 +153,7 @@ impl Point {
             breaker,
             adaptive: adaptive.copied(),
             cluster,
+            keys: policy.and_then(Policy::keys).map(|k| keys.form_for(k)),
         };
         // A form without rules or breaker is none: such a point takes the fast path.
         let c = Compiled::new(policy, parts, fine, &self.clock);

@@ -22,6 +22,7 @@ use super::compiled::{
 use super::flow::{Limits, Refused, NO_LIMIT};
 use super::hang::HangTable;
 use super::health::{self, Health};
+use super::keys::KeyArg;
 use super::permit::{fill, place, Outcome, Permit, NO_HANG};
 use super::slots::{AdaptiveCall, AdaptiveImpl, BreakerCall, BreakerImpl, BreakerSlot};
 use super::{delay, tally, Point};
@@ -91,6 +92,35 @@ impl Point {
         self.enter_async_in(slot, done)
     }
 
+    /// [`enter_breaker_in`](Self::enter_breaker_in) of a call with a key.
+    #[inline]
+    pub(crate) fn enter_breaker_keyed_in(
+        &'static self,
+        slot: &mut Option<Permit>,
+        key: &KeyArg<'_>,
+    ) -> Result<(), Downgraded> {
+        let c = self.compiled();
+        if c.rules & R_BREAKER == 0 && !self.breaker_set.load(Ordering::Acquire) {
+            self.ensure_breaker();
+        }
+        self.enter_keyed_in(slot, key)
+    }
+
+    /// The async entry of `#[breaker]` with a key.
+    #[inline]
+    pub(crate) fn enter_breaker_async_keyed_in<'a>(
+        &'static self,
+        slot: &'a mut Option<Permit>,
+        done: Option<&'a mut bool>,
+        key: KeyArg<'a>,
+    ) -> super::queue::Admission<'a> {
+        let c = self.compiled();
+        if c.rules & R_BREAKER == 0 && !self.breaker_set.load(Ordering::Acquire) {
+            self.ensure_breaker();
+        }
+        self.enter_async_keyed_in(slot, done, Some(key))
+    }
+
     /// Asks whether a call may run.
     ///
     /// On `Ok`, run the call and report its outcome through the [`Permit`] (dropping it
@@ -126,7 +156,7 @@ impl Point {
             self.arm_sampler();
         }
         let mut slot = None;
-        self.enter_once(&mut slot, NO_WAIT)
+        self.enter_once(&mut slot, NO_WAIT, None)
             .map_err(|reason| Downgraded {
                 point: self.name,
                 reason,
@@ -179,9 +209,26 @@ impl Point {
         }
         // The entries out of line answer with the reason alone, a byte in a
         // register: the refusal is built here.
-        match self.enter_once(slot, 0) {
+        match self.enter_once(slot, 0, None) {
             Ok(()) => Ok(()),
-            Err(reason) => self.refused_or_waits(slot, reason),
+            Err(reason) => self.refused_or_waits(slot, reason, None),
+        }
+    }
+
+    /// [`enter_in`](Self::enter_in) for a call of `key` (see
+    /// [`enter_key`](Self::enter_key)): the permit in `slot` holds the key's slot.
+    #[inline]
+    pub(crate) fn enter_keyed_in(
+        &'static self,
+        slot: &mut Option<Permit>,
+        key: &KeyArg<'_>,
+    ) -> Result<(), Downgraded> {
+        if !self.sampler_armed() {
+            self.arm_sampler();
+        }
+        match self.enter_once(slot, 0, Some(key)) {
+            Ok(()) => Ok(()),
+            Err(reason) => self.refused_or_waits(slot, reason, Some(key)),
         }
     }
 
@@ -193,18 +240,19 @@ impl Point {
         &'static self,
         slot: &mut Option<Permit>,
         first: Reason,
+        key: Option<&KeyArg<'_>>,
     ) -> Result<(), Downgraded> {
         let mut reason = first;
         let mut flags = 0;
         loop {
             match reason {
-                Reason::QueueFull => return self.wait_blocking(slot, flags | TOKEN_HELD),
+                Reason::QueueFull => return self.wait_blocking(slot, flags | TOKEN_HELD, key),
                 Reason::TokenBucket => match take_token_wait() {
                     Some(ns) => {
                         // The clock's sleep: a manual clock is advanced instead.
                         self.clock.sleep(std::time::Duration::from_nanos(ns));
                         flags |= TOKEN_HELD;
-                        match self.enter_once(slot, flags) {
+                        match self.enter_once(slot, flags, key) {
                             Ok(()) => return Ok(()),
                             Err(r) => reason = r,
                         }
@@ -233,6 +281,7 @@ impl Point {
         &'static self,
         slot: &mut Option<Permit>,
         flags: u8,
+        key: Option<&KeyArg<'_>>,
     ) -> Result<(), Reason> {
         let Some(c) = self.cfg.get() else {
             self.pass_untracked();
@@ -244,9 +293,25 @@ impl Point {
         };
         if c.rules & ACTIVE == 0 {
             self.enter_unpoliced(c, slot)
+        } else if let (Some(key), Some(_)) = (key, c.keys) {
+            self.enter_keyed(c, slot, flags, key)
         } else {
             self.enter_governed(c, slot, flags)
         }
+    }
+
+    /// [`enter_governed`](Self::enter_governed) of a call with a key under a policy
+    /// with a `keys` section.
+    #[inline(never)]
+    pub(super) fn enter_keyed(
+        &'static self,
+        c: &'static Compiled,
+        slot: &mut Option<Permit>,
+        flags: u8,
+        key: &KeyArg<'_>,
+    ) -> Result<(), Reason> {
+        self.enter_policy::<false>(c, slot, flags, Some(key))
+            .map_err(|d| d.reason)
     }
 
     /// A point with a policy: the plain rules alone take a leaner instance of the
@@ -259,9 +324,9 @@ impl Point {
         flags: u8,
     ) -> Result<(), Reason> {
         let entered = if c.rules & NOT_PLAIN == 0 {
-            self.enter_policy::<true>(c, slot, flags)
+            self.enter_policy::<true>(c, slot, flags, None)
         } else {
-            self.enter_policy::<false>(c, slot, flags)
+            self.enter_policy::<false>(c, slot, flags, None)
         };
         entered.map_err(|d| d.reason)
     }
@@ -281,6 +346,7 @@ impl Point {
         c: &'static Compiled,
         slot: &mut Option<Permit>,
         flags: u8,
+        key: Option<&KeyArg<'_>>,
     ) -> Result<(), Downgraded> {
         debug_assert!(c.rules & ACTIVE != 0 && (!PLAIN || c.rules & NOT_PLAIN == 0));
         // One timeline reading per call; the tick counter only when some threshold is
@@ -430,6 +496,29 @@ impl Point {
                 }
             }
         }
+        // The key's rule, after the point's own (with a `keys` section and a key).
+        let mut key_hold = None;
+        if let (Some(key), Some(form)) = (key, c.keys) {
+            match form.0.admit(key, now) {
+                Ok(hold) => key_hold = hold,
+                Err(_) => {
+                    if let Some(a) = adaptive {
+                        a.end(false);
+                    }
+                    if let Some(b) = breaker {
+                        self.breaker_outcome(b, Outcome::Cancelled, false, 0, fine);
+                    }
+                    if let Some((_, claimed)) = probe {
+                        self.delay.unclaim(claimed);
+                    }
+                    // One key's refusal never starts the point's delay.
+                    return place(
+                        self.trip_keyed(c, Reason::HotKey, Some(key), start, fine, now),
+                        slot,
+                    );
+                }
+            }
+        }
         // The commit: the visits and concurrency limits checked again, exactly.
         let admitted = if c.rules & (R_VISITS | R_CONCURRENCY) != 0 {
             self.flow.admit(limits)
@@ -470,6 +559,9 @@ impl Point {
         );
         if let Some((until, _)) = probe {
             permit.attach_probe(until);
+        }
+        if let Some(hold) = key_hold {
+            permit.attach_key(hold);
         }
         Ok(())
     }
@@ -727,20 +819,35 @@ impl Point {
         fine: bool,
         now: u64,
     ) -> Result<Permit, Downgraded> {
+        self.trip_keyed(c, reason, None, start, fine, now)
+    }
+
+    /// [`trip`](Self::trip) of a call with a key (named in the listener event). A key's
+    /// refusal is never spared by the downgrade percentage: the key's limits hold
+    /// whatever it is.
+    pub(super) fn trip_keyed(
+        &'static self,
+        c: &Compiled,
+        reason: Reason,
+        key: Option<&KeyArg<'_>>,
+        start: u64,
+        fine: bool,
+        now: u64,
+    ) -> Result<Permit, Downgraded> {
         let shadow = c.rules & R_SHADOW != 0;
         let spared = c.percentage < 100
             && (c.percentage == 0 || crate::rand::below(100) >= c.percentage)
             && (shadow
                 || !matches!(
                     reason,
-                    Reason::Concurrency | Reason::QueueFull | Reason::QueueTimeout
+                    Reason::Concurrency | Reason::QueueFull | Reason::QueueTimeout | Reason::HotKey
                 ));
         let mut reason = reason;
         if spared || shadow {
             if !spared {
                 // Dry run: count and report what would have happened, then run it.
                 self.counters.reason_cells().shadow[reason.index()].fetch_add(1, Ordering::Relaxed);
-                self.event(reason, now, true);
+                self.event_keyed(reason, key, now, true);
             }
             let admitted = if !shadow && c.rules & R_CONCURRENCY != 0 {
                 self.flow.admit(Limits {
@@ -762,7 +869,7 @@ impl Point {
                 Err(_) => reason = Reason::Concurrency,
             }
         }
-        Err(self.downgrade(reason, now, false))
+        Err(self.downgrade_keyed(reason, key, now, false))
     }
 
     /// Takes a token from the policy's bucket at `stamp` (in the bucket's unit).

@@ -54,6 +54,7 @@ mod configure;
 mod cycle;
 mod enter;
 mod health;
+pub(crate) mod keys;
 pub(crate) mod permit;
 pub(crate) mod queue;
 mod report;
@@ -179,6 +180,8 @@ struct Settings {
     rings: Vec<&'static Ring>,
     /// The retry sections this point has had (see `retry_settings`).
     retry_forms: retry_settings::RetryForms,
+    /// The `keys` sections this point has had, their tables and override cells.
+    keys: keys::KeyForms,
 }
 
 #[derive(Debug, Default)]
@@ -356,6 +359,7 @@ static NO_SETTINGS: Settings = Settings {
     },
     rings: Vec::new(),
     retry_forms: retry_settings::RetryForms::EMPTY,
+    keys: keys::KeyForms::EMPTY,
 };
 
 impl std::ops::Deref for SettingsGuard<'_> {

@@ -37,6 +37,8 @@ pub struct Permit {
     pub(super) breaker: Option<BreakerCall>,
     /// The adaptive limiter's record of this call.
     pub(super) adaptive: Option<AdaptiveCall>,
+    /// The call's slot under its key's concurrency limit, given back at the end.
+    pub(super) key: Option<crate::keys::KeyHold>,
 }
 
 pub(super) const NO_HANG: u32 = u32::MAX;
@@ -217,6 +219,7 @@ impl Permit {
                 .with_extra(adaptive.is_some() || breaker.is_some()),
             breaker,
             adaptive,
+            key: None,
         }
     }
 
@@ -226,6 +229,13 @@ impl Permit {
     #[inline]
     pub(super) fn attach_breaker(&mut self, call: BreakerCall) {
         self.breaker = Some(call);
+        self.meta = self.meta.with_extra(true);
+    }
+
+    /// Gives the permit its key's slot, given back when the call ends.
+    #[inline]
+    pub(super) fn attach_key(&mut self, hold: crate::keys::KeyHold) {
+        self.key = Some(hold);
         self.meta = self.meta.with_extra(true);
     }
 
@@ -246,6 +256,7 @@ impl Permit {
             meta: Meta::new(Slot::None, false),
             breaker: None,
             adaptive: None,
+            key: None,
         }
     }
 
@@ -293,7 +304,10 @@ impl Permit {
     pub(super) fn complete(&mut self, outcome: Outcome) {
         debug_assert_eq!(
             self.meta.extra(),
-            self.breaker.is_some() || self.adaptive.is_some() || self.probe_of != 0,
+            self.breaker.is_some()
+                || self.adaptive.is_some()
+                || self.probe_of != 0
+                || self.key.is_some(),
             "the extra bit follows the permit's fields"
         );
         let meta = self.meta.bits();
@@ -402,6 +416,8 @@ impl Permit {
     }
 
     pub(super) fn complete_slow(&mut self, outcome: Outcome) {
+        // The key's slot first: the call is over for its key whatever follows.
+        drop(self.key.take());
         let p = self.point;
         let (failed, elapsed) = self.settle(outcome);
         if let Some(call) = self.breaker.take() {

@@ -21,6 +21,7 @@
 
 use super::compiled::{ACTIVE, R_QUEUE};
 use super::enter::{take_token_wait, NO_WAIT, TOKEN_HELD, WAITER};
+use super::keys::KeyArg;
 use super::permit::Permit;
 use super::Point;
 use crate::error::{Downgraded, Reason};
@@ -209,11 +210,12 @@ impl Point {
         &'static self,
         slot: &mut Option<Permit>,
         flags: u8,
+        key: Option<&KeyArg<'_>>,
     ) -> Result<(), Downgraded> {
         let wake = Wake::Thread(std::thread::current());
         let mut wait = Wait::begin(self, wake, flags, crate::priority::current())?;
         loop {
-            if let Some(entered) = wait.try_admit(slot) {
+            if let Some(entered) = wait.try_admit(slot, key) {
                 return entered;
             }
             let now = self.clock.now();
@@ -312,7 +314,11 @@ impl Wait {
 
     /// Asks for a slot if this waiter is the oldest or was woken: `Some` when the wait
     /// is over (admitted, or refused by a rule: counted there), `None` to wait on.
-    fn try_admit(&mut self, slot: &mut Option<Permit>) -> Option<Result<(), Downgraded>> {
+    fn try_admit(
+        &mut self,
+        slot: &mut Option<Permit>,
+        key: Option<&KeyArg<'_>>,
+    ) -> Option<Result<(), Downgraded>> {
         if self.waiter.evicted.load(Ordering::Acquire) {
             // Out of the queue already (the evicting call removed it).
             self.end(EVICTED);
@@ -325,7 +331,7 @@ impl Wait {
         if !woken && !oldest {
             return None;
         }
-        let entered = match self.point.enter_once(slot, WAITER | self.flags) {
+        let entered = match self.point.enter_once(slot, WAITER | self.flags, key) {
             Err(Reason::QueueFull) => return None,
             Ok(()) => Ok(()),
             Err(reason) => Err(Downgraded {
@@ -424,6 +430,8 @@ pub struct WaitFuture<'a> {
     /// dropped then never began), cleared once it is admitted.
     done: Option<&'a mut bool>,
     flags: u8,
+    /// The call's key, if it has one.
+    key: Option<KeyArg<'a>>,
     /// The caller's priority when it entered (the wait may be polled elsewhere).
     priority: Priority,
     stage: Stage,
@@ -441,6 +449,18 @@ impl Point {
         slot: &'a mut Option<Permit>,
         done: Option<&'a mut bool>,
     ) -> Admission<'a> {
+        self.enter_async_keyed_in(slot, done, None)
+    }
+
+    /// [`enter_async_in`](Self::enter_async_in) of a call with a key (see
+    /// [`Point::enter_key`]).
+    #[inline(always)]
+    pub(crate) fn enter_async_keyed_in<'a>(
+        &'static self,
+        slot: &'a mut Option<Permit>,
+        done: Option<&'a mut bool>,
+        key: Option<KeyArg<'a>>,
+    ) -> Admission<'a> {
         if !self.sampler_armed() {
             self.arm_sampler();
         }
@@ -451,9 +471,9 @@ impl Point {
         } else {
             NO_WAIT
         };
-        match self.enter_once(slot, flags) {
+        match self.enter_once(slot, flags, key.as_ref()) {
             Ok(()) => Admission::Ready(Ok(())),
-            Err(reason) => self.wait_async(slot, done, reason),
+            Err(reason) => self.wait_async(slot, done, reason, key),
         }
     }
 
@@ -465,6 +485,7 @@ impl Point {
         slot: &'a mut Option<Permit>,
         mut done: Option<&'a mut bool>,
         reason: Reason,
+        key: Option<KeyArg<'a>>,
     ) -> Admission<'a> {
         let stage = match reason {
             Reason::QueueFull => Stage::Queue(None),
@@ -482,6 +503,7 @@ impl Point {
             slot,
             done,
             flags: TOKEN_HELD,
+            key,
             priority: crate::priority::current(),
             stage,
             #[cfg(feature = "tokio")]
@@ -552,7 +574,10 @@ impl std::future::Future for WaitFuture<'_> {
                         return Poll::Pending;
                     }
                     // The token is due: the other rules, holding it.
-                    match this.point.enter_once(this.slot, this.flags) {
+                    match this
+                        .point
+                        .enter_once(this.slot, this.flags, this.key.as_ref())
+                    {
                         Ok(()) => return this.finish(Ok(())),
                         Err(Reason::QueueFull) => this.stage = Stage::Queue(None),
                         Err(reason) => {
@@ -576,7 +601,7 @@ impl std::future::Future for WaitFuture<'_> {
                     };
                     // The waker first: a wake after the look below must reach this task.
                     wait.set_waker(cx.waker());
-                    if let Some(entered) = wait.try_admit(this.slot) {
+                    if let Some(entered) = wait.try_admit(this.slot, this.key.as_ref()) {
                         this.stage = Stage::Queue(None);
                         return this.finish(entered);
                     }

@@ -1,6 +1,7 @@
 //! What a point reports: downgrades to its counters and listeners, breaker changes to
 //! its listeners and `tracing`.
 
+use super::keys::KeyArg;
 use super::slots::classic_state;
 use super::Point;
 use crate::breaker::Transition;
@@ -43,6 +44,7 @@ impl Point {
                 time: self.clock.system_time(now),
                 breaker: Some(change),
                 shadow: false,
+                key: None,
             });
         }
     }
@@ -55,23 +57,43 @@ impl Point {
 
     /// Counts a downgrade and reports it to the listeners.
     pub(super) fn downgrade(&self, reason: Reason, now: u64, shadow: bool) -> Downgraded {
+        self.downgrade_keyed(reason, None, now, shadow)
+    }
+
+    /// [`downgrade`](Self::downgrade) of a call with a key.
+    pub(super) fn downgrade_keyed(
+        &self,
+        reason: Reason,
+        key: Option<&KeyArg<'_>>,
+        now: u64,
+        shadow: bool,
+    ) -> Downgraded {
         self.counters.downgrades.fetch_add(1, Ordering::Relaxed);
         self.counters.reason_cells().downgrades[reason.index()].fetch_add(1, Ordering::Relaxed);
-        self.event(reason, now, shadow);
+        self.event_keyed(reason, key, now, shadow);
         Downgraded {
             point: self.name,
             reason,
         }
     }
 
+    /// Reports a downgraded call (of `key`, which the event names, cut at
+    /// [`KEY_TEXT_MAX`](crate::keys::KEY_TEXT_MAX) bytes).
     #[inline]
-    pub(super) fn event(&self, reason: Reason, now: u64, shadow: bool) {
+    pub(super) fn event_keyed(
+        &self,
+        reason: Reason,
+        key: Option<&KeyArg<'_>>,
+        now: u64,
+        shadow: bool,
+    ) {
         // Downgrades can come by the thousand per second: debug level.
         #[cfg(feature = "tracing")]
         tracing::debug!(
             point = self.name,
             reason = reason.as_str(),
             shadow,
+            key = key.map(|k| crate::keys::KeyText::of(k.text).to_display()),
             "resilience: call downgraded"
         );
         if self.events.has_listeners() {
@@ -87,6 +109,7 @@ impl Point {
                 time: self.clock.system_time(now),
                 breaker: None,
                 shadow,
+                key: key.map(|k| crate::keys::KeyText::of(k.text).to_display()),
             });
         }
     }

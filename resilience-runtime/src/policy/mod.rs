@@ -13,6 +13,7 @@ pub use rules::{
 };
 
 use crate::adaptive::{AdaptiveConfig, GradientConfig};
+use crate::keys::KeyPolicy;
 use std::time::Duration;
 
 /// Largest number of buckets a window may have (one hour of one-second buckets).
@@ -67,6 +68,7 @@ pub struct Policy {
     pub(crate) adaptive: Option<AdaptiveLimit>,
     #[cfg(feature = "redis")]
     pub(crate) cluster: Option<ClusterLimit>,
+    pub(crate) keys: Option<KeyPolicy>,
 }
 
 /// A limit shared by every instance of a service through Redis (`redis` feature),
@@ -166,6 +168,7 @@ impl Policy {
                 adaptive: None,
                 #[cfg(feature = "redis")]
                 cluster: None,
+                keys: None,
             },
         }
     }
@@ -198,6 +201,7 @@ impl Policy {
                     self.cluster = from.cluster.clone();
                 }
             }
+            Section::Keys => self.keys = from.keys.clone(),
             Section::Breaker | Section::Retry => {}
         }
     }
@@ -282,6 +286,11 @@ impl Policy {
     #[cfg(feature = "redis")]
     pub fn cluster(&self) -> Option<&ClusterLimit> {
         self.cluster.as_ref()
+    }
+
+    /// The per-key limits, if set (see [`KeyPolicy`]).
+    pub fn keys(&self) -> Option<&KeyPolicy> {
+        self.keys.as_ref()
     }
 }
 
@@ -604,6 +613,13 @@ impl PolicyBuilder {
         self
     }
 
+    /// Per-key limits (Sentinel's hot-parameter rules; see [`KeyPolicy`]), checked
+    /// after the point's other rules on calls that name a key.
+    pub fn keys(mut self, keys: KeyPolicy) -> Self {
+        self.policy.keys = Some(keys);
+        self
+    }
+
     /// Adaptive concurrency limit (see [`AdaptiveLimit`]).
     ///
     /// ```
@@ -855,6 +871,11 @@ impl PolicyBuilder {
             fail("window.bucket_width", "must be greater than zero".into());
         } else if p.window.bucket_width.as_nanos() > u128::from(u64::MAX / 4) {
             fail("window.bucket_width", "is too large".into());
+        }
+        if let Some(k) = &p.keys {
+            // A section from `KeyPolicyBuilder::build` is valid; one changed since (a
+            // policy file's, field by field) is checked here again.
+            k.check(&mut errors);
         }
         if errors.is_empty() {
             Ok(p)

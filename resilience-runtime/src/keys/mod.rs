@@ -1,0 +1,55 @@
+//! Hot keys: limits per value of an argument (Sentinel's hot-parameter rules), in
+//! bounded memory.
+//!
+//! A policy's `keys` section ([`KeyPolicy`], set with
+//! [`PolicyBuilder::keys`](crate::PolicyBuilder::keys)) gives every value of a key (a
+//! user id, a tenant, an item) a limit of its own: calls per period with a burst,
+//! calls in flight, and overrides for chosen values. A call names its key with
+//! `#[downgrade(key = ...)]` or [`Point::enter_key`](crate::Point::enter_key) and is
+//! checked against the key's rule after the point's own rules; a refusal is
+//! [`Reason::HotKey`](crate::Reason::HotKey).
+//!
+//! See [`KeyPolicy`] for the bounds, exact for every tracked key and never exceeded
+//! for the others.
+//!
+//! # Reading order
+//!
+//! `policy` (the section), `fingerprint` (key identity), `text` (a key's text in
+//! reports), `rule` (a rule's decision on one key, pure), `shard` (the table and the
+//! sketch, pure), `table` (the locks around them), then `crate::point::keys` (a
+//! point's forms of the section, the hot path).
+
+mod fingerprint;
+mod policy;
+mod rule;
+mod shard;
+mod table;
+mod text;
+
+pub(crate) use fingerprint::{fingerprint, text_fingerprints};
+pub use policy::{
+    KeyOverride, KeyPolicy, KeyPolicyBuilder, KeyRule, DEFAULT_MAX_KEYS, MAX_KEYS,
+    MAX_KEY_OVERRIDES, MAX_OVERRIDE_LEN,
+};
+pub(crate) use rule::{Refusal, Rule};
+pub use table::{HotKeyStats, KeyHold, KeyTableStats};
+pub(crate) use table::{KeyTable, OverrideCell};
+pub(crate) use text::KeyText;
+pub use text::KEY_TEXT_MAX;
+
+use std::fmt::Display;
+use std::hash::Hash;
+
+/// What a key must be: `Hash` (its identity: a 64-bit fingerprint of it) and
+/// `Display` (its text in statistics and listener events). Every string and integer
+/// type is one, as is any type with both; an integer key matches an override by its
+/// decimal text, and a newtype deriving `Hash` over one string or integer hashes as
+/// that field.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a hot key: a key must implement `Hash` and `Display`",
+    label = "not usable as a key",
+    note = "pass a field or a method call that gives a string or an integer, or implement `Hash` and `Display` for `{Self}`"
+)]
+pub trait HotKey: Hash + Display {}
+
+impl<T: Hash + Display + ?Sized> HotKey for T {}

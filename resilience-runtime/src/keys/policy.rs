@@ -1,0 +1,433 @@
+//! The `keys` section of a policy: per-key limits, their overrides, and how many keys
+//! a point tracks.
+
+use crate::policy::{FieldError, PolicyError, MAX_CONCURRENCY};
+use std::time::Duration;
+
+/// The default of [`KeyPolicyBuilder::max_keys`]: keys a point tracks exactly.
+pub const DEFAULT_MAX_KEYS: u32 = 4096;
+
+/// The most keys a point may track ([`KeyPolicyBuilder::max_keys`]).
+pub const MAX_KEYS: u32 = 1 << 20;
+
+/// The most overrides one `keys` section may have.
+pub const MAX_KEY_OVERRIDES: usize = 10_000;
+
+/// The longest override value, in bytes.
+pub const MAX_OVERRIDE_LEN: usize = 256;
+
+/// The limits of one key: at most `limit` calls per `period` (a token bucket holding
+/// `burst`) and at most `max_concurrency` in flight. Each is optional.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyRule {
+    /// Calls per `period`; 0 refuses every call of the key.
+    pub limit: Option<u64>,
+    /// Calls the key may make at once after a quiet time; `None` is `limit`.
+    pub burst: Option<u64>,
+    /// Calls of the key in flight at once; 0 refuses every call of the key.
+    pub max_concurrency: Option<u32>,
+}
+
+/// What an override changes for one key value: each field given replaces the
+/// section's own, the others are kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyOverride {
+    /// Calls per period (the section's period).
+    pub limit: Option<u64>,
+    /// The key's burst.
+    pub burst: Option<u64>,
+    /// The key's calls in flight.
+    pub max_concurrency: Option<u32>,
+}
+
+impl KeyOverride {
+    /// An override of the limit alone (a policy file's `"vip-42" = 1000`).
+    pub fn limit(limit: u64) -> KeyOverride {
+        KeyOverride {
+            limit: Some(limit),
+            ..KeyOverride::default()
+        }
+    }
+}
+
+/// Per-key limits of a point (Sentinel's hot-parameter rule): calls are counted per
+/// value of a key (an argument, `#[downgrade(key = user_id)]`, or
+/// [`Point::enter_key`](crate::Point::enter_key)), after the point's own rules. A
+/// refused call is downgraded with [`Reason::HotKey`](crate::Reason::HotKey); its
+/// listener event names the key.
+///
+/// # Bounds
+///
+/// - A point tracks at most [`max_keys`](KeyPolicyBuilder::max_keys) keys, each
+///   exactly: over any interval `t`, a key's admitted calls are at most
+///   `burst + limit * t / period`, and at most `max_concurrency` of them are in
+///   flight, under any number of threads.
+/// - Every overridden value is always tracked.
+/// - A key that is not tracked (more keys than `max_keys` are active) is counted in a
+///   sketch of two rows of cells it shares with other untracked keys; a cell's count
+///   is never below the count of any key it holds, so an untracked key is never
+///   admitted beyond its own limits either. It may be refused early: only when, in
+///   both rows, the keys sharing its cell have used what the key's limit leaves. The
+///   keys that call most are moved into the table (a frequency sketch decides, as in
+///   TinyLFU), so a heavy key is counted exactly.
+/// - Memory: about 120 bytes per tracked key, made on the first call with a key.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::keys::KeyPolicy;
+/// use resilience_runtime::{registry, Policy, Reason};
+/// use std::time::Duration;
+///
+/// let keys = KeyPolicy::builder()
+///     .limit(2, Duration::from_secs(60))
+///     .override_limit("vip", 100)
+///     .override_limit("blocked", 0)
+///     .build()?;
+/// registry().set_policy("docs.keys", Policy::builder().keys(keys).build()?)?;
+/// let point = registry().point("docs.keys")?;
+/// assert!(point.enter_key("alice").is_ok());
+/// assert!(point.enter_key("alice").is_ok());
+/// assert_eq!(point.enter_key("alice").unwrap_err().reason(), Reason::HotKey);
+/// assert!(point.enter_key("bob").is_ok(), "every key has its own limit");
+/// assert!(point.enter_key("vip").is_ok());
+/// assert!(point.enter_key("blocked").is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyPolicy {
+    pub(crate) max_keys: u32,
+    pub(crate) period: Duration,
+    pub(crate) rule: KeyRule,
+    /// By value, sorted, each value once.
+    pub(crate) overrides: Vec<(String, KeyOverride)>,
+}
+
+impl KeyPolicy {
+    /// Starts a section with no limit, a period of one second and
+    /// [`DEFAULT_MAX_KEYS`] tracked keys.
+    pub fn builder() -> KeyPolicyBuilder {
+        KeyPolicyBuilder {
+            policy: KeyPolicy {
+                max_keys: DEFAULT_MAX_KEYS,
+                period: Duration::from_secs(1),
+                rule: KeyRule {
+                    limit: None,
+                    burst: None,
+                    max_concurrency: None,
+                },
+                overrides: Vec::new(),
+            },
+            duplicates: Vec::new(),
+        }
+    }
+
+    /// Keys tracked exactly.
+    pub fn max_keys(&self) -> u32 {
+        self.max_keys
+    }
+
+    /// The period of [`KeyRule::limit`].
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
+    /// The rule of every key without an override.
+    pub fn rule(&self) -> KeyRule {
+        self.rule
+    }
+
+    /// The overrides, by value.
+    pub fn overrides(&self) -> &[(String, KeyOverride)] {
+        &self.overrides
+    }
+
+    /// The rule of an overridden value: the section's, with the override's fields.
+    pub fn rule_of(&self, value: &str) -> KeyRule {
+        match self
+            .overrides
+            .binary_search_by(|(v, _)| v.as_str().cmp(value))
+        {
+            Ok(i) => self.merged(&self.overrides[i].1),
+            Err(_) => self.rule,
+        }
+    }
+
+    pub(crate) fn merged(&self, o: &KeyOverride) -> KeyRule {
+        KeyRule {
+            limit: o.limit.or(self.rule.limit),
+            burst: o.burst.or(if o.limit.is_some() {
+                None
+            } else {
+                self.rule.burst
+            }),
+            max_concurrency: o.max_concurrency.or(self.rule.max_concurrency),
+        }
+    }
+}
+
+/// Builds a [`KeyPolicy`]; see there.
+#[derive(Clone, Debug)]
+pub struct KeyPolicyBuilder {
+    policy: KeyPolicy,
+    duplicates: Vec<String>,
+}
+
+impl KeyPolicyBuilder {
+    /// At most `limit` calls of each key per `period` (a token bucket of `limit` per
+    /// `period`, holding [`burst`](Self::burst) = `limit` unless set).
+    pub fn limit(mut self, limit: u64, period: Duration) -> Self {
+        self.policy.rule.limit = Some(limit);
+        self.policy.period = period;
+        self
+    }
+
+    /// Calls a key may make at once after a quiet time (default: its limit).
+    pub fn burst(mut self, burst: u64) -> Self {
+        self.policy.rule.burst = Some(burst);
+        self
+    }
+
+    /// At most `max` calls of each key in flight.
+    pub fn max_concurrency(mut self, max: u32) -> Self {
+        self.policy.rule.max_concurrency = Some(max);
+        self
+    }
+
+    /// Keys tracked exactly (default [`DEFAULT_MAX_KEYS`], at most [`MAX_KEYS`]).
+    pub fn max_keys(mut self, max: u32) -> Self {
+        self.policy.max_keys = max;
+        self
+    }
+
+    /// The limit of one value (`0` blocks it). A string key matches its text, an
+    /// integer key its decimal text, a `bool` `true` or `false`.
+    pub fn override_limit(self, value: impl Into<String>, limit: u64) -> Self {
+        self.override_rule(value, KeyOverride::limit(limit))
+    }
+
+    /// The rule of one value: the fields of `o` replace the section's (an override
+    /// that sets `limit` and no `burst` has a burst of its own limit).
+    pub fn override_rule(mut self, value: impl Into<String>, o: KeyOverride) -> Self {
+        let value = value.into();
+        match self
+            .policy
+            .overrides
+            .binary_search_by(|(v, _)| v.as_str().cmp(&value))
+        {
+            Ok(_) => self.duplicates.push(value),
+            Err(at) => self.policy.overrides.insert(at, (value, o)),
+        }
+        self
+    }
+
+    /// Validates the section.
+    ///
+    /// # Errors
+    ///
+    /// A [`PolicyError`] naming each invalid field (`keys.limit`, `keys.period`,
+    /// `keys.burst`, `keys.max_concurrency`, `keys.max_keys`, `keys.overrides`).
+    ///
+    /// ```
+    /// use resilience_runtime::keys::KeyPolicy;
+    /// use std::time::Duration;
+    ///
+    /// let err = KeyPolicy::builder().limit(10, Duration::ZERO).build().unwrap_err();
+    /// assert_eq!(err.fields(), ["keys.period"]);
+    /// ```
+    pub fn build(self) -> Result<KeyPolicy, PolicyError> {
+        let mut errors = Vec::new();
+        self.policy.check(&mut errors);
+        for d in &self.duplicates {
+            errors.push(FieldError {
+                field: "keys.overrides",
+                message: format!("{d:?} is overridden twice"),
+            });
+        }
+        if errors.is_empty() {
+            Ok(self.policy)
+        } else {
+            Err(PolicyError { errors })
+        }
+    }
+}
+
+/// The most calls per period, and the largest burst.
+const MAX_LIMIT: u64 = 1_000_000_000;
+
+impl KeyPolicy {
+    /// Appends an error for each invalid field.
+    pub(crate) fn check(&self, errors: &mut Vec<FieldError>) {
+        let mut fail = |field: &'static str, message: String| {
+            errors.push(FieldError { field, message });
+        };
+        if !(16..=MAX_KEYS).contains(&self.max_keys) {
+            fail(
+                "keys.max_keys",
+                format!("must be in 16..={MAX_KEYS}, got {}", self.max_keys),
+            );
+        }
+        if self.period < Duration::from_millis(1) || self.period > Duration::from_secs(86_400) {
+            fail(
+                "keys.period",
+                format!("must be from 1ms to 1 day, got {:?}", self.period),
+            );
+        }
+        let mut rule = |r: &KeyRule, limit: &'static str, burst: &'static str, conc, who: &str| {
+            if let Some(l) = r.limit {
+                if l > MAX_LIMIT {
+                    fail(limit, format!("{who}must be at most {MAX_LIMIT}, got {l}"));
+                } else if l > 0
+                    && self.period >= Duration::from_millis(1)
+                    && (l as f64 / self.period.as_secs_f64()) > 1e9
+                {
+                    fail(
+                        limit,
+                        format!(
+                            "{who}is more than 1e9 calls per second over {:?}",
+                            self.period
+                        ),
+                    );
+                }
+            }
+            if let Some(b) = r.burst {
+                if r.limit.is_none() {
+                    fail(
+                        burst,
+                        format!("{who}needs `limit`: the burst is of its calls"),
+                    );
+                } else if b == 0 || b > MAX_LIMIT {
+                    fail(burst, format!("{who}must be in 1..={MAX_LIMIT}, got {b}"));
+                }
+            }
+            if let Some(c) = r.max_concurrency {
+                if c > MAX_CONCURRENCY {
+                    fail(
+                        conc,
+                        format!("{who}must be at most {MAX_CONCURRENCY}, got {c}"),
+                    );
+                }
+            }
+        };
+        rule(
+            &self.rule,
+            "keys.limit",
+            "keys.burst",
+            "keys.max_concurrency",
+            "",
+        );
+        for (value, o) in &self.overrides {
+            let who = format!("override {value:?}: ");
+            rule(
+                &self.merged(o),
+                "keys.overrides.limit",
+                "keys.overrides.burst",
+                "keys.overrides.max_concurrency",
+                &who,
+            );
+        }
+        if self.overrides.len() > MAX_KEY_OVERRIDES {
+            fail(
+                "keys.overrides",
+                format!(
+                    "at most {MAX_KEY_OVERRIDES} values may be overridden, got {}",
+                    self.overrides.len()
+                ),
+            );
+        }
+        for (value, _) in &self.overrides {
+            if value.is_empty() || value.len() > MAX_OVERRIDE_LEN {
+                fail(
+                    "keys.overrides",
+                    format!(
+                        "a value must be 1 to {MAX_OVERRIDE_LEN} bytes long, got {} bytes",
+                        value.len()
+                    ),
+                );
+            } else if value.chars().any(char::is_control) {
+                fail(
+                    "keys.overrides",
+                    format!("{value:?} holds a control character"),
+                );
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bad_field_is_named() {
+        let err = KeyPolicy::builder()
+            .limit(2_000_000_000, Duration::from_secs(1))
+            .burst(0)
+            .max_concurrency(MAX_CONCURRENCY + 1)
+            .max_keys(3)
+            .override_limit("", 1)
+            .override_limit("a\nb", 1)
+            .override_limit("x", 5)
+            .override_limit("x", 6)
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err.fields(),
+            [
+                "keys.max_keys",
+                "keys.limit",
+                "keys.burst",
+                "keys.max_concurrency",
+                "keys.overrides.max_concurrency",
+                "keys.overrides.max_concurrency",
+                "keys.overrides.max_concurrency",
+                "keys.overrides",
+                "keys.overrides",
+                "keys.overrides",
+            ],
+            "{err}"
+        );
+        let fast = KeyPolicy::builder()
+            .limit(1000, Duration::from_micros(999))
+            .build()
+            .unwrap_err();
+        assert_eq!(fast.fields(), ["keys.period"]);
+        let rate = KeyPolicy::builder()
+            .limit(1_000_000_000, Duration::from_millis(1))
+            .build()
+            .unwrap_err();
+        assert_eq!(rate.fields(), ["keys.limit"]);
+        let burst_alone = KeyPolicy::builder().burst(5).build().unwrap_err();
+        assert_eq!(burst_alone.fields(), ["keys.burst"]);
+    }
+
+    #[test]
+    fn overrides_inherit_what_they_do_not_set() {
+        let p = KeyPolicy::builder()
+            .limit(10, Duration::from_secs(1))
+            .burst(20)
+            .max_concurrency(3)
+            .override_limit("vip", 1000)
+            .override_rule(
+                "slow",
+                KeyOverride {
+                    max_concurrency: Some(1),
+                    ..KeyOverride::default()
+                },
+            )
+            .build()
+            .unwrap();
+        let vip = p.rule_of("vip");
+        assert_eq!(
+            (vip.limit, vip.burst, vip.max_concurrency),
+            (Some(1000), None, Some(3))
+        );
+        let slow = p.rule_of("slow");
+        assert_eq!(
+            (slow.limit, slow.burst, slow.max_concurrency),
+            (Some(10), Some(20), Some(1))
+        );
+        assert_eq!(p.rule_of("other"), p.rule());
+        assert_eq!(p.overrides().len(), 2);
+    }
+}

@@ -1,0 +1,236 @@
+//! The shard against plain references: tracked keys exact, no key ever admitted
+//! beyond its own bucket, eviction order, the untracked error bound, heavy hitters.
+
+use super::*;
+use crate::keys::fingerprint;
+use crate::keys::policy::{KeyPolicy, KeyRule};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::time::Duration;
+
+const MS: u64 = 1_000_000;
+const T0: u64 = 1_000_000_000_000;
+
+fn rule(limit: u64, burst: Option<u64>, conc: Option<u32>) -> Rule {
+    let p = KeyPolicy::builder()
+        .limit(limit.max(1), Duration::from_secs(1))
+        .build()
+        .unwrap();
+    Rule::compile(
+        &p,
+        &KeyRule {
+            limit: Some(limit),
+            burst,
+            max_concurrency: conc,
+        },
+    )
+}
+
+fn text() -> KeyText {
+    KeyText::EMPTY
+}
+
+#[test]
+fn tracked_keys_follow_their_own_bucket_exactly() {
+    let r = rule(10, Some(5), None);
+    let mut s = Shard::new(64);
+    let mut reference: HashMap<u64, KeyState> = HashMap::new();
+    for step in 0..20_000u64 {
+        let key = fingerprint(&(step * 7919 % 50));
+        let now = T0 + step * MS / 3;
+        let want = reference.entry(key).or_default().admit(&r, now).is_ok();
+        let got = s.admit(key, &r, now, text).is_ok();
+        assert_eq!(got, want, "step {step}");
+    }
+    assert_eq!(s.len(), 50);
+    assert_eq!(s.untracked_passes + s.untracked_refused, 0);
+}
+
+#[test]
+fn concurrency_slots_are_per_key_and_given_back() {
+    let r = rule(1_000_000, None, Some(2));
+    let mut s = Shard::new(16);
+    let a = fingerprint("a");
+    let b = fingerprint("b");
+    let pa1 = s.admit(a, &r, T0, text).unwrap().unwrap();
+    let _pa2 = s.admit(a, &r, T0, text).unwrap().unwrap();
+    assert_eq!(s.admit(a, &r, T0, text), Err(Refusal::Concurrency));
+    assert!(s.admit(b, &r, T0, text).is_ok());
+    s.release(a, pa1);
+    assert!(s.admit(a, &r, T0, text).is_ok());
+}
+
+#[test]
+fn the_coldest_scanned_entry_makes_room_for_a_hotter_key() {
+    let r = rule(1_000_000, None, None);
+    let mut s = Shard::new(4);
+    let keys: Vec<u64> = (0..4u64).map(|i| fingerprint(&i)).collect();
+    // Hits 4, 3, 2 and 1.
+    for (i, k) in keys.iter().enumerate() {
+        for _ in 0..(4 - i) {
+            s.admit(*k, &r, T0, text).unwrap();
+        }
+    }
+    let new = fingerprint("new");
+    // Its first call: a frequency of 1 does not beat the coldest (1 hit).
+    s.admit(new, &r, T0, text).unwrap();
+    assert!(s.find(new).is_none());
+    // The second: 2 beats 1, and key 3 (the coldest) leaves.
+    s.admit(new, &r, T0, text).unwrap();
+    assert!(s.find(new).is_some());
+    assert!(s.find(keys[3]).is_none());
+    assert!(keys[..3].iter().all(|k| s.find(*k).is_some()));
+    assert_eq!(s.evictions, 1);
+}
+
+#[test]
+fn an_entry_with_a_call_in_flight_is_never_replaced() {
+    let r = rule(1_000_000, None, Some(10));
+    let mut s = Shard::new(2);
+    let a = fingerprint("a");
+    let b = fingerprint("b");
+    let held_a = s.admit(a, &r, T0, text).unwrap().unwrap();
+    let held_b = s.admit(b, &r, T0, text).unwrap().unwrap();
+    for i in 0..1000u64 {
+        let k = fingerprint(&i);
+        for _ in 0..5 {
+            if let Ok(Some(p)) = s.admit(k, &r, T0, text) {
+                s.release(k, p);
+            }
+        }
+    }
+    assert!(s.find(a).is_some() && s.find(b).is_some());
+    s.release(a, held_a);
+    s.release(b, held_b);
+}
+
+/// Every key's admitted calls, replayed through a bucket of its own: each must be
+/// admitted there too (the sketch only ever errs towards refusing).
+fn check_never_beyond(calls: &[(u64, u64, bool)], r: &Rule) {
+    let mut own: HashMap<u64, KeyState> = HashMap::new();
+    for (i, &(key, now, admitted)) in calls.iter().enumerate() {
+        if admitted {
+            let st = own.entry(key).or_default();
+            assert!(
+                st.admit(r, now).is_ok(),
+                "call {i}: key admitted beyond its bucket"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn no_key_is_ever_admitted_beyond_its_bucket(
+        cap in 1usize..24,
+        keys in 2u64..200,
+        limit in 1u64..20,
+        burst in 1u64..10,
+        steps in prop::collection::vec((0u64..1000, 0u64..40), 1..3000),
+    ) {
+        let r = rule(limit, Some(burst), None);
+        let mut s = Shard::new(cap);
+        let mut now = T0;
+        let mut calls = Vec::new();
+        for (k, dt) in steps {
+            now += dt * MS;
+            // Skewed: low numbers far more often.
+            let key = fingerprint(&((k * k / 1000) % keys));
+            let ok = s.admit(key, &r, now, text).is_ok();
+            calls.push((key, now, ok));
+        }
+        check_never_beyond(&calls, &r);
+    }
+
+    #[test]
+    fn no_key_ever_has_more_calls_in_flight_than_its_limit(
+        cap in 1usize..16,
+        keys in 2u64..100,
+        conc in 1u32..4,
+        steps in prop::collection::vec((0u64..100, any::<bool>()), 1..3000),
+    ) {
+        let r = rule(1_000_000_000, None, Some(conc));
+        let mut s = Shard::new(cap);
+        let mut held: Vec<(u64, Place)> = Vec::new();
+        let mut inflight: HashMap<u64, u32> = HashMap::new();
+        for (i, (k, end)) in steps.into_iter().enumerate() {
+            if end && !held.is_empty() {
+                let (key, p) = held.swap_remove(i % held.len());
+                s.release(key, p);
+                *inflight.get_mut(&key).unwrap() -= 1;
+                continue;
+            }
+            let key = fingerprint(&(k % keys));
+            if let Ok(Some(p)) = s.admit(key, &r, T0, text) {
+                held.push((key, p));
+                let n = inflight.entry(key).or_default();
+                *n += 1;
+                prop_assert!(*n <= conc, "key with {n} in flight, limit {conc}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_index_finds_what_it_holds_after_any_evictions(
+        cap in 1usize..40,
+        steps in prop::collection::vec(0u64..500, 1..4000),
+    ) {
+        let r = rule(1_000_000_000, None, None);
+        let mut s = Shard::new(cap);
+        for k in steps {
+            s.admit(fingerprint(&k), &r, T0, text).unwrap();
+            prop_assert!(s.len() <= cap);
+            for (n, e) in s.entries().iter().enumerate() {
+                prop_assert_eq!(s.find(e.fp), Some(n));
+            }
+        }
+    }
+}
+
+#[test]
+fn heavy_keys_are_found_among_a_million_distinct_ones() {
+    let r = rule(1_000_000_000, None, None);
+    let mut s = Shard::new(256);
+    let heavy: Vec<u64> = (0..10u64)
+        .map(|i| fingerprint(&format!("heavy-{i}")))
+        .collect();
+    let mut now = T0;
+    for i in 0..1_000_000u64 {
+        now += 1000;
+        // Every third call is one of ten heavy keys, the others all distinct.
+        let key = if i % 3 == 0 {
+            heavy[(i / 3 % 10) as usize]
+        } else {
+            fingerprint(&(i + 1_000_000))
+        };
+        s.admit(key, &r, now, text).unwrap();
+    }
+    for h in &heavy {
+        assert!(s.find(*h).is_some(), "a heavy key is tracked");
+    }
+    assert_eq!(s.len(), 256);
+}
+
+#[test]
+fn untracked_keys_whose_cells_are_under_the_limit_are_not_refused() {
+    // 16 entries and 2 x 16 cells for 64 keys each calling 200 times a second
+    // against a limit of 1000: 48 keys are not tracked, about 3 per cell (600 a
+    // second). A key is refused only when both its cells carry more than its limit
+    // leaves, which the seeds of these 64 keys make rare.
+    let limit = 1000u64;
+    let r = rule(limit, Some(limit), None);
+    let mut s = Shard::new(16);
+    let keys = 64u64;
+    let mut refused = 0u64;
+    let calls = 400_000u64;
+    for i in 0..calls {
+        let now = T0 + i * 78_125; // 12 800 calls a second in all
+        if s.admit(fingerprint(&(i % keys)), &r, now, text).is_err() {
+            refused += 1;
+        }
+    }
+    assert!(s.untracked_passes > calls / 2, "most calls are untracked");
+    assert!(refused * 20 < calls, "{refused} of {calls} refused");
+}

@@ -1,0 +1,236 @@
+//! The atomic shell around [`Shard`]: a point's key table (shards behind mutexes,
+//! chosen by fingerprint), the cells of overridden values, and the hold a call keeps
+//! on its key's slot.
+//!
+//! Every decision runs under one shard's (or one override's) lock, so the bounds of
+//! `shard` hold under any number of threads: the lock orders the calls of a key, and
+//! a call's decision and its state change are one step. A lock is held for a few
+//! dozen instructions that cannot panic or block.
+
+use super::rule::{KeyState, Refusal, Rule};
+use super::shard::{Place, Shard};
+use super::text::KeyText;
+use crate::limit::Gcra;
+use crate::sync::{Mutex, MutexGuard, PoisonError};
+use crossbeam_utils::CachePadded;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Nothing under these locks panics; a poisoned one is still consistent.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The keys of one point, in shards (see `shard`).
+#[derive(Debug)]
+pub(crate) struct KeyTable {
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    /// log2 of the shard count.
+    bits: u32,
+}
+
+/// One key's traffic, as statistics report it (see
+/// [`Point::hot_keys`](crate::Point::hot_keys)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotKeyStats {
+    /// The key's text (its `Display`), cut at
+    /// [`KEY_TEXT_MAX`](super::KEY_TEXT_MAX) bytes.
+    pub key: String,
+    /// Calls admitted by the key's rule since it was tracked.
+    pub passes: u64,
+    /// Calls its rule refused since it was tracked.
+    pub refused: u64,
+    /// Whether the key's value is overridden (overrides are always tracked).
+    pub overridden: bool,
+}
+
+/// A table's totals (see [`Point::key_stats`](crate::Point::key_stats)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyTableStats {
+    /// Keys tracked exactly now.
+    pub tracked: u64,
+    /// Calls of untracked keys admitted (counted in the sketch).
+    pub untracked_passes: u64,
+    /// Calls of untracked keys refused.
+    pub untracked_refused: u64,
+    /// Keys that took the entry of a colder one.
+    pub evictions: u64,
+    /// Bytes the table holds.
+    pub memory_bytes: u64,
+}
+
+impl KeyTable {
+    /// A table tracking at most about `max_keys` keys (rounded up to whole shards).
+    pub(crate) fn new(max_keys: u32) -> KeyTable {
+        let shards = (max_keys / 256).clamp(1, 64).next_power_of_two();
+        let cap = (max_keys as usize).div_ceil(shards as usize);
+        KeyTable {
+            shards: (0..shards)
+                .map(|_| CachePadded::new(Mutex::new(Shard::new(cap))))
+                .collect(),
+            bits: shards.trailing_zeros(),
+        }
+    }
+
+    #[inline(always)]
+    fn shard(&self, fp: u64) -> &Mutex<Shard> {
+        let i = if self.bits == 0 {
+            0
+        } else {
+            (fp >> (64 - self.bits)) as usize
+        };
+        &self.shards[i]
+    }
+
+    /// The decision for a call of `fp` under `rule` (see [`Shard::admit`]).
+    #[inline]
+    pub(crate) fn admit(
+        &self,
+        fp: u64,
+        rule: &Rule,
+        now: u64,
+        text: impl FnOnce() -> KeyText,
+    ) -> Result<Option<Place>, Refusal> {
+        lock(self.shard(fp)).admit(fp, rule, now, text)
+    }
+
+    /// A call of `fp` admitted at `place` ended.
+    #[inline]
+    pub(crate) fn release(&self, fp: u64, place: Place) {
+        lock(self.shard(fp)).release(fp, place);
+    }
+
+    /// Every tracked key's traffic (no override's).
+    pub(crate) fn keys(&self, out: &mut Vec<HotKeyStats>) {
+        for s in self.shards.iter() {
+            let s = lock(s);
+            out.extend(s.entries().iter().map(|e| HotKeyStats {
+                key: e.text.to_display(),
+                passes: e.passes,
+                refused: e.refused,
+                overridden: false,
+            }));
+        }
+    }
+
+    pub(crate) fn stats(&self) -> KeyTableStats {
+        let mut t = KeyTableStats::default();
+        for s in self.shards.iter() {
+            let s = lock(s);
+            t.tracked += s.len() as u64;
+            t.untracked_passes += s.untracked_passes;
+            t.untracked_refused += s.untracked_refused;
+            t.evictions += s.evictions;
+            t.memory_bytes += (s.memory_bytes() + std::mem::size_of::<CachePadded<()>>()) as u64;
+        }
+        t
+    }
+}
+
+/// The state of one overridden value, kept by the point across policy changes (and
+/// across forms that override the same value).
+#[derive(Debug)]
+pub(crate) struct OverrideCell {
+    text: KeyText,
+    inner: Mutex<OverrideState>,
+}
+
+#[derive(Debug)]
+struct OverrideState {
+    /// The bucket `state.tat` is scaled for.
+    gcra: Option<Gcra>,
+    state: KeyState,
+    passes: u64,
+    refused: u64,
+}
+
+impl OverrideCell {
+    pub(crate) fn new(value: &str) -> OverrideCell {
+        OverrideCell {
+            text: KeyText::of(value),
+            inner: Mutex::new(OverrideState {
+                gcra: None,
+                state: KeyState::default(),
+                passes: 0,
+                refused: 0,
+            }),
+        }
+    }
+
+    /// The decision for a call of this value under `rule` at `now`.
+    #[inline]
+    pub(crate) fn admit(&self, rule: &Rule, now: u64) -> Result<(), Refusal> {
+        let mut s = lock(&self.inner);
+        if s.gcra != rule.gcra {
+            // The override's rule changed: carry what the key owes into the new one.
+            if let Some(new) = rule.gcra {
+                s.state.tat = match s.gcra {
+                    Some(old) => new.carry(&old, s.state.tat, old.scaled(now), new.scaled(now)),
+                    None => new.full(new.scaled(now)),
+                };
+            }
+            s.gcra = rule.gcra;
+        }
+        match s.state.admit(rule, now) {
+            Ok(()) => {
+                s.passes += 1;
+                Ok(())
+            }
+            Err(r) => {
+                s.refused += 1;
+                Err(r)
+            }
+        }
+    }
+
+    pub(crate) fn release(&self) {
+        lock(&self.inner).state.release();
+    }
+
+    pub(crate) fn stats(&self) -> HotKeyStats {
+        let s = lock(&self.inner);
+        HotKeyStats {
+            key: self.text.to_display(),
+            passes: s.passes,
+            refused: s.refused,
+            overridden: true,
+        }
+    }
+}
+
+/// Where a call holds its key's slot.
+#[derive(Debug)]
+enum HoldAt {
+    Table(&'static KeyTable, Place),
+    Override(&'static OverrideCell),
+}
+
+/// A call's slot under its key's concurrency limit, given back when dropped.
+#[derive(Debug)]
+pub struct KeyHold {
+    fp: u64,
+    at: HoldAt,
+}
+
+impl KeyHold {
+    pub(crate) fn in_table(table: &'static KeyTable, fp: u64, place: Place) -> KeyHold {
+        KeyHold {
+            fp,
+            at: HoldAt::Table(table, place),
+        }
+    }
+
+    pub(crate) fn in_override(cell: &'static OverrideCell) -> KeyHold {
+        KeyHold {
+            fp: 0,
+            at: HoldAt::Override(cell),
+        }
+    }
+}
+
+impl Drop for KeyHold {
+    fn drop(&mut self) {
+        match self.at {
+            HoldAt::Table(t, place) => t.release(self.fp, place),
+            HoldAt::Override(c) => c.release(),
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The point's forms of the `keys` section (cold) and the key's step of admission
+//! (hot): see [`crate::keys`].
+
+use super::permit::Permit;
+use super::Point;
+use crate::keys::{
+    fingerprint, text_fingerprints, HotKey, HotKeyStats, KeyHold, KeyPolicy, KeyTable,
+    KeyTableStats, KeyText, OverrideCell, Refusal, Rule,
+};
+use crate::sync::OnceLock;
+use crate::Downgraded;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A key as a call passes it: its fingerprint and its text (what `key = ...` of the
+/// macros makes; see [`Point::enter_key`]).
+#[derive(Clone, Copy)]
+pub struct KeyArg<'k> {
+    pub(crate) fp: u64,
+    pub(crate) text: &'k dyn fmt::Display,
+}
+
+impl<'k> KeyArg<'k> {
+    /// The key `*key` (a reference to the caller's reference, so that an unsized key
+    /// such as `str` is shown through it).
+    #[inline]
+    pub fn new<K: HotKey + ?Sized>(key: &'k &K) -> KeyArg<'k> {
+        KeyArg {
+            fp: fingerprint(*key),
+            text: key,
+        }
+    }
+}
+
+impl fmt::Debug for KeyArg<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "KeyArg({})", self.text)
+    }
+}
+
+/// The table of one `max_keys`, made on the first call with a key.
+#[derive(Debug)]
+pub(super) struct TableSlot {
+    max_keys: u32,
+    table: OnceLock<KeyTable>,
+}
+
+impl TableSlot {
+    fn get(&self) -> &KeyTable {
+        self.table.get_or_init(|| KeyTable::new(self.max_keys))
+    }
+}
+
+/// A `keys` section compiled for the hot path, leaked like every slot.
+#[derive(Debug)]
+pub(super) struct KeyForm {
+    policy: KeyPolicy,
+    rule: Rule,
+    table: &'static TableSlot,
+    /// Overridden values by fingerprint: open addressing of (fingerprint, number),
+    /// fingerprint 0 for an empty slot; empty without overrides.
+    index: Box<[(u64, u32)]>,
+    overrides: Box<[(&'static OverrideCell, Rule)]>,
+}
+
+impl KeyForm {
+    #[inline]
+    fn override_of(&self, fp: u64) -> Option<&(&'static OverrideCell, Rule)> {
+        if self.index.is_empty() {
+            return None;
+        }
+        let mask = self.index.len() - 1;
+        let mut i = (fp >> 7) as usize & mask;
+        loop {
+            match self.index[i] {
+                (0, _) => return None,
+                (f, n) if f == fp => return self.overrides.get(n as usize),
+                _ => i = (i + 1) & mask,
+            }
+        }
+    }
+
+    /// The key's step at `now`: its slot, if its rule counts calls in flight.
+    #[inline]
+    pub(super) fn admit(
+        &'static self,
+        key: &KeyArg<'_>,
+        now: u64,
+    ) -> Result<Option<KeyHold>, Refusal> {
+        if let Some((cell, rule)) = self.override_of(key.fp) {
+            cell.admit(rule, now)?;
+            return Ok(rule.holds().then(|| KeyHold::in_override(cell)));
+        }
+        let table: &'static KeyTable = self.table.get();
+        let text = key.text;
+        let place = table.admit(key.fp, &self.rule, now, || KeyText::of(text))?;
+        Ok(place.map(|p| KeyHold::in_table(table, key.fp, p)))
+    }
+}
+
+/// Every `keys` form, table and override cell a point has had (kept with the
+/// point's settings, see `Settings`).
+#[derive(Debug, Default)]
+pub(super) struct KeyForms {
+    forms: Vec<&'static KeyForm>,
+    tables: Vec<&'static TableSlot>,
+    cells: BTreeMap<String, &'static OverrideCell>,
+}
+
+impl KeyForms {
+    pub(super) const EMPTY: KeyForms = KeyForms {
+        forms: Vec::new(),
+        tables: Vec::new(),
+        cells: BTreeMap::new(),
+    };
+
+    /// The form of `p`: one made before for an equal section, else a new one sharing
+    /// the table of its `max_keys` and the cells of the values it overrides.
+    pub(super) fn form_for(&mut self, p: &KeyPolicy) -> &'static KeyForm {
+        if let Some(f) = self.forms.iter().find(|f| f.policy == *p) {
+            return f;
+        }
+        let table = match self.tables.iter().find(|t| t.max_keys == p.max_keys) {
+            Some(t) => *t,
+            None => {
+                let t: &'static TableSlot = Box::leak(Box::new(TableSlot {
+                    max_keys: p.max_keys,
+                    table: OnceLock::new(),
+                }));
+                self.tables.push(t);
+                t
+            }
+        };
+        let mut overrides = Vec::with_capacity(p.overrides.len());
+        let mut fps = Vec::new();
+        for (value, o) in &p.overrides {
+            let cell = *self
+                .cells
+                .entry(value.clone())
+                .or_insert_with(|| Box::leak(Box::new(OverrideCell::new(value))));
+            let n = overrides.len() as u32;
+            overrides.push((cell, Rule::compile(p, &p.merged(o))));
+            fps.extend(text_fingerprints(value).into_iter().map(|f| (f, n)));
+        }
+        let mut index = Vec::new();
+        if !fps.is_empty() {
+            let slots = (fps.len() * 2).next_power_of_two();
+            index = vec![(0u64, 0u32); slots];
+            let mask = slots - 1;
+            for (fp, n) in fps {
+                let mut i = (fp >> 7) as usize & mask;
+                loop {
+                    match index[i] {
+                        (0, _) => {
+                            index[i] = (fp, n);
+                            break;
+                        }
+                        // Two values spelling one key (`"42"` and `"042"` are not:
+                        // only an integer's own text matches it): the first wins.
+                        (f, _) if f == fp => break,
+                        _ => i = (i + 1) & mask,
+                    }
+                }
+            }
+        }
+        let form: &'static KeyForm = Box::leak(Box::new(KeyForm {
+            policy: p.clone(),
+            rule: Rule::compile(p, &p.rule),
+            table,
+            index: index.into_boxed_slice(),
+            overrides: overrides.into_boxed_slice(),
+        }));
+        self.forms.push(form);
+        form
+    }
+
+    fn current_table(&self, p: Option<&KeyPolicy>) -> Option<&'static TableSlot> {
+        let p = p?;
+        self.tables
+            .iter()
+            .find(|t| t.max_keys == p.max_keys)
+            .copied()
+    }
+}
+
+impl Point {
+    /// [`enter`](Self::enter) for a call of `key`: the point's rules, then the rule of
+    /// `key` under the policy's [`keys`](crate::PolicyBuilder::keys) section
+    /// (refused with [`Reason::HotKey`](crate::Reason::HotKey)). Without a `keys`
+    /// section the key is not looked at.
+    ///
+    /// ```
+    /// use resilience_runtime::keys::KeyPolicy;
+    /// use resilience_runtime::{registry, Policy};
+    ///
+    /// let keys = KeyPolicy::builder().max_concurrency(1).build()?;
+    /// registry().set_policy("docs.enter_key", Policy::builder().keys(keys).build()?)?;
+    /// let point = registry().point("docs.enter_key")?;
+    /// let first = point.enter_key(&7u64)?;
+    /// assert!(point.enter_key(&7u64).is_err(), "key 7 has its one call in flight");
+    /// assert!(point.enter_key(&8u64).is_ok());
+    /// first.finish(false);
+    /// assert!(point.enter_key(&7u64).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn enter_key<K: HotKey + ?Sized>(&'static self, key: &K) -> Result<Permit, Downgraded> {
+        let key = KeyArg::new(&key);
+        let mut slot = None;
+        self.enter_keyed_in(&mut slot, &key)?;
+        Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
+    }
+
+    /// The `n` tracked keys (overridden values included) with the most calls, with
+    /// their passes and refusals, most first. Empty without a `keys` section or
+    /// before the first call with a key.
+    pub fn hot_keys(&self, n: usize) -> Vec<HotKeyStats> {
+        let settings = self.settings();
+        let Some(policy) = settings.policy.as_ref().and_then(|p| p.keys()) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        if let Some(t) = settings
+            .keys
+            .current_table(Some(policy))
+            .and_then(|t| t.table.get())
+        {
+            t.keys(&mut out);
+        }
+        for (value, _) in policy.overrides() {
+            if let Some(c) = settings.keys.cells.get(value) {
+                out.push(c.stats());
+            }
+        }
+        drop(settings);
+        out.sort_by(|a, b| {
+            (b.passes + b.refused)
+                .cmp(&(a.passes + a.refused))
+                .then_with(|| a.key.cmp(&b.key))
+        });
+        out.truncate(n);
+        out
+    }
+
+    /// The totals of the key table in use, if the policy has a `keys` section and a
+    /// call with a key was made.
+    pub fn key_stats(&self) -> Option<KeyTableStats> {
+        let settings = self.settings();
+        let policy = settings.policy.as_ref().and_then(|p| p.keys());
+        let t = settings.keys.current_table(policy)?.table.get()?;
+        Some(t.stats())
+    }
+}
