@@ -21,7 +21,7 @@
 //!
 //! This crate compiles the engine's *real* source files, included by `#[path]`
 //! (`point/flow.rs`, `point/delay.rs`, `point/hang.rs`, `point/durations.rs`, `limit/gcra.rs`,
-//! `limit/cell.rs`, `retry/take.rs`): they take their atomics (and `hang.rs` its mutex and
+//! `limit/cell.rs`, `retry/take.rs`, and the key table of `keys/`): they take their atomics (and `hang.rs` its mutex and
 //! thread-locals) from `crate::sync`, which here is this crate's `sync` module, built
 //! on loom, and in the runtime is `std`'s. `build.rs` sets `cfg(loom)`, so the files'
 //! std-thread unit tests (`#[cfg(all(test, not(loom)))]`) drop out.
@@ -45,7 +45,8 @@ mod sync {
 
     use std::cell::Cell;
     use std::ops::{Deref, DerefMut};
-    use std::sync::{LockResult, PoisonError};
+    use std::sync::LockResult;
+    pub(crate) use std::sync::PoisonError;
 
     std::thread_local! {
         /// The loom lock behind every [`Mutex`] in the current execution (see
@@ -219,6 +220,18 @@ mod limit {
     pub(crate) use gcra::Gcra;
 }
 
+/// The key table (`keys/`): its decisions are pure (`rule.rs`, `shard.rs`) and run
+/// under one shard's lock (`table.rs`), laid out as in the runtime.
+#[path = "../../resilience-runtime/src/keys"]
+mod keys {
+    pub(crate) mod rule;
+    pub(crate) mod shard;
+    pub(crate) mod table;
+    pub(crate) mod text;
+
+    pub(crate) const KEY_TEXT_MAX: usize = text::KEY_TEXT_MAX;
+}
+
 /// The models: one `#[test]` per guarantee (files in `src/models/`).
 #[cfg(test)]
 mod models {
@@ -229,6 +242,7 @@ mod models {
     mod flow;
     mod gcra;
     mod hang;
+    mod keys;
     mod take;
     mod warmup;
     mod window;

@@ -40,16 +40,16 @@ pub use text::KEY_TEXT_MAX;
 use std::fmt::Display;
 use std::hash::Hash;
 
-/// What a key must be: `Hash` (its identity: a 64-bit fingerprint of it) and
-/// `Display` (its text in statistics and listener events). Every string and integer
-/// type is one, as is any type with both; an integer key matches an override by its
-/// decimal text, and a newtype deriving `Hash` over one string or integer hashes as
-/// that field.
+/// What a key must be: `Hash` (its identity: a 64-bit fingerprint of it), `Display`
+/// (its text in statistics and listener events) and `Sync` (an async call that waits
+/// holds it across its awaits). Every string and integer type is one, as is any type
+/// with the three; an integer key matches an override by its decimal text, and a
+/// newtype deriving `Hash` over one string or integer hashes as that field.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be a hot key: a key must implement `Hash` and `Display`",
+    message = "`{Self}` cannot be a hot key: a key must implement `Hash`, `Display` and `Sync`",
     label = "not usable as a key",
     note = "pass a field or a method call that gives a string or an integer, or implement `Hash` and `Display` for `{Self}`"
 )]
-pub trait HotKey: Hash + Display {}
+pub trait HotKey: Hash + Display + Sync {}
 
-impl<T: Hash + Display + ?Sized> HotKey for T {}
+impl<T: Hash + Display + Sync + ?Sized> HotKey for T {}

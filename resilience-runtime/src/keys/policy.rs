@@ -1,6 +1,8 @@
 //! The `keys` section of a policy: per-key limits, their overrides, and how many keys
 //! a point tracks.
 
+use super::rule::{Rule, NO_INFLIGHT_LIMIT};
+use crate::limit::Gcra;
 use crate::policy::{FieldError, PolicyError, MAX_CONCURRENCY};
 use std::time::Duration;
 
@@ -150,6 +152,22 @@ impl KeyPolicy {
         {
             Ok(i) => self.merged(&self.overrides[i].1),
             Err(_) => self.rule,
+        }
+    }
+
+    /// The hot-path form of `r` under this section's period.
+    pub(crate) fn compile(&self, r: &KeyRule) -> Rule {
+        let gcra = r.limit.map(|limit| {
+            if limit == 0 {
+                Gcra::CLOSED
+            } else {
+                let rate = limit as f64 / self.period.as_secs_f64();
+                Gcra::per_second(rate, r.burst.unwrap_or(limit))
+            }
+        });
+        Rule {
+            gcra,
+            max_inflight: r.max_concurrency.unwrap_or(NO_INFLIGHT_LIMIT),
         }
     }
 

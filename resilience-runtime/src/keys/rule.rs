@@ -1,7 +1,6 @@
 //! A key's rule compiled for the hot path, and its decision on one key's state: pure
 //! functions, no atomics and no clock (the table runs them under its shard's lock).
 
-use super::policy::{KeyPolicy, KeyRule};
 use crate::limit::Gcra;
 
 /// No concurrency limit.
@@ -17,22 +16,6 @@ pub(crate) struct Rule {
 }
 
 impl Rule {
-    /// The rule of `r` under the section's period.
-    pub(crate) fn compile(p: &KeyPolicy, r: &KeyRule) -> Rule {
-        let gcra = r.limit.map(|limit| {
-            if limit == 0 {
-                Gcra::CLOSED
-            } else {
-                let rate = limit as f64 / p.period.as_secs_f64();
-                Gcra::per_second(rate, r.burst.unwrap_or(limit))
-            }
-        });
-        Rule {
-            gcra,
-            max_inflight: r.max_concurrency.unwrap_or(NO_INFLIGHT_LIMIT),
-        }
-    }
-
     /// Whether the rule counts calls in flight (and calls must give their slot back).
     #[inline(always)]
     pub(crate) fn holds(&self) -> bool {
@@ -87,6 +70,7 @@ impl KeyState {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::keys::policy::{KeyPolicy, KeyRule};
     use std::time::Duration;
 
     fn rule(limit: u64, burst: Option<u64>, conc: Option<u32>) -> Rule {
@@ -94,14 +78,11 @@ mod tests {
             .limit(limit, Duration::from_secs(1))
             .build()
             .unwrap();
-        Rule::compile(
-            &p,
-            &KeyRule {
-                limit: Some(limit),
-                burst,
-                max_concurrency: conc,
-            },
-        )
+        p.compile(&KeyRule {
+            limit: Some(limit),
+            burst,
+            max_concurrency: conc,
+        })
     }
 
     #[test]

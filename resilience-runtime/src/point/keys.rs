@@ -17,7 +17,7 @@ use std::fmt;
 #[derive(Clone, Copy)]
 pub struct KeyArg<'k> {
     pub(crate) fp: u64,
-    pub(crate) text: &'k dyn fmt::Display,
+    pub(crate) text: &'k (dyn fmt::Display + Sync),
 }
 
 impl<'k> KeyArg<'k> {
@@ -139,7 +139,7 @@ impl KeyForms {
                 .entry(value.clone())
                 .or_insert_with(|| Box::leak(Box::new(OverrideCell::new(value))));
             let n = overrides.len() as u32;
-            overrides.push((cell, Rule::compile(p, &p.merged(o))));
+            overrides.push((cell, p.compile(&p.merged(o))));
             fps.extend(text_fingerprints(value).into_iter().map(|f| (f, n)));
         }
         let mut index = Vec::new();
@@ -165,7 +165,7 @@ impl KeyForms {
         }
         let form: &'static KeyForm = Box::leak(Box::new(KeyForm {
             policy: p.clone(),
-            rule: Rule::compile(p, &p.rule),
+            rule: p.compile(&p.rule),
             table,
             index: index.into_boxed_slice(),
             overrides: overrides.into_boxed_slice(),

@@ -54,6 +54,10 @@
 //!   (capacity 1 and 3, and at most 3 while another thread resizes it between 2 and
 //!   3); a gradient limit pinned at 3 (`min = max = initial`) never has more than 3
 //!   calls in flight through a point;
+//! * hot keys ([`keys`]), on a manual clock: a tracked key admits exactly its burst
+//!   (overrides exactly theirs, `blocked` none), also while the policy is swapped; an
+//!   untracked key (ten times more keys than tracked) never more than its burst; no key
+//!   ever has more calls in flight than its `max_concurrency`, tracked or not;
 //! * cluster lease (`cluster`, feature `redis`, against the Redis of
 //!   `RESILIENCE_REDIS_URL`; fails without one): a visits lease admits at most `quota`
 //!   calls per Redis window, and, alone on its key and drained, exactly `quota`.
@@ -84,5 +88,6 @@ mod cluster;
 mod concurrency;
 mod delay;
 mod health;
+mod keys;
 mod tokens;
 mod visits;

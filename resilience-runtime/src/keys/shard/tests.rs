@@ -16,14 +16,11 @@ fn rule(limit: u64, burst: Option<u64>, conc: Option<u32>) -> Rule {
         .limit(limit.max(1), Duration::from_secs(1))
         .build()
         .unwrap();
-    Rule::compile(
-        &p,
-        &KeyRule {
-            limit: Some(limit),
-            burst,
-            max_concurrency: conc,
-        },
-    )
+    p.compile(&KeyRule {
+        limit: Some(limit),
+        burst,
+        max_concurrency: conc,
+    })
 }
 
 fn text() -> KeyText {

@@ -1,0 +1,359 @@
+//! Hot keys ([`KeyPolicy`]), through `Point::enter_key` on a manual clock.
+//!
+//! * Tracked keys (fewer than `max_keys`): a frozen bucket of each key admits exactly
+//!   its burst, key by key, with `T` threads calling every key; overridden values get
+//!   exactly theirs (`vip`: 20) or none (`blocked`); also while another thread keeps
+//!   swapping the policy between two forms with the same keys section and table.
+//! * Untracked keys (ten times `max_keys`): no key is ever admitted beyond its burst.
+//! * Per-key concurrency: no key ever has more calls in flight than its limit (the
+//!   callers' own count, per key), overrides included, with and without swaps; every
+//!   slot comes back (a key admits its full limit again afterwards).
+//! * The books: every call is a visit, refusals are the point's `HotKey` downgrades.
+
+use crate::support::*;
+use resilience_runtime::keys::{KeyOverride, KeyPolicy};
+use resilience_runtime::{Point, Policy, Reason, Registry};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::Duration;
+
+/// A keys section in a plain policy, and the same section with a point concurrency
+/// limit that never trips (same table: a swap between them keeps every key's state).
+fn policies(keys: KeyPolicy) -> (Policy, Policy) {
+    let b = Policy::builder().keys(keys);
+    (
+        b.clone().build().unwrap(),
+        b.max_concurrency(1_000_000).build().unwrap(),
+    )
+}
+
+/// Per-key counts the callers keep.
+struct KeyCounts {
+    admitted: Vec<AtomicU64>,
+    inflight: Vec<AtomicU64>,
+    max_inflight: Vec<AtomicU64>,
+    refused: AtomicU64,
+    other: AtomicU64,
+}
+
+impl KeyCounts {
+    fn new(keys: usize) -> KeyCounts {
+        let v = || (0..keys).map(|_| AtomicU64::new(0)).collect();
+        KeyCounts {
+            admitted: v(),
+            inflight: v(),
+            max_inflight: v(),
+            refused: AtomicU64::new(0),
+            other: AtomicU64::new(0),
+        }
+    }
+}
+
+/// `threads` threads each call every key `rounds` times (key names from `name_of`),
+/// holding each admitted call for a few yields; with `swap`, another thread swaps the
+/// point's policy between `policies` meanwhile.
+#[allow(clippy::too_many_arguments)]
+fn run(
+    reg: &'static Registry,
+    name: &str,
+    (plain, other): (Policy, Policy),
+    keys: usize,
+    name_of: fn(usize) -> String,
+    threads: usize,
+    rounds: usize,
+    swap: bool,
+) -> (&'static Point, KeyCounts) {
+    reg.set_policy(name, plain.clone()).unwrap();
+    let p = reg.point(name).unwrap();
+    let counts = KeyCounts::new(keys);
+    let names: Vec<String> = (0..keys).map(name_of).collect();
+    let stop = AtomicBool::new(false);
+    let start = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let swapper = s.spawn(|| {
+            start.wait();
+            while swap && !stop.load(Ordering::Relaxed) {
+                reg.set_policy(name, other.clone()).unwrap();
+                reg.set_policy(name, plain.clone()).unwrap();
+            }
+        });
+        let callers: Vec<_> = (0..threads)
+            .map(|t| {
+                let (counts, names, start) = (&counts, &names, &start);
+                s.spawn(move || {
+                    start.wait();
+                    for r in 0..rounds {
+                        for i in 0..keys {
+                            // Threads walk the keys from different places.
+                            let k = (i + t * 7 + r) % keys;
+                            match p.enter_key(names[k].as_str()) {
+                                Ok(permit) => {
+                                    counts.admitted[k].fetch_add(1, Ordering::Relaxed);
+                                    let n = counts.inflight[k].fetch_add(1, Ordering::SeqCst) + 1;
+                                    counts.max_inflight[k].fetch_max(n, Ordering::Relaxed);
+                                    for _ in 0..(t % 3) {
+                                        std::thread::yield_now();
+                                    }
+                                    counts.inflight[k].fetch_sub(1, Ordering::SeqCst);
+                                    if (r + i) % 5 == 0 {
+                                        drop(permit); // a cancelled call
+                                    } else {
+                                        permit.finish(false);
+                                    }
+                                }
+                                Err(d) if d.reason() == Reason::HotKey => {
+                                    counts.refused.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(_) => {
+                                    counts.other.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for c in callers {
+            c.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+    });
+    (p, counts)
+}
+
+fn books(v: &Verdicts, case: &Case, p: &'static Point, c: &KeyCounts, calls: u64) {
+    let s = p.stats();
+    let admitted: u64 = c.admitted.iter().map(|a| a.load(Ordering::Relaxed)).sum();
+    let refused = c.refused.load(Ordering::Relaxed);
+    v.check(c.other.load(Ordering::Relaxed) == 0, || {
+        format!("{case}: calls refused for another reason than HotKey")
+    });
+    v.check(
+        s.totals.visits == calls && admitted + refused == calls,
+        || {
+            format!(
+                "{case}: {calls} calls, {} visits, {admitted} admitted + {refused} refused",
+                s.totals.visits
+            )
+        },
+    );
+    v.check(s.totals.passes == admitted, || {
+        format!("{case}: {admitted} admitted, {} passes", s.totals.passes)
+    });
+    v.check(
+        s.totals.downgrades_by_reason.get(Reason::HotKey) == refused,
+        || {
+            format!(
+                "{case}: {refused} refused, {} HotKey downgrades",
+                s.totals.downgrades_by_reason.get(Reason::HotKey)
+            )
+        },
+    );
+    v.check(s.concurrency == 0, || {
+        format!("{case}: permits never came back")
+    });
+}
+
+fn key_name(i: usize) -> String {
+    match i {
+        0 => "vip".into(),
+        1 => "blocked".into(),
+        i => format!("user-{i}"),
+    }
+}
+
+fn frozen_tracked(swap: bool) {
+    let v = Verdicts::default();
+    for threads in THREADS {
+        let (reg, _clock) = manual_registry();
+        let case = Case::new(
+            "keys: limit 5 per minute, vip 20, blocked 0",
+            Shape::Enter,
+            threads,
+            swap,
+        );
+        let keys = KeyPolicy::builder()
+            .limit(5, Duration::from_secs(60))
+            .override_limit("vip", 20)
+            .override_limit("blocked", 0)
+            .max_keys(64)
+            .build()
+            .unwrap();
+        let rounds = 30;
+        let (p, c) = run(
+            reg,
+            "keys.tracked",
+            policies(keys),
+            12,
+            key_name,
+            threads,
+            rounds,
+            swap,
+        );
+        books(&v, &case, p, &c, (12 * rounds * threads) as u64);
+        for (k, a) in c.admitted.iter().enumerate() {
+            let calls = (rounds * threads) as u64;
+            let want = match k {
+                0 => calls.min(20),
+                1 => 0,
+                _ => calls.min(5),
+            };
+            let got = a.load(Ordering::Relaxed);
+            v.check(got == want, || {
+                format!(
+                    "{case}: key {} admitted {got} times, exactly {want} must be",
+                    key_name(k)
+                )
+            });
+        }
+    }
+    v.conclude();
+}
+
+#[test]
+fn tracked_keys_admit_exactly_their_burst() {
+    frozen_tracked(false);
+}
+
+#[test]
+fn tracked_keys_admit_exactly_their_burst_while_the_policy_is_swapped() {
+    frozen_tracked(true);
+}
+
+fn frozen_untracked(swap: bool) {
+    let v = Verdicts::default();
+    for threads in THREADS {
+        let (reg, _clock) = manual_registry();
+        let case = Case::new(
+            "keys: limit 3 per minute, 16 tracked of 160",
+            Shape::Enter,
+            threads,
+            swap,
+        );
+        let keys = KeyPolicy::builder()
+            .limit(3, Duration::from_secs(60))
+            .max_keys(16)
+            .build()
+            .unwrap();
+        let rounds = 8;
+        let n = 160;
+        let (p, c) = run(
+            reg,
+            "keys.untracked",
+            policies(keys),
+            n,
+            |i| format!("u{i}"),
+            threads,
+            rounds,
+            swap,
+        );
+        books(&v, &case, p, &c, (n * rounds * threads) as u64);
+        for (k, a) in c.admitted.iter().enumerate() {
+            let got = a.load(Ordering::Relaxed);
+            v.check(got <= 3, || {
+                format!("{case}: key u{k} admitted {got} times, at most 3 may be")
+            });
+        }
+        let stats = p.key_stats().unwrap();
+        v.check(stats.tracked <= 16, || {
+            format!("{case}: {} keys tracked of 16", stats.tracked)
+        });
+    }
+    v.conclude();
+}
+
+#[test]
+fn untracked_keys_are_never_admitted_beyond_their_burst() {
+    frozen_untracked(false);
+}
+
+#[test]
+fn untracked_keys_are_never_admitted_beyond_their_burst_while_the_policy_is_swapped() {
+    frozen_untracked(true);
+}
+
+fn concurrency(swap: bool, max_keys: u32, keys: usize, rounds: usize) {
+    let v = Verdicts::default();
+    for threads in THREADS {
+        let (reg, _clock) = manual_registry();
+        let case = Case::new(
+            format!("keys: max_concurrency 2, vip 3, {keys} keys, {max_keys} tracked"),
+            Shape::Enter,
+            threads,
+            swap,
+        );
+        let section = || {
+            KeyPolicy::builder()
+                .max_concurrency(2)
+                .max_keys(max_keys)
+                .override_rule(
+                    "vip",
+                    KeyOverride {
+                        max_concurrency: Some(3),
+                        ..KeyOverride::default()
+                    },
+                )
+                .build()
+                .unwrap()
+        };
+        let (p, c) = run(
+            reg,
+            "keys.conc",
+            policies(section()),
+            keys,
+            key_name,
+            threads,
+            rounds,
+            swap,
+        );
+        books(&v, &case, p, &c, (keys * rounds * threads) as u64);
+        for (k, m) in c.max_inflight.iter().enumerate() {
+            let max = m.load(Ordering::Relaxed);
+            let limit = match k {
+                0 => 3,
+                _ => 2,
+            };
+            v.check(max <= limit, || {
+                format!(
+                    "{case}: key {} had {max} calls in flight, limit {limit}",
+                    key_name(k)
+                )
+            });
+        }
+        // Every slot came back: each key admits its full limit again, held at once.
+        let held: Vec<_> = (0..keys)
+            .filter(|k| *k != 1)
+            .flat_map(|k| {
+                let limit = if k == 0 { 3 } else { 2 };
+                (0..limit).map(move |_| k)
+            })
+            .map(|k| (k, p.enter_key(key_name(k).as_str())))
+            .collect();
+        let back = held.iter().filter(|(_, r)| r.is_ok()).count();
+        let want = held.len();
+        // Untracked keys share cells: only the tracked case must admit them all.
+        if keys as u32 <= max_keys {
+            v.check(back == want, || {
+                format!("{case}: {back} of {want} slots back after the run")
+            });
+        }
+        drop(held);
+    }
+    v.conclude();
+}
+
+#[test]
+fn no_key_has_more_calls_in_flight_than_its_limit() {
+    concurrency(false, 64, 6, 200);
+}
+
+#[test]
+fn no_key_has_more_calls_in_flight_than_its_limit_while_the_policy_is_swapped() {
+    concurrency(true, 64, 6, 200);
+}
+
+#[test]
+fn no_untracked_key_has_more_calls_in_flight_than_its_limit() {
+    concurrency(true, 16, 96, 16);
+}
