@@ -11,7 +11,15 @@ use std::hash::{Hash, Hasher};
 
 const K: u64 = 0x9e37_79b9_7f4a_7c15;
 
+/// The process's hash seed (never 0), chosen on first use; fixed in unit tests, so
+/// that what hashes where is the same on every run.
+#[cfg(test)]
+fn seed() -> u64 {
+    0x2545_f491_4f6c_dd1d
+}
+
 /// The process's hash seed (never 0), chosen on first use.
+#[cfg(not(test))]
 fn seed() -> u64 {
     static SEED: crate::sync::OnceLock<u64> = crate::sync::OnceLock::new();
     *SEED.get_or_init(|| {

@@ -53,3 +53,8 @@ use std::hash::Hash;
 pub trait HotKey: Hash + Display + Sync {}
 
 impl<T: Hash + Display + Sync + ?Sized> HotKey for T {}
+
+#[doc(hidden)]
+pub fn bench_fingerprint<K: Hash + ?Sized>(k: &K) -> u64 {
+    fingerprint(k)
+}

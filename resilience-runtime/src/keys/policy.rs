@@ -72,7 +72,8 @@ impl KeyOverride {
 ///   both rows, the keys sharing its cell have used what the key's limit leaves. The
 ///   keys that call most are moved into the table (a frequency sketch decides, as in
 ///   TinyLFU), so a heavy key is counted exactly.
-/// - Memory: about 120 bytes per tracked key, made on the first call with a key.
+/// - Memory: about 140 bytes per tracked key (`max_keys` of them), made on the first
+///   call with a key; see [`Point::key_stats`](crate::Point::key_stats).
 ///
 /// # Examples
 ///

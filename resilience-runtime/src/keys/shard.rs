@@ -29,11 +29,15 @@
 //!
 //! # Who is tracked
 //!
-//! A key not in the table takes a free entry if there is one. Otherwise it replaces
-//! the least frequent of the next [`VICTIMS`] entries after the clock hand that have
-//! no call in flight, if its sketch frequency is higher than that entry's hits (the
-//! admission rule of TinyLFU). Hits and frequencies are halved every `8 * cap` calls,
-//! so a key that went cold makes room.
+//! Every call of a key, tracked or not, counts in its two cells' frequencies, and a
+//! key's frequency is the lesser of the two (a count-min sketch: never below its
+//! true count). A key not in the table takes a free entry if there is one. Otherwise
+//! it replaces the least frequent of the next [`VICTIMS`] entries after the clock
+//! hand that have no call in flight, if its frequency is more than twice that
+//! entry's, plus one (TinyLFU's admission rule, with a margin: when many keys call
+//! about equally often, none is worth a slot more than another, and the table
+//! hardly churns). Frequencies are halved every `8 * cap` calls, so a key that went cold
+//! makes room.
 
 use super::rule::{KeyState, Refusal, Rule};
 use super::text::KeyText;
@@ -52,8 +56,6 @@ pub(crate) const MAX_SHARD_CAP: usize = (u16::MAX - 1) as usize;
 pub(crate) struct Entry {
     pub(crate) fp: u64,
     pub(crate) state: KeyState,
-    /// Calls since tracked, halved every aging.
-    pub(crate) hits: u32,
     pub(crate) passes: u64,
     pub(crate) refused: u64,
     pub(crate) text: KeyText,
@@ -102,7 +104,9 @@ impl Shard {
     pub(crate) fn new(cap: usize) -> Shard {
         let cap = cap.clamp(1, MAX_SHARD_CAP);
         let slots = (cap * 2).next_power_of_two();
-        let width = cap.next_power_of_two();
+        // Two cells per row for each entry: a sketch this wide keeps the counts of a
+        // full table's keys mostly apart.
+        let width = (cap * 2).next_power_of_two();
         Shard {
             entries: Vec::with_capacity(cap),
             cap,
@@ -188,9 +192,6 @@ impl Shard {
         self.ops += 1;
         if self.ops >= self.aging {
             self.ops = 0;
-            for e in &mut self.entries {
-                e.hits /= 2;
-            }
             for c in self.sketch.iter_mut() {
                 c.freq /= 2;
             }
@@ -216,8 +217,9 @@ impl Shard {
                 None => return self.admit_untracked(fp, rule, now),
             },
         };
+        let (a, b) = self.cells(fp);
+        self.bump(a, b);
         let e = &mut self.entries[n];
-        e.hits = e.hits.saturating_add(1);
         match e.state.admit(rule, now) {
             Ok(()) => {
                 e.passes += 1;
@@ -245,15 +247,14 @@ impl Shard {
             self.entries.push(Entry {
                 fp,
                 state: KeyState::default(),
-                hits: 0,
                 passes: 0,
                 refused: 0,
                 text: KeyText::EMPTY,
             });
             self.entries.len() - 1
         } else {
-            let victim = self.victim()?;
-            if freq <= self.entries[victim].hits {
+            let (victim, theirs) = self.victim()?;
+            if freq <= theirs.saturating_mul(2).saturating_add(1) {
                 return None;
             }
             self.evict(victim);
@@ -265,8 +266,6 @@ impl Shard {
                 tat: now_tat,
                 inflight: 0,
             },
-            // The call being admitted adds its own hit.
-            hits: freq.saturating_sub(1),
             passes: 0,
             refused: 0,
             text: text(),
@@ -292,16 +291,27 @@ impl Shard {
         }
     }
 
-    /// The least frequent of the next [`VICTIMS`] entries without a call in flight.
-    fn victim(&mut self) -> Option<usize> {
+    /// A key's frequency: the lesser of its cells'.
+    #[inline]
+    fn frequency(&self, fp: u64) -> u32 {
+        let (a, b) = self.cells(fp);
+        self.sketch[a].freq.min(self.sketch[b].freq)
+    }
+
+    /// The least frequent of the next [`VICTIMS`] entries without a call in flight,
+    /// with its frequency.
+    fn victim(&mut self) -> Option<(usize, u32)> {
         let len = self.entries.len();
-        let mut best: Option<usize> = None;
+        let mut best: Option<(usize, u32)> = None;
         for _ in 0..VICTIMS.min(len) {
             let n = self.hand;
             self.hand = (self.hand + 1) % len;
             let e = &self.entries[n];
-            if e.state.inflight == 0 && best.is_none_or(|b| e.hits < self.entries[b].hits) {
-                best = Some(n);
+            if e.state.inflight == 0 {
+                let f = self.frequency(e.fp);
+                if best.is_none_or(|(_, bf)| f < bf) {
+                    best = Some((n, f));
+                }
             }
         }
         best
