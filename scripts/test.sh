@@ -33,3 +33,8 @@ cargo test -p ui-tests --no-default-features
 # one with a local policy file beside it), a policy edit, both obeying within a pull.
 echo "== admin demo (smoke)"
 RESILIENCE_DEMO_PORT="${RESILIENCE_DEMO_PORT:-17070}" bash scripts/admin-demo.sh --smoke >/dev/null
+# The per-tenant example: each tenant limited on its own over real HTTP.
+echo "== per-tenant example (smoke)"
+out=$(cargo run -q -p examples --example per_tenant)
+grep -q "^acme           8 requests: 5 answered" <<<"$out" || { echo "$out"; exit 1; }
+grep -q "^tenant-banned  8 requests: 0 answered" <<<"$out" || { echo "$out"; exit 1; }

@@ -62,7 +62,7 @@ struct Expected {
     breaker: Option<BreakerPolicy>,
     retry: Option<RetryPolicy>,
     /// Per section of `Section::ALL`: the source and version of its winning layer.
-    origins: [Option<(Source, u64)>; 7],
+    origins: [Option<(Source, u64)>; Section::ALL.len()],
 }
 
 /// Whether `a` ranks above `b` for `section`: the kind placed earlier in the
@@ -131,7 +131,7 @@ fn copy_rules(
 /// it; the policy starts from `Policy::observe()` with each set section copied from
 /// its winner, and is `None` if no layer sets a policy section.
 fn reference(layers: &[(Source, u64, PointConfig)], precedence: &Precedence) -> Expected {
-    let mut winners: [Option<&(Source, u64, PointConfig)>; 7] = Default::default();
+    let mut winners: [Option<&(Source, u64, PointConfig)>; Section::ALL.len()] = Default::default();
     for (i, section) in Section::ALL.into_iter().enumerate() {
         for layer in layers.iter().filter(|l| sets(&l.2, section)) {
             let better = match winners[i] {

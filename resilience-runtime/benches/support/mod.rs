@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 /// Runs `f` `iters` times on each of two threads started together and returns the
 /// slower thread's time: the per-call latency of each thread while both run.
+#[allow(dead_code)]
 pub(crate) fn two_threads(iters: u64, f: impl Fn() + Sync) -> Duration {
     let start = Barrier::new(2);
     std::thread::scope(|s| {

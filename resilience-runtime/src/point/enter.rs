@@ -164,6 +164,23 @@ impl Point {
         Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
     }
 
+    /// [`try_enter`](Self::try_enter) of a call with a key.
+    #[inline]
+    pub(crate) fn try_enter_keyed_in(
+        &'static self,
+        slot: &mut Option<Permit>,
+        key: &KeyArg<'_>,
+    ) -> Result<(), Downgraded> {
+        if !self.sampler_armed() {
+            self.arm_sampler();
+        }
+        self.enter_once(slot, NO_WAIT, Some(key))
+            .map_err(|reason| Downgraded {
+                point: self.name,
+                reason,
+            })
+    }
+
     /// [`enter`](Self::enter) for async code: never blocks the thread. Under a policy
     /// with a queue ([`PolicyBuilder::queue`](crate::PolicyBuilder::queue)) and every
     /// slot taken, the call waits in the returned future (dropping it leaves the

@@ -211,6 +211,16 @@ impl Point {
         Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
     }
 
+    /// [`enter_key`](Self::enter_key) that never waits (see
+    /// [`try_enter`](Self::try_enter)): what the keyed tower layer uses.
+    #[inline]
+    pub fn try_enter_key<K: HotKey + ?Sized>(&'static self, key: &K) -> Result<Permit, Downgraded> {
+        let key = KeyArg::new(&key);
+        let mut slot = None;
+        self.try_enter_keyed_in(&mut slot, &key)?;
+        Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
+    }
+
     /// The `n` tracked keys (overridden values included) with the most calls, with
     /// their passes and refusals, most first. Empty without a `keys` section or
     /// before the first call with a key.

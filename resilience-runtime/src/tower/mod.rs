@@ -60,8 +60,10 @@
 //! # Ok(()) }
 //! ```
 
+mod keyed;
 mod priority;
 
+pub use keyed::{KeyedPointLayer, KeyedPointService};
 pub use priority::{PriorityLayer, PriorityService};
 
 use crate::adaptive::{
@@ -497,6 +499,39 @@ impl<M> PointLayer<M> {
         self
     }
 
+    /// Calls through this layer have a key, taken from each request by `key` (see
+    /// [`crate::keys`]; a request for which it gives `None` is a call without key):
+    /// the point's `keys` section limits each key on its own.
+    ///
+    /// ```
+    /// use resilience_runtime::keys::KeyPolicy;
+    /// use resilience_runtime::tower::PointLayer;
+    /// use resilience_runtime::{registry, Policy};
+    /// use std::convert::Infallible;
+    /// use std::time::Duration;
+    /// use tower::{Layer, Service};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let keys = KeyPolicy::builder().limit(1, Duration::from_secs(60)).build()?;
+    /// registry().set_policy("docs.tower.keyed", Policy::builder().keys(keys).build()?)?;
+    /// let tenant = |req: &http::Request<()>| {
+    ///     req.headers().get("x-tenant").and_then(|v| v.to_str().ok()).map(str::to_owned)
+    /// };
+    /// let layer = PointLayer::new("docs.tower.keyed")?.keyed(tenant).respond();
+    /// let mut svc = layer.layer(tower::service_fn(|_req: http::Request<()>| async {
+    ///     Ok::<_, Infallible>(http::Response::new(String::from("ok")))
+    /// }));
+    /// let req = |t: &str| http::Request::builder().header("x-tenant", t).body(()).unwrap();
+    /// let mut call = |t| futures_executor::block_on(Service::call(&mut svc, req(t)));
+    /// assert_eq!(call("a")?.status(), 200);
+    /// assert_eq!(call("a")?.status(), 429, "tenant a used its one call a minute");
+    /// assert_eq!(call("b")?.status(), 200);
+    /// # Ok(()) }
+    /// ```
+    pub fn keyed<F>(self, key: F) -> KeyedPointLayer<F, M> {
+        KeyedPointLayer::new(self.point, self.retry_after, key)
+    }
+
     /// Answers refused HTTP requests with a response instead of an error
     /// ([`AsResponse`]), so the layer fits axum's `Router::layer`/`route_layer`
     /// without an error handler.
@@ -569,16 +604,18 @@ where
         // Never waits (a queue or a waiting token bucket refuses at once here).
         match self.point.try_enter() {
             Ok(permit) => ResponseFuture::admitted(self.inner.call(req), permit),
-            Err(d) => {
-                // An open breaker knows when it may admit a probe.
-                let breaker_wait = (d.reason() == Reason::BreakerOpen)
-                    .then(|| self.point.breaker_retry_in())
-                    .flatten();
-                let wait = breaker_wait.or(self.retry_after);
-                ResponseFuture::refused(Rejected::from_downgraded(d, wait))
-            }
+            Err(d) => ResponseFuture::refused(rejection(self.point, d, self.retry_after)),
         }
     }
+}
+
+/// The rejection of a call `point` refused, with its wait: an open breaker's own
+/// (the time until it may admit a probe) when known, else `retry_after`.
+fn rejection(point: &'static Point, d: Downgraded, retry_after: Option<Duration>) -> Rejected {
+    let breaker_wait = (d.reason() == Reason::BreakerOpen)
+        .then(|| point.breaker_retry_in())
+        .flatten();
+    Rejected::from_downgraded(d, breaker_wait.or(retry_after))
 }
 
 /// A [`Layer`] that guards a service with an adaptive limit ([`Gate`],
