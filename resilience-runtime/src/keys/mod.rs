@@ -52,4 +52,8 @@ use std::hash::Hash;
 )]
 pub trait HotKey: Hash + Display {}
 
+// Not recommended: a key that is not `Hash` or not `Display` then gets the message
+// above, once, instead of one error per missing bound (and rustc's list of the types
+// that are `Hash`).
+#[diagnostic::do_not_recommend]
 impl<T: Hash + Display + ?Sized> HotKey for T {}
