@@ -12,6 +12,42 @@
 //! See [`KeyPolicy`] for the bounds, exact for every tracked key and never exceeded
 //! for the others.
 //!
+//! # With the macros
+//!
+//! `key = expr` names the call's key, an expression over the arguments, evaluated
+//! once before the entry and only borrowed (the body still takes the arguments):
+//!
+//! ```
+//! use resilience_runtime::keys::KeyPolicy;
+//! use resilience_runtime::{downgrade, registry, Downgraded, Policy, Reason};
+//! use std::time::Duration;
+//!
+//! fn busy(user: String, why: Downgraded) -> String {
+//!     format!("{user}: {}", why.reason())
+//! }
+//!
+//! #[downgrade(point = "docs.keys_macro", key = user, fallback_with_reason = busy)]
+//! fn profile(user: String) -> String {
+//!     user + ": profile"
+//! }
+//!
+//! let keys = KeyPolicy::builder()
+//!     .limit(2, Duration::from_secs(60))
+//!     .override_limit("batch", 1000)
+//!     .build()?;
+//! registry().set_policy("docs.keys_macro", Policy::builder().keys(keys).build()?)?;
+//! assert_eq!(profile("ann".into()), "ann: profile");
+//! assert_eq!(profile("ann".into()), "ann: profile");
+//! assert_eq!(profile("ann".into()), "ann: hot_key", "ann's third call this minute");
+//! assert_eq!(profile("bob".into()), "bob: profile");
+//! assert!((0..10).all(|_| profile("batch".into()) == "batch: profile"));
+//! let stats = registry().stats("docs.keys_macro").unwrap();
+//! assert_eq!(stats.totals.downgrades_by_reason.get(Reason::HotKey), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! `#[breaker(key = ...)]` is the same, for a breaker's point.
+//!
 //! # Reading order
 //!
 //! `policy` (the section), `fingerprint` (key identity), `text` (a key's text in
