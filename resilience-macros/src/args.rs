@@ -9,6 +9,7 @@
 //!           | "is_exception" "=" path
 //!           | "timeout" "=" LitStr        // a duration: "200ms", "1.5s", "1m30s"
 //!           | "priority" "=" expr         // a `Priority`, over the arguments
+//!           | "key" "=" expr              // the call's hot key, over the arguments
 //!           | "crate" "=" LitStr          // the string holds a path
 //! ```
 //!
@@ -34,10 +35,11 @@ pub(crate) mod kw {
     syn::custom_keyword!(is_exception);
     syn::custom_keyword!(timeout);
     syn::custom_keyword!(priority);
+    syn::custom_keyword!(key);
 }
 
 /// Every argument name, for "did you mean".
-const ARGS: [&str; 8] = [
+const ARGS: [&str; 9] = [
     "point",
     "fallback",
     "fallback_with_reason",
@@ -45,12 +47,13 @@ const ARGS: [&str; 8] = [
     "is_exception",
     "timeout",
     "priority",
+    "key",
     "crate",
 ];
 
 /// Every argument name, in the order diagnostics list them.
 const EXPECTED: &str = "`point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, \
-                        `timeout`, `priority`, `crate`";
+                        `timeout`, `priority`, `key`, `crate`";
 
 /// Which attribute is being expanded; used in diagnostics.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -106,6 +109,9 @@ pub(crate) struct Args {
     pub(crate) timeout: Option<Arg<Timeout>>,
     /// The call's `Priority`, an expression over the arguments.
     pub(crate) priority: Option<Arg<Expr>>,
+    /// The call's hot key (`keys` section of the policy), an expression over the
+    /// arguments, evaluated once before the entry and borrowed.
+    pub(crate) key: Option<Arg<Expr>>,
     pub(crate) krate: Option<Arg<Path>>,
     /// Not an argument: set when a `#[retry]` above expands this attribute, so that a
     /// refused (or cut) call marks its attempt as downgraded.
@@ -194,6 +200,9 @@ impl Args {
                 arg(key_span, position, value),
                 "priority",
             )
+        } else if input.peek(kw::key) {
+            let value = key_value::<kw::key, _>(input, |input| input.parse::<Expr>())?;
+            set_once(&mut self.key, arg(key_span, position, value), "key")
         } else if input.peek(kw::default) {
             input.parse::<kw::default>()?;
             let value = if input.peek(Token![=]) {
@@ -585,6 +594,14 @@ impl RetryArgs {
             .call(Ident::parse_any)
             .map_err(|_| input.error(format!("expected one of {}", retry_expected())))?;
         let name = ident.to_string();
+        if name == "key" {
+            return Err(syn::Error::new(
+                ident.span(),
+                "`key` is not an argument of `#[retry]`: a hot key limits the calls of a \
+                 point; put `key = ...` on the `#[downgrade]` or `#[breaker]` stacked with \
+                 `#[retry]` (below it, every attempt is then a call of that key)",
+            ));
+        }
         if !RETRY_ARGS.contains(&name.as_str()) || name == "crate" {
             let hint = match did_you_mean(&name, &RETRY_ARGS) {
                 Some(close) => format!("; did you mean `{close}`?"),
@@ -695,7 +712,7 @@ fn retry_expected() -> String {
 
 /// The closest of `candidates` to `name` (an edit distance of at most a third of
 /// its length, at least 1), for "did you mean".
-fn did_you_mean<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
+pub(crate) fn did_you_mean<'a>(name: &str, candidates: &[&'a str]) -> Option<&'a str> {
     let limit = (name.chars().count() / 3).max(1);
     candidates
         .iter()
@@ -937,6 +954,44 @@ mod tests {
     }
 
     #[test]
+    fn key_is_any_expression() {
+        for key in [
+            quote!(user_id),
+            quote!(req.tenant),
+            quote!(req.tenant()),
+            quote!(&*name),
+            quote!(self.shard),
+            quote!(format!("{a}-{b}")),
+        ] {
+            let args = parse_ok(quote!(key = #key, default));
+            let parsed = args.key.unwrap();
+            assert_eq!(parsed.value.to_token_stream().to_string(), key.to_string());
+            assert_eq!(parsed.position, 0);
+            assert!(args.default.is_some());
+        }
+        let (args, errors) = parse(quote!(key = a, key = b));
+        assert_eq!(errors, ["duplicate argument `key`"]);
+        assert_eq!(args.key.unwrap().value.to_token_stream().to_string(), "a");
+        let (_, errors) = parse(quote!(keys = a));
+        assert!(errors[0].ends_with("did you mean `key`?"), "{errors:?}");
+    }
+
+    #[test]
+    fn retry_says_where_a_key_goes() {
+        let (_, errors) = RetryArgs::parse(quote!(attempts = 2, key = user));
+        let errors: Vec<_> = errors.unwrap().into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with("`key` is not an argument of `#[retry]`"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].contains("on the `#[downgrade]` or `#[breaker]`"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
     fn did_you_mean_is_close_only() {
         assert_eq!(did_you_mean("retryif", &RETRY_ARGS), Some("retry_if"));
         assert_eq!(did_you_mean("mutliplier", &RETRY_ARGS), Some("multiplier"));
@@ -1109,6 +1164,8 @@ mod tests {
                 quote!(fallback_with_reason = a, fallback_with_reason = b),
                 "fallback_with_reason",
             ),
+            (quote!(key = a, key = b.c()), "key"),
+            (quote!(priority = a, priority = b), "priority"),
         ] {
             let (_, errors) = parse(tokens);
             assert_eq!(errors, [format!("duplicate argument `{name}`")]);
@@ -1120,7 +1177,7 @@ mod tests {
         let (args, errors) = parse(quote!(fallbak = f, point = "p"));
         assert_eq!(
             errors,
-            ["unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`; did you mean `fallback`?"]
+            ["unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `key`, `crate`; did you mean `fallback`?"]
         );
         // Parsing went on after the bad argument.
         assert_eq!(args.point.unwrap().value.value(), "p");
@@ -1131,7 +1188,7 @@ mod tests {
         let (_, errors) = parse(quote!(type = u8));
         assert_eq!(
             errors,
-            ["unknown argument `type`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`"]
+            ["unknown argument `type`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `key`, `crate`"]
         );
     }
 
@@ -1190,7 +1247,7 @@ mod tests {
         assert_eq!(
             errors,
             [
-                "unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`; did you mean `fallback`?",
+                "unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `key`, `crate`; did you mean `fallback`?",
                 "`point` must not be empty or only whitespace",
                 "duplicate argument `point`",
             ]

@@ -203,6 +203,51 @@ use proc_macro::TokenStream;
 /// async fn checkout(user: &User, cart: Cart) -> Result<Order, Error> { /* ... */ }
 /// ```
 ///
+/// ## `key`
+///
+/// The call's hot key, an expression over the arguments: `key = user_id`,
+/// `key = req.tenant`, `key = req.tenant()`, `key = self.shard`, `key = &*name`.
+/// When the point's policy has a `keys` section
+/// (`resilience_runtime::keys::KeyPolicy`), every value of the key has limits of
+/// its own (calls per period, calls in flight, overrides for chosen values) and a
+/// call whose key has used them up is downgraded with `Reason::HotKey`: it gets
+/// the fallback, the default or the `Err` as any refused call, and its listener
+/// event names the key (`DowngradeEvent::key`). Without a `keys` section the key
+/// is not looked at.
+///
+/// The key is evaluated once per call, before the entry, and only borrowed
+/// (`&(expr)`): nothing is moved, cloned or allocated for a `&str`, `String` or
+/// integer key, and the body (or the fallback) still takes the arguments the key
+/// borrowed. Its type must implement `resilience_runtime::keys::HotKey`, that is
+/// `Hash` and `Display` (every string and integer type does); a key of another
+/// type is a compile error at the expression. A key held by an async call that
+/// waits in the point's queue is copied as text, so the call's future stays `Send`
+/// (with a `Sync` key type).
+///
+/// A key that starts from a name which is no argument (`key = usr_id` on
+/// `fn get(user_id: u64)`) is a compile error at that name. With `fallback` or
+/// `fallback_with_reason` a parameter written as a pattern (`(a, b): (u64, u64)`)
+/// is destructured only inside the body, after the entry, so a key naming `a` is a
+/// compile error there: name the parameter (`pair: (u64, u64)`) and write
+/// `key = pair.0`. `#[retry]` takes no `key`: put it on the `#[downgrade]` or
+/// `#[breaker]` stacked with it (below a `#[retry]`, every attempt is a call of the
+/// key).
+///
+/// ```ignore
+/// // At most 100 calls a minute per user, 5 in flight; "batch" gets 1000.
+/// // keys = KeyPolicy::builder().limit(100, Duration::from_secs(60))
+/// //     .max_concurrency(5).override_limit("batch", 1000).build()?
+/// #[downgrade(point = "profiles.get", key = user_id, fallback_with_reason = busy)]
+/// fn get_profile(user_id: &str) -> Result<Profile, Error> { /* ... */ }
+///
+/// fn busy(user_id: &str, why: Downgraded) -> Result<Profile, Error> {
+///     // why.reason() == Reason::HotKey when `user_id` used up its limits
+///     Err(Error::Busy(why))
+/// }
+/// ```
+///
+/// The runtime's `keys` module has the same example, compiled.
+///
 /// ## `crate`
 ///
 /// The path to the runtime crate, as a string, for when it is renamed in
@@ -220,11 +265,12 @@ use proc_macro::TokenStream;
 /// Compile errors, all reported in one build, for: an unknown or duplicate
 /// argument, an empty `point`, two of `fallback`, `fallback_with_reason` and
 /// `default` together, a `timeout` that is not a duration string, is zero or
-/// longer than a day, or is on a sync fn, and use on anything but a function
-/// with a body, or on a `const fn`, an `extern` fn or a variadic fn.
+/// longer than a day, or is on a sync fn, a `key` that names no argument, and
+/// use on anything but a function with a body, or on a `const fn`, an `extern`
+/// fn or a variadic fn.
 ///
 /// ```text
-/// error: unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `crate`; did you mean `fallback`?
+/// error: unknown argument `fallbak`, expected one of `point`, `fallback`, `fallback_with_reason`, `default`, `is_exception`, `timeout`, `priority`, `key`, `crate`; did you mean `fallback`?
 ///  --> src/orders.rs:3:13
 ///   |
 /// 3 | #[downgrade(fallbak = cached)]
@@ -374,6 +420,21 @@ pub fn downgrade(args: TokenStream, item: TokenStream) -> TokenStream {
 /// async fn recommendations(user: u64) -> Vec<Item> { /* ... */ }
 /// ```
 ///
+/// ## `key`
+///
+/// The call's hot key, an expression over the arguments, as for `#[downgrade]`:
+/// with a `keys` section in the point's policy, each value of the key has limits
+/// of its own, checked after the point's rules and its breaker; a call whose key
+/// used them up is rejected with `Reason::HotKey`, which is never a failure for the
+/// breaker. The key is evaluated once, before the entry, and borrowed; it must be
+/// `Hash` and `Display`.
+///
+/// ```ignore
+/// // One slow tenant cannot take every call in flight of the shared backend.
+/// #[breaker(point = "search.query", key = req.tenant, default = Hits::none())]
+/// async fn search(req: &Query) -> Hits { /* ... */ }
+/// ```
+///
 /// ## `crate`
 ///
 /// The path to the runtime crate, as a string, for when it is renamed or
@@ -389,7 +450,7 @@ pub fn downgrade(args: TokenStream, item: TokenStream) -> TokenStream {
 /// The same compile errors as `#[downgrade]`, naming `#[breaker]`: an
 /// unknown or duplicate argument, an empty `point`, two of `fallback`,
 /// `fallback_with_reason` and `default` together, a bad `timeout` or one on a
-/// sync fn, and use on anything but a function with a body, or on a
+/// sync fn, a `key` that names no argument, and use on anything but a function with a body, or on a
 /// `const fn`, an `extern` fn or a variadic fn.
 ///
 /// ```text

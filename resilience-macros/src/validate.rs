@@ -2,9 +2,9 @@
 //!
 //! Each check adds to one `Errors`, so a single compile reports every mistake.
 
-use syn::{ReturnType, Type};
+use syn::{Expr, FnArg, Pat, ReturnType, Type};
 
-use crate::args::{Arg, Args, Kind};
+use crate::args::{did_you_mean, Arg, Args, Kind};
 use crate::item::{Body, ItemFn};
 
 /// Collects errors and folds them with `syn::Error::combine`.
@@ -99,6 +99,10 @@ pub(crate) fn validate(kind: Kind, args: &Args, item: &ItemFn, errors: &mut Erro
         }
     }
 
+    if let Some(key) = &args.key {
+        check_key(&key.value, args.fallback_fn().is_some(), sig, errors);
+    }
+
     // Whether the return type is `Result`-like is rustc's to say (aliases
     // such as `io::Result<T>` count); only the cases that cannot possibly be
     // a `Result` are caught here, with a clearer message.
@@ -114,6 +118,139 @@ pub(crate) fn validate(kind: Kind, args: &Args, item: &ItemFn, errors: &mut Erro
             ));
         }
     }
+}
+
+/// The identifier a key expression starts from, if it starts from a plain lowercase
+/// name: `user_id`, `req` in `req.tenant` and `req.tenant()`, `name` in `&*name`,
+/// `ids` in `ids[0]`. `None` for any other form (a literal, a block, a call of a free
+/// function, a path with `::`, a `CONST`): those are rustc's to check.
+fn leading_ident(expr: &Expr) -> Option<&syn::Ident> {
+    match expr {
+        Expr::Path(path) if path.qself.is_none() => {
+            let ident = path.path.get_ident()?;
+            let lowercase = ident
+                .to_string()
+                .trim_start_matches("r#")
+                .starts_with(|c: char| c.is_lowercase() || c == '_');
+            lowercase.then_some(ident)
+        }
+        Expr::Field(field) => leading_ident(&field.base),
+        Expr::MethodCall(call) => leading_ident(&call.receiver),
+        Expr::Index(index) => leading_ident(&index.expr),
+        Expr::Reference(reference) => leading_ident(&reference.expr),
+        Expr::Unary(unary) => leading_ident(&unary.expr),
+        Expr::Paren(paren) => leading_ident(&paren.expr),
+        Expr::Group(group) => leading_ident(&group.expr),
+        Expr::Cast(cast) => leading_ident(&cast.expr),
+        Expr::Try(try_) => leading_ident(&try_.expr),
+        _ => None,
+    }
+}
+
+/// Every name a pattern binds: `a` and `b` in `(a, Some(b))`.
+fn pattern_names(pat: &Pat, out: &mut Vec<String>) {
+    match pat {
+        Pat::Ident(ident) => {
+            out.push(ident.ident.to_string());
+            if let Some((_, sub)) = &ident.subpat {
+                pattern_names(sub, out);
+            }
+        }
+        Pat::Tuple(tuple) => tuple.elems.iter().for_each(|p| pattern_names(p, out)),
+        Pat::TupleStruct(tuple) => tuple.elems.iter().for_each(|p| pattern_names(p, out)),
+        Pat::Struct(s) => s.fields.iter().for_each(|f| pattern_names(&f.pat, out)),
+        Pat::Slice(slice) => slice.elems.iter().for_each(|p| pattern_names(p, out)),
+        Pat::Reference(reference) => pattern_names(&reference.pat, out),
+        Pat::Paren(paren) => pattern_names(&paren.pat, out),
+        Pat::Type(typed) => pattern_names(&typed.pat, out),
+        Pat::Or(or) => or.cases.iter().for_each(|p| pattern_names(p, out)),
+        _ => {}
+    }
+}
+
+// `key = usr_id` on `fn get(user_id: u64)`: the key is evaluated in the fn's body
+// before the entry, where only the arguments (and `self`) are in scope; a name that is
+// none of them is almost always a typo, said here at the key rather than by rustc's
+// "cannot find value". A name bound inside a pattern argument (`(a, b): (u8, u8)`)
+// is in scope there too, except with a fallback, which takes the argument whole: the
+// pattern is then destructured in the body, after the entry.
+fn check_key(expr: &Expr, rebinds: bool, sig: &syn::Signature, errors: &mut Errors) {
+    let Some(ident) = leading_ident(expr) else {
+        return;
+    };
+    let name = ident.to_string();
+    // `self` is rustc's to check (a fn without a receiver says so).
+    if name == "self" {
+        return;
+    }
+    let mut plain = Vec::new();
+    let mut patterned = Vec::new();
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(_) => plain.push("self".to_owned()),
+            FnArg::Typed(typed) => match &*typed.pat {
+                Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
+                    plain.push(p.ident.to_string());
+                }
+                pat => pattern_names(pat, &mut patterned),
+            },
+        }
+    }
+    let fn_name = &sig.ident;
+    // `key = usr_id`, or `key = usr.tenant()` by its first name.
+    let (subject, no_argument) = match expr {
+        Expr::Path(_) => (format!("`key = {name}`"), "names no argument"),
+        _ => (
+            format!("`key = ...` starts from `{name}`, which"),
+            "is no argument",
+        ),
+    };
+    if patterned.contains(&name) {
+        if !rebinds {
+            return;
+        }
+        let subject = match expr {
+            Expr::Path(_) => format!("`key = {name}` names `{name}`, which is"),
+            _ => format!("{subject} is"),
+        };
+        errors.push(syn::Error::new(
+            ident.span(),
+            format!(
+                "{subject} bound by a pattern in the arguments of `{fn_name}`; with \
+                 `fallback` or `fallback_with_reason`, which take that argument whole, the \
+                 pattern is destructured only in the body, after the call's entry: give the \
+                 argument a name (`pair: (u64, u64)`) and write the key from it \
+                 (`key = pair.0`)"
+            ),
+        ));
+        return;
+    }
+    if plain.contains(&name) {
+        return;
+    }
+    let mut known: Vec<&str> = plain.iter().map(String::as_str).collect();
+    if !rebinds {
+        known.extend(patterned.iter().map(String::as_str));
+    }
+    let listed = match known.as_slice() {
+        [] => "it has none".to_owned(),
+        [one] => format!("its argument is `{one}`"),
+        many => format!(
+            "its arguments are {}",
+            many.iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let hint = match did_you_mean(&name, &known) {
+        Some(close) => format!("; did you mean `{close}`?"),
+        None => String::new(),
+    };
+    errors.push(syn::Error::new(
+        ident.span(),
+        format!("{subject} {no_argument} of `{fn_name}`; {listed}{hint}"),
+    ));
 }
 
 /// The key of whichever of two arguments was written second.
@@ -344,6 +481,111 @@ mod tests {
             )
         )
         .is_empty());
+    }
+
+    fn check_key(key: TokenStream, item: TokenStream) -> Vec<String> {
+        check(quote!(key = #key, default), item)
+    }
+
+    #[test]
+    fn a_key_over_the_arguments_passes() {
+        let item = quote!(
+            fn get(&self, user_id: u64, req: &Req, mut n: u8, (a, b): (u8, u8)) -> u8 {
+                1
+            }
+        );
+        for key in [
+            quote!(user_id),
+            quote!(req.tenant),
+            quote!(req.tenant()),
+            quote!(&*req.name),
+            quote!(*user_id),
+            quote!((n)),
+            quote!(req.ids[0]),
+            quote!(user_id as u32),
+            quote!(self.shard),
+            quote!(a),
+            // Not checked: rustc's to say.
+            quote!("everyone"),
+            quote!(tenant_of(req)),
+            quote!({ 1 }),
+            quote!(TENANT),
+            quote!(crate::TENANT),
+            quote!(Self::KEY),
+        ] {
+            assert!(check_key(key.clone(), item.clone()).is_empty(), "{key}");
+        }
+        // `self` in a fn without a receiver is rustc's error.
+        assert!(check_key(
+            quote!(self.id),
+            quote!(
+                fn f() {}
+            )
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn a_key_naming_no_argument() {
+        assert_eq!(
+            check_key(quote!(usr_id), quote!(fn get(user_id: u64) -> u8 { 1 })),
+            ["`key = usr_id` names no argument of `get`; its argument is `user_id`; did you mean `user_id`?"]
+        );
+        assert_eq!(
+            check_key(
+                quote!(requst.tenant()),
+                quote!(fn get(&self, request: &Req, n: u8) -> u8 { 1 })
+            ),
+            ["`key = ...` starts from `requst`, which is no argument of `get`; its arguments are `self`, `request`, `n`; did you mean `request`?"]
+        );
+        assert_eq!(
+            check_key(
+                quote!(tenant),
+                quote!(
+                    fn get(user: u64) -> u8 {
+                        1
+                    }
+                )
+            ),
+            ["`key = tenant` names no argument of `get`; its argument is `user`"]
+        );
+        assert_eq!(
+            check_key(
+                quote!(user),
+                quote!(
+                    fn get() -> u8 {
+                        1
+                    }
+                )
+            ),
+            ["`key = user` names no argument of `get`; it has none"]
+        );
+    }
+
+    #[test]
+    fn a_key_from_a_pattern_needs_no_fallback() {
+        let item = quote!(
+            fn pair((a, b): (u64, u64)) -> u64 {
+                a + b
+            }
+        );
+        assert!(check_key(quote!(a), item.clone()).is_empty());
+        let errors = check(quote!(key = a, fallback = fb), item.clone());
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with(
+                "`key = a` names `a`, which is bound by a pattern in the arguments of `pair`"
+            ),
+            "{errors:?}"
+        );
+        assert!(errors[0].ends_with("(`key = pair.0`)"), "{errors:?}");
+        let errors = check(quote!(key = b.0, fallback_with_reason = fb), item);
+        assert!(
+            errors[0].starts_with(
+                "`key = ...` starts from `b`, which is bound by a pattern in the arguments of `pair`"
+            ),
+            "{errors:?}"
+        );
     }
 
     #[test]

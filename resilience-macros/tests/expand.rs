@@ -163,6 +163,89 @@ pub mod __private {
         Admission::Ready(point.admit(Event::Entered, slot))
     }
 
+    static KEYS: Mutex<Vec<(&'static str, String)>> = Mutex::new(Vec::new());
+    static REJECT_KEYS: Mutex<Vec<(&'static str, String)>> = Mutex::new(Vec::new());
+
+    /// The keys the calls of `point` entered with, in order.
+    pub fn keys(point: &str) -> Vec<String> {
+        KEYS.lock()
+            .unwrap()
+            .iter()
+            .filter(|(name, _)| *name == point)
+            .map(|(_, key)| key.clone())
+            .collect()
+    }
+
+    /// Every later call of `point` with the key `key` is refused.
+    pub fn reject_key(point: &'static str, key: &str) {
+        REJECT_KEYS.lock().unwrap().push((point, key.to_owned()));
+    }
+
+    /// `key = expr`: the key's text (the runtime also takes a fingerprint). Not
+    /// `Send`, as the runtime's: the generated code must not hold it across an await.
+    #[derive(Clone, Copy)]
+    #[allow(missing_debug_implementations)]
+    pub struct KeyArg<'k> {
+        text: &'k dyn std::fmt::Display,
+    }
+
+    impl<'k> KeyArg<'k> {
+        pub fn new<K: std::hash::Hash + std::fmt::Display + ?Sized>(key: &'k &K) -> KeyArg<'k> {
+            KeyArg { text: key }
+        }
+    }
+
+    /// Logs the key; `Err` if it is to be refused.
+    fn keyed(point: &'static Point, key: &KeyArg<'_>) -> Result<(), Downgraded> {
+        let text = key.text.to_string();
+        let refused = REJECT_KEYS
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(name, k)| *name == point.name && *k == text);
+        KEYS.lock().unwrap().push((point.name, text));
+        if refused {
+            log(point.name, Event::Rejected);
+            return Err(Downgraded {
+                point: point.name,
+                cut: false,
+            });
+        }
+        Ok(())
+    }
+
+    pub fn enter_keyed(
+        point: &'static Point,
+        slot: &mut Option<Permit>,
+        key: &KeyArg<'_>,
+    ) -> Result<(), Downgraded> {
+        keyed(point, key)?;
+        enter(point, slot)
+    }
+
+    pub fn enter_breaker_keyed(
+        point: &'static Point,
+        slot: &mut Option<Permit>,
+        key: &KeyArg<'_>,
+    ) -> Result<(), Downgraded> {
+        keyed(point, key)?;
+        enter_breaker(point, slot)
+    }
+
+    pub fn enter_async_keyed<'a>(call: &'a mut Pending, key: KeyArg<'a>) -> Admission<'a> {
+        if let Err(d) = keyed(call.point, &key) {
+            return Admission::Ready(Err(d));
+        }
+        enter_async(call)
+    }
+
+    pub fn enter_breaker_async_keyed<'a>(call: &'a mut Pending, key: KeyArg<'a>) -> Admission<'a> {
+        if let Err(d) = keyed(call.point, &key) {
+            return Admission::Ready(Err(d));
+        }
+        enter_breaker_async(call)
+    }
+
     /// The tier of `priority = expr`, logged under the point `priority` when set.
     #[derive(Debug)]
     pub struct PriorityScope;
@@ -1534,4 +1617,163 @@ fn the_priority_is_set_for_the_entry_from_the_arguments() {
         ]
     );
     let _ = (prioritised(true), prioritised_async(1));
+}
+
+// ---- `key = expr` ----
+
+fn busy(tenant: &str, n: u32) -> Result<u32, Error> {
+    if tenant == "hot" {
+        Ok(n + 1000)
+    } else {
+        Err(Error::Server)
+    }
+}
+
+#[downgrade(point = "key::sync", key = tenant, fallback = busy)]
+fn keyed(tenant: &str, n: u32) -> Result<u32, Error> {
+    Ok(n)
+}
+
+#[breaker(point = "key::breaker", default, key = id)]
+fn breaker_keyed(id: u64) -> u64 {
+    id
+}
+
+struct Shard {
+    name: String,
+    hits: u32,
+}
+
+impl Shard {
+    // `&mut self`, keyed by a field; the body mutates `self` after the entry.
+    #[downgrade(point = "key::mut_self", default, key = self.name)]
+    fn hit(&mut self) -> u32 {
+        self.hits += 1;
+        self.hits
+    }
+}
+
+// An owned key, borrowed for the entry (and through a wait), moved by the body.
+#[downgrade(point = "key::async", default, key = body)]
+async fn keyed_async(body: String) -> usize {
+    YieldOnce(false).await;
+    let moved = body;
+    moved.len()
+}
+
+impl Shard {
+    #[breaker(point = "key::breaker_async", default, key = self.name.as_str())]
+    #[allow(clippy::unused_async)]
+    async fn hits_async(&self) -> u32 {
+        self.hits
+    }
+}
+
+#[test]
+fn a_key_is_passed_to_the_keyed_entry() {
+    assert_eq!(keyed("cold", 1), Ok(1));
+    __private::reject_key("key::sync", "hot");
+    assert_eq!(keyed("hot", 2), Ok(1002));
+    assert_eq!(keyed("cold", 3), Ok(3));
+    assert_eq!(__private::keys("key::sync"), ["cold", "hot", "cold"]);
+    assert_eq!(
+        events("key::sync"),
+        [
+            Event::Entered,
+            Event::Success,
+            Event::Rejected,
+            Event::Entered,
+            Event::Success
+        ]
+    );
+    assert_eq!(breaker_keyed(7), 7);
+    assert_eq!(__private::keys("key::breaker"), ["7"]);
+    assert_eq!(
+        events("key::breaker"),
+        [Event::BreakerEntered, Event::Success]
+    );
+    let mut shard = Shard {
+        name: "s1".to_owned(),
+        hits: 0,
+    };
+    assert_eq!((shard.hit(), shard.hit()), (1, 2));
+    assert_eq!(__private::keys("key::mut_self"), ["s1", "s1"]);
+}
+
+#[test]
+fn an_async_key_is_borrowed_through_a_wait() {
+    assert_eq!(block_on(keyed_async("abc".to_owned())), 3);
+    __private::wait("key::async");
+    assert_eq!(block_on(keyed_async("de".to_owned())), 2);
+    __private::reject_key("key::async", "x");
+    assert_eq!(block_on(keyed_async("x".to_owned())), 0);
+    assert_eq!(__private::keys("key::async"), ["abc", "de", "x"]);
+    assert_eq!(
+        events("key::async"),
+        [
+            Event::Entered,
+            Event::Success,
+            Event::Waited,
+            Event::Entered,
+            Event::Success,
+            Event::Rejected
+        ]
+    );
+    assert_send(&keyed_async(String::new()));
+    let shard = Shard {
+        name: "s2".to_owned(),
+        hits: 4,
+    };
+    assert_eq!(block_on(shard.hits_async()), 4);
+    assert_eq!(__private::keys("key::breaker_async"), ["s2"]);
+    assert_eq!(
+        events("key::breaker_async"),
+        [Event::BreakerEntered, Event::Success]
+    );
+}
+
+trait KeyedStore {
+    fn get<'life0, 'async_trait>(
+        &'life0 self,
+        id: u32,
+    ) -> std::pin::Pin<Box<dyn Future<Output = u32> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait;
+}
+
+impl KeyedStore for Db {
+    // `#[async_trait]`'s shape: the key, over `self` and an argument, is evaluated
+    // inside the boxed future, before the body rebinds them.
+    #[allow(clippy::redundant_locals)]
+    #[downgrade(point = "key::boxed", default, key = self.base + id)]
+    fn get<'life0, 'async_trait>(
+        &'life0 self,
+        id: u32,
+    ) -> std::pin::Pin<Box<dyn Future<Output = u32> + Send + 'async_trait>>
+    where
+        'life0: 'async_trait,
+        Self: 'async_trait,
+    {
+        Box::pin(async move {
+            let __self = self;
+            let id = id;
+            let __ret: u32 = {
+                YieldOnce(false).await;
+                __self.base + id
+            };
+            #[allow(unreachable_code)]
+            __ret
+        })
+    }
+}
+
+#[test]
+fn async_trait_methods_are_keyed() {
+    let db = Db { base: 10 };
+    assert_eq!(block_on(db.get(1)), 11);
+    __private::reject_key("key::boxed", "12");
+    assert_eq!(block_on(db.get(2)), 0);
+    assert_eq!(__private::keys("key::boxed"), ["11", "12"]);
+    assert_send(&db.get(1));
 }

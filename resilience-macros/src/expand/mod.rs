@@ -33,7 +33,16 @@ use crate::validate::{self, Errors};
 /// admitted call's permit into, giving a `Result<(), Downgraded>`; for an async fn
 /// (`Entry::Async`) the call's `Pending` guard, giving an `Admission` (ready, or a
 /// wait in the point's queue to await).
-pub(crate) type Enter = fn(private: &TokenStream, point: &Ident, entry: Entry<'_>) -> TokenStream;
+///
+/// With `key = ...`, `key` is the call's `RT::KeyArg` (an identifier for a sync fn,
+/// taken by reference; an expression for an async fn, taken by value) and the keyed
+/// entry is called.
+pub(crate) type Enter = fn(
+    private: &TokenStream,
+    point: &Ident,
+    entry: Entry<'_>,
+    key: Option<&TokenStream>,
+) -> TokenStream;
 
 /// Where an entry puts the permit (see [`Enter`]).
 #[derive(Clone, Copy)]
@@ -537,6 +546,14 @@ fn declared_point(private: &TokenStream, kind: Kind, args: &Args, sig: &Signatur
 //             Ok(()) => (),
 //             Err(BINDING) => return VALUE,                                     // on_downgrade
 //         }
+// With `key = EXPR`, the entry is a block that ends before the body runs:
+//     sync:  { let __resilience_key = &(EXPR);
+//              let __resilience_key_arg = RT::KeyArg::new(&__resilience_key);
+//              RT::enter_keyed(__resilience_point, &mut __resilience_permit, &__resilience_key_arg) }
+//     async: { let __resilience_key = &(EXPR);
+//              let __resilience_entered = match RT::enter_async_keyed(&mut __resilience_pending,
+//                      RT::KeyArg::new(&__resilience_key)) { Ready(r) => r, Wait(w) => w.await };
+//              __resilience_entered }
 fn acquire_permit(
     runtime: &Runtime,
     args: &Args,
@@ -563,15 +580,34 @@ fn acquire_permit(
             })
         }
     };
+    // `key = expr`: evaluated once, borrowed (`&(expr)`, a temporary it makes lives as
+    // long), in a block of the entry that ends before the body runs, so the body may
+    // still move what the key borrowed.
+    let key = args.key.as_ref().map(|key| {
+        let expr = &key.value;
+        let span = at_user_token(expr.span());
+        let borrowed = ident("__resilience_key");
+        let at = runtime.private_at(span);
+        // Every token of the call at the expression (the binding's hygiene kept): a key
+        // that is not a `HotKey` is reported there, not at the whole attribute.
+        let borrowed_at = Ident::new("__resilience_key", span);
+        Keyed {
+            evaluated: quote_spanned!(span=> let #borrowed = &(#expr);),
+            arg: quote_spanned!(span=> #at::KeyArg::new(&#borrowed_at)),
+        }
+    });
     let entered = match (&slot.guard, shape.await_span()) {
         (Some(guard), Some(await_span)) => {
-            let admission = prioritised(enter(&private, &point, Entry::Async(guard)));
+            let keyed = key.as_ref().map(|k| &k.arg);
+            let admission = prioritised(enter(&private, &point, Entry::Async(guard), keyed));
             let awaited = quote_spanned!(await_span=> .await);
             let wait = ident("__resilience_wait");
             let result = ident("__resilience_entered");
+            let evaluated = key.as_ref().map(|k| &k.evaluated);
             // Bound first: the admission borrows the guard, which the refusal below
-            // marks done.
+            // marks done. The key, borrowed by a wait, lives as long as the block.
             quote!({
+                #evaluated
                 let #result: ::core::result::Result<(), #private::Downgraded> = match #admission {
                     #private::Admission::Ready(#result) => #result,
                     #private::Admission::Wait(#wait) => #wait #awaited,
@@ -579,7 +615,19 @@ fn acquire_permit(
                 #result
             })
         }
-        _ => prioritised(enter(&private, &point, Entry::Sync(&slot.expr))),
+        _ => match &key {
+            None => prioritised(enter(&private, &point, Entry::Sync(&slot.expr), None)),
+            Some(Keyed { evaluated, arg }) => {
+                let key_arg = ident("__resilience_key_arg").into_token_stream();
+                let entry = enter(&private, &point, Entry::Sync(&slot.expr), Some(&key_arg));
+                let entry = prioritised(entry);
+                quote!({
+                    #evaluated
+                    let #key_arg = #arg;
+                    #entry
+                })
+            }
+        },
     };
     let OnDowngrade { binding, value } = on_downgrade(runtime, args, sig, shape, rebound);
     let marked = marked(runtime, args);
@@ -595,6 +643,14 @@ fn acquire_permit(
             ::core::result::Result::Err(#binding) => #refused,
         }
     }
+}
+
+/// `key = expr`: the statement that evaluates it, and the call's `RT::KeyArg`.
+struct Keyed {
+    /// `let __resilience_key = &(expr);`
+    evaluated: TokenStream,
+    /// `RT::KeyArg::new(&__resilience_key)`
+    arg: TokenStream,
 }
 
 /// What a downgraded (or, with `timeout`, cut) call returns: the pattern binding
@@ -1176,6 +1232,99 @@ mod tests {
                 .count(),
             2,
             "refused and cut: {out}"
+        );
+    }
+
+    #[test]
+    fn a_key_is_borrowed_for_the_entry_only() {
+        let out = expand(
+            quote!(key = name, fallback = fb),
+            quote!(
+                fn f(name: String) -> u8 {
+                    1
+                }
+            ),
+        );
+        assert!(
+            out.contains(
+                "let () = match { let __resilience_key = & (name) ; \
+                 let __resilience_key_arg = :: resilience_runtime :: __private :: KeyArg :: new (& __resilience_key) ; \
+                 :: resilience_runtime :: __private :: enter_keyed (__resilience_point , & mut __resilience_permit , & __resilience_key_arg) } {"
+            ),
+            "{out}"
+        );
+        assert!(!out.contains("__private :: enter ("), "{out}");
+        // The body still takes the argument.
+        assert!(out.contains("move ||"), "{out}");
+        assert!(out.contains("return fb (name)"), "{out}");
+    }
+
+    #[test]
+    fn an_async_key_lives_through_the_wait() {
+        let out = expand(
+            quote!(key = self.tenant(), priority = p),
+            quote!(
+                async fn f(&mut self, p: Priority) -> u8 {
+                    1
+                }
+            ),
+        );
+        assert!(
+            out.contains(
+                "{ let __resilience_key = & (self . tenant ()) ; \
+                 let __resilience_entered : :: core :: result :: Result < () , :: resilience_runtime :: __private :: Downgraded > = \
+                 match { let __resilience_priority = :: resilience_runtime :: __private :: PriorityScope :: enter (p) ; \
+                 :: resilience_runtime :: __private :: enter_async_keyed (& mut __resilience_pending , \
+                 :: resilience_runtime :: __private :: KeyArg :: new (& __resilience_key)) } {"
+            ),
+            "{out}"
+        );
+        let out = run(
+            Kind::Breaker,
+            quote!(key = id),
+            quote!(
+                async fn f(id: u64) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+            breaker::enter,
+        )
+        .to_string();
+        assert!(
+            out.contains("__private :: enter_breaker_async_keyed (& mut __resilience_pending ,"),
+            "{out}"
+        );
+        let out = run(
+            Kind::Breaker,
+            quote!(key = id),
+            quote!(
+                fn f(id: u64) -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+            breaker::enter,
+        )
+        .to_string();
+        assert!(
+            out.contains("__private :: enter_breaker_keyed (__resilience_point , & mut __resilience_permit , & __resilience_key_arg)"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_key_naming_no_argument_keeps_the_item() {
+        let out = expand(
+            quote!(key = usr),
+            quote!(
+                fn get(user: u64) -> u8 {
+                    1
+                }
+            ),
+        );
+        assert!(out.starts_with("fn get (user : u64) -> u8 { 1 }"), "{out}");
+        assert!(
+            out.contains("`key = usr` names no argument of `get`"),
+            "{out}"
         );
     }
 

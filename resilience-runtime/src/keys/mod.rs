@@ -12,6 +12,42 @@
 //! See [`KeyPolicy`] for the bounds, exact for every tracked key and never exceeded
 //! for the others.
 //!
+//! # With the macros
+//!
+//! `key = expr` names the call's key, an expression over the arguments, evaluated
+//! once before the entry and only borrowed (the body still takes the arguments):
+//!
+//! ```
+//! use resilience_runtime::keys::KeyPolicy;
+//! use resilience_runtime::{downgrade, registry, Downgraded, Policy, Reason};
+//! use std::time::Duration;
+//!
+//! fn busy(user: String, why: Downgraded) -> String {
+//!     format!("{user}: {}", why.reason())
+//! }
+//!
+//! #[downgrade(point = "docs.keys_macro", key = user, fallback_with_reason = busy)]
+//! fn profile(user: String) -> String {
+//!     user + ": profile"
+//! }
+//!
+//! let keys = KeyPolicy::builder()
+//!     .limit(2, Duration::from_secs(60))
+//!     .override_limit("batch", 1000)
+//!     .build()?;
+//! registry().set_policy("docs.keys_macro", Policy::builder().keys(keys).build()?)?;
+//! assert_eq!(profile("ann".into()), "ann: profile");
+//! assert_eq!(profile("ann".into()), "ann: profile");
+//! assert_eq!(profile("ann".into()), "ann: hot_key", "ann's third call this minute");
+//! assert_eq!(profile("bob".into()), "bob: profile");
+//! assert!((0..10).all(|_| profile("batch".into()) == "batch: profile"));
+//! let stats = registry().stats("docs.keys_macro").unwrap();
+//! assert_eq!(stats.totals.downgrades_by_reason.get(Reason::HotKey), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! `#[breaker(key = ...)]` is the same, for a breaker's point.
+//!
 //! # Reading order
 //!
 //! `policy` (the section), `fingerprint` (key identity), `text` (a key's text in
@@ -40,19 +76,24 @@ pub use text::KEY_TEXT_MAX;
 use std::fmt::Display;
 use std::hash::Hash;
 
-/// What a key must be: `Hash` (its identity: a 64-bit fingerprint of it), `Display`
-/// (its text in statistics and listener events) and `Sync` (an async call that waits
-/// holds it across its awaits). Every string and integer type is one, as is any type
-/// with the three; an integer key matches an override by its decimal text, and a
-/// newtype deriving `Hash` over one string or integer hashes as that field.
+/// What a key must be: `Hash` (its identity: a 64-bit fingerprint of it) and
+/// `Display` (its text in statistics and listener events). Every string and integer
+/// type is one, as is any type with both; an integer key matches an override by its
+/// decimal text, and a newtype deriving `Hash` over one string or integer hashes as
+/// that field. (An `async fn`'s future borrows its key across its awaits, so it is
+/// `Send` when the key is `Sync`, as strings and integers are.)
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` cannot be a hot key: a key must implement `Hash`, `Display` and `Sync`",
+    message = "`{Self}` cannot be a hot key: a key must implement `Hash` and `Display`",
     label = "not usable as a key",
     note = "pass a field or a method call that gives a string or an integer, or implement `Hash` and `Display` for `{Self}`"
 )]
-pub trait HotKey: Hash + Display + Sync {}
+pub trait HotKey: Hash + Display {}
 
-impl<T: Hash + Display + Sync + ?Sized> HotKey for T {}
+// Not recommended: a key that is not `Hash` or not `Display` then gets the message
+// above, once, instead of one error per missing bound (and rustc's list of the types
+// that are `Hash`).
+#[diagnostic::do_not_recommend]
+impl<T: Hash + Display + ?Sized> HotKey for T {}
 
 #[doc(hidden)]
 pub fn bench_fingerprint<K: Hash + ?Sized>(k: &K) -> u64 {

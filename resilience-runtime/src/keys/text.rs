@@ -65,6 +65,17 @@ impl Write for KeyText {
     }
 }
 
+/// The text with `…` when it was cut; `KeyText::of` a shown text gives it back.
+impl fmt::Display for KeyText {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())?;
+        if self.cut {
+            f.write_char('…')?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Debug for KeyText {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&self.to_display(), f)
@@ -84,5 +95,22 @@ mod tests {
         assert_eq!(t.as_str(), "é".repeat(15));
         assert!(t.to_display().ends_with('…'));
         assert_eq!(KeyText::of(&"x".repeat(30)).to_display(), "x".repeat(30));
+    }
+
+    #[test]
+    fn a_shown_text_is_shown_the_same_again() {
+        // Copied by an async call that waits (`WaitingKey`), then shown from the copy.
+        for text in [
+            String::new(),
+            "vip-42".to_owned(),
+            "x".repeat(30),
+            "x".repeat(31),
+            "é".repeat(40),
+            format!("{}{}", "x".repeat(27), "😀"),
+            format!("{}{}", "x".repeat(26), "😀😀"),
+        ] {
+            let once = KeyText::of(text.as_str());
+            assert_eq!(KeyText::of(&once).to_display(), once.to_display(), "{text}");
+        }
     }
 }

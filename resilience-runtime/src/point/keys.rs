@@ -17,7 +17,7 @@ use std::fmt;
 #[derive(Clone, Copy)]
 pub struct KeyArg<'k> {
     pub(crate) fp: u64,
-    pub(crate) text: &'k (dyn fmt::Display + Sync),
+    pub(crate) text: &'k dyn fmt::Display,
 }
 
 impl<'k> KeyArg<'k> {
@@ -28,6 +28,32 @@ impl<'k> KeyArg<'k> {
         KeyArg {
             fp: fingerprint(*key),
             text: key,
+        }
+    }
+}
+
+/// The key of an async call that waits (see `WaitFuture`): its fingerprint and its text
+/// as reports show it, owned, so that the wait holds no borrow of a `dyn Display`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WaitingKey {
+    fp: u64,
+    text: KeyText,
+}
+
+impl WaitingKey {
+    /// Copies `key` (its text cut as every report cuts it: nothing is lost).
+    pub(crate) fn of(key: &KeyArg<'_>) -> WaitingKey {
+        WaitingKey {
+            fp: key.fp,
+            text: KeyText::of(key.text),
+        }
+    }
+
+    /// The key again, for an entry.
+    pub(crate) fn arg(&self) -> KeyArg<'_> {
+        KeyArg {
+            fp: self.fp,
+            text: &self.text,
         }
     }
 }

@@ -21,7 +21,7 @@
 
 use super::compiled::{ACTIVE, R_QUEUE};
 use super::enter::{take_token_wait, NO_WAIT, TOKEN_HELD, WAITER};
-use super::keys::KeyArg;
+use super::keys::{KeyArg, WaitingKey};
 use super::permit::Permit;
 use super::Point;
 use crate::error::{Downgraded, Reason};
@@ -430,8 +430,9 @@ pub struct WaitFuture<'a> {
     /// dropped then never began), cleared once it is admitted.
     done: Option<&'a mut bool>,
     flags: u8,
-    /// The call's key, if it has one.
-    key: Option<KeyArg<'a>>,
+    /// The call's key, if it has one: its text copied, so that the wait is `Send`
+    /// whatever the key's type (a `KeyArg` shows its key through a `&dyn Display`).
+    key: Option<WaitingKey>,
     /// The caller's priority when it entered (the wait may be polled elsewhere).
     priority: Priority,
     stage: Stage,
@@ -503,7 +504,7 @@ impl Point {
             slot,
             done,
             flags: TOKEN_HELD,
-            key,
+            key: key.as_ref().map(WaitingKey::of),
             priority: crate::priority::current(),
             stage,
             #[cfg(feature = "tokio")]
@@ -574,10 +575,8 @@ impl std::future::Future for WaitFuture<'_> {
                         return Poll::Pending;
                     }
                     // The token is due: the other rules, holding it.
-                    match this
-                        .point
-                        .enter_once(this.slot, this.flags, this.key.as_ref())
-                    {
+                    let key = this.key.as_ref().map(WaitingKey::arg);
+                    match this.point.enter_once(this.slot, this.flags, key.as_ref()) {
                         Ok(()) => return this.finish(Ok(())),
                         Err(Reason::QueueFull) => this.stage = Stage::Queue(None),
                         Err(reason) => {
@@ -601,7 +600,8 @@ impl std::future::Future for WaitFuture<'_> {
                     };
                     // The waker first: a wake after the look below must reach this task.
                     wait.set_waker(cx.waker());
-                    if let Some(entered) = wait.try_admit(this.slot, this.key.as_ref()) {
+                    let key = this.key.as_ref().map(WaitingKey::arg);
+                    if let Some(entered) = wait.try_admit(this.slot, key.as_ref()) {
                         this.stage = Stage::Queue(None);
                         return this.finish(entered);
                     }
