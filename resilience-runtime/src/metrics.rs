@@ -295,6 +295,8 @@ impl Selector {
                     breaker: None,
                     retry: crate::retry::RetryStats::default(),
                     queue: None,
+                    hot_keys: Vec::new(),
+                    key_table: None,
                 },
                 0,
             )
@@ -606,6 +608,7 @@ fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &Rows) -> f
         points,
         |q| gauge(q.peak_waiting),
     )?;
+    encode_key_metrics(encoder, points)?;
     per_point(
         encoder,
         "resilience_dropped_events",
@@ -638,6 +641,74 @@ fn encode_point_metrics(encoder: &mut DescriptorEncoder<'_>, points: &Rows) -> f
         points,
         |p| gauge(u64::from(p.in_delay)),
     )
+}
+
+/// The hot keys of the points shown: their busiest keys (at most
+/// [`STATS_HOT_KEYS`](crate::keys::STATS_HOT_KEYS) each, so at most that many series
+/// per point, never every key) and their key tables' totals.
+fn encode_key_metrics(encoder: &mut DescriptorEncoder<'_>, points: &Rows) -> fmt::Result {
+    type KeySeries = (
+        &'static str,
+        &'static str,
+        fn(&crate::keys::HotKeyStats) -> u64,
+    );
+    let key_series: [KeySeries; 2] = [
+        (
+            "resilience_hot_key_passes",
+            "Calls of one of the point's busiest keys that its key rule admitted.",
+            |k| k.passes,
+        ),
+        (
+            "resilience_hot_key_refused",
+            "Calls of one of the point's busiest keys that its key rule refused.",
+            |k| k.refused,
+        ),
+    ];
+    for (name, help, value) in key_series {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+        for p in &points.shown {
+            for k in &p.hot_keys {
+                let labels = [("point", p.name), ("key", k.key.as_str())];
+                ConstCounter::new(value(k)).encode(family.encode_family(&labels)?)?;
+            }
+        }
+    }
+    per_point_with(
+        encoder,
+        "resilience_keys_tracked",
+        "Keys the point's key table tracks exactly now.",
+        MetricType::Gauge,
+        points,
+        |p| p.key_table.as_ref().map(|t| gauge(t.tracked)),
+    )?;
+    type TableSeries = (
+        &'static str,
+        &'static str,
+        fn(&crate::keys::KeyTableStats) -> u64,
+    );
+    let table_series: [TableSeries; 3] = [
+        (
+            "resilience_keys_untracked_passes",
+            "Calls of keys not tracked (counted in the sketch) that were admitted.",
+            |t| t.untracked_passes,
+        ),
+        (
+            "resilience_keys_untracked_refused",
+            "Calls of keys not tracked (counted in the sketch) that were refused.",
+            |t| t.untracked_refused,
+        ),
+        (
+            "resilience_keys_evictions",
+            "Keys that took the entry of a colder key in the point's key table.",
+            |t| t.evictions,
+        ),
+    ];
+    for (name, help, value) in table_series {
+        per_point_with(encoder, name, help, MetricType::Counter, points, |p| {
+            p.key_table.as_ref().map(|t| ConstCounter::new(value(t)))
+        })?;
+    }
+    Ok(())
 }
 
 /// Breaker state, window counts and transitions of the points that have a breaker

@@ -211,4 +211,11 @@ pub struct PointStats {
     /// The concurrency rule's queue, once a call waited or found it full (see
     /// [`PolicyBuilder::queue`](crate::PolicyBuilder::queue)).
     pub queue: Option<crate::QueueStats>,
+    /// Under a policy with a [`keys`](crate::PolicyBuilder::keys) section, its busiest
+    /// keys (at most [`STATS_HOT_KEYS`](crate::keys::STATS_HOT_KEYS), as
+    /// [`Point::hot_keys`](crate::Point::hot_keys) gives them); empty otherwise.
+    pub hot_keys: Vec<crate::keys::HotKeyStats>,
+    /// Under a policy with a `keys` section, once a call had a key: its table's
+    /// totals ([`Point::key_stats`](crate::Point::key_stats)).
+    pub key_table: Option<crate::keys::KeyTableStats>,
 }

@@ -446,3 +446,90 @@ fn queues_are_exported_for_points_that_have_one() {
         "no queue, no series"
     );
 }
+
+#[test]
+fn the_busiest_keys_are_exported_and_no_more() {
+    use resilience_runtime::keys::{KeyPolicy, STATS_HOT_KEYS};
+    let keys = KeyPolicy::builder()
+        .limit(3, Duration::from_secs(3600))
+        .max_keys(64)
+        .build()
+        .unwrap();
+    registry()
+        .set_policy(
+            "metrics.keys",
+            Policy::builder().keys(keys).build().unwrap(),
+        )
+        .unwrap();
+    let point = registry().point("metrics.keys").unwrap();
+    // 30 keys; key "k-0" called 9 times (3 admitted), the others once.
+    for _ in 0..9 {
+        let _ = point.enter_key("k-0").map(|p| p.finish(false));
+    }
+    for i in 1..30 {
+        point
+            .enter_key(format!("k-{i}").as_str())
+            .unwrap()
+            .finish(false);
+    }
+    registry()
+        .set_policy("metrics.keys.none", Policy::observe())
+        .unwrap();
+    let plain = registry().point("metrics.keys.none").unwrap();
+    plain.enter_key("k-0").unwrap().finish(false);
+    let quote = "a\"b";
+    point.enter_key(quote).unwrap().finish(false);
+    point.enter_key(quote).unwrap().finish(false);
+    let scrape = parse(&metrics::render());
+    fn of(key: &str) -> [(&str, &str); 2] {
+        [("point", "metrics.keys"), ("key", key)]
+    }
+    assert_eq!(
+        value(&scrape, "resilience_hot_key_passes_total", &of("k-0")),
+        3.0
+    );
+    assert_eq!(
+        value(&scrape, "resilience_hot_key_refused_total", &of("k-0")),
+        6.0
+    );
+    assert_eq!(
+        value(
+            &scrape,
+            "resilience_hot_key_passes_total",
+            &of(&escaped(quote))
+        ),
+        2.0
+    );
+    let series = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "resilience_hot_key_passes_total")
+        .filter(|s| s.labels.get("point") == Some("metrics.keys"))
+        .count();
+    assert_eq!(
+        series, STATS_HOT_KEYS,
+        "the busiest keys only, never every key"
+    );
+    let point_label = [("point", "metrics.keys")];
+    assert_eq!(
+        value(&scrape, "resilience_keys_tracked", &point_label),
+        31.0
+    );
+    assert_eq!(
+        value(&scrape, "resilience_keys_evictions_total", &point_label),
+        0.0
+    );
+    assert!(scrape
+        .samples
+        .iter()
+        .any(|s| s.labels.get("point") == Some("metrics.keys.none")));
+    assert!(
+        !scrape
+            .samples
+            .iter()
+            .any(|s| (s.metric.starts_with("resilience_keys_")
+                || s.metric.starts_with("resilience_hot_key"))
+                && s.labels.get("point") == Some("metrics.keys.none")),
+        "no keys section, no series"
+    );
+}

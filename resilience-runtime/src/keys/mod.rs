@@ -73,6 +73,11 @@ pub(crate) use table::{KeyTable, OverrideCell};
 pub(crate) use text::KeyText;
 pub use text::KEY_TEXT_MAX;
 
+/// The busiest keys a point's statistics carry
+/// ([`PointStats::hot_keys`](crate::PointStats::hot_keys)), which the metrics export
+/// and heartbeats upload.
+pub const STATS_HOT_KEYS: usize = 10;
+
 use std::fmt::Display;
 use std::hash::Hash;
 

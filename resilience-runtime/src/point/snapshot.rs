@@ -94,6 +94,12 @@ impl Point {
             breaker: self.breaker_stats(c, now),
             retry: self.retry_stats(),
             queue: self.queue_stats(),
+            hot_keys: if c.keys.is_some() {
+                self.hot_keys(crate::keys::STATS_HOT_KEYS)
+            } else {
+                Vec::new()
+            },
+            key_table: c.keys.and_then(|_| self.key_stats()),
         }
     }
 
