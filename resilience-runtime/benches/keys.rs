@@ -3,10 +3,11 @@
 //! keys, measured interleaved in one run; and the memory each holds.
 //!
 //! Target: ours <= governor's `check_key` at every size, and flat in the key count.
-//! Ours is `Point::enter_key` + `Permit::finish` under a policy whose only rule is a
-//! `keys` section (4 096 keys tracked, a limit no call reaches), so it includes the
-//! point's own admission; governor's is `check_key` alone. Keys are `u64`, walked in
-//! a fixed pseudo-random order.
+//! Two rows of ours, both with 4 096 keys tracked and a limit no call reaches:
+//! `KeyLimiter::check`, the keyed limit alone (what `check_key` is), and a call
+//! through a point, `Point::enter_key` + `Permit::finish` under a policy whose only
+//! rule is a `keys` section, which adds the point's own admission and counting. Keys
+//! are `u64`, walked in a fixed pseudo-random order.
 
 // `criterion_group!` generates undocumented public functions.
 #![allow(missing_docs)]
@@ -14,7 +15,7 @@
 mod support;
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use resilience_runtime::keys::KeyPolicy;
+use resilience_runtime::keys::{KeyLimiter, KeyPolicy};
 use resilience_runtime::{registry, Point, Policy};
 use std::cell::Cell;
 use std::num::NonZeroU32;
@@ -27,12 +28,16 @@ fn key(i: u64, n: u64) -> u64 {
     i.wrapping_mul(0x9e37_79b9_7f4a_7c15) % n
 }
 
-fn point(n: u64) -> &'static Point {
-    let name = format!("bench.keys.{n}");
-    let keys = KeyPolicy::builder()
+fn section() -> KeyPolicy {
+    KeyPolicy::builder()
         .limit(1_000_000_000, Duration::from_secs(1))
         .build()
-        .unwrap();
+        .unwrap()
+}
+
+fn point(n: u64) -> &'static Point {
+    let name = format!("bench.keys.{n}");
+    let keys = section();
     registry()
         .set_policy(&name, Policy::builder().keys(keys).build().unwrap())
         .unwrap();
@@ -75,6 +80,13 @@ fn criterion_rows(c: &mut Criterion) {
                     .ok()
             })
         });
+        let alone = KeyLimiter::new(section());
+        g.bench_function(format!("key_limiter_check/{n}"), |b| {
+            b.iter(|| {
+                let k = key(i.replace(i.get() + 1), n);
+                black_box(alone.check(&k)).ok()
+            })
+        });
         let limiter = governor();
         g.bench_function(format!("governor_check_key/{n}"), |b| {
             b.iter(|| {
@@ -91,8 +103,14 @@ fn ratios(_: &mut Criterion) {
     for n in SIZES {
         let p = point(n);
         let limiter = governor();
+        let alone = KeyLimiter::new(section());
         let i = Cell::new(0u64);
         let j = Cell::new(0u64);
+        let l = Cell::new(0u64);
+        let limited = || {
+            let k = key(l.replace(l.get() + 1), n);
+            let _ = black_box(alone.check(&k));
+        };
         let ours = || {
             let k = key(i.replace(i.get() + 1), n);
             let _ = black_box(p.enter_key(&k)).map(|permit| permit.finish(false));
@@ -109,6 +127,7 @@ fn ratios(_: &mut Criterion) {
         let governor_bytes = resident().saturating_sub(before);
         for _ in 0..n.max(100_000) {
             ours();
+            limited();
         }
         let plain = registry().point("bench.keys.observe").unwrap();
         registry()
@@ -121,20 +140,27 @@ fn ratios(_: &mut Criterion) {
             let k = key(i.replace(i.get() + 1), n);
             black_box(resilience_runtime::keys::bench_fingerprint(&k));
         };
-        let t = support::interleaved(200, 20_000, &[&ours, &theirs, &observe, &hash]);
+        let t = support::interleaved(200, 20_000, &[&ours, &theirs, &observe, &hash, &limited]);
+        let ours_bytes = alone.stats().memory_bytes;
         println!(
-            "  observe-only enter/finish {:.1} ns, key hash {:.1} ns",
-            support::median(&t[2]),
-            support::median(&t[3])
-        );
-        let ours_bytes = p.key_stats().map_or(0, |s| s.memory_bytes);
-        println!(
-            "  {n:>9} keys: enter_key {:>6.1} ns, governor check_key {:>6.1} ns, \
-             ours / governor = {:.2} (target <= 1); memory: ours {} KiB (table, \
-             bounded), governor {} KiB (resident growth, one entry per key)",
-            support::median(&t[0]),
+            "  {n:>9} keys: KeyLimiter::check {:>6.1} ns, governor check_key {:>6.1} ns: \
+             ratio {:.2} (target <= 1)",
+            support::median(&t[4]),
             support::median(&t[1]),
+            support::median_ratio(&t[4], &t[1]),
+        );
+        println!(
+            "             through a point: enter_key + finish {:>6.1} ns, ratio {:.2} \
+             (a point with an observe-only policy alone: enter + finish {:.1} ns; the key's \
+             hash {:.1} ns)",
+            support::median(&t[0]),
             support::median_ratio(&t[0], &t[1]),
+            support::median(&t[2]),
+            support::median(&t[3]),
+        );
+        println!(
+            "             memory: ours {} KiB (the table, bounded), governor {} KiB \
+             (resident growth: one entry per key it saw)",
             ours_bytes / 1024,
             governor_bytes / 1024,
         );

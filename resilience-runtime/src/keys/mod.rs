@@ -56,6 +56,8 @@
 //! point's forms of the section, the hot path).
 
 mod fingerprint;
+mod limiter;
+mod overrides;
 mod policy;
 mod rule;
 mod shard;
@@ -63,6 +65,7 @@ mod table;
 mod text;
 
 pub(crate) use fingerprint::{fingerprint, text_fingerprints};
+pub use limiter::{KeyGuard, KeyLimiter, KeyRefused};
 pub use policy::{
     KeyOverride, KeyPolicy, KeyPolicyBuilder, KeyRule, DEFAULT_MAX_KEYS, MAX_KEYS,
     MAX_KEY_OVERRIDES, MAX_OVERRIDE_LEN,
@@ -103,4 +106,13 @@ impl<T: Hash + Display + ?Sized> HotKey for T {}
 #[doc(hidden)]
 pub fn bench_fingerprint<K: Hash + ?Sized>(k: &K) -> u64 {
     fingerprint(k)
+}
+
+/// Orders key statistics busiest first (calls admitted and refused), then by text.
+pub(crate) fn sort_hot_keys(keys: &mut [HotKeyStats]) {
+    keys.sort_by(|a, b| {
+        (b.passes + b.refused)
+            .cmp(&(a.passes + a.refused))
+            .then_with(|| a.key.cmp(&b.key))
+    });
 }
