@@ -231,3 +231,45 @@ fn untracked_keys_whose_cells_are_under_the_limit_are_not_refused() {
     assert!(s.untracked_passes > calls / 2, "most calls are untracked");
     assert!(refused * 20 < calls, "{refused} of {calls} refused");
 }
+
+/// A call the rule admits but `also` refuses (a key's cluster-wide bucket) takes
+/// nothing: no token, no slot, tracked or not; `also` hears whether the key is
+/// tracked, and is not asked for a call the rule refuses.
+#[test]
+fn a_call_refused_by_also_takes_nothing() {
+    let r = rule(1, Some(2), Some(1));
+    let mut s = Shard::new(1);
+    let a = fingerprint("a");
+    let mut asked = Vec::new();
+    for _ in 0..3 {
+        let refused = s.admit_with(a, &r, T0, text, |t| {
+            asked.push(t);
+            false
+        });
+        assert_eq!(refused, Err(Refusal::Tokens));
+    }
+    assert_eq!(asked, [true, true, true]);
+    // Its burst of two and its one slot are all there.
+    let held = s.admit(a, &r, T0, text).unwrap().unwrap();
+    assert_eq!(s.admit(a, &r, T0, text), Err(Refusal::Concurrency));
+    s.release(a, held);
+    assert!(s.admit(a, &r, T0, text).is_ok());
+    // An untracked key (the one entry is taken) likewise, on its sketch cells.
+    let b = fingerprint("b");
+    let mut told = None;
+    let refused = s.admit_with(b, &r, T0, text, |t| {
+        told = Some(t);
+        false
+    });
+    assert_eq!((refused, told), (Err(Refusal::Tokens), Some(false)));
+    let untracked = s.untracked_refused;
+    assert!(s.admit(b, &r, T0, text).is_ok());
+    assert_eq!(s.untracked_refused, untracked);
+    // `a` has its one call in flight: the rule refuses, and `also` is not asked.
+    let mut called = false;
+    let refused = s.admit_with(a, &r, T0, text, |_| {
+        called = true;
+        true
+    });
+    assert_eq!((refused, called), (Err(Refusal::Concurrency), false));
+}
