@@ -40,7 +40,10 @@ pub enum Reason {
     /// other rules).
     BreakerOpen,
     /// The call's key used up its own limit (the policy's
-    /// [`keys`](crate::keys::KeyPolicy) section), checked after the point's rules.
+    /// [`keys`](crate::keys::KeyPolicy) section), checked after the point's rules;
+    /// with a cluster-wide key limit (`redis` feature), also when the key's bucket
+    /// shared by the fleet is used up (those refusals are counted apart in
+    /// [`KeyClusterStats::refused`](crate::keys::KeyClusterStats::refused)).
     HotKey,
     /// The call ran and was cut at its deadline (`timeout = "..."` on an `async fn`, or
     /// the policy's [`call_timeout`](crate::Policy::call_timeout)): its future was

@@ -48,13 +48,22 @@
 //!
 //! `#[breaker(key = ...)]` is the same, for a breaker's point.
 //!
+//! With the `redis` feature a key's limit can be cluster-wide
+//! (`KeyPolicyBuilder::cluster`, `KeyCluster`): every value of the key then has one
+//! bucket in Redis shared by the fleet, spent through a lease per hot key; see
+//! [`KeyPolicy`] for the bound it keeps across instances.
+//!
 //! # Reading order
 //!
 //! `policy` (the section), `fingerprint` (key identity), `text` (a key's text in
 //! reports), `rule` (a rule's decision on one key, pure), `shard` (the table and the
 //! sketch, pure), `table` (the locks around them), then `crate::point::keys` (a
-//! point's forms of the section, the hot path).
+//! point's forms of the section, the hot path). With `redis`: `cluster` (the
+//! cluster setting and a key's Redis name), then `crate::point::key_leases` (the
+//! leases of hot keys and their chores).
 
+#[cfg(feature = "redis")]
+mod cluster;
 mod fingerprint;
 mod limiter;
 mod overrides;
@@ -64,6 +73,10 @@ mod shard;
 mod table;
 mod text;
 
+#[cfg(feature = "redis")]
+pub(crate) use cluster::redis_name;
+#[cfg(feature = "redis")]
+pub use cluster::{KeyCluster, DEFAULT_KEY_COLD, KEY_NAME_TEXT_MAX};
 pub(crate) use fingerprint::{fingerprint, text_fingerprints};
 pub use limiter::{KeyGuard, KeyLimiter, KeyRefused};
 pub use policy::{
@@ -71,7 +84,7 @@ pub use policy::{
     MAX_KEY_OVERRIDES, MAX_OVERRIDE_LEN,
 };
 pub(crate) use rule::{Refusal, Rule};
-pub use table::{HotKeyStats, KeyHold, KeyTableStats};
+pub use table::{HotKeyStats, KeyClusterStats, KeyHold, KeyTableStats};
 pub(crate) use table::{KeyTable, OverrideCell};
 pub(crate) use text::KeyText;
 pub use text::KEY_TEXT_MAX;

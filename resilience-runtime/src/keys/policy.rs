@@ -75,6 +75,40 @@ impl KeyOverride {
 /// - Memory: about 140 bytes per tracked key (`max_keys` of them), made on the first
 ///   call with a key; see [`Point::key_stats`](crate::Point::key_stats).
 ///
+/// # Cluster-wide limits
+///
+/// With [`cluster`](KeyPolicyBuilder::cluster) (`redis` feature), a call the key's
+/// local rule admits also needs a token of the key's bucket in Redis, shared by every
+/// instance, with the key's own rule (an override's, for an overridden value; see
+/// [`KeyCluster`](super::KeyCluster) for the layout and the leases). A refusal there
+/// takes nothing from the local rule, and is
+/// [`Reason::HotKey`](crate::Reason::HotKey) too, counted apart in
+/// [`KeyClusterStats::refused`](super::KeyClusterStats::refused). Each instance
+/// spends tokens it leased from the bucket, so over any interval of length `d`, one
+/// key's calls admitted by `N` instances are at most
+///
+/// `burst + limit × d / period + N × (max_held + batch × starts)`
+///
+/// with the key's `limit`, `period` and `burst`, where
+/// `max_held = batch + batch / 4` is the most tokens one lease holds (the
+/// bound of [`ClusterLease`](crate::redis::ClusterLease), per key), `batch` is
+/// [`KeyCluster::batch`](super::KeyCluster::batch) (the key's burst, if smaller) and
+/// `starts` is how many times an instance started the key's lease in or just before
+/// the interval: once for a key that stays hot, one more each time it comes back
+/// after going cold or being dropped from a full map. Starting a lease takes one
+/// Redis round trip (at most its 100 ms timeout) on a background thread, and the
+/// call never waits for it: until the lease's first batch is answered, up to `batch`
+/// calls of the key are admitted on credit (by the local rule alone) and the rest
+/// are refused; the credit is paid back from the lease's first tokens, before any
+/// later call is admitted, so it only adds to the bound while it is unpaid.
+///
+/// Outside that bound, as for [`ClusterLease`](crate::redis::ClusterLease): while
+/// Redis is unreachable, each instance admits what the key's local rule admits (its
+/// fallback), and a key without a lease (not tracked by a full table, or a lease
+/// that could not start) is limited by its local rule alone. The other way, a
+/// dropped lease loses its unspent tokens (at most `max_held`), and a lease's
+/// fallback never lets a key past its local rule.
+///
 /// # Examples
 ///
 /// ```
@@ -104,6 +138,9 @@ pub struct KeyPolicy {
     pub(crate) rule: KeyRule,
     /// By value, sorted, each value once.
     pub(crate) overrides: Vec<(String, KeyOverride)>,
+    /// The keys' buckets in Redis, if their limits are cluster-wide.
+    #[cfg(feature = "redis")]
+    pub(crate) cluster: Option<super::KeyCluster>,
 }
 
 impl KeyPolicy {
@@ -120,6 +157,8 @@ impl KeyPolicy {
                     max_concurrency: None,
                 },
                 overrides: Vec::new(),
+                #[cfg(feature = "redis")]
+                cluster: None,
             },
             duplicates: Vec::new(),
         }
@@ -143,6 +182,12 @@ impl KeyPolicy {
     /// The overrides, by value.
     pub fn overrides(&self) -> &[(String, KeyOverride)] {
         &self.overrides
+    }
+
+    /// Where the keys' limits are shared, if they are cluster-wide (`redis` feature).
+    #[cfg(feature = "redis")]
+    pub fn cluster(&self) -> Option<&super::KeyCluster> {
+        self.cluster.as_ref()
     }
 
     /// The rule of an overridden value: the section's, with the override's fields.
@@ -219,6 +264,15 @@ impl KeyPolicyBuilder {
         self
     }
 
+    /// Makes every key's limit (and each override's) cluster-wide through Redis
+    /// (`redis` feature): see [`KeyCluster`](super::KeyCluster) and the bound in
+    /// [`KeyPolicy`]. Needs a `limit`, on the section or on some override.
+    #[cfg(feature = "redis")]
+    pub fn cluster(mut self, cluster: super::KeyCluster) -> Self {
+        self.policy.cluster = Some(cluster);
+        self
+    }
+
     /// The limit of one value (`0` blocks it). A string key matches its text, an
     /// integer key its decimal text, a `bool` `true` or `false`.
     pub fn override_limit(self, value: impl Into<String>, limit: u64) -> Self {
@@ -245,7 +299,9 @@ impl KeyPolicyBuilder {
     /// # Errors
     ///
     /// A [`PolicyError`] naming each invalid field (`keys.limit`, `keys.period`,
-    /// `keys.burst`, `keys.max_concurrency`, `keys.max_keys`, `keys.overrides`).
+    /// `keys.burst`, `keys.max_concurrency`, `keys.max_keys`, `keys.overrides`, and
+    /// with `redis` `keys.cluster` (no limit to share), `keys.cluster.url`,
+    /// `keys.cluster.prefix`, `keys.cluster.batch`, `keys.cluster.cold`).
     ///
     /// ```
     /// use resilience_runtime::keys::KeyPolicy;
@@ -369,6 +425,20 @@ impl KeyPolicy {
                     format!("{value:?} holds a control character"),
                 );
             }
+        }
+        #[cfg(feature = "redis")]
+        if let Some(c) = &self.cluster {
+            let limited = |r: &KeyRule| r.limit.is_some_and(|l| l > 0);
+            if !limited(&self.rule) && !self.overrides.iter().any(|(_, o)| limited(&self.merged(o)))
+            {
+                errors.push(FieldError {
+                    field: "keys.cluster",
+                    message: "needs `limit` (on the section or an override): the cluster \
+                              bucket is a key's limit"
+                        .into(),
+                });
+            }
+            c.check(errors);
         }
     }
 }

@@ -198,9 +198,8 @@ impl Shard {
         }
     }
 
-    /// The decision for a call of key `fp` under `rule` at `now` (clock ns): where it
-    /// holds its slot (if the rule counts calls in flight; `None` otherwise), or why
-    /// it is refused. `text` gives the key's text if it enters the table.
+    /// [`admit_with`](Self::admit_with) with nothing else to ask.
+    #[cfg(test)]
     pub(crate) fn admit(
         &mut self,
         fp: u64,
@@ -208,20 +207,48 @@ impl Shard {
         now: u64,
         text: impl FnOnce() -> KeyText,
     ) -> Result<Option<Place>, Refusal> {
+        self.admit_with(fp, rule, now, text, |_| true)
+    }
+
+    /// The decision for a call of key `fp` under `rule` at `now` (clock ns): where it
+    /// holds its slot (if the rule counts calls in flight; `None` otherwise), or why
+    /// it is refused. `text` gives the key's text if it enters the table. A call the
+    /// rule admits is admitted only if `also` (told whether the key is in the table)
+    /// agrees, and otherwise refused for [`Refusal::Tokens`] with nothing taken: the
+    /// keys' cluster-wide buckets are asked there, under this shard's lock.
+    #[inline]
+    pub(crate) fn admit_with(
+        &mut self,
+        fp: u64,
+        rule: &Rule,
+        now: u64,
+        text: impl FnOnce() -> KeyText,
+        also: impl FnOnce(bool) -> bool,
+    ) -> Result<Option<Place>, Refusal> {
         self.retune(rule.gcra, now);
         self.tick();
         let n = match self.find(fp) {
-            Some(n) => n,
+            Some(n) => {
+                let (a, b) = self.cells(fp);
+                self.bump(a, b);
+                n
+            }
+            // `track` counts the call in the sketch.
             None => match self.track(fp, text) {
                 Some(n) => n,
-                None => return self.admit_untracked(fp, rule, now),
+                None => return self.admit_untracked(fp, rule, now, also),
             },
         };
-        let (a, b) = self.cells(fp);
-        self.bump(a, b);
         let e = &mut self.entries[n];
-        match e.state.admit(rule, now) {
+        let mut next = e.state;
+        let decided = match next.admit(rule, now) {
+            Ok(()) if also(true) => Ok(()),
+            Ok(()) => Err(Refusal::Tokens),
+            Err(r) => Err(r),
+        };
+        match decided {
             Ok(()) => {
+                e.state = next;
                 e.passes += 1;
                 Ok(rule.holds().then_some(Place::Entry(n as u16)))
             }
@@ -385,6 +412,7 @@ impl Shard {
         fp: u64,
         rule: &Rule,
         now: u64,
+        also: impl FnOnce(bool) -> bool,
     ) -> Result<Option<Place>, Refusal> {
         let (a, b) = self.cells(fp);
         let (ca, cb) = (self.sketch[a], self.sketch[b]);
@@ -395,6 +423,10 @@ impl Shard {
         if let Err(r) = lesser.admit(rule, now) {
             self.untracked_refused += 1;
             return Err(r);
+        }
+        if !also(false) {
+            self.untracked_refused += 1;
+            return Err(Refusal::Tokens);
         }
         for c in [a, b] {
             let cell = &mut self.sketch[c];

@@ -36,7 +36,8 @@ pub struct HotKeyStats {
     pub key: String,
     /// Calls admitted by the key's rule since it was tracked.
     pub passes: u64,
-    /// Calls its rule refused since it was tracked.
+    /// Calls its rule refused since it was tracked (with a cluster setting, those its
+    /// cluster-wide bucket refused too).
     pub refused: u64,
     /// Whether the key's value is overridden (overrides are always tracked).
     pub overridden: bool,
@@ -55,6 +56,36 @@ pub struct KeyTableStats {
     pub evictions: u64,
     /// Bytes the table holds.
     pub memory_bytes: u64,
+    /// The keys' cluster-wide leases, if the section has a cluster setting
+    /// (`KeyPolicyBuilder::cluster`, `redis` feature).
+    pub cluster: Option<KeyClusterStats>,
+}
+
+/// The leases of a `keys` section's cluster-wide limits (see
+/// [`KeyTableStats::cluster`]). Counts are since the leases' map was made (it is kept
+/// across policy changes that keep the section's `max_keys` and cluster setting).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyClusterStats {
+    /// Keys with a lease now (started or being started).
+    pub leases: u64,
+    /// Leases started.
+    pub started: u64,
+    /// Leases dropped because their key went cold.
+    pub dropped_cold: u64,
+    /// Leases dropped for another key's (the map was full) or because the key's rule
+    /// changed.
+    pub evicted: u64,
+    /// Calls admitted with a token leased from Redis.
+    pub admitted: u64,
+    /// Calls admitted on credit while the key's lease waited for its first batch.
+    pub credit: u64,
+    /// Calls admitted by the local rule alone: Redis unreachable (the lease's
+    /// fallback), a lease that could not start, or a key without a lease (not
+    /// tracked by a full table).
+    pub local: u64,
+    /// Calls refused by the cluster-wide bucket (or by a credit used up), counted as
+    /// [`Reason::HotKey`](crate::Reason::HotKey).
+    pub refused: u64,
 }
 
 impl KeyTable {
@@ -80,7 +111,7 @@ impl KeyTable {
         &self.shards[i]
     }
 
-    /// The decision for a call of `fp` under `rule` (see [`Shard::admit`]).
+    /// The decision for a call of `fp` under `rule` (see [`Shard::admit_with`]).
     #[inline]
     pub(crate) fn admit(
         &self,
@@ -89,7 +120,22 @@ impl KeyTable {
         now: u64,
         text: impl FnOnce() -> KeyText,
     ) -> Result<Option<Place>, Refusal> {
-        lock(self.shard(fp)).admit(fp, rule, now, text)
+        self.admit_with(fp, rule, now, text, |_| true)
+    }
+
+    /// [`admit`](Self::admit), asking `also` (told whether the key is tracked) under
+    /// the shard's lock before a call the rule admits is admitted (see
+    /// [`Shard::admit_with`]).
+    #[inline]
+    pub(crate) fn admit_with(
+        &self,
+        fp: u64,
+        rule: &Rule,
+        now: u64,
+        text: impl FnOnce() -> KeyText,
+        also: impl FnOnce(bool) -> bool,
+    ) -> Result<Option<Place>, Refusal> {
+        lock(self.shard(fp)).admit_with(fp, rule, now, text, also)
     }
 
     /// A call of `fp` admitted at `place` ended.
@@ -158,6 +204,19 @@ impl OverrideCell {
     /// The decision for a call of this value under `rule` at `now`.
     #[inline]
     pub(crate) fn admit(&self, rule: &Rule, now: u64) -> Result<(), Refusal> {
+        self.admit_with(rule, now, || true)
+    }
+
+    /// [`admit`](Self::admit), asking `also` under the cell's lock before a call the
+    /// rule admits is admitted (refused for [`Refusal::Tokens`] with nothing taken
+    /// otherwise).
+    #[inline]
+    pub(crate) fn admit_with(
+        &self,
+        rule: &Rule,
+        now: u64,
+        also: impl FnOnce() -> bool,
+    ) -> Result<(), Refusal> {
         let mut s = lock(&self.inner);
         if s.gcra != rule.gcra {
             // The override's rule changed: carry what the key owes into the new one.
@@ -169,8 +228,15 @@ impl OverrideCell {
             }
             s.gcra = rule.gcra;
         }
-        match s.state.admit(rule, now) {
+        let mut next = s.state;
+        let decided = match next.admit(rule, now) {
+            Ok(()) if also() => Ok(()),
+            Ok(()) => Err(Refusal::Tokens),
+            Err(r) => Err(r),
+        };
+        match decided {
             Ok(()) => {
+                s.state = next;
                 s.passes += 1;
                 Ok(())
             }

@@ -1,6 +1,7 @@
 //! Background chores of points, run by one process-wide [`TimingWheel`]: sweeping the
-//! hung calls of points with a timeout rule, and stopping the leases of replaced
-//! cluster limits once their grace has passed. Each point has at most one pending
+//! hung calls of points with a timeout rule, stopping the leases of replaced
+//! cluster limits once their grace has passed, and starting and dropping the leases
+//! of hot keys (`key_leases`). Each point has at most one pending
 //! timer per chore; arming it again moves it. Chores run one after the other on the
 //! wheel's thread: stopping a lease waits for its refill thread (at most one Redis
 //! call, bounded by the lease's timeout), and delays the sweeps due meanwhile by as
@@ -20,6 +21,13 @@ pub(crate) enum Chore {
     /// Stop the leases of cluster limits replaced more than a grace period ago.
     #[cfg(feature = "redis")]
     StopRetiredLeases,
+    /// Start the keys' leases that calls asked for, and stop the dropped ones (a
+    /// chore of a `keys` section's lease map, see `key_leases`).
+    #[cfg(feature = "redis")]
+    StartKeyLeases,
+    /// Drop the leases of keys that went cold (same).
+    #[cfg(feature = "redis")]
+    DropColdKeyLeases,
 }
 
 /// What has chores: a point (this file knows nothing else of it).
@@ -46,6 +54,12 @@ fn wheel() -> Option<&'static Wheel> {
             .ok()
         })
         .as_ref()
+}
+
+/// Whether chores run: the wheel's thread started (or can still start).
+#[cfg(feature = "redis")]
+pub(crate) fn running() -> bool {
+    wheel().is_some()
 }
 
 /// Arms (or re-arms) `chore` of `point` after `after`. Without a wheel (its thread

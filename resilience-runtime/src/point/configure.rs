@@ -153,7 +153,9 @@ impl Point {
             breaker,
             adaptive: adaptive.copied(),
             cluster,
-            keys: policy.and_then(Policy::keys).map(|k| keys.form_for(k)),
+            keys: policy
+                .and_then(Policy::keys)
+                .map(|k| keys.form_for(k, &self.clock)),
         };
         // A form without rules or breaker is none: such a point takes the fast path.
         let c = Compiled::new(policy, parts, fine, &self.clock);

@@ -121,6 +121,9 @@ impl Chores for Point {
             Chore::SampleSeconds => self.sample_seconds(),
             #[cfg(feature = "redis")]
             Chore::StopRetiredLeases => self.stop_retired_leases(),
+            // Chores of a `keys` section's lease map, never a point's.
+            #[cfg(feature = "redis")]
+            Chore::StartKeyLeases | Chore::DropColdKeyLeases => None,
         }
     }
 }

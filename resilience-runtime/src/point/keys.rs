@@ -1,6 +1,8 @@
 //! The point's forms of the `keys` section (cold) and the key's step of admission
 //! (hot): see [`crate::keys`].
 
+#[cfg(feature = "redis")]
+use super::key_leases::{KeyLeases, LeaseRule};
 use super::permit::Permit;
 use super::Point;
 use crate::keys::{
@@ -86,12 +88,25 @@ pub(super) struct KeyForm {
     /// Overridden values by fingerprint: open addressing of (fingerprint, number),
     /// fingerprint 0 for an empty slot; empty without overrides.
     index: Box<[(u64, u32)]>,
-    overrides: Box<[(&'static OverrideCell, Rule)]>,
+    overrides: Box<[Override]>,
+    /// The keys' leases and the section's own bucket, with a cluster setting.
+    #[cfg(feature = "redis")]
+    cluster: Option<(&'static KeyLeases, Option<LeaseRule>)>,
+}
+
+/// One overridden value of a form.
+#[derive(Debug)]
+struct Override {
+    cell: &'static OverrideCell,
+    rule: Rule,
+    /// Its bucket in Redis, with a cluster setting and a limit.
+    #[cfg(feature = "redis")]
+    lease: Option<LeaseRule>,
 }
 
 impl KeyForm {
     #[inline]
-    fn override_of(&self, fp: u64) -> Option<&(&'static OverrideCell, Rule)> {
+    fn override_of(&self, fp: u64) -> Option<&Override> {
         if self.index.is_empty() {
             return None;
         }
@@ -113,14 +128,63 @@ impl KeyForm {
         key: &KeyArg<'_>,
         now: u64,
     ) -> Result<Option<KeyHold>, Refusal> {
-        if let Some((cell, rule)) = self.override_of(key.fp) {
-            cell.admit(rule, now)?;
-            return Ok(rule.holds().then(|| KeyHold::in_override(cell)));
+        #[cfg(feature = "redis")]
+        if let Some((leases, rule)) = self.cluster {
+            return self.admit_cluster(leases, rule, key, now);
+        }
+        if let Some(o) = self.override_of(key.fp) {
+            o.cell.admit(&o.rule, now)?;
+            return Ok(o.rule.holds().then(|| KeyHold::in_override(o.cell)));
         }
         let table: &'static KeyTable = self.table.get();
         let text = key.text;
         let place = table.admit(key.fp, &self.rule, now, || KeyText::of(text))?;
         Ok(place.map(|p| KeyHold::in_table(table, key.fp, p)))
+    }
+
+    /// [`admit`](Self::admit) with a cluster setting: a call the key's local rule
+    /// admits also needs its bucket in Redis to (asked under the local rule's lock,
+    /// so a refusal there takes nothing locally either).
+    #[cfg(feature = "redis")]
+    #[inline(never)]
+    fn admit_cluster(
+        &'static self,
+        leases: &'static KeyLeases,
+        rule: Option<LeaseRule>,
+        key: &KeyArg<'_>,
+        now: u64,
+    ) -> Result<Option<KeyHold>, Refusal> {
+        let mut wake = None;
+        let mut ask = |tracked: bool, r: Option<&LeaseRule>| match r {
+            Some(r) => {
+                let (admitted, w) = leases.admit(key.fp, key.text, r, tracked, now);
+                wake = Some(w);
+                admitted
+            }
+            None => true,
+        };
+        let decided = if let Some(o) = self.override_of(key.fp) {
+            o.cell
+                .admit_with(&o.rule, now, || ask(true, o.lease.as_ref()))
+                .map(|()| o.rule.holds().then(|| KeyHold::in_override(o.cell)))
+        } else {
+            let table: &'static KeyTable = self.table.get();
+            let text = key.text;
+            table
+                .admit_with(
+                    key.fp,
+                    &self.rule,
+                    now,
+                    || KeyText::of(text),
+                    |tracked| ask(tracked, rule.as_ref()),
+                )
+                .map(|place| place.map(|p| KeyHold::in_table(table, key.fp, p)))
+        };
+        // With no lock held.
+        if let Some(w) = wake {
+            leases.wake(w);
+        }
+        decided
     }
 }
 
@@ -131,6 +195,9 @@ pub(super) struct KeyForms {
     forms: Vec<&'static KeyForm>,
     tables: Vec<&'static TableSlot>,
     cells: BTreeMap<String, &'static OverrideCell>,
+    /// Lease maps, one per cluster setting and `max_keys`.
+    #[cfg(feature = "redis")]
+    leases: Vec<&'static KeyLeases>,
 }
 
 impl KeyForms {
@@ -138,11 +205,16 @@ impl KeyForms {
         forms: Vec::new(),
         tables: Vec::new(),
         cells: BTreeMap::new(),
+        #[cfg(feature = "redis")]
+        leases: Vec::new(),
     };
 
     /// The form of `p`: one made before for an equal section, else a new one sharing
-    /// the table of its `max_keys` and the cells of the values it overrides.
-    pub(super) fn form_for(&mut self, p: &KeyPolicy) -> &'static KeyForm {
+    /// the table of its `max_keys`, the cells of the values it overrides and the
+    /// lease map of its cluster setting and `max_keys` (so a policy change that keeps
+    /// those keeps the keys' leases; a lease whose key's rule changed is started
+    /// again). `clock` is the point's.
+    pub(super) fn form_for(&mut self, p: &KeyPolicy, _clock: &crate::Clock) -> &'static KeyForm {
         if let Some(f) = self.forms.iter().find(|f| f.policy == *p) {
             return f;
         }
@@ -165,7 +237,15 @@ impl KeyForms {
                 .entry(value.clone())
                 .or_insert_with(|| Box::leak(Box::new(OverrideCell::new(value))));
             let n = overrides.len() as u32;
-            overrides.push((cell, p.compile(&p.merged(o))));
+            overrides.push(Override {
+                cell,
+                rule: p.compile(&p.merged(o)),
+                #[cfg(feature = "redis")]
+                lease: p
+                    .cluster
+                    .as_ref()
+                    .and_then(|c| LeaseRule::of(p, &p.merged(o), c)),
+            });
             fps.extend(text_fingerprints(value).into_iter().map(|f| (f, n)));
         }
         let mut index = Vec::new();
@@ -189,12 +269,31 @@ impl KeyForms {
                 }
             }
         }
+        #[cfg(feature = "redis")]
+        let cluster = p.cluster.as_ref().map(|c| {
+            let leases = match self
+                .leases
+                .iter()
+                .find(|l| l.cluster == *c && l.max_keys == p.max_keys)
+            {
+                Some(l) => *l,
+                None => {
+                    let l: &'static KeyLeases =
+                        Box::leak(Box::new(KeyLeases::new(c, p.max_keys, _clock)));
+                    self.leases.push(l);
+                    l
+                }
+            };
+            (leases, LeaseRule::of(p, &p.rule, c))
+        });
         let form: &'static KeyForm = Box::leak(Box::new(KeyForm {
             policy: p.clone(),
             rule: p.compile(&p.rule),
             table,
             index: index.into_boxed_slice(),
             overrides: overrides.into_boxed_slice(),
+            #[cfg(feature = "redis")]
+            cluster,
         }));
         self.forms.push(form);
         form
@@ -206,6 +305,16 @@ impl KeyForms {
             .iter()
             .find(|t| t.max_keys == p.max_keys)
             .copied()
+    }
+
+    /// The counts of the lease map `p` uses, if it has a cluster setting.
+    #[cfg(feature = "redis")]
+    fn cluster_stats(&self, p: &KeyPolicy) -> Option<crate::keys::KeyClusterStats> {
+        let c = p.cluster.as_ref()?;
+        self.leases
+            .iter()
+            .find(|l| l.cluster == *c && l.max_keys == p.max_keys)
+            .map(|l| l.stats())
     }
 }
 
@@ -279,11 +388,33 @@ impl Point {
     }
 
     /// The totals of the key table in use, if the policy has a `keys` section and a
-    /// call with a key was made.
+    /// call with a key was made; with a cluster setting (`redis` feature), the counts
+    /// of the keys' leases in [`KeyTableStats::cluster`].
+    ///
+    /// ```
+    /// use resilience_runtime::keys::KeyPolicy;
+    /// use resilience_runtime::{registry, Policy};
+    /// use std::time::Duration;
+    ///
+    /// let keys = KeyPolicy::builder().limit(5, Duration::from_secs(1)).build()?;
+    /// registry().set_policy("docs.key_stats", Policy::builder().keys(keys).build()?)?;
+    /// let point = registry().point("docs.key_stats")?;
+    /// assert!(point.key_stats().is_none(), "no call with a key yet");
+    /// point.enter_key("alice")?.finish(false);
+    /// let stats = point.key_stats().unwrap();
+    /// assert_eq!((stats.tracked, stats.cluster), (1, None));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn key_stats(&self) -> Option<KeyTableStats> {
         let settings = self.settings();
         let policy = settings.policy.as_ref().and_then(|p| p.keys());
         let t = settings.keys.current_table(policy)?.table.get()?;
-        Some(t.stats())
+        #[allow(unused_mut)]
+        let mut stats = t.stats();
+        #[cfg(feature = "redis")]
+        if let Some(p) = policy {
+            stats.cluster = settings.keys.cluster_stats(p);
+        }
+        Some(stats)
     }
 }

@@ -54,6 +54,8 @@ mod configure;
 mod cycle;
 mod enter;
 mod health;
+#[cfg(feature = "redis")]
+mod key_leases;
 pub(crate) mod keys;
 pub(crate) mod permit;
 pub(crate) mod queue;

@@ -388,8 +388,8 @@ fn the_policy_cell_publishes_kept_forms_and_reuses_equal_ones() {
     assert!(cell.get().is_none());
     assert_eq!(cell.kept(), 2);
     assert!(
-        std::mem::size_of::<Compiled>() <= 152,
-        "README: a kept form is about 150 bytes"
+        std::mem::size_of::<Compiled>() <= 160,
+        "README: a kept form is about 160 bytes"
     );
 }
 
@@ -458,9 +458,10 @@ fn the_duration_unit_follows_the_shortest_threshold() {
 }
 
 #[test]
-fn a_permit_is_nine_words_and_its_result_no_larger() {
-    assert_eq!(std::mem::size_of::<Permit>(), 72);
-    assert_eq!(std::mem::size_of::<Result<Permit, Downgraded>>(), 72);
+fn a_permit_is_twelve_words_and_its_result_no_larger() {
+    // Nine for the call, three for its key's slot (hot keys' `max_concurrency`).
+    assert_eq!(std::mem::size_of::<Permit>(), 96);
+    assert_eq!(std::mem::size_of::<Result<Permit, Downgraded>>(), 96);
 }
 
 /// A point with a timeout rule and no traffic has no hung-call table and no sweep;

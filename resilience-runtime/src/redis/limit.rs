@@ -1035,6 +1035,8 @@ pub struct ClusterLeaseBuilder {
     refill_clock: Option<RefillClock>,
     alignment: Option<Alignment>,
     common: Common,
+    /// Whether `build` waits for the answer to the first batch request.
+    wait_first: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -1072,6 +1074,15 @@ impl ClusterLeaseBuilder {
     /// [`Alignment::FirstTake`]).
     pub fn alignment(mut self, alignment: Alignment) -> Self {
         self.alignment = Some(alignment);
+        self
+    }
+
+    /// [`build`](Self::build) returns as soon as the refill thread is started, without
+    /// waiting for the first batch: until it is answered ([`ClusterLease::answered`])
+    /// the lease rejects every call in [`ClusterMode::Redis`]. For callers that must
+    /// not wait (the keys' leases, built on the chores' thread).
+    pub(crate) fn no_wait(mut self) -> Self {
+        self.wait_first = false;
         self
     }
 
@@ -1158,6 +1169,7 @@ impl ClusterLeaseBuilder {
                 LeaseSource::Visits { .. } => 0,
             }),
             wanted: AtomicU8::new(1),
+            answered: AtomicU8::new(0),
             stop: AtomicU8::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -1184,7 +1196,9 @@ impl ClusterLeaseBuilder {
             })?;
         // The refiller answers within about one timeout (a reload of the script after
         // a restarted server costs one more round trip); do not wait longer than that.
-        let _ = first_rx.recv_timeout(self.common.timeout * 3);
+        if self.wait_first {
+            let _ = first_rx.recv_timeout(self.common.timeout * 3);
+        }
         Ok(ClusterLease {
             shared,
             key: self.key,
@@ -1205,6 +1219,7 @@ impl fmt::Debug for ClusterLeaseBuilder {
             .field("refill_clock", &self.refill_clock)
             .field("alignment", &self.alignment)
             .field("common", &self.common)
+            .field("wait_first", &self.wait_first)
             .finish_non_exhaustive()
     }
 }
@@ -1331,6 +1346,8 @@ struct LeaseShared {
     /// 1 once a caller has asked for a batch and the refiller has not yet started on
     /// it.
     wanted: AtomicU8,
+    /// 1 once the first batch request has been answered (or failed).
+    answered: AtomicU8,
     stop: AtomicU8,
     /// Guards nothing but the condition variable's wait.
     lock: Mutex<()>,
@@ -1369,6 +1386,7 @@ impl ClusterLease {
             refill_clock: None,
             alignment: None,
             common: Common::new(),
+            wait_first: true,
         }
     }
 
@@ -1431,6 +1449,35 @@ impl ClusterLease {
     /// The bound on each Redis call of the refill thread.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// Whether the first batch request has been answered (or failed): always true
+    /// once [`build`](ClusterLeaseBuilder::build) returned, unless it was built
+    /// with `no_wait` or Redis took longer than its wait.
+    pub(crate) fn answered(&self) -> bool {
+        self.shared.answered.load(Ordering::Acquire) == 1
+    }
+
+    /// Spends up to `n` leased tokens on hand (none in fallback mode beyond those
+    /// held), counted as admitted; returns how many. Wakes the refill thread when
+    /// `refill_at` or fewer are left. For paying, at once, for calls admitted before
+    /// the lease had its first batch.
+    pub(crate) fn take_up_to(&self, n: u64) -> u64 {
+        let s = &*self.shared;
+        let valid_until = s.valid_until.load(Ordering::Acquire);
+        if n == 0 || (valid_until != u64::MAX && s.clock.now() >= valid_until) {
+            return 0;
+        }
+        let before = s
+            .held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| Some(h - h.min(n)))
+            .unwrap_or(0);
+        let taken = before.min(n);
+        if before - taken <= s.refill_at {
+            s.want_refill();
+        }
+        s.counters.admitted.fetch_add(taken, Ordering::Relaxed);
+        taken
     }
 }
 
@@ -1614,6 +1661,7 @@ impl Refiller {
                 }
             }
             if let Some(first) = self.first.take() {
+                self.shared.answered.store(1, Ordering::Release);
                 let _ = first.send(());
             }
         }
