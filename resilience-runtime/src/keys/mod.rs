@@ -77,8 +77,9 @@ mod text;
 pub(crate) use cluster::redis_name;
 #[cfg(feature = "redis")]
 pub use cluster::{KeyCluster, DEFAULT_KEY_COLD, KEY_NAME_TEXT_MAX};
-pub(crate) use fingerprint::{fingerprint, text_fingerprints};
+pub(crate) use fingerprint::fingerprint;
 pub use limiter::{KeyGuard, KeyLimiter, KeyRefused};
+pub(crate) use overrides::OverrideIndex;
 pub use policy::{
     KeyOverride, KeyPolicy, KeyPolicyBuilder, KeyRule, DEFAULT_MAX_KEYS, MAX_KEYS,
     MAX_KEY_OVERRIDES, MAX_OVERRIDE_LEN,

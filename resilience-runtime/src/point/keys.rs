@@ -6,8 +6,8 @@ use super::key_leases::{KeyLeases, LeaseRule};
 use super::permit::Permit;
 use super::Point;
 use crate::keys::{
-    fingerprint, text_fingerprints, HotKey, HotKeyStats, KeyHold, KeyPolicy, KeyTable,
-    KeyTableStats, KeyText, OverrideCell, Refusal, Rule,
+    fingerprint, sort_hot_keys, HotKey, HotKeyStats, KeyHold, KeyPolicy, KeyTable, KeyTableStats,
+    KeyText, OverrideCell, OverrideIndex, Refusal, Rule,
 };
 use crate::sync::OnceLock;
 use crate::Downgraded;
@@ -85,9 +85,8 @@ pub(super) struct KeyForm {
     policy: KeyPolicy,
     rule: Rule,
     table: &'static TableSlot,
-    /// Overridden values by fingerprint: open addressing of (fingerprint, number),
-    /// fingerprint 0 for an empty slot; empty without overrides.
-    index: Box<[(u64, u32)]>,
+    /// Overridden values by fingerprint.
+    index: OverrideIndex,
     overrides: Box<[Override]>,
     /// The keys' leases and the section's own bucket, with a cluster setting.
     #[cfg(feature = "redis")]
@@ -107,18 +106,7 @@ struct Override {
 impl KeyForm {
     #[inline]
     fn override_of(&self, fp: u64) -> Option<&Override> {
-        if self.index.is_empty() {
-            return None;
-        }
-        let mask = self.index.len() - 1;
-        let mut i = (fp >> 7) as usize & mask;
-        loop {
-            match self.index[i] {
-                (0, _) => return None,
-                (f, n) if f == fp => return self.overrides.get(n as usize),
-                _ => i = (i + 1) & mask,
-            }
-        }
+        self.overrides.get(self.index.get(fp)?)
     }
 
     /// The key's step at `now`: its slot, if its rule counts calls in flight.
@@ -230,13 +218,11 @@ impl KeyForms {
             }
         };
         let mut overrides = Vec::with_capacity(p.overrides.len());
-        let mut fps = Vec::new();
         for (value, o) in &p.overrides {
             let cell = *self
                 .cells
                 .entry(value.clone())
                 .or_insert_with(|| Box::leak(Box::new(OverrideCell::new(value))));
-            let n = overrides.len() as u32;
             overrides.push(Override {
                 cell,
                 rule: p.compile(&p.merged(o)),
@@ -246,28 +232,6 @@ impl KeyForms {
                     .as_ref()
                     .and_then(|c| LeaseRule::of(p, &p.merged(o), c)),
             });
-            fps.extend(text_fingerprints(value).into_iter().map(|f| (f, n)));
-        }
-        let mut index = Vec::new();
-        if !fps.is_empty() {
-            let slots = (fps.len() * 2).next_power_of_two();
-            index = vec![(0u64, 0u32); slots];
-            let mask = slots - 1;
-            for (fp, n) in fps {
-                let mut i = (fp >> 7) as usize & mask;
-                loop {
-                    match index[i] {
-                        (0, _) => {
-                            index[i] = (fp, n);
-                            break;
-                        }
-                        // Two values spelling one key (`"42"` and `"042"` are not:
-                        // only an integer's own text matches it): the first wins.
-                        (f, _) if f == fp => break,
-                        _ => i = (i + 1) & mask,
-                    }
-                }
-            }
         }
         #[cfg(feature = "redis")]
         let cluster = p.cluster.as_ref().map(|c| {
@@ -290,7 +254,7 @@ impl KeyForms {
             policy: p.clone(),
             rule: p.compile(&p.rule),
             table,
-            index: index.into_boxed_slice(),
+            index: OverrideIndex::of(p),
             overrides: overrides.into_boxed_slice(),
             #[cfg(feature = "redis")]
             cluster,
@@ -378,11 +342,7 @@ impl Point {
             }
         }
         drop(settings);
-        out.sort_by(|a, b| {
-            (b.passes + b.refused)
-                .cmp(&(a.passes + a.refused))
-                .then_with(|| a.key.cmp(&b.key))
-        });
+        sort_hot_keys(&mut out);
         out.truncate(n);
         out
     }
