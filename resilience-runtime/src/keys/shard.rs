@@ -36,7 +36,9 @@
 //! hand that have no call in flight, if its frequency is more than twice that
 //! entry's, plus one (TinyLFU's admission rule, with a margin: when many keys call
 //! about equally often, none is worth a slot more than another, and the table
-//! hardly churns). Frequencies are halved every `8 * cap` calls, so a key that went cold
+//! hardly churns). A key that would not beat the coldest frequency the previous look
+//! found does not look (halved at each aging like the frequencies), so most calls of
+//! keys the table cannot hold cost no more than a hashed lookup. Frequencies are halved every `8 * cap` calls, so a key that went cold
 //! makes room.
 
 use super::rule::{KeyState, Refusal, Rule};
@@ -90,6 +92,9 @@ pub(crate) struct Shard {
     /// The bucket every state here is scaled for: the rule's, last time it was used.
     gcra: Option<Gcra>,
     hand: usize,
+    /// The frequency of the coldest entry the last look for a victim found (halved
+    /// with the others).
+    floor: u32,
     ops: u32,
     aging: u32,
     /// Calls of untracked keys admitted and refused.
@@ -116,6 +121,7 @@ impl Shard {
             width_mask: width - 1,
             gcra: None,
             hand: 0,
+            floor: 0,
             ops: 0,
             aging: (cap as u32).saturating_mul(8).max(256),
             untracked_passes: 0,
@@ -192,6 +198,7 @@ impl Shard {
         self.ops += 1;
         if self.ops >= self.aging {
             self.ops = 0;
+            self.floor /= 2;
             for c in self.sketch.iter_mut() {
                 c.freq /= 2;
             }
@@ -280,7 +287,13 @@ impl Shard {
             });
             self.entries.len() - 1
         } else {
+            // The coldest frequency the last look found: a key that would not beat
+            // it skips the look (most calls, when many keys call equally often).
+            if freq <= self.floor.saturating_mul(2).saturating_add(1) {
+                return None;
+            }
             let (victim, theirs) = self.victim()?;
+            self.floor = theirs;
             if freq <= theirs.saturating_mul(2).saturating_add(1) {
                 return None;
             }
