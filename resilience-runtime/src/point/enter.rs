@@ -327,8 +327,12 @@ impl Point {
         flags: u8,
         key: &KeyArg<'_>,
     ) -> Result<(), Reason> {
-        self.enter_policy::<false>(c, slot, flags, Some(key))
-            .map_err(|d| d.reason)
+        let entered = if c.rules & NOT_PLAIN == 0 {
+            self.enter_policy::<true>(c, slot, flags, Some(key))
+        } else {
+            self.enter_policy::<false>(c, slot, flags, Some(key))
+        };
+        entered.map_err(|d| d.reason)
     }
 
     /// A point with a policy: the plain rules alone take a leaner instance of the

@@ -9,6 +9,10 @@
 //!   callers' own count, per key), overrides included, with and without swaps; every
 //!   slot comes back (a key admits its full limit again afterwards).
 //! * The books: every call is a visit, refusals are the point's `HotKey` downgrades.
+//! * Through `#[downgrade(key = ...)]` on a sync fn (threads) and an `async fn`
+//!   (tasks on a multi-thread runtime), counted inside the bodies: no key is admitted
+//!   beyond its limit (the override `"3"` matching the integer key 3) or has more
+//!   calls in flight than its `max_concurrency`; one caller gets exactly the limit.
 
 use crate::support::*;
 use resilience_runtime::keys::{KeyOverride, KeyPolicy};
@@ -356,4 +360,150 @@ fn no_key_has_more_calls_in_flight_than_its_limit_while_the_policy_is_swapped() 
 #[test]
 fn no_untracked_key_has_more_calls_in_flight_than_its_limit() {
     concurrency(true, 16, 96, 16);
+}
+
+// ---- through the macros: `key = ...` on a sync fn and an async fn ------------------
+
+/// Per-key admissions counted inside the bodies, one table per case.
+static MACRO_COUNTS: std::sync::LazyLock<std::sync::Mutex<Vec<std::sync::Arc<KeyCounts>>>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn counts_of(case: usize) -> std::sync::Arc<KeyCounts> {
+    MACRO_COUNTS.lock().unwrap()[case].clone()
+}
+
+#[resilience_runtime::downgrade(point = "keys.macro.sync", key = key, default)]
+fn sync_keyed(case: usize, key: u64) -> Option<()> {
+    let c = counts_of(case);
+    c.admitted[key as usize].fetch_add(1, Ordering::Relaxed);
+    let n = c.inflight[key as usize].fetch_add(1, Ordering::SeqCst) + 1;
+    c.max_inflight[key as usize].fetch_max(n, Ordering::Relaxed);
+    std::thread::yield_now();
+    c.inflight[key as usize].fetch_sub(1, Ordering::SeqCst);
+    Some(())
+}
+
+#[resilience_runtime::downgrade(point = "keys.macro.async", key = key, default)]
+async fn async_keyed(case: usize, key: u64) -> Option<()> {
+    let c = counts_of(case);
+    c.admitted[key as usize].fetch_add(1, Ordering::Relaxed);
+    let n = c.inflight[key as usize].fetch_add(1, Ordering::SeqCst) + 1;
+    c.max_inflight[key as usize].fetch_max(n, Ordering::Relaxed);
+    tokio::task::yield_now().await;
+    c.inflight[key as usize].fetch_sub(1, Ordering::SeqCst);
+    Some(())
+}
+
+const MACRO_KEYS: usize = 8;
+
+fn macro_case(asynchronous: bool, threads: usize, v: &Verdicts) {
+    let name = if asynchronous {
+        "keys.macro.async"
+    } else {
+        "keys.macro.sync"
+    };
+    let shape = if asynchronous {
+        Shape::AsyncMacro
+    } else {
+        Shape::SyncMacro
+    };
+    let case = Case::new(
+        "keys: 5 per key, 2 in flight, key 3 gets 9",
+        shape,
+        threads,
+        false,
+    );
+    // 5 calls per key per 1000 s (no refill while a case runs), at most 2 in
+    // flight per key, the integer key 3 (override "3") 9; a fresh table for each
+    // case (a new max_keys is a new table).
+    let section = KeyPolicy::builder()
+        .limit(5, Duration::from_secs(1000))
+        .max_concurrency(2)
+        .override_limit("3", 9)
+        .max_keys(64 + threads as u32 + u32::from(asynchronous) * 100)
+        .build()
+        .unwrap();
+    resilience_runtime::registry()
+        .set_policy(name, Policy::builder().keys(section).build().unwrap())
+        .unwrap();
+    let slot = {
+        let mut all = MACRO_COUNTS.lock().unwrap();
+        all.push(std::sync::Arc::new(KeyCounts::new(MACRO_KEYS)));
+        all.len() - 1
+    };
+    let rounds = 20;
+    if asynchronous {
+        let rt = runtime();
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..threads)
+                .map(|t| {
+                    tokio::spawn(async move {
+                        for r in 0..rounds {
+                            for k in 0..MACRO_KEYS {
+                                let key = ((k + t + r) % MACRO_KEYS) as u64;
+                                let _ = async_keyed(slot, key).await;
+                            }
+                        }
+                    })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+        });
+    } else {
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                s.spawn(move || {
+                    for r in 0..rounds {
+                        for k in 0..MACRO_KEYS {
+                            let _ = sync_keyed(slot, ((k + t + r) % MACRO_KEYS) as u64);
+                        }
+                    }
+                });
+            }
+        });
+    }
+    let c = counts_of(slot);
+    let calls = (rounds * threads) as u64;
+    for k in 0..MACRO_KEYS {
+        let got = c.admitted[k].load(Ordering::Relaxed);
+        let max = c.max_inflight[k].load(Ordering::Relaxed);
+        let limit = if k == 3 { 9 } else { 5 };
+        v.check(got <= limit && got <= calls, || {
+            format!("{case}: key {k} admitted {got} times, at most {limit}")
+        });
+        // With one call at a time per thread, no call is refused for concurrency
+        // when there is one thread: then every key gets exactly its limit.
+        if threads == 1 {
+            v.check(got == limit.min(calls), || {
+                format!("{case}: key {k} admitted {got} times, exactly {limit}")
+            });
+        }
+        v.check(max <= 2, || {
+            format!("{case}: key {k} had {max} calls in flight, limit 2")
+        });
+    }
+    let s = resilience_runtime::registry().stats(name).unwrap();
+    v.check(s.concurrency == 0, || {
+        format!("{case}: permits never came back")
+    });
+}
+
+#[test]
+fn keyed_downgrade_fns_keep_every_key_within_its_limits() {
+    let v = Verdicts::default();
+    for threads in THREADS {
+        macro_case(false, threads, &v);
+    }
+    v.conclude();
+}
+
+#[test]
+fn keyed_async_downgrade_fns_keep_every_key_within_its_limits() {
+    let v = Verdicts::default();
+    for threads in THREADS {
+        macro_case(true, threads, &v);
+    }
+    v.conclude();
 }

@@ -57,7 +57,8 @@
 //! * hot keys ([`keys`]), on a manual clock: a tracked key admits exactly its burst
 //!   (overrides exactly theirs, `blocked` none), also while the policy is swapped; an
 //!   untracked key (ten times more keys than tracked) never more than its burst; no key
-//!   ever has more calls in flight than its `max_concurrency`, tracked or not;
+//!   ever has more calls in flight than its `max_concurrency`, tracked or not; and the
+//!   same through `key = ...` on a sync and an async `#[downgrade]` fn;
 //! * cluster lease (`cluster`, feature `redis`, against the Redis of
 //!   `RESILIENCE_REDIS_URL`; fails without one): a visits lease admits at most `quota`
 //!   calls per Redis window, and, alone on its key and drained, exactly `quota`.
