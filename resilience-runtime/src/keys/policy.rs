@@ -69,9 +69,15 @@ impl KeyOverride {
 ///   sketch of two rows of cells it shares with other untracked keys; a cell's count
 ///   is never below the count of any key it holds, so an untracked key is never
 ///   admitted beyond its own limits either. It may be refused early: only when, in
-///   both rows, the keys sharing its cell have used what the key's limit leaves. The
-///   keys that call most are moved into the table (a frequency sketch decides, as in
-///   TinyLFU), so a heavy key is counted exactly.
+///   both rows, the keys sharing its cell have used what the key's limit leaves. A
+///   row has about `2 * max_keys` cells, so with `U` untracked keys each calling at a
+///   rate `r` under the limit `L` (per second), a key shares a cell with `U / (2 *
+///   max_keys)` others on average, and is refused early with probability at most
+///   `((U / (2 * max_keys)) / (L / r - 1))²` (Markov's bound in each of the two
+///   independent rows): for 100 000 untracked keys of the default 4 096 tracked,
+///   each calling at a hundredth of its limit, 1.5 %. The keys that call most are
+///   moved into the table (a frequency sketch decides, as in TinyLFU), so a heavy key
+///   is counted exactly.
 /// - Memory: about 140 bytes per tracked key (`max_keys` of them), made on the first
 ///   call with a key; see [`Point::key_stats`](crate::Point::key_stats).
 ///
