@@ -10,26 +10,16 @@ use std::time::Duration;
 use ::redis::aio::MultiplexedConnection;
 use ::redis::{AsyncConnectionConfig, Client, RedisError};
 
-use super::error::RedisFailure;
+use super::error::CallError;
 
-/// Why a call through a [`Connector`] failed, before it is given the caller's error type.
-#[derive(Debug)]
-pub(crate) enum CallError {
-    /// No answer within the connector's timeout (connecting included).
-    Timeout(Duration),
-    /// The client library reported an error: I/O, a Redis error reply, a bad reply.
-    Redis(RedisError),
-}
+/// The timeout of a limiter built without a `timeout(..)` call: 100 ms. A rate limiter
+/// sits in front of every call it guards, so it should give up on Redis quickly.
+pub const DEFAULT_LIMIT_TIMEOUT: Duration = Duration::from_millis(100);
 
-impl CallError {
-    /// Sorts the failure of `operation`.
-    pub(crate) fn failure(self, operation: &'static str) -> RedisFailure {
-        match self {
-            CallError::Timeout(after) => RedisFailure::Timeout { operation, after },
-            CallError::Redis(err) => RedisFailure::of(operation, &err),
-        }
-    }
-}
+/// The longest expiry given to a Redis key: 10 years, in milliseconds. Redis accepts
+/// far more, but a bucket that needs longer than this to fill is a configuration
+/// mistake nobody will notice the difference on.
+pub(crate) const MAX_TTL_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 
 /// A connection handed out by [`Connector::connection`], tagged with the id of the
 /// cached connection it is a clone of.

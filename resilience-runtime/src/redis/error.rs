@@ -1,11 +1,29 @@
 //! The error types of the Redis-backed filter and limiters, and the failure of Redis
 //! they share.
 
-use super::conn::CallError;
 use crate::bloom::BloomError;
 use ::redis::RedisError;
 use std::fmt;
 use std::time::Duration;
+
+/// Why a call through a [`Connector`](super::conn::Connector) failed, before it is given the caller's error type.
+#[derive(Debug)]
+pub(crate) enum CallError {
+    /// No answer within the connector's timeout (connecting included).
+    Timeout(Duration),
+    /// The client library reported an error: I/O, a Redis error reply, a bad reply.
+    Redis(RedisError),
+}
+
+impl CallError {
+    /// Sorts the failure of `operation`.
+    pub(crate) fn failure(self, operation: &'static str) -> RedisFailure {
+        match self {
+            CallError::Timeout(after) => RedisFailure::Timeout { operation, after },
+            CallError::Redis(err) => RedisFailure::of(operation, &err),
+        }
+    }
+}
 
 /// A failure of Redis or of the way to it, as every Redis-backed type reports it
 /// (inside [`RedisBloomError::Redis`] and [`RedisLimitError::Redis`]).

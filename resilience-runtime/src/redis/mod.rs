@@ -38,6 +38,9 @@
 //! # }
 //! ```
 
+// Each file imports only from those above it: `error` (the error types), `conn` (the
+// connection, its timeouts and limits), `period`, `limit` (the token limiter and the
+// lease), `bloom`.
 mod bloom;
 mod conn;
 mod error;
@@ -45,10 +48,11 @@ mod limit;
 mod period;
 
 pub use bloom::{Expiry, RedisBloom, RedisBloomBuilder, DEFAULT_TIMEOUT, MAX_BITS};
+pub use conn::DEFAULT_LIMIT_TIMEOUT;
 pub use error::{RedisBloomError, RedisFailure, RedisLimitError};
 pub use limit::{
     ClusterDecision, ClusterLease, ClusterLeaseBuilder, ClusterMode, ClusterStatus, ModeSwitch,
-    RedisTokenLimiter, RedisTokenLimiterBuilder, RefillClock, DEFAULT_BATCH, DEFAULT_LIMIT_TIMEOUT,
+    RedisTokenLimiter, RedisTokenLimiterBuilder, RefillClock, DEFAULT_BATCH,
     DEFAULT_PROBE_INTERVAL,
 };
 pub(crate) use period::check_period;

@@ -2,9 +2,8 @@
 //! one Redis key (go-zero's `PeriodLimit`), and the window arithmetic the visits
 //! [`ClusterLease`](super::ClusterLease) shares with it.
 
-use super::conn::Connector;
+use super::conn::{Connector, DEFAULT_LIMIT_TIMEOUT, MAX_TTL_MS};
 use super::error::{RedisFailure, RedisLimitError};
-use super::limit::{DEFAULT_LIMIT_TIMEOUT, MAX_TTL_MS};
 use crate::sync::LazyLock;
 use crate::sync::{AtomicU64, Ordering};
 use crate::Clock;

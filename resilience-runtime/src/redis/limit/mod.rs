@@ -13,7 +13,7 @@
 //! threads. Then `token` (the per-call limiter) and `lease` (leasing, its refill
 //! thread and its bound), each importing only from here; `tests`.
 
-use super::conn::Connector;
+use super::conn::{Connector, DEFAULT_LIMIT_TIMEOUT, MAX_TTL_MS};
 use super::error::RedisLimitError;
 use super::period::{Alignment, LocalWindow, PERIOD_SCRIPT};
 use crate::limit::{Gcra, GcraCell};
@@ -27,21 +27,12 @@ use std::time::{Duration, Instant};
 
 use ::redis::{Client, ErrorKind, RedisError, Script};
 
-/// The timeout of a limiter built without a `timeout(..)` call: 100 ms. A rate limiter
-/// sits in front of every call it guards, so it should give up on Redis quickly.
-pub const DEFAULT_LIMIT_TIMEOUT: Duration = Duration::from_millis(100);
-
 /// How often a limiter in fallback mode pings Redis, unless set: every 100 ms.
 pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The batch size of a [`ClusterLease`] built without [`ClusterLeaseBuilder::batch`]:
 /// 10 tokens per round trip.
 pub const DEFAULT_BATCH: u64 = 10;
-
-/// The longest expiry given to a Redis key: 10 years, in milliseconds. Redis accepts
-/// far more, but a bucket that needs longer than this to fill is a configuration
-/// mistake nobody will notice the difference on.
-pub(crate) const MAX_TTL_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 
 /// Refills a token bucket and takes `n` tokens from it, all or none, now or reserved.
 ///
