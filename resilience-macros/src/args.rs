@@ -24,7 +24,7 @@ use syn::ext::IdentExt as _;
 use syn::parse::{ParseStream, Parser as _};
 use syn::{Expr, ExprPath, Ident, Lit, LitStr, Path, Token};
 
-use crate::validate::Errors;
+use crate::errors::Errors;
 
 /// Custom keywords for the argument names (`crate` is a real keyword).
 pub(crate) mod kw {

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod args;
+mod errors;
 mod expand;
 mod item;
 mod paths;

@@ -5,24 +5,8 @@
 use syn::{Expr, FnArg, Pat, ReturnType, Type};
 
 use crate::args::{did_you_mean, Arg, Args, Kind};
+use crate::errors::Errors;
 use crate::item::{Body, ItemFn};
-
-/// Collects errors and folds them with `syn::Error::combine`.
-#[derive(Default)]
-pub(crate) struct Errors(Option<syn::Error>);
-
-impl Errors {
-    pub(crate) fn push(&mut self, err: syn::Error) {
-        match &mut self.0 {
-            Some(first) => first.combine(err),
-            None => self.0 = Some(err),
-        }
-    }
-
-    pub(crate) fn finish(self) -> Option<syn::Error> {
-        self.0
-    }
-}
 
 /// Checks the model; the expansion only ever sees a model that passed.
 pub(crate) fn validate(kind: Kind, args: &Args, item: &ItemFn, errors: &mut Errors) {

@@ -23,9 +23,10 @@ use syn::{
 };
 
 use crate::args::{Args, DefaultValue, Kind};
+use crate::errors::Errors;
 use crate::item::{Body, BoxedFuture, ItemFn, SplitBody};
 use crate::paths::Runtime;
-use crate::validate::{self, Errors};
+use crate::validate;
 
 /// Builds the expression that asks the runtime for a permit, from the runtime's
 /// `__private` path, the identifier holding the `&'static Point` and where the permit

@@ -14,9 +14,10 @@ use syn::{FnArg, LitStr, Pat, ReturnType, Type};
 
 use super::{at_user_token, ident, rebind_patterns, ReturnKind, Shape};
 use crate::args::{Args, Hedge, Kind, RetryArgs};
+use crate::errors::Errors;
 use crate::item::ItemFn;
 use crate::paths::Runtime;
-use crate::validate::{self, Errors};
+use crate::validate;
 
 /// Runs the pipeline for `#[retry(ARGS)] ITEM`.
 pub(crate) fn expand(args: TokenStream, item: TokenStream) -> TokenStream {
