@@ -271,8 +271,10 @@ fn point_name_problem(name: &str) -> Option<&'static str> {
     }
 }
 
-/// A configuration (of a breaker, an adaptive limit, ...) was invalid; names the
-/// offending field. Shared by every component configured with a plain struct.
+/// One invalid field of a configuration (a policy, a breaker, an adaptive limit, a
+/// retry setting, ...): its path and what is wrong with it. Every component
+/// configured with a plain struct fails with one; a [`PolicyError`](crate::PolicyError)
+/// lists them.
 ///
 /// # Examples
 ///
@@ -284,23 +286,24 @@ fn point_name_problem(name: &str) -> Option<&'static str> {
 /// assert!(err.to_string().starts_with("invalid configuration: `buckets`"));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    /// The field's path, such as `k`, `capacity` or `open_wait.multiplier`.
+pub struct FieldError {
+    /// The field's path, such as `k`, `capacity`, `open_wait.multiplier` or
+    /// `exception_rate.rate`.
     pub field: &'static str,
     /// What is wrong with it.
     pub message: String,
 }
 
-impl ConfigError {
+impl FieldError {
     pub(crate) fn new(field: &'static str, message: impl Into<String>) -> Self {
-        ConfigError {
+        FieldError {
             field,
             message: message.into(),
         }
     }
 }
 
-impl fmt::Display for ConfigError {
+impl fmt::Display for FieldError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -310,7 +313,7 @@ impl fmt::Display for ConfigError {
     }
 }
 
-impl std::error::Error for ConfigError {}
+impl std::error::Error for FieldError {}
 
 /// The global registry was already created, so its clock can no longer be chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

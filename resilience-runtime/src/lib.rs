@@ -47,7 +47,7 @@ pub mod __private;
 pub use clock::{Clock, ManualClock};
 pub use declared::{DeclaredPoint, MacroKind};
 pub use error::{
-    check_point_name, AlreadyInitialized, ConfigError, Downgraded, PointNameError, Reason,
+    check_point_name, AlreadyInitialized, Downgraded, FieldError, PointNameError, Reason,
     MAX_POINT_NAME_LEN,
 };
 pub use listener::{
@@ -60,9 +60,9 @@ pub use point::Point;
 #[cfg(feature = "redis")]
 pub use policy::ClusterLimit;
 pub use policy::{
-    AdaptiveLimit, BreakerError, BreakerPolicy, Delay, ExceptionRate, FieldError, Policy,
-    PolicyBuilder, PolicyError, QueueConfig, Timeouts, TokenBucketConfig, WarmUpConfig,
-    WindowConfig, MAX_CALL_TIMEOUT, MAX_CONCURRENCY, MAX_QUEUE, MAX_WINDOW_BUCKETS,
+    AdaptiveLimit, BreakerError, BreakerPolicy, Delay, ExceptionRate, Policy, PolicyBuilder,
+    PolicyError, QueueConfig, Timeouts, TokenBucketConfig, WarmUpConfig, WindowConfig,
+    MAX_CALL_TIMEOUT, MAX_CONCURRENCY, MAX_QUEUE, MAX_WINDOW_BUCKETS,
 };
 pub use registry::{init_registry, registry, Registry, DEFAULT_MAX_UNDECLARED_POINTS};
 pub use stats::{

@@ -2,17 +2,6 @@
 
 use std::fmt;
 
-/// An adaptive limiter's configuration was invalid (the crate-wide [`ConfigError`]).
-///
-/// ```
-/// use resilience_runtime::adaptive::Gate;
-///
-/// let err = Gate::new(0).unwrap_err();
-/// assert_eq!(err.field, "capacity");
-/// assert_eq!(err.to_string(), "invalid configuration: `capacity` must be at least 1");
-/// ```
-pub use crate::error::ConfigError;
-
 /// A [`Gate`](super::Gate) refused a call: all of its `capacity` slots were taken.
 ///
 /// # Examples

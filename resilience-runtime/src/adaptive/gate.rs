@@ -1,9 +1,10 @@
 //! The backpressure gate: a fail-fast semaphore of capacity `L` with a latency average.
 
-use super::error::{CapacityExhausted, ConfigError};
+use super::error::CapacityExhausted;
 use super::ewma::LatencyEwma;
 use super::{littles_law, Timer};
 use crate::clock::Clock;
+use crate::error::FieldError;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::Arc;
 use crossbeam_utils::CachePadded;
@@ -54,9 +55,9 @@ impl fmt::Debug for Gate {
     }
 }
 
-fn check_capacity(capacity: u64) -> Result<(), ConfigError> {
+fn check_capacity(capacity: u64) -> Result<(), FieldError> {
     if capacity == 0 {
-        return Err(ConfigError::new("capacity", "must be at least 1"));
+        return Err(FieldError::new("capacity", "must be at least 1"));
     }
     Ok(())
 }
@@ -66,8 +67,8 @@ impl Gate {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming `capacity` when it is 0.
-    pub fn new(capacity: u64) -> Result<Gate, ConfigError> {
+    /// A [`FieldError`] naming `capacity` when it is 0.
+    pub fn new(capacity: u64) -> Result<Gate, FieldError> {
         Gate::build(capacity, Timer::system())
     }
 
@@ -97,7 +98,7 @@ impl Gate {
     /// assert_eq!(gate.average_latency(), Some(Duration::from_nanos(130)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn with_clock(capacity: u64, clock: Clock) -> Result<Gate, ConfigError> {
+    pub fn with_clock(capacity: u64, clock: Clock) -> Result<Gate, FieldError> {
         Gate::build(capacity, Timer::new(clock))
     }
 
@@ -106,11 +107,11 @@ impl Gate {
     /// # Errors
     ///
     /// As [`littles_law`].
-    pub fn from_littles_law(arrival_rate: f64, latency: Duration) -> Result<Gate, ConfigError> {
+    pub fn from_littles_law(arrival_rate: f64, latency: Duration) -> Result<Gate, FieldError> {
         Gate::new(littles_law(arrival_rate, latency)?)
     }
 
-    fn build(capacity: u64, timer: Timer) -> Result<Gate, ConfigError> {
+    fn build(capacity: u64, timer: Timer) -> Result<Gate, FieldError> {
         check_capacity(capacity)?;
         Ok(Gate {
             active: CachePadded::new(AtomicU64::new(0)),
@@ -200,7 +201,7 @@ impl Gate {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming `capacity` when it is 0.
+    /// A [`FieldError`] naming `capacity` when it is 0.
     ///
     /// # Examples
     ///
@@ -215,7 +216,7 @@ impl Gate {
     /// assert_eq!(gate.set_capacity(0).unwrap_err().field, "capacity");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn set_capacity(&self, capacity: u64) -> Result<(), ConfigError> {
+    pub fn set_capacity(&self, capacity: u64) -> Result<(), FieldError> {
         check_capacity(capacity)?;
         self.capacity.store(capacity, Ordering::Relaxed);
         Ok(())

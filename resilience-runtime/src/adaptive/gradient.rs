@@ -17,10 +17,11 @@
 //! (the service is not the bottleneck), and when the long-term latency is more than
 //! twice the short-term one (load just went away) it decays by 5% per window.
 
-use super::error::{ConfigError, Overloaded};
+use super::error::Overloaded;
 use super::permit::{LatencyLimiter, LatencyPermit};
 use super::{nanos, Timer};
 use crate::clock::Clock;
+use crate::error::FieldError;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Arc, Mutex};
 use crossbeam_utils::CachePadded;
@@ -90,13 +91,13 @@ impl GradientConfig {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// A [`FieldError`] naming the first invalid field.
+    pub fn validate(&self) -> Result<(), FieldError> {
         if self.min_limit == 0 {
-            return Err(ConfigError::new("min_limit", "must be at least 1"));
+            return Err(FieldError::new("min_limit", "must be at least 1"));
         }
         if self.max_limit < self.min_limit {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "max_limit",
                 format!(
                     "must be at least `min_limit` ({}), got {}",
@@ -105,7 +106,7 @@ impl GradientConfig {
             ));
         }
         if !(self.min_limit..=self.max_limit).contains(&self.initial_limit) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "initial_limit",
                 format!(
                     "must be in {}..={}, got {}",
@@ -114,31 +115,31 @@ impl GradientConfig {
             ));
         }
         if !(self.smoothing > 0.0 && self.smoothing <= 1.0) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "smoothing",
                 format!("must be in (0, 1], got {}", self.smoothing),
             ));
         }
         if !(self.rtt_tolerance.is_finite() && self.rtt_tolerance >= 1.0) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "rtt_tolerance",
                 format!("must be a finite number >= 1, got {}", self.rtt_tolerance),
             ));
         }
         if !(self.queue_size.is_finite() && self.queue_size >= 0.0) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "queue_size",
                 format!("must be a finite number >= 0, got {}", self.queue_size),
             ));
         }
         if self.long_window == 0 {
-            return Err(ConfigError::new("long_window", "must be at least 1"));
+            return Err(FieldError::new("long_window", "must be at least 1"));
         }
         if self.min_samples == 0 {
-            return Err(ConfigError::new("min_samples", "must be at least 1"));
+            return Err(FieldError::new("min_samples", "must be at least 1"));
         }
         if !(0.0..1.0).contains(&self.critical_reserve) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "critical_reserve",
                 format!("must be in [0, 1), got {}", self.critical_reserve),
             ));
@@ -217,8 +218,8 @@ impl GradientLimiter {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field of `config`.
-    pub fn new(config: GradientConfig) -> Result<Self, ConfigError> {
+    /// A [`FieldError`] naming the first invalid field of `config`.
+    pub fn new(config: GradientConfig) -> Result<Self, FieldError> {
         Self::build(config, Timer::system())
     }
 
@@ -226,12 +227,12 @@ impl GradientLimiter {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field of `config`.
-    pub fn with_clock(config: GradientConfig, clock: Clock) -> Result<Self, ConfigError> {
+    /// A [`FieldError`] naming the first invalid field of `config`.
+    pub fn with_clock(config: GradientConfig, clock: Clock) -> Result<Self, FieldError> {
         Self::build(config, Timer::new(clock))
     }
 
-    fn build(config: GradientConfig, timer: Timer) -> Result<Self, ConfigError> {
+    fn build(config: GradientConfig, timer: Timer) -> Result<Self, FieldError> {
         config.validate()?;
         let initial = f64::from(config.initial_limit);
         Ok(GradientLimiter {
@@ -306,7 +307,7 @@ impl GradientLimiter {
     /// assert_eq!(default.len(), 7, "30% kept for critical calls");
     /// let critical: Vec<_> = (0..10).filter_map(|_| limiter.try_acquire_for(now, || Priority::Critical).ok()).collect();
     /// assert_eq!(critical.len(), 3);
-    /// # Ok::<(), resilience_runtime::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
     pub fn try_acquire_for(

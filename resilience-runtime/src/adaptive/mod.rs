@@ -44,8 +44,9 @@ mod permit;
 mod shedder;
 pub mod sim;
 
+use crate::error::FieldError;
 pub use cpu::{CpuError, CpuSampler, CpuSampling, CpuSource, FixedCpu, SystemCpu, CPU_MAX};
-pub use error::{CapacityExhausted, ConfigError, Overloaded};
+pub use error::{CapacityExhausted, Overloaded};
 pub use ewma::LatencyEwma;
 pub use gate::{Gate, GatePermit};
 pub use gradient::{GradientConfig, GradientLimiter, GradientPermit};
@@ -67,7 +68,7 @@ use std::time::Duration;
 ///
 /// # Errors
 ///
-/// A [`ConfigError`] naming `arrival_rate` when it is not a positive finite number (or
+/// A [`FieldError`] naming `arrival_rate` when it is not a positive finite number (or
 /// the limit does not fit in a `u64`), or `latency` when it is zero.
 ///
 /// # Examples
@@ -79,17 +80,17 @@ use std::time::Duration;
 /// assert_eq!(littles_law(20_000.0, Duration::from_millis(20))?, 400);
 /// assert_eq!(littles_law(10.0, Duration::from_millis(1))?, 1);
 /// assert_eq!(littles_law(-1.0, Duration::from_millis(1)).unwrap_err().field, "arrival_rate");
-/// # Ok::<(), resilience_runtime::adaptive::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
-pub fn littles_law(arrival_rate: f64, latency: Duration) -> Result<u64, ConfigError> {
+pub fn littles_law(arrival_rate: f64, latency: Duration) -> Result<u64, FieldError> {
     if !arrival_rate.is_finite() || arrival_rate <= 0.0 {
-        return Err(ConfigError::new(
+        return Err(FieldError::new(
             "arrival_rate",
             format!("must be a positive finite number of calls per second, got {arrival_rate}"),
         ));
     }
     if latency.is_zero() {
-        return Err(ConfigError::new("latency", "must be non-zero"));
+        return Err(FieldError::new("latency", "must be non-zero"));
     }
     let exact = arrival_rate * latency.as_nanos() as f64 / 1e9;
     let mut limit = exact.ceil();
@@ -99,7 +100,7 @@ pub fn littles_law(arrival_rate: f64, latency: Duration) -> Result<u64, ConfigEr
         limit -= 1.0;
     }
     if limit >= u64::MAX as f64 {
-        return Err(ConfigError::new(
+        return Err(FieldError::new(
             "arrival_rate",
             format!("gives a limit too large for a u64 ({exact})"),
         ));

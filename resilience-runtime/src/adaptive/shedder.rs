@@ -21,11 +21,12 @@
 //! [`AdaptiveLimiter`] evaluates exactly these on its live state.
 
 use super::cpu::{CpuSource, SystemCpu, CPU_MAX};
-use super::error::{ConfigError, Overloaded};
+use super::error::Overloaded;
 use super::ewma::AtomicEwma;
 use super::permit::{LatencyLimiter, LatencyPermit};
 use super::{nanos, Timer};
 use crate::clock::Clock;
+use crate::error::FieldError;
 use crate::rolling::{Bucket, RollingWindow, MAX_BUCKETS};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::Arc;
@@ -99,16 +100,16 @@ impl AdaptiveConfig {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// A [`FieldError`] naming the first invalid field.
+    pub fn validate(&self) -> Result<(), FieldError> {
         if self.buckets == 0 || self.buckets as usize > MAX_BUCKETS {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "buckets",
                 format!("must be in 1..={MAX_BUCKETS}, got {}", self.buckets),
             ));
         }
         if nanos(self.window) < u64::from(self.buckets) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "window",
                 format!(
                     "must be at least one nanosecond per bucket ({} buckets), got {:?}",
@@ -117,22 +118,22 @@ impl AdaptiveConfig {
             ));
         }
         if self.cpu_threshold >= CPU_MAX {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "cpu_threshold",
                 format!("must be in 0..=999 millicores, got {}", self.cpu_threshold),
             ));
         }
         if self.default_min_rt.is_zero() {
-            return Err(ConfigError::new("default_min_rt", "must be non-zero"));
+            return Err(FieldError::new("default_min_rt", "must be non-zero"));
         }
         if !(0.0..1.0).contains(&self.flying_beta) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "flying_beta",
                 format!("must be in 0..1, got {}", self.flying_beta),
             ));
         }
         if !(self.min_overload_factor > 0.0 && self.min_overload_factor <= 1.0) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "min_overload_factor",
                 format!("must be in (0, 1], got {}", self.min_overload_factor),
             ));
@@ -585,7 +586,7 @@ pub struct AdaptiveStats {
 /// let permit = limiter.try_acquire(now).expect("a cool CPU never drops");
 /// permit.pass(now + 3_000_000); // took 3 ms
 /// assert_eq!(limiter.in_flight(), 0);
-/// # Ok::<(), resilience_runtime::adaptive::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 pub struct AdaptiveLimiter {
     config: AdaptiveConfig,
@@ -624,8 +625,8 @@ impl AdaptiveLimiter {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field of `config`.
-    pub fn new(config: AdaptiveConfig) -> Result<Self, ConfigError> {
+    /// A [`FieldError`] naming the first invalid field of `config`.
+    pub fn new(config: AdaptiveConfig) -> Result<Self, FieldError> {
         Self::build(config, Arc::new(SystemCpu), Timer::system())
     }
 
@@ -633,12 +634,12 @@ impl AdaptiveLimiter {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field of `config`.
+    /// A [`FieldError`] naming the first invalid field of `config`.
     pub fn with_parts(
         config: AdaptiveConfig,
         cpu: Arc<dyn CpuSource>,
         clock: Clock,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, FieldError> {
         Self::build(config, cpu, Timer::new(clock))
     }
 
@@ -646,14 +647,14 @@ impl AdaptiveLimiter {
         config: AdaptiveConfig,
         cpu: Arc<dyn CpuSource>,
         timer: Timer,
-    ) -> Result<Self, ConfigError> {
+    ) -> Result<Self, FieldError> {
         config.validate()?;
         let start = timer.now();
         let width = config.bucket_width();
         let window = |now| {
             RollingWindow::new(config.buckets as usize, width, now)
                 .map(|w| w.with_ignore_current(true))
-                .map_err(|e| ConfigError::new("buckets", e.to_string()))
+                .map_err(|e| FieldError::new("buckets", e.to_string()))
         };
         Ok(AdaptiveLimiter {
             rules: ShedderRules::new(&config),
@@ -762,7 +763,7 @@ impl AdaptiveLimiter {
     /// let limiter = AdaptiveLimiter::with_parts(
     ///     AdaptiveConfig::default(), Arc::new(FixedCpu::new(1000)), Clock::system())?;
     /// assert!(limiter.check(limiter.now(), 0).is_ok());
-    /// # Ok::<(), resilience_runtime::adaptive::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn check(&self, now: u64, in_flight: u64) -> Result<(), Overloaded> {
         self.check_scaled(now, in_flight, || 1.0)

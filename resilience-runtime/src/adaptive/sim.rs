@@ -19,12 +19,12 @@
 //! inputs give the same [`Outcome`].
 
 use super::cpu::FixedCpu;
-use super::error::ConfigError;
 use super::gate::{Gate, GatePermit};
 use super::gradient::{GradientConfig, GradientLimiter, GradientPermit};
 use super::nanos;
 use super::shedder::{AdaptiveConfig, AdaptiveLimiter, AdaptivePermit};
 use crate::clock::{Clock, ManualClock};
+use crate::error::FieldError;
 use crate::sync::Arc;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -94,40 +94,40 @@ impl Scenario {
         f64::from(self.workers) / self.base_latency.as_secs_f64()
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self) -> Result<(), FieldError> {
         let positive = |v: f64| v.is_finite() && v > 0.0;
         if self.workers == 0 {
-            return Err(ConfigError::new("workers", "must be at least 1"));
+            return Err(FieldError::new("workers", "must be at least 1"));
         }
         if self.base_latency.is_zero() {
-            return Err(ConfigError::new("base_latency", "must be non-zero"));
+            return Err(FieldError::new("base_latency", "must be non-zero"));
         }
         if !(self.contention.is_finite() && self.contention >= 0.0) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "contention",
                 "must be a finite number >= 0",
             ));
         }
         if !(self.warmup_rate.is_finite() && self.warmup_rate >= 0.0) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "warmup_rate",
                 "must be a finite number >= 0",
             ));
         }
         if !positive(self.arrival_rate) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "arrival_rate",
                 "must be a positive finite number",
             ));
         }
         if self.duration <= self.warmup {
-            return Err(ConfigError::new("duration", "must be longer than `warmup`"));
+            return Err(FieldError::new("duration", "must be longer than `warmup`"));
         }
         if !(0.0..1.0).contains(&self.cpu_beta) {
-            return Err(ConfigError::new("cpu_beta", "must be in 0..1"));
+            return Err(FieldError::new("cpu_beta", "must be in 0..1"));
         }
         if !(0.0..=1.0).contains(&self.critical_share) {
-            return Err(ConfigError::new("critical_share", "must be in 0..=1"));
+            return Err(FieldError::new("critical_share", "must be in 0..=1"));
         }
         Ok(())
     }
@@ -229,7 +229,7 @@ impl Rng {
 ///
 /// # Errors
 ///
-/// A [`ConfigError`] naming an invalid field of the scenario or of the admission
+/// A [`FieldError`] naming an invalid field of the scenario or of the admission
 /// policy's configuration.
 ///
 /// # Examples
@@ -243,9 +243,9 @@ impl Rng {
 /// assert!(fixed.rejected > 0);
 /// assert!(fixed.p99 < 4 * s.base_latency);
 /// assert_eq!(run(&s, &Admission::Fixed(40))?, fixed, "deterministic");
-/// # Ok::<(), resilience_runtime::adaptive::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
-pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, ConfigError> {
+pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, FieldError> {
     scenario.validate()?;
     let s = scenario;
     let clock = ManualClock::new();

@@ -1,8 +1,9 @@
 //! The classic three-state breaker: closed, open, half-open.
 
 use super::config::ClassicConfig;
-use super::error::{ConfigError, Rejected};
+use super::error::ClassicRejected;
 use super::{nanos, roll};
+use crate::error::FieldError;
 use crate::rolling::{BucketCells, RollingWindow};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Mutex, PoisonError};
@@ -57,7 +58,7 @@ pub enum TransitionReason {
 /// assert_eq!(t.reason, TransitionReason::ConsecutiveFailures);
 /// assert_eq!(t.at, 3);
 /// assert_eq!(t.open_until, Some(3 + 5_000_000_000));
-/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Transition {
@@ -86,7 +87,7 @@ pub struct Transition {
 /// let s = breaker.stats(4);
 /// assert_eq!(s.state, ClassicState::Closed);
 /// assert_eq!((s.calls, s.failures, s.consecutive_failures), (2, 1, 1));
-/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClassicStats {
@@ -224,7 +225,7 @@ impl BucketCells for CallCells {
 ///   [`minimum_calls`](ClassicConfig::minimum_calls) calls, or after
 ///   [`consecutive_failures`](ClassicConfig::consecutive_failures) failures in a row
 ///   (see [`ClassicConfig`]).
-/// * **Open**: calls are rejected with [`Rejected`] until the open wait
+/// * **Open**: calls are rejected with [`ClassicRejected`] until the open wait
 ///   ([`Backoff`](super::Backoff)) has elapsed; the first call after that moves the
 ///   breaker to half-open and becomes a probe.
 /// * **Half-open**: exactly [`half_open_probes`](ClassicConfig::half_open_probes)
@@ -272,7 +273,7 @@ impl BucketCells for CallCells {
 /// assert_eq!(breaker.state(), ClassicState::HalfOpen);
 /// let closed = probe.success(1_000_000_100).expect("all probes succeeded");
 /// assert_eq!(closed.to, ClassicState::Closed);
-/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Debug)]
 pub struct ClassicBreaker {
@@ -296,7 +297,7 @@ impl ClassicBreaker {
     ///
     /// # Errors
     ///
-    /// The [`ConfigError`] of [`ClassicConfig::validate`].
+    /// The [`FieldError`] of [`ClassicConfig::validate`].
     ///
     /// # Examples
     ///
@@ -307,10 +308,10 @@ impl ClassicBreaker {
     /// let bad = ClassicConfig { minimum_calls: 0, ..ClassicConfig::default() };
     /// assert_eq!(ClassicBreaker::new(bad, 0).unwrap_err().field, "minimum_calls");
     /// ```
-    pub fn new(config: ClassicConfig, now: u64) -> Result<Self, ConfigError> {
+    pub fn new(config: ClassicConfig, now: u64) -> Result<Self, FieldError> {
         config.validate()?;
         let window = RollingWindow::with_cells(config.buckets as usize, config.bucket_width(), now)
-            .map_err(|e| ConfigError::new("buckets", e.to_string()))?;
+            .map_err(|e| FieldError::new("buckets", e.to_string()))?;
         Ok(ClassicBreaker {
             config,
             state: AtomicU64::new(Packed::new(CLOSED, 0, 0, 0).0),
@@ -334,7 +335,7 @@ impl ClassicBreaker {
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
     /// assert_eq!(b.config().half_open_probes, 3);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn config(&self) -> &ClassicConfig {
         &self.config
@@ -349,7 +350,7 @@ impl ClassicBreaker {
     ///
     /// # Errors
     ///
-    /// [`Rejected`] when the breaker is open or every probe slot is taken.
+    /// [`ClassicRejected`] when the breaker is open or every probe slot is taken.
     ///
     /// # Examples
     ///
@@ -363,9 +364,9 @@ impl ClassicBreaker {
     ///     }
     ///     Err(rejected) => println!("{rejected}"),
     /// }
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn allow(&self, now: u64) -> Result<CallTicket<'_>, Rejected> {
+    pub fn allow(&self, now: u64) -> Result<CallTicket<'_>, ClassicRejected> {
         let mut cur = self.state.load(Ordering::Acquire);
         loop {
             let p = Packed(cur);
@@ -374,7 +375,7 @@ impl ClassicBreaker {
                 OPEN => {
                     let until = self.open_until.load(Ordering::Relaxed);
                     if now < until {
-                        return Err(Rejected {
+                        return Err(ClassicRejected {
                             state: ClassicState::Open,
                             retry_at: Some(until),
                         });
@@ -403,7 +404,7 @@ impl ClassicBreaker {
                 }
                 _ => {
                     if p.admitted() >= self.probes {
-                        return Err(Rejected {
+                        return Err(ClassicRejected {
                             state: ClassicState::HalfOpen,
                             retry_at: None,
                         });
@@ -448,7 +449,7 @@ impl ClassicBreaker {
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState};
     /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
     /// assert_eq!(b.state(), ClassicState::Closed);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn state(&self) -> ClassicState {
         Packed(self.state.load(Ordering::Acquire)).state()
@@ -462,7 +463,7 @@ impl ClassicBreaker {
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
     /// assert_eq!(b.transition_count(), 0);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn transition_count(&self) -> u64 {
         self.transitions.load(Ordering::Relaxed)
@@ -476,7 +477,7 @@ impl ClassicBreaker {
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
     /// assert_eq!(b.stats(0).calls, 0);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn stats(&self, now: u64) -> ClassicStats {
         let p = Packed(self.state.load(Ordering::Acquire));
@@ -711,7 +712,7 @@ impl ClassicBreaker {
 /// assert!(breaker.allow(101).is_err()); // the only slot is taken
 /// drop(probe); // e.g. the call panicked
 /// assert!(breaker.allow(102).is_ok()); // the slot is free again
-/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[must_use = "dropping the ticket at once records nothing; report the call's outcome on it"]
 pub struct CallTicket<'a> {
@@ -746,7 +747,7 @@ impl CallTicket<'_> {
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
     /// assert_eq!(b.allow(0).unwrap().success(5), None);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn success(self, now: u64) -> Option<Transition> {
         let elapsed = Duration::from_nanos(now.saturating_sub(self.started));
@@ -764,7 +765,7 @@ impl CallTicket<'_> {
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
     /// assert_eq!(b.allow(0).unwrap().failure(5), None); // one failure < minimum_calls
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn failure(self, now: u64) -> Option<Transition> {
         let elapsed = Duration::from_nanos(now.saturating_sub(self.started));
@@ -790,7 +791,7 @@ impl CallTicket<'_> {
     /// let b = ClassicBreaker::new(config, 0)?;
     /// let t = b.allow(0).unwrap().finish(1, false, Duration::from_millis(150));
     /// assert!(t.is_some()); // 100% slow calls
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn finish(mut self, now: u64, failed: bool, elapsed: Duration) -> Option<Transition> {
         self.finished = true;
@@ -806,7 +807,7 @@ impl CallTicket<'_> {
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
     /// assert!(!b.allow(0).unwrap().is_probe());
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn is_probe(&self) -> bool {
         self.probe
@@ -820,7 +821,7 @@ impl CallTicket<'_> {
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
     /// assert_eq!(b.allow(42).unwrap().started_at(), 42);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn started_at(&self) -> u64 {
         self.started
@@ -835,7 +836,7 @@ impl CallTicket<'_> {
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
     /// assert_eq!(b.allow(0).unwrap().transition(), None);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn transition(&self) -> Option<Transition> {
         self.transition

@@ -1,7 +1,7 @@
 //! Configuration of the breakers and its validation.
 
-use super::error::ConfigError;
 use super::nanos;
+use crate::error::FieldError;
 use crate::rolling::MAX_BUCKETS;
 use std::time::Duration;
 
@@ -80,7 +80,7 @@ impl SreConfig {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field.
+    /// A [`FieldError`] naming the first invalid field.
     ///
     /// # Examples
     ///
@@ -93,16 +93,16 @@ impl SreConfig {
     /// let nan = SreConfig { k: f64::NAN, ..SreConfig::default() };
     /// assert_eq!(nan.validate().unwrap_err().field, "k");
     /// ```
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         validate_window(self.window, self.buckets, "window", "buckets")?;
         if !self.k.is_finite() || self.k < MIN_K {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "k",
                 format!("must be a finite number >= {MIN_K}, got {}", self.k),
             ));
         }
         if self.force_pass_interval.is_zero() {
-            return Err(ConfigError::new("force_pass_interval", "must be non-zero"));
+            return Err(FieldError::new("force_pass_interval", "must be non-zero"));
         }
         Ok(())
     }
@@ -224,25 +224,25 @@ impl Backoff {
         Duration::from_nanos((grown * factor) as u64)
     }
 
-    fn validate(&self) -> Result<(), ConfigError> {
+    fn validate(&self) -> Result<(), FieldError> {
         self.check_as(OPEN_WAIT_FIELDS)
     }
 
     /// Checks every field, naming them `fields` (`base`, `multiplier`, `max`,
     /// `jitter`, in this order) in errors.
-    pub(crate) fn check_as(&self, fields: [&'static str; 4]) -> Result<(), ConfigError> {
+    pub(crate) fn check_as(&self, fields: [&'static str; 4]) -> Result<(), FieldError> {
         let [base, multiplier, max, jitter] = fields;
         if self.base.is_zero() {
-            return Err(ConfigError::new(base, "must be non-zero"));
+            return Err(FieldError::new(base, "must be non-zero"));
         }
         if !self.multiplier.is_finite() || self.multiplier < 1.0 {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 multiplier,
                 format!("must be a finite number >= 1, got {}", self.multiplier),
             ));
         }
         if self.max < self.base {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 max,
                 format!(
                     "must be at least `base` ({:?}), got {:?}",
@@ -352,7 +352,7 @@ impl ClassicConfig {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field (`open_wait.base` and so on for
+    /// A [`FieldError`] naming the first invalid field (`open_wait.base` and so on for
     /// the backoff).
     ///
     /// # Examples
@@ -365,22 +365,22 @@ impl ClassicConfig {
     /// let bad = ClassicConfig { slow_call_rate: Some(f64::NAN), ..ClassicConfig::default() };
     /// assert_eq!(bad.validate().unwrap_err().field, "slow_call_rate");
     /// ```
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         check_fraction("failure_rate", self.failure_rate)?;
         if let Some(rate) = self.slow_call_rate {
             check_fraction("slow_call_rate", rate)?;
             if self.slow_call_duration.is_zero() {
-                return Err(ConfigError::new(
+                return Err(FieldError::new(
                     "slow_call_duration",
                     "must be non-zero when `slow_call_rate` is set",
                 ));
             }
         }
         if self.minimum_calls == 0 {
-            return Err(ConfigError::new("minimum_calls", "must be at least 1"));
+            return Err(FieldError::new("minimum_calls", "must be at least 1"));
         }
         if self.consecutive_failures == Some(0) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "consecutive_failures",
                 "must be at least 1 (use `None` to disable)",
             ));
@@ -388,7 +388,7 @@ impl ClassicConfig {
         validate_window(self.window, self.buckets, "window", "buckets")?;
         self.open_wait.validate()?;
         if self.half_open_probes == 0 || self.half_open_probes > MAX_HALF_OPEN_PROBES {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "half_open_probes",
                 format!(
                     "must be in 1..={MAX_HALF_OPEN_PROBES}, got {}",
@@ -405,11 +405,11 @@ impl ClassicConfig {
     }
 }
 
-fn check_fraction(field: &'static str, value: f64) -> Result<(), ConfigError> {
+fn check_fraction(field: &'static str, value: f64) -> Result<(), FieldError> {
     if (0.0..=1.0).contains(&value) {
         Ok(())
     } else {
-        Err(ConfigError::new(
+        Err(FieldError::new(
             field,
             format!("must be a number in 0..=1, got {value}"),
         ))
@@ -421,18 +421,18 @@ fn validate_window(
     buckets: u32,
     window_field: &'static str,
     buckets_field: &'static str,
-) -> Result<(), ConfigError> {
+) -> Result<(), FieldError> {
     if buckets == 0 || buckets as usize > MAX_BUCKETS {
-        return Err(ConfigError::new(
+        return Err(FieldError::new(
             buckets_field,
             format!("must be in 1..={MAX_BUCKETS}, got {buckets}"),
         ));
     }
     if window.is_zero() {
-        return Err(ConfigError::new(window_field, "must be non-zero"));
+        return Err(FieldError::new(window_field, "must be non-zero"));
     }
     if nanos(window) < u64::from(buckets) {
-        return Err(ConfigError::new(
+        return Err(FieldError::new(
             window_field,
             format!("must be at least one nanosecond per bucket ({buckets} ns), got {window:?}"),
         ));
@@ -444,7 +444,7 @@ fn validate_window(
 mod tests {
     use super::*;
 
-    fn field<T>(r: Result<T, ConfigError>) -> &'static str {
+    fn field<T>(r: Result<T, FieldError>) -> &'static str {
         match r {
             Ok(_) => "ok",
             Err(e) => e.field,

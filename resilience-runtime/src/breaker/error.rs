@@ -3,8 +3,6 @@
 use super::ClassicState;
 use std::fmt;
 
-pub use crate::error::ConfigError;
-
 /// A [`ClassicBreaker`](super::ClassicBreaker) refused a call.
 ///
 /// # Examples
@@ -18,10 +16,10 @@ pub use crate::error::ConfigError;
 /// let rejected = breaker.allow(1).unwrap_err();
 /// assert_eq!(rejected.state, ClassicState::Open);
 /// assert_eq!(rejected.retry_at, Some(5_000_000_000)); // the default 5 s wait
-/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rejected {
+pub struct ClassicRejected {
     /// [`ClassicState::Open`], or [`ClassicState::HalfOpen`] when every probe slot is
     /// taken.
     pub state: ClassicState,
@@ -30,7 +28,7 @@ pub struct Rejected {
     pub retry_at: Option<u64>,
 }
 
-impl fmt::Display for Rejected {
+impl fmt::Display for ClassicRejected {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.state {
             ClassicState::HalfOpen => {
@@ -41,4 +39,4 @@ impl fmt::Display for Rejected {
     }
 }
 
-impl std::error::Error for Rejected {}
+impl std::error::Error for ClassicRejected {}

@@ -34,7 +34,7 @@ pub use classic::{
     CallTicket, ClassicBreaker, ClassicState, ClassicStats, Transition, TransitionReason,
 };
 pub use config::{Backoff, ClassicConfig, SreConfig, MAX_HALF_OPEN_PROBES, MIN_K};
-pub use error::{ConfigError, Rejected};
+pub use error::ClassicRejected;
 pub use sre::{
     drop_ratio, DroppingTransition, SreBreaker, SreDecision, SreHistory, SrePromise, SreRejected,
     SreStats, SreVerdict,

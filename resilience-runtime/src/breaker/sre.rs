@@ -7,8 +7,8 @@
 //! record an outcome without asking first.
 
 use super::config::{SreConfig, MIN_K};
-use super::error::ConfigError;
 use super::{nanos, roll, Outcome, OutcomeCounts};
+use crate::error::FieldError;
 use std::borrow::Borrow;
 use std::fmt;
 use std::time::Duration;
@@ -93,7 +93,7 @@ fn working_scale(working_buckets: u32, buckets: u32) -> f64 {
 /// b.on_failure(0);
 /// let h = b.history(0);
 /// assert_eq!((h.accepts, h.failures, h.total), (1, 1, 2));
-/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SreHistory {
@@ -211,7 +211,7 @@ pub enum DroppingTransition {
 /// assert_eq!(d.verdict, SreVerdict::Accepted);
 /// assert_eq!(d.drop_ratio, 0.0);
 /// assert_eq!(d.transition, None);
-/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[must_use = "a rejected call must not run"]
@@ -235,7 +235,7 @@ impl SreDecision {
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
     /// let b = SreBreaker::new(SreConfig::default(), 0)?;
     /// assert!(b.allow(0).is_admitted());
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn is_admitted(&self) -> bool {
         self.verdict != SreVerdict::Rejected
@@ -285,7 +285,7 @@ impl SreDecision {
 /// assert!(breaker.is_dropping());
 /// // Ten seconds later the window has rolled over: every call passes again.
 /// assert!(breaker.allow(10_000_000_001).is_admitted());
-/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Debug)]
 pub struct SreBreaker {
@@ -306,7 +306,7 @@ impl SreBreaker {
     ///
     /// # Errors
     ///
-    /// The [`ConfigError`] of [`SreConfig::validate`].
+    /// The [`FieldError`] of [`SreConfig::validate`].
     ///
     /// # Examples
     ///
@@ -317,11 +317,11 @@ impl SreBreaker {
     /// let err = SreBreaker::new(SreConfig { k: 0.5, ..SreConfig::default() }, 0).unwrap_err();
     /// assert_eq!(err.field, "k");
     /// ```
-    pub fn new(config: SreConfig, now: u64) -> Result<Self, ConfigError> {
+    pub fn new(config: SreConfig, now: u64) -> Result<Self, FieldError> {
         config.validate()?;
         let width = nanos(config.bucket_width());
         if width == 0 {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "window",
                 format!(
                     "must be at least one nanosecond per bucket, got {:?} for {} buckets",
@@ -347,7 +347,7 @@ impl SreBreaker {
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
     /// let b = SreBreaker::new(SreConfig::default(), 0)?;
     /// assert_eq!(b.config().buckets, 40);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn config(&self) -> &SreConfig {
         &self.config
@@ -367,7 +367,7 @@ impl SreBreaker {
     /// if d.is_admitted() {
     ///     b.on_success(0);
     /// }
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn allow(&self, now: u64) -> SreDecision {
         self.decide(now, roll, |p| p)
@@ -388,7 +388,7 @@ impl SreBreaker {
     /// // ratio = (6 - 5) / 7
     /// assert_eq!(b.allow_with_roll(0, 0.2).verdict, SreVerdict::Accepted);
     /// assert_eq!(b.allow_with_roll(0, 0.1).verdict, SreVerdict::Rejected);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn allow_with_roll(&self, now: u64, roll: f64) -> SreDecision {
         self.decide(now, || roll, |p| p)
@@ -537,7 +537,7 @@ impl SreBreaker {
     /// let b = SreBreaker::new(SreConfig::default(), 0)?;
     /// b.record(0, Outcome::Drop);
     /// assert_eq!(b.history(0).drops, 1);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
     pub fn record(&self, now: u64, outcome: Outcome) {
@@ -568,7 +568,7 @@ impl SreBreaker {
     /// let b = SreBreaker::new(SreConfig::default(), 0)?;
     /// b.on_success(0);
     /// assert_eq!(b.history(0).accepts, 1);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
     pub fn on_success(&self, now: u64) {
@@ -584,7 +584,7 @@ impl SreBreaker {
     /// let b = SreBreaker::new(SreConfig::default(), 0)?;
     /// b.on_failure(0);
     /// assert_eq!(b.history(0).failures, 1);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
     pub fn on_failure(&self, now: u64) {
@@ -601,7 +601,7 @@ impl SreBreaker {
     /// b.on_success(0);
     /// assert_eq!(b.history(0).working_buckets, 1);
     /// assert_eq!(b.history(10_000_000_000).total, 0);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn history(&self, now: u64) -> SreHistory {
         let _ = self.ring.base(now, || self.current());
@@ -638,7 +638,7 @@ impl SreBreaker {
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
     /// let b = SreBreaker::new(SreConfig::default(), 0)?;
     /// assert!(!b.is_dropping());
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn is_dropping(&self) -> bool {
         self.dropping.load(Ordering::Relaxed)
@@ -653,7 +653,7 @@ impl SreBreaker {
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
     /// let b = SreBreaker::new(SreConfig::default(), 0)?;
     /// assert_eq!(b.last_pass(), None);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn last_pass(&self) -> Option<u64> {
         match self.last_pass.load(Ordering::Relaxed) {
@@ -681,7 +681,7 @@ impl SreBreaker {
     ///     Err(rejected) => panic!("an empty window never drops: {rejected}"),
     /// }
     /// assert_eq!(b.history(1_000).accepts, 1);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn try_allow(&self, now: u64) -> Result<SrePromise<&Self>, SreRejected> {
         let decision = self.allow(now);
@@ -708,7 +708,7 @@ impl SreBreaker {
     /// let rejected = b.try_allow_with_roll(0, 0.3).unwrap_err();
     /// assert!((rejected.drop_ratio - 5.0 / 11.0).abs() < 1e-12);
     /// assert!(b.try_allow_with_roll(0, 0.6).is_ok());
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn try_allow_with_roll(
         &self,
@@ -736,7 +736,7 @@ impl SreBreaker {
     /// let promise = b.try_allow_owned(0).unwrap();
     /// std::thread::spawn(move || promise.reject(5)).join().unwrap();
     /// assert_eq!(b.history(5).failures, 1);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn try_allow_owned(
         self: &crate::sync::Arc<Self>,
@@ -772,7 +772,7 @@ impl SreBreaker {
     /// let b = SreBreaker::new(SreConfig::default(), 0)?;
     /// b.mark_success(0);
     /// assert_eq!(b.stats(0).history.accepts, 1);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
     pub fn mark_success(&self, now: u64) {
@@ -789,7 +789,7 @@ impl SreBreaker {
     /// let b = SreBreaker::new(SreConfig::default(), 0)?;
     /// b.mark_failure(0);
     /// assert_eq!(b.stats(0).history.failures, 1);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
     pub fn mark_failure(&self, now: u64) {
@@ -815,7 +815,7 @@ impl SreBreaker {
     /// assert_eq!((s.history.failing_buckets, s.history.working_buckets), (2, 0));
     /// assert_eq!(s.drop_ratio, 0.0, "3 calls are within the protection of 5");
     /// assert!(!s.dropping);
-    /// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn stats(&self, now: u64) -> SreStats {
         let history = self.history(now);
@@ -843,7 +843,7 @@ impl SreBreaker {
 /// assert_eq!((s.history.failures, s.history.failing_buckets), (20, 1));
 /// assert!((s.drop_ratio - 15.0 / 21.0).abs() < 1e-12); // (20 - 5) / (20 + 1)
 /// assert!(!s.dropping, "no call was asked for yet");
-/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
@@ -878,7 +878,7 @@ pub struct SreStats {
 /// assert_eq!(r.to_string(), "circuit breaker is open");
 /// assert_eq!(r.retry_after, Duration::from_secs(1));
 /// assert_eq!(b.history(0).drops, 1);
-/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
@@ -922,7 +922,7 @@ impl std::error::Error for SreRejected {}
 /// drop(unmarked); // records nothing
 /// let h = b.history(20);
 /// assert_eq!((h.failures, h.total), (1, 1));
-/// # Ok::<(), resilience_runtime::breaker::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[must_use = "mark the call's outcome with accept() or reject()"]
 pub struct SrePromise<B: Borrow<SreBreaker>> {

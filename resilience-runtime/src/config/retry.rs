@@ -47,7 +47,7 @@ pub(super) fn check_retry(r: &mut Reporter<'_>, value: &Node) -> Option<RetryPol
     }
     // Range checks of each part, even when another part was mistyped, so one load
     // reports them all.
-    let mut report = |e: crate::ConfigError| {
+    let mut report = |e: crate::FieldError| {
         r.push(
             &format!("retry.{}", e.field),
             ProblemKind::OutOfRange,

@@ -2,7 +2,7 @@
 //! shared bucket lives in Redis, and the stable Redis name of a key.
 
 use crate::bloom::murmur3_x64_128;
-use crate::policy::FieldError;
+use crate::error::FieldError;
 use std::fmt::{self, Write};
 use std::time::Duration;
 

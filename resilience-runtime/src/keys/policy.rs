@@ -2,8 +2,9 @@
 //! a point tracks.
 
 use super::rule::{Rule, NO_INFLIGHT_LIMIT};
+use crate::error::FieldError;
 use crate::limit::Gcra;
-use crate::policy::{FieldError, PolicyError, MAX_CONCURRENCY};
+use crate::policy::{PolicyError, MAX_CONCURRENCY};
 use std::time::Duration;
 
 /// The default of [`KeyPolicyBuilder::max_keys`]: keys a point tracks exactly.

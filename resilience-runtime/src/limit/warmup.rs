@@ -103,22 +103,22 @@ impl WarmUp {
         rate: f64,
         period: std::time::Duration,
         cold_factor: f64,
-    ) -> Result<WarmUp, crate::ConfigError> {
-        use crate::ConfigError;
+    ) -> Result<WarmUp, crate::FieldError> {
+        use crate::FieldError;
         if !(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "warm_up.rate",
                 format!("must be a number of passes a second in (0, 1e9], not {rate}"),
             ));
         }
         if !(MIN_PERIOD..=MAX_PERIOD).contains(&period) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "warm_up.period",
                 format!("must be between 1 s and 1 h, not {period:?}"),
             ));
         }
         if !(cold_factor.is_finite() && cold_factor > 1.0 && cold_factor <= MAX_COLD_FACTOR) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "warm_up.cold_factor",
                 format!("must be a number in (1, 100], not {cold_factor}"),
             ));
@@ -127,7 +127,7 @@ impl WarmUp {
     }
 
     /// [`new`](WarmUp::new) for parameters already checked (`period` in seconds).
-    /// The loom models, which have no `ConfigError`, build theirs here.
+    /// The loom models, which have no `FieldError`, build theirs here.
     pub(crate) fn from_valid(rate: f64, period: f64, cold_factor: f64) -> WarmUp {
         let count = rate;
         // Sentinel: `(int)(p * count) / (coldFactor - 1)`, an integer division.

@@ -1,6 +1,7 @@
 //! The breaker of a point, chosen and tuned at run time.
 
-use crate::breaker::{ClassicConfig, ConfigError, SreConfig};
+use crate::breaker::{ClassicConfig, SreConfig};
+use crate::error::FieldError;
 use crate::error::PointNameError;
 use std::fmt;
 use std::time::Duration;
@@ -61,13 +62,13 @@ impl BreakerPolicy {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the invalid field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// A [`FieldError`] naming the invalid field.
+    pub fn validate(&self) -> Result<(), FieldError> {
         match self {
             BreakerPolicy::Sre { config, slow_call } => {
                 config.validate()?;
                 if slow_call.is_some_and(|d| d.is_zero()) {
-                    return Err(ConfigError::new(
+                    return Err(FieldError::new(
                         "slow_call",
                         "must be greater than zero (use None to ignore durations)",
                     ));
@@ -87,9 +88,9 @@ pub enum BreakerError {
     /// The point name is invalid.
     Name(PointNameError),
     /// A breaker setting is invalid.
-    Config(ConfigError),
+    Config(FieldError),
     /// A retry section is invalid ([`Registry::set_layer`](crate::Registry::set_layer)).
-    Retry(ConfigError),
+    Retry(FieldError),
 }
 
 impl fmt::Display for BreakerError {
@@ -117,8 +118,8 @@ impl From<PointNameError> for BreakerError {
     }
 }
 
-impl From<ConfigError> for BreakerError {
-    fn from(e: ConfigError) -> Self {
+impl From<FieldError> for BreakerError {
+    fn from(e: FieldError) -> Self {
         BreakerError::Config(e)
     }
 }

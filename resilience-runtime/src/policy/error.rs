@@ -1,15 +1,7 @@
 //! Validation errors of policies.
 
+use crate::error::FieldError;
 use std::fmt;
-
-/// One invalid field of a policy.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldError {
-    /// The field's path, such as `exception_rate.rate`.
-    pub field: &'static str,
-    /// What is wrong with it.
-    pub message: String,
-}
 
 /// A policy was rejected; lists every invalid field.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,8 +5,9 @@ mod breaker;
 mod error;
 mod rules;
 
+use crate::error::FieldError;
 pub use breaker::{BreakerError, BreakerPolicy};
-pub use error::{FieldError, PolicyError};
+pub use error::PolicyError;
 pub use rules::{
     Delay, ExceptionRate, QueueConfig, Timeouts, TokenBucketConfig, WarmUpConfig, WindowConfig,
     MAX_QUEUE,

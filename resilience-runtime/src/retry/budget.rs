@@ -16,7 +16,7 @@
 
 use super::take::take_below;
 use crate::clock::Clock;
-use crate::error::ConfigError;
+use crate::error::FieldError;
 use crate::sync::{AtomicPtr, AtomicU64, Mutex, Ordering, PoisonError};
 use crate::window::Ring;
 use std::time::Duration;
@@ -69,22 +69,22 @@ impl BudgetConfig {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    /// A [`FieldError`] naming the first invalid field.
+    pub fn validate(&self) -> Result<(), FieldError> {
         if !self.percent.is_finite() || !(0.0..=1000.0).contains(&self.percent) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "percent",
                 format!("must be a number in 0..=1000, got {}", self.percent),
             ));
         }
         if self.min_per_second > 1_000_000 {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "min_per_second",
                 format!("must be at most 1000000, got {}", self.min_per_second),
             ));
         }
         if self.window < Duration::from_secs(1) || self.window > MAX_WINDOW {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "window",
                 format!("must be between 1s and 1h, got {:?}", self.window),
             ));
@@ -142,7 +142,7 @@ struct Cell(AtomicU64);
 /// // Ten seconds later the window has forgotten them.
 /// manual.advance(Duration::from_secs(11));
 /// assert!(!budget.try_retry());
-/// # Ok::<(), resilience_runtime::ConfigError>(())
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Debug)]
 pub struct RetryBudget {
@@ -200,8 +200,8 @@ impl RetryBudget {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming an invalid field of `config`.
-    pub fn new(config: BudgetConfig, clock: Clock) -> Result<RetryBudget, ConfigError> {
+    /// A [`FieldError`] naming an invalid field of `config`.
+    pub fn new(config: BudgetConfig, clock: Clock) -> Result<RetryBudget, FieldError> {
         config.validate()?;
         let counts: &'static Counts = Box::leak(Box::new(Counts::new(config, clock.now())));
         Ok(RetryBudget {
@@ -229,8 +229,8 @@ impl RetryBudget {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming an invalid field of `config` (the budget is unchanged).
-    pub fn reconfigure(&self, config: BudgetConfig) -> Result<(), ConfigError> {
+    /// A [`FieldError`] naming an invalid field of `config` (the budget is unchanged).
+    pub fn reconfigure(&self, config: BudgetConfig) -> Result<(), FieldError> {
         config.validate()?;
         let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
         let counts = match kept.iter().find(|c| c.config == config) {

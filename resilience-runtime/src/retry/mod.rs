@@ -79,7 +79,7 @@ pub use crate::breaker::Backoff;
 pub use budget::{BudgetConfig, BudgetStats, RetryBudget};
 pub use registry::RetryError;
 
-use crate::error::ConfigError;
+use crate::error::FieldError;
 use std::time::Duration;
 
 /// How a call is retried.
@@ -127,11 +127,11 @@ impl Retry {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field (`attempts`, `backoff.base`,
+    /// A [`FieldError`] naming the first invalid field (`attempts`, `backoff.base`,
     /// `backoff.multiplier`, `backoff.max`, `backoff.jitter`).
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         if !(1..=MAX_ATTEMPTS).contains(&self.attempts) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "attempts",
                 format!("must be in 1..={MAX_ATTEMPTS}, got {}", self.attempts),
             ));
@@ -198,12 +198,12 @@ impl RetryPolicy {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`] naming the first invalid field as a policy file does:
+    /// A [`FieldError`] naming the first invalid field as a policy file does:
     /// `attempts`, `base`, `multiplier`, `max`, `jitter`, `budget.percent`,
     /// `budget.min_per_second`, `budget.window`.
-    pub fn validate(&self) -> Result<(), ConfigError> {
+    pub fn validate(&self) -> Result<(), FieldError> {
         if !(1..=MAX_ATTEMPTS).contains(&self.retry.attempts) {
-            return Err(ConfigError::new(
+            return Err(FieldError::new(
                 "attempts",
                 format!("must be in 1..={MAX_ATTEMPTS}, got {}", self.retry.attempts),
             ));
@@ -212,7 +212,7 @@ impl RetryPolicy {
             .backoff
             .check_as(["base", "multiplier", "max", "jitter"])?;
         if let Some(b) = &self.budget {
-            b.validate().map_err(|e| ConfigError {
+            b.validate().map_err(|e| FieldError {
                 field: match e.field {
                     "percent" => "budget.percent",
                     "min_per_second" => "budget.min_per_second",

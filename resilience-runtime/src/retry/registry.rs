@@ -1,7 +1,7 @@
 //! The registry's side of retries: named budgets and each point's `retry` section.
 
 use super::{BudgetConfig, RetryBudget, RetryPolicy};
-use crate::error::{check_point_name, ConfigError, PointNameError};
+use crate::error::{check_point_name, FieldError, PointNameError};
 use crate::layers::PointConfig;
 use crate::Registry;
 use std::fmt;
@@ -12,7 +12,7 @@ pub enum RetryError {
     /// The point name is invalid.
     Name(PointNameError),
     /// A field of the section is invalid.
-    Config(ConfigError),
+    Config(FieldError),
 }
 
 impl fmt::Display for RetryError {
@@ -72,13 +72,13 @@ impl Registry {
     ///
     /// # Errors
     ///
-    /// A [`ConfigError`](crate::ConfigError) naming an invalid field of `config` (the
+    /// A [`FieldError`](crate::FieldError) naming an invalid field of `config` (the
     /// budget is unchanged).
     pub fn set_retry_budget(
         &self,
         name: &str,
         config: BudgetConfig,
-    ) -> Result<&'static RetryBudget, crate::ConfigError> {
+    ) -> Result<&'static RetryBudget, crate::FieldError> {
         config.validate()?;
         let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(b) = budgets.get(name) {
