@@ -147,6 +147,10 @@ fn the_example_policy_file_is_valid() {
         Some(BreakerPolicy::Sre { config, .. }) if config.k == 2.0
     ));
     assert!(file.points["recommendations"].policy.is_shadow());
+    let keys = order.keys().unwrap();
+    assert_eq!(keys.rule().limit, Some(100));
+    assert_eq!(keys.rule_of("vip-42").limit, Some(1000));
+    assert_eq!(keys.rule_of("slow").max_concurrency, Some(1));
     assert_eq!(
         file.points.keys().collect::<Vec<_>>(),
         ["order.create", "recommendations", "search.query"]

@@ -34,12 +34,13 @@ fn fresh() -> &'static Registry {
 }
 
 /// The five policy sections (every section but the breaker).
-const POLICY_SECTIONS: [Section; 5] = [
+const POLICY_SECTIONS: [Section; 6] = [
     Section::Rules,
     Section::Window,
     Section::Shadow,
     Section::Adaptive,
     Section::Cluster,
+    Section::Keys,
 ];
 
 /// The six orders of the three source kinds.
@@ -62,7 +63,7 @@ struct Expected {
     breaker: Option<BreakerPolicy>,
     retry: Option<RetryPolicy>,
     /// Per section of `Section::ALL`: the source and version of its winning layer.
-    origins: [Option<(Source, u64)>; 7],
+    origins: [Option<(Source, u64)>; Section::ALL.len()],
 }
 
 /// Whether `a` ranks above `b` for `section`: the kind placed earlier in the
@@ -131,7 +132,7 @@ fn copy_rules(
 /// it; the policy starts from `Policy::observe()` with each set section copied from
 /// its winner, and is `None` if no layer sets a policy section.
 fn reference(layers: &[(Source, u64, PointConfig)], precedence: &Precedence) -> Expected {
-    let mut winners: [Option<&(Source, u64, PointConfig)>; 7] = Default::default();
+    let mut winners: [Option<&(Source, u64, PointConfig)>; Section::ALL.len()] = Default::default();
     for (i, section) in Section::ALL.into_iter().enumerate() {
         for layer in layers.iter().filter(|l| sets(&l.2, section)) {
             let better = match winners[i] {
@@ -164,6 +165,11 @@ fn reference(layers: &[(Source, u64, PointConfig)], precedence: &Precedence) -> 
     if let Some(c) = winner(Section::Cluster) {
         if let Some(limit) = c.policy.cluster() {
             b = b.cluster(limit.clone());
+        }
+    }
+    if let Some(c) = winner(Section::Keys) {
+        if let Some(k) = c.policy.keys() {
+            b = b.keys(k.clone());
         }
     }
     let any_policy = POLICY_SECTIONS.iter().any(|s| winner(*s).is_some());
