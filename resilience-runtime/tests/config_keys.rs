@@ -128,12 +128,8 @@ fn defaults_and_round_trips() {
     assert_eq!(c.overrides(), [("x".to_owned(), KeyOverride::default())]);
 
     let mut all = file.clone();
-    all.points.extend(
-        PolicyFile::parse(EVERY_FIELD, Format::Toml)
-            .unwrap()
-            .points
-            .into_iter(),
-    );
+    all.points
+        .extend(PolicyFile::parse(EVERY_FIELD, Format::Toml).unwrap().points);
     for format in [Format::Toml, Format::Json] {
         let text = all.to_text(format).unwrap();
         assert_eq!(PolicyFile::parse(&text, format).unwrap(), all, "{text}");

@@ -42,7 +42,15 @@ pub(crate) struct PointReport {
     /// The concurrency queue since the previous report (counts grown, waiting now,
     /// the longest wait that ended), if the point has one.
     pub(crate) queue: Option<crate::QueueStats>,
+    /// The point's hottest keys now ([`Point::hot_keys`](crate::Point::hot_keys), at
+    /// most [`HOT_KEYS`]); empty without a `keys` section or a call with a key.
+    pub(crate) hot_keys: Vec<crate::keys::HotKeyStats>,
+    /// The totals of the point's key table, if it has one.
+    pub(crate) key_table: Option<crate::keys::KeyTableStats>,
 }
+
+/// The most hot keys a point's report carries.
+pub(crate) const HOT_KEYS: usize = 10;
 
 impl PointReport {
     fn is_idle(&self) -> bool {
@@ -234,6 +242,8 @@ impl Collector {
             });
             if !report.is_idle() || report.retry.calls > 0 || queue_busy {
                 if let Some(point) = registry.get(name) {
+                    report.hot_keys = point.hot_keys(HOT_KEYS);
+                    report.key_table = point.key_stats();
                     let from = cycle_start_ms / 1000;
                     let seconds = point.seconds_between(from, from + CYCLE_MS / 1000);
                     report.seconds = seconds
@@ -315,6 +325,27 @@ fn queue_json(p: &PointReport) -> Option<Value> {
     })
 }
 
+/// A point's hottest keys on the wire (our JSON protocol only), if it has any.
+fn hot_keys_json(p: &PointReport) -> Option<Value> {
+    (!p.hot_keys.is_empty()).then(|| {
+        p.hot_keys
+            .iter()
+            .map(|k| {
+                json!({"key": k.key, "passes": k.passes, "refused": k.refused,
+                       "overridden": k.overridden})
+            })
+            .collect()
+    })
+}
+
+/// A point's key table on the wire (our JSON protocol only), if it has one.
+fn key_table_json(p: &PointReport) -> Option<Value> {
+    p.key_table.map(|t| {
+        json!({"tracked": t.tracked, "untracked_passes": t.untracked_passes,
+               "untracked_refused": t.untracked_refused, "evictions": t.evictions})
+    })
+}
+
 /// The retry counters' growth from `before` to `now`.
 fn retry_growth(
     now: &crate::retry::RetryStats,
@@ -388,6 +419,12 @@ pub(crate) fn upload_body(
                     }
                     if let Some(queue) = queue_json(p) {
                         point["queue"] = queue;
+                    }
+                    if let Some(keys) = hot_keys_json(p) {
+                        point["hot_keys"] = keys;
+                    }
+                    if let Some(table) = key_table_json(p) {
+                        point["key_table"] = table;
                     }
                     point
                 })
