@@ -325,13 +325,38 @@ fn queue_json(p: &PointReport) -> Option<Value> {
     })
 }
 
+/// The longest key text sent, in bytes (resilience-admin's limit).
+const WIRE_KEY_MAX: usize = 64;
+
+/// A key's text as sent: control characters written as `\u{..}` (a key is the
+/// caller's data; the console takes none), cut at [`WIRE_KEY_MAX`] bytes with `…`.
+fn wire_key(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    if out.len() > WIRE_KEY_MAX {
+        let mut end = WIRE_KEY_MAX - '…'.len_utf8();
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        out.push('…');
+    }
+    out
+}
+
 /// A point's hottest keys on the wire (our JSON protocol only), if it has any.
 fn hot_keys_json(p: &PointReport) -> Option<Value> {
     (!p.hot_keys.is_empty()).then(|| {
         p.hot_keys
             .iter()
             .map(|k| {
-                json!({"key": k.key, "passes": k.passes, "refused": k.refused,
+                json!({"key": wire_key(&k.key), "passes": k.passes, "refused": k.refused,
                        "overridden": k.overridden})
             })
             .collect()
@@ -773,6 +798,16 @@ mod tests {
                         "refused_by_budget": 1, "hedges": 3, "cancelled": 2})
             )
         );
+    }
+
+    #[test]
+    fn key_texts_are_sent_without_control_characters_and_short() {
+        assert_eq!(wire_key("vip-42"), "vip-42");
+        assert_eq!(wire_key("a\nb\u{1b}"), "a\\u{a}b\\u{1b}");
+        let cut = wire_key(&"\u{0}".repeat(30));
+        assert!(cut.len() <= WIRE_KEY_MAX && cut.ends_with('…'), "{cut}");
+        assert_eq!(wire_key(&"é".repeat(32)), "é".repeat(32));
+        assert!(wire_key(&"é".repeat(40)).len() <= WIRE_KEY_MAX);
     }
 
     #[test]
