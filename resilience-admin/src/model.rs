@@ -469,7 +469,7 @@ pub struct Enforcing {
     /// `PointConfig::digest`), or `none` when no section is set.
     pub digest: String,
     /// Section (`rules`, `window`, `shadow`, `adaptive`, `cluster`, `breaker`,
-    /// `retry`) -> where it comes from; sections no source sets are absent.
+    /// `retry`, `keys`) -> where it comes from; sections no source sets are absent.
     pub origins: BTreeMap<String, SectionOrigin>,
     /// The settings of the sections that do not come from the console, in the policy
     /// file's JSON form for one point; `None` when every section comes from the

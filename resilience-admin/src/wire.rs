@@ -67,6 +67,22 @@
 //!            "max_wait_ns": 9000000}}
 //! ```
 //!
+//! A point with per-key limits (a `keys` section) also sends its hottest keys and its
+//! key table (absent otherwise, from older clients, and never in SDS's protocol):
+//!
+//! ```json
+//! {"name": "order.create", "...": "...",
+//!  "hot_keys": [{"key": "vip-42", "passes": 10, "refused": 2, "overridden": true}],
+//!  "key_table": {"tracked": 1, "untracked_passes": 0, "untracked_refused": 0,
+//!                "evictions": 0}}
+//! ```
+//!
+//! at most [`MAX_HOT_KEYS`] keys, each a text of at most [`MAX_KEY_TEXT_LEN`] bytes
+//! without control characters; `passes`, `refused` and the table's figures are
+//! running totals (since the instance tracks the key), a missing one 0, `overridden`
+//! missing `false`. A malformed `hot_keys` or `key_table` is left out of its point
+//! (the rest of the point kept) and reported by the `*_lenient` readers.
+//!
 //! It also adds, per point, the cycle's ten 1-second buckets (optional too: without
 //! them the point has no per-second figures for the cycle):
 //!
