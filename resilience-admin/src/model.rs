@@ -36,6 +36,14 @@ pub const MAX_SOURCE_LEN: usize = 1024;
 /// Error texts of a client's health are cut to this many bytes.
 pub const MAX_ERROR_LEN: usize = 1024;
 
+/// The most hot keys one point of a heartbeat may carry (the runtime sends its ten
+/// hottest, `Point::hot_keys(10)`).
+pub const MAX_HOT_KEYS: usize = 10;
+
+/// The longest hot key text accepted, in bytes (the runtime cuts a key's text at
+/// [`KEY_TEXT_MAX`](resilience_runtime::keys::KEY_TEXT_MAX) bytes and a `…`).
+pub const MAX_KEY_TEXT_LEN: usize = 64;
+
 /// An application: its group and its name, as SDS identifies apps.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct AppKey {
@@ -116,6 +124,115 @@ pub struct PointCycle {
     /// What the point's concurrency queue did in the cycle; `None` when no instance
     /// reported one (the point has no queue, its queue did nothing, or older clients).
     pub queue: Option<QueueCounts>,
+    /// The point's hottest keys and its key table as the instance reported them with
+    /// the cycle (this project's JSON protocol only); `None` when it sent neither.
+    /// Not a figure of the cycle: stored as the instance's latest, never read back
+    /// with the cycle (see [`Store::hot_keys`](crate::store::Store::hot_keys)).
+    #[serde(skip)]
+    pub keys: Option<PointKeys>,
+}
+
+/// One of a point's hottest keys: its calls admitted and refused by the key's rule
+/// since the instance tracks it (running totals, not a cycle's), as an instance
+/// reported them or, read back, summed over the app's live instances.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HotKey {
+    /// The key's text (at most [`MAX_KEY_TEXT_LEN`] bytes, no control character).
+    pub key: String,
+    /// Calls the key's rule admitted.
+    pub passes: u64,
+    /// Calls the key's rule refused (downgraded as `hot_key`).
+    pub refused: u64,
+    /// Whether the value has an override in the point's `keys` section.
+    pub overridden: bool,
+}
+
+/// The totals of a point's key table (running totals of the instance, or summed over
+/// the app's live instances).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyTableCounts {
+    /// Keys tracked exactly now.
+    pub tracked: u64,
+    /// Calls of untracked keys admitted.
+    pub untracked_passes: u64,
+    /// Calls of untracked keys refused.
+    pub untracked_refused: u64,
+    /// Keys that took the entry of a colder one.
+    pub evictions: u64,
+}
+
+impl KeyTableCounts {
+    /// Adds another instance's totals.
+    pub fn merge(&mut self, other: &KeyTableCounts) {
+        self.tracked = self.tracked.saturating_add(other.tracked);
+        self.untracked_passes = self.untracked_passes.saturating_add(other.untracked_passes);
+        self.untracked_refused = self
+            .untracked_refused
+            .saturating_add(other.untracked_refused);
+        self.evictions = self.evictions.saturating_add(other.evictions);
+    }
+}
+
+/// A point's hottest keys (at most [`MAX_HOT_KEYS`], the hottest first) and its key
+/// table, as one heartbeat carried them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PointKeys {
+    /// The keys.
+    pub hot_keys: Vec<HotKey>,
+    /// The key table's totals, if the instance sent them.
+    pub key_table: Option<KeyTableCounts>,
+}
+
+impl PointKeys {
+    /// The keys of several instances' reports as one: each key's passes and refusals
+    /// summed (overridden if any instance overrides it), the hottest
+    /// [`MAX_HOT_KEYS`] kept (most calls first, then by key), and the key tables
+    /// summed.
+    pub fn merged<'a>(reports: impl IntoIterator<Item = &'a PointKeys>) -> PointKeys {
+        let mut keys: BTreeMap<&str, HotKey> = BTreeMap::new();
+        let mut table: Option<KeyTableCounts> = None;
+        for r in reports {
+            for k in &r.hot_keys {
+                let e = keys.entry(k.key.as_str()).or_insert_with(|| HotKey {
+                    key: k.key.clone(),
+                    passes: 0,
+                    refused: 0,
+                    overridden: false,
+                });
+                e.passes = e.passes.saturating_add(k.passes);
+                e.refused = e.refused.saturating_add(k.refused);
+                e.overridden |= k.overridden;
+            }
+            if let Some(t) = &r.key_table {
+                table.get_or_insert_with(KeyTableCounts::default).merge(t);
+            }
+        }
+        let mut hot_keys: Vec<HotKey> = keys.into_values().collect();
+        hot_keys.sort_by(|a, b| {
+            let calls = |k: &HotKey| k.passes.saturating_add(k.refused);
+            calls(b).cmp(&calls(a)).then_with(|| a.key.cmp(&b.key))
+        });
+        hot_keys.truncate(MAX_HOT_KEYS);
+        PointKeys {
+            hot_keys,
+            key_table: table,
+        }
+    }
+}
+
+/// One instance's latest hot keys of a point, as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotKeysRow {
+    /// The instance.
+    pub instance: String,
+    /// The point.
+    pub point: String,
+    /// Its keys and key table.
+    pub keys: PointKeys,
+    /// The cycle of the heartbeat that carried them.
+    pub cycle_start_ms: i64,
+    /// When the server received them, ms since the Unix epoch.
+    pub received_ms: i64,
 }
 
 /// The retry counters of one point in one cycle, as an instance reported them (the
@@ -352,7 +469,7 @@ pub struct Enforcing {
     /// `PointConfig::digest`), or `none` when no section is set.
     pub digest: String,
     /// Section (`rules`, `window`, `shadow`, `adaptive`, `cluster`, `breaker`,
-    /// `retry`) -> where it comes from; sections no source sets are absent.
+    /// `retry`, `keys`) -> where it comes from; sections no source sets are absent.
     pub origins: BTreeMap<String, SectionOrigin>,
     /// The settings of the sections that do not come from the console, in the policy
     /// file's JSON form for one point; `None` when every section comes from the

@@ -327,10 +327,18 @@ fn flatten(v: &Value) -> std::collections::BTreeMap<String, Value> {
     let mut out = std::collections::BTreeMap::new();
     fn walk(prefix: &str, v: &Value, out: &mut std::collections::BTreeMap<String, Value>) {
         match v {
+            // An empty table is a value of its own (`keys = {}`, an override `{}`).
+            Value::Object(m) if m.is_empty() && !prefix.is_empty() => {
+                out.insert(prefix.to_owned(), Value::Object(Map::new()));
+            }
             Value::Object(m) => {
                 for (k, v) in m {
                     let path = if prefix.is_empty() {
                         k.clone()
+                    } else if prefix == "keys.overrides" {
+                        // A value, quoted as the runtime names it in problems.
+                        let quoted = serde_json::to_string(k).unwrap_or_else(|_| k.clone());
+                        format!("{prefix}.{quoted}")
                     } else {
                         format!("{prefix}.{k}")
                     };

@@ -67,6 +67,22 @@
 //!            "max_wait_ns": 9000000}}
 //! ```
 //!
+//! A point with per-key limits (a `keys` section) also sends its hottest keys and its
+//! key table (absent otherwise, from older clients, and never in SDS's protocol):
+//!
+//! ```json
+//! {"name": "order.create", "...": "...",
+//!  "hot_keys": [{"key": "vip-42", "passes": 10, "refused": 2, "overridden": true}],
+//!  "key_table": {"tracked": 1, "untracked_passes": 0, "untracked_refused": 0,
+//!                "evictions": 0}}
+//! ```
+//!
+//! at most [`MAX_HOT_KEYS`] keys, each a text of at most [`MAX_KEY_TEXT_LEN`] bytes
+//! without control characters; `passes`, `refused` and the table's figures are
+//! running totals (since the instance tracks the key), a missing one 0, `overridden`
+//! missing `false`. A malformed `hot_keys` or `key_table` is left out of its point
+//! (the rest of the point kept) and reported by the `*_lenient` readers.
+//!
 //! It also adds, per point, the cycle's ten 1-second buckets (optional too: without
 //! them the point has no per-second figures for the cycle):
 //!
@@ -110,8 +126,9 @@
 //! second starting at `statisticsCycleTime - 10000`); SDS's admin ignores them.
 
 use crate::model::{
-    AppKey, BreakerReport, ClientHealth, CycleSeconds, Enforcing, Heartbeat, PointCycle, Protocol,
-    QueueCounts, RetryCounts, SecondCounts, SectionOrigin, CYCLE_MS, MAX_COUNT, MAX_ERROR_LEN,
+    AppKey, BreakerReport, ClientHealth, CycleSeconds, Enforcing, Heartbeat, HotKey,
+    KeyTableCounts, PointCycle, PointKeys, Protocol, QueueCounts, RetryCounts, SecondCounts,
+    SectionOrigin, CYCLE_MS, MAX_COUNT, MAX_ERROR_LEN, MAX_HOT_KEYS, MAX_KEY_TEXT_LEN,
     MAX_LOCAL_BYTES, MAX_NAME_LEN, MAX_PARTS, MAX_POINTS_PER_HEARTBEAT, MAX_SECOND_REASONS,
     MAX_SOURCE_LEN, SECONDS_PER_CYCLE,
 };
@@ -723,6 +740,9 @@ struct CountFields {
     seconds: &'static str,
     seconds_by_reason: &'static str,
     durations: &'static str,
+    /// The point's hot keys and key table (our JSON protocol only).
+    hot_keys: Option<&'static str>,
+    key_table: Option<&'static str>,
 }
 
 const JSON_FIELDS: CountFields = CountFields {
@@ -739,6 +759,8 @@ const JSON_FIELDS: CountFields = CountFields {
     seconds: "seconds",
     seconds_by_reason: "seconds_by_reason",
     durations: "seconds_durations",
+    hot_keys: Some("hot_keys"),
+    key_table: Some("key_table"),
 };
 
 const SDS_FIELDS: CountFields = CountFields {
@@ -755,6 +777,8 @@ const SDS_FIELDS: CountFields = CountFields {
     seconds: "seconds",
     seconds_by_reason: "secondsByReason",
     durations: "secondsDurations",
+    hot_keys: None,
+    key_table: None,
 };
 
 fn read_point_counts(
@@ -772,6 +796,7 @@ fn read_point_counts(
     let retry = read_retry(p, f.retry);
     let queue = read_queue(p, f.queue);
     let seconds = read_seconds(p, &f);
+    let keys = read_keys(p, &f);
     let (visits, downgrades) = (visits?, downgrades?);
     if downgrades > visits {
         let field = p.field(f.downgrades);
@@ -808,6 +833,138 @@ fn read_point_counts(
         seconds: seconds?,
         retry: retry?,
         queue: queue?,
+        keys,
+    })
+}
+
+/// A point's hot keys (`hot_keys`: at most [`MAX_HOT_KEYS`] objects `{"key",
+/// "passes", "refused", "overridden"}`, the key a text of at most
+/// [`MAX_KEY_TEXT_LEN`] bytes without control characters, the counts running totals,
+/// a missing one 0, `overridden` a boolean, missing: false) and key table
+/// (`key_table`: `{"tracked", "untracked_passes", "untracked_refused", "evictions"}`,
+/// running totals, a missing one 0). Fields this server does not know are ignored.
+/// `None` when the point has neither (an older client, SDS's protocol) or when one
+/// is malformed: that is reported, and the lenient readers leave out only the
+/// malformed field of the point (see `lenient`).
+fn read_keys(p: &mut Reader<'_, '_>, f: &CountFields) -> Option<PointKeys> {
+    let (Some(keys_key), Some(table_key)) = (f.hot_keys, f.key_table) else {
+        return None;
+    };
+    let keys = p.get(keys_key);
+    let table = p.get(table_key);
+    if keys.is_none() && table.is_none() {
+        return None;
+    }
+    let before = p.errors.len();
+    let mut out = PointKeys::default();
+    if let Some(v) = keys {
+        let field = p.field(keys_key);
+        match v {
+            Value::Array(items) if items.len() > MAX_HOT_KEYS => p.error(
+                field,
+                format!(
+                    "{} keys, more than the limit of {MAX_HOT_KEYS} per point",
+                    items.len()
+                ),
+            ),
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    if let Some(k) = read_hot_key(p, &format!("{keys_key}[{i}]"), item) {
+                        out.hot_keys.push(k);
+                    }
+                }
+            }
+            other => p.error(
+                field,
+                format!(
+                    "expected a list of at most {MAX_HOT_KEYS} keys                      {{\"key\", \"passes\", \"refused\", \"overridden\"}}, got {}",
+                    describe(other)
+                ),
+            ),
+        }
+    }
+    if let Some(v) = table {
+        if v.is_object() {
+            let mut t = p.child(table_key, v)?;
+            let counts = [
+                t.counter("tracked"),
+                t.counter("untracked_passes"),
+                t.counter("untracked_refused"),
+                t.counter("evictions"),
+            ];
+            if let [Some(tracked), Some(untracked_passes), Some(untracked_refused), Some(evictions)] =
+                counts
+            {
+                out.key_table = Some(KeyTableCounts {
+                    tracked,
+                    untracked_passes,
+                    untracked_refused,
+                    evictions,
+                });
+            }
+        } else {
+            let field = p.field(table_key);
+            p.error(
+                field,
+                format!(
+                    "expected an object {{\"tracked\", \"untracked_passes\", \
+                     \"untracked_refused\", \"evictions\"}}, got {}",
+                    describe(v)
+                ),
+            );
+        }
+    }
+    (p.errors.len() == before).then_some(out)
+}
+
+/// One entry of `hot_keys`.
+fn read_hot_key<'a>(p: &mut Reader<'a, '_>, key: &str, v: &'a Value) -> Option<HotKey> {
+    let mut k = p.child(key, v)?;
+    let text = match k.get("key") {
+        None => {
+            let f = k.field("key");
+            k.error(f, "is missing");
+            None
+        }
+        Some(Value::String(s)) if s.len() > MAX_KEY_TEXT_LEN => {
+            let f = k.field("key");
+            k.error(
+                f,
+                format!(
+                    "is {} bytes long, more than the limit of {MAX_KEY_TEXT_LEN}",
+                    s.len()
+                ),
+            );
+            None
+        }
+        Some(Value::String(s)) if s.chars().any(char::is_control) => {
+            let f = k.field("key");
+            k.error(f, "must not contain control characters");
+            None
+        }
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => {
+            let f = k.field("key");
+            k.error(f, format!("expected a string, got {}", describe(other)));
+            None
+        }
+    };
+    let passes = k.counter("passes");
+    let refused = k.counter("refused");
+    let overridden = match k.get("overridden") {
+        None => Some(false),
+        Some(Value::Bool(b)) => Some(*b),
+        Some(other) => {
+            let f = k.field("overridden");
+            k.error(f, format!("expected a boolean, got {}", describe(other)));
+            None
+        }
+    };
+    Some(HotKey {
+        key: text?,
+        passes: passes?,
+        refused: refused?,
+        overridden: overridden?,
     })
 }
 
@@ -1236,7 +1393,8 @@ fn read_seconds_by_reason(
 /// Reads a heartbeat of our JSON protocol, keeping what is valid: an entry of
 /// `points`, `enforcing`, `known_points` or `declared_points` that is malformed is
 /// left out and reported (the second part of the answer), the rest is read. A point
-/// whose only malformed field is `seconds_durations` is kept without it.
+/// whose only malformed fields are `seconds_durations`, `hot_keys` or `key_table` is
+/// kept without them.
 ///
 /// # Errors
 ///
@@ -1252,7 +1410,7 @@ pub fn json_heartbeat_lenient(
         "",
         &["points", "enforcing", "known_points", "declared_points"],
         None,
-        JSON_FIELDS.durations,
+        &["seconds_durations", "hot_keys", "key_table"],
         json_heartbeat,
     )
 }
@@ -1275,21 +1433,43 @@ pub fn sds_heartbeat_lenient(
         "client",
         &["enforcing", "knownPoints", "declaredPoints"],
         Some("pointInfoMap"),
-        SDS_FIELDS.durations,
+        &[SDS_FIELDS.durations],
         sds_heartbeat,
     )
 }
 
+/// What of an entry is at fault: the whole entry (`None`), or only some of its
+/// detail fields.
+type Fault<'d> = Option<BTreeSet<&'d str>>;
+
+/// Adds an error of an entry (`tail`: its field after the entry's) to the entry's
+/// fault.
+fn add_fault<'d>(fault: &mut Fault<'d>, tail: &str, details: &[&'d str]) {
+    // The detail the rest of an error's field is in, if any.
+    let detail = tail.strip_prefix('.').and_then(|t| {
+        details.iter().copied().find(|d| {
+            t.strip_prefix(d)
+                .is_some_and(|t| t.is_empty() || t.starts_with(['[', '.']))
+        })
+    });
+    match (fault.as_mut(), detail) {
+        (Some(set), Some(d)) => {
+            set.insert(d);
+        }
+        _ => *fault = None,
+    }
+}
+
 /// Reads strictly; if every error is inside an entry of one of the `lists` (or of
 /// the object `map`, keyed by point), reads again without those entries, or of an
-/// entry whose errors are all in its field `detail`, without that field.
+/// entry whose errors are all in some of its fields `details`, without those fields.
 fn lenient(
     v: &Value,
     ctx: &Context<'_>,
     path: &str,
     lists: &[&str],
     map: Option<&str>,
-    detail: &str,
+    details: &[&str],
     read: fn(&Value, &Context<'_>) -> Result<Heartbeat, Vec<InputError>>,
 ) -> Result<(Heartbeat, Vec<InputError>), Vec<InputError>> {
     let errors = match read(v, ctx) {
@@ -1303,15 +1483,9 @@ fn lenient(
             format!("{path}.{key}")
         }
     };
-    // Whether the rest of an error's field, after its entry, is in `detail`.
-    let in_detail = |tail: &str| {
-        tail.strip_prefix('.')
-            .and_then(|t| t.strip_prefix(detail))
-            .is_some_and(|t| t.is_empty() || t.starts_with(['[', '.']))
-    };
-    // The entries at fault, each with whether only its `detail` is.
-    let mut indices: BTreeMap<&str, BTreeMap<usize, bool>> = BTreeMap::new();
-    let mut keys: BTreeMap<&str, bool> = BTreeMap::new();
+    // The entries at fault, each with what of it is.
+    let mut indices: BTreeMap<&str, BTreeMap<usize, Fault<'_>>> = BTreeMap::new();
+    let mut keys: BTreeMap<&str, Fault<'_>> = BTreeMap::new();
     for e in &errors {
         let index = lists.iter().find_map(|&key| {
             let rest = e.field.strip_prefix(&format!("{}[", at(key)))?;
@@ -1319,8 +1493,12 @@ fn lenient(
             Some((key, i.parse::<usize>().ok()?, tail))
         });
         if let Some((key, i, tail)) = index {
-            let only = indices.entry(key).or_default().entry(i).or_insert(true);
-            *only &= in_detail(tail);
+            let fault = indices
+                .entry(key)
+                .or_default()
+                .entry(i)
+                .or_insert_with(|| Some(BTreeSet::new()));
+            add_fault(fault, tail, details);
             continue;
         }
         // A point of the map: the longest key the field is at (names may hold dots).
@@ -1338,36 +1516,43 @@ fn lenient(
         });
         match entry {
             Some((k, tail)) => {
-                let only = keys.entry(k.as_str()).or_insert(true);
-                *only &= in_detail(tail);
+                let fault = keys
+                    .entry(k.as_str())
+                    .or_insert_with(|| Some(BTreeSet::new()));
+                add_fault(fault, tail, details);
             }
             None => return Err(errors),
         }
     }
     let mut valid = v.clone();
-    let strip = |entry: Option<&mut Value>| {
+    let strip = |entry: Option<&mut Value>, fields: &BTreeSet<&str>| {
         if let Some(Value::Object(o)) = entry {
-            o.remove(detail);
+            for f in fields {
+                o.remove(*f);
+            }
         }
     };
     for (key, entries) in indices {
         if let Some(Value::Array(items)) = valid.get_mut(key) {
-            for (&i, _) in entries.iter().filter(|(_, &only)| only) {
-                strip(items.get_mut(i));
+            for (&i, fault) in &entries {
+                if let Some(fields) = fault {
+                    strip(items.get_mut(i), fields);
+                }
             }
             let mut i = 0;
             items.retain(|_| {
                 i += 1;
-                entries.get(&(i - 1)) != Some(&false)
+                !matches!(entries.get(&(i - 1)), Some(None))
             });
         }
     }
     if let Some(Value::Object(m)) = map.and_then(|key| valid.get_mut(key)) {
-        for (k, only) in keys {
-            if only {
-                strip(m.get_mut(k));
-            } else {
-                m.remove(k);
+        for (k, fault) in keys {
+            match fault {
+                Some(fields) => strip(m.get_mut(k), &fields),
+                None => {
+                    m.remove(k);
+                }
             }
         }
     }
@@ -1475,8 +1660,8 @@ fn sds_points(r: &mut Reader<'_, '_>) -> Option<Vec<PointCycle>> {
 }
 
 /// The sections of a point's settings, as the runtime names them.
-const SECTIONS: [&str; 7] = [
-    "rules", "window", "shadow", "adaptive", "cluster", "breaker", "retry",
+const SECTIONS: [&str; 8] = [
+    "rules", "window", "shadow", "adaptive", "cluster", "breaker", "retry", "keys",
 ];
 
 /// The breaker states the runtime reports.
@@ -2681,5 +2866,197 @@ mod tests {
         let errors =
             json_pull(&json!({"app_group": "g", "app": "a", "version": -2}), "x").unwrap_err();
         assert_eq!(fields(&errors), ["instance", "version"]);
+    }
+    #[test]
+    fn hot_keys_and_key_tables_are_read_in_our_protocol_only() {
+        let keys = json!([{"key": "vip-42", "passes": 10, "refused": 2, "overridden": true},
+                          {"key": "alice", "passes": 3, "a_later_field": 1},
+                          {"key": "", "refused": 1, "overridden": false}]);
+        let table = json!({"tracked": 2, "untracked_passes": 5, "untracked_refused": 1,
+                           "evictions": 3, "memory_bytes": 9});
+        let hb = json_heartbeat(
+            &with(json!({"points": [
+                {"name": "both", "visits": 1, "hot_keys": keys, "key_table": table},
+                {"name": "keys", "visits": 1, "hot_keys": []},
+                {"name": "table", "visits": 1, "key_table": {}},
+                {"name": "none", "visits": 1}]})),
+            &ctx(),
+        )
+        .unwrap();
+        let got: Vec<_> = hb.points.iter().map(|p| p.keys.clone()).collect();
+        let key = |k: &str, passes, refused, overridden| HotKey {
+            key: k.into(),
+            passes,
+            refused,
+            overridden,
+        };
+        assert_eq!(
+            got,
+            [
+                Some(PointKeys {
+                    hot_keys: vec![
+                        key("vip-42", 10, 2, true),
+                        key("alice", 3, 0, false),
+                        key("", 0, 1, false)
+                    ],
+                    key_table: Some(KeyTableCounts {
+                        tracked: 2,
+                        untracked_passes: 5,
+                        untracked_refused: 1,
+                        evictions: 3
+                    }),
+                }),
+                Some(PointKeys::default()),
+                Some(PointKeys {
+                    hot_keys: vec![],
+                    key_table: Some(KeyTableCounts::default())
+                }),
+                None,
+            ]
+        );
+        // SDS's protocol has no hot keys: the fields are ignored, even malformed.
+        let sds = sds_heartbeat(
+            &json!({"appGroupName": "g", "appName": "a",
+                    "statisticsCycleTime": 1_767_225_600_000_i64,
+                    "pointInfoMap": {"p": {"visitNum": 1, "hot_keys": "x", "key_table": 3}}}),
+            &ctx(),
+        )
+        .unwrap();
+        assert_eq!(sds.points[0].keys, None);
+    }
+
+    #[test]
+    fn malformed_hot_keys_name_the_field_and_only_they_are_left_out() {
+        let k = |key: Value| json!({"key": key, "passes": 1});
+        let eleven: Vec<Value> = (0..11).map(|i| k(json!(format!("k{i}")))).collect();
+        let body = with(json!({"points": [
+            {"name": "long", "visits": 1, "hot_keys": [k(json!("x".repeat(65))), k(json!("ok"))]},
+            {"name": "control", "visits": 1, "hot_keys": [k(json!("a\u{7}b"))]},
+            {"name": "many", "visits": 1, "hot_keys": eleven},
+            {"name": "shapes", "visits": 1, "hot_keys": [
+                {"passes": 1}, {"key": 5}, {"key": "n", "passes": -1, "refused": "2",
+                                           "overridden": 1}, 7]},
+            {"name": "list", "visits": 1, "hot_keys": {"key": "a"}},
+            {"name": "table", "visits": 1, "hot_keys": [k(json!("fine"))],
+             "key_table": {"tracked": -1, "evictions": 1.5}},
+            {"name": "table_shape", "visits": 1, "key_table": [1]},
+            {"name": "good", "visits": 1, "hot_keys": [k(json!("\u{e9}".repeat(32)))]},
+            // Malformed elsewhere too: the whole point is left out.
+            {"name": "bad", "visits": "x", "hot_keys": [k(json!(1))]}]}));
+        let errors = json_heartbeat(&body, &ctx()).unwrap_err();
+        assert_eq!(
+            fields(&errors),
+            [
+                "points[0].hot_keys[0].key",
+                "points[1].hot_keys[0].key",
+                "points[2].hot_keys",
+                "points[3].hot_keys[0].key",
+                "points[3].hot_keys[1].key",
+                "points[3].hot_keys[2].passes",
+                "points[3].hot_keys[2].refused",
+                "points[3].hot_keys[2].overridden",
+                "points[3].hot_keys[3]",
+                "points[4].hot_keys",
+                "points[5].key_table.tracked",
+                "points[5].key_table.evictions",
+                "points[6].key_table",
+                "points[8].visits",
+                "points[8].hot_keys[0].key",
+            ],
+            "{errors:?}"
+        );
+        assert!(
+            errors[0].message.contains("65 bytes"),
+            "{}",
+            errors[0].message
+        );
+        assert!(
+            errors[1].message.contains("control"),
+            "{}",
+            errors[1].message
+        );
+        assert!(
+            errors[2].message.contains("11 keys"),
+            "{}",
+            errors[2].message
+        );
+        // Leniently: every point but `bad`, without its malformed hot keys or key table
+        // (a point's valid part is kept: `table` keeps its hot keys).
+        let (hb, rejected) = json_heartbeat_lenient(&body, &ctx()).unwrap();
+        assert_eq!(rejected, errors);
+        let got: Vec<(&str, Option<usize>, bool)> = hb
+            .points
+            .iter()
+            .map(|p| {
+                (
+                    p.point.as_str(),
+                    p.keys.as_ref().map(|k| k.hot_keys.len()),
+                    p.keys.as_ref().is_some_and(|k| k.key_table.is_some()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("long", None, false),
+                ("control", None, false),
+                ("many", None, false),
+                ("shapes", None, false),
+                ("list", None, false),
+                ("table", Some(1), false),
+                ("table_shape", None, false),
+                ("good", Some(1), false),
+            ]
+        );
+        assert_eq!(hb.points[0].visits, 1);
+    }
+
+    #[test]
+    fn hot_keys_of_instances_merge_by_key() {
+        let key = |k: &str, passes, refused, overridden| HotKey {
+            key: k.into(),
+            passes,
+            refused,
+            overridden,
+        };
+        let a = PointKeys {
+            hot_keys: vec![key("x", 5, 0, false), key("y", 1, 1, true)],
+            key_table: Some(KeyTableCounts {
+                tracked: 2,
+                evictions: 1,
+                ..KeyTableCounts::default()
+            }),
+        };
+        let b = PointKeys {
+            hot_keys: (0..10)
+                .map(|i| key(&format!("k{i}"), i, 0, false))
+                .chain([key("y", 9, 0, false)])
+                .collect(),
+            key_table: Some(KeyTableCounts {
+                tracked: 3,
+                untracked_passes: 4,
+                untracked_refused: u64::MAX,
+                evictions: 0,
+            }),
+        };
+        let c = PointKeys::default();
+        let m = PointKeys::merged([&a, &b, &c]);
+        let names: Vec<_> = m.hot_keys.iter().map(|k| k.key.as_str()).collect();
+        // A tie goes to the key that sorts first (k5 before x).
+        assert_eq!(
+            names,
+            ["y", "k9", "k8", "k7", "k6", "k5", "x", "k4", "k3", "k2"]
+        );
+        assert_eq!(m.hot_keys[0], key("y", 10, 1, true));
+        assert_eq!(
+            m.key_table,
+            Some(KeyTableCounts {
+                tracked: 5,
+                untracked_passes: 4,
+                untracked_refused: u64::MAX,
+                evictions: 1
+            })
+        );
+        assert_eq!(PointKeys::merged([&c]).key_table, None);
     }
 }

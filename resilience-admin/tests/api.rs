@@ -1586,3 +1586,89 @@ fn an_edit_of_one_point_changes_that_point_only() {
     assert_eq!(r.json()["error"]["problems"][0]["field"], "point");
     assert_eq!(get(addr, POLICY, None).json()["version"], 3);
 }
+
+/// A keys section is validated as the runtime does: its problems name the field
+/// (an override by its value, quoted) and are placed at their line, a valid one is
+/// stored in the runtime's canonical form and served by a pull.
+#[test]
+fn keys_sections_are_validated_stored_and_pulled() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let validate = |body: Value| post_json(addr, &format!("{POLICY}/validate"), None, &body);
+    let text = "[points.a.keys]\nlimit = 10\nlimt = 3\n\n[points.a.keys.overrides]\n\
+                \"vip.42\" = 2000000000\nslow = { burst = 0, max_concurency = 1 }\n";
+    let problems = located_problems(&validate(json!({"text": text, "format": "toml"})));
+    assert_eq!(
+        problems,
+        [
+            (
+                json!("a"),
+                json!("keys.limt"),
+                json!("unknown_field"),
+                json!(3),
+                json!(1)
+            ),
+            (
+                json!("a"),
+                json!("keys.overrides.\"slow\".max_concurency"),
+                json!("unknown_field"),
+                json!(7),
+                json!(21)
+            ),
+            (
+                json!("a"),
+                json!("keys.overrides.\"slow\".burst"),
+                json!("out_of_range"),
+                json!(7),
+                json!(10)
+            ),
+            (
+                json!("a"),
+                json!("keys.overrides.\"vip.42\".limit"),
+                json!("out_of_range"),
+                json!(6),
+                json!(1)
+            ),
+        ]
+    );
+    // A valid one: stored as the runtime writes it (an override of the limit alone as
+    // a number, the default period left out), and pulled as stored.
+    let policy = json!({"points": {"a": {"keys": {"limit": 10, "period": "1s",
+        "overrides": {"vip-42": {"limit": 1000}, "slow": {"max_concurrency": 1}}}}}});
+    let r = edit(addr, 0, "alice", policy);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let keys = json!({"limit": 10, "overrides": {"slow": {"max_concurrency": 1}, "vip-42": 1000}});
+    let stored = get(addr, POLICY, None).json();
+    assert_eq!(stored["policy"]["points"]["a"]["keys"], keys, "{stored}");
+    assert!(
+        stored["toml"]
+            .as_str()
+            .unwrap()
+            .contains("[points.a.keys.overrides]"),
+        "{stored}"
+    );
+    let pulled = post_json(
+        addr,
+        "/api/v1/pull",
+        Some(APP),
+        &json!({"app_group": "shop", "app": "orders", "instance": "i", "version": 0}),
+    )
+    .json();
+    assert_eq!(pulled["policy"]["points"]["a"]["keys"], keys, "{pulled}");
+    // SDS's pull carries them in the full settings.
+    let client = json!({"appGroupName": "shop", "appName": "orders", "instanceId": "s",
+                        "version": 0, "pointList": ["a"]});
+    let r = request(
+        addr,
+        "POST",
+        "/sds/heartbeat/pullstrategy",
+        Some(APP),
+        Body::Form(&format!("client={}", form_value(&client.to_string()))),
+    );
+    assert_eq!(
+        r.json()["strategies"][0]["resiliencePolicy"]["keys"],
+        keys,
+        "{}",
+        r.text()
+    );
+}

@@ -13,6 +13,9 @@ mod common;
 /// The policy editors: the point form and the raw text editors.
 #[path = "dashboard/editor.rs"]
 mod editor;
+/// Hot keys: the tables of the points' hottest keys.
+#[path = "dashboard/hot_keys.rs"]
+mod hot_keys;
 /// The live view: charts at 1-second resolution.
 #[path = "dashboard/live.rs"]
 mod live;

@@ -147,7 +147,7 @@ fn a_version_1_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn a_version_2_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
 }
 
 /// A database of schema version 4 (before the seconds' call durations: this
@@ -206,7 +206,7 @@ fn a_version_4_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
 }
 
 #[test]
@@ -240,7 +240,7 @@ fn a_version_5_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
 }
 
 #[test]
@@ -265,6 +265,7 @@ fn a_version_6_database_is_migrated() {
              DROP COLUMN queue_refused, DROP COLUMN queue_full,
              DROP COLUMN queue_wait_ns, DROP COLUMN queue_max_wait_ns,
              DROP COLUMN queue_evicted;
+         DROP TABLE ra_hot_keys;
          UPDATE ra_schema SET version = 6;
          INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
          INSERT INTO ra_cycle_stats
@@ -277,7 +278,7 @@ fn a_version_6_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
 }
 
 #[test]
@@ -304,6 +305,7 @@ fn a_version_7_database_is_migrated() {
     let mut c = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
     c.batch_execute(&format!(
         "ALTER TABLE ra_cycle_stats DROP COLUMN queue_evicted;
+         DROP TABLE ra_hot_keys;
          UPDATE ra_schema SET version = 7;
          INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
          INSERT INTO ra_cycle_stats
@@ -317,5 +319,38 @@ fn a_version_7_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
+}
+
+#[test]
+fn postgres_hot_keys() {
+    let db = Database::create();
+    scenarios::hot_keys(StorageConfig::Postgres(db.url()));
+}
+
+/// A database of schema version 8 (before the hot keys: this version's schema
+/// without them) opens: its cycles are kept, and new heartbeats store their hot keys.
+#[test]
+fn a_version_8_database_is_migrated() {
+    let db = Database::create();
+    drop(resilience_admin::store::PostgresStore::connect(&db.url()).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let mut c = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "DROP TABLE ra_hot_keys;
+         UPDATE ra_schema SET version = 8;
+         INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
+         INSERT INTO ra_points SELECT id, 'order.create', FALSE, {cycle}, {cycle} FROM ra_apps;
+         INSERT INTO ra_cycle_stats
+             SELECT id, 'order.create', {cycle}, 7, 7, 0, 0, 0, 1, 1, 0,
+                    0, 0, 0, 0, 0, 0, 0, 0,
+                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 FROM ra_apps;"
+    ))
+    .unwrap();
+    scenarios::migrated_v8(StorageConfig::Postgres(db.url()), cycle);
+    let v: i32 = c
+        .query_one("SELECT MAX(version) FROM ra_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 9);
 }

@@ -10,10 +10,15 @@ fn file(dir: &TempDir) -> StorageConfig {
     StorageConfig::Sqlite(dir.path().join("admin.db"))
 }
 
+/// Takes a file of this version back to schema version 8: without the hot keys.
+fn without_v9() -> String {
+    "DROP TABLE hot_keys;".to_owned()
+}
+
 /// Takes a file of this version back to schema version 7: without the queues'
 /// evicted waiters.
 fn without_v8() -> String {
-    drop_columns(&["queue_evicted"])
+    without_v9() + "\n" + &drop_columns(&["queue_evicted"])
 }
 
 /// Takes a file of this version back to schema version 6: without the cycles'
@@ -129,7 +134,7 @@ fn a_version_1_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
 }
 
 #[test]
@@ -164,7 +169,7 @@ fn a_version_2_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
 }
 
 /// A file of schema version 4 (before the seconds' call durations: this version's
@@ -195,7 +200,7 @@ fn a_version_4_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
 }
 
 #[test]
@@ -228,7 +233,7 @@ fn a_version_5_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
 }
 
 #[test]
@@ -262,7 +267,7 @@ fn a_version_6_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
 }
 
 /// A file of schema version 7 (before the queues' evicted waiters: this version's file
@@ -291,5 +296,40 @@ fn a_version_7_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 8);
+    assert_eq!(v, 9);
+}
+
+#[test]
+fn sqlite_hot_keys() {
+    let dir = TempDir::new("hot-keys");
+    scenarios::hot_keys(file(&dir));
+}
+
+/// A file of schema version 8 (before the hot keys: this version's file without
+/// them) opens: its cycles are kept, and new heartbeats store their hot keys.
+#[test]
+fn a_version_8_file_is_migrated() {
+    let dir = TempDir::new("migrate8");
+    let path = dir.path().join("admin.db");
+    drop(resilience_admin::store::SqliteStore::open(&path).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&format!(
+        "{}
+         INSERT INTO apps VALUES (1, 'shop', 'orders', 5);
+         INSERT INTO points VALUES (1, 'order.create', 0, {cycle}, {cycle});
+         INSERT INTO cycle_stats
+             VALUES (1, 'order.create', {cycle}, 7, 7, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+         PRAGMA user_version = 8;",
+        without_v9()
+    ))
+    .unwrap();
+    drop(conn);
+    scenarios::migrated_v8(file(&dir), cycle);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 9);
 }

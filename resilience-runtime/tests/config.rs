@@ -147,6 +147,10 @@ fn the_example_policy_file_is_valid() {
         Some(BreakerPolicy::Sre { config, .. }) if config.k == 2.0
     ));
     assert!(file.points["recommendations"].policy.is_shadow());
+    let keys = order.keys().unwrap();
+    assert_eq!(keys.rule().limit, Some(100));
+    assert_eq!(keys.rule_of("vip-42").limit, Some(1000));
+    assert_eq!(keys.rule_of("slow").max_concurrency, Some(1));
     assert_eq!(
         file.points.keys().collect::<Vec<_>>(),
         ["order.create", "recommendations", "search.query"]
@@ -1512,4 +1516,22 @@ fn the_readme_cluster_line_parses() {
         file.points["orders.create"].policy.cluster(),
         Some(ClusterLimit::Visits { quota: 500, .. })
     ));
+}
+
+#[cfg(not(feature = "redis"))]
+#[test]
+fn a_cluster_wide_keys_section_without_the_redis_feature_is_named() {
+    let text = r#"
+        [points."k.x"]
+        keys = { limit = 3, cluster = { url = "redis://h/", prefix = "k:" } }
+    "#;
+    let err = PolicyFile::parse(text, Format::Toml).unwrap_err();
+    assert_eq!(
+        problems(&err),
+        [(ProblemKind::UnknownField, Some("k.x"), Some("keys.cluster"))]
+    );
+    assert!(
+        err.to_string().contains("needs the `redis` feature"),
+        "{err}"
+    );
 }

@@ -12,6 +12,7 @@ use proptest::test_runner::{Config, FileFailurePersistence};
 #[cfg(feature = "redis")]
 use resilience_runtime::config::INLINE_SOURCE;
 use resilience_runtime::config::{Format, PointConfig, PolicyFile};
+use resilience_runtime::keys::{KeyOverride, KeyPolicy};
 #[cfg(feature = "redis")]
 use resilience_runtime::layers::Source;
 use resilience_runtime::retry::RetryPolicy;
@@ -50,8 +51,21 @@ failure_rate = 0.4
 consecutive_failures = 5
 open_wait = { base = "1s", multiplier = 2.0, max = "30s", jitter = 0.1 }
 
+[points."order.create".keys]
+limit = 100
+period = "2s"
+burst = 150
+max_concurrency = 5
+max_keys = 8192
+
+[points."order.create".keys.overrides]
+"vip-42" = 1000
+"blocked" = 0
+"slow" = { max_concurrency = 1, burst = 3, limit = 2 }
+
 [points.search]
 max_visits = 0
+keys = { max_concurrency = 2, overrides = { a = 1 } }
 breaker = { algorithm = "sre", k = 2.0, slow_call = "500ms" }
 retry = { attempts = 4, base = "10ms", budget = { percent = 5.0 } }
 adaptive = { algorithm = "shedder", cpu_threshold = 800 }
@@ -339,6 +353,8 @@ fn field_name() -> impl Strategy<Value = String> {
             Just("failure_rate"), Just("open_wait"), Just("max_limit"),
             Just("retry"), Just("attempts"), Just("base"), Just("multiplier"), Just("max"),
             Just("jitter"), Just("budget"), Just("percent"), Just("min_per_second"),
+            Just("keys"), Just("limit"), Just("period"), Just("burst"), Just("max_keys"),
+            Just("overrides"), Just("vip"),
         ]
         .prop_map(str::to_owned),
         1 => "[a-z_]{1,10}",
@@ -387,6 +403,15 @@ fn point() -> impl Strategy<Value = serde_json::Value> {
         .prop_map(|v| ("adaptive".to_owned(), v)),
         section(&["attempts", "base", "multiplier", "max", "jitter", "budget"])
             .prop_map(|v| ("retry".to_owned(), v)),
+        section(&[
+            "limit",
+            "period",
+            "burst",
+            "max_concurrency",
+            "max_keys",
+            "overrides"
+        ])
+        .prop_map(|v| ("keys".to_owned(), v)),
         (field_name(), value()),
     ];
     proptest::collection::vec(field, 0..6)
@@ -417,14 +442,19 @@ fn valid_policy() -> impl Strategy<Value = Policy> {
             any::<bool>(),
             of(ms(86_400_000)),
         ),
+        of(valid_keys()),
     )
         .prop_filter_map(
             "the policy must build",
             |(
                 (visits, conc, exc, rate, timeouts),
                 (bucket, pct, delay, window, shadow, call_timeout),
+                keys,
             )| {
                 let mut b = Policy::builder().downgrade_percentage(pct).shadow(shadow);
+                if let Some(k) = keys {
+                    b = b.keys(k);
+                }
                 if let Some(d) = call_timeout {
                     b = b.call_timeout(d);
                 }
@@ -451,6 +481,52 @@ fn valid_policy() -> impl Strategy<Value = Policy> {
                     // A retry interval no longer than the delay.
                     let retry = retry.map(|r| d.min(Duration::from_millis(r)));
                     b = b.delay(d, retry);
+                }
+                b.build().ok()
+            },
+        )
+}
+
+/// A random valid `keys` section: every field present or not, overrides in both
+/// forms (some of which the section's rule makes invalid, filtered out).
+fn valid_keys() -> impl Strategy<Value = KeyPolicy> {
+    use proptest::option::of;
+    use std::time::Duration;
+    let over = prop_oneof![
+        (0..1_000_000u64).prop_map(KeyOverride::limit),
+        (of(0..1_000_000u64), of(1..1_000_000u64), of(0..1_000u32)).prop_map(
+            |(limit, burst, max_concurrency)| KeyOverride {
+                limit,
+                burst,
+                max_concurrency,
+            }
+        ),
+    ];
+    (
+        of((0..1_000_000u64, 1..86_400_000u64)),
+        of(1..1_000_000u64),
+        of(0..1_000u32),
+        of(16..=(1u32 << 20)),
+        proptest::collection::btree_map("[a-z0-9:-]{1,8}", over, 0..4),
+    )
+        .prop_filter_map(
+            "the keys section must build",
+            |(limit, burst, conc, max_keys, overrides)| {
+                let mut b = KeyPolicy::builder();
+                if let Some((l, ms)) = limit {
+                    b = b.limit(l, Duration::from_millis(ms));
+                }
+                if let Some(n) = burst {
+                    b = b.burst(n);
+                }
+                if let Some(n) = conc {
+                    b = b.max_concurrency(n);
+                }
+                if let Some(n) = max_keys {
+                    b = b.max_keys(n);
+                }
+                for (value, o) in overrides {
+                    b = b.override_rule(value, o);
                 }
                 b.build().ok()
             },

@@ -1008,3 +1008,113 @@ fn uploads_carry_the_queue_of_the_cycle() {
     let p = &body["points"].as_array().unwrap()[0];
     assert!(p.get("queue").is_none(), "{p}");
 }
+
+#[test]
+fn uploads_carry_the_hot_keys_and_pulled_keys_sections_apply() {
+    let (registry, manual) = manual_registry();
+    let answers = Arc::new(Mutex::new(Vec::<Value>::new()));
+    let queue = Arc::clone(&answers);
+    let peer = Peer::start(move |req| {
+        if req.path.ends_with("/pull") {
+            ok(queue.lock().unwrap().remove(0))
+        } else {
+            ok(json!({"result": "stored"}))
+        }
+    });
+    let client = HeartbeatClient::new(config(&peer.url()), registry);
+    answers
+        .lock()
+        .unwrap()
+        .push(json!({"changed": true, "version": 1, "policy": {"points": {
+        "hb.keys": {"keys": {"limit": 2, "period": "1h", "overrides": {"vip": 5,
+                    "slow": {"max_concurrency": 1}}}},
+        "hb.plain": {"max_visits": 100}}}}));
+    client.pull_now().unwrap();
+    let keys = registry
+        .policy("hb.keys")
+        .unwrap()
+        .unwrap()
+        .keys()
+        .cloned()
+        .unwrap();
+    assert_eq!(keys.rule_of("vip").limit, Some(5));
+    assert_eq!(keys.rule_of("slow").max_concurrency, Some(1));
+    let point = registry.point("hb.keys").unwrap();
+    let call = |key: &str| point.enter_key(key).map(|p| p.finish(false)).is_ok();
+    assert_eq!((0..3).filter(|_| call("alice")).count(), 2);
+    assert_eq!((0..4).filter(|_| call("vip")).count(), 4);
+    assert!(call("bob"));
+    registry
+        .point("hb.plain")
+        .unwrap()
+        .enter()
+        .unwrap()
+        .finish(false);
+    manual.advance(Duration::from_secs(14));
+    client.upload_now().unwrap();
+    let body = peer.seen()[1].json();
+    let find = |name: &str| {
+        body["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let p = find("hb.keys");
+    assert_eq!(
+        p["hot_keys"],
+        json!([{"key": "vip", "passes": 4, "refused": 0, "overridden": true},
+               {"key": "alice", "passes": 2, "refused": 1, "overridden": false},
+               {"key": "bob", "passes": 1, "refused": 0, "overridden": false},
+               // An override is tracked before its first call.
+               {"key": "slow", "passes": 0, "refused": 0, "overridden": true}])
+    );
+    assert_eq!(
+        p["key_table"],
+        json!({"tracked": 2, "untracked_passes": 0, "untracked_refused": 0, "evictions": 0})
+    );
+    assert_eq!(p["downgrades_by_reason"], json!({"hot_key": 1}));
+    // A point without a keys section has neither.
+    let plain = find("hb.plain");
+    assert!(plain.get("hot_keys").is_none() && plain.get("key_table").is_none());
+    // The section's origin is the console's.
+    let enforcing = body["enforcing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "hb.keys")
+        .unwrap()
+        .clone();
+    assert_eq!(enforcing["origins"]["keys"]["source"], "console");
+
+    // At most ten keys, the hottest.
+    for i in 0..20 {
+        for _ in 0..=(i % 3) {
+            call(&format!("k{i:02}"));
+        }
+    }
+    manual.advance(Duration::from_secs(10));
+    client.upload_now().unwrap();
+    let body = peer.seen()[2].json();
+    let p = &body["points"].as_array().unwrap()[0];
+    assert_eq!(p["name"], "hb.keys");
+    let hot = p["hot_keys"].as_array().unwrap();
+    assert_eq!(hot.len(), 10, "{p}");
+    assert_eq!(hot[0]["key"], "vip");
+    assert_eq!(p["key_table"]["tracked"], 22);
+
+    // SDS's form is unchanged: no hot keys.
+    let sds = HeartbeatClient::new(config(&peer.url()).protocol(Protocol::Sds), registry);
+    call("alice");
+    manual.advance(Duration::from_secs(10));
+    sds.upload_now().unwrap();
+    let up = peer.seen()[3].sds_client();
+    let p = &up["pointInfoMap"]["hb.keys"];
+    assert!(p.is_object(), "{up}");
+    assert!(
+        p.get("hot_keys").is_none() && p.get("key_table").is_none(),
+        "{p}"
+    );
+}

@@ -34,12 +34,13 @@ fn fresh() -> &'static Registry {
 }
 
 /// The five policy sections (every section but the breaker).
-const POLICY_SECTIONS: [Section; 5] = [
+const POLICY_SECTIONS: [Section; 6] = [
     Section::Rules,
     Section::Window,
     Section::Shadow,
     Section::Adaptive,
     Section::Cluster,
+    Section::Keys,
 ];
 
 /// The six orders of the three source kinds.
@@ -164,6 +165,11 @@ fn reference(layers: &[(Source, u64, PointConfig)], precedence: &Precedence) -> 
     if let Some(c) = winner(Section::Cluster) {
         if let Some(limit) = c.policy.cluster() {
             b = b.cluster(limit.clone());
+        }
+    }
+    if let Some(c) = winner(Section::Keys) {
+        if let Some(k) = c.policy.keys() {
+            b = b.keys(k.clone());
         }
     }
     let any_policy = POLICY_SECTIONS.iter().any(|s| winner(*s).is_some());

@@ -4,8 +4,8 @@ use super::{body, json_body, require, AdminState, ApiError};
 use crate::auth::Right;
 use crate::enforcement::{self, Console, PointEnforcement, Verdict};
 use crate::model::{
-    AppKey, BreakerReport, EnforcementRow, InstanceInfo, NewPolicyVersion, PointInfo,
-    PolicyVersion, SectionOrigin, CYCLE_MS, SECOND_MS,
+    AppKey, BreakerReport, EnforcementRow, HotKey, HotKeysRow, InstanceInfo, KeyTableCounts,
+    NewPolicyVersion, PointInfo, PointKeys, PolicyVersion, SectionOrigin, CYCLE_MS, SECOND_MS,
 };
 use crate::policy::{self, Document};
 use crate::wire::check_name;
@@ -152,6 +152,18 @@ struct PointView {
     idle: bool,
     /// The end of its last cycle with traffic, when idle; `None` if none is stored.
     idle_since_ms: Option<i64>,
+    /// Its hottest keys: the latest report of each live instance, merged (each key's
+    /// passes and refusals summed), the hottest ten; absent when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    hot_keys: Vec<HotKey>,
+    /// Its key table's totals, summed over the same reports; absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_table: Option<KeyTableCounts>,
+    /// The newest cycle of those reports, and how many instances sent one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hot_keys_cycle_start_ms: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hot_keys_instances: Option<u64>,
 }
 
 /// `GET .../points`: points reported by instances, points with a policy, and points
@@ -165,12 +177,13 @@ pub(super) async fn points(
     require(&state, &headers, Right::Read)?;
     let app = app_key(group, app)?;
     let key = app.clone();
-    let (reported, rows, instances) = state
+    let (reported, rows, instances, hot) = state
         .store_op(move |s| {
             Ok((
                 s.points(&key)?,
                 s.enforcement(&key, None, false)?,
                 s.instances(&key)?,
+                s.hot_keys(&key, None)?,
             ))
         })
         .await?;
@@ -183,6 +196,12 @@ pub(super) async fn points(
     for r in &rows {
         if enforcement::is_live(instances.get(r.instance.as_str()).copied(), now) {
             live.entry(r.entry.point.as_str()).or_default().push(r);
+        }
+    }
+    let mut live_keys: BTreeMap<&str, Vec<&HotKeysRow>> = BTreeMap::new();
+    for r in &hot {
+        if enforcement::is_live(instances.get(r.instance.as_str()).copied(), now) {
+            live_keys.entry(r.point.as_str()).or_default().push(r);
         }
     }
     let console = console_view(
@@ -223,11 +242,18 @@ pub(super) async fn points(
                 live.get(info.name.as_str()).into_iter().flatten().copied(),
                 &console,
             );
+            let reports = live_keys.get(info.name.as_str());
+            let keys = reports.map(|r| PointKeys::merged(r.iter().map(|r| &r.keys)));
             PointView {
-                info,
                 enforcement,
                 idle,
                 idle_since_ms: last_traffic.filter(|_| idle).map(|t| t + CYCLE_MS),
+                hot_keys_cycle_start_ms: reports
+                    .and_then(|r| r.iter().map(|r| r.cycle_start_ms).max()),
+                hot_keys_instances: reports.map(|r| r.len() as u64),
+                hot_keys: keys.as_ref().map_or_else(Vec::new, |k| k.hot_keys.clone()),
+                key_table: keys.and_then(|k| k.key_table),
+                info,
             }
         })
         .collect();

@@ -24,6 +24,7 @@ const REASON_COLORS = {
   exception_rate: "#4d7c0f",
   delay: "#475569",
   breaker_open: "#000000",
+  hot_key: "#0284c7",
 };
 const EXTRA_COLORS = ["#9333ea", "#0d9488", "#b45309", "#1d4ed8"];
 
@@ -181,6 +182,7 @@ async function loadPoints() {
   }
   drawRetries(r.data.points);
   drawQueues(r.data.points);
+  drawHotKeys(r.data.points);
 }
 
 // The retry counters, as the API names them, with the class of their cell.
@@ -242,6 +244,54 @@ function drawQueues(points) {
   $("#queues-none").hidden = shown.length > 0;
 }
 
+// The key table's totals, as the API names them, with what the line says of each.
+const KEY_TABLE_FIGURES = [
+  ["tracked", "tracked"],
+  ["untracked_passes", "untracked passes"],
+  ["untracked_refused", "untracked refused"],
+  ["evictions", "evictions"],
+];
+
+// The hot keys: a table per point whose live instances reported hot keys (their
+// latest reports, summed by key), the hottest first, with the calls each key's rule
+// admitted and refused since the instances track it; below it, the key table's
+// totals. Clicking a table selects its point.
+function drawHotKeys(points) {
+  const box = $("#hot-keys");
+  box.textContent = "";
+  const shown = points.filter((p) => (p.hot_keys && p.hot_keys.length > 0) || p.key_table);
+  for (const p of shown) {
+    const rows = (p.hot_keys || []).map((k) =>
+      el("tr", { "data-key": k.key, class: k.overridden ? "overridden" : "" }, [
+        el("td", { class: "k-key", text: k.key }),
+        el("td", { class: "k-passes", text: String(k.passes) }),
+        el("td", { class: "k-refused", text: String(k.refused) }),
+        el("td", { class: "k-overridden", text: k.overridden ? "yes" : "" }),
+      ]),
+    );
+    if (rows.length === 0) rows.push(el("tr", { class: "no-keys" }, [el("td", { colspan: "4", text: "no key tracked" })]));
+    const table = el("table", { class: "hot-keys", "data-point": p.name }, [
+      el("caption", {}, [
+        el("span", { class: "point", text: p.name }),
+        el("span", { class: "asof hint", "data-cycle-start-ms": String(p.hot_keys_cycle_start_ms || ""), text: " as of " + time(p.hot_keys_cycle_start_ms) + (p.hot_keys_instances > 1 ? ", " + plural(p.hot_keys_instances, "instance") : "") }),
+      ]),
+      el("thead", {}, [el("tr", {}, [el("th", { text: "key" }), el("th", { text: "passes" }), el("th", { text: "refused" }), el("th", { text: "override" })])]),
+      el("tbody", {}, rows),
+    ]);
+    const wrap = el("div", { class: "hot-keys-point table-scroll", "data-point": p.name, tabindex: "0" }, [table]);
+    if (p.key_table) {
+      const t = p.key_table;
+      const line = el("p", { class: "hint key-table", text: "Key table: " + KEY_TABLE_FIGURES.map(([k, words]) => (t[k] || 0) + " " + words).join(", ") + "." });
+      for (const [k] of KEY_TABLE_FIGURES) line.dataset[k.replace(/_(.)/g, (m, c) => c.toUpperCase())] = String(t[k] || 0);
+      wrap.append(line);
+    }
+    wrap.classList.toggle("selected", state.point === p.name);
+    wrap.addEventListener("click", () => selectPoint(p.name));
+    box.append(wrap);
+  }
+  $("#hot-keys-none").hidden = shown.length > 0;
+}
+
 async function loadInstances() {
   const r = await api("GET", appPath("/instances"));
   if (!r.ok) throw new Error(errorText(r));
@@ -264,7 +314,7 @@ async function loadInstances() {
 function selectPoint(name) {
   state.point = name;
   state.formDirty = false;
-  for (const row of document.querySelectorAll("#points tbody tr, #retries tbody tr, #queues tbody tr")) {
+  for (const row of document.querySelectorAll("#points tbody tr, #retries tbody tr, #queues tbody tr, #hot-keys .hot-keys-point")) {
     row.classList.toggle("selected", (row.dataset.point || null) === name);
   }
   $("#chart-subject").textContent = name === null ? "all points" : name;
@@ -679,7 +729,7 @@ function drawChart(id, xs, series, meta) {
     chart.append(svg("polyline", { points, fill: "none", stroke: s.color, "stroke-width": "2.5", "data-series": s.name, "data-values": s.values.join(",") }));
     const total = s.values.reduce((a, b) => a + b, 0);
     legend.append(
-      el("span", { class: "key" }, [
+      el("span", { class: "key", "data-series": s.name }, [
         el("span", { class: "swatch", color: s.color }),
         s.name + " (" + formatCount(total) + ")",
       ]),

@@ -61,6 +61,17 @@ const FORM_SECTIONS = [
   { legend: "delay", fields: [["delay.duration", "dur"], ["delay.retry_interval", "dur"]] },
   { legend: "window", fields: [["window.buckets", "int", "10"], ["window.bucket_width", "dur", "1s"]] },
   {
+    legend: "keys",
+    hint: "per-key limits (hot keys): each value of a call's key (key = ... of the macros, Point::enter_key) makes at most limit calls per period, burst at once after a quiet time, and max_concurrency in flight; refused calls are downgraded as hot_key. max_keys keys are tracked exactly, the others share a sketch that never admits beyond their limit",
+    fields: [
+      ["keys.limit", "int"],
+      ["keys.period", "dur", "1s"],
+      ["keys.burst", "int", "limit"],
+      ["keys.max_concurrency", "int"],
+      ["keys.max_keys", "int", "4096"],
+    ],
+  },
+  {
     legend: "retry",
     hint: "retrying calls: attempts in all (1 never retries); the wait starts at base and grows by multiplier up to max, jitter removes a random fraction of it",
     fields: [
@@ -217,6 +228,7 @@ function buildForm() {
     if (section === "queue") set.append(el("p", { class: "hint queue-summary", id: "queue-summary" }));
     if (section === "token_bucket") set.append(el("p", { class: "hint token-bucket-summary", id: "token-bucket-summary" }));
     if (section === "warm_up") set.append(el("p", { class: "hint warm-up-summary", id: "warm-up-summary" }));
+    if (section === "keys") set.append(buildOverrides());
     if (section) set.append(el("div", { class: "field-error", "data-field": section }));
     box.append(set);
   }
@@ -271,6 +283,154 @@ function formInputs() {
   return document.querySelectorAll("#policy-form [data-kind]");
 }
 
+// ---- the keys section's overrides: one row per value ----
+//
+// A row holds a value of the key and its own limit, burst and max_concurrency (each
+// optional). The list is sent back as it was unless a row was added, removed or
+// edited; then each row starts from its stored override (every field of it, shown
+// or not) with the edited inputs applied, and an override of the limit alone is
+// written as that number, as the runtime writes it. Each input's `data-field` is the
+// runtime's name of its field (`keys.overrides."vip-42".limit`), so that problems
+// are shown beside it.
+
+// The fields of an override, as the runtime names them.
+const OVERRIDE_PARTS = ["limit", "burst", "max_concurrency"];
+
+function buildOverrides() {
+  const add = el("button", { type: "button", id: "keys-override-add", text: "Add override" });
+  add.addEventListener("click", () => {
+    const row = overrideRow("", undefined);
+    overrideBox().append(row);
+    syncOverrideFields();
+    state.formDirty = true;
+    row.querySelector('[data-part="value"]').focus();
+  });
+  return el("fieldset", { id: "keys-overrides", "data-section": "keys.overrides" }, [
+    el("legend", { text: "overrides" }),
+    el("p", { class: "hint", text: "chosen values of the key (a string key by its text, an integer key by its decimal text), each with any of its own limit, burst and max_concurrency (the others are the section's; a limit alone has a burst of that limit); a limit of 0 blocks the value" }),
+    el("div", { class: "override-rows", id: "keys-override-rows" }),
+    el("div", { class: "buttons" }, [add]),
+    el("div", { class: "field-error", "data-field": "keys.overrides" }),
+  ]);
+}
+
+function overrideBox() {
+  return $("#keys-override-rows");
+}
+
+function overrideRows() {
+  return [...overrideBox().querySelectorAll(".override-row")];
+}
+
+// The text an override's input shows: `entry` is the stored override (a number, its
+// limit; or a table), `undefined` for a new row.
+function overridePartText(entry, part) {
+  if (typeof entry === "number") return part === "limit" ? String(entry) : "";
+  if (entry && typeof entry === "object" && entry[part] !== undefined && entry[part] !== null) {
+    return typeof entry[part] === "object" ? JSON.stringify(entry[part]) : String(entry[part]);
+  }
+  return "";
+}
+
+function overrideRow(value, entry) {
+  const row = el("div", { class: "override-row" });
+  if (entry !== undefined) row.dataset.original = JSON.stringify({ value, entry });
+  const cell = (part, text, placeholder) => {
+    const input = el("input", { class: "o-" + part, "data-part": part, autocomplete: "off", spellcheck: "false", "aria-label": part, placeholder });
+    input.value = text;
+    input.dataset.original = entry === undefined ? "" : text;
+    if (part === "value") input.addEventListener("input", syncOverrideFields);
+    return el("label", { class: "o-cell" }, [el("span", { class: "name", text: part }), input, el("div", { class: "field-error", "data-part": part })]);
+  };
+  const remove = el("button", { type: "button", class: "o-remove", text: "Remove" });
+  remove.addEventListener("click", () => {
+    row.remove();
+    overrideBox().dataset.removed = "true";
+    state.formDirty = true;
+  });
+  row.append(cell("value", value, "value"));
+  for (const part of OVERRIDE_PARTS) row.append(cell(part, overridePartText(entry, part), part === "limit" ? "the section's" : part === "burst" ? "limit" : "the section's"));
+  row.append(remove, el("div", { class: "field-error o-row-error" }));
+  return row;
+}
+
+// `"value"` as the runtime quotes an override's value in a field name.
+function overrideField(value) {
+  return "keys.overrides." + JSON.stringify(value);
+}
+
+// Names each row's inputs and error slots after its value.
+function syncOverrideFields() {
+  for (const row of overrideRows()) {
+    const base = overrideField(row.querySelector('[data-part="value"]').value);
+    row.dataset.field = base;
+    row.querySelector(".o-row-error").dataset.field = base;
+    for (const input of row.querySelectorAll("input[data-part]")) {
+      const part = input.dataset.part;
+      const field = part === "value" ? base : base + "." + part;
+      input.dataset.field = field;
+      row.querySelector('.field-error[data-part="' + part + '"]').dataset.field = field;
+    }
+    // The value's own faults (empty, too long) go to the row's slot.
+    row.querySelector('.field-error[data-part="value"]').dataset.field = base + ".value";
+  }
+}
+
+// Fills the rows from the stored settings.
+function fillOverrides(settings) {
+  const box = overrideBox();
+  box.textContent = "";
+  delete box.dataset.removed;
+  const keys = settings && settings.keys;
+  const overrides = keys && typeof keys === "object" && keys.overrides && typeof keys.overrides === "object" ? keys.overrides : {};
+  for (const [value, entry] of Object.entries(overrides)) box.append(overrideRow(value, entry));
+  syncOverrideFields();
+  const off = state.point === null;
+  $("#keys-override-add").disabled = off;
+  for (const i of box.querySelectorAll("input, button")) i.disabled = off;
+}
+
+function overridesEdited() {
+  if (overrideBox().dataset.removed === "true") return true;
+  return overrideRows().some((row) => row.dataset.original === undefined || [...row.querySelectorAll("input[data-part]")].some(edited));
+}
+
+// A value given in two rows (the second), or null.
+function duplicateOverride() {
+  const seen = new Set();
+  for (const row of overrideRows()) {
+    const v = row.querySelector('[data-part="value"]').value;
+    if (seen.has(v)) return row;
+    seen.add(v);
+  }
+  return null;
+}
+
+// The overrides the rows say (see above).
+function overridesFromRows() {
+  const out = {};
+  for (const row of overrideRows()) {
+    const value = row.querySelector('[data-part="value"]').value;
+    const original = row.dataset.original === undefined ? null : JSON.parse(row.dataset.original);
+    const stored = original && original.entry;
+    let entry = {};
+    if (typeof stored === "number") entry = { limit: stored };
+    else if (stored && typeof stored === "object") entry = JSON.parse(JSON.stringify(stored));
+    for (const input of row.querySelectorAll("input[data-part]")) {
+      const part = input.dataset.part;
+      if (part === "value" || (original && !edited(input))) continue;
+      const text = input.value.trim();
+      if (text === "") delete entry[part];
+      else entry[part] = NUMBER.test(text) ? Number(text) : text;
+    }
+    // A new row left blank is no override.
+    if (!original && value === "" && Object.keys(entry).length === 0) continue;
+    const fields = Object.keys(entry);
+    out[value] = fields.length === 1 && fields[0] === "limit" && typeof entry.limit === "number" ? entry.limit : entry;
+  }
+  return out;
+}
+
 // ---- filling the form and reading it back ----
 
 function pointSettings(name) {
@@ -320,6 +480,7 @@ function fillForm() {
     input.disabled = name === null;
   }
   for (const s of ALGORITHM_SECTIONS) showAlgorithm(s.section);
+  fillOverrides(settings);
   showRetrySummary(settings);
   showQueueSummary(settings);
   showTokenSummaries(settings);
@@ -449,6 +610,8 @@ function rebaseForm() {
     input.dataset.original = text;
   }
   for (const s of ALGORITHM_SECTIONS) showAlgorithm(s.section);
+  // Rows the operator left alone show the new version's overrides.
+  if (!overridesEdited()) fillOverrides(settings);
   showRetrySummary(settings);
   showQueueSummary(settings);
   showTokenSummaries(settings);
@@ -528,6 +691,11 @@ function formSettings() {
     if (chosen === "" || chosen === "off") continue;
     for (const i of visible) if (edited(i)) setPath(out, i.dataset.field, inputValue(i));
   }
+  if (overridesEdited()) {
+    const overrides = overridesFromRows();
+    if (Object.keys(overrides).length === 0) setPath(out, "keys.overrides", undefined);
+    else setPath(out, "keys.overrides", overrides);
+  }
   return out;
 }
 
@@ -549,20 +717,46 @@ function showProblems(problems) {
     let slot = null;
     if (p.field && p.point === state.point) {
       // The field's own slot, else its section's (`breaker` for a breaker-wide fault).
-      const parts = p.field.split(".");
+      const parts = fieldParts(p.field);
       for (let n = parts.length; n > 0 && !slot; n--) {
         slot = document.querySelector('#policy-form .field-error[data-field="' + CSS.escape(parts.slice(0, n).join(".")) + '"]');
       }
     }
     if (slot && !slot.closest("[hidden]")) {
       slot.textContent = (slot.textContent ? slot.textContent + "; " : "") + p.message;
-      const input = document.querySelector('#policy-form [data-field="' + CSS.escape(slot.dataset.field) + '"][data-kind]');
+      const field = CSS.escape(slot.dataset.field);
+      const input = document.querySelector('#policy-form [data-field="' + field + '"][data-kind], #policy-form input[data-field="' + field + '"][data-part]');
       if (input) input.classList.add("invalid");
     } else {
       general.push(problemText(p));
     }
   }
   return general;
+}
+
+// A field name's parts: split at its dots, a quoted part (an override's value,
+// `keys.overrides."v.1".limit`) kept whole with its quotes.
+function fieldParts(field) {
+  const parts = [];
+  let part = "";
+  let quoted = false;
+  for (let i = 0; i < field.length; i++) {
+    const c = field[i];
+    if (quoted && c === "\\") {
+      part += c + (field[i + 1] || "");
+      i++;
+      continue;
+    }
+    if (c === '"') quoted = !quoted;
+    if (c === "." && !quoted) {
+      parts.push(part);
+      part = "";
+    } else {
+      part += c;
+    }
+  }
+  parts.push(part);
+  return parts;
 }
 
 function problemText(p) {
@@ -857,6 +1051,16 @@ function startEditor() {
   $("#policy-form").addEventListener("input", () => (state.formDirty = true));
   $("#policy-form").addEventListener("submit", (e) => {
     e.preventDefault();
+    const twice = duplicateOverride();
+    if (twice) {
+      clearErrors();
+      syncOverrideFields();
+      twice.querySelector(".o-row-error").textContent = "this value is in another row too: one row per value";
+      twice.querySelector('[data-part="value"]').classList.add("invalid");
+      message("The policy was not saved: fix the marked fields.", true);
+      return;
+    }
+    syncOverrideFields();
     submitPolicy(formSettings());
   });
   $("#remove").addEventListener("click", () => submitPolicy(null));

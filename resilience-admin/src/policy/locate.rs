@@ -55,9 +55,22 @@ fn problem_path(p: &PolicyProblem) -> Vec<String> {
         path.push(point.clone());
     }
     if let Some(field) = &p.field {
-        path.extend(field.split('.').map(str::to_owned));
+        path.extend(field_parts(field));
     }
     path
+}
+
+/// The parts of a field: split at its dots, but a quoted part (an override's value,
+/// `keys.overrides."vip.42".limit`, quoted as a JSON string) is one part, unquoted.
+fn field_parts(field: &str) -> Vec<String> {
+    if field.contains('"') {
+        if let Some((parts, rest)) = toml_key(field) {
+            if rest.is_empty() {
+                return parts;
+            }
+        }
+    }
+    field.split('.').map(str::to_owned).collect()
 }
 
 /// The key a problem at `path` is about: the key itself (the last one for a
@@ -612,6 +625,42 @@ mod tests {
         )];
         locate(&mut json, "{}", Format::Json);
         assert_eq!((json[0].line, json[0].column), (Some(3), Some(9)));
+    }
+
+    #[test]
+    fn an_override_is_placed_at_its_value_even_with_dots_in_it() {
+        assert_eq!(
+            field_parts("keys.overrides.\"v.i\\\"p\".limit"),
+            ["keys", "overrides", "v.i\"p", "limit"]
+        );
+        let text = "[points.a.keys]\nlimit = 1\n[points.a.keys.overrides]\n\"x.y\" = 2\n\
+                    slow = { burst = 0, max_concurrency = 1 }\n";
+        let mut problems = vec![
+            problem(
+                Some("a"),
+                Some("keys.overrides.\"x.y\""),
+                "out_of_range",
+                "bad",
+            ),
+            problem(
+                Some("a"),
+                Some("keys.overrides.\"slow\".burst"),
+                "out_of_range",
+                "bad",
+            ),
+        ];
+        locate(&mut problems, text, Format::Toml);
+        let lines: Vec<_> = problems.iter().map(|p| (p.line, p.column)).collect();
+        assert_eq!(lines, [(Some(4), Some(1)), (Some(5), Some(10))]);
+        let json = "{\"points\": {\"a\": {\"keys\": {\"overrides\": {\n\"x.y\": 2}}}}}";
+        let mut problems = vec![problem(
+            Some("a"),
+            Some("keys.overrides.\"x.y\""),
+            "out_of_range",
+            "bad",
+        )];
+        locate(&mut problems, json, Format::Json);
+        assert_eq!((problems[0].line, problems[0].column), (Some(2), Some(1)));
     }
 
     #[test]

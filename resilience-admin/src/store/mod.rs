@@ -14,8 +14,8 @@ pub use self::postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
 use crate::model::{
-    AppKey, AppSummary, BreakerReport, CycleRow, EnforcementRow, Enforcing, Heartbeat, Ingested,
-    InstanceInfo, NewPolicyVersion, PointInfo, PolicyVersion, Protocol, SecondRow,
+    AppKey, AppSummary, BreakerReport, CycleRow, EnforcementRow, Enforcing, Heartbeat, HotKeysRow,
+    Ingested, InstanceInfo, NewPolicyVersion, PointInfo, PolicyVersion, Protocol, SecondRow,
 };
 use std::collections::BTreeMap;
 use std::fmt;
@@ -60,6 +60,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// health replaces the previous one. Both only if the heartbeat's cycle is not
     /// older than the one they were last taken from (a late retry does not undo a
     /// newer report). A heartbeat without them leaves them as they are.
+    ///
+    /// The hot keys and key table of each point ([`PointCycle::keys`](crate::model::PointCycle::keys))
+    /// replace what the instance's heartbeats of an older cycle said of that point (one
+    /// row per instance and point, never a history); a point the heartbeat reports
+    /// without them loses the instance's row (the instance says it has none now).
     ///
     /// # Errors
     ///
@@ -109,6 +114,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         point: Option<&str>,
         with_local: bool,
     ) -> Result<Vec<EnforcementRow>, StoreError>;
+
+    /// The latest hot keys each instance of the app reported, of one point or of all,
+    /// sorted by point then instance.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if the database fails or holds unreadable JSON.
+    fn hot_keys(&self, app: &AppKey, point: Option<&str>) -> Result<Vec<HotKeysRow>, StoreError>;
 
     /// Stored cycles of the app with `from_ms <= cycle_start_ms < to_ms`, of one point
     /// or of all, ordered by point then time, at most `limit` rows.
@@ -216,8 +229,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ) -> Result<PolicyVersion, StoreError>;
 
     /// Deletes statistics of cycles that started before `before_ms`, and enforcement
-    /// reports received before it (of instances silent since); returns how many
-    /// point-cycles were deleted. Policy versions are never deleted.
+    /// reports and hot keys received before it (of instances silent since); returns
+    /// how many point-cycles were deleted. Policy versions are never deleted.
     ///
     /// # Errors
     ///
@@ -237,7 +250,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// [`prune`](Store::prune) removed the older cycles:
     ///
     /// - instances whose last heartbeat and last pull are both older (with what they
-    ///   enforce);
+    ///   enforce and their hot keys);
     /// - points no instance mentioned since, except the points the app's current
     ///   policy version has settings for, and the declared points of an app one of
     ///   whose instances sent a heartbeat since;
@@ -526,6 +539,34 @@ impl StoredEnforcing {
             origins,
             local,
             breaker,
+        })
+    }
+}
+
+/// A point's hot keys as stored: the keys and the key table as JSON text.
+pub(crate) struct StoredHotKeys {
+    pub(crate) keys: String,
+    pub(crate) key_table: Option<String>,
+}
+
+impl StoredHotKeys {
+    /// The columns of a report.
+    pub(crate) fn of(k: &crate::model::PointKeys) -> StoredHotKeys {
+        StoredHotKeys {
+            keys: to_json(&k.hot_keys),
+            key_table: k.key_table.as_ref().map(to_json),
+        }
+    }
+
+    /// The report back.
+    pub(crate) fn into_keys(self) -> Result<crate::model::PointKeys, StoreError> {
+        Ok(crate::model::PointKeys {
+            hot_keys: parse_json(&self.keys, "hot keys")?,
+            key_table: self
+                .key_table
+                .as_deref()
+                .map(|t| parse_json(t, "key table"))
+                .transpose()?,
         })
     }
 }

@@ -5,12 +5,12 @@
 
 use super::{
     is_max_column, parse_json, queue_from, queue_values, to_i64, to_json, to_u64, Forgotten, Pool,
-    Pooled, Pull, Store, StoreError, StoredEnforcing, QUEUE_COLUMNS,
+    Pooled, Pull, Store, StoreError, StoredEnforcing, StoredHotKeys, QUEUE_COLUMNS,
 };
 use crate::model::{
-    AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, Ingested, InstanceInfo,
-    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, QueueCounts, RetryCounts, SecondCounts,
-    SecondRow, CYCLE_MS, SECOND_MS,
+    AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, HotKeysRow, Ingested,
+    InstanceInfo, NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, QueueCounts, RetryCounts,
+    SecondCounts, SecondRow, CYCLE_MS, SECOND_MS,
 };
 use postgres::error::SqlState;
 use postgres::types::ToSql;
@@ -18,7 +18,7 @@ use postgres::{Client, GenericClient, NoTls, Row};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-const SCHEMA_VERSION: i32 = 8;
+const SCHEMA_VERSION: i32 = 9;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ra_schema (version INTEGER NOT NULL);
@@ -184,6 +184,20 @@ ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_wait_ns BIGINT NOT NUL
 ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_max_wait_ns BIGINT NOT NULL DEFAULT 0;
 -- Version 8: the queues' evicted waiters; the cycles stored before have none.
 ALTER TABLE ra_cycle_stats ADD COLUMN IF NOT EXISTS queue_evicted BIGINT NOT NULL DEFAULT 0;
+-- Version 9: each instance's latest hot keys and key table per point (JSON: the keys,
+-- at most ten, and the table's totals); no history.
+CREATE TABLE IF NOT EXISTS ra_hot_keys (
+    app_id BIGINT NOT NULL,
+    instance TEXT NOT NULL,
+    point TEXT NOT NULL,
+    keys TEXT NOT NULL,
+    key_table TEXT,
+    cycle_start_ms BIGINT NOT NULL,
+    received_ms BIGINT NOT NULL,
+    PRIMARY KEY (app_id, instance, point)
+);
+CREATE INDEX IF NOT EXISTS ra_hot_keys_point ON ra_hot_keys (app_id, point);
+CREATE INDEX IF NOT EXISTS ra_hot_keys_received ON ra_hot_keys (received_ms);
 -- The reads of one app over a time range (every point's cycles or seconds of the last
 -- minutes, summed or not). Indexes only: a database with them still opens in an
 -- older server, which keeps them up to date.
@@ -465,6 +479,7 @@ fn read_cycles(
                     seconds: None,
                     retry,
                     queue,
+                    keys: None,
                 },
                 instances: count(r, 8),
             }
@@ -494,6 +509,63 @@ fn read_cycles(
         }
     }
     Ok(out)
+}
+
+/// Stores each point's hot keys as the instance's latest (unless a newer cycle's are
+/// stored), and forgets the instance's of the points it reports without them.
+fn record_hot_keys(
+    tx: &mut postgres::Transaction<'_>,
+    app: i64,
+    hb: &Heartbeat,
+    now_ms: i64,
+) -> Result<(), postgres::Error> {
+    let mut with: BTreeMap<&str, StoredHotKeys> = BTreeMap::new();
+    let mut without: BTreeSet<&str> = BTreeSet::new();
+    for p in &hb.points {
+        match &p.keys {
+            Some(k) => {
+                with.insert(p.point.as_str(), StoredHotKeys::of(k));
+            }
+            None => {
+                without.insert(p.point.as_str());
+            }
+        }
+    }
+    let with: Vec<(&str, StoredHotKeys)> = with.into_iter().collect();
+    for chunk in with.chunks(BATCH_ROWS) {
+        let points: Vec<&str> = chunk.iter().map(|(p, _)| *p).collect();
+        let keys: Vec<&str> = chunk.iter().map(|(_, c)| c.keys.as_str()).collect();
+        let tables: Vec<Option<&str>> = chunk.iter().map(|(_, c)| c.key_table.as_deref()).collect();
+        tx.execute(
+            "INSERT INTO ra_hot_keys (app_id, instance, point, keys, key_table,
+                cycle_start_ms, received_ms)
+             SELECT $1::BIGINT, $2::TEXT, u.point, u.keys, u.key_table, $3::BIGINT, $4::BIGINT
+             FROM UNNEST($5::TEXT[], $6::TEXT[], $7::TEXT[]) AS u(point, keys, key_table)
+             ON CONFLICT (app_id, instance, point) DO UPDATE SET
+                keys = excluded.keys, key_table = excluded.key_table,
+                cycle_start_ms = excluded.cycle_start_ms, received_ms = excluded.received_ms
+             WHERE excluded.cycle_start_ms >= ra_hot_keys.cycle_start_ms",
+            &[
+                &app,
+                &hb.instance,
+                &hb.cycle_start_ms,
+                &now_ms,
+                &points,
+                &keys,
+                &tables,
+            ],
+        )?;
+    }
+    let without: Vec<&str> = without.into_iter().collect();
+    for chunk in without.chunks(BATCH_ROWS) {
+        let points: Vec<&str> = chunk.to_vec();
+        tx.execute(
+            "DELETE FROM ra_hot_keys WHERE app_id = $1 AND instance = $2
+                AND cycle_start_ms <= $3 AND point = ANY($4)",
+            &[&app, &hb.instance, &hb.cycle_start_ms, &points],
+        )?;
+    }
+    Ok(())
 }
 
 /// Stores the heartbeat's client health and enforcement reports, replacing the
@@ -959,6 +1031,7 @@ fn read_cycles_summed(
                     seconds: None,
                     retry,
                     queue,
+                    keys: None,
                 },
                 instances: count(r, 7),
             }
@@ -1038,6 +1111,9 @@ impl Store for PostgresStore {
             .chain(hb.enforcing.iter().flatten().map(|e| e.point.as_str()))
             .collect();
         record_enforcement(&mut tx, app, hb, now_ms).map_err(backend)?;
+        if hb.protocol == crate::model::Protocol::Json {
+            record_hot_keys(&mut tx, app, hb, now_ms).map_err(backend)?;
+        }
         // The points, in name order (a set), in statements of up to BATCH_ROWS.
         let mentioned: Vec<&str> = mentioned.into_iter().collect();
         for chunk in mentioned.chunks(BATCH_ROWS) {
@@ -1179,6 +1255,7 @@ impl Store for PostgresStore {
                             seconds: None,
                             retry,
                             queue,
+                            keys: None,
                         },
                         instances: count(&r, 11),
                     })
@@ -1284,6 +1361,38 @@ impl Store for PostgresStore {
                     has_local: r.get(5),
                     cycle_start_ms: r.get(10),
                     received_ms: r.get(11),
+                })
+            })
+            .collect()
+    }
+
+    fn hot_keys(&self, app: &AppKey, point: Option<&str>) -> Result<Vec<HotKeysRow>, StoreError> {
+        let mut client = self.client()?;
+        let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
+            return Ok(Vec::new());
+        };
+        // Of one point: the index (app_id, point); of all: the primary key's prefix.
+        let (sql, args) = by_point(
+            "SELECT instance, point, keys, key_table, cycle_start_ms, received_ms
+             FROM ra_hot_keys WHERE app_id = $1 {point}
+             ORDER BY point, instance",
+            &app_id,
+            &point,
+            &[],
+        );
+        let rows = client.query(&sql, &args).map_err(backend)?;
+        rows.iter()
+            .map(|r| {
+                let stored = StoredHotKeys {
+                    keys: r.get(2),
+                    key_table: r.get(3),
+                };
+                Ok(HotKeysRow {
+                    instance: r.get(0),
+                    point: r.get(1),
+                    keys: stored.into_keys()?,
+                    cycle_start_ms: r.get(4),
+                    received_ms: r.get(5),
                 })
             })
             .collect()
@@ -1500,6 +1609,11 @@ impl Store for PostgresStore {
             &[&before_ms],
         )
         .map_err(backend)?;
+        tx.execute(
+            "DELETE FROM ra_hot_keys WHERE received_ms < $1",
+            &[&before_ms],
+        )
+        .map_err(backend)?;
         tx.commit().map_err(backend)?;
         Ok(deleted)
     }
@@ -1530,6 +1644,14 @@ impl Store for PostgresStore {
             &format!(
                 "DELETE FROM ra_enforcing e USING ra_instances i
                  WHERE i.app_id = e.app_id AND i.instance = e.instance AND {silent}"
+            ),
+            &[&before_ms],
+        )
+        .map_err(backend)?;
+        tx.execute(
+            &format!(
+                "DELETE FROM ra_hot_keys h USING ra_instances i
+                 WHERE i.app_id = h.app_id AND i.instance = h.instance AND {silent}"
             ),
             &[&before_ms],
         )
@@ -1578,6 +1700,7 @@ impl Store for PostgresStore {
                 "ra_received",
                 "ra_received_parts",
                 "ra_enforcing",
+                "ra_hot_keys",
             ] {
                 tx.execute(
                     &format!("DELETE FROM {table} WHERE app_id = ANY($1)"),

@@ -2,12 +2,12 @@
 
 use super::{
     is_max_column, parse_json, queue_from, queue_values, to_i64, to_json, to_u64, Forgotten, Pool,
-    Pooled, Pull, Store, StoreError, StoredEnforcing, QUEUE_COLUMNS,
+    Pooled, Pull, Store, StoreError, StoredEnforcing, StoredHotKeys, QUEUE_COLUMNS,
 };
 use crate::model::{
-    AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, Ingested, InstanceInfo,
-    NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, QueueCounts, RetryCounts, SecondCounts,
-    SecondRow, CYCLE_MS, SECOND_MS,
+    AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, HotKeysRow, Ingested,
+    InstanceInfo, NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, QueueCounts, RetryCounts,
+    SecondCounts, SecondRow, CYCLE_MS, SECOND_MS,
 };
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::{BTreeMap, BTreeSet};
@@ -16,11 +16,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 /// The schema; `PRAGMA user_version` tells which one a file has.
-const SCHEMA_VERSION: i64 = 8;
+const SCHEMA_VERSION: i64 = 9;
 
 /// What each schema version adds to the one before ([`SCHEMA`] is version 1). Only
 /// additions: a file of an older version opens and is brought up to date.
-const MIGRATIONS: [(i64, &str); 7] = [
+const MIGRATIONS: [(i64, &str); 8] = [
     (
         2,
         "
@@ -147,6 +147,25 @@ ALTER TABLE cycle_stats ADD COLUMN queue_max_wait_ns INTEGER NOT NULL DEFAULT 0;
         8,
         "
 ALTER TABLE cycle_stats ADD COLUMN queue_evicted INTEGER NOT NULL DEFAULT 0;
+",
+    ),
+    // Version 9: each instance's latest hot keys and key table per point (JSON: the
+    // keys, at most ten, and the table's totals); no history.
+    (
+        9,
+        "
+CREATE TABLE IF NOT EXISTS hot_keys (
+    app_id INTEGER NOT NULL,
+    instance TEXT NOT NULL,
+    point TEXT NOT NULL,
+    keys TEXT NOT NULL,
+    key_table TEXT,
+    cycle_start_ms INTEGER NOT NULL,
+    received_ms INTEGER NOT NULL,
+    PRIMARY KEY (app_id, instance, point)
+);
+CREATE INDEX IF NOT EXISTS hot_keys_point ON hot_keys (app_id, point);
+CREATE INDEX IF NOT EXISTS hot_keys_received ON hot_keys (received_ms);
 ",
     ),
 ];
@@ -583,6 +602,49 @@ fn record_enforcement(
     Ok(())
 }
 
+/// Stores each point's hot keys as the instance's latest (unless a newer cycle's are
+/// stored), and forgets the instance's of the points it reports without them.
+fn record_hot_keys(
+    tx: &Transaction<'_>,
+    app: i64,
+    hb: &Heartbeat,
+    now_ms: i64,
+) -> rusqlite::Result<()> {
+    let mut upsert = tx.prepare_cached(
+        "INSERT INTO hot_keys (app_id, instance, point, keys, key_table, cycle_start_ms,
+            received_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+         ON CONFLICT (app_id, instance, point) DO UPDATE SET
+            keys = excluded.keys, key_table = excluded.key_table,
+            cycle_start_ms = excluded.cycle_start_ms, received_ms = excluded.received_ms
+         WHERE excluded.cycle_start_ms >= hot_keys.cycle_start_ms",
+    )?;
+    let mut forget = tx.prepare_cached(
+        "DELETE FROM hot_keys WHERE app_id = ?1 AND instance = ?2 AND point = ?3
+            AND cycle_start_ms <= ?4",
+    )?;
+    for p in &hb.points {
+        match &p.keys {
+            Some(k) => {
+                let c = StoredHotKeys::of(k);
+                upsert.execute(params![
+                    app,
+                    hb.instance,
+                    p.point,
+                    c.keys,
+                    c.key_table,
+                    hb.cycle_start_ms,
+                    now_ms
+                ])?;
+            }
+            None => {
+                forget.execute(params![app, hb.instance, p.point, hb.cycle_start_ms])?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn find_app(conn: &Connection, app: &AppKey) -> rusqlite::Result<Option<i64>> {
     conn.query_row(
         "SELECT id FROM apps WHERE app_group = ?1 AND app_name = ?2",
@@ -711,6 +773,7 @@ fn read_cycles(
                     seconds: None,
                     retry,
                     queue,
+                    keys: None,
                 },
                 instances: count(8)?,
             })
@@ -959,6 +1022,7 @@ fn read_cycles_summed(
                     seconds: None,
                     retry,
                     queue,
+                    keys: None,
                 },
                 instances: count(7)?,
             })
@@ -1042,6 +1106,9 @@ impl Store for SqliteStore {
             .chain(hb.enforcing.iter().flatten().map(|e| e.point.as_str()))
             .collect();
         record_enforcement(&tx, app, hb, now_ms).map_err(backend)?;
+        if hb.protocol == crate::model::Protocol::Json {
+            record_hot_keys(&tx, app, hb, now_ms).map_err(backend)?;
+        }
         {
             let mut stmt = tx
                 .prepare_cached(
@@ -1261,6 +1328,7 @@ impl Store for SqliteStore {
                                     seconds: None,
                                     retry,
                                     queue,
+                                    keys: None,
                                 },
                                 instances: count(11)?,
                             })
@@ -1396,6 +1464,51 @@ impl Store for SqliteStore {
                         instance,
                         entry: stored.into_entry()?,
                         has_local,
+                        cycle_start_ms: cycle,
+                        received_ms: received,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn hot_keys(&self, app: &AppKey, point: Option<&str>) -> Result<Vec<HotKeysRow>, StoreError> {
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(Vec::new());
+            };
+            // Of one point: the index (app_id, point); of all: the primary key's
+            // prefix (app_id).
+            let (filter, args) = point_filter(&app_id, &point);
+            let mut stmt = conn
+                .prepare_cached(&format!(
+                    "SELECT instance, point, keys, key_table, cycle_start_ms, received_ms
+                     FROM hot_keys WHERE app_id = ? {filter}
+                     ORDER BY point, instance"
+                ))
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(&args[..], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, String>(1)?,
+                        StoredHotKeys {
+                            keys: r.get(2)?,
+                            key_table: r.get(3)?,
+                        },
+                        r.get::<_, i64>(4)?,
+                        r.get::<_, i64>(5)?,
+                    ))
+                })
+                .map_err(backend)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(backend)?;
+            rows.into_iter()
+                .map(|(instance, point, stored, cycle, received)| {
+                    Ok(HotKeysRow {
+                        instance,
+                        point,
+                        keys: stored.into_keys()?,
                         cycle_start_ms: cycle,
                         received_ms: received,
                     })
@@ -1613,6 +1726,11 @@ impl Store for SqliteStore {
             params![before_ms],
         )
         .map_err(backend)?;
+        tx.execute(
+            "DELETE FROM hot_keys WHERE received_ms < ?1",
+            params![before_ms],
+        )
+        .map_err(backend)?;
         tx.commit().map_err(backend)?;
         Ok(deleted as u64)
     }
@@ -1647,6 +1765,15 @@ impl Store for SqliteStore {
             &format!(
                 "DELETE FROM enforcing WHERE EXISTS (SELECT 1 FROM instances i
                     WHERE i.app_id = enforcing.app_id AND i.instance = enforcing.instance
+                      AND {silent})"
+            ),
+            params![before_ms],
+        )
+        .map_err(backend)?;
+        tx.execute(
+            &format!(
+                "DELETE FROM hot_keys WHERE EXISTS (SELECT 1 FROM instances i
+                    WHERE i.app_id = hot_keys.app_id AND i.instance = hot_keys.instance
                       AND {silent})"
             ),
             params![before_ms],
@@ -1697,6 +1824,7 @@ impl Store for SqliteStore {
                 "received",
                 "received_parts",
                 "enforcing",
+                "hot_keys",
             ] {
                 tx.execute(&format!("DELETE FROM {table} WHERE app_id = ?1"), [id])
                     .map_err(backend)?;

@@ -90,6 +90,11 @@ const PLAIN_FIELDS: &[&str] = &[
     "retry.budget.percent",
     "retry.budget.min_per_second",
     "retry.budget.window",
+    "keys.limit",
+    "keys.period",
+    "keys.burst",
+    "keys.max_concurrency",
+    "keys.max_keys",
 ];
 
 /// The fields of each algorithm of the sections that choose one.
@@ -182,6 +187,11 @@ fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value
         ("", _, "retry.budget.percent") => rng.tenths(0, 10_000),
         ("", _, "retry.budget.min_per_second") => rng.int(0, 1000),
         ("", _, "retry.budget.window") => rng.secs(1, 59),
+        ("", _, "keys.limit") => rng.int(0, 100_000),
+        ("", _, "keys.period") => rng.secs(1, 59),
+        ("", _, "keys.burst") => rng.int(1, 100_000),
+        ("", _, "keys.max_concurrency") => rng.int(0, 1000),
+        ("", _, "keys.max_keys") => rng.int(16, 100_000),
         // `false` is the default, which the runtime leaves out.
         ("breaker", _, "cancellations_are_failures") => json!(true),
         ("breaker", "sre", "k") => rng.tenths(11, 50),
@@ -309,6 +319,8 @@ fn random_point(rng: &mut Rng, i: usize) -> Value {
         ("retry", &["attempts"]),
         ("queue", &["max_waiting", "max_wait"]),
         ("warm_up", &["period"]),
+        // A burst is of the limit's calls.
+        ("keys", &["limit"]),
     ] {
         if p.get(section).is_some() {
             for f in needs {
@@ -331,6 +343,26 @@ fn random_point(rng: &mut Rng, i: usize) -> Value {
             let v = value_of(rng, "", "", path);
             set_path(&mut p, path, Some(v));
         }
+    }
+    // Overrides, which the form shows in rows of their own: an edit of another field
+    // keeps them as they are (values with dots and quotes too).
+    if p.get("keys").is_some() && rng.chance(70) {
+        let mut overrides = serde_json::Map::new();
+        for k in 0..rng.range(1, 3) {
+            let value = match k {
+                0 => format!("vip-{}", rng.range(1, 99)),
+                1 => format!("tenant.{}\"q\"", rng.range(1, 99)),
+                _ => format!("{}", rng.range(100, 999)),
+            };
+            let entry = match rng.range(0, 2) {
+                0 => rng.int(0, 100_000),
+                1 => json!({"max_concurrency": rng.range(0, 100)}),
+                _ => json!({"limit": rng.range(1, 1000), "burst": rng.range(1, 1000),
+                            "max_concurrency": rng.range(0, 100)}),
+            };
+            overrides.insert(value, entry);
+        }
+        p["keys"]["overrides"] = Value::Object(overrides);
     }
     match i % 3 {
         0 => {}
@@ -683,6 +715,7 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
         "queue",
         "token_bucket",
         "warm_up",
+        "keys",
         "breaker:sre",
         "breaker:classic",
         "breaker:disabled",
@@ -707,11 +740,13 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
 
 /// The fields added with the runtime's token wait, warm-up and critical reserve: some
 /// case of the random round trip has each.
-const NEWER_FIELDS: [&str; 4] = [
+const NEWER_FIELDS: [&str; 6] = [
     "token_bucket.max_wait",
     "warm_up.period",
     "warm_up.cold_factor",
     "adaptive.critical_reserve",
+    "keys.limit",
+    "keys.overrides",
 ];
 
 #[test]
@@ -1674,4 +1709,287 @@ fn the_form_saves_token_waits_warm_ups_and_critical_reserves() {
             "Stored: a cold point admits 30 (rate / 3) calls a second at first, reaching the bucket's rate over about 1m."
         ])
     );
+}
+
+/// What the overrides' rows show: per row its value, limit, burst, max_concurrency.
+fn override_rows(browser: &Browser) -> Value {
+    browser.js(
+        "return [...document.querySelectorAll('#keys-override-rows .override-row')].map(r => \
+             ['value', 'limit', 'burst', 'max_concurrency'].map(p => \
+                 r.querySelector('input[data-part=\"' + p + '\"]').value));",
+    )
+}
+
+/// The keys section in the form: its plain fields and the overrides' rows show what
+/// is stored; two overrides added (one of a limit, one of a table's
+/// max_concurrency), one stored override's burst edited (its other fields kept) and
+/// the section's fields set are stored exactly, and a pull of a real heartbeat client
+/// applies them; the runtime's problems show at the override's field (its value
+/// quoted), a value in two rows is refused before anything is sent, and a removed
+/// row is gone from the stored document.
+#[test]
+fn the_form_edits_a_keys_section_with_overrides_that_reach_a_client() {
+    use resilience_runtime::keys::{KeyOverride, KeyPolicy};
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let doc = json!({"points": {"api.get": {"max_visits": 100,
+        "keys": {"limit": 5, "overrides": {"old": {"limit": 2, "burst": 3, "max_concurrency": 4}}}},
+        "bystander": {"keys": {"max_concurrency": 1, "overrides": {"a.b": 7}}}}});
+    let mut version = put_policy(addr, 0, &doc);
+    let registry: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+    let hb = HeartbeatConfig::new("shop", "orders", &server.url())
+        .unwrap()
+        .token(APP)
+        .instance("keys-1")
+        .unwrap();
+    let client = HeartbeatClient::new(hb, registry);
+    client.pull_now().unwrap();
+    assert_eq!(
+        registry
+            .policy("api.get")
+            .unwrap()
+            .unwrap()
+            .keys()
+            .unwrap()
+            .rule()
+            .limit,
+        Some(5)
+    );
+
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.type_into("#author", "e2e");
+    browser.open_point("api.get", version);
+    let layout = browser.js(
+        "const set = document.querySelector('#policy-form fieldset[data-section=\"keys\"]'); \
+         return {legend: set.querySelector('legend').textContent, \
+                 before: set.previousElementSibling.dataset.section, \
+                 fields: [...set.querySelectorAll('[data-kind]')].map(i => \
+                     [i.dataset.field, i.dataset.kind, i.placeholder]), \
+                 overrides: set.querySelector('#keys-overrides legend').textContent};",
+    );
+    assert_eq!(
+        layout,
+        json!({"legend": "keys", "before": "window",
+               "fields": [["keys.limit", "int", ""], ["keys.period", "dur", "1s"],
+                          ["keys.burst", "int", "limit"], ["keys.max_concurrency", "int", ""],
+                          ["keys.max_keys", "int", "4096"]],
+               "overrides": "overrides"})
+    );
+    // The stored settings.
+    assert_eq!(browser.text_of("#f-keys-limit"), "5");
+    assert_eq!(browser.text_of("#f-keys-period"), "");
+    assert_eq!(override_rows(&browser), json!([["old", "2", "3", "4"]]));
+
+    // The section's fields, the stored override's burst, and two new overrides.
+    for (css, text) in [
+        ("#f-keys-limit", "10"),
+        ("#f-keys-period", "1m"),
+        ("#f-keys-burst", "20"),
+        ("#f-keys-max_concurrency", "3"),
+        ("#f-keys-max_keys", "1024"),
+    ] {
+        browser.type_into(css, text);
+    }
+    let row = |n: usize, part: &str| {
+        format!("#keys-override-rows .override-row:nth-child({n}) input[data-part=\"{part}\"]")
+    };
+    browser.type_into(&row(1, "burst"), "5");
+    browser.click("#keys-override-add");
+    browser.type_into(&row(2, "value"), "vip-42");
+    browser.type_into(&row(2, "limit"), "1000");
+    browser.click("#keys-override-add");
+    browser.type_into(&row(3, "value"), "slow");
+    browser.type_into(&row(3, "max_concurrency"), "1");
+    // A blank row is no override.
+    browser.click("#keys-override-add");
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    let keys = json!({"limit": 10, "period": "1m", "burst": 20, "max_concurrency": 3,
+        "max_keys": 1024, "overrides": {"old": {"limit": 2, "burst": 5, "max_concurrency": 4},
+        "slow": {"max_concurrency": 1}, "vip-42": 1000}});
+    let mut want = doc.clone();
+    want["points"]["api.get"]["keys"] = keys.clone();
+    assert_eq!(stored(addr), (version, want.clone()));
+    let mut diff: Vec<_> = history(addr)[0]["diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["field"].as_str().unwrap().to_owned())
+        .collect();
+    diff.sort();
+    assert_eq!(
+        diff,
+        [
+            "keys.burst",
+            "keys.limit",
+            "keys.max_concurrency",
+            "keys.max_keys",
+            "keys.overrides.\"old\".burst",
+            "keys.overrides.\"slow\".max_concurrency",
+            "keys.overrides.\"vip-42\"",
+            "keys.period",
+        ]
+    );
+    // A pull of the real client returns it, and the runtime enforces it.
+    let pulled = post_json(
+        addr,
+        "/api/v1/pull",
+        Some(APP),
+        &json!({"app_group": "shop", "app": "orders", "instance": "keys-1", "version": 1}),
+    )
+    .json();
+    assert_eq!(pulled["version"], version, "{pulled}");
+    assert_eq!(
+        pulled["policy"]["points"]["api.get"]["keys"], keys,
+        "{pulled}"
+    );
+    client.pull_now().unwrap();
+    assert_eq!(client.policy_version(), version);
+    let enforced = registry
+        .policy("api.get")
+        .unwrap()
+        .unwrap()
+        .keys()
+        .cloned()
+        .unwrap();
+    let expected = KeyPolicy::builder()
+        .limit(10, Duration::from_secs(60))
+        .burst(20)
+        .max_concurrency(3)
+        .max_keys(1024)
+        .override_rule(
+            "old",
+            KeyOverride {
+                limit: Some(2),
+                burst: Some(5),
+                max_concurrency: Some(4),
+            },
+        )
+        .override_limit("vip-42", 1000)
+        .override_rule(
+            "slow",
+            KeyOverride {
+                max_concurrency: Some(1),
+                ..KeyOverride::default()
+            },
+        )
+        .build()
+        .unwrap();
+    assert_eq!(enforced, expected);
+    let point = registry.point("api.get").unwrap();
+    let held = point.enter_key("slow").unwrap();
+    assert_eq!(
+        point.enter_key("slow").unwrap_err().reason(),
+        resilience_runtime::Reason::HotKey,
+        "the override's one call in flight"
+    );
+    held.finish(false);
+    // The bystander's overrides were not touched.
+    assert_eq!(
+        registry
+            .policy("bystander")
+            .unwrap()
+            .unwrap()
+            .keys()
+            .unwrap()
+            .rule_of("a.b")
+            .limit,
+        Some(7)
+    );
+
+    // The rows show what is stored, sorted by value.
+    browser.wait(
+        "document.querySelectorAll('#keys-override-rows .override-row').length === 3",
+        "the stored overrides",
+    );
+    assert_eq!(
+        override_rows(&browser),
+        json!([
+            ["old", "2", "5", "4"],
+            ["slow", "", "", "1"],
+            ["vip-42", "1000", "", ""]
+        ])
+    );
+
+    // A limit the runtime refuses: its message at the override's field, nothing stored.
+    browser.type_into(&row(3, "limit"), "2000000000");
+    browser.click("#save");
+    // The field as a JavaScript string literal.
+    let field = json!("keys.overrides.\"vip-42\".limit").to_string();
+    let msg = browser.wait(
+        &format!(
+            "[...document.querySelectorAll('.field-error')].find(e => e.dataset.field === {field})?.textContent"
+        ),
+        "the override's problem",
+    );
+    let r = post_json(
+        addr,
+        &format!("{POLICY}/validate"),
+        Some(ADMIN),
+        &json!({"policy": {"points": {"api.get": {"keys": {"limit": 10,
+            "overrides": {"vip-42": 2_000_000_000u64}}}}}}),
+    );
+    assert_eq!(r.status, 422, "{}", r.text());
+    let problem = r.json()["error"]["problems"][0].clone();
+    assert_eq!(
+        problem["field"], "keys.overrides.\"vip-42\".limit",
+        "{problem}"
+    );
+    assert_eq!(msg, problem["message"], "the runtime's own message");
+    assert_eq!(
+        browser.js(&format!(
+            "return [...document.querySelectorAll('input')].find(e => e.dataset.field === {field}).classList.contains('invalid');"
+        )),
+        json!(true)
+    );
+    assert_eq!(stored(addr), (version, want.clone()));
+
+    // A value in two rows: refused here (at the later row), nothing sent.
+    browser.type_into(&row(3, "limit"), "1000");
+    browser.type_into(&row(2, "value"), "vip-42");
+    browser.click("#save");
+    let msg = browser.wait(
+        "document.querySelector('#keys-override-rows .override-row:nth-child(3) .o-row-error').textContent",
+        "the duplicate's message",
+    );
+    assert!(msg.as_str().unwrap().contains("another row"), "{msg}");
+    assert_eq!(history(addr).len(), version as usize);
+
+    // Removing a row (after putting its value back) removes that override only.
+    browser.type_into(&row(2, "value"), "slow");
+    browser.click("#keys-override-rows .override-row:nth-child(1) .o-remove");
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    want["points"]["api.get"]["keys"]["overrides"]
+        .as_object_mut()
+        .unwrap()
+        .remove("old");
+    assert_eq!(stored(addr), (version, want));
+    let diff: Vec<_> = history(addr)[0]["diff"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["field"].clone(), d["new"].clone()))
+        .collect();
+    assert_eq!(
+        diff,
+        [
+            (json!("keys.overrides.\"old\".burst"), Value::Null),
+            (json!("keys.overrides.\"old\".limit"), Value::Null),
+            (json!("keys.overrides.\"old\".max_concurrency"), Value::Null),
+        ]
+    );
+    client.pull_now().unwrap();
+    let enforced = registry.policy("api.get").unwrap().unwrap();
+    assert_eq!(enforced.keys().unwrap().overrides().len(), 2);
+    assert_eq!(enforced.max_visits(), Some(100));
 }

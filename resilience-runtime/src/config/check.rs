@@ -5,7 +5,7 @@
 use super::duration::parse_duration;
 use super::error::{Problem, ProblemKind};
 use super::node::Node;
-use super::{retry, sections, PointConfig, PolicyFile};
+use super::{keys, retry, sections, PointConfig, PolicyFile};
 use crate::error::check_point_name;
 use crate::layers::{Section, Sections};
 use crate::policy::{Policy, PolicyBuilder, WindowConfig};
@@ -16,7 +16,7 @@ use std::time::Duration;
 const TOP_LEVEL: [&str; 2] = ["strict", "points"];
 
 /// The keys of a point's table, in the order the reference documents them.
-pub(crate) const POINT_FIELDS: [&str; 17] = [
+pub(crate) const POINT_FIELDS: [&str; 18] = [
     "shadow",
     "max_visits",
     "max_concurrency",
@@ -32,6 +32,7 @@ pub(crate) const POINT_FIELDS: [&str; 17] = [
     "window",
     "adaptive",
     "cluster",
+    "keys",
     "breaker",
     "retry",
 ];
@@ -327,6 +328,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
             "window" => Section::Window,
             "adaptive" => Section::Adaptive,
             "cluster" => Section::Cluster,
+            "keys" => Section::Keys,
             "breaker" | "retry" => continue,
             _ => Section::Rules,
         };
@@ -379,7 +381,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
             "warm_up" => check_warm_up(&mut r, v, b),
             "delay" => check_delay(&mut r, v, b),
             "window" => check_window(&mut r, v, b),
-            "adaptive" | "cluster" if is_off(v) => b,
+            "adaptive" | "cluster" | "keys" if is_off(v) => b,
             "adaptive" => apply(
                 b,
                 sections::check_adaptive(&mut r, v),
@@ -400,6 +402,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
                 );
                 b
             }
+            "keys" => apply(b, keys::check_keys(&mut r, v), PolicyBuilder::keys),
             "breaker" => {
                 breaker = sections::check_breaker(&mut r, v);
                 b

@@ -36,9 +36,31 @@
 //! attempts = 3
 //! base = "50ms"                      # exponential backoff, full jitter by default
 //! budget = { percent = 20.0, min_per_second = 10, window = "10s" }
+//!
+//! [points."order.create".keys]       # per-key limits (hot keys), see `keys::KeyPolicy`
+//! limit = 100                        # calls per period of each key
+//! period = "1s"                      # the default
+//! burst = 150                        # default: the limit
+//! max_concurrency = 5                # calls of one key in flight
+//! max_keys = 4096                    # keys tracked exactly (the default)
+//! # cluster = { url = "redis://127.0.0.1:6379/", prefix = "orders:" }  # fleet-wide (`redis`)
+//!
+//! [points."order.create".keys.overrides]
+//! "vip-42" = 1000                    # a number: that value's limit
+//! "blocked" = 0                      # 0 refuses every call of the value
+//! "slow" = { max_concurrency = 1 }   # a table: any of limit, burst, max_concurrency
 //! ```
 //!
-//! The same file in JSON is `{"strict": true, "points": {"order.create": {...}}}`.
+//! Every field of `keys` may be left out (a section without `limit` counts calls per
+//! key but limits none, unless `max_concurrency` or an override does); an override's
+//! fields replace the section's, the others are inherited (an override setting `limit`
+//! and no `burst` has a burst of its own limit). `keys = "off"` sets "no per-key
+//! limits" over lower layers, like `adaptive = "off"`. A problem of an override names
+//! its value, quoted: `keys.overrides."vip-42".limit`.
+//!
+//! The same file in JSON is `{"strict": true, "points": {"order.create": {...}}}`
+//! (overrides: `"keys": {"limit": 100, "overrides": {"vip-42": 1000, "slow":
+//! {"max_concurrency": 1}}}`).
 //! Durations are strings with a unit (`"250ms"`, `"10s"`, `"1m30s"`; units `ns`, `us`,
 //! `ms`, `s`, `m`, `h`). The README's "Policy files" section describes every field.
 //!
@@ -82,6 +104,7 @@
 mod check;
 mod duration;
 mod error;
+mod keys;
 mod node;
 mod retry;
 mod sections;
@@ -690,6 +713,8 @@ struct PointOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     cluster: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    keys: Option<OrOff<keys::KeysOut>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     breaker: Option<BreakerOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     retry: Option<retry::RetryOut>,
@@ -1052,6 +1077,10 @@ impl PointOut {
             }),
             #[cfg(not(feature = "redis"))]
             cluster: sets(Section::Cluster).then_some("off"),
+            keys: sets(Section::Keys).then(|| {
+                p.keys()
+                    .map_or(OrOff::Off("off"), |k| OrOff::On(keys::KeysOut::of(k)))
+            }),
             breaker: config.breaker.as_ref().map(BreakerOut::of),
             retry: config.retry.as_ref().map(retry::RetryOut::of),
         };
@@ -1070,6 +1099,7 @@ impl PointOut {
             || out.window.is_some()
             || out.adaptive.is_some()
             || out.cluster.is_some()
+            || out.keys.is_some()
             || out.breaker.is_some()
             || out.retry.is_some();
         if rules && no_rule_written && other_written {

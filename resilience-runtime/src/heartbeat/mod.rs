@@ -10,7 +10,14 @@
 //!   list points that had no traffic yet). Points with a policy report their
 //!   [`CycleStats`](crate::CycleStats); points without one keep only totals and
 //!   report how much their totals grew since the previous upload (their peak
-//!   concurrency is not tracked: 0).
+//!   concurrency is not tracked: 0). In our JSON protocol a point with a `keys`
+//!   section also sends its ten hottest keys ([`Point::hot_keys`](crate::Point::hot_keys):
+//!   `"hot_keys": [{"key", "passes", "refused", "overridden"}]`, their counts since
+//!   each was tracked; absent when empty) and its key table's totals
+//!   ([`Point::key_stats`](crate::Point::key_stats): `"key_table": {"tracked",
+//!   "untracked_passes", "untracked_refused", "evictions"}`; absent before the first
+//!   call with a key). SDS's form carries neither; resilience-admin's `wire` module
+//!   documents the whole body.
 //! - **Pull** every 5 s with the policy version the client holds. When the server
 //!   says the version changed, the console's layer ([`Source::Console`]) is replaced
 //!   through the policy-file loader ([`Registry::apply_source`]): all or nothing, and

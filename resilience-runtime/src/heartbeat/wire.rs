@@ -42,7 +42,15 @@ pub(crate) struct PointReport {
     /// The concurrency queue since the previous report (counts grown, waiting now,
     /// the longest wait that ended), if the point has one.
     pub(crate) queue: Option<crate::QueueStats>,
+    /// The point's hottest keys now ([`Point::hot_keys`](crate::Point::hot_keys), at
+    /// most [`HOT_KEYS`]); empty without a `keys` section or a call with a key.
+    pub(crate) hot_keys: Vec<crate::keys::HotKeyStats>,
+    /// The totals of the point's key table, if it has one.
+    pub(crate) key_table: Option<crate::keys::KeyTableStats>,
 }
+
+/// The most hot keys a point's report carries.
+pub(crate) const HOT_KEYS: usize = 10;
 
 impl PointReport {
     fn is_idle(&self) -> bool {
@@ -234,6 +242,8 @@ impl Collector {
             });
             if !report.is_idle() || report.retry.calls > 0 || queue_busy {
                 if let Some(point) = registry.get(name) {
+                    report.hot_keys = point.hot_keys(HOT_KEYS);
+                    report.key_table = point.key_stats();
                     let from = cycle_start_ms / 1000;
                     let seconds = point.seconds_between(from, from + CYCLE_MS / 1000);
                     report.seconds = seconds
@@ -315,6 +325,52 @@ fn queue_json(p: &PointReport) -> Option<Value> {
     })
 }
 
+/// The longest key text sent, in bytes (resilience-admin's limit).
+const WIRE_KEY_MAX: usize = 64;
+
+/// A key's text as sent: control characters written as `\u{..}` (a key is the
+/// caller's data; the console takes none), cut at [`WIRE_KEY_MAX`] bytes with `…`.
+fn wire_key(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.push_str(&format!("\\u{{{:x}}}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    if out.len() > WIRE_KEY_MAX {
+        let mut end = WIRE_KEY_MAX - '…'.len_utf8();
+        while !out.is_char_boundary(end) {
+            end -= 1;
+        }
+        out.truncate(end);
+        out.push('…');
+    }
+    out
+}
+
+/// A point's hottest keys on the wire (our JSON protocol only), if it has any.
+fn hot_keys_json(p: &PointReport) -> Option<Value> {
+    (!p.hot_keys.is_empty()).then(|| {
+        p.hot_keys
+            .iter()
+            .map(|k| {
+                json!({"key": wire_key(&k.key), "passes": k.passes, "refused": k.refused,
+                       "overridden": k.overridden})
+            })
+            .collect()
+    })
+}
+
+/// A point's key table on the wire (our JSON protocol only), if it has one.
+fn key_table_json(p: &PointReport) -> Option<Value> {
+    p.key_table.map(|t| {
+        json!({"tracked": t.tracked, "untracked_passes": t.untracked_passes,
+               "untracked_refused": t.untracked_refused, "evictions": t.evictions})
+    })
+}
+
 /// The retry counters' growth from `before` to `now`.
 fn retry_growth(
     now: &crate::retry::RetryStats,
@@ -388,6 +444,12 @@ pub(crate) fn upload_body(
                     }
                     if let Some(queue) = queue_json(p) {
                         point["queue"] = queue;
+                    }
+                    if let Some(keys) = hot_keys_json(p) {
+                        point["hot_keys"] = keys;
+                    }
+                    if let Some(table) = key_table_json(p) {
+                        point["key_table"] = table;
                     }
                     point
                 })
@@ -736,6 +798,16 @@ mod tests {
                         "refused_by_budget": 1, "hedges": 3, "cancelled": 2})
             )
         );
+    }
+
+    #[test]
+    fn key_texts_are_sent_without_control_characters_and_short() {
+        assert_eq!(wire_key("vip-42"), "vip-42");
+        assert_eq!(wire_key("a\nb\u{1b}"), "a\\u{a}b\\u{1b}");
+        let cut = wire_key(&"\u{0}".repeat(30));
+        assert!(cut.len() <= WIRE_KEY_MAX && cut.ends_with('…'), "{cut}");
+        assert_eq!(wire_key(&"é".repeat(32)), "é".repeat(32));
+        assert!(wire_key(&"é".repeat(40)).len() <= WIRE_KEY_MAX);
     }
 
     #[test]

@@ -10,9 +10,10 @@
 //! console set.
 //!
 //! The settings enforced (the [`EffectivePolicy`]) are composed per [`Section`]
-//! (rules, window, shadow, adaptive, cluster, breaker): each section comes from the
-//! highest-ranked layer that sets it, by a [`Precedence`] (default: console over file
-//! over code, for every section; between two files the name that sorts last wins).
+//! (rules, window, shadow, adaptive, cluster, breaker, retry, keys): each section comes
+//! from the highest-ranked layer that sets it, by a [`Precedence`] (default: console
+//! over file over code, for every section; between two files the name that sorts last
+//! wins).
 //! [`Registry::effective_policy`](crate::Registry::effective_policy) says, per section,
 //! which source and version it came from; [`Registry::layers`](crate::Registry::layers)
 //! returns every layer; [`Registry::add_policy_listener`](crate::Registry::add_policy_listener)
@@ -21,9 +22,9 @@
 //! What a layer sets: `set_policy` sets the rules and every section of the policy that
 //! differs from its default ([`PointConfig::new`]); `set_breaker` sets the breaker. A
 //! point table of a policy file sets the sections it mentions: the rules if it has any
-//! rule key (or no key at all), `window`, `shadow`, `adaptive` and `cluster` if present
-//! (`adaptive = "off"` sets "no adaptive limit" over lower layers), and the breaker if it
-//! has a `breaker` table.
+//! rule key (or no key at all), `window`, `shadow`, `adaptive`, `cluster` and `keys` if
+//! present (`adaptive = "off"` sets "no adaptive limit" over lower layers, `keys = "off"`
+//! "no per-key limits"), and the breaker if it has a `breaker` table.
 //!
 //! # Examples
 //!
