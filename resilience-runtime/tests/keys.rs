@@ -238,3 +238,116 @@ fn integers_match_overrides_by_their_decimal_text() {
     assert!(p.enter_key(&7u8).is_ok());
     assert!(p.enter_key(&7u8).is_err());
 }
+
+#[test]
+fn a_key_past_its_burst_waits_for_its_next_call_within_max_wait() {
+    let (r, clock) = manual();
+    let section = KeyPolicy::builder()
+        .limit(10, Duration::from_secs(1)) // a call every 100 ms per key
+        .burst(1)
+        .max_wait(Duration::from_millis(150))
+        .build()
+        .unwrap();
+    r.set_policy("wait.keys", keyed(section)).unwrap();
+    let p = r.point("wait.keys").unwrap();
+    let t0 = clock.now_nanos();
+    for _ in 0..4 {
+        p.enter_key("a").unwrap().finish(false);
+    }
+    // The first at once, each other one 100 ms after the last (the manual clock's
+    // sleep advances it).
+    assert_eq!(clock.now_nanos() - t0, 300_000_000);
+    let s = p.stats();
+    assert_eq!((s.totals.passes, s.totals.downgrades), (4, 0));
+    let top = p.hot_keys(1);
+    assert_eq!((top[0].passes, top[0].refused), (4, 0));
+
+    // A wait longer than max_wait is a refusal, at once.
+    let section = KeyPolicy::builder()
+        .limit(10, Duration::from_secs(1))
+        .burst(1)
+        .max_wait(Duration::from_millis(50))
+        .build()
+        .unwrap();
+    r.set_policy("wait.short", keyed(section)).unwrap();
+    let q = r.point("wait.short").unwrap();
+    let t1 = clock.now_nanos();
+    q.enter_key("a").unwrap().finish(false);
+    assert_eq!(q.enter_key("a").unwrap_err().reason(), Reason::HotKey);
+    assert_eq!(clock.now_nanos(), t1, "no wait");
+    // A call that may not wait (the tower layer's) is refused at once too.
+    clock.advance(Duration::from_millis(60));
+    assert_eq!(q.try_enter_key("a").unwrap_err().reason(), Reason::HotKey);
+    let s = q.stats();
+    assert_eq!(s.totals.downgrades_by_reason.get(Reason::HotKey), 2);
+    assert_eq!(s.totals.visits, s.totals.passes + s.totals.downgrades);
+}
+
+#[test]
+fn waiting_keys_keep_their_rate_under_threads_in_real_time() {
+    let r = registry();
+    let section = KeyPolicy::builder()
+        .limit(100, Duration::from_secs(1))
+        .burst(1)
+        .max_wait(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    r.set_policy("wait.threads", keyed(section)).unwrap();
+    let p = r.point("wait.threads").unwrap();
+    let start = std::time::Instant::now();
+    let run = Duration::from_millis(300);
+    let admitted = std::sync::atomic::AtomicU64::new(0);
+    let refused = std::sync::atomic::AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            s.spawn(|| {
+                while start.elapsed() < run {
+                    match p.enter_key("shared") {
+                        Ok(permit) => {
+                            admitted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            permit.finish(false);
+                        }
+                        Err(_) => {
+                            refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    let admitted = admitted.into_inner();
+    // Never beyond the bucket: 1 + 100 per second of the run.
+    assert!(
+        admitted as f64 <= 1.0 + 100.0 * elapsed + 1.0,
+        "{admitted} admitted in {elapsed:.3} s"
+    );
+    // And paced rather than refused: most of the rate is used.
+    assert!(admitted >= 15, "{admitted} admitted in {elapsed:.3} s");
+    let s = p.stats();
+    assert_eq!(s.totals.passes, admitted);
+    assert_eq!(s.totals.downgrades, refused.into_inner());
+    assert_eq!(s.concurrency, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_keyed_call_awaits_its_key_s_next_call() {
+    let r = registry();
+    let section = KeyPolicy::builder()
+        .limit(20, Duration::from_secs(1)) // every 50 ms
+        .burst(1)
+        .max_wait(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    r.set_policy("wait.async", keyed(section)).unwrap();
+    let p = r.point("wait.async").unwrap();
+    let start = std::time::Instant::now();
+    for _ in 0..5 {
+        let permit = p.enter_key_async("t").await.unwrap();
+        permit.finish(false);
+    }
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(195), "{took:?}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert_eq!(p.stats().totals.passes, 5);
+}

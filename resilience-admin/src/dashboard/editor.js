@@ -68,6 +68,7 @@ const FORM_SECTIONS = [
       ["keys.period", "dur", "1s"],
       ["keys.burst", "int", "limit"],
       ["keys.max_concurrency", "int"],
+      ["keys.max_wait", "dur"],
       ["keys.max_keys", "int", "4096"],
     ],
   },

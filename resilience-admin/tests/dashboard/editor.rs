@@ -94,6 +94,7 @@ const PLAIN_FIELDS: &[&str] = &[
     "keys.period",
     "keys.burst",
     "keys.max_concurrency",
+    "keys.max_wait",
     "keys.max_keys",
 ];
 
@@ -191,6 +192,7 @@ fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value
         ("", _, "keys.period") => rng.secs(1, 59),
         ("", _, "keys.burst") => rng.int(1, 100_000),
         ("", _, "keys.max_concurrency") => rng.int(0, 1000),
+        ("", _, "keys.max_wait") => rng.secs(1, 59),
         ("", _, "keys.max_keys") => rng.int(16, 100_000),
         // `false` is the default, which the runtime leaves out.
         ("breaker", _, "cancellations_are_failures") => json!(true),
@@ -740,12 +742,13 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
 
 /// The fields added with the runtime's token wait, warm-up and critical reserve: some
 /// case of the random round trip has each.
-const NEWER_FIELDS: [&str; 6] = [
+const NEWER_FIELDS: [&str; 7] = [
     "token_bucket.max_wait",
     "warm_up.period",
     "warm_up.cold_factor",
     "adaptive.critical_reserve",
     "keys.limit",
+    "keys.max_wait",
     "keys.overrides",
 ];
 
@@ -1773,7 +1776,7 @@ fn the_form_edits_a_keys_section_with_overrides_that_reach_a_client() {
         json!({"legend": "keys", "before": "window",
                "fields": [["keys.limit", "int", ""], ["keys.period", "dur", "1s"],
                           ["keys.burst", "int", "limit"], ["keys.max_concurrency", "int", ""],
-                          ["keys.max_keys", "int", "4096"]],
+                          ["keys.max_wait", "dur", ""], ["keys.max_keys", "int", "4096"]],
                "overrides": "overrides"})
     );
     // The stored settings.

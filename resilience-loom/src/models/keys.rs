@@ -18,6 +18,8 @@ fn rule(burst: u64, max_inflight: u32) -> Rule {
     Rule {
         gcra: Some(Gcra::per_second(1.0 / 60.0, burst)),
         max_inflight,
+        max_wait: 0,
+        held: false,
     }
 }
 
@@ -80,6 +82,8 @@ fn a_key_never_has_more_calls_in_flight_than_its_limit() {
         let r = Rule {
             gcra: None,
             max_inflight: 1,
+            max_wait: 0,
+            held: false,
         };
         let inside = Arc::new(AtomicU64::new(0));
         let handles: Vec<_> = (0..2)

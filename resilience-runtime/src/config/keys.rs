@@ -18,11 +18,12 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 /// The fields of `[points."x".keys]`.
-pub(crate) const KEYS_FIELDS: [&str; 7] = [
+pub(crate) const KEYS_FIELDS: [&str; 8] = [
     "limit",
     "period",
     "burst",
     "max_concurrency",
+    "max_wait",
     "max_keys",
     "overrides",
     "cluster",
@@ -48,7 +49,7 @@ pub(crate) fn override_field(value: &str) -> String {
 /// Checks `[points."x".keys]`; `None` once a problem is reported.
 pub(super) fn check_keys(r: &mut Reporter<'_>, value: &Node) -> Option<KeyPolicy> {
     let before = r.count();
-    let [limit, period, burst, max_concurrency, max_keys, overrides, cluster] =
+    let [limit, period, burst, max_concurrency, max_wait, max_keys, overrides, cluster] =
         r.section("keys", value, KEYS_FIELDS)?;
     let mut policy = KeyPolicy {
         max_keys: DEFAULT_MAX_KEYS,
@@ -59,9 +60,11 @@ pub(super) fn check_keys(r: &mut Reporter<'_>, value: &Node) -> Option<KeyPolicy
             max_concurrency: None,
         },
         overrides: Vec::new(),
+        max_wait: None,
         #[cfg(feature = "redis")]
         cluster: None,
     };
+    policy.max_wait = max_wait.and_then(|v| r.duration("keys.max_wait", v));
     if let Some(v) = cluster {
         #[cfg(feature = "redis")]
         {
@@ -237,6 +240,8 @@ pub(super) struct KeysOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_concurrency: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    max_wait: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     max_keys: Option<u32>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     overrides: BTreeMap<String, OverrideOut>,
@@ -280,6 +285,7 @@ impl KeysOut {
             period: (p.period() != DEFAULT_PERIOD).then(|| format_duration(p.period())),
             burst: rule.burst,
             max_concurrency: rule.max_concurrency,
+            max_wait: p.max_wait().map(format_duration),
             max_keys: (p.max_keys() != DEFAULT_MAX_KEYS).then_some(p.max_keys()),
             overrides: p
                 .overrides()

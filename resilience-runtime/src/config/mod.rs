@@ -42,6 +42,7 @@
 //! period = "1s"                      # the default
 //! burst = 150                        # default: the limit
 //! max_concurrency = 5                # calls of one key in flight
+//! max_wait = "50ms"                  # wait for the key's next call instead of a refusal
 //! max_keys = 4096                    # keys tracked exactly (the default)
 //! # cluster = { url = "redis://127.0.0.1:6379/", prefix = "orders:" }  # fleet-wide (`redis`)
 //!

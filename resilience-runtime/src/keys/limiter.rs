@@ -34,7 +34,8 @@ impl std::error::Error for KeyRefused {}
 impl From<Refusal> for KeyRefused {
     fn from(r: Refusal) -> KeyRefused {
         match r {
-            Refusal::Tokens => KeyRefused::Limit,
+            // A limiter's rules never wait (see `with_clock`).
+            Refusal::Tokens | Refusal::Wait(_) => KeyRefused::Limit,
             Refusal::Concurrency => KeyRefused::Concurrency,
         }
     }
@@ -113,13 +114,18 @@ impl KeyLimiter {
     /// A limiter of `policy` on `clock` (a [`ManualClock`](crate::ManualClock) in
     /// tests).
     pub fn with_clock(policy: KeyPolicy, clock: Clock) -> KeyLimiter {
+        // A limiter answers at once: a `max_wait` of the section is not used.
+        let compile = |r: &super::policy::KeyRule| Rule {
+            max_wait: 0,
+            ..policy.compile(r)
+        };
         let overrides = policy
             .overrides
             .iter()
-            .map(|(value, o)| (OverrideCell::new(value), policy.compile(&policy.merged(o))))
+            .map(|(value, o)| (OverrideCell::new(value), compile(&policy.merged(o))))
             .collect();
         KeyLimiter {
-            rule: policy.compile(&policy.rule),
+            rule: compile(&policy.rule),
             table: KeyTable::new(policy.max_keys),
             index: OverrideIndex::of(&policy),
             overrides,

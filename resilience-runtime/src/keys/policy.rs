@@ -65,6 +65,10 @@ impl KeyOverride {
 ///   exactly: over any interval `t`, a key's admitted calls are at most
 ///   `burst + limit * t / period`, and at most `max_concurrency` of them are in
 ///   flight, under any number of threads.
+/// - With [`max_wait`](KeyPolicyBuilder::max_wait), a call past its key's burst waits
+///   for the key's next token instead (reserved for it, so calls queue behind each
+///   other); it runs only once that token has refilled, so the bound above holds for
+///   the times calls run.
 /// - Every overridden value is always tracked.
 /// - A key that is not tracked (more keys than `max_keys` are active) is counted in a
 ///   sketch of two rows of cells it shares with other untracked keys; a cell's count
@@ -145,6 +149,8 @@ pub struct KeyPolicy {
     pub(crate) rule: KeyRule,
     /// By value, sorted, each value once.
     pub(crate) overrides: Vec<(String, KeyOverride)>,
+    /// How long a call may wait for its key's next call (pacing per key).
+    pub(crate) max_wait: Option<Duration>,
     /// The keys' buckets in Redis, if their limits are cluster-wide.
     #[cfg(feature = "redis")]
     pub(crate) cluster: Option<super::KeyCluster>,
@@ -164,11 +170,18 @@ impl KeyPolicy {
                     max_concurrency: None,
                 },
                 overrides: Vec::new(),
+                max_wait: None,
                 #[cfg(feature = "redis")]
                 cluster: None,
             },
             duplicates: Vec::new(),
         }
+    }
+
+    /// How long a call may wait for its key's next call, if it may
+    /// ([`KeyPolicyBuilder::max_wait`]).
+    pub fn max_wait(&self) -> Option<Duration> {
+        self.max_wait
     }
 
     /// Keys tracked exactly.
@@ -221,6 +234,8 @@ impl KeyPolicy {
         Rule {
             gcra,
             max_inflight: r.max_concurrency.unwrap_or(NO_INFLIGHT_LIMIT),
+            max_wait: self.max_wait.map_or(0, |d| crate::clock::nanos(d).max(1)),
+            held: false,
         }
     }
 
@@ -256,6 +271,42 @@ impl KeyPolicyBuilder {
     /// Calls a key may make at once after a quiet time (default: its limit).
     pub fn burst(mut self, burst: u64) -> Self {
         self.policy.rule.burst = Some(burst);
+        self
+    }
+
+    /// A call whose key used up its burst waits for the key's next call instead of
+    /// being refused, if that comes within `max_wait` (the key's calls are paced at
+    /// its limit, as [`PolicyBuilder::token_wait`](crate::PolicyBuilder::token_wait)
+    /// does for a point): a sync call sleeps, an async one awaits a timer (the
+    /// `tokio` feature; without it, or through [`Point::try_enter_key`]
+    /// (crate::Point::try_enter_key) and the tower layer, it is refused at once). The
+    /// bound is unchanged: a waiting call runs only once its token has refilled. At
+    /// most one hour; needs `limit`; not with a cluster setting.
+    ///
+    /// ```
+    /// use resilience_runtime::keys::KeyPolicy;
+    /// use resilience_runtime::{Clock, ManualClock, Policy, Registry};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let registry: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(&clock))));
+    /// let keys = KeyPolicy::builder()
+    ///     .limit(10, Duration::from_secs(1)) // one call every 100 ms per key
+    ///     .burst(1)
+    ///     .max_wait(Duration::from_millis(250))
+    ///     .build()?;
+    /// registry.set_policy("docs.key_wait", Policy::builder().keys(keys).build()?)?;
+    /// let point = registry.point("docs.key_wait")?;
+    /// let start = clock.now_nanos();
+    /// for _ in 0..3 {
+    ///     point.enter_key("a")?.finish(false); // the 2nd and 3rd wait 100 ms each
+    /// }
+    /// assert_eq!(clock.now_nanos() - start, 200_000_000);
+    /// assert!(point.enter_key("b").is_ok(), "another key does not wait");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.policy.max_wait = Some(max_wait);
         self
     }
 
@@ -431,6 +482,30 @@ impl KeyPolicy {
                     "keys.overrides",
                     format!("{value:?} holds a control character"),
                 );
+            }
+        }
+        if let Some(w) = self.max_wait {
+            let limited =
+                self.rule.limit.is_some() || self.overrides.iter().any(|(_, o)| o.limit.is_some());
+            if w.is_zero() || w > Duration::from_secs(3600) {
+                errors.push(FieldError {
+                    field: "keys.max_wait",
+                    message: format!("must be greater than zero and at most 1h, got {w:?}"),
+                });
+            } else if !limited {
+                errors.push(FieldError {
+                    field: "keys.max_wait",
+                    message: "needs `limit`: calls wait for their key's next call".into(),
+                });
+            }
+            #[cfg(feature = "redis")]
+            if self.cluster.is_some() {
+                errors.push(FieldError {
+                    field: "keys.max_wait",
+                    message: "cannot be used with `cluster`: a key's fleet-wide calls are \
+                              leased, not reserved"
+                        .into(),
+                });
             }
         }
         #[cfg(feature = "redis")]

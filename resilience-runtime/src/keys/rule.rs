@@ -13,6 +13,12 @@ pub(crate) struct Rule {
     pub(crate) gcra: Option<Gcra>,
     /// Calls in flight at once, or [`NO_INFLIGHT_LIMIT`].
     pub(crate) max_inflight: u32,
+    /// How long (clock ns) a call may wait for its key's next token, 0 for not at all
+    /// (the section's `max_wait`; set to 0 for a call that may not wait).
+    pub(crate) max_wait: u64,
+    /// The call holds its token already (it waited for it): only the concurrency
+    /// rule is asked.
+    pub(crate) held: bool,
 }
 
 impl Rule {
@@ -30,6 +36,10 @@ pub(crate) enum Refusal {
     Tokens,
     /// Its calls in flight were at the limit.
     Concurrency,
+    /// Not a refusal: the key's next token is reserved for the call, due this many
+    /// clock nanoseconds from now; the call waits, then asks again holding it
+    /// ([`Rule::held`]). No slot is taken yet.
+    Wait(u64),
 }
 
 /// One key's counting state: the token bucket's arrival time (scaled for the rule's
@@ -42,15 +52,27 @@ pub(crate) struct KeyState {
 
 impl KeyState {
     /// The decision at `now` (clock nanoseconds): admits (taking a token and, if the
-    /// rule counts them, a slot) or says why not, changing nothing.
+    /// rule counts them, a slot) or says why not, changing nothing; or, with a
+    /// `max_wait`, reserves the next token if it is due within it
+    /// ([`Refusal::Wait`], which changes the bucket: keep the state).
     #[inline]
     pub(crate) fn admit(&mut self, rule: &Rule, now: u64) -> Result<(), Refusal> {
         if rule.holds() && self.inflight >= rule.max_inflight {
             return Err(Refusal::Concurrency);
         }
-        if let Some(g) = &rule.gcra {
-            match g.take(self.tat, g.scaled(now), 1) {
+        if let (Some(g), false) = (&rule.gcra, rule.held) {
+            let scaled = g.scaled(now);
+            match g.take(self.tat, scaled, 1) {
                 Some(tat) => self.tat = tat,
+                None if rule.max_wait != 0 => {
+                    match g.reserve(self.tat, scaled, 1, g.scaled_span(rule.max_wait)) {
+                        Some((tat, wait)) => {
+                            self.tat = tat;
+                            return Err(Refusal::Wait(g.unscaled_ceil(wait).max(1)));
+                        }
+                        None => return Err(Refusal::Tokens),
+                    }
+                }
                 None => return Err(Refusal::Tokens),
             }
         }
@@ -111,5 +133,31 @@ mod tests {
         let r = rule(0, None, None);
         let mut s = KeyState::default();
         assert_eq!(s.admit(&r, 1 << 40), Err(Refusal::Tokens));
+    }
+
+    #[test]
+    fn a_waiting_rule_reserves_the_next_token_within_its_wait() {
+        let r = Rule {
+            max_wait: 150_000_000,
+            ..rule(10, Some(1), Some(5))
+        };
+        let mut s = KeyState::default();
+        let t0 = 1_000_000_000_000;
+        assert!(s.admit(&r, t0).is_ok());
+        // The next token is due in 100 ms: reserved, no slot taken yet.
+        assert_eq!(s.admit(&r, t0), Err(Refusal::Wait(100_000_000)));
+        assert_eq!(s.inflight, 1);
+        // The one after that would be 200 ms away: beyond the wait.
+        assert_eq!(s.admit(&r, t0), Err(Refusal::Tokens));
+        // Coming back with the token held: only the slot is taken.
+        let held = Rule { held: true, ..r };
+        assert!(s.admit(&held, t0 + 100_000_000).is_ok());
+        assert_eq!(s.inflight, 2);
+        // Held or not, the concurrency rule still decides.
+        let mut full = KeyState {
+            tat: 0,
+            inflight: 5,
+        };
+        assert_eq!(full.admit(&held, t0), Err(Refusal::Concurrency));
     }
 }

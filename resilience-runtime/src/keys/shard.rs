@@ -259,6 +259,11 @@ impl Shard {
                 e.passes += 1;
                 Ok(rule.holds().then_some(Place::Entry(n as u16)))
             }
+            Err(w @ Refusal::Wait(_)) => {
+                // The token is reserved: counted when the call comes back for it.
+                e.state = next;
+                Err(w)
+            }
             Err(r) => {
                 e.refused += 1;
                 Err(r)
@@ -433,9 +438,25 @@ impl Shard {
             tat: self.lesser_tat(ca.tat, cb.tat),
             inflight: ca.inflight.min(cb.inflight),
         };
-        if let Err(r) = lesser.admit(rule, now) {
-            self.untracked_refused += 1;
-            return Err(r);
+        let waits = match lesser.admit(rule, now) {
+            Ok(()) => None,
+            Err(Refusal::Wait(ns)) => Some(ns),
+            Err(r) => {
+                self.untracked_refused += 1;
+                return Err(r);
+            }
+        };
+        if let Some(ns) = waits {
+            // Reserved on the lesser cell: both cells are charged for it, as for a
+            // call admitted now (the charge is what keeps every key's count below
+            // its cells'); no slot yet.
+            for c in [a, b] {
+                let cell = &mut self.sketch[c];
+                if let Some(g) = &rule.gcra {
+                    cell.tat = g.charge(cell.tat, g.scaled(now), 1);
+                }
+            }
+            return Err(Refusal::Wait(ns));
         }
         if !also(false) {
             self.untracked_refused += 1;
@@ -443,7 +464,7 @@ impl Shard {
         }
         for c in [a, b] {
             let cell = &mut self.sketch[c];
-            if let Some(g) = &rule.gcra {
+            if let (Some(g), false) = (&rule.gcra, rule.held) {
                 cell.tat = g.charge(cell.tat, g.scaled(now), 1);
             }
             if rule.holds() {

@@ -240,6 +240,10 @@ impl OverrideCell {
                 s.passes += 1;
                 Ok(())
             }
+            Err(w @ Refusal::Wait(_)) => {
+                s.state = next;
+                Err(w)
+            }
             Err(r) => {
                 s.refused += 1;
                 Err(r)

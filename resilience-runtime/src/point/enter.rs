@@ -28,6 +28,7 @@ use super::slots::{AdaptiveCall, AdaptiveImpl, BreakerCall, BreakerImpl, Breaker
 use super::{delay, tally, Point};
 use crate::adaptive::LatencyPermit;
 use crate::breaker::DroppingTransition;
+use crate::keys::Refusal;
 use crate::sync::{AtomicU64, Ordering};
 use crate::{window, BreakerChange, BreakerState, Downgraded, Reason};
 
@@ -38,6 +39,9 @@ pub(super) const TOKEN_HELD: u8 = 2;
 /// [`Point::enter_once`] flag: the call may not wait (a queue or a waiting token
 /// bucket refuses it at once, as without them).
 pub(super) const NO_WAIT: u8 = 4;
+/// [`Point::enter_once`] flag: the call holds its key's token already (it waited for
+/// it: the `keys` section's `max_wait`).
+pub(super) const KEY_HELD: u8 = 8;
 
 std::thread_local! {
     /// The wait of the token a call just reserved (see [`Point::enter_once`]), read once
@@ -46,7 +50,8 @@ std::thread_local! {
 }
 
 /// The wait, in nanoseconds, of the token this thread's last entry reserved, if it
-/// reserved one: `Err(Reason::TokenBucket)` from [`Point::enter_once`] is then the
+/// reserved one: `Err(Reason::TokenBucket)` (the point's bucket) or
+/// `Err(Reason::HotKey)` (the call's key's) from [`Point::enter_once`] is then the
 /// bucket's signal, not a refusal. Reading clears it.
 pub(super) fn take_token_wait() -> Option<u64> {
     let ns = TOKEN_WAIT_NS.with(|w| w.replace(0));
@@ -264,11 +269,15 @@ impl Point {
         loop {
             match reason {
                 Reason::QueueFull => return self.wait_blocking(slot, flags | TOKEN_HELD, key),
-                Reason::TokenBucket => match take_token_wait() {
+                Reason::TokenBucket | Reason::HotKey => match take_token_wait() {
                     Some(ns) => {
                         // The clock's sleep: a manual clock is advanced instead.
                         self.clock.sleep(std::time::Duration::from_nanos(ns));
+                        // The point's token was taken before the key's was reserved.
                         flags |= TOKEN_HELD;
+                        if reason == Reason::HotKey {
+                            flags |= KEY_HELD;
+                        }
                         match self.enter_once(slot, flags, key) {
                             Ok(()) => return Ok(()),
                             Err(r) => reason = r,
@@ -520,8 +529,29 @@ impl Point {
         // The key's rule, after the point's own (with a `keys` section and a key).
         let mut key_hold = None;
         if let (Some(key), Some(form)) = (key, c.keys) {
-            match form.0.admit(key, now) {
+            // A dry run never waits, nor a call that may not, nor one that already
+            // waited in the queue for its slot (its key refuses it at once).
+            let may_wait = flags & (NO_WAIT | WAITER) == 0 && c.rules & R_SHADOW == 0;
+            match form.0.admit(key, now, flags & KEY_HELD != 0, may_wait) {
                 Ok(hold) => key_hold = hold,
+                Err(Refusal::Wait(ns)) => {
+                    // The key's signal, as the token bucket's: its next token is the
+                    // call's, after `ns`; whatever else the call took goes back.
+                    if let Some(a) = adaptive {
+                        a.end(false);
+                    }
+                    if let Some(b) = breaker {
+                        self.breaker_outcome(b, Outcome::Cancelled, false, 0, fine);
+                    }
+                    if let Some((_, claimed)) = probe {
+                        self.delay.unclaim(claimed);
+                    }
+                    TOKEN_WAIT_NS.with(|w| w.set(ns));
+                    return Err(Downgraded {
+                        point: self.name,
+                        reason: Reason::HotKey,
+                    });
+                }
                 Err(_) => {
                     if let Some(a) = adaptive {
                         a.end(false);

@@ -109,24 +109,34 @@ impl KeyForm {
         self.overrides.get(self.index.get(fp)?)
     }
 
-    /// The key's step at `now`: its slot, if its rule counts calls in flight.
+    /// The key's step at `now`: its slot, if its rule counts calls in flight, or
+    /// [`Refusal::Wait`] (with `may_wait` and the section's `max_wait`: the key's
+    /// next token is reserved, the call comes back after that wait with `held`).
     #[inline]
     pub(super) fn admit(
         &'static self,
         key: &KeyArg<'_>,
         now: u64,
+        held: bool,
+        may_wait: bool,
     ) -> Result<Option<KeyHold>, Refusal> {
+        let ask = |r: &Rule| Rule {
+            max_wait: if may_wait { r.max_wait } else { 0 },
+            held,
+            ..*r
+        };
         #[cfg(feature = "redis")]
         if let Some((leases, rule)) = self.cluster {
-            return self.admit_cluster(leases, rule, key, now);
+            return self.admit_cluster(leases, rule, key, now, ask);
         }
         if let Some(o) = self.override_of(key.fp) {
-            o.cell.admit(&o.rule, now)?;
-            return Ok(o.rule.holds().then(|| KeyHold::in_override(o.cell)));
+            let rule = ask(&o.rule);
+            o.cell.admit(&rule, now)?;
+            return Ok(rule.holds().then(|| KeyHold::in_override(o.cell)));
         }
         let table: &'static KeyTable = self.table.get();
         let text = key.text;
-        let place = table.admit(key.fp, &self.rule, now, || KeyText::of(text))?;
+        let place = table.admit(key.fp, &ask(&self.rule), now, || KeyText::of(text))?;
         Ok(place.map(|p| KeyHold::in_table(table, key.fp, p)))
     }
 
@@ -141,6 +151,7 @@ impl KeyForm {
         rule: Option<LeaseRule>,
         key: &KeyArg<'_>,
         now: u64,
+        ask_rule: impl Fn(&Rule) -> Rule,
     ) -> Result<Option<KeyHold>, Refusal> {
         let mut wake = None;
         let mut ask = |tracked: bool, r: Option<&LeaseRule>| match r {
@@ -153,7 +164,7 @@ impl KeyForm {
         };
         let decided = if let Some(o) = self.override_of(key.fp) {
             o.cell
-                .admit_with(&o.rule, now, || ask(true, o.lease.as_ref()))
+                .admit_with(&ask_rule(&o.rule), now, || ask(true, o.lease.as_ref()))
                 .map(|()| o.rule.holds().then(|| KeyHold::in_override(o.cell)))
         } else {
             let table: &'static KeyTable = self.table.get();
@@ -161,7 +172,7 @@ impl KeyForm {
             table
                 .admit_with(
                     key.fp,
-                    &self.rule,
+                    &ask_rule(&self.rule),
                     now,
                     || KeyText::of(text),
                     |tracked| ask(tracked, rule.as_ref()),
@@ -307,6 +318,22 @@ impl Point {
         let key = KeyArg::new(&key);
         let mut slot = None;
         self.enter_keyed_in(&mut slot, &key)?;
+        Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
+    }
+
+    /// [`enter_key`](Self::enter_key) for async code (see
+    /// [`enter_async`](Self::enter_async)): a call that waits, in the queue or for its
+    /// key's next call (the `keys` section's `max_wait`), waits in the future.
+    pub async fn enter_key_async<K: HotKey + Sync + ?Sized>(
+        &'static self,
+        key: &K,
+    ) -> Result<Permit, Downgraded> {
+        let key = KeyArg::new(&key);
+        let mut slot = None;
+        match self.enter_async_keyed_in(&mut slot, None, Some(key)) {
+            super::queue::Admission::Ready(r) => r?,
+            super::queue::Admission::Wait(w) => w.await?,
+        }
         Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
     }
 

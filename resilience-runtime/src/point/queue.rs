@@ -20,7 +20,7 @@
 //! new call never passes a waiting one.
 
 use super::compiled::{ACTIVE, R_QUEUE};
-use super::enter::{take_token_wait, NO_WAIT, TOKEN_HELD, WAITER};
+use super::enter::{take_token_wait, KEY_HELD, NO_WAIT, TOKEN_HELD, WAITER};
 use super::keys::{KeyArg, WaitingKey};
 use super::permit::Permit;
 use super::Point;
@@ -488,10 +488,16 @@ impl Point {
         reason: Reason,
         key: Option<KeyArg<'a>>,
     ) -> Admission<'a> {
+        let mut flags = TOKEN_HELD;
         let stage = match reason {
             Reason::QueueFull => Stage::Queue(None),
-            Reason::TokenBucket => match take_token_wait() {
-                Some(ns) => Stage::Token { ns },
+            Reason::TokenBucket | Reason::HotKey => match take_token_wait() {
+                Some(ns) => {
+                    if reason == Reason::HotKey {
+                        flags |= KEY_HELD;
+                    }
+                    Stage::Token { ns }
+                }
                 None => return self.refused(reason),
             },
             _ => return self.refused(reason),
@@ -503,7 +509,7 @@ impl Point {
             point: self,
             slot,
             done,
-            flags: TOKEN_HELD,
+            flags,
             key: key.as_ref().map(WaitingKey::of),
             priority: crate::priority::current(),
             stage,
@@ -579,6 +585,21 @@ impl std::future::Future for WaitFuture<'_> {
                     match this.point.enter_once(this.slot, this.flags, key.as_ref()) {
                         Ok(()) => return this.finish(Ok(())),
                         Err(Reason::QueueFull) => this.stage = Stage::Queue(None),
+                        Err(Reason::HotKey) if this.flags & KEY_HELD == 0 => {
+                            match take_token_wait() {
+                                // The point's token came; now the key's is reserved.
+                                Some(ns) => {
+                                    this.flags |= KEY_HELD;
+                                    this.stage = Stage::Token { ns };
+                                }
+                                None => {
+                                    return this.finish(Err(Downgraded {
+                                        point: this.point.name,
+                                        reason: Reason::HotKey,
+                                    }))
+                                }
+                            }
+                        }
                         Err(reason) => {
                             return this.finish(Err(Downgraded {
                                 point: this.point.name,
