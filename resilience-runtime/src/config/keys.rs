@@ -7,10 +7,10 @@
 //! override name its value, quoted as a JSON (and TOML) string:
 //! `keys.overrides."vip-42".limit`. The ranges are [`KeyPolicy`]'s own check's.
 
-use super::check::Reporter;
 use super::duration::format_duration;
 use super::error::ProblemKind;
 use super::node::Node;
+use super::report::Reporter;
 use crate::error::FieldError;
 use crate::keys::{KeyOverride, KeyPolicy, KeyRule, DEFAULT_MAX_KEYS, MAX_KEY_OVERRIDES};
 use serde::Serialize;

@@ -107,6 +107,7 @@ mod duration;
 mod error;
 mod keys;
 mod node;
+mod report;
 mod retry;
 mod sections;
 mod watch;

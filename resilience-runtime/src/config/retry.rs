@@ -5,10 +5,10 @@
 //! [`Retry::new`]'s (50 ms doubling up to 2 s, full jitter; a `max` left out is raised
 //! to `base` if that is longer), the budget [`BudgetConfig::default`]'s.
 
-use super::check::Reporter;
 use super::duration::format_duration;
 use super::error::ProblemKind;
 use super::node::Node;
+use super::report::Reporter;
 use crate::retry::{BudgetConfig, Retry, RetryPolicy};
 use serde::Serialize;
 

@@ -6,9 +6,9 @@
 //! is reported, put back to its default and the check repeated: one load lists them
 //! all.
 
-use super::check::{unknown_name_message, Reporter};
 use super::error::ProblemKind;
 use super::node::Node;
+use super::report::{unknown_name_message, Reporter};
 use crate::adaptive::{AdaptiveConfig, GradientConfig};
 use crate::breaker::{ClassicConfig, SreConfig};
 use crate::policy::{AdaptiveLimit, BreakerPolicy};
