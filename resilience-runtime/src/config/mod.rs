@@ -102,6 +102,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+// Each file imports only from those it comes after (and from this one): `error`,
+// `node`, `duration`, `report` (a point's problems and "did you mean"), the
+// sections' checks (`sections`, `keys`, `retry`), `check` (a whole file), `watch`.
 mod check;
 mod duration;
 mod error;
