@@ -12,12 +12,15 @@
 
 #[path = "support/redis_server.rs"]
 mod redis_server;
+#[path = "support/workers.rs"]
+mod workers;
+
+use workers::{env, num, sum};
 
 use redis_server::{free_port, shared_url, unique_key, wait_for, RedisServer};
 use resilience_runtime::keys::{KeyCluster, KeyClusterStats, KeyPolicy};
 use resilience_runtime::{Clock, Point, Policy, Reason, Registry};
 use std::collections::BTreeMap;
-use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -123,67 +126,8 @@ fn worker_keys(url: &str, prefix: &str) -> KeyPolicy {
 
 /// Starts `n` copies of this test binary as workers, with `env`, and returns each
 /// one's `key=value` report.
-fn run_workers(n: usize, env: &[(&str, String)]) -> Vec<BTreeMap<String, String>> {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let children: Vec<_> = (0..n)
-        .map(|i| {
-            let mut cmd = Command::new(&exe);
-            cmd.args([
-                "keys_worker",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(WORKER_VAR, "1")
-            .env("WORKER_ID", i.to_string())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-            for (k, v) in env {
-                cmd.env(k, v);
-            }
-            cmd.spawn()
-                .unwrap_or_else(|e| panic!("cannot start worker {i}: {e}"))
-        })
-        .collect();
-    children
-        .into_iter()
-        .enumerate()
-        .map(|(i, child)| {
-            let out = child.wait_with_output().expect("worker output");
-            let stdout = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "worker {i} failed: {}\n{stdout}\n{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let line = stdout
-                .lines()
-                .find_map(|l| l.split_once("WORKER-REPORT ").map(|(_, r)| r))
-                .unwrap_or_else(|| panic!("worker {i} printed no report:\n{stdout}"));
-            line.split_whitespace()
-                .filter_map(|kv| kv.split_once('='))
-                .map(|(k, v)| (k.to_owned(), v.to_owned()))
-                .collect()
-        })
-        .collect()
-}
-
-fn num(report: &BTreeMap<String, String>, key: &str) -> u64 {
-    report
-        .get(key)
-        .unwrap_or_else(|| panic!("no `{key}` in {report:?}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("`{key}` in {report:?}: {e}"))
-}
-
-fn sum(reports: &[BTreeMap<String, String>], key: &str) -> u64 {
-    reports.iter().map(|r| num(r, key)).sum()
-}
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("worker needs {name}"))
+fn run_workers(n: usize, env: &[(&str, String)]) -> Vec<workers::Report> {
+    workers::run("keys_worker", WORKER_VAR, "1", n, env)
 }
 
 /// The worker process; does nothing unless started by the test below.
