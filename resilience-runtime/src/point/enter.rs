@@ -157,29 +157,22 @@ impl Point {
     /// wait in before the inner service is called).
     #[inline]
     pub fn try_enter(&'static self) -> Result<Permit, Downgraded> {
-        if !self.sampler_armed() {
-            self.arm_sampler();
-        }
         let mut slot = None;
-        self.enter_once(&mut slot, NO_WAIT, None)
-            .map_err(|reason| Downgraded {
-                point: self.name,
-                reason,
-            })?;
+        self.try_enter_keyed_in(&mut slot, None)?;
         Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
     }
 
-    /// [`try_enter`](Self::try_enter) of a call with a key.
-    #[inline]
+    /// [`try_enter`](Self::try_enter) of a call with a key, or without.
+    #[inline(always)]
     pub(crate) fn try_enter_keyed_in(
         &'static self,
         slot: &mut Option<Permit>,
-        key: &KeyArg<'_>,
+        key: Option<&KeyArg<'_>>,
     ) -> Result<(), Downgraded> {
         if !self.sampler_armed() {
             self.arm_sampler();
         }
-        self.enter_once(slot, NO_WAIT, Some(key))
+        self.enter_once(slot, NO_WAIT, key)
             .map_err(|reason| Downgraded {
                 point: self.name,
                 reason,
@@ -226,15 +219,7 @@ impl Point {
     /// every slot taken, the thread waits here (parked) for a slot.
     #[inline(always)]
     pub(crate) fn enter_in(&'static self, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
-        if !self.sampler_armed() {
-            self.arm_sampler();
-        }
-        // The entries out of line answer with the reason alone, a byte in a
-        // register: the refusal is built here.
-        match self.enter_once(slot, 0, None) {
-            Ok(()) => Ok(()),
-            Err(reason) => self.refused_or_waits(slot, reason, None),
-        }
+        self.enter_with(slot, None)
     }
 
     /// [`enter_in`](Self::enter_in) for a call of `key` (see
@@ -245,12 +230,24 @@ impl Point {
         slot: &mut Option<Permit>,
         key: &KeyArg<'_>,
     ) -> Result<(), Downgraded> {
+        self.enter_with(slot, Some(key))
+    }
+
+    /// [`enter_in`](Self::enter_in), with a key or without.
+    #[inline(always)]
+    fn enter_with(
+        &'static self,
+        slot: &mut Option<Permit>,
+        key: Option<&KeyArg<'_>>,
+    ) -> Result<(), Downgraded> {
         if !self.sampler_armed() {
             self.arm_sampler();
         }
-        match self.enter_once(slot, 0, Some(key)) {
+        // The entries out of line answer with the reason alone, a byte in a
+        // register: the refusal is built here.
+        match self.enter_once(slot, 0, key) {
             Ok(()) => Ok(()),
-            Err(reason) => self.refused_or_waits(slot, reason, Some(key)),
+            Err(reason) => self.refused_or_waits(slot, reason, key),
         }
     }
 

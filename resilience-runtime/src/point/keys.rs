@@ -343,7 +343,7 @@ impl Point {
     pub fn try_enter_key<K: HotKey + ?Sized>(&'static self, key: &K) -> Result<Permit, Downgraded> {
         let key = KeyArg::new(&key);
         let mut slot = None;
-        self.try_enter_keyed_in(&mut slot, &key)?;
+        self.try_enter_keyed_in(&mut slot, Some(&key))?;
         Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
     }
 
