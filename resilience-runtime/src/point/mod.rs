@@ -16,6 +16,9 @@
 //! - The configuration: `slots` (breakers, adaptive limiters, cluster limits, token
 //!   buckets), `compiled` (a policy compiled for the hot path), `cell` (its
 //!   publication), `configure` (turning a setting into slots and a form, cold).
+//! - Hot keys: `keys` (the `keys` section's forms, tables and override cells, and a
+//!   call's key step, see [`crate::keys`]) and `key_leases` (their cluster-wide
+//!   leases, `redis` feature).
 //! - The call: `enter` (admission, hot), `permit` (the permit and completion), `report`
 //!   (downgrades and breaker changes to the counters and listeners), `call`
 //!   (`Point::call` and friends), `retry_settings` (the point's retry section),
