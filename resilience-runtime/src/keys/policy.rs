@@ -278,8 +278,9 @@ impl KeyPolicyBuilder {
     /// being refused, if that comes within `max_wait` (the key's calls are paced at
     /// its limit, as [`PolicyBuilder::token_wait`](crate::PolicyBuilder::token_wait)
     /// does for a point): a sync call sleeps, an async one awaits a timer (the
-    /// `tokio` feature; without it, or through [`Point::try_enter_key`]
-    /// (crate::Point::try_enter_key) and the tower layer, it is refused at once). The
+    /// `tokio` feature; without it, or through
+    /// [`Point::try_enter_key`](crate::Point::try_enter_key) and the tower layer, it
+    /// is refused at once). The
     /// bound is unchanged: a waiting call runs only once its token has refilled. At
     /// most one hour; needs `limit`; not with a cluster setting.
     ///
