@@ -5,8 +5,7 @@
 use super::overrides::OverrideIndex;
 use super::policy::KeyPolicy;
 use super::rule::{Refusal, Rule};
-use super::shard::Place;
-use super::table::{HotKeyStats, KeyTable, KeyTableStats, OverrideCell};
+use super::table::{admit_key, HotKeyStats, KeyHold, KeyTable, KeyTableStats, OverrideCell};
 use super::{fingerprint, HotKey, KeyText};
 use crate::Clock;
 use std::fmt;
@@ -84,25 +83,7 @@ pub struct KeyLimiter {
 #[derive(Debug)]
 #[must_use = "dropping the guard ends the call at once"]
 pub struct KeyGuard<'a> {
-    fp: u64,
-    at: GuardAt<'a>,
-}
-
-#[derive(Debug)]
-enum GuardAt<'a> {
-    None,
-    Table(&'a KeyTable, Place),
-    Override(&'a OverrideCell),
-}
-
-impl Drop for KeyGuard<'_> {
-    fn drop(&mut self) {
-        match self.at {
-            GuardAt::None => {}
-            GuardAt::Table(t, place) => t.release(self.fp, place),
-            GuardAt::Override(c) => c.release(),
-        }
-    }
+    _hold: Option<KeyHold<'a>>,
 }
 
 impl KeyLimiter {
@@ -151,22 +132,13 @@ impl KeyLimiter {
     #[inline]
     pub fn acquire<K: HotKey + ?Sized>(&self, key: &K) -> Result<KeyGuard<'_>, KeyRefused> {
         let fp = fingerprint(key);
+        let over = self
+            .index
+            .get(fp)
+            .map(|n| (&self.overrides[n].0, &self.overrides[n].1));
         let now = self.clock.now();
-        if let Some(n) = self.index.get(fp) {
-            let (cell, rule) = &self.overrides[n];
-            cell.admit(rule, now)?;
-            let at = if rule.holds() {
-                GuardAt::Override(cell)
-            } else {
-                GuardAt::None
-            };
-            return Ok(KeyGuard { fp, at });
-        }
-        let place = self.table.admit(fp, &self.rule, now, || KeyText::of(key))?;
-        Ok(KeyGuard {
-            fp,
-            at: place.map_or(GuardAt::None, |p| GuardAt::Table(&self.table, p)),
-        })
+        let hold = admit_key(&self.table, over, &self.rule, fp, now, || KeyText::of(key))?;
+        Ok(KeyGuard { _hold: hold })
     }
 
     /// The `n` tracked keys (overridden values included) with the most calls, most

@@ -85,8 +85,8 @@ pub use policy::{
     MAX_KEY_OVERRIDES, MAX_OVERRIDE_LEN,
 };
 pub(crate) use rule::{Refusal, Rule};
+pub(crate) use table::{admit_key, KeyTable, OverrideCell};
 pub use table::{HotKeyStats, KeyClusterStats, KeyHold, KeyTableStats};
-pub(crate) use table::{KeyTable, OverrideCell};
 pub(crate) use text::KeyText;
 pub use text::KEY_TEXT_MAX;
 

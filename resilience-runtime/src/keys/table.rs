@@ -268,27 +268,27 @@ impl OverrideCell {
 
 /// Where a call holds its key's slot.
 #[derive(Debug)]
-enum HoldAt {
-    Table(&'static KeyTable, Place),
-    Override(&'static OverrideCell),
+enum HoldAt<'a> {
+    Table(&'a KeyTable, Place),
+    Override(&'a OverrideCell),
 }
 
 /// A call's slot under its key's concurrency limit, given back when dropped.
 #[derive(Debug)]
-pub struct KeyHold {
+pub struct KeyHold<'a> {
     fp: u64,
-    at: HoldAt,
+    at: HoldAt<'a>,
 }
 
-impl KeyHold {
-    pub(crate) fn in_table(table: &'static KeyTable, fp: u64, place: Place) -> KeyHold {
+impl<'a> KeyHold<'a> {
+    pub(crate) fn in_table(table: &'a KeyTable, fp: u64, place: Place) -> KeyHold<'a> {
         KeyHold {
             fp,
             at: HoldAt::Table(table, place),
         }
     }
 
-    pub(crate) fn in_override(cell: &'static OverrideCell) -> KeyHold {
+    pub(crate) fn in_override(cell: &'a OverrideCell) -> KeyHold<'a> {
         KeyHold {
             fp: 0,
             at: HoldAt::Override(cell),
@@ -296,11 +296,31 @@ impl KeyHold {
     }
 }
 
-impl Drop for KeyHold {
+impl Drop for KeyHold<'_> {
     fn drop(&mut self) {
         match self.at {
             HoldAt::Table(t, place) => t.release(self.fp, place),
             HoldAt::Override(c) => c.release(),
         }
     }
+}
+
+/// The key step of a call of `fp`, shared by a point's `keys` forms and
+/// [`KeyLimiter`](super::KeyLimiter): under the override `over` if the key has one,
+/// else in `table` under `rule`; the call's slot if the rule counts calls in flight.
+#[inline]
+pub(crate) fn admit_key<'a>(
+    table: &'a KeyTable,
+    over: Option<(&'a OverrideCell, &Rule)>,
+    rule: &Rule,
+    fp: u64,
+    now: u64,
+    text: impl FnOnce() -> KeyText,
+) -> Result<Option<KeyHold<'a>>, Refusal> {
+    if let Some((cell, rule)) = over {
+        cell.admit(rule, now)?;
+        return Ok(rule.holds().then(|| KeyHold::in_override(cell)));
+    }
+    let place = table.admit(fp, rule, now, text)?;
+    Ok(place.map(|p| KeyHold::in_table(table, fp, p)))
 }

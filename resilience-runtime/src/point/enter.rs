@@ -531,9 +531,8 @@ impl Point {
             let may_wait = flags & (NO_WAIT | WAITER) == 0 && c.rules & R_SHADOW == 0;
             match form.0.admit(key, now, flags & KEY_HELD != 0, may_wait) {
                 Ok(hold) => key_hold = hold,
-                Err(Refusal::Wait(ns)) => {
-                    // The key's signal, as the token bucket's: its next token is the
-                    // call's, after `ns`; whatever else the call took goes back.
+                Err(refusal) => {
+                    // Whatever else the call took goes back.
                     if let Some(a) = adaptive {
                         a.end(false);
                     }
@@ -543,21 +542,14 @@ impl Point {
                     if let Some((_, claimed)) = probe {
                         self.delay.unclaim(claimed);
                     }
-                    TOKEN_WAIT_NS.with(|w| w.set(ns));
-                    return Err(Downgraded {
-                        point: self.name,
-                        reason: Reason::HotKey,
-                    });
-                }
-                Err(_) => {
-                    if let Some(a) = adaptive {
-                        a.end(false);
-                    }
-                    if let Some(b) = breaker {
-                        self.breaker_outcome(b, Outcome::Cancelled, false, 0, fine);
-                    }
-                    if let Some((_, claimed)) = probe {
-                        self.delay.unclaim(claimed);
+                    if let Refusal::Wait(ns) = refusal {
+                        // The key's signal, as the token bucket's: its next token is
+                        // the call's, after `ns`.
+                        TOKEN_WAIT_NS.with(|w| w.set(ns));
+                        return Err(Downgraded {
+                            point: self.name,
+                            reason: Reason::HotKey,
+                        });
                     }
                     // One key's refusal never starts the point's delay.
                     return place(

@@ -6,8 +6,8 @@ use super::key_leases::{KeyLeases, LeaseRule};
 use super::permit::Permit;
 use super::Point;
 use crate::keys::{
-    fingerprint, sort_hot_keys, HotKey, HotKeyStats, KeyHold, KeyPolicy, KeyTable, KeyTableStats,
-    KeyText, OverrideCell, OverrideIndex, Refusal, Rule,
+    admit_key, fingerprint, sort_hot_keys, HotKey, HotKeyStats, KeyHold, KeyPolicy, KeyTable,
+    KeyTableStats, KeyText, OverrideCell, OverrideIndex, Refusal, Rule,
 };
 use crate::sync::OnceLock;
 use crate::Downgraded;
@@ -119,7 +119,7 @@ impl KeyForm {
         now: u64,
         held: bool,
         may_wait: bool,
-    ) -> Result<Option<KeyHold>, Refusal> {
+    ) -> Result<Option<KeyHold<'static>>, Refusal> {
         let ask = |r: &Rule| Rule {
             max_wait: if may_wait { r.max_wait } else { 0 },
             held,
@@ -129,15 +129,16 @@ impl KeyForm {
         if let Some((leases, rule)) = self.cluster {
             return self.admit_cluster(leases, rule, key, now, ask);
         }
-        if let Some(o) = self.override_of(key.fp) {
-            let rule = ask(&o.rule);
-            o.cell.admit(&rule, now)?;
-            return Ok(rule.holds().then(|| KeyHold::in_override(o.cell)));
-        }
-        let table: &'static KeyTable = self.table.get();
+        let over = self.override_of(key.fp).map(|o| (o.cell, ask(&o.rule)));
         let text = key.text;
-        let place = table.admit(key.fp, &ask(&self.rule), now, || KeyText::of(text))?;
-        Ok(place.map(|p| KeyHold::in_table(table, key.fp, p)))
+        admit_key(
+            self.table.get(),
+            over.as_ref().map(|(cell, rule)| (*cell, rule)),
+            &ask(&self.rule),
+            key.fp,
+            now,
+            || KeyText::of(text),
+        )
     }
 
     /// [`admit`](Self::admit) with a cluster setting: a call the key's local rule
@@ -152,7 +153,7 @@ impl KeyForm {
         key: &KeyArg<'_>,
         now: u64,
         ask_rule: impl Fn(&Rule) -> Rule,
-    ) -> Result<Option<KeyHold>, Refusal> {
+    ) -> Result<Option<KeyHold<'static>>, Refusal> {
         let mut wake = None;
         let mut ask = |tracked: bool, r: Option<&LeaseRule>| match r {
             Some(r) => {

@@ -38,7 +38,7 @@ pub struct Permit {
     /// The adaptive limiter's record of this call.
     pub(super) adaptive: Option<AdaptiveCall>,
     /// The call's slot under its key's concurrency limit, given back at the end.
-    pub(super) key: Option<crate::keys::KeyHold>,
+    pub(super) key: Option<crate::keys::KeyHold<'static>>,
 }
 
 pub(super) const NO_HANG: u32 = u32::MAX;
@@ -234,7 +234,7 @@ impl Permit {
 
     /// Gives the permit its key's slot, given back when the call ends.
     #[inline]
-    pub(super) fn attach_key(&mut self, hold: crate::keys::KeyHold) {
+    pub(super) fn attach_key(&mut self, hold: crate::keys::KeyHold<'static>) {
         self.key = Some(hold);
         self.meta = self.meta.with_extra(true);
     }
