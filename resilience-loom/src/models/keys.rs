@@ -128,3 +128,36 @@ fn an_override_admits_exactly_its_burst() {
         assert_eq!(admitted, 2);
     });
 }
+
+/// Three calls of a key with a burst of one that may wait 150 s for a token coming
+/// every 60 s: one runs at once and the two others get the next two tokens, one each
+/// (waits of 60 s and 120 s), whatever the order.
+#[test]
+fn waiting_calls_reserve_distinct_tokens() {
+    use crate::keys::rule::Refusal;
+    check(|| {
+        crate::sync::new_execution();
+        let t = table();
+        let r = Rule {
+            max_wait: 150_000_000_000,
+            ..rule(1, NO_INFLIGHT_LIMIT)
+        };
+        let handles: Vec<_> = (0..3)
+            .map(|_| thread::spawn(move || t.admit(5, &r, NOW, || KeyText::EMPTY)))
+            .collect();
+        let mut got: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        got.sort_by_key(|g| match g {
+            Ok(_) => 0,
+            Err(Refusal::Wait(ns)) => *ns,
+            Err(_) => u64::MAX,
+        });
+        assert_eq!(
+            got,
+            [
+                Ok(None),
+                Err(Refusal::Wait(60_000_000_000)),
+                Err(Refusal::Wait(120_000_000_000))
+            ]
+        );
+    });
+}
