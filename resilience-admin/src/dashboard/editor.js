@@ -346,7 +346,10 @@ function overrideRow(value, entry) {
   const remove = el("button", { type: "button", class: "o-remove", text: "Remove" });
   remove.addEventListener("click", () => {
     row.remove();
-    overrideBox().dataset.removed = "true";
+    const box = overrideBox();
+    box.dataset.removed = "true";
+    // The stored values removed: a save takes them out of the version it saves on.
+    if (entry !== undefined) box.dataset.removedValues = JSON.stringify([...JSON.parse(box.dataset.removedValues || "[]"), value]);
     state.formDirty = true;
   });
   row.append(cell("value", value, "value"));
@@ -382,6 +385,7 @@ function fillOverrides(settings) {
   const box = overrideBox();
   box.textContent = "";
   delete box.dataset.removed;
+  delete box.dataset.removedValues;
   const keys = settings && settings.keys;
   const overrides = keys && typeof keys === "object" && keys.overrides && typeof keys.overrides === "object" ? keys.overrides : {};
   for (const [value, entry] of Object.entries(overrides)) box.append(overrideRow(value, entry));
@@ -407,17 +411,28 @@ function duplicateOverride() {
   return null;
 }
 
-// The overrides the rows say (see above).
-function overridesFromRows() {
-  const out = {};
+// The overrides of `base` (the stored version a save goes on) with exactly the
+// operator's edits: rows removed are taken out, rows left alone are the base's (a
+// newer version's, after a conflict), and an edited row keeps every field of its
+// base entry it does not change. A null-prototype object: any value is a key.
+function overridesMerged(base) {
+  const out = Object.create(null);
+  if (base && typeof base === "object") Object.assign(out, base);
+  for (const v of JSON.parse(overrideBox().dataset.removedValues || "[]")) delete out[v];
   for (const row of overrideRows()) {
     const value = row.querySelector('[data-part="value"]').value;
     const original = row.dataset.original === undefined ? null : JSON.parse(row.dataset.original);
-    const stored = original && original.entry;
+    const inputs = [...row.querySelectorAll("input[data-part]")];
+    if (original && !inputs.some(edited)) continue;
+    let stored;
+    if (original) {
+      stored = Object.prototype.hasOwnProperty.call(out, original.value) ? out[original.value] : original.entry;
+      delete out[original.value];
+    }
     let entry = {};
     if (typeof stored === "number") entry = { limit: stored };
     else if (stored && typeof stored === "object") entry = JSON.parse(JSON.stringify(stored));
-    for (const input of row.querySelectorAll("input[data-part]")) {
+    for (const input of inputs) {
       const part = input.dataset.part;
       if (part === "value" || (original && !edited(input))) continue;
       const text = input.value.trim();
@@ -693,7 +708,8 @@ function formSettings() {
     for (const i of visible) if (edited(i)) setPath(out, i.dataset.field, inputValue(i));
   }
   if (overridesEdited()) {
-    const overrides = overridesFromRows();
+    const keys = out.keys && typeof out.keys === "object" ? out.keys : {};
+    const overrides = overridesMerged(keys.overrides);
     if (Object.keys(overrides).length === 0) setPath(out, "keys.overrides", undefined);
     else setPath(out, "keys.overrides", overrides);
   }

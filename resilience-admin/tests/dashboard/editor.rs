@@ -1996,3 +1996,46 @@ fn the_form_edits_a_keys_section_with_overrides_that_reach_a_client() {
     assert_eq!(enforced.keys().unwrap().overrides().len(), 2);
     assert_eq!(enforced.max_visits(), Some(100));
 }
+
+/// A save that meets a newer version (409) moves the form onto it: saving again
+/// keeps the newer version's overrides the operator did not touch (one added, one
+/// changed), removes only the row the operator removed, and applies the operator's
+/// edit to the newer entry.
+#[test]
+fn a_save_after_a_conflict_keeps_the_newer_versions_overrides() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let doc = json!({"points": {"p": {"keys": {"limit": 5,
+        "overrides": {"gone": 3, "old": 2, "same": {"limit": 1, "burst": 2}}}}}});
+    let version = put_policy(addr, 0, &doc);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.type_into("#author", "e2e");
+    browser.open_point("p", version);
+    let row = |value: &str| {
+        format!("#keys-override-rows .override-row[data-field='keys.overrides.\"{value}\"']")
+    };
+    browser.type_into(&format!("{} input[data-part=\"limit\"]", row("old")), "4");
+    browser.click(&format!("{} .o-remove", row("gone")));
+    // Meanwhile another operator adds `new` and changes `same`.
+    let newer = json!({"points": {"p": {"keys": {"limit": 5,
+        "overrides": {"gone": 3, "new": 9, "old": 2, "same": {"limit": 7}}}}}});
+    let version = put_policy(addr, version, &newer);
+    browser.click("#save");
+    browser.wait(
+        "document.querySelector('#form-message').textContent.includes('Someone else changed')",
+        "the conflict",
+    );
+    browser.click("#save");
+    browser.wait(
+        &format!(
+            "document.querySelector('#policy-version').dataset.version === '{}'",
+            version + 1
+        ),
+        "the saved version",
+    );
+    let mut want = newer.clone();
+    // The stored form of an override of the limit alone is its number.
+    want["points"]["p"]["keys"]["overrides"] = json!({"new": 9, "old": 4, "same": 7});
+    assert_eq!(stored(addr), (version + 1, want));
+}
