@@ -557,3 +557,43 @@ fn a_cluster_wide_keys_section_parses_round_trips_and_names_its_problems() {
         .collect();
     assert_eq!(fields, ["keys.cluster.batch", "keys.cluster.cold"], "{err}");
 }
+
+#[test]
+fn max_wait_parses_round_trips_and_names_its_problems() {
+    let text = "[points.w]\nkeys = { limit = 10, max_wait = \"50ms\" }\n";
+    let file = PolicyFile::parse(text, Format::Toml).unwrap();
+    let keys = file.points["w"].policy.keys().unwrap();
+    assert_eq!(keys.max_wait(), Some(Duration::from_millis(50)));
+    for format in [Format::Toml, Format::Json] {
+        let out = file.to_text(format).unwrap();
+        assert_eq!(PolicyFile::parse(&out, format).unwrap(), file, "{out}");
+    }
+    let bad = r#"
+        [points.zero]
+        keys = { limit = 10, max_wait = "0s" }
+        [points.long]
+        keys = { limit = 10, max_wait = "2h" }
+        [points.unlimited]
+        keys = { max_concurrency = 3, max_wait = "10ms" }
+        [points.typed]
+        keys = { limit = 10, max_wait = 5 }
+    "#;
+    let err = PolicyFile::parse(bad, Format::Toml).unwrap_err();
+    let mut got: Vec<_> = problems(&err)
+        .into_iter()
+        .map(|(kind, point, field)| (point, field, format!("{kind:?}")))
+        .collect();
+    got.sort();
+    let want = [
+        (Some("long"), Some("keys.max_wait"), "OutOfRange".to_owned()),
+        (Some("typed"), Some("keys.max_wait"), "WrongType".to_owned()),
+        (
+            Some("unlimited"),
+            Some("keys.max_wait"),
+            "OutOfRange".to_owned(),
+        ),
+        (Some("zero"), Some("keys.max_wait"), "OutOfRange".to_owned()),
+    ];
+    assert_eq!(got, want, "{err}");
+    assert!(err.to_string().contains("needs `limit`"), "{err}");
+}

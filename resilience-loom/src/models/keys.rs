@@ -67,8 +67,13 @@ fn an_untracked_key_never_passes_its_burst() {
             }
         }
         let admitted = race(t, 1 << 40 | 9, r, 3);
-        assert!(admitted <= 2, "{admitted} admitted");
+        assert_eq!(admitted, 2, "{admitted} admitted");
         assert_eq!(t.stats().tracked, 16);
+        assert_eq!(
+            t.stats().untracked_passes,
+            2,
+            "the raced key was not tracked"
+        );
     });
 }
 

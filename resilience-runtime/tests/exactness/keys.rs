@@ -263,6 +263,18 @@ fn frozen_untracked(swap: bool) {
         v.check(stats.tracked <= 16, || {
             format!("{case}: {} keys tracked of 16", stats.tracked)
         });
+        // The sketch admitted calls too (it is not a refuse-all), and every tracked
+        // key got its full burst.
+        v.check(stats.untracked_passes > 0, || {
+            format!("{case}: no untracked call admitted")
+        });
+        let admitted: u64 = c.admitted.iter().map(|a| a.load(Ordering::Relaxed)).sum();
+        v.check(admitted >= 3 * stats.tracked, || {
+            format!(
+                "{case}: {admitted} admitted, {} tracked keys of 3 each",
+                stats.tracked
+            )
+        });
     }
     v.conclude();
 }
