@@ -877,7 +877,8 @@ fn read_keys(p: &mut Reader<'_, '_>, f: &CountFields) -> Option<PointKeys> {
             other => p.error(
                 field,
                 format!(
-                    "expected a list of at most {MAX_HOT_KEYS} keys                      {{\"key\", \"passes\", \"refused\", \"overridden\"}}, got {}",
+                    "expected a list of at most {MAX_HOT_KEYS} keys \
+                     {{\"key\", \"passes\", \"refused\", \"overridden\"}}, got {}",
                     describe(other)
                 ),
             ),
@@ -1410,7 +1411,12 @@ pub fn json_heartbeat_lenient(
         "",
         &["points", "enforcing", "known_points", "declared_points"],
         None,
-        &["seconds_durations", "hot_keys", "key_table"],
+        &[
+            JSON_FIELDS.durations,
+            // Both are `Some` in our protocol's field names.
+            JSON_FIELDS.hot_keys.unwrap_or("hot_keys"),
+            JSON_FIELDS.key_table.unwrap_or("key_table"),
+        ],
         json_heartbeat,
     )
 }

@@ -236,10 +236,7 @@ impl Collector {
                     .unwrap_or(0);
                 report.queue = Some(queue_growth(&now, &before, max));
             }
-            let queue_busy = report.queue.is_some_and(|q| {
-                q.waiting + q.admitted + q.timed_out + q.cancelled + q.refused + q.full + q.evicted
-                    > 0
-            });
+            let queue_busy = report.queue.as_ref().is_some_and(queue_busy);
             if !report.is_idle() || report.retry.calls > 0 || queue_busy {
                 if let Some(point) = registry.get(name) {
                     report.hot_keys = point.hot_keys(HOT_KEYS);
@@ -312,12 +309,15 @@ fn queue_growth(
     q
 }
 
+/// Whether a point's queue did something this cycle.
+fn queue_busy(q: &crate::QueueStats) -> bool {
+    q.waiting + q.admitted + q.timed_out + q.cancelled + q.refused + q.full + q.evicted > 0
+}
+
 /// A point's queue on the wire, if it has one that did something this cycle.
 fn queue_json(p: &PointReport) -> Option<Value> {
     let q = p.queue?;
-    let busy =
-        q.waiting + q.admitted + q.timed_out + q.cancelled + q.refused + q.full + q.evicted > 0;
-    busy.then(|| {
+    queue_busy(&q).then(|| {
         json!({"waiting": q.waiting, "peak_waiting": q.peak_waiting, "admitted": q.admitted,
                "timed_out": q.timed_out, "cancelled": q.cancelled, "refused": q.refused,
                "full": q.full, "evicted": q.evicted, "wait_ns": q.wait_ns,

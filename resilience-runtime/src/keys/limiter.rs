@@ -145,7 +145,7 @@ impl KeyLimiter {
     /// first.
     pub fn hot_keys(&self, n: usize) -> Vec<HotKeyStats> {
         let mut out = Vec::new();
-        self.table.keys(&mut out);
+        self.table.busiest(n, &mut out);
         out.extend(self.overrides.iter().map(|(c, _)| c.stats()));
         super::sort_hot_keys(&mut out);
         out.truncate(n);

@@ -144,17 +144,39 @@ impl KeyTable {
         lock(self.shard(fp)).release(fp, place);
     }
 
-    /// Every tracked key's traffic (no override's).
-    pub(crate) fn keys(&self, out: &mut Vec<HotKeyStats>) {
+    /// The `n` busiest tracked keys (no override's), added to `out` in no order:
+    /// most calls admitted and refused, ties by text, as `sort_hot_keys` orders
+    /// them. Only the winners' texts are made.
+    pub(crate) fn busiest(&self, n: usize, out: &mut Vec<HotKeyStats>) {
+        type Candidate = (u64, u64, u64, KeyText);
+        let better =
+            |a: &Candidate, b: &Candidate| a.0 > b.0 || (a.0 == b.0 && a.3.as_str() < b.3.as_str());
+        // `n` may be any number (`Point::hot_keys(usize::MAX)`): grown as needed.
+        let mut top: Vec<Candidate> = Vec::with_capacity(n.min(64));
         for s in self.shards.iter() {
             let s = lock(s);
-            out.extend(s.entries().iter().map(|e| HotKeyStats {
-                key: e.text.to_display(),
-                passes: e.passes,
-                refused: e.refused,
-                overridden: false,
-            }));
+            for e in s.entries() {
+                let c = (e.passes + e.refused, e.passes, e.refused, e.text);
+                if top.len() < n {
+                    top.push(c);
+                } else if let Some(worst) =
+                    (0..top.len()).reduce(|w, i| if better(&top[w], &top[i]) { i } else { w })
+                {
+                    if better(&c, &top[worst]) {
+                        top[worst] = c;
+                    }
+                }
+            }
         }
+        out.extend(
+            top.into_iter()
+                .map(|(_, passes, refused, text)| HotKeyStats {
+                    key: text.to_display(),
+                    passes,
+                    refused,
+                    overridden: false,
+                }),
+        );
     }
 
     pub(crate) fn stats(&self) -> KeyTableStats {
@@ -323,4 +345,41 @@ pub(crate) fn admit_key<'a>(
     }
     let place = table.admit(fp, rule, now, text)?;
     Ok(place.map(|p| KeyHold::in_table(table, fp, p)))
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::keys::fingerprint;
+    use crate::limit::Gcra;
+
+    #[test]
+    fn the_busiest_keys_are_the_top_of_a_full_sort() {
+        let t = KeyTable::new(256);
+        let rule = Rule {
+            gcra: Some(Gcra::per_second(1.0, 3)),
+            max_inflight: crate::keys::rule::NO_INFLIGHT_LIMIT,
+            max_wait: 0,
+            held: false,
+        };
+        // Key i is called i % 13 times: many ties, and refusals past 3.
+        for i in 0..200u64 {
+            let text = format!("k{i}");
+            for _ in 0..i % 13 {
+                let _ = t.admit(fingerprint(text.as_str()), &rule, 1 << 40, || {
+                    KeyText::of(text.as_str())
+                });
+            }
+        }
+        let mut all = Vec::new();
+        t.busiest(usize::MAX, &mut all);
+        assert_eq!(all.len(), t.stats().tracked as usize);
+        crate::keys::sort_hot_keys(&mut all);
+        for n in [0, 1, 7, 20] {
+            let mut top = Vec::new();
+            t.busiest(n, &mut top);
+            crate::keys::sort_hot_keys(&mut top);
+            assert_eq!(top, all[..n], "n = {n}");
+        }
+    }
 }

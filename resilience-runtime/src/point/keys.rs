@@ -362,7 +362,7 @@ impl Point {
             .current_table(Some(policy))
             .and_then(|t| t.table.get())
         {
-            t.keys(&mut out);
+            t.busiest(n, &mut out);
         }
         for (value, _) in policy.overrides() {
             if let Some(c) = settings.keys.cells.get(value) {
