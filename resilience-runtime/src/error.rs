@@ -59,7 +59,8 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason a call is refused for, in check order: SDS's rules, then
-    /// [`Reason::Delay`] (which short-cuts them) and the breaker. [`Reason::Deadline`]
+    /// [`Reason::Delay`] (which short-cuts them), the breaker and the call's key
+    /// ([`Reason::HotKey`]). [`Reason::Deadline`]
     /// is not one: a call cut at its deadline was admitted.
     pub const ALL: [Reason; 14] = [
         Reason::Visits,

@@ -351,3 +351,41 @@ async fn an_async_keyed_call_awaits_its_key_s_next_call() {
     assert!(took < Duration::from_secs(3), "{took:?}");
     assert_eq!(p.stats().totals.passes, 5);
 }
+
+#[test]
+fn a_key_limiter_answers_at_once_and_reports_its_busiest_keys() {
+    use resilience_runtime::keys::{KeyLimiter, KeyRefused};
+    let clock = ManualClock::new();
+    let policy = KeyPolicy::builder()
+        .limit(2, Duration::from_secs(60))
+        .max_wait(Duration::from_secs(3600)) // a limiter never waits
+        .max_keys(64)
+        .override_limit("vip", 5)
+        .build()
+        .unwrap();
+    let limiter = KeyLimiter::with_clock(policy, Clock::manual(&clock));
+    let t0 = clock.now_nanos();
+    assert_eq!((0..4).filter(|_| limiter.check("a").is_ok()).count(), 2);
+    assert_eq!(limiter.check("a"), Err(KeyRefused::Limit));
+    assert_eq!(clock.now_nanos(), t0);
+    assert_eq!((0..9).filter(|_| limiter.check("vip").is_ok()).count(), 5);
+    let top: Vec<_> = limiter
+        .hot_keys(2)
+        .into_iter()
+        .map(|k| (k.key, k.passes, k.refused, k.overridden))
+        .collect();
+    assert_eq!(
+        top,
+        [
+            ("vip".to_owned(), 5, 4, true),
+            ("a".to_owned(), 2, 3, false)
+        ]
+    );
+    // A flood of keys: the table stays at its size.
+    for i in 0..10_000u64 {
+        let _ = limiter.check(&i);
+    }
+    let stats = limiter.stats();
+    assert!(stats.tracked <= 64);
+    assert!(stats.memory_bytes < 64 * 1024, "{}", stats.memory_bytes);
+}

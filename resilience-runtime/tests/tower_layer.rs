@@ -592,3 +592,59 @@ async fn axum_app_sheds_excess_with_429_and_keeps_admitted_latency() {
     assert!(started.elapsed() < Duration::from_secs(10));
     server.abort();
 }
+
+/// A keyed layer: each request's key has its own limit, a request whose key has a
+/// wait coming is refused at once (the layer never waits, on the manual clock it
+/// does not move), and a request without a key is limited by the point alone.
+#[test]
+fn a_keyed_layer_limits_each_key_and_never_waits() {
+    use resilience_runtime::keys::KeyPolicy;
+    use resilience_runtime::Registry;
+    let clock = ManualClock::new();
+    let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(&clock))));
+    let keys = KeyPolicy::builder()
+        .limit(10, Duration::from_secs(1))
+        .burst(1)
+        .max_wait(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    r.set_policy("tower.keyed", Policy::builder().keys(keys).build().unwrap())
+        .unwrap();
+    let key = |req: &Request<()>| {
+        req.headers()
+            .get("x-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let layer = PointLayer::from_point(r.point("tower.keyed").unwrap()).keyed(key);
+    let mut svc = layer.layer(tower::service_fn(|_req: Request<()>| {
+        ready(Ok::<_, Infallible>(1u32))
+    }));
+    let mut call = |k: Option<&str>| {
+        let mut req = Request::builder();
+        if let Some(k) = k {
+            req = req.header("x-key", k);
+        }
+        block_on(svc.call(req.body(()).unwrap()))
+    };
+    let t0 = clock.now_nanos();
+    assert!(call(Some("a")).is_ok());
+    let refused = call(Some("a")).unwrap_err();
+    assert_eq!(
+        refused.rejected().unwrap().reason,
+        RejectReason::Downgraded(Reason::HotKey)
+    );
+    assert_eq!(clock.now_nanos(), t0, "the layer never waits");
+    assert!(call(Some("b")).is_ok());
+    for _ in 0..5 {
+        assert!(call(None).is_ok(), "no key, no key limit");
+    }
+    let p = r.point("tower.keyed").unwrap();
+    let keys: Vec<_> = p
+        .hot_keys(10)
+        .into_iter()
+        .map(|k| (k.key, k.passes, k.refused))
+        .collect();
+    assert_eq!(keys, [("a".to_owned(), 1, 1), ("b".to_owned(), 1, 0)]);
+    assert_eq!(p.stats().totals.passes, 7);
+}
