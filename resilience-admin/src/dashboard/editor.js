@@ -308,6 +308,9 @@ function buildOverrides() {
   });
   return el("fieldset", { id: "keys-overrides", "data-section": "keys.overrides" }, [
     el("legend", { text: "overrides" }),
+    // Shown while the stored section is `keys = "off"` (no per-key limits, over lower
+    // layers), which the empty fields alone would not say.
+    el("p", { class: "hint keys-off", id: "keys-off", hidden: true, text: 'keys = "off": no per-key limits, over the files and the code; a field typed here sets the section again' }),
     el("p", { class: "hint", text: "chosen values of the key (a string key by its text, an integer key by its decimal text), each with any of its own limit, burst and max_concurrency (the others are the section's; a limit alone has a burst of that limit); a limit of 0 blocks the value" }),
     el("div", { class: "override-rows", id: "keys-override-rows" }),
     el("div", { class: "buttons" }, [add]),
@@ -387,6 +390,7 @@ function fillOverrides(settings) {
   delete box.dataset.removed;
   delete box.dataset.removedValues;
   const keys = settings && settings.keys;
+  $("#keys-off").hidden = keys !== "off";
   const overrides = keys && typeof keys === "object" && keys.overrides && typeof keys.overrides === "object" ? keys.overrides : {};
   for (const [value, entry] of Object.entries(overrides)) box.append(overrideRow(value, entry));
   syncOverrideFields();

@@ -2039,3 +2039,22 @@ fn a_save_after_a_conflict_keeps_the_newer_versions_overrides() {
     want["points"]["p"]["keys"]["overrides"] = json!({"new": 9, "old": 4, "same": 7});
     assert_eq!(stored(addr), (version + 1, want));
 }
+
+/// `keys = "off"` stored: the form says so (its empty fields alone would read as "not
+/// set here"); a point with a keys table does not show the note.
+#[test]
+fn the_form_says_when_keys_are_off() {
+    let server = start(config(StorageConfig::Memory));
+    let addr = server.addr();
+    let doc = json!({"points": {"off": {"max_visits": 3, "keys": "off"},
+        "on": {"keys": {"limit": 2}}}});
+    let version = put_policy(addr, 0, &doc);
+    let browser = Browser::start();
+    browser.goto(&format!("{}/#token={ADMIN}", server.url()));
+    browser.type_into("#author", "e2e");
+    browser.open_point("off", version);
+    let shown = "return !document.querySelector('#keys-off').hidden;";
+    assert_eq!(browser.js(shown), json!(true));
+    browser.open_point("on", version);
+    assert_eq!(browser.js(shown), json!(false));
+}
