@@ -185,6 +185,9 @@ mod flow;
 #[path = "../../resilience-runtime/src/point/delay.rs"]
 mod delay;
 
+#[path = "../../resilience-runtime/src/point/chunks.rs"]
+mod chunks;
+
 #[path = "../../resilience-runtime/src/point/hang.rs"]
 mod hang;
 
@@ -237,6 +240,7 @@ mod keys {
 mod models {
     mod arming;
     mod cell;
+    mod chunks;
     mod delay;
     mod durations;
     mod flow;

@@ -50,7 +50,9 @@ pub(crate) const COARSE_ENOUGH_NS: u64 = 200_000_000;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Clock {
-    inner: Source,
+    // Shared: every point holds a clone of its registry's clock, so a pointer, not
+    // the 56 bytes of the source.
+    inner: std::sync::Arc<Source>,
 }
 
 #[derive(Clone, Debug)]
@@ -78,11 +80,11 @@ impl Clock {
         let span = 1u64 << 40;
         let ns = ticks.delta_as_nanos(0, span).max(1);
         Clock {
-            inner: Source::System {
+            inner: std::sync::Arc::new(Source::System {
                 wall_offset_ns: wall.saturating_sub(mono),
                 ticks,
                 ticks_per_ns: span as f64 / ns as f64,
-            },
+            }),
         }
     }
 
@@ -90,7 +92,7 @@ impl Clock {
     /// ticks are nanoseconds of the same reading.
     pub fn manual(clock: &ManualClock) -> Self {
         Clock {
-            inner: Source::Manual(clock.clone()),
+            inner: std::sync::Arc::new(Source::Manual(clock.clone())),
         }
     }
 
@@ -98,7 +100,7 @@ impl Clock {
     /// timeline reading it moves to) and returns `true`; with the system clock, does
     /// nothing and returns `false`.
     pub(crate) fn before_move(&self, hook: impl Fn(u64) + Send + Sync + 'static) -> bool {
-        match &self.inner {
+        match &*self.inner {
             Source::Manual(m) => {
                 m.before_move
                     .0
@@ -115,7 +117,7 @@ impl Clock {
     /// reading) and returns `true`; with the system clock, does nothing and returns
     /// `false`. Waiters with a deadline on the clock use it to look at the time again.
     pub(crate) fn after_move(&self, hook: impl Fn(u64) + Send + Sync + 'static) -> bool {
-        match &self.inner {
+        match &*self.inner {
             Source::Manual(m) => {
                 m.after_move
                     .0
@@ -130,7 +132,7 @@ impl Clock {
 
     /// Whether this clock is a manual clock.
     pub fn is_manual(&self) -> bool {
-        matches!(self.inner, Source::Manual(_))
+        matches!(*self.inner, Source::Manual(_))
     }
 
     /// Waits `d`: the thread sleeps on the system clock; a manual clock is advanced by
@@ -150,7 +152,7 @@ impl Clock {
     /// assert_eq!(clock.now() - t0, 250_000_000);
     /// ```
     pub fn sleep(&self, d: Duration) {
-        match &self.inner {
+        match &*self.inner {
             Source::System { .. } => std::thread::sleep(d),
             Source::Manual(m) => m.advance(d),
         }
@@ -161,7 +163,7 @@ impl Clock {
     /// clock is advanced by `d` at once instead, like [`sleep`](Self::sleep).
     #[cfg(feature = "tokio")]
     pub async fn sleep_async(&self, d: Duration) {
-        match &self.inner {
+        match &*self.inner {
             Source::System { .. } => tokio::time::sleep(d).await,
             Source::Manual(m) => m.advance(d),
         }
@@ -171,7 +173,7 @@ impl Clock {
     /// about a millisecond for the system clock).
     #[inline]
     pub fn now(&self) -> u64 {
-        match &self.inner {
+        match &*self.inner {
             Source::System { .. } => ticker::now(),
             Source::Manual(m) => m.now_nanos(),
         }
@@ -180,7 +182,7 @@ impl Clock {
     /// The high-resolution tick counter (for durations and refill rates only).
     #[inline]
     pub(crate) fn ticks(&self) -> u64 {
-        match &self.inner {
+        match &*self.inner {
             Source::System { ticks, .. } => ticks.raw(),
             Source::Manual(m) => m.now_nanos(),
         }
@@ -188,7 +190,7 @@ impl Clock {
 
     /// Converts nanoseconds into ticks of [`ticks`](Clock::ticks), saturating.
     pub(crate) fn ns_to_ticks(&self, ns: u64) -> u64 {
-        match &self.inner {
+        match &*self.inner {
             Source::System { ticks_per_ns, .. } => {
                 let t = ns as f64 * ticks_per_ns;
                 if t >= u64::MAX as f64 {
@@ -203,7 +205,7 @@ impl Clock {
 
     /// Converts ticks of [`ticks`](Clock::ticks) into nanoseconds.
     pub(crate) fn ticks_to_ns(&self, ticks: u64) -> u64 {
-        match &self.inner {
+        match &*self.inner {
             Source::System { ticks_per_ns, .. } => {
                 let ns = ticks as f64 / ticks_per_ns;
                 if ns >= u64::MAX as f64 {
@@ -219,7 +221,7 @@ impl Clock {
     /// Converts a timeline reading into nanoseconds since the Unix epoch.
     #[inline]
     pub fn wall_nanos(&self, now: u64) -> u64 {
-        match &self.inner {
+        match &*self.inner {
             Source::System { wall_offset_ns, .. } => now.saturating_add(*wall_offset_ns),
             Source::Manual(m) => now.saturating_add(m.wall_offset_ns),
         }
@@ -228,7 +230,7 @@ impl Clock {
     /// The timeline reading at which the wall clock reads `wall_ns` (the inverse of
     /// [`wall_nanos`](Clock::wall_nanos)).
     pub(crate) fn timeline_at_wall(&self, wall_ns: u64) -> u64 {
-        match &self.inner {
+        match &*self.inner {
             Source::System { wall_offset_ns, .. } => wall_ns.saturating_sub(*wall_offset_ns),
             Source::Manual(m) => wall_ns.saturating_sub(m.wall_offset_ns),
         }

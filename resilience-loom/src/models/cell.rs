@@ -2,7 +2,7 @@
 //! was stored (never a torn mix of two), while a writer publishes and swaps forms.
 
 use super::check;
-use crate::cell::PolicyCell;
+use crate::cell::{Kept, PolicyCell};
 use crate::sync::new_execution;
 use loom::sync::Arc;
 use loom::thread;
@@ -19,9 +19,10 @@ fn a_reader_sees_whole_forms_only() {
         let writer = {
             let cell = cell.clone();
             thread::spawn(move || {
-                cell.store(Some(Form(1, 1)));
-                cell.store(Some(Form(2, 2)));
-                cell.store(Some(Form(1, 1)));
+                let mut kept = Kept::new();
+                cell.store(Some(Form(1, 1)), &mut kept);
+                cell.store(Some(Form(2, 2)), &mut kept);
+                cell.store(Some(Form(1, 1)), &mut kept);
             })
         };
         for _ in 0..2 {

@@ -1,22 +1,19 @@
-//! The registry's table of layers: per point, one layer per source, and the effective
-//! settings last installed in the point. Pure bookkeeping; the registry installs what
-//! it returns.
+//! The registry's table of layers: per point, one layer per source. Pure bookkeeping;
+//! the registry installs what it returns. A point's effective settings are always the
+//! composition of its layers under the precedence, so they are composed when asked
+//! for, not stored beside the layers (a copy of every policy per point).
 
 use super::compose::compose;
 use super::{EffectivePolicy, Layer, PointConfig, Precedence, Source};
 use std::collections::{BTreeSet, HashMap};
 
-#[derive(Debug, Default)]
-struct Entry {
-    layers: Vec<Layer>,
-    effective: EffectivePolicy,
-}
-
 /// The layers of every point that has any, and every source's version.
+///
+/// Layers are held at their exact count: most points have one or two.
 #[derive(Debug, Default)]
 pub(crate) struct Table {
     precedence: Precedence,
-    points: HashMap<&'static str, Entry>,
+    points: HashMap<&'static str, Vec<Layer>>,
     versions: HashMap<Source, u64>,
     by_source: HashMap<Source, BTreeSet<&'static str>>,
 }
@@ -34,12 +31,12 @@ impl Table {
         &mut self,
         precedence: Precedence,
     ) -> Vec<(&'static str, Changed)> {
-        self.precedence = precedence;
+        let old = std::mem::replace(&mut self.precedence, precedence);
         let mut changed = Vec::new();
-        for (&name, entry) in &mut self.points {
-            let after = compose(&entry.layers, &precedence);
-            if after != entry.effective {
-                let before = std::mem::replace(&mut entry.effective, after.clone());
+        for (&name, layers) in &self.points {
+            let before = compose(layers, &old);
+            let after = compose(layers, &precedence);
+            if after != before {
                 changed.push((name, (before, after)));
             }
         }
@@ -75,30 +72,22 @@ impl Table {
 
     /// A point's layers, sorted by source.
     pub(crate) fn layers(&self, point: &str) -> Vec<Layer> {
-        let mut layers = self
-            .points
-            .get(point)
-            .map(|e| e.layers.clone())
-            .unwrap_or_default();
+        let mut layers = self.points.get(point).cloned().unwrap_or_default();
         layers.sort_by(|a, b| a.source.cmp(&b.source));
         layers
     }
 
     /// A source's layer of a point.
     pub(crate) fn layer(&self, point: &str, source: &Source) -> Option<&Layer> {
-        self.points
-            .get(point)?
-            .layers
-            .iter()
-            .find(|l| l.source == *source)
+        self.points.get(point)?.iter().find(|l| l.source == *source)
     }
 
-    /// A point's effective settings as last composed.
+    /// A point's effective settings: its layers composed.
     pub(crate) fn effective(&self, point: &str) -> EffectivePolicy {
-        self.points
-            .get(point)
-            .map(|e| e.effective.clone())
-            .unwrap_or_default()
+        compose(
+            self.points.get(point).map_or(&[], Vec::as_slice),
+            &self.precedence,
+        )
     }
 
     /// Replaces (`Some`) or removes (`None`, or settings that set nothing) a source's
@@ -112,12 +101,15 @@ impl Table {
         version: u64,
     ) -> Option<Changed> {
         let settings = settings.filter(|s| !s.is_empty());
-        let entry = self.points.entry(point).or_default();
-        entry.layers.retain(|l| l.source != *source);
+        let layers = self.points.entry(point).or_default();
+        let before = compose(layers, &self.precedence);
+        layers.retain(|l| l.source != *source);
         let members = self.by_source.entry(source.clone()).or_default();
         match settings {
             Some(settings) => {
-                entry.layers.push(Layer {
+                // Most points have one or two layers: no spare room for four.
+                layers.reserve_exact(1);
+                layers.push(Layer {
                     source: source.clone(),
                     version,
                     settings,
@@ -128,16 +120,12 @@ impl Table {
                 members.remove(point);
             }
         }
-        let after = compose(&entry.layers, &self.precedence);
-        let changed = (after != entry.effective).then(|| {
-            (
-                std::mem::replace(&mut entry.effective, after.clone()),
-                after,
-            )
-        });
-        if entry.layers.is_empty() {
+        let after = compose(layers, &self.precedence);
+        if layers.is_empty() {
             self.points.remove(point);
+        } else {
+            layers.shrink_to_fit();
         }
-        changed
+        (after != before).then_some((before, after))
     }
 }

@@ -7,28 +7,54 @@
 //! and everything the writer did before the store (the slots the form names, their
 //! seeded state); the next load after a store sees the new form or a later one.
 
-use crate::sync::{AtomicPtr, Mutex, Ordering};
+use crate::sync::{AtomicPtr, Ordering};
 
 /// One form behind one pointer: a reader loads it (acquire) and reads an immutable `T`
 /// in place, one load and nothing copied.
 ///
 /// A published form is never freed nor moved, because a call that loaded it may still
-/// be reading it. Forms are kept and an equal one is reused, so a cell keeps one form
-/// (`size_of::<T>()` bytes plus a pointer) per distinct value it has had: a policy
-/// toggled between two settings keeps two.
+/// be reading it. Forms are kept (in a [`Kept`] list the writer holds beside the cell,
+/// so that a cell never written holds nothing but its pointer) and an equal one is
+/// reused, so a cell keeps one form (`size_of::<T>()` bytes plus a pointer) per
+/// distinct value it has had: a policy toggled between two settings keeps two.
 #[derive(Debug)]
 pub(crate) struct PolicyCell<T: 'static> {
     /// The current form, or null for none.
     current: AtomicPtr<T>,
-    /// Every form published (settings change rarely: searched in order).
-    kept: Mutex<Vec<&'static T>>,
+}
+
+/// Every form a [`PolicyCell`] has published (settings change rarely: searched in
+/// order). Held by the cell's writer, under the lock that serialises its writes.
+#[derive(Debug)]
+pub(crate) struct Kept<T: 'static>(Vec<&'static T>);
+
+impl<T> Default for Kept<T> {
+    fn default() -> Kept<T> {
+        Kept::new()
+    }
+}
+
+impl<T> Kept<T> {
+    pub(crate) const fn new() -> Kept<T> {
+        Kept(Vec::new())
+    }
+
+    /// How many forms are kept.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Bytes of the kept forms and their list.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.0.capacity() * std::mem::size_of::<&T>() + self.0.len() * std::mem::size_of::<T>()
+    }
 }
 
 impl<T: PartialEq> PolicyCell<T> {
     pub(crate) fn new() -> PolicyCell<T> {
         PolicyCell {
             current: AtomicPtr::new(std::ptr::null_mut()),
-            kept: Mutex::new(Vec::new()),
         }
     }
 
@@ -40,18 +66,18 @@ impl<T: PartialEq> PolicyCell<T> {
         unsafe { c.cast_const().as_ref() }
     }
 
-    /// Publishes `form` (or none) for the next load on every thread. Callers serialise
-    /// writes (the point's settings mutex).
-    pub(crate) fn store(&self, form: Option<T>) {
+    /// Publishes `form` (or none) for the next load on every thread, keeping it in
+    /// `kept` (or reusing an equal form from there). Callers serialise writes (the
+    /// point's settings mutex, which also guards `kept`).
+    pub(crate) fn store(&self, form: Option<T>, kept: &mut Kept<T>) {
         let ptr = match form {
             None => std::ptr::null_mut(),
             Some(form) => {
-                let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-                let form: &'static T = match kept.iter().find(|k| ***k == form) {
+                let form: &'static T = match kept.0.iter().find(|k| ***k == form) {
                     Some(k) => k,
                     None => {
                         let form = Box::leak(Box::new(form));
-                        kept.push(form);
+                        kept.0.push(form);
                         form
                     }
                 };
@@ -59,17 +85,5 @@ impl<T: PartialEq> PolicyCell<T> {
             }
         };
         self.current.store(ptr, Ordering::Release);
-    }
-
-    /// How many forms are kept.
-    #[cfg(test)]
-    pub(crate) fn kept(&self) -> usize {
-        self.kept.lock().unwrap_or_else(|e| e.into_inner()).len()
-    }
-
-    /// Bytes of the kept forms and their list.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.capacity() * std::mem::size_of::<&T>() + kept.len() * std::mem::size_of::<T>()
     }
 }

@@ -107,6 +107,7 @@ impl Point {
             rings,
             retry_forms: _,
             keys,
+            forms,
         } = settings;
         let policy = policy.as_ref();
         let ring = policy.map(|p| self.ring_for(rings, p.window));
@@ -159,7 +160,7 @@ impl Point {
         };
         // A form without rules or breaker is none: such a point takes the fast path.
         let c = Compiled::new(policy, parts, fine, &self.clock);
-        self.cfg.store((c.rules != 0).then_some(c));
+        self.cfg.store((c.rules != 0).then_some(c), forms);
     }
 
     /// The bucket slot for a policy's token bucket in the unit `fine` says. A setting
@@ -238,7 +239,7 @@ impl Point {
         policy: Option<&Policy>,
     ) -> Option<&'static ClusterSlot> {
         let now = self.clock.now();
-        let wanted = policy.and_then(|p| p.cluster.clone());
+        let wanted = policy.and_then(|p| p.cluster().cloned());
         let same = match (&wanted, clusters.current) {
             (Some(w), Some(c)) => *w == c.config,
             (None, None) => true,

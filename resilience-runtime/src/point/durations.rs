@@ -29,6 +29,7 @@
 //!   (nanoseconds): its duration is then in the count and sum but may be missing from
 //!   the max. The shared lane's max is kept by compare-and-swap and has no such gap.
 
+use super::chunks::Chunks;
 use crate::sync::{AtomicU64, Ordering};
 
 /// Whether calls are measured (see [`measure_durations`]).
@@ -150,11 +151,29 @@ impl Lane {
     }
 }
 
+/// Owned lanes per chunk: a point's lanes are made two at a time (see `chunks`), by
+/// the first call of a thread whose lane is in a chunk not yet made.
+const CHUNK: usize = 2;
+
+/// [`CHUNK`] lanes, allocated together.
+#[derive(Debug)]
+struct Chunk([Lane; CHUNK]);
+
+impl Chunk {
+    fn new() -> Chunk {
+        Chunk(std::array::from_fn(|_| Lane::new()))
+    }
+}
+
+/// Chunks of owned lanes, then one for the shared lane (its first).
+const CHUNKS: usize = OWNED / CHUNK + 1;
+
 /// The durations of one point's calls, made by its first measured call.
 #[derive(Debug)]
 pub(crate) struct Durations {
-    /// `OWNED` owned lanes, then the shared one.
-    lanes: Box<[Lane]>,
+    /// `OWNED` owned lanes, then (the first lane of the last chunk) the shared one;
+    /// boxed, so that a point holds one pointer until a call is measured.
+    chunks: Box<Chunks<Chunk, CHUNKS>>,
 }
 
 impl Default for Durations {
@@ -166,7 +185,7 @@ impl Default for Durations {
 impl Durations {
     pub(crate) fn new() -> Durations {
         Durations {
-            lanes: (0..=OWNED).map(|_| Lane::new()).collect(),
+            chunks: Box::new(Chunks::new()),
         }
     }
 
@@ -174,28 +193,27 @@ impl Durations {
     /// the thread numbered `lane` (its own lane below [`OWNED`], else the shared one).
     #[inline]
     pub(crate) fn record(&self, lane: u32, second: u64, us: u64) {
-        match self
-            .lanes
-            .get(lane as usize)
-            .filter(|_| (lane as usize) < OWNED)
-        {
-            Some(own) => {
-                // Only this thread writes its lane: a load and a store each.
-                let t = Total(own.total.load(Ordering::Relaxed)).plus(us);
-                own.total.store(t.0, Ordering::Relaxed);
-                let max = &own.max[(second & 1) as usize];
-                if let Some(w) = merge_max(max.load(Ordering::Relaxed), second, us) {
-                    max.store(w, Ordering::Relaxed);
-                }
-            }
-            None => self.record_shared(second, us),
+        let lane = lane as usize;
+        if lane >= OWNED {
+            return self.record_shared(second, us);
+        }
+        let own = match self.chunks.get(lane / CHUNK) {
+            Some(chunk) => &chunk.0[lane % CHUNK],
+            None => &self.chunks.get_or_make(lane / CHUNK, Chunk::new).0[lane % CHUNK],
+        };
+        // Only this thread writes its lane: a load and a store each.
+        let t = Total(own.total.load(Ordering::Relaxed)).plus(us);
+        own.total.store(t.0, Ordering::Relaxed);
+        let max = &own.max[(second & 1) as usize];
+        if let Some(w) = merge_max(max.load(Ordering::Relaxed), second, us) {
+            max.store(w, Ordering::Relaxed);
         }
     }
 
     #[cold]
     #[inline(never)]
     fn record_shared(&self, second: u64, us: u64) {
-        let shared = &self.lanes[OWNED];
+        let shared = &self.chunks.get_or_make(CHUNKS - 1, Chunk::new).0[0];
         shared
             .total
             .fetch_add(Total(0).plus(us).0, Ordering::Relaxed);
@@ -205,9 +223,14 @@ impl Durations {
         });
     }
 
+    /// Every lane made (a lane of a chunk not made holds nothing).
+    fn lanes(&self) -> impl Iterator<Item = &Lane> {
+        self.chunks.made().flat_map(|c| c.0.iter())
+    }
+
     /// The cumulative total of every lane.
     pub(crate) fn total(&self) -> Total {
-        self.lanes.iter().fold(Total(0), |t, l| {
+        self.lanes().fold(Total(0), |t, l| {
             t.add(Total(l.total.load(Ordering::Relaxed)))
         })
     }
@@ -215,8 +238,7 @@ impl Durations {
     /// The longest call, in microseconds, that ended in `second` (0 if none did, or
     /// the second is older than the one before the last a call ended in).
     pub(crate) fn max_of(&self, second: u64) -> u64 {
-        self.lanes
-            .iter()
+        self.lanes()
             .map(|l| max_in(l.max[(second & 1) as usize].load(Ordering::Relaxed), second))
             .max()
             .unwrap_or(0)
@@ -224,7 +246,9 @@ impl Durations {
 
     /// Bytes held, the table itself included.
     pub(crate) fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Durations>() + self.lanes.len() * std::mem::size_of::<Lane>()
+        std::mem::size_of::<Durations>()
+            + std::mem::size_of::<Chunks<Chunk, CHUNKS>>()
+            + self.chunks.heap_bytes()
     }
 }
 

@@ -12,9 +12,14 @@
 //! it returns, sees the mark and is not counted again. Points without a timeout rule
 //! never touch any of this.
 //!
+//! The lanes are allocated four at a time (a chunk of 256 bytes), by the first call
+//! that needs one: a point called from one thread holds 128 bytes of chunk pointers
+//! and one chunk, not all 4 KiB.
+//!
 //! When more calls are in flight than the table has room for, the extra calls are not
 //! registered and are measured when they return, as before.
 
+use super::chunks::Chunks;
 use crate::sync::{thread_local, AtomicU64, Mutex, Ordering};
 use std::cell::Cell;
 use std::time::Duration;
@@ -29,6 +34,11 @@ const OWNED_LANES: usize = 32;
 const SHARED_LANES: usize = 32;
 /// Slots per point.
 const SLOTS: usize = (OWNED_LANES + SHARED_LANES) * LANE;
+/// Lanes per chunk: a table allocates its lanes a chunk at a time, on the first call
+/// that needs one, so a point called from one thread holds one chunk, not all 64 lanes.
+const CHUNK: usize = 4;
+/// Chunks per table.
+const CHUNKS: usize = (OWNED_LANES + SHARED_LANES) / CHUNK;
 /// A slot whose call was counted as timed out by a sweep.
 const SWEPT: u64 = u64::MAX;
 
@@ -36,10 +46,17 @@ const SWEPT: u64 = u64::MAX;
 #[derive(Debug)]
 struct Lane([AtomicU64; LANE]);
 
+/// [`CHUNK`] lanes, allocated together.
+#[derive(Debug)]
+struct Chunk([Lane; CHUNK]);
+
 /// In-flight timed calls of one point: their start times on the timeline (0 = free).
+///
+/// The lanes live in chunks made on first use (see `chunks`): a slot number handed
+/// out by [`register`](Self::register) always names a chunk that was made.
 #[derive(Debug)]
 pub(crate) struct HangTable {
-    lanes: Box<[Lane; OWNED_LANES + SHARED_LANES]>,
+    chunks: Box<Chunks<Chunk, CHUNKS>>,
 }
 
 /// Lane numbers of live threads; a thread's number is returned when it exits.
@@ -131,18 +148,32 @@ fn thread_lane_slow() -> u32 {
 impl HangTable {
     pub(crate) fn new() -> HangTable {
         HangTable {
-            lanes: Box::new(std::array::from_fn(|_| {
-                Lane(std::array::from_fn(|_| AtomicU64::new(0)))
-            })),
+            chunks: Box::new(Chunks::new()),
         }
     }
 
+    /// Lane `lane` if its chunk was made.
     #[inline]
-    fn slot(&self, index: u32) -> &AtomicU64 {
+    fn lane(&self, lane: usize) -> Option<&Lane> {
+        self.chunks.get(lane / CHUNK).map(|c| &c.0[lane % CHUNK])
+    }
+
+    /// Lane `lane`, its chunk made if needed.
+    fn lane_or_make(&self, lane: usize) -> &Lane {
+        let make = || {
+            Chunk(std::array::from_fn(|_| {
+                Lane(std::array::from_fn(|_| AtomicU64::new(0)))
+            }))
+        };
+        &self.chunks.get_or_make(lane / CHUNK, make).0[lane % CHUNK]
+    }
+
+    #[inline]
+    fn slot(&self, index: u32) -> Option<&AtomicU64> {
         // Masked into range: slot numbers come from `register`, so this changes
         // nothing but spares the bounds check.
         let i = index as usize & (SLOTS - 1);
-        &self.lanes[i / LANE].0[i % LANE]
+        self.lane(i / LANE).map(|l| &l.0[i % LANE])
     }
 
     /// Registers a call that started at `start` (non-zero); returns its slot, or `None`
@@ -153,10 +184,12 @@ impl HangTable {
         // `UNKNOWN` and lanes past the owned ones fail the test.
         let lane = LANE_FAST.get();
         if (lane as usize) < OWNED_LANES {
-            let first = &self.lanes[lane as usize].0[0];
-            if first.load(Ordering::Relaxed) == 0 {
-                first.store(start, Ordering::Relaxed);
-                return Some(lane * LANE as u32);
+            if let Some(own) = self.lane(lane as usize) {
+                let first = &own.0[0];
+                if first.load(Ordering::Relaxed) == 0 {
+                    first.store(start, Ordering::Relaxed);
+                    return Some(lane * LANE as u32);
+                }
             }
         }
         self.register_slow(start)
@@ -172,7 +205,7 @@ impl HangTable {
     #[inline]
     fn register_as(&self, lane: u32, start: u64) -> Option<u32> {
         if (lane as usize) < OWNED_LANES {
-            for (i, slot) in self.lanes[lane as usize].0.iter().enumerate() {
+            for (i, slot) in self.lane_or_make(lane as usize).0.iter().enumerate() {
                 // Only this thread writes a start into its lane; others only free
                 // slots (store 0) or mark them swept, so a free slot stays free.
                 if slot.load(Ordering::Relaxed) == 0 {
@@ -189,7 +222,7 @@ impl HangTable {
         let first = lane as usize % SHARED_LANES;
         for l in 0..SHARED_LANES {
             let index = OWNED_LANES + (first + l) % SHARED_LANES;
-            for (i, slot) in self.lanes[index].0.iter().enumerate() {
+            for (i, slot) in self.lane_or_make(index).0.iter().enumerate() {
                 if slot.load(Ordering::Relaxed) == 0
                     && slot
                         .compare_exchange(0, start, Ordering::Relaxed, Ordering::Relaxed)
@@ -211,7 +244,11 @@ impl HangTable {
     /// does not count it again.
     #[inline]
     pub(crate) fn unregister(&self, slot: u32, late: bool) -> bool {
-        let slot = self.slot(slot);
+        let Some(slot) = self.slot(slot) else {
+            // Never: a registered slot's chunk stays until the table goes.
+            debug_assert!(false, "slot {slot} of a chunk never made");
+            return false;
+        };
         if late {
             return slot.swap(0, Ordering::AcqRel) == SWEPT;
         }
@@ -232,7 +269,8 @@ impl HangTable {
     /// no further sweep is needed.
     pub(crate) fn sweep_counting(&self, now: u64, threshold: u64) -> (u64, u64) {
         let (mut hung, mut pending) = (0, 0);
-        for slot in self.lanes.iter().flat_map(|l| l.0.iter()) {
+        let made = self.chunks.made();
+        for slot in made.flat_map(|c| c.0.iter()).flat_map(|l| l.0.iter()) {
             let start = slot.load(Ordering::Relaxed);
             if start == 0 || start == SWEPT {
                 continue;
@@ -250,8 +288,9 @@ impl HangTable {
         (hung, pending)
     }
 
+    /// The pointer array and the chunks made.
     pub(crate) fn heap_bytes(&self) -> usize {
-        SLOTS * std::mem::size_of::<AtomicU64>()
+        std::mem::size_of::<Chunks<Chunk, CHUNKS>>() + self.chunks.heap_bytes()
     }
 }
 
@@ -403,7 +442,8 @@ mod tests {
                         let held: Vec<u32> =
                             (0..3).map(|_| t.register(mark).expect("room")).collect();
                         for &s in &held {
-                            assert_eq!(t.slot(s).load(Ordering::Relaxed), mark, "slot taken over");
+                            let slot = t.slot(s).expect("a made chunk");
+                            assert_eq!(slot.load(Ordering::Relaxed), mark, "slot taken over");
                         }
                         for s in held {
                             assert!(!t.unregister(s, n % 2 == 0));
@@ -416,6 +456,49 @@ mod tests {
             h.join().unwrap();
         }
         assert_eq!(t.sweep(u64::MAX - 1, 0), 0, "every slot was freed");
+    }
+
+    #[test]
+    fn chunks_are_made_by_the_calls_that_need_them() {
+        let t = HangTable::new();
+        let pointers = CHUNKS * std::mem::size_of::<usize>();
+        assert_eq!(t.heap_bytes(), pointers, "no chunk before a call");
+        let a = t.register_as(1, 5).unwrap();
+        assert_eq!(t.heap_bytes(), pointers + std::mem::size_of::<Chunk>());
+        let b = t.register_as(2, 5).unwrap();
+        assert_eq!(
+            t.heap_bytes(),
+            pointers + std::mem::size_of::<Chunk>(),
+            "lanes 1 and 2 share a chunk"
+        );
+        let c = t.register_as(9, 5).unwrap();
+        assert_eq!(t.heap_bytes(), pointers + 2 * std::mem::size_of::<Chunk>());
+        assert_eq!(t.sweep(100, 10), 3, "the sweep sees every chunk made");
+        for s in [a, b, c] {
+            assert!(t.unregister(s, false));
+        }
+        assert_eq!(std::mem::size_of::<Chunk>(), CHUNK * LANE * 8);
+    }
+
+    #[test]
+    fn racing_threads_make_each_chunk_once() {
+        let t = crate::sync::Arc::new(HangTable::new());
+        let barrier = crate::sync::Arc::new(crate::sync::Barrier::new(8));
+        let handles: Vec<_> = (0..8u32)
+            .map(|lane| {
+                let (t, b) = (t.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    b.wait();
+                    t.register_as(lane, 7).unwrap()
+                })
+            })
+            .collect();
+        let mut slots: Vec<u32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        slots.sort_unstable();
+        assert_eq!(slots, (0..8).map(|l| l * LANE as u32).collect::<Vec<_>>());
+        let pointers = CHUNKS * std::mem::size_of::<usize>();
+        assert_eq!(t.heap_bytes(), pointers + 2 * std::mem::size_of::<Chunk>());
+        assert_eq!(t.sweep(100, 10), 8, "no registration lost to a chunk race");
     }
 
     #[test]

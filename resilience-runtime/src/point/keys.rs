@@ -189,9 +189,36 @@ impl KeyForm {
 }
 
 /// Every `keys` form, table and override cell a point has had (kept with the
-/// point's settings, see `Settings`).
+/// point's settings, see `Settings`), boxed: most points never have a `keys` section.
 #[derive(Debug, Default)]
-pub(super) struct KeyForms {
+pub(super) struct KeyForms(Option<Box<Held>>);
+
+impl KeyForms {
+    pub(super) const EMPTY: KeyForms = KeyForms(None);
+
+    /// See [`Held::form_for`].
+    pub(super) fn form_for(&mut self, p: &KeyPolicy, clock: &crate::Clock) -> &'static KeyForm {
+        self.0.get_or_insert_with(Box::default).form_for(p, clock)
+    }
+
+    fn current_table(&self, p: Option<&KeyPolicy>) -> Option<&'static TableSlot> {
+        self.0.as_ref()?.current_table(p)
+    }
+
+    #[cfg(feature = "redis")]
+    fn cluster_stats(&self, p: &KeyPolicy) -> Option<crate::keys::KeyClusterStats> {
+        self.0.as_ref()?.cluster_stats(p)
+    }
+
+    /// The override cell of `value`, if a section ever overrode it.
+    fn cell(&self, value: &str) -> Option<&'static OverrideCell> {
+        self.0.as_ref()?.cells.get(value).copied()
+    }
+}
+
+/// What [`KeyForms`] holds once a point had a `keys` section.
+#[derive(Debug, Default)]
+struct Held {
     forms: Vec<&'static KeyForm>,
     tables: Vec<&'static TableSlot>,
     cells: BTreeMap<String, &'static OverrideCell>,
@@ -200,21 +227,13 @@ pub(super) struct KeyForms {
     leases: Vec<&'static KeyLeases>,
 }
 
-impl KeyForms {
-    pub(super) const EMPTY: KeyForms = KeyForms {
-        forms: Vec::new(),
-        tables: Vec::new(),
-        cells: BTreeMap::new(),
-        #[cfg(feature = "redis")]
-        leases: Vec::new(),
-    };
-
+impl Held {
     /// The form of `p`: one made before for an equal section, else a new one sharing
     /// the table of its `max_keys`, the cells of the values it overrides and the
     /// lease map of its cluster setting and `max_keys` (so a policy change that keeps
     /// those keeps the keys' leases; a lease whose key's rule changed is started
     /// again). `clock` is the point's.
-    pub(super) fn form_for(&mut self, p: &KeyPolicy, _clock: &crate::Clock) -> &'static KeyForm {
+    fn form_for(&mut self, p: &KeyPolicy, _clock: &crate::Clock) -> &'static KeyForm {
         if let Some(f) = self.forms.iter().find(|f| f.policy == *p) {
             return f;
         }
@@ -365,7 +384,7 @@ impl Point {
             t.busiest(n, &mut out);
         }
         for (value, _) in policy.overrides() {
-            if let Some(c) = settings.keys.cells.get(value) {
+            if let Some(c) = settings.keys.cell(value) {
                 out.push(c.stats());
             }
         }

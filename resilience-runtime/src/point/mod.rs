@@ -44,6 +44,7 @@ mod arming;
 #[cfg(feature = "tower")]
 mod breaker_wait;
 pub(crate) mod chores;
+mod chunks;
 mod delay;
 pub(crate) mod durations;
 mod flow;
@@ -187,6 +188,8 @@ struct Settings {
     retry_forms: retry_settings::RetryForms,
     /// The `keys` sections this point has had, their tables and override cells.
     keys: keys::KeyForms,
+    /// Every compiled form `cfg` has published.
+    forms: cell::Kept<Compiled>,
 }
 
 #[derive(Debug, Default)]
@@ -365,6 +368,7 @@ static NO_SETTINGS: Settings = Settings {
     rings: Vec::new(),
     retry_forms: retry_settings::RetryForms::EMPTY,
     keys: keys::KeyForms::EMPTY,
+    forms: cell::Kept::new(),
 };
 
 impl std::ops::Deref for SettingsGuard<'_> {

@@ -148,6 +148,11 @@ impl Point {
         let configured = {
             let settings = self.settings();
             let rings = &settings.rings;
+            let held = if settings.0.is_some() {
+                std::mem::size_of::<super::Settings>() + settings.forms.heap_bytes()
+            } else {
+                0
+            };
             rings
                 .iter()
                 .map(|r| std::mem::size_of::<Ring>() + r.heap_bytes())
@@ -165,13 +170,13 @@ impl Point {
                     })
                     .sum::<usize>()
                 + settings.adaptives.len() * std::mem::size_of::<AdaptiveSlot>()
+                + held
         };
         std::mem::size_of::<Point>()
             + configured
             + self.cluster_slots() * std::mem::size_of::<ClusterSlot>()
             + self.hang.get().map_or(0, HangTable::heap_bytes)
             + self.durations.get().map_or(0, |d| d.heap_bytes())
-            + self.cfg.heap_bytes()
             + self.name.len()
             + self.lazy_bytes()
     }

@@ -66,10 +66,12 @@ pub struct Policy {
     pub(crate) delay: Option<Delay>,
     pub(crate) window: WindowConfig,
     pub(crate) shadow: bool,
-    pub(crate) adaptive: Option<AdaptiveLimit>,
+    // The sections few points have are boxed: a policy is copied into each layer of a
+    // point and its effective settings, so these would otherwise cost 350 bytes a copy.
+    pub(crate) adaptive: Option<Box<AdaptiveLimit>>,
     #[cfg(feature = "redis")]
-    pub(crate) cluster: Option<ClusterLimit>,
-    pub(crate) keys: Option<KeyPolicy>,
+    pub(crate) cluster: Option<Box<ClusterLimit>>,
+    pub(crate) keys: Option<Box<KeyPolicy>>,
 }
 
 /// A limit shared by every instance of a service through Redis (`redis` feature),
@@ -195,7 +197,7 @@ impl Policy {
             }
             Section::Window => self.window = from.window,
             Section::Shadow => self.shadow = from.shadow,
-            Section::Adaptive => self.adaptive = from.adaptive,
+            Section::Adaptive => self.adaptive = from.adaptive.clone(),
             Section::Cluster => {
                 #[cfg(feature = "redis")]
                 {
@@ -277,7 +279,7 @@ impl Policy {
     }
     /// The adaptive concurrency limit, if set.
     pub fn adaptive(&self) -> Option<AdaptiveLimit> {
-        self.adaptive
+        self.adaptive.as_deref().copied()
     }
     /// Whether this is a shadow (dry-run) policy.
     pub fn is_shadow(&self) -> bool {
@@ -286,12 +288,12 @@ impl Policy {
     /// The cluster-wide limit, if set (`redis` feature).
     #[cfg(feature = "redis")]
     pub fn cluster(&self) -> Option<&ClusterLimit> {
-        self.cluster.as_ref()
+        self.cluster.as_deref()
     }
 
     /// The per-key limits, if set (see [`KeyPolicy`]).
     pub fn keys(&self) -> Option<&KeyPolicy> {
-        self.keys.as_ref()
+        self.keys.as_deref()
     }
 }
 
@@ -610,14 +612,14 @@ impl PolicyBuilder {
     /// A cluster-wide limit through Redis (see [`ClusterLimit`]; `redis` feature).
     #[cfg(feature = "redis")]
     pub fn cluster(mut self, limit: ClusterLimit) -> Self {
-        self.policy.cluster = Some(limit);
+        self.policy.cluster = Some(Box::new(limit));
         self
     }
 
     /// Per-key limits (Sentinel's hot-parameter rules; see [`KeyPolicy`]), checked
     /// after the point's other rules on calls that name a key.
     pub fn keys(mut self, keys: KeyPolicy) -> Self {
-        self.policy.keys = Some(keys);
+        self.policy.keys = Some(Box::new(keys));
         self
     }
 
@@ -634,7 +636,7 @@ impl PolicyBuilder {
     /// # Ok::<(), resilience_runtime::PolicyError>(())
     /// ```
     pub fn adaptive(mut self, limit: AdaptiveLimit) -> Self {
-        self.policy.adaptive = Some(limit);
+        self.policy.adaptive = Some(Box::new(limit));
         self
     }
 
@@ -791,7 +793,7 @@ impl PolicyBuilder {
                 }
             }
         }
-        if let Some(a) = p.adaptive {
+        if let Some(a) = p.adaptive() {
             let checked = match a {
                 AdaptiveLimit::Gradient(c) => c.validate(),
                 AdaptiveLimit::Shedder(c) => c.validate(),
@@ -801,7 +803,7 @@ impl PolicyBuilder {
             }
         }
         #[cfg(feature = "redis")]
-        if let Some(c) = &p.cluster {
+        if let Some(c) = p.cluster() {
             let (url, key, batch) = match c {
                 ClusterLimit::Visits {
                     url,
