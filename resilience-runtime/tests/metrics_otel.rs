@@ -1,0 +1,318 @@
+//! The OpenTelemetry exporter, registered on the real SDK (`SdkMeterProvider` with a
+//! `PeriodicReader` over the `InMemoryMetricExporter`) and read back from what the SDK
+//! exported: instrument names, kinds, attributes and values must be the registry's
+//! statistics after known traffic, read at collection time, with the cap and its
+//! `other` series as in the Prometheus exposition.
+
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+use resilience_runtime::metrics::PointsCollector;
+use resilience_runtime::{Clock, Policy, Reason, Registry};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// An instrument's data point: its name and attributes (sorted by key).
+type Series = (String, Vec<(String, String)>);
+
+/// What the SDK exported for one series.
+#[derive(Debug, Clone, PartialEq)]
+enum Point {
+    /// A monotonic cumulative sum.
+    Counter(u64),
+    /// A monotonic cumulative sum of `f64`, with its unit.
+    FloatCounter(f64, String),
+    Gauge(u64),
+}
+
+struct Sdk {
+    provider: SdkMeterProvider,
+    exporter: InMemoryMetricExporter,
+}
+
+impl Sdk {
+    /// A provider whose reader only exports when flushed (its interval is an hour).
+    fn new() -> Sdk {
+        let exporter = InMemoryMetricExporter::default();
+        let reader = PeriodicReader::builder(exporter.clone())
+            .with_interval(Duration::from_secs(3600))
+            .build();
+        let provider = SdkMeterProvider::builder().with_reader(reader).build();
+        Sdk { provider, exporter }
+    }
+
+    /// Collects once and returns every data point exported, with its description.
+    fn collect(&self) -> (BTreeMap<Series, Point>, BTreeMap<String, String>) {
+        self.exporter.reset();
+        self.provider.force_flush().unwrap();
+        let exported = self.exporter.get_finished_metrics().unwrap();
+        assert_eq!(exported.len(), 1, "one collection");
+        let mut points = BTreeMap::new();
+        let mut help = BTreeMap::new();
+        for metric in exported[0].scope_metrics().flat_map(|s| s.metrics()) {
+            let name = metric.name().to_owned();
+            help.insert(name.clone(), metric.description().to_owned());
+            let mut put = |attributes: Vec<(String, String)>, point: Point| {
+                let mut attributes = attributes;
+                attributes.sort();
+                assert!(
+                    points.insert((name.clone(), attributes), point).is_none(),
+                    "{name}: one data point per attribute set"
+                );
+            };
+            let attrs = |kv: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
+                kv.map(|a| (a.key.to_string(), a.value.to_string()))
+                    .collect::<Vec<_>>()
+            };
+            match metric.data() {
+                AggregatedMetrics::U64(MetricData::Sum(sum)) => {
+                    assert!(sum.is_monotonic(), "{name}");
+                    for p in sum.data_points() {
+                        put(attrs(&mut p.attributes()), Point::Counter(p.value()));
+                    }
+                }
+                AggregatedMetrics::F64(MetricData::Sum(sum)) => {
+                    assert!(sum.is_monotonic(), "{name}");
+                    for p in sum.data_points() {
+                        let unit = metric.unit().to_owned();
+                        put(
+                            attrs(&mut p.attributes()),
+                            Point::FloatCounter(p.value(), unit),
+                        );
+                    }
+                }
+                AggregatedMetrics::U64(MetricData::Gauge(gauge)) => {
+                    for p in gauge.data_points() {
+                        put(attrs(&mut p.attributes()), Point::Gauge(p.value()));
+                    }
+                }
+                other => panic!("{name}: unexpected {other:?}"),
+            }
+        }
+        (points, help)
+    }
+}
+
+fn series(name: &str, labels: &[(&str, &str)]) -> Series {
+    let mut labels: Vec<(String, String)> = labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    labels.sort();
+    (name.to_owned(), labels)
+}
+
+fn get(all: &BTreeMap<Series, Point>, name: &str, labels: &[(&str, &str)]) -> Point {
+    match all.get(&series(name, labels)) {
+        Some(p) => p.clone(),
+        None => panic!("no {name} {labels:?}"),
+    }
+}
+
+fn own_registry() -> &'static Registry {
+    Box::leak(Box::new(Registry::with_clock(Clock::system())))
+}
+
+#[test]
+fn instruments_report_the_registry_stats_at_collection_time() {
+    let r = own_registry();
+    let sdk = Sdk::new();
+    let instruments = PointsCollector::new(r).register_otel(&sdk.provider.meter("test"));
+    assert!(instruments.names().contains(&"resilience_visits"));
+    assert!(instruments.names().contains(&"resilience_concurrency"));
+
+    // The traffic comes after the registration: callbacks read the registry when the
+    // SDK collects.
+    let ok = r.point("o.ok").unwrap();
+    for i in 0..5 {
+        ok.enter().unwrap().finish(i % 3 == 0);
+    }
+    r.set_policy("o.kill", Policy::builder().max_visits(0).build().unwrap())
+        .unwrap();
+    let kill = r.point("o.kill").unwrap();
+    for _ in 0..3 {
+        assert_eq!(kill.enter().unwrap_err().reason(), Reason::Visits);
+    }
+    r.set_policy(
+        "o.conc",
+        Policy::builder().max_concurrency(1).build().unwrap(),
+    )
+    .unwrap();
+    let conc_point = r.point("o.conc").unwrap();
+    let held = conc_point.enter().unwrap();
+    assert_eq!(
+        conc_point.enter().unwrap_err().reason(),
+        Reason::Concurrency
+    );
+
+    let (all, help) = sdk.collect();
+    let ok = [("point", "o.ok")];
+    assert_eq!(get(&all, "resilience_visits", &ok), Point::Counter(5));
+    assert_eq!(get(&all, "resilience_passes", &ok), Point::Counter(5));
+    assert_eq!(get(&all, "resilience_exceptions", &ok), Point::Counter(2));
+    let kill = [("point", "o.kill")];
+    assert_eq!(get(&all, "resilience_visits", &kill), Point::Counter(3));
+    for reason in Reason::ALL {
+        let labels = [("point", "o.kill"), ("reason", reason.as_str())];
+        let expected = if reason == Reason::Visits { 3 } else { 0 };
+        assert_eq!(
+            get(&all, "resilience_downgrades", &labels),
+            Point::Counter(expected),
+            "{reason}"
+        );
+    }
+    let conc = [("point", "o.conc")];
+    let by_concurrency = [("point", "o.conc"), ("reason", "concurrency")];
+    assert_eq!(
+        get(&all, "resilience_downgrades", &by_concurrency),
+        Point::Counter(1)
+    );
+    assert_eq!(get(&all, "resilience_concurrency", &conc), Point::Gauge(1));
+    assert_eq!(get(&all, "resilience_in_delay", &conc), Point::Gauge(0));
+    assert_eq!(
+        get(&all, "resilience_metrics_points_omitted", &[]),
+        Point::Gauge(0)
+    );
+    assert_eq!(
+        help["resilience_visits"],
+        "Calls that asked to run, downgraded ones included."
+    );
+    // No `_total` in instrument names: OpenTelemetry's Prometheus exporters add it.
+    assert!(!help.keys().any(|name| name.ends_with("_total")));
+
+    // A second collection reads the registry again.
+    held.finish(false);
+    conc_point.enter().unwrap().finish(true);
+    let (all, _) = sdk.collect();
+    assert_eq!(get(&all, "resilience_visits", &conc), Point::Counter(3));
+    assert_eq!(get(&all, "resilience_passes", &conc), Point::Counter(2));
+    assert_eq!(get(&all, "resilience_exceptions", &conc), Point::Counter(1));
+    assert_eq!(get(&all, "resilience_concurrency", &conc), Point::Gauge(0));
+    assert_eq!(get(&all, "resilience_visits", &ok), Point::Counter(5));
+    // Every value is the registry's own.
+    for name in ["o.ok", "o.kill", "o.conc"] {
+        let stats = r.stats(name).unwrap();
+        let point = [("point", name)];
+        let t = &stats.totals;
+        assert_eq!(
+            get(&all, "resilience_visits", &point),
+            Point::Counter(t.visits)
+        );
+        assert_eq!(
+            get(&all, "resilience_timeouts", &point),
+            Point::Counter(t.timeouts)
+        );
+        for reason in Reason::ALL {
+            let labels = [("point", name), ("reason", reason.as_str())];
+            assert_eq!(
+                get(&all, "resilience_downgrades", &labels),
+                Point::Counter(t.downgrades_by_reason.get(reason))
+            );
+        }
+    }
+    sdk.provider.shutdown().unwrap();
+}
+
+#[test]
+fn instruments_report_the_capped_points_and_the_rest_summed() {
+    use resilience_runtime::breaker::ClassicConfig;
+    use resilience_runtime::BreakerPolicy;
+    let r = own_registry();
+    for i in 1..=6u64 {
+        let p = r.point(&format!("cap.{i}")).unwrap();
+        for n in 0..i {
+            p.enter().unwrap().finish(n == 0);
+        }
+    }
+    r.point("cap.idle").unwrap();
+    let config = ClassicConfig {
+        consecutive_failures: Some(1),
+        ..ClassicConfig::default()
+    };
+    r.set_breaker("cap.open", BreakerPolicy::Classic(config))
+        .unwrap();
+    r.point("cap.open").unwrap().enter().unwrap().finish(true);
+
+    let sdk = Sdk::new();
+    PointsCollector::new(r)
+        .max_points(3)
+        .register_otel(&sdk.provider.meter("test"));
+    let (all, _) = sdk.collect();
+    let mut shown: Vec<String> = all
+        .keys()
+        .filter(|(name, _)| name == "resilience_visits")
+        .filter_map(|(_, labels)| labels.iter().find(|(k, _)| k == "point"))
+        .map(|(_, v)| v.clone())
+        .collect();
+    shown.sort();
+    assert_eq!(shown, ["cap.5", "cap.6", "cap.open", "other"]);
+    let other = [("point", "other"), ("omitted", "true")];
+    assert_eq!(get(&all, "resilience_visits", &other), Point::Counter(10));
+    assert_eq!(
+        get(&all, "resilience_exceptions", &other),
+        Point::Counter(4)
+    );
+    assert_eq!(
+        get(&all, "resilience_metrics_points_omitted", &[]),
+        Point::Gauge(5)
+    );
+    assert_eq!(
+        get(
+            &all,
+            "resilience_breaker_state",
+            &[
+                ("point", "cap.open"),
+                ("kind", "classic"),
+                ("state", "open")
+            ]
+        ),
+        Point::Gauge(1)
+    );
+    assert_eq!(
+        get(
+            &all,
+            "resilience_breaker_transitions",
+            &[("point", "cap.open")]
+        ),
+        Point::Counter(1)
+    );
+    assert!(!all
+        .keys()
+        .any(|(_, labels)| labels.iter().any(|(_, v)| v == "cap.1")));
+    sdk.provider.shutdown().unwrap();
+}
+
+#[test]
+fn queue_wait_is_a_float_counter_in_seconds() {
+    let r = own_registry();
+    let policy = Policy::builder()
+        .max_concurrency(1)
+        .queue(1, Duration::from_millis(1))
+        .build()
+        .unwrap();
+    r.set_policy("o.queue", policy).unwrap();
+    let point = r.point("o.queue").unwrap();
+    let held = point.enter().unwrap();
+    assert_eq!(point.enter().unwrap_err().reason(), Reason::QueueTimeout);
+    held.finish(false);
+
+    let sdk = Sdk::new();
+    PointsCollector::new(r).register_otel(&sdk.provider.meter("test"));
+    let (all, _) = sdk.collect();
+    let q = r.stats("o.queue").unwrap().queue.unwrap();
+    let labels = [("point", "o.queue")];
+    assert_eq!(
+        get(&all, "resilience_queue_timed_out", &labels),
+        Point::Counter(1)
+    );
+    let Point::FloatCounter(waited, unit) = get(&all, "resilience_queue_wait_seconds", &labels)
+    else {
+        panic!("not a float counter");
+    };
+    assert_eq!(unit, "s");
+    #[allow(clippy::cast_precision_loss)]
+    let expected = q.wait_ns as f64 / 1e9;
+    assert!((waited - expected).abs() < 1e-9, "{waited} {expected}");
+    assert!(waited > 0.0);
+    sdk.provider.shutdown().unwrap();
+}
