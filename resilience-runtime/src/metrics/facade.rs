@@ -46,10 +46,12 @@ static METADATA: Metadata<'static> =
 /// assert!(matches!(downgraded, Some((_, _, _, DebugValue::Counter(1)))));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics-facade")))]
 pub fn publish() {
     PointsCollector::global().publish();
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics-facade")))]
 impl PointsCollector {
     /// Sets every series of this collector's points on the recorder in force (the
     /// thread's local recorder, else the global one; nothing if none is installed).
@@ -117,6 +119,7 @@ impl PointsCollector {
 /// A thread publishing a [`PointsCollector`] to the global `metrics` recorder at a
 /// fixed interval ([`PointsCollector::spawn_publisher`]). Stopped by
 /// [`stop`](Publisher::stop) or when dropped (which waits for a publish under way).
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics-facade")))]
 #[derive(Debug)]
 pub struct Publisher {
     stop: Option<mpsc::Sender<()>>,

@@ -1,13 +1,13 @@
 //! Every point's statistics as metrics, read from the registry when they are asked
 //! for, through three exporters over one walk of the points:
 //!
-//! - **Prometheus** (feature `metrics`): [`render`], [`render_openmetrics`] and the
+//! - **Prometheus** (feature `metrics`): `render`, `render_openmetrics` and the
 //!   `prometheus-client` collector [`PointsCollector`];
-//! - **the `metrics` facade** (feature `metrics-facade`): [`publish`],
-//!   [`PointsCollector::publish`] and the periodic [`Publisher`] set every series on
+//! - **the `metrics` facade** (feature `metrics-facade`): `publish`,
+//!   `PointsCollector::publish` and the periodic `Publisher` set every series on
 //!   the installed `metrics::Recorder` (counters with `Counter::absolute`, gauges with
 //!   `Gauge::set`);
-//! - **OpenTelemetry** (feature `opentelemetry`): [`PointsCollector::register_otel`]
+//! - **OpenTelemetry** (feature `opentelemetry`): `PointsCollector::register_otel`
 //!   registers observable instruments on a `Meter` whose callbacks report every
 //!   series at each collection.
 //!
@@ -46,6 +46,12 @@
 //! | `resilience_policy_source_version` | gauge | `source` | each policy source's version (`code`, `file:<path>`, `console`) |
 //! | `resilience_heartbeat_uploads_total`, `_upload_retries_total`, `_uploads_dropped_total`, `_pulls_total`, `_pull_failures_total`, `_policy_updates_total`, `_policies_rejected_total` | counter | `app` | with feature `heartbeat`: each live client's counters |
 //! | `resilience_heartbeat_policy_version`, `_failing`, `_from_cache` | gauge | `app` | the console version held; 1 while the last upload or pull failed; 1 while enforcing the cache file |
+//! | `resilience_hot_key_passes_total`, `resilience_hot_key_refused_total` | counter | `point`, `key` | each point's busiest keys ([`STATS_HOT_KEYS`](crate::keys::STATS_HOT_KEYS) at most) |
+//! | `resilience_keys_tracked` (gauge), `resilience_keys_untracked_passes_total`, `_untracked_refused_total`, `_evictions_total` | counter | `point` | the point's key table |
+//!
+//! Through the facade, `resilience_queue_wait_seconds_total` is a gauge (a count of
+//! seconds with a fraction; the facade's counters are integers), described with
+//! `Unit::Seconds`. Through OpenTelemetry it is an `f64` counter with unit `s`.
 //!
 //! `resilience_downgrades_total` has one series per [`Reason`](crate::Reason), zeros
 //! included, so `rate()` works from the first scrape.
@@ -91,12 +97,12 @@ pub use prometheus::{
 /// at export time, at most [`max_points`](PointsCollector::max_points) of them one by
 /// one.
 ///
-/// With feature `metrics` it is a `prometheus-client` collector ([`render`] uses it
+/// With feature `metrics` it is a `prometheus-client` collector (`render` uses it
 /// with the global registry; register it in an application's own `prometheus_client`
 /// registry to serve the points next to other metrics); with `metrics-facade` it
-/// publishes to a `metrics` recorder ([`PointsCollector::publish`]); with
+/// publishes to a `metrics` recorder (`PointsCollector::publish`); with
 /// `opentelemetry` it registers instruments on a meter
-/// ([`PointsCollector::register_otel`]).
+/// (`PointsCollector::register_otel`).
 ///
 /// # Examples
 ///

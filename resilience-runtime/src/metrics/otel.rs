@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// The observable instruments [`PointsCollector::register_otel`] registered, one per
 /// family. Dropping them unregisters nothing: their callbacks run as long as the
 /// meter's provider does (the OpenTelemetry API has no way to remove them).
+#[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
 #[derive(Debug)]
 pub struct OtelInstruments {
     names: Vec<&'static str>,
@@ -30,6 +31,7 @@ impl OtelInstruments {
     }
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
 impl PointsCollector {
     /// Registers one observable instrument per family on `meter`, each reporting its
     /// family's series at every collection: counters as `u64` observable counters

@@ -47,6 +47,7 @@ pub fn render_openmetrics() -> String {
     out
 }
 
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl Collector for PointsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
         series::collect(self, &mut Encoder(&mut encoder))
