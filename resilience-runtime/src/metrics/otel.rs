@@ -10,24 +10,41 @@ use super::PointsCollector;
 use opentelemetry::metrics::{Meter, ObservableCounter, ObservableGauge};
 use opentelemetry::KeyValue;
 use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The observable instruments [`PointsCollector::register_otel`] registered, one per
 /// family. Dropping them unregisters nothing: their callbacks run as long as the
 /// meter's provider does (the OpenTelemetry API has no way to remove them).
 #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
-#[derive(Debug)]
 pub struct OtelInstruments {
     names: Vec<&'static str>,
+    /// For the tests: the callbacks' shared state.
+    #[cfg(test)]
+    shared: Arc<Shared>,
     _counters: Vec<ObservableCounter<u64>>,
     _seconds: Vec<ObservableCounter<f64>>,
     _gauges: Vec<ObservableGauge<u64>>,
+}
+
+impl fmt::Debug for OtelInstruments {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OtelInstruments")
+            .field("names", &self.names)
+            .finish_non_exhaustive()
+    }
 }
 
 impl OtelInstruments {
     /// The instruments' names, in registration order (`resilience_visits`, ...).
     pub fn names(&self) -> &[&'static str] {
         &self.names
+    }
+
+    /// How many times the callbacks walked the points.
+    #[cfg(test)]
+    fn walks(&self) -> usize {
+        self.shared.walks.load(Ordering::Relaxed)
     }
 }
 
@@ -86,6 +103,7 @@ impl PointsCollector {
         let _ = series::collect(&self, &mut families);
         let shared = Arc::new(Shared {
             source: self,
+            walks: AtomicUsize::new(0),
             last: Mutex::new(Last {
                 // Read already: the first collection walks the points anew.
                 read: vec![true; families.0.len()],
@@ -94,6 +112,8 @@ impl PointsCollector {
         });
         let mut instruments = OtelInstruments {
             names: Vec::new(),
+            #[cfg(test)]
+            shared: Arc::clone(&shared),
             _counters: Vec::new(),
             _seconds: Vec::new(),
             _gauges: Vec::new(),
@@ -169,6 +189,8 @@ impl Sink for Snapshot {
 /// What the callbacks of one registration share.
 struct Shared {
     source: PointsCollector,
+    /// Walks made by the callbacks.
+    walks: AtomicUsize,
     last: Mutex<Last>,
 }
 
@@ -187,6 +209,7 @@ impl Shared {
         if last.read.get(index).copied().unwrap_or(true) {
             let mut families = Snapshot::default();
             let _ = series::collect(&self.source, &mut families);
+            self.walks.fetch_add(1, Ordering::Relaxed);
             last.read = vec![false; families.0.len()];
             last.families = families;
         }
@@ -198,5 +221,66 @@ impl Shared {
                 observe(*value, attributes);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PointsCollector;
+    use crate::{Clock, Registry};
+    use opentelemetry::metrics::MeterProvider as _;
+    use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+    use std::time::Duration;
+
+    /// Each collection walks the points once, whatever the number of instruments, and
+    /// reports what the registry holds then; two readers make two collections.
+    #[test]
+    fn one_walk_per_collection() {
+        let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+        let exporters = [
+            InMemoryMetricExporter::default(),
+            InMemoryMetricExporter::default(),
+        ];
+        let reader = |e: &InMemoryMetricExporter| {
+            PeriodicReader::builder(e.clone())
+                .with_interval(Duration::from_secs(3600))
+                .build()
+        };
+        let provider = SdkMeterProvider::builder()
+            .with_reader(reader(&exporters[0]))
+            .build();
+        let instruments = PointsCollector::new(r).register_otel(&provider.meter("test"));
+        assert!(instruments.names().len() > 20);
+        assert_eq!(instruments.walks(), 0);
+        for round in 1..=3u64 {
+            r.point("walks").unwrap().enter().unwrap().finish(false);
+            provider.force_flush().unwrap();
+            assert_eq!(instruments.walks(), round as usize);
+            let exported = exporters[0].get_finished_metrics().unwrap();
+            let last = exported.last().unwrap();
+            let visits = last
+                .scope_metrics()
+                .flat_map(|s| s.metrics())
+                .find(|m| m.name() == "resilience_visits")
+                .unwrap();
+            let opentelemetry_sdk::metrics::data::AggregatedMetrics::U64(
+                opentelemetry_sdk::metrics::data::MetricData::Sum(sum),
+            ) = visits.data()
+            else {
+                panic!("{visits:?}");
+            };
+            let values: Vec<u64> = sum.data_points().map(|p| p.value()).collect();
+            assert_eq!(values, [round]);
+        }
+        provider.shutdown().unwrap();
+
+        let provider = SdkMeterProvider::builder()
+            .with_reader(reader(&exporters[0]))
+            .with_reader(reader(&exporters[1]))
+            .build();
+        let instruments = PointsCollector::new(r).register_otel(&provider.meter("test"));
+        provider.force_flush().unwrap();
+        assert_eq!(instruments.walks(), 2);
+        provider.shutdown().unwrap();
     }
 }
