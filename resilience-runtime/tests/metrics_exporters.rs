@@ -10,12 +10,15 @@ use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use prometheus_parse::{Scrape, Value};
-use resilience_runtime::breaker::ClassicConfig;
 use resilience_runtime::keys::KeyPolicy;
 use resilience_runtime::metrics::PointsCollector;
-use resilience_runtime::{BreakerPolicy, Clock, Policy, Reason, Registry};
+use resilience_runtime::{Policy, Reason, Registry};
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+#[path = "support/metrics_traffic.rs"]
+mod traffic;
+use traffic::{open_breaker, own_registry, queue_timeout};
 
 /// A sample's name and its labels, sorted by key.
 type Series = (String, Vec<(String, String)>);
@@ -121,7 +124,7 @@ fn otel(collector: PointsCollector) -> BTreeMap<Series, f64> {
 /// in a delay, a full concurrency limit, an open breaker, a queue that timed out,
 /// hot keys, an idle point.
 fn busy_registry() -> &'static Registry {
-    let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
+    let r = own_registry();
     for i in 1..=5u64 {
         let p = r.point(&format!("x.calls.{i}")).unwrap();
         for n in 0..i {
@@ -146,25 +149,10 @@ fn busy_registry() -> &'static Registry {
     let conc = r.point("x.conc").unwrap();
     std::mem::forget(conc.enter().unwrap()); // in flight for good
     assert_eq!(conc.enter().unwrap_err().reason(), Reason::Concurrency);
-    let config = ClassicConfig {
-        consecutive_failures: Some(1),
-        ..ClassicConfig::default()
-    };
-    r.set_breaker("x.breaker", BreakerPolicy::Classic(config))
-        .unwrap();
+    open_breaker(r, "x.breaker");
     let breaker = r.point("x.breaker").unwrap();
-    breaker.enter().unwrap().finish(true);
     assert_eq!(breaker.enter().unwrap_err().reason(), Reason::BreakerOpen);
-    let queue = Policy::builder()
-        .max_concurrency(1)
-        .queue(1, Duration::from_millis(1))
-        .build()
-        .unwrap();
-    r.set_policy("x.queue", queue).unwrap();
-    let q = r.point("x.queue").unwrap();
-    let held = q.enter().unwrap();
-    assert_eq!(q.enter().unwrap_err().reason(), Reason::QueueTimeout);
-    held.finish(false);
+    queue_timeout(r, "x.queue");
     let keys = KeyPolicy::builder()
         .limit(2, Duration::from_secs(3600))
         .max_keys(16)

@@ -7,9 +7,13 @@
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use metrics_util::MetricKind;
 use resilience_runtime::metrics::{self, PointsCollector};
-use resilience_runtime::{downgrade, registry, Clock, Policy, Reason, Registry};
+use resilience_runtime::{downgrade, registry, Policy, Reason};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+#[path = "support/metrics_traffic.rs"]
+mod traffic;
+use traffic::{capped_traffic, known_traffic, own_registry, queue_timeout};
 
 /// One published series: its name and labels (in their order).
 type Series = (String, Vec<(String, String)>);
@@ -62,37 +66,11 @@ fn gauge(
     }
 }
 
-fn own_registry() -> &'static Registry {
-    Box::leak(Box::new(Registry::with_clock(Clock::system())))
-}
-
 #[test]
 fn published_series_are_the_registry_stats() {
     let r = own_registry();
-    // 5 calls, 2 of them exceptions, no policy.
-    let ok = r.point("f.ok").unwrap();
-    for i in 0..5 {
-        ok.enter().unwrap().finish(i % 3 == 0);
-    }
-    // A kill switch: 3 visits, all downgraded on `visits`.
-    r.set_policy("f.kill", Policy::builder().max_visits(0).build().unwrap())
-        .unwrap();
-    let kill = r.point("f.kill").unwrap();
-    for _ in 0..3 {
-        assert_eq!(kill.enter().unwrap_err().reason(), Reason::Visits);
-    }
-    // One call in flight at a concurrency limit of 1: the second is downgraded.
-    r.set_policy(
-        "f.conc",
-        Policy::builder().max_concurrency(1).build().unwrap(),
-    )
-    .unwrap();
+    let held = known_traffic(r, "f");
     let conc_point = r.point("f.conc").unwrap();
-    let held = conc_point.enter().unwrap();
-    assert_eq!(
-        conc_point.enter().unwrap_err().reason(),
-        Reason::Concurrency
-    );
 
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
@@ -173,23 +151,8 @@ fn published_series_are_the_registry_stats() {
 /// `point="other", omitted="true"`, as in the Prometheus exposition.
 #[test]
 fn published_points_are_capped_and_the_rest_summed() {
-    use resilience_runtime::breaker::ClassicConfig;
-    use resilience_runtime::BreakerPolicy;
     let r = own_registry();
-    for i in 1..=6u64 {
-        let p = r.point(&format!("cap.{i}")).unwrap();
-        for n in 0..i {
-            p.enter().unwrap().finish(n == 0);
-        }
-    }
-    r.point("cap.idle").unwrap();
-    let config = ClassicConfig {
-        consecutive_failures: Some(1),
-        ..ClassicConfig::default()
-    };
-    r.set_breaker("cap.open", BreakerPolicy::Classic(config))
-        .unwrap();
-    r.point("cap.open").unwrap().enter().unwrap().finish(true);
+    capped_traffic(r);
 
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
@@ -245,16 +208,7 @@ fn published_points_are_capped_and_the_rest_summed() {
 #[test]
 fn queue_wait_seconds_are_a_gauge_in_seconds() {
     let r = own_registry();
-    let policy = Policy::builder()
-        .max_concurrency(1)
-        .queue(1, Duration::from_millis(1))
-        .build()
-        .unwrap();
-    r.set_policy("f.queue", policy).unwrap();
-    let point = r.point("f.queue").unwrap();
-    let held = point.enter().unwrap();
-    assert_eq!(point.enter().unwrap_err().reason(), Reason::QueueTimeout);
-    held.finish(false);
+    queue_timeout(r, "f.queue");
 
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();

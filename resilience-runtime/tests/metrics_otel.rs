@@ -8,9 +8,13 @@ use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use resilience_runtime::metrics::PointsCollector;
-use resilience_runtime::{Clock, Policy, Reason, Registry};
+use resilience_runtime::Reason;
 use std::collections::BTreeMap;
 use std::time::Duration;
+
+#[path = "support/metrics_traffic.rs"]
+mod traffic;
+use traffic::{capped_traffic, known_traffic, own_registry, queue_timeout};
 
 /// An instrument's data point: its name and attributes (sorted by key).
 type Series = (String, Vec<(String, String)>);
@@ -109,10 +113,6 @@ fn get(all: &BTreeMap<Series, Point>, name: &str, labels: &[(&str, &str)]) -> Po
     }
 }
 
-fn own_registry() -> &'static Registry {
-    Box::leak(Box::new(Registry::with_clock(Clock::system())))
-}
-
 #[test]
 fn instruments_report_the_registry_stats_at_collection_time() {
     let r = own_registry();
@@ -123,27 +123,8 @@ fn instruments_report_the_registry_stats_at_collection_time() {
 
     // The traffic comes after the registration: callbacks read the registry when the
     // SDK collects.
-    let ok = r.point("o.ok").unwrap();
-    for i in 0..5 {
-        ok.enter().unwrap().finish(i % 3 == 0);
-    }
-    r.set_policy("o.kill", Policy::builder().max_visits(0).build().unwrap())
-        .unwrap();
-    let kill = r.point("o.kill").unwrap();
-    for _ in 0..3 {
-        assert_eq!(kill.enter().unwrap_err().reason(), Reason::Visits);
-    }
-    r.set_policy(
-        "o.conc",
-        Policy::builder().max_concurrency(1).build().unwrap(),
-    )
-    .unwrap();
+    let held = known_traffic(r, "o");
     let conc_point = r.point("o.conc").unwrap();
-    let held = conc_point.enter().unwrap();
-    assert_eq!(
-        conc_point.enter().unwrap_err().reason(),
-        Reason::Concurrency
-    );
 
     let (all, help) = sdk.collect();
     let ok = [("point", "o.ok")];
@@ -215,23 +196,8 @@ fn instruments_report_the_registry_stats_at_collection_time() {
 
 #[test]
 fn instruments_report_the_capped_points_and_the_rest_summed() {
-    use resilience_runtime::breaker::ClassicConfig;
-    use resilience_runtime::BreakerPolicy;
     let r = own_registry();
-    for i in 1..=6u64 {
-        let p = r.point(&format!("cap.{i}")).unwrap();
-        for n in 0..i {
-            p.enter().unwrap().finish(n == 0);
-        }
-    }
-    r.point("cap.idle").unwrap();
-    let config = ClassicConfig {
-        consecutive_failures: Some(1),
-        ..ClassicConfig::default()
-    };
-    r.set_breaker("cap.open", BreakerPolicy::Classic(config))
-        .unwrap();
-    r.point("cap.open").unwrap().enter().unwrap().finish(true);
+    capped_traffic(r);
 
     let sdk = Sdk::new();
     PointsCollector::new(r)
@@ -285,16 +251,7 @@ fn instruments_report_the_capped_points_and_the_rest_summed() {
 #[test]
 fn queue_wait_is_a_float_counter_in_seconds() {
     let r = own_registry();
-    let policy = Policy::builder()
-        .max_concurrency(1)
-        .queue(1, Duration::from_millis(1))
-        .build()
-        .unwrap();
-    r.set_policy("o.queue", policy).unwrap();
-    let point = r.point("o.queue").unwrap();
-    let held = point.enter().unwrap();
-    assert_eq!(point.enter().unwrap_err().reason(), Reason::QueueTimeout);
-    held.finish(false);
+    queue_timeout(r, "o.queue");
 
     let sdk = Sdk::new();
     PointsCollector::new(r).register_otel(&sdk.provider.meter("test"));
