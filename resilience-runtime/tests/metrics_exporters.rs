@@ -7,8 +7,6 @@
 
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use opentelemetry::metrics::MeterProvider as _;
-use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
-use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
 use prometheus_parse::{Scrape, Value};
 use resilience_runtime::keys::KeyPolicy;
 use resilience_runtime::metrics::PointsCollector;
@@ -16,12 +14,14 @@ use resilience_runtime::{Policy, Reason, Registry};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+#[path = "support/facade_recorder.rs"]
+mod facade_recorder;
+#[path = "support/otel_sdk.rs"]
+mod otel_sdk;
 #[path = "support/metrics_traffic.rs"]
 mod traffic;
+use otel_sdk::{Point, Sdk, Series};
 use traffic::{open_breaker, own_registry, queue_timeout};
-
-/// A sample's name and its labels, sorted by key.
-type Series = (String, Vec<(String, String)>);
 
 fn sorted(labels: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
     let mut labels: Vec<_> = labels.collect();
@@ -52,22 +52,15 @@ fn facade(collector: PointsCollector) -> BTreeMap<Series, f64> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     collector.publish_to(&recorder);
-    snapshotter
-        .snapshot()
-        .into_vec()
+    facade_recorder::read(&snapshotter)
         .into_iter()
-        .map(|(key, _, _, value)| {
-            let key = key.key();
-            let labels = sorted(
-                key.labels()
-                    .map(|l| (l.key().to_owned(), l.value().to_owned())),
-            );
+        .map(|((name, labels), (_, _, value))| {
             let value = match value {
                 DebugValue::Counter(v) => v as f64,
                 DebugValue::Gauge(v) => v.0,
                 DebugValue::Histogram(_) => panic!("no histograms"),
             };
-            ((key.name().to_owned(), labels), value)
+            ((name, sorted(labels.into_iter())), value)
         })
         .collect()
 }
@@ -76,48 +69,18 @@ fn facade(collector: PointsCollector) -> BTreeMap<Series, f64> {
 /// to monotonic sums, as OpenTelemetry's Prometheus exporters do).
 #[allow(clippy::cast_precision_loss)] // test counts are tiny
 fn otel(collector: PointsCollector) -> BTreeMap<Series, f64> {
-    let exporter = InMemoryMetricExporter::default();
-    let provider = SdkMeterProvider::builder()
-        .with_reader(PeriodicReader::builder(exporter.clone()).build())
-        .build();
-    collector.register_otel(&provider.meter("test"));
-    provider.force_flush().unwrap();
-    let exported = exporter.get_finished_metrics().unwrap();
-    let mut all = BTreeMap::new();
-    let mut put = |name: String, attributes: Vec<(String, String)>, value: f64| {
-        assert!(all.insert((name, attributes), value).is_none());
-    };
-    let attrs = |kv: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
-        sorted(kv.map(|a| (a.key.to_string(), a.value.to_string())))
-    };
-    for metric in exported[0].scope_metrics().flat_map(|s| s.metrics()) {
-        let name = metric.name();
-        let total = format!("{name}_total");
-        match metric.data() {
-            AggregatedMetrics::U64(MetricData::Sum(sum)) => {
-                for p in sum.data_points() {
-                    put(total.clone(), attrs(&mut p.attributes()), p.value() as f64);
-                }
-            }
-            AggregatedMetrics::F64(MetricData::Sum(sum)) => {
-                for p in sum.data_points() {
-                    put(total.clone(), attrs(&mut p.attributes()), p.value());
-                }
-            }
-            AggregatedMetrics::U64(MetricData::Gauge(gauge)) => {
-                for p in gauge.data_points() {
-                    put(
-                        name.to_owned(),
-                        attrs(&mut p.attributes()),
-                        p.value() as f64,
-                    );
-                }
-            }
-            other => panic!("{name}: {other:?}"),
-        }
-    }
-    provider.shutdown().unwrap();
-    all
+    let sdk = Sdk::new();
+    collector.register_otel(&sdk.provider.meter("test"));
+    let (points, _) = sdk.collect();
+    sdk.provider.shutdown().unwrap();
+    points
+        .into_iter()
+        .map(|((name, attributes), point)| match point {
+            Point::Counter(v) => ((format!("{name}_total"), attributes), v as f64),
+            Point::FloatCounter(v, _) => ((format!("{name}_total"), attributes), v),
+            Point::Gauge(v) => ((name, attributes), v as f64),
+        })
+        .collect()
 }
 
 /// A registry with every kind of series: plain calls with exceptions, a kill switch

@@ -4,45 +4,19 @@
 //! `other` series as in the Prometheus exposition, and the periodic publisher must
 //! publish on its own and stop when told.
 
-use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
+use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::MetricKind;
 use resilience_runtime::metrics::{self, PointsCollector};
 use resilience_runtime::{downgrade, registry, Policy, Reason};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+#[path = "support/facade_recorder.rs"]
+mod facade_recorder;
 #[path = "support/metrics_traffic.rs"]
 mod traffic;
+use facade_recorder::{read, series, Series};
 use traffic::{capped_traffic, known_traffic, own_registry, queue_timeout};
-
-/// One published series: its name and labels (in their order).
-type Series = (String, Vec<(String, String)>);
-
-/// Every series of a snapshot, with its kind, unit and value.
-fn read(snapshotter: &Snapshotter) -> BTreeMap<Series, (MetricKind, Option<String>, DebugValue)> {
-    snapshotter
-        .snapshot()
-        .into_vec()
-        .into_iter()
-        .map(|(key, unit, _help, value)| {
-            let (kind, key) = key.into_parts();
-            let labels = key
-                .labels()
-                .map(|l| (l.key().to_owned(), l.value().to_owned()))
-                .collect();
-            let unit = unit.map(|u| u.as_str().to_owned());
-            ((key.name().to_owned(), labels), (kind, unit, value))
-        })
-        .collect()
-}
-
-fn series(name: &str, labels: &[(&str, &str)]) -> Series {
-    let labels = labels
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect();
-    (name.to_owned(), labels)
-}
 
 fn counter(
     all: &BTreeMap<Series, (MetricKind, Option<String>, DebugValue)>,
