@@ -240,6 +240,9 @@ fn the_global_registry_is_published_to_the_recorder_in_force() {
     assert_eq!(counter(&all, "resilience_exceptions_total", &point), 1);
     assert_eq!(counter(&all, "resilience_downgrades_total", &by_visits), 1);
 
+    let zero = PointsCollector::global().spawn_publisher(Duration::ZERO);
+    assert_eq!(zero.unwrap_err().kind(), std::io::ErrorKind::InvalidInput);
+
     // The only test of this binary that installs a global recorder.
     let global = DebuggingRecorder::new();
     let global_view = global.snapshotter();

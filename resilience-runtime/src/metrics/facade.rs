@@ -57,8 +57,9 @@ impl PointsCollector {
     /// thread's local recorder, else the global one; nothing if none is installed).
     ///
     /// Counters are set with `Counter::absolute` (the registry's count since start;
-    /// recorders keep the largest value set, so a `point="other"` sum that went down
-    /// stays at its peak) and gauges with `Gauge::set`. Names and labels are those of
+    /// recorders on `metrics-util`'s storage, `metrics-exporter-prometheus` among
+    /// them, keep the largest value set, so a `point="other"` sum that went down stays
+    /// at its peak) and gauges with `Gauge::set`. Names and labels are those of
     /// the Prometheus exposition (`resilience_visits_total{point="..."}`);
     /// `resilience_queue_wait_seconds_total`, a count of seconds with a fraction, is
     /// a gauge here (the facade's counters are integers). Each family is described
@@ -83,7 +84,8 @@ impl PointsCollector {
     ///
     /// # Errors
     ///
-    /// If the thread cannot be started.
+    /// `InvalidInput` for a zero `interval` (it would publish without a pause), or
+    /// the error of starting the thread.
     ///
     /// # Examples
     ///
@@ -98,6 +100,12 @@ impl PointsCollector {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn spawn_publisher(self, interval: Duration) -> std::io::Result<Publisher> {
+        if interval.is_zero() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the metrics publisher's interval is zero",
+            ));
+        }
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name("resilience-metrics".to_owned())

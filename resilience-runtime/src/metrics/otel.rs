@@ -98,16 +98,17 @@ impl PointsCollector {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn register_otel(self, meter: &Meter) -> OtelInstruments {
-        let mut families = Snapshot::default();
-        // Collecting into a snapshot never fails: the walk's only errors are a sink's.
+        // The families (their samples are not taken); the walk never fails.
+        let mut families = Families(Vec::new());
         let _ = series::collect(&self, &mut families);
+        let families = families.0;
         let shared = Arc::new(Shared {
             source: self,
             walks: AtomicUsize::new(0),
             last: Mutex::new(Last {
-                // Read already: the first collection walks the points anew.
-                read: vec![true; families.0.len()],
-                families,
+                families: Snapshot::default(),
+                // Nothing walked yet: the first callback walks the points.
+                read: vec![true; families.len()],
             }),
         });
         let mut instruments = OtelInstruments {
@@ -118,9 +119,6 @@ impl PointsCollector {
             _seconds: Vec::new(),
             _gauges: Vec::new(),
         };
-        let read = shared.last.lock().unwrap_or_else(PoisonError::into_inner);
-        let families: Vec<Family> = read.families.0.iter().map(|(f, _)| *f).collect();
-        drop(read);
         for (index, family) in families.into_iter().enumerate() {
             instruments.names.push(family.name);
             let shared = Arc::clone(&shared);
@@ -182,6 +180,20 @@ impl Sink for Snapshot {
             Ok(())
         })?;
         self.0.push((*family, taken));
+        Ok(())
+    }
+}
+
+/// The walk's families, without their samples.
+struct Families(Vec<Family>);
+
+impl Sink for Families {
+    fn family(
+        &mut self,
+        family: &Family,
+        _samples: &mut dyn FnMut(&mut Emit<'_>) -> fmt::Result,
+    ) -> fmt::Result {
+        self.0.push(*family);
         Ok(())
     }
 }
