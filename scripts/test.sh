@@ -10,7 +10,7 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --all-features -- -D warnings
 # Each feature of the runtime alone builds without a warning (dead code hides behind
 # feature combinations that the all-features run never sees).
-for features in "" redis config heartbeat metrics tower tracing macros tokio; do
+for features in "" redis config heartbeat metrics metrics-facade opentelemetry tower tracing macros tokio; do
     cargo clippy -q -p resilience-runtime --no-default-features --features "$features" -- -D warnings
 done
 

@@ -1,4 +1,5 @@
 #![doc = include_str!("../../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -20,7 +21,11 @@ pub mod keys;
 pub mod layers;
 mod limit;
 mod listener;
-#[cfg(feature = "metrics")]
+#[cfg(any(
+    feature = "metrics",
+    feature = "metrics-facade",
+    feature = "opentelemetry"
+))]
 pub mod metrics;
 mod point;
 mod policy;

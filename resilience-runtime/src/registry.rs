@@ -306,7 +306,11 @@ impl Registry {
 
     /// Every point, in no particular order (cheaper than [`point_names`](Self::point_names)
     /// for a pass over all of them).
-    #[cfg(feature = "metrics")]
+    #[cfg(any(
+        feature = "metrics",
+        feature = "metrics-facade",
+        feature = "opentelemetry"
+    ))]
     pub(crate) fn for_each_point(&self, mut f: impl FnMut(&'static Point)) {
         for entry in &self.points {
             f(entry.value());

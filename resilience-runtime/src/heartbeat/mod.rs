@@ -226,7 +226,11 @@ fn live_clients() -> &'static Mutex<Vec<std::sync::Weak<Inner>>> {
 }
 
 /// The `group/app` and status of every live client of `registry` (for metrics).
-#[cfg(feature = "metrics")]
+#[cfg(any(
+    feature = "metrics",
+    feature = "metrics-facade",
+    feature = "opentelemetry"
+))]
 pub(crate) fn statuses_of(registry: &Registry) -> Vec<(String, HeartbeatStatus)> {
     let mut clients = lock(live_clients());
     clients.retain(|w| w.strong_count() > 0);

@@ -373,7 +373,11 @@ impl Point {
 
     /// Whether any call ever entered the point (with or without a policy): a point
     /// that none did has nothing but zeros to report.
-    #[cfg(feature = "metrics")]
+    #[cfg(any(
+        feature = "metrics",
+        feature = "metrics-facade",
+        feature = "opentelemetry"
+    ))]
     pub(crate) fn ever_entered(&self) -> bool {
         self.entered.load(Ordering::Relaxed)
     }

@@ -22,7 +22,11 @@ impl Point {
     /// [`stats`](Self::stats) without the window and the last cycle (`None`), which
     /// exporters of totals do not need and which cost most of a snapshot, with the
     /// per-thread counts read from `tally`.
-    #[cfg(feature = "metrics")]
+    #[cfg(any(
+        feature = "metrics",
+        feature = "metrics-facade",
+        feature = "opentelemetry"
+    ))]
     pub(crate) fn stats_without_windows(&self, tally: &tally::Reader) -> PointStats {
         self.snapshot(false, tally.total(self.id))
     }
