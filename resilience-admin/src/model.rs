@@ -5,9 +5,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// Length of a statistics cycle in milliseconds: 10 s, aligned to wall-clock
-/// boundaries, as in the runtime and SDS.
-pub const CYCLE_MS: i64 = 10_000;
+/// Length of a statistics cycle in milliseconds: the runtime's
+/// [`CYCLE`](resilience_runtime::CYCLE), 10 s aligned to wall-clock boundaries as in SDS.
+pub const CYCLE_MS: i64 = resilience_runtime::CYCLE.as_millis() as i64;
 
 /// The largest count one instance may report for one point in one cycle (10^15, far
 /// above any real traffic): larger values are rejected so that sums over instances

@@ -481,19 +481,13 @@ impl<'a, 'e> Reader<'a, 'e> {
 /// ([`resilience_runtime::check_point_name`]): not blank, no leading or trailing
 /// whitespace, at most [`MAX_NAME_LEN`] bytes, no control characters.
 pub fn check_name(s: &str) -> Result<(), String> {
-    if s.trim().is_empty() {
-        Err("must not be empty or blank".into())
-    } else if s.trim() != s {
-        Err("must not begin or end with whitespace".into())
-    } else if s.len() > MAX_NAME_LEN {
-        Err(format!(
+    match resilience_runtime::NameProblem::of(s) {
+        None => Ok(()),
+        Some(resilience_runtime::NameProblem::TooLong) => Err(format!(
             "is {} bytes long, more than the limit of {MAX_NAME_LEN}",
             s.len()
-        ))
-    } else if s.chars().any(char::is_control) {
-        Err("must not contain control characters".into())
-    } else {
-        Ok(())
+        )),
+        Some(problem) => Err(problem.text().to_owned()),
     }
 }
 

@@ -43,6 +43,7 @@
 mod sync {
     pub(crate) use loom::sync::atomic::{self, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
+    pub(crate) use crate::lock::Recover;
     use std::cell::Cell;
     use std::ops::{Deref, DerefMut};
     use std::sync::LockResult;
@@ -175,6 +176,9 @@ mod sync {
         }
     }
 }
+
+#[path = "../../resilience-runtime/src/lock.rs"]
+mod lock;
 
 #[path = "../../resilience-runtime/src/point/arming.rs"]
 mod arming;

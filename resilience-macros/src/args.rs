@@ -278,10 +278,6 @@ where
     value(input)
 }
 
-/// The runtime's `MAX_POINT_NAME_LEN` (a proc-macro crate cannot import it; the
-/// ui tests check that both refuse a name one byte longer).
-const MAX_POINT_NAME_LEN: usize = 256;
-
 /// `"orders::get"`: a non-blank string literal.
 fn point_name(input: ParseStream<'_>) -> syn::Result<LitStr> {
     let lit = string_literal(input, "point = \"orders::get\"")?;
@@ -291,20 +287,14 @@ fn point_name(input: ParseStream<'_>) -> syn::Result<LitStr> {
             "`point` must not be empty or only whitespace",
         ));
     }
-    // The runtime's rule (`check_point_name`), checked here so that the generated
-    // lookup cannot fail: the runtime and the admin console refuse these too.
-    let value = lit.value();
-    let problem = if value.trim() != value {
-        Some("`point` must not begin or end with whitespace")
-    } else if value.chars().any(char::is_control) {
-        Some("`point` must not contain control characters")
-    } else if value.len() > MAX_POINT_NAME_LEN {
-        Some("`point` must be at most 256 bytes long (the runtime's `MAX_POINT_NAME_LEN`)")
-    } else {
-        None
-    };
-    match problem {
-        Some(problem) => Err(syn::Error::new(lit.span(), problem)),
+    // The runtime's rule (`check_point_name`, the same file), checked here so that
+    // the generated lookup cannot fail: the runtime and the admin console refuse
+    // these too.
+    match crate::name::NameProblem::of(&lit.value()) {
+        Some(problem) => Err(syn::Error::new(
+            lit.span(),
+            format!("`point` {}", problem.text()),
+        )),
         None => Ok(lit),
     }
 }

@@ -4,6 +4,11 @@ mod args;
 mod errors;
 mod expand;
 mod item;
+// The point-name rule, shared with the runtime and the admin console (one file: a
+// proc-macro crate cannot depend on the runtime, which depends on it).
+#[allow(dead_code, unreachable_pub)]
+#[path = "../../resilience-runtime/src/name.rs"]
+mod name;
 mod paths;
 mod validate;
 

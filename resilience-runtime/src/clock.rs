@@ -18,17 +18,19 @@
 
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::Arc;
+use crate::sync::Recover;
 use crate::ticker;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Thresholds (call timeouts, slow-call limits, a token bucket's burst span) of at
-/// least this many nanoseconds are measured on the cached timeline, whose ~1 ms
-/// resolution is then under 1% of them; shorter ones on the tick counter.
-/// Nanoseconds of a duration, saturated to `u64`.
+/// Nanoseconds of a duration, saturated to `u64`: the crate's one conversion of a
+/// `Duration` to timeline nanoseconds.
 pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// Thresholds (call timeouts, slow-call limits, a token bucket's burst span) of at
+/// least this many nanoseconds are measured on the cached timeline, whose ~1 ms
+/// resolution is then under 1% of them; shorter ones on the tick counter.
 pub(crate) const COARSE_ENOUGH_NS: u64 = 200_000_000;
 
 /// A source of time for a [`Registry`](crate::Registry).
@@ -72,7 +74,7 @@ impl Clock {
         // from one timeline reading without a second clock call.
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
+            .map(nanos)
             .unwrap_or(0);
         let mono = ticker::precise_monotonic();
         let ticks = quanta::Clock::new();
@@ -102,11 +104,7 @@ impl Clock {
     pub(crate) fn before_move(&self, hook: impl Fn(u64) + Send + Sync + 'static) -> bool {
         match &*self.inner {
             Source::Manual(m) => {
-                m.before_move
-                    .0
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(Box::new(hook));
+                m.before_move.0.lock().recover().push(Box::new(hook));
                 true
             }
             Source::System { .. } => false,
@@ -119,11 +117,7 @@ impl Clock {
     pub(crate) fn after_move(&self, hook: impl Fn(u64) + Send + Sync + 'static) -> bool {
         match &*self.inner {
             Source::Manual(m) => {
-                m.after_move
-                    .0
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(Box::new(hook));
+                m.after_move.0.lock().recover().push(Box::new(hook));
                 true
             }
             Source::System { .. } => false,
@@ -279,7 +273,7 @@ impl std::fmt::Debug for BeforeMove {
 
 impl BeforeMove {
     fn run(&self, to: u64) {
-        let hooks = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let hooks = self.0.lock().recover();
         for hook in hooks.iter() {
             hook(to);
         }
@@ -304,7 +298,7 @@ impl ManualClock {
     /// are sampled first, so the traffic before the move is counted in the second it
     /// happened.
     pub fn advance(&self, by: Duration) {
-        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        let by = nanos(by);
         self.before_move.run(self.now_nanos().saturating_add(by));
         let _ = self
             .nanos

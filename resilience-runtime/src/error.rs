@@ -175,9 +175,8 @@ impl fmt::Display for Downgraded {
 
 impl std::error::Error for Downgraded {}
 
-/// The longest point name accepted, in bytes (the admin console's limit for every
-/// name it stores, so a name the runtime takes is never refused by the console).
-pub const MAX_POINT_NAME_LEN: usize = 256;
+use crate::name::NameProblem;
+pub use crate::name::MAX_POINT_NAME_LEN;
 
 /// A point name was rejected: names are non-empty, at most [`MAX_POINT_NAME_LEN`]
 /// bytes, free of control characters, and neither begin nor end with whitespace (see
@@ -250,26 +249,15 @@ pub fn check_point_name(name: &str) -> Result<(), PointNameError> {
     }
 }
 
-const _: () = assert!(
-    MAX_POINT_NAME_LEN == 256,
-    "the problem text names the limit"
-);
-
 /// What is wrong with a point name, if anything (the text of [`check_point_name`]).
 fn point_name_problem(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
-        Some("a point name must not be empty")
-    } else if name.trim().is_empty() {
-        Some("a point name must not be only whitespace")
-    } else if name.trim() != name {
-        Some("a point name must not begin or end with whitespace")
-    } else if name.chars().any(char::is_control) {
-        Some("a point name must not contain control characters")
-    } else if name.len() > MAX_POINT_NAME_LEN {
-        Some("a point name must be at most 256 bytes long (MAX_POINT_NAME_LEN)")
-    } else {
-        None
-    }
+    Some(match NameProblem::of(name)? {
+        NameProblem::Empty => "a point name must not be empty",
+        NameProblem::Blank => "a point name must not be only whitespace",
+        NameProblem::EdgeWhitespace => "a point name must not begin or end with whitespace",
+        NameProblem::Control => "a point name must not contain control characters",
+        NameProblem::TooLong => "a point name must be at most 256 bytes long (MAX_POINT_NAME_LEN)",
+    })
 }
 
 /// One invalid field of a configuration (a policy, a breaker, an adaptive limit, a

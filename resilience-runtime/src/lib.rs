@@ -21,12 +21,14 @@ pub mod keys;
 pub mod layers;
 mod limit;
 mod listener;
+pub mod lock;
 #[cfg(any(
     feature = "metrics",
     feature = "metrics-facade",
     feature = "opentelemetry"
 ))]
 pub mod metrics;
+mod name;
 mod point;
 mod policy;
 pub mod priority;
@@ -58,6 +60,7 @@ pub use error::{
 pub use listener::{
     BreakerChange, BreakerEvent, DowngradeEvent, Event, EventKind, ListenerId, EVENT_QUEUE_CAPACITY,
 };
+pub use name::NameProblem;
 pub use point::durations::{measure_durations, measuring_durations};
 pub use point::permit::Permit;
 pub use point::queue::QueueStats;
@@ -72,7 +75,7 @@ pub use policy::{
 pub use registry::{init_registry, registry, Registry, DEFAULT_MAX_UNDECLARED_POINTS};
 pub use stats::{
     BreakerState, BreakerStats, CycleStats, PointStats, ReasonCounts, SecondStats, Totals,
-    WindowCounts,
+    WindowCounts, CYCLE,
 };
 
 #[cfg(feature = "macros")]

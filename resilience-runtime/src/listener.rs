@@ -13,6 +13,7 @@ use crate::error::Reason;
 use crate::stats::BreakerState;
 use crate::sync::atomic::AtomicBool;
 use crate::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use crate::sync::Recover;
 use crate::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use std::fmt;
@@ -363,22 +364,14 @@ impl Dispatcher {
     pub(crate) fn add(&self, f: Listener) -> ListenerId {
         self.ensure_thread();
         let id = ListenerId::fresh();
-        let mut list = self
-            .shared
-            .listeners
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut list = self.shared.listeners.write().recover();
         list.push((id, f));
         self.count.store(list.len(), Ordering::Release);
         id
     }
 
     pub(crate) fn remove(&self, id: ListenerId) -> bool {
-        let mut list = self
-            .shared
-            .listeners
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut list = self.shared.listeners.write().recover();
         let before = list.len();
         list.retain(|(i, _)| *i != id);
         self.count.store(list.len(), Ordering::Release);
@@ -423,7 +416,7 @@ impl Dispatcher {
         let done = Arc::new(AtomicBool::new(false));
         let mut marker = Some(Message::Flush(Arc::clone(&done)));
         let shared = &*self.shared;
-        let mut guard = shared.wake_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = shared.wake_lock.lock().recover();
         loop {
             if let Some(m) = marker.take() {
                 match tx.try_send(m) {
@@ -454,7 +447,7 @@ impl Dispatcher {
         if self.sender.get().is_some() {
             return;
         }
-        let _once = self.start.lock().unwrap_or_else(|e| e.into_inner());
+        let _once = self.start.lock().recover();
         if self.sender.get().is_some() {
             return;
         }
@@ -480,7 +473,7 @@ fn deliver(rx: Receiver<Message>, shared: Arc<Shared>) {
             Message::Flush(done) => done.store(true, Ordering::Release),
         }
         // Wake flushers: a marker was reached, or a slot freed for one to queue.
-        let _guard = shared.wake_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = shared.wake_lock.lock().recover();
         shared.wake.notify_all();
     }
 }
@@ -489,7 +482,7 @@ fn deliver_one(shared: &Shared, record: DowngradeEvent) {
     let current: Vec<Listener> = shared
         .listeners
         .read()
-        .unwrap_or_else(|e| e.into_inner())
+        .recover()
         .iter()
         .map(|(_, l)| l.clone())
         .collect();

@@ -8,6 +8,7 @@ use crate::point::Point;
 use crate::policy::{BreakerError, BreakerPolicy, Policy};
 use crate::retry::RetryBudget;
 use crate::stats::PointStats;
+use crate::sync::Recover;
 use crate::sync::{Arc, AtomicUsize, OnceLock, Ordering};
 use dashmap::DashMap;
 use std::fmt;
@@ -572,7 +573,7 @@ static POINT_SLOTS: crate::sync::Mutex<&'static mut [std::mem::MaybeUninit<Point
 /// flow word has a line of its own), which an allocation of its own would pay for
 /// with alignment padding each: they are placed in blocks of [`POINT_BLOCK`] instead.
 fn place_point(point: Point) -> &'static Point {
-    let mut slots = POINT_SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut slots = POINT_SLOTS.lock().recover();
     let mut block = std::mem::take(&mut *slots);
     if block.is_empty() {
         block = Box::leak(Box::new_uninit_slice(POINT_BLOCK));

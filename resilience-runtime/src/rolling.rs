@@ -337,7 +337,7 @@ impl<C: BucketCells> RollingWindow<C> {
         if interval.is_zero() {
             return Err(RollingWindowError::ZeroInterval);
         }
-        let interval_ns = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        let interval_ns = crate::clock::nanos(interval);
         let slots = (0..size)
             .map(|_| Slot {
                 tick: AtomicU64::new(0),

@@ -4,6 +4,15 @@
 use crate::error::Reason;
 use std::time::{Duration, SystemTime};
 
+/// The length of a statistics cycle: 10 s, aligned to wall-clock boundaries like SDS.
+/// [`PointStats::last_cycle`] is the last one closed; the heartbeat reports one per
+/// upload and the admin console stores them by their start.
+///
+/// ```
+/// assert_eq!(resilience_runtime::CYCLE.as_secs(), 10);
+/// ```
+pub const CYCLE: Duration = Duration::from_secs(10);
+
 /// Downgrade counts per [`Reason`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReasonCounts(pub(crate) [u64; Reason::ALL.len()]);

@@ -639,7 +639,7 @@ struct Draft {
 }
 
 /// The longest point name accepted as the subject of an edit (the runtime's limit).
-const MAX_POINT_LEN: usize = 256;
+const MAX_POINT_LEN: usize = resilience_runtime::MAX_POINT_NAME_LEN;
 
 impl Draft {
     /// For a draft of one point: the settings it gives the point (`None`: remove its

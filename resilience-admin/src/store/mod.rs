@@ -17,6 +17,7 @@ use crate::model::{
     AppKey, AppSummary, BreakerReport, CycleRow, EnforcementRow, Enforcing, Heartbeat, HotKeysRow,
     Ingested, InstanceInfo, NewPolicyVersion, PointInfo, PolicyVersion, Protocol, SecondRow,
 };
+use resilience_runtime::lock::Recover;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -315,7 +316,7 @@ impl<C> Pool<C> {
 
     fn lock(&self) -> MutexGuard<'_, PoolState<C>> {
         // The state is a list and a count, consistent between statements.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.lock().recover()
     }
 
     /// An idle connection, a new one from `open` if fewer than the maximum are open,
@@ -336,7 +337,7 @@ impl<C> Pool<C> {
                 state.open += 1;
                 break;
             }
-            state = self.freed.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = self.freed.wait(state).recover();
         }
         drop(state);
         match open() {

@@ -9,6 +9,7 @@ use crate::model::{
     InstanceInfo, NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, QueueCounts, RetryCounts,
     SecondCounts, SecondRow, CYCLE_MS, SECOND_MS,
 };
+use resilience_runtime::lock::Recover;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -458,7 +459,7 @@ impl SqliteStore {
     fn conn(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the lock rolled its transaction back (the
         // `Transaction` drop), so the connection is still consistent.
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+        self.conn.lock().recover()
     }
 
     /// Runs `f` in one read transaction (one snapshot of the database) on a read

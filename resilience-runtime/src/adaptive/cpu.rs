@@ -133,7 +133,7 @@ fn global() -> &'static Global {
             cores: Some(sampler.limit_cores()),
         };
         let origin = Instant::now();
-        let now = move || u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let now = move || crate::clock::nanos(origin.elapsed());
         // The baseline reading; the thread computes usage from the next one on.
         let _ = sampler.sample(now());
         // Failing to spawn leaves the usage at 0 (see `SystemCpu`).

@@ -23,6 +23,7 @@ use super::{nanos, Timer};
 use crate::clock::Clock;
 use crate::error::FieldError;
 use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::Recover;
 use crate::sync::{Arc, Mutex};
 use crossbeam_utils::CachePadded;
 use std::fmt;
@@ -407,7 +408,7 @@ impl GradientLimiter {
             return;
         }
         let short = rtt as f64 / count as f64;
-        let mut est = self.estimator.lock().unwrap_or_else(|e| e.into_inner());
+        let mut est = self.estimator.lock().recover();
         let limit = est.update(&self.config, short, peak);
         self.limit.store(limit.to_bits(), Ordering::Relaxed);
     }

@@ -6,7 +6,8 @@ use super::{nanos, roll};
 use crate::error::FieldError;
 use crate::rolling::{BucketCells, RollingWindow};
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::{Mutex, PoisonError};
+use crate::sync::Mutex;
+use crate::sync::Recover;
 use std::fmt;
 use std::time::Duration;
 
@@ -570,7 +571,7 @@ impl ClassicBreaker {
         now: u64,
         reason: TransitionReason,
     ) -> Option<Transition> {
-        let mut step = self.rare.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut step = self.rare.lock().recover();
         let mut cur = self.state.load(Ordering::Acquire);
         if Packed(cur).kind() != from || Packed(cur).epoch() != epoch {
             return None;
@@ -635,7 +636,7 @@ impl ClassicBreaker {
         }
         // This call completed the last probe: every slot is taken and succeeded, so no
         // other call can change the state until we close it.
-        let mut step = self.rare.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut step = self.rare.lock().recover();
         self.window.clear();
         self.consecutive.store(0, Ordering::Relaxed);
         *step = 0;

@@ -4,7 +4,8 @@
 use super::{ConfigError, Format, LoadReport, Problem, ProblemKind};
 use crate::registry::Registry;
 use crate::sync::mpsc::{self, RecvTimeoutError};
-use crate::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use crate::sync::Recover;
+use crate::sync::{Arc, Mutex, MutexGuard};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    m.lock().recover()
 }
 
 /// Called after every reload attempt with what it did.
@@ -307,9 +308,9 @@ struct Worker {
 impl Worker {
     fn run(mut self, rx: &mpsc::Receiver<Message>, quiet: Duration, settle: Duration) {
         let start = Instant::now();
-        let now = || u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        let quiet_ns = u64::try_from(quiet.as_nanos()).unwrap_or(u64::MAX);
-        let settle_ns = u64::try_from(settle.as_nanos()).unwrap_or(u64::MAX);
+        let now = || crate::clock::nanos(start.elapsed());
+        let quiet_ns = crate::clock::nanos(quiet);
+        let settle_ns = crate::clock::nanos(settle);
         let mut debouncer = Debouncer::new(quiet_ns, quiet_ns.saturating_mul(10));
         // A read waiting for a second one, a settle period later, to agree with it.
         let mut settling: Option<(String, u64)> = None;

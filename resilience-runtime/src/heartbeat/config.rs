@@ -323,11 +323,12 @@ impl HeartbeatConfig {
 /// Milliseconds from `wall_ms` to the next upload: second `offset_ms / 1000` of the
 /// next 10-s wall-clock cycle, strictly after `wall_ms` (SDS uploads at :x5).
 pub(crate) fn until_next_upload(wall_ms: u64, offset_ms: u64) -> u64 {
-    let into = wall_ms % 10_000;
+    let cycle = super::wire::CYCLE_MS;
+    let into = wall_ms % cycle;
     if into < offset_ms {
         offset_ms - into
     } else {
-        10_000 - into + offset_ms
+        cycle - into + offset_ms
     }
 }
 

@@ -88,6 +88,7 @@ pub use error::HeartbeatError;
 use crate::layers::Source;
 use crate::registry::{registry, Registry};
 use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::Recover;
 use crate::sync::{mpsc, Arc, Mutex, MutexGuard};
 use failures::{FailureLog, Say};
 use serde_json::Value;
@@ -246,8 +247,7 @@ pub(crate) fn statuses_of(registry: &Registry) -> Vec<(String, HeartbeatStatus)>
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock()
-        .unwrap_or_else(crate::sync::PoisonError::into_inner)
+    m.lock().recover()
 }
 
 /// The error message a server put in its JSON answer, if any.

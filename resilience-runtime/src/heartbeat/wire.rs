@@ -14,8 +14,8 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::time::UNIX_EPOCH;
 
-/// Length of a statistics cycle, ms.
-pub(crate) const CYCLE_MS: u64 = 10_000;
+/// Length of a statistics cycle ([`crate::CYCLE`]), ms.
+pub(crate) const CYCLE_MS: u64 = crate::CYCLE.as_millis() as u64;
 
 /// One point's counts in the reported cycle.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

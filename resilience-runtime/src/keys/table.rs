@@ -11,12 +11,13 @@ use super::rule::{KeyState, Refusal, Rule};
 use super::shard::{Place, Shard};
 use super::text::KeyText;
 use crate::limit::Gcra;
-use crate::sync::{Mutex, MutexGuard, PoisonError};
+use crate::sync::Recover;
+use crate::sync::{Mutex, MutexGuard};
 use crossbeam_utils::CachePadded;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing under these locks panics; a poisoned one is still consistent.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    m.lock().recover()
 }
 
 /// The keys of one point, in shards (see `shard`).

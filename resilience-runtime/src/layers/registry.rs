@@ -9,7 +9,8 @@ use crate::listener::ListenerId;
 use crate::point::Point;
 use crate::policy::BreakerError;
 use crate::registry::Registry;
-use crate::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use crate::sync::Recover;
+use crate::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -36,14 +37,11 @@ impl Layers {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+        self.table.lock().recover()
     }
 
     pub(crate) fn remove_listener(&self, id: ListenerId) -> bool {
-        let mut list = self
-            .listeners
-            .write()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut list = self.listeners.write().recover();
         let before = list.len();
         list.retain(|(i, _)| *i != id);
         list.len() != before
@@ -58,11 +56,7 @@ impl Layers {
                 provenance = %Provenance(&change.after),
                 "effective policy changed"
             );
-            let listeners = self
-                .listeners
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone();
+            let listeners = self.listeners.read().recover().clone();
             for (_, listener) in listeners {
                 // A panicking listener must not poison the caller's edit.
                 let _ = catch_unwind(AssertUnwindSafe(|| listener(change)));
@@ -284,7 +278,7 @@ impl Registry {
         self.layers_state()
             .listeners
             .write()
-            .unwrap_or_else(PoisonError::into_inner)
+            .recover()
             .push((id, Arc::new(f)));
         id
     }

@@ -7,11 +7,12 @@
 
 use super::series::{self, Emit, Family, Kind, Sink, Value};
 use super::PointsCollector;
+use crate::sync::Recover;
 use opentelemetry::metrics::{Meter, ObservableCounter, ObservableGauge};
 use opentelemetry::KeyValue;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// The observable instruments [`PointsCollector::register_otel`] registered, one per
 /// family. Dropping them unregisters nothing: their callbacks run as long as the
@@ -217,7 +218,7 @@ impl Shared {
     /// instrument reported it already (then from a new one).
     fn report(&self, index: usize, mut observe: impl FnMut(Value, &[KeyValue])) {
         // A panic in another callback leaves the last walk whole: it is only replaced.
-        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut last = self.last.lock().recover();
         if last.read.get(index).copied().unwrap_or(true) {
             let mut families = Snapshot::default();
             let _ = series::collect(&self.source, &mut families);

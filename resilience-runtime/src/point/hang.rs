@@ -20,6 +20,7 @@
 //! registered and are measured when they return, as before.
 
 use super::chunks::Chunks;
+use crate::sync::Recover;
 use crate::sync::{thread_local, AtomicU64, Mutex, Ordering};
 use std::cell::Cell;
 use std::time::Duration;
@@ -92,17 +93,14 @@ impl LaneNumbers {
 
 impl ThreadLane {
     fn claim() -> ThreadLane {
-        ThreadLane(NUMBERS.lock().unwrap_or_else(|e| e.into_inner()).take())
+        ThreadLane(NUMBERS.lock().recover().take())
     }
 }
 
 impl Drop for ThreadLane {
     fn drop(&mut self) {
         LANE_FAST.set(UNKNOWN);
-        NUMBERS
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .give_back(self.0);
+        NUMBERS.lock().recover().give_back(self.0);
     }
 }
 

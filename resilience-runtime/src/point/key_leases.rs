@@ -28,7 +28,8 @@ use super::chores::{self, Chore, Chores};
 use crate::clock::nanos;
 use crate::keys::{redis_name, KeyCluster, KeyClusterStats, KeyPolicy, KeyRule};
 use crate::redis::{ClusterDecision, ClusterLease, ClusterMode};
-use crate::sync::{Arc, AtomicU8, Mutex, MutexGuard, OnceLock, Ordering, PoisonError};
+use crate::sync::Recover;
+use crate::sync::{Arc, AtomicU8, Mutex, MutexGuard, OnceLock, Ordering};
 use crate::Clock;
 use crossbeam_utils::CachePadded;
 use std::collections::HashMap;
@@ -38,7 +39,7 @@ use std::time::Duration;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // Nothing under these locks panics; a poisoned one is still consistent.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    m.lock().recover()
 }
 
 /// The Redis bucket of one key's rule: what its lease is built with.

@@ -74,6 +74,7 @@ mod snapshot;
 #[cfg(test)]
 mod tests;
 
+use crate::sync::Recover;
 use cell::PolicyCell;
 use compiled::{Compiled, EMPTY};
 use delay::Delay;
@@ -96,8 +97,8 @@ use std::fmt;
 
 const REASONS: usize = Reason::ALL.len();
 
-/// Length of a statistics cycle: 10 s, aligned to wall-clock boundaries like SDS.
-pub(crate) const CYCLE_NS: u64 = 10_000_000_000;
+/// Length of a statistics cycle ([`crate::CYCLE`]), in nanoseconds.
+pub(crate) const CYCLE_NS: u64 = crate::CYCLE.as_nanos() as u64;
 
 #[derive(Debug)]
 struct Counters {
@@ -343,7 +344,7 @@ impl Point {
     }
 
     fn settings(&self) -> SettingsGuard<'_> {
-        SettingsGuard(self.settings.lock().unwrap_or_else(|e| e.into_inner()))
+        SettingsGuard(self.settings.lock().recover())
     }
 }
 

@@ -27,6 +27,7 @@ use super::Point;
 use crate::error::{Downgraded, Reason};
 use crate::priority::Priority;
 use crate::sync::atomic::AtomicBool;
+use crate::sync::Recover;
 use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering};
 use std::collections::VecDeque;
 use std::task::Waker;
@@ -90,7 +91,7 @@ struct Waiter {
 
 impl Waiter {
     fn wake(&self) {
-        match &*self.wake.lock().unwrap_or_else(|e| e.into_inner()) {
+        match &*self.wake.lock().recover() {
             Wake::Thread(t) => t.unpark(),
             Wake::Task(Some(w)) => w.wake_by_ref(),
             Wake::Task(None) => {}
@@ -119,7 +120,7 @@ pub(super) struct WaitQueue {
 
 impl WaitQueue {
     fn lock(&self) -> MutexGuard<'_, VecDeque<Arc<Waiter>>> {
-        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+        self.waiters.lock().recover()
     }
 
     /// Wakes the oldest waiter not yet woken, with the list locked.
@@ -380,7 +381,7 @@ impl Wait {
 
     /// Registers the task to wake (async waiters).
     fn set_waker(&self, waker: &Waker) {
-        let mut wake = self.waiter.wake.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wake = self.waiter.wake.lock().recover();
         match &mut *wake {
             Wake::Task(Some(w)) if w.will_wake(waker) => {}
             other => *other = Wake::Task(Some(waker.clone())),

@@ -25,6 +25,7 @@ use super::durations::{Durations, Total};
 use super::{tally, Point, REASONS};
 use crate::stats::{CycleStats, ReasonCounts, WindowCounts};
 use crate::sync::Ordering;
+use crate::sync::Recover;
 use crate::window::{self, TRACKED};
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -226,13 +227,13 @@ impl Series {
 /// The second a sample taken at wall time `wall_ns`, `lag` after the boundary it is
 /// due at, closes.
 pub(crate) fn closing_second(wall_ns: u64, lag: Duration) -> u64 {
-    wall_ns.saturating_sub(lag.as_nanos() as u64) / SECOND_NS
+    wall_ns.saturating_sub(crate::clock::nanos(lag)) / SECOND_NS
 }
 
 /// When the next closing sample is due after wall time `wall_ns`.
 fn next_sample_in(wall_ns: u64) -> Duration {
     let into = wall_ns % SECOND_NS;
-    let lag = LAG.as_nanos() as u64;
+    let lag = crate::clock::nanos(LAG);
     let wait = if into < lag {
         lag - into
     } else {
@@ -320,12 +321,7 @@ impl Point {
         if self.sampling.is_idle() {
             // The clean-up run, `KEEP` seconds after the sampler stopped: every
             // second kept is older than the history shown; free them.
-            if let Some(s) = self
-                .seconds
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_mut()
-            {
+            if let Some(s) = self.seconds.lock().recover().as_mut() {
                 s.seconds = VecDeque::new();
             }
             return None;
@@ -347,7 +343,7 @@ impl Point {
     /// row without traffic stop the sampler (`arming`).
     fn sample_closing(&self, closing: u64, current: u64) -> bool {
         let moved = {
-            let mut series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+            let mut series = self.seconds.lock().recover();
             // Read under the lock: samples record non-decreasing counts.
             let now = self.cumulative();
             series
@@ -360,7 +356,7 @@ impl Point {
     /// The sample a call under a policy takes when it is the first of second `second`
     /// (before it counts itself): it closes the second before exactly.
     pub(super) fn close_second(&self, second: u64) {
-        let mut series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        let mut series = self.seconds.lock().recover();
         // Read under the lock: samples record non-decreasing counts.
         let now = self.cumulative();
         series.get_or_insert_with(Box::default).record(
@@ -390,7 +386,7 @@ impl Point {
     /// The traffic of each second of `from..to` (wall-clock seconds since the Unix
     /// epoch), zero where there was none or the point was not sampled.
     pub(crate) fn seconds_between(&self, from: u64, to: u64) -> Vec<Counts> {
-        let series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        let series = self.seconds.lock().recover();
         let n = to.saturating_sub(from) as usize;
         series
             .as_ref()
@@ -463,7 +459,7 @@ impl Point {
     /// The window of a point without a policy: the last 10 seconds of its series,
     /// plus what happened since the last sample. `None` if it was never sampled.
     pub(super) fn sampled_window(&self, wall_ns: u64) -> Option<WindowCounts> {
-        let series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        let series = self.seconds.lock().recover();
         let s = series.as_ref()?;
         let second = wall_ns / SECOND_NS;
         let mut c = s.sum(second.saturating_sub(10), second + 1);
@@ -474,7 +470,7 @@ impl Point {
     /// The last closed 10-s cycle, from the series (with the calls not sampled yet if
     /// its last second is still open). `None` if the point was never sampled.
     pub(super) fn sampled_cycle(&self, wall_ns: u64) -> Option<CycleStats> {
-        let series = self.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        let series = self.seconds.lock().recover();
         let s = series.as_ref()?;
         let cycle_start = (wall_ns / super::CYCLE_NS).checked_sub(1)? * 10;
         let mut c = s.sum(cycle_start, cycle_start + 10);

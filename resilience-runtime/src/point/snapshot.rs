@@ -5,6 +5,7 @@ use super::hang::HangTable;
 use super::slots::{classic_state, AdaptiveSlot, BreakerImpl, BreakerSlot, ClusterSlot};
 use super::{delay, tally, Point};
 use crate::sync::Ordering;
+use crate::sync::Recover;
 use crate::window::Ring;
 use crate::{window, BreakerState, BreakerStats, PointStats, Totals, WindowCounts};
 
@@ -63,12 +64,7 @@ impl Point {
             None
         } else if policed {
             self.observe_cycle(now);
-            let peak = self
-                .cycle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .as_ref()
-                .map(|c| c.last_peak);
+            let peak = self.cycle.lock().recover().as_ref().map(|c| c.last_peak);
             self.sampled_cycle(wall).map(|mut cycle| {
                 let id = wall / super::CYCLE_NS - 1;
                 cycle.peak_concurrency = peak.filter(|(i, _)| *i == id).map_or(0, |(_, p)| p);
@@ -190,16 +186,10 @@ impl Point {
     fn lazy_bytes(&self) -> usize {
         let held = |present: bool, size: usize| if present { size } else { 0 };
         held(
-            self.settings
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some(),
+            self.settings.lock().recover().is_some(),
             std::mem::size_of::<super::Settings>(),
         ) + held(
-            self.cycle
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_some(),
+            self.cycle.lock().recover().is_some(),
             std::mem::size_of::<super::CycleState>(),
         ) + held(
             self.counters.by_reason.get().is_some(),
@@ -207,7 +197,7 @@ impl Point {
         ) + self
             .seconds
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .recover()
             .as_ref()
             .map_or(0, |s| s.heap_bytes())
     }

@@ -12,6 +12,7 @@
 //! the same lock, so a total never counts a call twice or misses a finished one.
 
 use crate::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use crate::sync::Recover;
 use crate::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::cell::Cell;
 
@@ -164,7 +165,7 @@ fn shared() -> MutexGuard<'static, Shared> {
             })
         })
         .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .recover()
 }
 
 /// A thread's table, registered while the thread lives.

@@ -2,7 +2,8 @@
 //! a caller-side timeout around every call.
 
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::sync::{Mutex, MutexGuard, PoisonError};
+use crate::sync::Recover;
+use crate::sync::{Mutex, MutexGuard};
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
@@ -71,7 +72,7 @@ impl Connector {
     // Nothing in this module panics while holding the lock (it only moves an
     // `Option` in or out), so a poisoned lock still holds a consistent value.
     fn lock(&self) -> MutexGuard<'_, Option<Cached>> {
-        self.cached.lock().unwrap_or_else(PoisonError::into_inner)
+        self.cached.lock().recover()
     }
 
     fn current(&self) -> Option<Lease> {

@@ -17,7 +17,8 @@
 use super::take::take_below;
 use crate::clock::Clock;
 use crate::error::FieldError;
-use crate::sync::{AtomicPtr, AtomicU64, Mutex, Ordering, PoisonError};
+use crate::sync::Recover;
+use crate::sync::{AtomicPtr, AtomicU64, Mutex, Ordering};
 use crate::window::Ring;
 use std::time::Duration;
 
@@ -232,7 +233,7 @@ impl RetryBudget {
     /// A [`FieldError`] naming an invalid field of `config` (the budget is unchanged).
     pub fn reconfigure(&self, config: BudgetConfig) -> Result<(), FieldError> {
         config.validate()?;
-        let mut kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kept = self.kept.lock().recover();
         let counts = match kept.iter().find(|c| c.config == config) {
             Some(c) => *c,
             None => {
@@ -284,7 +285,7 @@ impl RetryBudget {
 
     /// What the budget counted, over every configuration it has had.
     pub fn stats(&self) -> BudgetStats {
-        let kept = self.kept.lock().unwrap_or_else(PoisonError::into_inner);
+        let kept = self.kept.lock().recover();
         kept.iter()
             .fold(BudgetStats::default(), |s, c| BudgetStats {
                 calls: s.calls + c.calls_total(),

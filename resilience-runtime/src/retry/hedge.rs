@@ -164,7 +164,7 @@ impl LatencyLog {
     /// Records one attempt's latency; refreshes the delay for percentile `tenths`.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn record(&self, latency: Duration, tenths: u32) {
-        let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+        let nanos = crate::clock::nanos(latency);
         self.buckets[bucket_of(nanos)].fetch_add(1, Ordering::Relaxed);
         let n = self.samples.fetch_add(1, Ordering::Relaxed) + 1;
         if n.is_multiple_of(DECAY_EVERY) {

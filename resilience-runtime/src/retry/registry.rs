@@ -3,6 +3,7 @@
 use super::{BudgetConfig, RetryBudget, RetryPolicy};
 use crate::error::{check_point_name, FieldError, PointNameError};
 use crate::layers::PointConfig;
+use crate::sync::Recover;
 use crate::Registry;
 use std::fmt;
 
@@ -55,7 +56,7 @@ impl Registry {
     /// assert_eq!(budget.config().percent, 20.0);
     /// ```
     pub fn retry_budget(&self, name: &str) -> &'static RetryBudget {
-        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut budgets = self.budgets.lock().recover();
         if let Some(b) = budgets.get(name) {
             return b;
         }
@@ -80,7 +81,7 @@ impl Registry {
         config: BudgetConfig,
     ) -> Result<&'static RetryBudget, crate::FieldError> {
         config.validate()?;
-        let mut budgets = self.budgets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut budgets = self.budgets.lock().recover();
         if let Some(b) = budgets.get(name) {
             b.reconfigure(config)?;
             return Ok(b);

@@ -57,7 +57,8 @@ pub use error::WheelError;
 pub use raw::RawWheel;
 
 use crate::sync::atomic::{AtomicBool, Ordering};
-use crate::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
+use crate::sync::Recover;
+use crate::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
@@ -83,7 +84,7 @@ impl<K, V> Shared<K, V> {
     /// and `RawWheel` makes those calls before changing its own links, so the state is
     /// still consistent and poisoning is ignored.
     fn lock(&self) -> MutexGuard<'_, Option<RawWheel<K, V>>> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock().recover()
     }
 
     /// Marks the wheel closed and drops its pending timers (outside the lock, since
@@ -376,11 +377,7 @@ impl<K, V> TimingWheel<K, V> {
     /// Dropping the wheel stops it.
     pub fn stop(&self) {
         self.shared.close();
-        let handle = self
-            .ticker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let handle = self.ticker.lock().recover().take();
         if let Some(handle) = handle {
             // Joining ourselves would deadlock; that can only happen if a value dropped
             // on the ticker thread stops its own wheel, and the thread exits anyway.

@@ -2,6 +2,7 @@
 //! over-admission bound.
 
 use super::*;
+use crate::sync::Recover;
 
 // ---------------------------------------------------------------------------------
 // ClusterLease: tokens taken from Redis in batches and spent locally
@@ -573,7 +574,7 @@ impl LeaseShared {
     }
 
     fn guard(&self) -> MutexGuard<'_, ()> {
-        self.lock.lock().unwrap_or_else(PoisonError::into_inner)
+        self.lock.lock().recover()
     }
 
     fn stopped(&self) -> bool {
@@ -605,7 +606,7 @@ impl LeaseShared {
             // A new window: drop what is left of the old one first, so no caller can
             // spend an old token under the new window's end.
             self.held.store(0, Ordering::Release);
-            let end = sent.saturating_add(u64::try_from(valid_for.as_nanos()).unwrap_or(u64::MAX));
+            let end = sent.saturating_add(crate::clock::nanos(valid_for));
             self.valid_until.store(end, Ordering::Release);
             self.held.fetch_add(grant.granted, Ordering::AcqRel);
         }
@@ -626,11 +627,7 @@ impl LeaseShared {
                 // Nothing to do; the timeout only guards against surprises.
                 _ => Duration::from_secs(1),
             };
-            guard = self
-                .wake
-                .wait_timeout(guard, wait)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            guard = self.wake.wait_timeout(guard, wait).recover().0;
         }
     }
 
@@ -638,10 +635,7 @@ impl LeaseShared {
     /// decides when a reserved batch is ready), unless the lease is dropped first.
     /// Returns `false` on drop.
     fn wait_on_clock(&self, d: Duration) -> bool {
-        let ready = self
-            .clock
-            .now()
-            .saturating_add(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        let ready = self.clock.now().saturating_add(crate::clock::nanos(d));
         loop {
             let now = self.clock.now();
             if now >= ready {
@@ -668,11 +662,7 @@ impl LeaseShared {
             if now >= deadline {
                 return true;
             }
-            guard = self
-                .wake
-                .wait_timeout(guard, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
+            guard = self.wake.wait_timeout(guard, deadline - now).recover().0;
         }
     }
 }
@@ -759,11 +749,7 @@ impl ClusterLease {
             let _guard = self.shared.guard();
             self.shared.wake.notify_all();
         }
-        let handle = self
-            .refiller
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let handle = self.refiller.lock().recover().take();
         if let Some(handle) = handle {
             // The thread notices within one Redis call (bounded by the timeout).
             let _ = handle.join();
@@ -772,10 +758,7 @@ impl ClusterLease {
 
     /// Whether [`stop`](Self::stop) was called.
     pub(crate) fn is_stopped(&self) -> bool {
-        self.refiller
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_none()
+        self.refiller.lock().recover().is_none()
     }
 }
 

@@ -18,7 +18,7 @@ use super::error::RedisLimitError;
 use super::period::{Alignment, LocalWindow, PERIOD_SCRIPT};
 use crate::limit::{Gcra, GcraCell};
 use crate::sync::mpsc;
-use crate::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use crate::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, Weak};
 use crate::sync::{AtomicU64, AtomicU8, Ordering};
 use crate::Clock;
 use std::fmt;
