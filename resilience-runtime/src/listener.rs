@@ -103,7 +103,7 @@ pub struct BreakerEvent {
 
 /// What a listener added with
 /// [`Registry::add_event_listener`](crate::Registry::add_event_listener) sees: one
-/// event of one of three kinds, told apart by the variant.
+/// event of one of four kinds, told apart by the variant.
 ///
 /// # Examples
 ///
@@ -125,11 +125,12 @@ pub struct BreakerEvent {
 /// registry().set_policy("docs.event", Policy::builder().max_visits(0).build()?)?;
 /// assert!(registry().point("docs.event")?.enter().is_err());
 /// assert!(registry().flush_listeners(Duration::from_secs(5)));
-/// assert_eq!(*seen.lock().unwrap(), [EventKind::Downgrade]);
+/// // The policy set above is an event too, queued before the downgrade.
+/// assert_eq!(*seen.lock().unwrap(), [EventKind::Policy, EventKind::Downgrade]);
 /// registry().remove_listener(id);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Event {
     /// A call was downgraded: it did not run (`shadow` is false, `breaker` is `None`).
@@ -140,6 +141,11 @@ pub enum Event {
     /// The point's policy is a shadow (dry run): the call would have been downgraded,
     /// and ran (`shadow` is true, `breaker` is `None`).
     Shadow(DowngradeEvent),
+    /// A point's effective settings changed: a layer was set or removed (by code, a
+    /// policy file or the console) or the precedence changed. The same change as
+    /// [`Registry::add_policy_listener`](crate::Registry::add_policy_listener) sees at
+    /// once, here queued and delivered with the other events.
+    Policy(crate::layers::PolicyChange),
 }
 
 /// The kind of an [`Event`], without its data ([`Event::kind`]).
@@ -149,9 +155,12 @@ pub enum Event {
 /// ```
 /// use resilience_runtime::EventKind;
 ///
-/// let mut kinds = vec![EventKind::Shadow, EventKind::Downgrade, EventKind::Breaker];
+/// let mut kinds = vec![EventKind::Policy, EventKind::Shadow, EventKind::Downgrade, EventKind::Breaker];
 /// kinds.sort();
-/// assert_eq!(kinds, [EventKind::Downgrade, EventKind::Breaker, EventKind::Shadow]);
+/// assert_eq!(
+///     kinds,
+///     [EventKind::Downgrade, EventKind::Breaker, EventKind::Shadow, EventKind::Policy]
+/// );
 /// assert_eq!(EventKind::Breaker.to_string(), "breaker");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -163,10 +172,12 @@ pub enum EventKind {
     Breaker,
     /// [`Event::Shadow`].
     Shadow,
+    /// [`Event::Policy`].
+    Policy,
 }
 
 impl EventKind {
-    /// A stable lowercase name: `"downgrade"`, `"breaker"` or `"shadow"`.
+    /// A stable lowercase name: `"downgrade"`, `"breaker"`, `"shadow"` or `"policy"`.
     ///
     /// # Examples
     ///
@@ -178,6 +189,7 @@ impl EventKind {
             EventKind::Downgrade => "downgrade",
             EventKind::Breaker => "breaker",
             EventKind::Shadow => "shadow",
+            EventKind::Policy => "policy",
         }
     }
 }
@@ -204,6 +216,7 @@ impl Event {
             Event::Downgrade(_) => EventKind::Downgrade,
             Event::Breaker(_) => EventKind::Breaker,
             Event::Shadow(_) => EventKind::Shadow,
+            Event::Policy(_) => EventKind::Policy,
         }
     }
 
@@ -221,6 +234,7 @@ impl Event {
         match self {
             Event::Downgrade(d) | Event::Shadow(d) => d.point,
             Event::Breaker(b) => b.point,
+            Event::Policy(c) => c.point,
         }
     }
 
@@ -238,6 +252,7 @@ impl Event {
         match self {
             Event::Downgrade(d) | Event::Shadow(d) => d.time,
             Event::Breaker(b) => b.time,
+            Event::Policy(c) => c.time,
         }
     }
 }
@@ -259,13 +274,18 @@ impl From<DowngradeEvent> for Event {
     }
 }
 
-impl From<Event> for DowngradeEvent {
+impl TryFrom<Event> for DowngradeEvent {
+    /// A policy change, which has no flat record.
+    type Error = Event;
+
     /// The record [`Registry::add_listener`](crate::Registry::add_listener)'s
     /// listeners see for this event (a breaker change has the reason
-    /// [`Reason::BreakerOpen`]).
-    fn from(e: Event) -> DowngradeEvent {
-        match e {
+    /// [`Reason::BreakerOpen`]); a policy change has none (those listeners do not
+    /// see it) and is given back.
+    fn try_from(e: Event) -> Result<DowngradeEvent, Event> {
+        Ok(match e {
             Event::Downgrade(d) | Event::Shadow(d) => d,
+            Event::Policy(_) => return Err(e),
             Event::Breaker(b) => DowngradeEvent {
                 point: b.point,
                 reason: Reason::BreakerOpen,
@@ -275,7 +295,7 @@ impl From<Event> for DowngradeEvent {
                 shadow: false,
                 key: None,
             },
-        }
+        })
     }
 }
 
@@ -304,7 +324,10 @@ pub(crate) enum Listener {
 /// What the queue carries: an event, or a flush marker whose flag the delivery
 /// thread sets when it reaches it.
 enum Message {
+    /// A downgrade, shadow downgrade or breaker change: every listener sees it.
     Event(DowngradeEvent),
+    /// An event with no flat record (a policy change): typed listeners only.
+    Typed(Event),
     Flush(Arc<AtomicBool>),
 }
 
@@ -380,10 +403,20 @@ impl Dispatcher {
 
     /// Queues an event; never blocks. Returns false if it was dropped.
     pub(crate) fn emit(&self, event: DowngradeEvent) -> bool {
+        self.queue(Message::Event(event))
+    }
+
+    /// Queues a typed event without a flat record (for typed listeners); never
+    /// blocks. Returns false if it was dropped (or no listener was ever added).
+    pub(crate) fn emit_typed(&self, event: Event) -> bool {
+        self.has_listeners() && self.queue(Message::Typed(event))
+    }
+
+    fn queue(&self, message: Message) -> bool {
         let Some(tx) = self.sender.get() else {
             return false;
         };
-        match tx.try_send(Message::Event(event)) {
+        match tx.try_send(message) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
@@ -470,6 +503,10 @@ fn deliver(rx: Receiver<Message>, shared: Arc<Shared>) {
                 deliver_one(&shared, event);
                 shared.delivered.fetch_add(1, Ordering::Release);
             }
+            Message::Typed(event) => {
+                deliver_typed(&shared, &event);
+                shared.delivered.fetch_add(1, Ordering::Release);
+            }
             Message::Flush(done) => done.store(true, Ordering::Release),
         }
         // Wake flushers: a marker was reached, or a slot freed for one to queue.
@@ -478,14 +515,29 @@ fn deliver(rx: Receiver<Message>, shared: Arc<Shared>) {
     }
 }
 
-fn deliver_one(shared: &Shared, record: DowngradeEvent) {
-    let current: Vec<Listener> = shared
+/// The listeners now (a copy: a listener may add or remove listeners).
+fn listeners(shared: &Shared) -> Vec<Listener> {
+    shared
         .listeners
         .read()
         .recover()
         .iter()
         .map(|(_, l)| l.clone())
-        .collect();
+        .collect()
+}
+
+/// An event without a flat record, to the typed listeners.
+fn deliver_typed(shared: &Shared, event: &Event) {
+    for listener in listeners(shared) {
+        if let Listener::Typed(f) = listener {
+            // A panicking listener must not stop delivery to the others.
+            let _ = catch_unwind(AssertUnwindSafe(|| f(event)));
+        }
+    }
+}
+
+fn deliver_one(shared: &Shared, record: DowngradeEvent) {
+    let current = listeners(shared);
     let mut typed: Option<Event> = None;
     for listener in current {
         // A panicking listener must not stop delivery to the others.

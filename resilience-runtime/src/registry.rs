@@ -3,7 +3,9 @@
 use crate::clock::Clock;
 use crate::error::{check_point_name, AlreadyInitialized, PointNameError};
 use crate::layers::{Layers, PointConfig};
-use crate::listener::{BreakerEvent, Dispatcher, DowngradeEvent, Event, Listener, ListenerId};
+use crate::listener::{
+    BreakerEvent, Dispatcher, DowngradeEvent, Event, EventKind, Listener, ListenerId,
+};
 use crate::point::Point;
 use crate::policy::{BreakerError, BreakerPolicy, Policy};
 use crate::retry::RetryBudget;
@@ -368,8 +370,9 @@ impl Registry {
 
     /// Adds a listener that sees every event of every point, as an [`Event`]: a
     /// downgraded call ([`Event::Downgrade`]), a breaker state change
-    /// ([`Event::Breaker`]) or a call a shadow policy would have downgraded
-    /// ([`Event::Shadow`]).
+    /// ([`Event::Breaker`]), a call a shadow policy would have downgraded
+    /// ([`Event::Shadow`]) or a change of a point's effective settings
+    /// ([`Event::Policy`]).
     ///
     /// Delivery is as for [`add_listener`](Self::add_listener): in order, on the
     /// registry's delivery thread, through the bounded queue shared by every listener
@@ -404,6 +407,49 @@ impl Registry {
         F: Fn(&Event) + Send + Sync + 'static,
     {
         self.events.add(Listener::Typed(Arc::new(f)))
+    }
+
+    /// Adds a listener of the events of the given kinds only (the others are not
+    /// handed to it); delivered as by [`add_event_listener`](Self::add_event_listener).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Event, EventKind, Policy};
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    ///
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let sink = Arc::clone(&seen);
+    /// let kinds = [EventKind::Policy, EventKind::Downgrade];
+    /// let id = registry().add_event_listener_of(&kinds, move |e| {
+    ///     if e.point() == "docs.kinds" {
+    ///         sink.lock().unwrap().push(e.kind());
+    ///     }
+    /// });
+    /// registry().set_policy("docs.kinds", Policy::builder().max_visits(0).build()?)?;
+    /// assert!(registry().point("docs.kinds")?.enter().is_err());
+    /// assert!(registry().flush_listeners(Duration::from_secs(5)));
+    /// assert_eq!(*seen.lock().unwrap(), [EventKind::Policy, EventKind::Downgrade]);
+    /// registry().remove_listener(id);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn add_event_listener_of<F>(&self, kinds: &[EventKind], f: F) -> ListenerId
+    where
+        F: Fn(&Event) + Send + Sync + 'static,
+    {
+        let kinds = kinds.to_vec();
+        self.add_event_listener(move |e| {
+            if kinds.contains(&e.kind()) {
+                f(e);
+            }
+        })
+    }
+
+    /// Queues an event that has no flat record (a policy change) for the typed
+    /// listeners; never blocks.
+    pub(crate) fn emit_event(&self, event: Event) {
+        self.events.emit_typed(event);
     }
 
     /// Adds a listener of downgraded calls only ([`Event::Downgrade`]: no breaker

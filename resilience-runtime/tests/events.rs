@@ -3,6 +3,7 @@
 //! queue, from inside a listener), and listeners that never hold up a guarded call.
 
 use resilience_runtime::breaker::ClassicConfig;
+use resilience_runtime::layers::{PointConfig, Source};
 use resilience_runtime::{
     BreakerPolicy, BreakerState, Clock, DowngradeEvent, Event, EventKind, Policy, Reason, Registry,
     EVENT_QUEUE_CAPACITY,
@@ -85,16 +86,36 @@ fn events_tell_their_kinds_apart() {
     one_of_each(r);
     assert!(r.flush_listeners(LONG));
 
-    let seen = seen.lock().unwrap();
-    let kinds: Vec<(EventKind, &str)> = seen.iter().map(|e| (e.kind(), e.point())).collect();
+    let all = seen.lock().unwrap();
+    let kinds: Vec<(EventKind, &str)> = all.iter().map(|e| (e.kind(), e.point())).collect();
     assert_eq!(
         kinds,
         [
+            (EventKind::Policy, "ev.down"),
+            (EventKind::Policy, "ev.shadow"),
+            (EventKind::Policy, "ev.breaker"),
             (EventKind::Downgrade, "ev.down"),
             (EventKind::Shadow, "ev.shadow"),
             (EventKind::Breaker, "ev.breaker"),
         ]
     );
+    match &all[0] {
+        Event::Policy(c) => {
+            assert_eq!(c.source, Source::Code);
+            assert_eq!(c.before.policy, None);
+            assert_eq!(
+                c.after.policy.as_ref().and_then(Policy::max_visits),
+                Some(0)
+            );
+            assert_eq!(all[0].time(), c.time);
+        }
+        other => panic!("{other:?}"),
+    }
+    match &all[2] {
+        Event::Policy(c) => assert!(c.before.breaker.is_none() && c.after.breaker.is_some()),
+        other => panic!("{other:?}"),
+    }
+    let seen = &all[3..];
     match &seen[0] {
         Event::Downgrade(d) => {
             assert_eq!(d.reason, Reason::Visits);
@@ -120,7 +141,7 @@ fn events_tell_their_kinds_apart() {
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(r.delivered_events(), 3);
+    assert_eq!(r.delivered_events(), 6);
     assert_eq!(r.dropped_events(), 0);
 }
 
@@ -145,15 +166,84 @@ fn the_flat_listener_still_sees_everything_as_before() {
     );
     assert!(flat[2].breaker.is_some());
     assert!(flat[1].shadow);
-    // Each typed event is its flat record sorted by kind, and converts back to it.
-    for (record, event) in flat.iter().zip(typed.iter()) {
+    // Each typed event is its flat record sorted by kind, and converts back to it;
+    // policy changes have no record (the flat listener never sees them).
+    let (policy, others): (Vec<&Event>, Vec<&Event>) =
+        typed.iter().partition(|e| e.kind() == EventKind::Policy);
+    assert_eq!(policy.len(), 3);
+    assert_eq!(others.len(), flat.len());
+    for (record, event) in flat.iter().zip(others) {
         assert_eq!(&Event::from(record.clone()), event);
-        assert_eq!(&DowngradeEvent::from(event.clone()), record);
+        assert_eq!(&DowngradeEvent::try_from(event.clone()).unwrap(), record);
     }
+    let change = policy[0].clone();
+    assert_eq!(DowngradeEvent::try_from(change.clone()), Err(change));
     assert_eq!(
         r.delivered_events(),
-        3,
+        6,
         "an event counts once, however many see it"
+    );
+}
+
+#[test]
+fn policy_events_follow_every_source_and_the_kind_filter() {
+    let r = registry();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&seen);
+    r.add_event_listener_of(&[EventKind::Policy], move |e| {
+        sink.lock().unwrap().push(e.clone());
+    });
+    let console = Source::Console;
+    deny_all(r, "ev.policy");
+    r.set_layer(
+        "ev.policy",
+        console.clone(),
+        PointConfig::new(Policy::observe()),
+    )
+    .unwrap();
+    // The same layer again: the rules stay, their origin's version moves.
+    r.set_layer(
+        "ev.policy",
+        console.clone(),
+        PointConfig::new(Policy::observe()),
+    )
+    .unwrap();
+    assert!(
+        r.point("ev.policy").unwrap().enter().is_ok(),
+        "the console's layer wins"
+    );
+    r.clear_layer("ev.policy", console.clone()).unwrap();
+    r.clear_policy("ev.policy").unwrap();
+    assert!(r.flush_listeners(LONG));
+    let seen = seen.lock().unwrap();
+    let version = |c: &resilience_runtime::layers::EffectivePolicy| {
+        c.origin(resilience_runtime::layers::Section::Rules)
+            .map(|o| o.version)
+    };
+    match &seen[2] {
+        Event::Policy(c) => assert!(version(&c.after) > version(&c.before)),
+        other => panic!("{other:?}"),
+    }
+    let changes: Vec<(Source, Option<u64>, Option<u64>)> = seen
+        .iter()
+        .map(|e| match e {
+            Event::Policy(c) => (
+                c.source.clone(),
+                c.before.policy.as_ref().and_then(Policy::max_visits),
+                c.after.policy.as_ref().and_then(Policy::max_visits),
+            ),
+            other => panic!("only policy events: {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        [
+            (Source::Code, None, Some(0)),
+            (console.clone(), Some(0), None),
+            (console.clone(), None, None),
+            (console, None, Some(0)),
+            (Source::Code, Some(0), None),
+        ]
     );
 }
 

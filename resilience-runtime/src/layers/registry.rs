@@ -102,6 +102,20 @@ fn install(point: &'static Point, before: &EffectivePolicy, after: &EffectivePol
 }
 
 impl Registry {
+    /// The registry clock's wall time now.
+    fn wall_time(&self) -> std::time::SystemTime {
+        self.clock().system_time(self.clock().now())
+    }
+
+    /// Tells the policy listeners (at once, on this thread) and queues an
+    /// [`Event::Policy`](crate::Event::Policy) per change for the event listeners.
+    fn notify_policy_changes(&self, changes: &[PolicyChange]) {
+        self.layers_state().notify(changes);
+        for change in changes {
+            self.emit_event(crate::Event::Policy(change.clone()));
+        }
+    }
+
     /// Edits layers of one source under the layer lock. `edits` reads the table and
     /// returns the new layers (`None`: remove); the source's version is bumped first
     /// (`version`, or the next one). Returns the version.
@@ -123,12 +137,13 @@ impl Registry {
                         source: source.clone(),
                         before,
                         after,
+                        time: self.wall_time(),
                     });
                 }
             }
             version
         };
-        layers.notify(&changes);
+        self.notify_policy_changes(&changes);
         version
     }
 
@@ -241,11 +256,12 @@ impl Registry {
                         source: Source::Code,
                         before,
                         after,
+                        time: self.wall_time(),
                     });
                 }
             }
         }
-        layers.notify(&changes);
+        self.notify_policy_changes(&changes);
     }
 
     /// Adds a listener called on every change of a point's effective settings (a

@@ -214,4 +214,6 @@ pub struct PolicyChange {
     pub before: EffectivePolicy,
     /// What is enforced now.
     pub after: EffectivePolicy,
+    /// When it changed (wall clock of the registry's clock).
+    pub time: std::time::SystemTime,
 }
