@@ -145,7 +145,8 @@ pub enum Event {
     /// policy file or the console) or the precedence changed. The same change as
     /// [`Registry::add_policy_listener`](crate::Registry::add_policy_listener) sees at
     /// once, here queued and delivered with the other events.
-    Policy(crate::layers::PolicyChange),
+    /// (Boxed: a change holds two whole policies.)
+    Policy(Box<crate::layers::PolicyChange>),
 }
 
 /// The kind of an [`Event`], without its data ([`Event::kind`]).

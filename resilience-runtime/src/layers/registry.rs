@@ -112,7 +112,7 @@ impl Registry {
     fn notify_policy_changes(&self, changes: &[PolicyChange]) {
         self.layers_state().notify(changes);
         for change in changes {
-            self.emit_event(crate::Event::Policy(change.clone()));
+            self.emit_event(crate::Event::Policy(Box::new(change.clone())));
         }
     }
 
