@@ -236,6 +236,13 @@ impl std::error::Error for PointNameError {}
 /// assert!(check_point_name(&"x".repeat(MAX_POINT_NAME_LEN)).is_ok());
 /// let err = check_point_name(&"x".repeat(MAX_POINT_NAME_LEN + 1)).unwrap_err();
 /// assert_eq!(err.name().len(), 64, "a long name is reported by its start");
+///
+/// // The rule itself, as the macros and the admin console use it:
+/// use resilience_runtime::NameProblem;
+/// assert_eq!(NameProblem::of("orders.create"), None);
+/// assert_eq!(NameProblem::of(" orders"), Some(NameProblem::EdgeWhitespace));
+/// assert_eq!(NameProblem::of(&"x".repeat(257)), Some(NameProblem::TooLong));
+/// assert_eq!(NameProblem::Control.text(), "must not contain control characters");
 /// ```
 pub fn check_point_name(name: &str) -> Result<(), PointNameError> {
     let problem = point_name_problem(name);

@@ -683,7 +683,10 @@ fn on_downgrade(
             Some(d) => d.to_token_stream(),
             None => quote!(_),
         };
-        (binding, fallback_call(path, shape, rebound, reason))
+        (
+            binding,
+            fallback_call(runtime, sig, path, shape, rebound, reason),
+        )
     } else if let Some(default) = &args.default {
         let value = match &default.value {
             DefaultValue::Expr(expr) => expr.to_token_stream(),
@@ -720,6 +723,8 @@ fn on_downgrade(
 // with the wrong arguments or return type is reported at `fb` in the
 // attribute. See `at_user_token` for why they are not plain user spans.
 fn fallback_call(
+    runtime: &Runtime,
+    sig: &Signature,
     path: &ExprPath,
     shape: &Shape,
     rebound: &Rebound,
@@ -728,15 +733,97 @@ fn fallback_call(
     let span = at_user_token(path_span(path));
     let values = &rebound.values;
     let awaited = shape.await_span().map(|_| quote_spanned!(span=> .await));
-    match reason {
-        None => quote_spanned!(span=> #path(#(#values),*) #awaited),
-        Some(downgraded) => {
-            // The same hygiene as the binding, located at the path: a fallback whose
-            // last parameter is not a `Downgraded` is reported at `fb`.
-            let downgraded = Ident::new(&downgraded.to_string(), span);
-            quote_spanned!(span=> #path(#(#values,)* #downgraded) #awaited)
+    // The same hygiene as the binding, located at the path: a fallback whose last
+    // parameter is not a `Downgraded` is reported at `fb`.
+    let downgraded = reason.map(|d| Ident::new(&d.to_string(), span));
+    let call_args = match &downgraded {
+        None => quote_spanned!(span=> #(#values),*),
+        Some(d) => quote_spanned!(span=> #(#values,)* #d),
+    };
+    match fallback_pointer(runtime, sig, shape, reason.is_some(), span) {
+        // The fallback is first made the pointer the function's parameters call
+        // for: a fallback with other parameters is refused there, at `fb`, as
+        // "expected fn pointer `fn(u64) -> _`, found fn item `fn(u32) -> ..`",
+        // instead of at each argument with a suggestion to rewrite the user's
+        // own parameters.
+        Some(pointer) => {
+            let f = Ident::new("__resilience_fallback", span);
+            quote_spanned! {span=> {
+                let #f: #pointer = #path;
+                #f(#call_args)
+            }}
+        }
+        None => quote_spanned!(span=> #path(#call_args) #awaited),
+    }
+}
+
+// Input:  fn get(&self, id: u64, name: &str) -> Option<String>, fallback_with_reason
+// Output: fn(&Self, u64, &str, RT::Downgraded) -> _
+//
+// The type a sync fallback is coerced to before it is called: the function's
+// parameter types (the receiver's type first) and an inferred return type (a
+// fallback returning `!` still fits any function; a wrong return type is
+// reported at the call, at `fb`, as before). `None` where such a pointer
+// cannot be written or could refuse a fallback that fits: an async or boxed
+// shape (the fallback returns a future), a parameter of type `impl Trait`, or a
+// return type holding a lifetime or a reference (a fallback's output may then
+// borrow from an input, which `fn(&T) -> _` cannot express).
+fn fallback_pointer(
+    runtime: &Runtime,
+    sig: &Signature,
+    shape: &Shape,
+    with_reason: bool,
+    span: Span,
+) -> Option<TokenStream> {
+    if !matches!(shape, Shape::Sync) || sig.variadic.is_some() {
+        return None;
+    }
+    if let ReturnType::Type(_, ty) = &sig.output {
+        if borrows_or_hides(ty) {
+            return None;
         }
     }
+    let mut types = Vec::new();
+    for input in &sig.inputs {
+        let ty = match input {
+            FnArg::Receiver(receiver) => &*receiver.ty,
+            FnArg::Typed(typed) => &*typed.ty,
+        };
+        if has_impl_trait(ty) {
+            return None;
+        }
+        types.push(ty.to_token_stream());
+    }
+    if with_reason {
+        let private = runtime.private_at(span);
+        types.push(quote_spanned!(span=> #private::Downgraded));
+    }
+    Some(quote_spanned!(span=> fn(#(#types),*) -> _))
+}
+
+/// Whether a type names a lifetime, a reference or an `impl Trait` anywhere.
+fn borrows_or_hides(ty: &Type) -> bool {
+    let tokens = ty.to_token_stream();
+    tokens_have(tokens, &|t| match t {
+        proc_macro2::TokenTree::Punct(p) => p.as_char() == '&' || p.as_char() == '\'',
+        proc_macro2::TokenTree::Ident(i) => i == "impl" || i == "dyn",
+        _ => false,
+    })
+}
+
+/// Whether a type has an `impl Trait` anywhere.
+fn has_impl_trait(ty: &Type) -> bool {
+    tokens_have(
+        ty.to_token_stream(),
+        &|t| matches!(t, proc_macro2::TokenTree::Ident(i) if i == "impl"),
+    )
+}
+
+fn tokens_have(tokens: TokenStream, found: &dyn Fn(&proc_macro2::TokenTree) -> bool) -> bool {
+    tokens.into_iter().any(|t| match &t {
+        proc_macro2::TokenTree::Group(g) => tokens_have(g.stream(), found),
+        other => found(other),
+    })
 }
 
 /// The deadline of a `timeout = "..."` call.
@@ -1135,7 +1222,10 @@ mod tests {
         assert!(out.contains("let (a , b) = __resilience_arg0 ;"), "{out}");
         assert!(out.contains("let _ = __resilience_arg1 ;"), "{out}");
         assert!(
-            out.contains("return fb (__resilience_arg0 , __resilience_arg1 , c)"),
+            out.contains(
+                "return { let __resilience_fallback : fn ((i32 , i32) , u8 , u8) -> _ = fb ; \
+                 __resilience_fallback (__resilience_arg0 , __resilience_arg1 , c) }"
+            ),
             "{out}"
         );
     }
@@ -1150,7 +1240,13 @@ mod tests {
                 }
             ),
         );
-        assert!(out.contains("return Self :: fb (self , id)"), "{out}");
+        assert!(
+            out.contains(
+                "return { let __resilience_fallback : fn (& Self , u64) -> _ = Self :: fb ; \
+                 __resilience_fallback (self , id) }"
+            ),
+            "{out}"
+        );
     }
 
     #[test]
@@ -1178,7 +1274,12 @@ mod tests {
             ),
         );
         assert!(
-            out.contains("Err (__resilience_downgraded) => return Self :: fb (self , __resilience_arg1 , __resilience_downgraded)"),
+            out.contains(
+                "Err (__resilience_downgraded) => return { let __resilience_fallback : \
+                 fn (& Self , (u8 , u8) , :: resilience_runtime :: __private :: Downgraded) -> _ \
+                 = Self :: fb ; __resilience_fallback (self , __resilience_arg1 , \
+                 __resilience_downgraded) }"
+            ),
             "{out}"
         );
         assert!(out.contains("let (a , b) = __resilience_arg1 ;"), "{out}");
@@ -1257,7 +1358,13 @@ mod tests {
         assert!(!out.contains("__private :: enter ("), "{out}");
         // The body still takes the argument.
         assert!(out.contains("move ||"), "{out}");
-        assert!(out.contains("return fb (name)"), "{out}");
+        assert!(
+            out.contains(
+                "return { let __resilience_fallback : fn (String) -> _ = fb ; \
+                 __resilience_fallback (name) }"
+            ),
+            "{out}"
+        );
     }
 
     #[test]
