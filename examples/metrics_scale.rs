@@ -9,17 +9,6 @@
 use resilience_runtime::{metrics, registry};
 use std::time::Instant;
 
-/// Resident memory of this process in bytes, from `/proc/self/statm`.
-fn resident() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
-
 fn main() {
     let points: usize = std::env::args()
         .nth(1)
@@ -28,7 +17,7 @@ fn main() {
     let all = std::env::args().nth(2).is_some_and(|a| a == "all");
     // These points are made up on purpose: lift the cap on undeclared ones.
     registry().set_max_undeclared_points(usize::MAX);
-    let before = resident();
+    let before = examples::resident_bytes();
     let started = Instant::now();
     for i in 0..points {
         let p = registry()
@@ -44,7 +33,7 @@ fn main() {
         }
     }
     let made = started.elapsed();
-    let grown = resident().saturating_sub(before);
+    let grown = examples::resident_bytes().saturating_sub(before);
     println!(
         "{points} points made in {made:.2?}: resident +{} MB, {} B per point (memory_bytes of an idle one: {} B)",
         grown / 1_000_000,

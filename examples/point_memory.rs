@@ -39,17 +39,6 @@ fn heap() -> (usize, usize) {
     (LIVE.load(Ordering::Relaxed), ALLOCS.load(Ordering::Relaxed))
 }
 
-/// Resident memory of this process in bytes, from `/proc/self/statm`.
-fn resident() -> u64 {
-    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(0);
-    pages * 4096
-}
-
 /// A policy with every rule of the point set.
 fn every_rule() -> Policy {
     Policy::builder()
@@ -68,7 +57,7 @@ fn every_rule() -> Policy {
 /// Makes `points` points named `prefix.i` with `policy`, then gives each one call,
 /// printing the resident growth per point and `memory_bytes` of the first, each time.
 fn measure(prefix: &str, points: usize, policy: Option<Policy>) {
-    let before = resident();
+    let before = examples::resident_bytes();
     let heap0 = heap();
     for i in 0..points {
         let name = format!("{prefix}.{i}");
@@ -79,7 +68,7 @@ fn measure(prefix: &str, points: usize, policy: Option<Policy>) {
             None => drop(registry().point(&name).expect("a valid name")),
         }
     }
-    let made = resident();
+    let made = examples::resident_bytes();
     let heap1 = heap();
     let first = registry()
         .point(&format!("{prefix}.0"))
@@ -95,7 +84,7 @@ fn measure(prefix: &str, points: usize, policy: Option<Policy>) {
     }
     // Let the per-second sampler run over the calls made.
     std::thread::sleep(Duration::from_secs(3));
-    let called = resident();
+    let called = examples::resident_bytes();
     let heap2 = heap();
     println!(
         "{prefix:>6}: heap made +{} B in {} allocations per point, once called +{} B in {}",
