@@ -183,7 +183,7 @@ pub(super) async fn points(
                 s.points(&key)?,
                 s.enforcement(&key, None, false)?,
                 s.instances(&key)?,
-                s.hot_keys(&key, None)?,
+                s.hot_keys(&key)?,
             ))
         })
         .await?;
