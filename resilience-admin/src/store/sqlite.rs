@@ -1317,16 +1317,19 @@ impl Store for SqliteStore {
             };
             // One query for the whole list: per point, its latest cycle's row found
             // backwards through the primary key (app_id, point, cycle_start_ms), read
-            // by its rowid, and that cycle's reasons through theirs: three index probes
-            // per point, whatever the length of the history.
+            // by its rowid, and that cycle's reasons through theirs if it had a
+            // downgrade (the reasons add up to at most the downgrades): at most three
+            // index probes per point, whatever the length of the history.
             let mut stmt = conn
                 .prepare_cached(&format!(
                     "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms,
                         s.cycle_start_ms, s.visits, s.passes, s.downgrades, s.exceptions,
                         s.timeouts, s.peak_concurrency, s.instances,
-                        (SELECT json_group_object(r.reason, r.count) FROM cycle_reasons r
-                         WHERE s.rowid IS NOT NULL AND r.app_id = s.app_id
-                           AND r.point = s.point AND r.cycle_start_ms = s.cycle_start_ms),
+                        CASE WHEN s.downgrades > 0 THEN
+                            (SELECT json_group_object(r.reason, r.count) FROM cycle_reasons r
+                             WHERE r.app_id = s.app_id AND r.point = s.point
+                               AND r.cycle_start_ms = s.cycle_start_ms)
+                        END,
                         {extra}
                      FROM points p
                      LEFT JOIN cycle_stats s ON s.rowid = (SELECT m.rowid FROM cycle_stats m
