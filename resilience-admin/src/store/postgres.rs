@@ -348,6 +348,9 @@ impl PostgresStore {
         tx.commit().map_err(backend)?;
         let clients = Pool::new(CONNECTIONS, |c: &Client| !c.is_closed());
         clients.put(client);
+        // A second one now: the first point list (its points beside its other reads)
+        // does not open one.
+        clients.put(open(&config)?);
         Ok(PostgresStore { config, clients })
     }
 

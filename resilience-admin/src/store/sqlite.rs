@@ -450,7 +450,9 @@ impl SqliteStore {
         let readers = match &path {
             Some(path) => {
                 let pool = Pool::new(READERS, |_| true);
-                // One opened now: the first read after the opening does not pay for it.
+                // Two opened now: the first reads after the opening (a point list reads
+                // its points beside the rest) do not pay for one.
+                pool.put(open_reader(path)?);
                 pool.put(open_reader(path)?);
                 Some(pool)
             }
