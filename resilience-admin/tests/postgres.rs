@@ -7,11 +7,18 @@
 
 mod common;
 
-use common::scenarios;
+use common::{hot_keys, scenarios};
 use resilience_admin::server::StorageConfig;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const URL_VAR: &str = "RESILIENCE_ADMIN_PG_URL";
+
+/// Takes a database of this version back to schema version 9 (but for the number):
+/// without the points' index by `last_seen_ms` and the instances' `keys_cycle_ms`,
+/// with the hot keys' index by point.
+const WITHOUT_V10: &str = "DROP INDEX ra_points_last_seen;
+    ALTER TABLE ra_instances DROP COLUMN keys_cycle_ms;
+    CREATE INDEX ra_hot_keys_point ON ra_hot_keys (app_id, point);";
 
 /// A database of its own, dropped when the guard is.
 struct Database {
@@ -147,7 +154,7 @@ fn a_version_1_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 #[test]
@@ -179,7 +186,7 @@ fn a_version_2_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 /// A database of schema version 4 (before the seconds' call durations: this
@@ -206,7 +213,7 @@ fn a_version_4_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 #[test]
@@ -240,7 +247,7 @@ fn a_version_5_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 #[test]
@@ -278,7 +285,7 @@ fn a_version_6_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 #[test]
@@ -304,7 +311,8 @@ fn a_version_7_database_is_migrated() {
     let cycle = 1_767_225_590_000_i64;
     let mut c = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
     c.batch_execute(&format!(
-        "ALTER TABLE ra_cycle_stats DROP COLUMN queue_evicted;
+        "{WITHOUT_V10}
+         ALTER TABLE ra_cycle_stats DROP COLUMN queue_evicted;
          DROP TABLE ra_hot_keys;
          UPDATE ra_schema SET version = 7;
          INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
@@ -319,13 +327,13 @@ fn a_version_7_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 #[test]
 fn postgres_hot_keys() {
     let db = Database::create();
-    scenarios::hot_keys(StorageConfig::Postgres(db.url()));
+    hot_keys::hot_keys(StorageConfig::Postgres(db.url()));
 }
 
 /// A database of schema version 8 (before the hot keys: this version's schema
@@ -337,7 +345,8 @@ fn a_version_8_database_is_migrated() {
     let cycle = 1_767_225_590_000_i64;
     let mut c = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
     c.batch_execute(&format!(
-        "DROP TABLE ra_hot_keys;
+        "{WITHOUT_V10}
+         DROP TABLE ra_hot_keys;
          UPDATE ra_schema SET version = 8;
          INSERT INTO ra_apps (app_group, app_name, created_ms) VALUES ('shop', 'orders', 5);
          INSERT INTO ra_points SELECT id, 'order.create', FALSE, {cycle}, {cycle} FROM ra_apps;
@@ -347,10 +356,71 @@ fn a_version_8_database_is_migrated() {
                     0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0 FROM ra_apps;"
     ))
     .unwrap();
-    scenarios::migrated_v8(StorageConfig::Postgres(db.url()), cycle);
+    hot_keys::migrated_v8(StorageConfig::Postgres(db.url()), cycle);
     let v: i32 = c
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
+}
+
+/// A database of schema version 9 (before the points' index by `last_seen_ms`: this
+/// version's schema without it, with the hot keys' index by point) opens: the index
+/// is created, the hot keys' by point dropped, the hot keys stored before are still
+/// shown until the instance's next heartbeat, after which only its current ones are.
+#[test]
+fn a_version_9_database_is_migrated() {
+    let db = Database::create();
+    drop(resilience_admin::store::PostgresStore::connect(&db.url()).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let mut c = postgres::Client::connect(&db.url(), postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "{WITHOUT_V10}
+         UPDATE ra_schema SET version = 9;
+         INSERT INTO ra_apps (id, app_group, app_name, created_ms) VALUES (1, 'shop', 'orders', 5);
+         INSERT INTO ra_points VALUES (1, 'order.create', FALSE, {cycle}, {cycle});
+         INSERT INTO ra_points VALUES (1, 'order.idle', FALSE, {cycle}, {cycle});
+         {}",
+        hot_keys::V9_ROWS
+            .replace("{cycle}", &cycle.to_string())
+            .replace("INSERT INTO ", "INSERT INTO ra_")
+    ))
+    .unwrap();
+    hot_keys::migrated_v9(StorageConfig::Postgres(db.url()), cycle);
+    let v: i32 = c
+        .query_one("SELECT MAX(version) FROM ra_schema", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, 10);
+    let indexes: Vec<String> = c
+        .query(
+            "SELECT indexname FROM pg_indexes WHERE tablename IN ('ra_points', 'ra_hot_keys')
+             ORDER BY indexname",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(
+        indexes,
+        [
+            "ra_hot_keys_pkey",
+            "ra_hot_keys_received",
+            "ra_points_last_seen",
+            "ra_points_pkey"
+        ]
+    );
+}
+
+#[test]
+fn postgres_stale_hot_keys_are_not_shown() {
+    let db = Database::create();
+    hot_keys::stale_hot_keys(StorageConfig::Postgres(db.url()));
+}
+
+#[test]
+fn postgres_points_without_keys_are_forgotten_in_one_go() {
+    let db = Database::create();
+    hot_keys::forgotten_in_one_go(StorageConfig::Postgres(db.url()));
 }

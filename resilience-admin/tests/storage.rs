@@ -3,16 +3,26 @@
 
 mod common;
 
-use common::{scenarios, TempDir};
+use common::{hot_keys, scenarios, TempDir};
 use resilience_admin::server::StorageConfig;
 
 fn file(dir: &TempDir) -> StorageConfig {
     StorageConfig::Sqlite(dir.path().join("admin.db"))
 }
 
+/// Takes a file of this version back to schema version 9: without the points' index
+/// by `last_seen_ms` and the instances' `keys_cycle_ms`, with the hot keys' index by
+/// point.
+fn without_v10() -> String {
+    "DROP INDEX points_last_seen;
+     ALTER TABLE instances DROP COLUMN keys_cycle_ms;
+     CREATE INDEX hot_keys_point ON hot_keys (app_id, point);"
+        .to_owned()
+}
+
 /// Takes a file of this version back to schema version 8: without the hot keys.
 fn without_v9() -> String {
-    "DROP TABLE hot_keys;".to_owned()
+    without_v10() + "\nDROP TABLE hot_keys;"
 }
 
 /// Takes a file of this version back to schema version 7: without the queues'
@@ -134,7 +144,7 @@ fn a_version_1_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 #[test]
@@ -169,7 +179,7 @@ fn a_version_2_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 /// A file of schema version 4 (before the seconds' call durations: this version's
@@ -200,7 +210,7 @@ fn a_version_4_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 #[test]
@@ -233,7 +243,7 @@ fn a_version_5_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 #[test]
@@ -267,7 +277,7 @@ fn a_version_6_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 /// A file of schema version 7 (before the queues' evicted waiters: this version's file
@@ -296,13 +306,13 @@ fn a_version_7_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
 }
 
 #[test]
 fn sqlite_hot_keys() {
     let dir = TempDir::new("hot-keys");
-    scenarios::hot_keys(file(&dir));
+    hot_keys::hot_keys(file(&dir));
 }
 
 /// A file of schema version 8 (before the hot keys: this version's file without
@@ -326,10 +336,65 @@ fn a_version_8_file_is_migrated() {
     ))
     .unwrap();
     drop(conn);
-    scenarios::migrated_v8(file(&dir), cycle);
+    hot_keys::migrated_v8(file(&dir), cycle);
     let conn = rusqlite::Connection::open(&path).unwrap();
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 9);
+    assert_eq!(v, 10);
+}
+
+/// A file of schema version 9 (before the points' index by `last_seen_ms`: this
+/// version's file without it, with the hot keys' index by point) opens: the index is
+/// created, the hot keys' by point dropped, the hot keys stored before are still shown
+/// until the instance's next heartbeat, after which only its current ones are.
+#[test]
+fn a_version_9_file_is_migrated() {
+    let dir = TempDir::new("migrate9");
+    let path = dir.path().join("admin.db");
+    drop(resilience_admin::store::SqliteStore::open(&path).unwrap());
+    let cycle = 1_767_225_590_000_i64;
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch(&format!(
+        "{}
+         INSERT INTO apps VALUES (1, 'shop', 'orders', 5);
+         INSERT INTO points VALUES (1, 'order.create', 0, {cycle}, {cycle});
+         INSERT INTO points VALUES (1, 'order.idle', 0, {cycle}, {cycle});
+         {}
+         PRAGMA user_version = 9;",
+        without_v10(),
+        hot_keys::V9_ROWS.replace("{cycle}", &cycle.to_string()),
+    ))
+    .unwrap();
+    drop(conn);
+    hot_keys::migrated_v9(file(&dir), cycle);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 10);
+    let mut indexes = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'index'
+               AND tbl_name IN ('points', 'hot_keys') AND sql IS NOT NULL ORDER BY name",
+        )
+        .unwrap();
+    let indexes: Vec<String> = indexes
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(indexes, ["hot_keys_received", "points_last_seen"]);
+}
+
+#[test]
+fn sqlite_stale_hot_keys_are_not_shown() {
+    let dir = TempDir::new("stale-keys");
+    hot_keys::stale_hot_keys(file(&dir));
+}
+
+#[test]
+fn sqlite_points_without_keys_are_forgotten_in_one_go() {
+    let dir = TempDir::new("forget-keys");
+    hot_keys::forgotten_in_one_go(file(&dir));
 }

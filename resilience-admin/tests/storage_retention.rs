@@ -433,10 +433,39 @@ fn reads_do_not_wait_for_a_write(storage: StorageConfig, hold: impl FnOnce() -> 
     assert_eq!(store.stats(&app, None, 0, i64::MAX, 10).unwrap().len(), 2);
 }
 
+/// The retention forgets the points silent since its limit, which it finds by their
+/// index on `last_seen_ms` (schema version 10).
 #[test]
 fn sqlite_retention_forgets_silent_instances_points_and_apps() {
     let dir = TempDir::new("retention");
-    retention(StorageConfig::Sqlite(dir.path().join("admin.db")));
+    let path = dir.path().join("admin.db");
+    retention(StorageConfig::Sqlite(path.clone()));
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let sql: String = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = 'points_last_seen'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        sql,
+        "CREATE INDEX points_last_seen ON points (last_seen_ms)"
+    );
+    let mut plan = conn
+        .prepare("EXPLAIN QUERY PLAN DELETE FROM points WHERE last_seen_ms < 5")
+        .unwrap();
+    let plan: Vec<String> = plan
+        .query_map([], |r| r.get::<_, String>(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter()
+            .any(|d| d.contains("USING INDEX points_last_seen")
+                || d.contains("USING COVERING INDEX points_last_seen")),
+        "{plan:?}"
+    );
 }
 
 #[test]
@@ -511,10 +540,22 @@ mod postgres {
         }
     }
 
+    /// The retention forgets the points silent since its limit, with their index on
+    /// `last_seen_ms` (schema version 10) in place.
     #[test]
     fn postgres_retention_forgets_silent_instances_points_and_apps() {
         let db = Database::create();
         retention(StorageConfig::Postgres(db.url()));
+        let mut c = ::postgres::Client::connect(&db.url(), ::postgres::NoTls).unwrap();
+        let def: String = c
+            .query_one(
+                "SELECT indexdef FROM pg_indexes WHERE tablename = 'ra_points'
+                   AND indexname = 'ra_points_last_seen'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        assert!(def.ends_with("USING btree (last_seen_ms)"), "{def}");
     }
 
     #[test]

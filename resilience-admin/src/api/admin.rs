@@ -2,10 +2,10 @@
 
 use super::{body, json_body, require, AdminState, ApiError};
 use crate::auth::Right;
-use crate::enforcement::{self, Console, PointEnforcement, Verdict};
+use crate::enforcement::{self, Console, Verdict};
 use crate::model::{
-    AppKey, BreakerReport, EnforcementRow, HotKey, HotKeysRow, InstanceInfo, KeyTableCounts,
-    NewPolicyVersion, PointInfo, PointKeys, PolicyVersion, SectionOrigin, CYCLE_MS, SECOND_MS,
+    AppKey, BreakerReport, InstanceInfo, NewPolicyVersion, PolicyVersion, SectionOrigin, CYCLE_MS,
+    SECOND_MS,
 };
 use crate::policy::{self, Document};
 use crate::wire::check_name;
@@ -29,7 +29,7 @@ const MAX_ROWS: usize = 50_000;
 /// The stats range when none is given: the last 15 minutes.
 const DEFAULT_RANGE_MS: i64 = 15 * 60 * 1000;
 
-fn app_key(group: String, app: String) -> Result<AppKey, ApiError> {
+pub(super) fn app_key(group: String, app: String) -> Result<AppKey, ApiError> {
     for (field, v) in [("group", &group), ("app", &app)] {
         check_name(v).map_err(|m| {
             ApiError::new(StatusCode::BAD_REQUEST, "bad_path", format!("{field}: {m}"))
@@ -71,7 +71,7 @@ async fn current(
     Ok((version, doc))
 }
 
-fn stored_document(v: &PolicyVersion) -> Result<Document, ApiError> {
+pub(super) fn stored_document(v: &PolicyVersion) -> Result<Document, ApiError> {
     Document::from_stored(&v.document).map_err(|problems| {
         ApiError::internal(format!(
             "stored policy version {} does not validate: {problems:?}",
@@ -82,12 +82,12 @@ fn stored_document(v: &PolicyVersion) -> Result<Document, ApiError> {
 
 /// The start of the last closed cycle at `now_ms`: the newest cycle whose figures
 /// can be in.
-fn last_closed_cycle(now_ms: i64) -> i64 {
+pub(super) fn last_closed_cycle(now_ms: i64) -> i64 {
     now_ms - now_ms.rem_euclid(CYCLE_MS) - CYCLE_MS
 }
 
 /// A point without traffic in more than this many closed cycles is idle.
-const IDLE_CYCLES: i64 = 2;
+pub(super) const IDLE_CYCLES: i64 = 2;
 
 /// At most this many older console versions are read to judge digests; reports of
 /// other versions are not judged by digest.
@@ -95,7 +95,7 @@ const MAX_VERSIONS_JUDGED: usize = 32;
 
 /// The console as the drift rules need it: the current version, and the digests of
 /// the versions in `held` (those the reports' console sections come from).
-async fn console_view(
+pub(super) async fn console_view(
     state: &AdminState,
     app: &AppKey,
     current_version: u64,
@@ -139,142 +139,6 @@ async fn console_view(
         );
     }
     Ok(console)
-}
-
-/// A point as the points list shows it.
-#[derive(Debug, Serialize)]
-struct PointView {
-    #[serde(flatten)]
-    info: PointInfo,
-    #[serde(flatten)]
-    enforcement: PointEnforcement,
-    /// No traffic in the last [`IDLE_CYCLES`] closed cycles (or none stored).
-    idle: bool,
-    /// The end of its last cycle with traffic, when idle; `None` if none is stored.
-    idle_since_ms: Option<i64>,
-    /// Its hottest keys: the latest report of each live instance, merged (each key's
-    /// passes and refusals summed), the hottest ten; absent when none.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    hot_keys: Vec<HotKey>,
-    /// Its key table's totals, summed over the same reports; absent when none.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key_table: Option<KeyTableCounts>,
-    /// The newest cycle of those reports, and how many instances sent one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    hot_keys_cycle_start_ms: Option<i64>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    hot_keys_instances: Option<u64>,
-}
-
-/// `GET .../points`: points reported by instances, points with a policy, and points
-/// an instance enforces something for, each with its latest cycle, who enforces a
-/// policy for it from which sources, drift, breaker states, and whether it is idle.
-pub(super) async fn points(
-    State(state): State<AdminState>,
-    headers: HeaderMap,
-    Path((group, app)): Path<(String, String)>,
-) -> Result<Json<PointsResponse>, ApiError> {
-    require(&state, &headers, Right::Read)?;
-    let app = app_key(group, app)?;
-    let key = app.clone();
-    let (reported, rows, instances, hot) = state
-        .store_op(move |s| {
-            Ok((
-                s.points(&key)?,
-                s.enforcement(&key, None, false)?,
-                s.instances(&key)?,
-                s.hot_keys(&key, None)?,
-            ))
-        })
-        .await?;
-    let (version, doc) = current(&state, &app).await?;
-    let current_version = version.as_ref().map_or(0, |v| v.version);
-    let now = state.now_ms();
-    let instances: BTreeMap<&str, &InstanceInfo> =
-        instances.iter().map(|i| (i.instance.as_str(), i)).collect();
-    let mut live: BTreeMap<&str, Vec<&EnforcementRow>> = BTreeMap::new();
-    for r in &rows {
-        if enforcement::is_live(instances.get(r.instance.as_str()).copied(), now) {
-            live.entry(r.entry.point.as_str()).or_default().push(r);
-        }
-    }
-    let mut live_keys: BTreeMap<&str, Vec<&HotKeysRow>> = BTreeMap::new();
-    for r in &hot {
-        if enforcement::is_live(instances.get(r.instance.as_str()).copied(), now) {
-            live_keys.entry(r.point.as_str()).or_default().push(r);
-        }
-    }
-    let console = console_view(
-        &state,
-        &app,
-        current_version,
-        &doc,
-        live.values()
-            .flatten()
-            .filter_map(|r| enforcement::console_version(&r.entry)),
-    )
-    .await?;
-    let with_policy = doc.point_names();
-    let mut points: BTreeMap<String, PointInfo> =
-        reported.into_iter().map(|p| (p.name.clone(), p)).collect();
-    for name in with_policy
-        .iter()
-        .map(String::as_str)
-        .chain(live.keys().copied())
-    {
-        points.entry(name.to_owned()).or_insert_with(|| PointInfo {
-            name: name.to_owned(),
-            declared: false,
-            has_policy: false,
-            first_seen_ms: None,
-            last_seen_ms: None,
-            last_cycle: None,
-        });
-    }
-    let latest = last_closed_cycle(now);
-    let views: Vec<PointView> = points
-        .into_values()
-        .map(|mut info| {
-            info.has_policy = with_policy.contains(&info.name);
-            let last_traffic = info.last_cycle.as_ref().map(|c| c.cycle_start_ms);
-            let idle = last_traffic.is_none_or(|t| latest - t > IDLE_CYCLES * CYCLE_MS);
-            let enforcement = enforcement::summarize(
-                live.get(info.name.as_str()).into_iter().flatten().copied(),
-                &console,
-            );
-            let reports = live_keys.get(info.name.as_str());
-            let keys = reports.map(|r| PointKeys::merged(r.iter().map(|r| &r.keys)));
-            PointView {
-                enforcement,
-                idle,
-                idle_since_ms: last_traffic.filter(|_| idle).map(|t| t + CYCLE_MS),
-                hot_keys_cycle_start_ms: reports
-                    .and_then(|r| r.iter().map(|r| r.cycle_start_ms).max()),
-                hot_keys_instances: reports.map(|r| r.len() as u64),
-                hot_keys: keys.as_ref().map_or_else(Vec::new, |k| k.hot_keys.clone()),
-                key_table: keys.and_then(|k| k.key_table),
-                info,
-            }
-        })
-        .collect();
-    // Serialised straight into the body: no intermediate JSON tree of 10 000 points.
-    Ok(Json(PointsResponse {
-        points: views,
-        now_ms: now,
-        cycle_start_ms: latest,
-        cycle_ms: CYCLE_MS,
-        policy_version: current_version,
-    }))
-}
-
-/// The body of `GET .../points`.
-#[derive(Debug, Serialize)]
-pub(super) struct PointsResponse {
-    points: Vec<PointView>,
-    now_ms: i64,
-    cycle_start_ms: i64,
-    cycle_ms: i64,
-    policy_version: u64,
 }
 
 fn point_name(point: &str) -> Result<(), ApiError> {

@@ -26,6 +26,7 @@
 
 mod admin;
 mod ingest;
+mod points;
 
 use crate::auth::{Auth, Right};
 use crate::dashboard;
@@ -141,7 +142,7 @@ impl AdminState {
 /// Every route, with the body limit applied.
 pub fn router(state: AdminState, max_body_bytes: usize) -> Router {
     let apps = Router::new()
-        .route("/points", get(admin::points))
+        .route("/points", get(points::points))
         .route("/points/{point}/instances", get(admin::point_instances))
         .route(
             "/points/{point}/instances/{instance}/local",

@@ -116,13 +116,18 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         with_local: bool,
     ) -> Result<Vec<EnforcementRow>, StoreError>;
 
-    /// The latest hot keys each instance of the app reported, of one point or of all,
-    /// sorted by point then instance.
+    /// The current hot keys of the app's points, sorted by point then instance: each
+    /// instance's latest report of each point, if it came with the instance's newest
+    /// cycle in our JSON protocol (the protocol that carries them). The report of a
+    /// point the instance no longer sends (it had no traffic since) is stale and left
+    /// out, though kept until the retention or until the instance reports the point
+    /// without keys. Until a heartbeat of this server's version, every report of an
+    /// instance counts as current.
     ///
     /// # Errors
     ///
     /// [`StoreError::Backend`] if the database fails or holds unreadable JSON.
-    fn hot_keys(&self, app: &AppKey, point: Option<&str>) -> Result<Vec<HotKeysRow>, StoreError>;
+    fn hot_keys(&self, app: &AppKey) -> Result<Vec<HotKeysRow>, StoreError>;
 
     /// Stored cycles of the app with `from_ms <= cycle_start_ms < to_ms`, of one point
     /// or of all, ordered by point then time, at most `limit` rows.

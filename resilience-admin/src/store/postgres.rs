@@ -18,7 +18,7 @@ use postgres::{Client, GenericClient, NoTls, Row};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-const SCHEMA_VERSION: i32 = 9;
+const SCHEMA_VERSION: i32 = 10;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ra_schema (version INTEGER NOT NULL);
@@ -196,8 +196,15 @@ CREATE TABLE IF NOT EXISTS ra_hot_keys (
     received_ms BIGINT NOT NULL,
     PRIMARY KEY (app_id, instance, point)
 );
-CREATE INDEX IF NOT EXISTS ra_hot_keys_point ON ra_hot_keys (app_id, point);
 CREATE INDEX IF NOT EXISTS ra_hot_keys_received ON ra_hot_keys (received_ms);
+-- Version 10: the points by when an instance last mentioned them (the retention
+-- forgets the points silent since its limit); per instance the newest cycle of its
+-- heartbeats in our JSON protocol, the one that carries hot keys (the console shows an
+-- instance's hot keys of that cycle only); version 9's index of the hot keys by point
+-- (app_id, point) goes: no read filters them by point.
+CREATE INDEX IF NOT EXISTS ra_points_last_seen ON ra_points (last_seen_ms);
+ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS keys_cycle_ms BIGINT;
+DROP INDEX IF EXISTS ra_hot_keys_point;
 -- The reads of one app over a time range (every point's cycles or seconds of the last
 -- minutes, summed or not). Indexes only: a database with them still opens in an
 -- older server, which keeps them up to date.
@@ -341,6 +348,9 @@ impl PostgresStore {
         tx.commit().map_err(backend)?;
         let clients = Pool::new(CONNECTIONS, |c: &Client| !c.is_closed());
         clients.put(client);
+        // A second one now: the first point list (its points beside its other reads)
+        // does not open one.
+        clients.put(open(&config)?);
         Ok(PostgresStore { config, clients })
     }
 
@@ -1067,14 +1077,18 @@ impl Store for PostgresStore {
         let mut tx = client.transaction().map_err(backend)?;
         let app = app_id(&mut tx, &hb.app, now_ms).map_err(backend)?;
         let version = hb.policy_version.map(to_i64);
+        // The newest cycle of the instance in our JSON protocol, the one that carries
+        // hot keys (SDS's leaves it as it is).
+        let keys_cycle = (hb.protocol == crate::model::Protocol::Json).then_some(hb.cycle_start_ms);
         tx.execute(
             "INSERT INTO ra_instances (app_id, instance, host, ip, protocol, last_heartbeat_ms,
-                                       policy_version)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+                                       policy_version, keys_cycle_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (app_id, instance) DO UPDATE SET
                 host = excluded.host, ip = excluded.ip, protocol = excluded.protocol,
                 last_heartbeat_ms = excluded.last_heartbeat_ms,
-                policy_version = COALESCE(excluded.policy_version, ra_instances.policy_version)",
+                policy_version = COALESCE(excluded.policy_version, ra_instances.policy_version),
+                keys_cycle_ms = GREATEST(ra_instances.keys_cycle_ms, excluded.keys_cycle_ms)",
             &[
                 &app,
                 &hb.instance,
@@ -1083,6 +1097,7 @@ impl Store for PostgresStore {
                 &hb.protocol.as_str(),
                 &now_ms,
                 &version,
+                &keys_cycle,
             ],
         )
         .map_err(backend)?;
@@ -1203,18 +1218,20 @@ impl Store for PostgresStore {
         // One query for the whole list: each point's latest cycle is read backwards
         // from the primary key (app_id, point, cycle_start_ms) (the ORDER BY names its
         // columns, so that no other index is taken for it, even before the table has
-        // statistics), its reasons likewise from theirs: two index probes per point.
+        // statistics), its reasons by their index if it had a downgrade (the reasons
+        // add up to at most the downgrades): at most two index probes per point.
         let rows = client
             .query(
                 &format!(
                     "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms, s.cycle_start_ms,
                     s.visits, s.passes, s.downgrades, s.exceptions, s.timeouts,
                     s.peak_concurrency, s.instances,
-                    (SELECT json_object_agg(x.reason, x.count)::TEXT FROM (
-                        SELECT r.reason, r.count FROM ra_cycle_reasons r
-                        WHERE r.app_id = p.app_id AND r.point = p.name
-                          AND r.cycle_start_ms = s.cycle_start_ms
-                        ORDER BY r.app_id, r.point, r.cycle_start_ms, r.reason) x),
+                    CASE WHEN s.downgrades > 0 THEN
+                        (SELECT json_object_agg(r.reason, r.count)::TEXT
+                         FROM ra_cycle_reasons r
+                         WHERE r.app_id = p.app_id AND r.point = p.name
+                           AND r.cycle_start_ms = s.cycle_start_ms)
+                    END,
                     {extra}
                  FROM ra_points p
                  LEFT JOIN LATERAL (
@@ -1366,21 +1383,26 @@ impl Store for PostgresStore {
             .collect()
     }
 
-    fn hot_keys(&self, app: &AppKey, point: Option<&str>) -> Result<Vec<HotKeysRow>, StoreError> {
+    fn hot_keys(&self, app: &AppKey) -> Result<Vec<HotKeysRow>, StoreError> {
         let mut client = self.client()?;
         let Some(app_id) = find_app(&mut *client, app).map_err(backend)? else {
             return Ok(Vec::new());
         };
-        // Of one point: the index (app_id, point); of all: the primary key's prefix.
-        let (sql, args) = by_point(
-            "SELECT instance, point, keys, key_table, cycle_start_ms, received_ms
-             FROM ra_hot_keys WHERE app_id = $1 {point}
-             ORDER BY point, instance",
-            &app_id,
-            &point,
-            &[],
-        );
-        let rows = client.query(&sql, &args).map_err(backend)?;
+        // The primary key's prefix (app_id), each row's instance by its own; rows of
+        // an older cycle than the instance's newest are stale (the point had no
+        // traffic since).
+        let rows = client
+            .query(
+                "SELECT h.instance, h.point, h.keys, h.key_table, h.cycle_start_ms,
+                    h.received_ms
+                 FROM ra_hot_keys h LEFT JOIN ra_instances i
+                    ON i.app_id = h.app_id AND i.instance = h.instance
+                 WHERE h.app_id = $1
+                   AND h.cycle_start_ms >= COALESCE(i.keys_cycle_ms, h.cycle_start_ms)
+                 ORDER BY h.point, h.instance",
+                &[&app_id],
+            )
+            .map_err(backend)?;
         rows.iter()
             .map(|r| {
                 let stored = StoredHotKeys {

@@ -17,11 +17,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 /// The schema; `PRAGMA user_version` tells which one a file has.
-const SCHEMA_VERSION: i64 = 9;
+const SCHEMA_VERSION: i64 = 10;
 
 /// What each schema version adds to the one before ([`SCHEMA`] is version 1). Only
 /// additions: a file of an older version opens and is brought up to date.
-const MIGRATIONS: [(i64, &str); 8] = [
+const MIGRATIONS: [(i64, &str); 9] = [
     (
         2,
         "
@@ -167,6 +167,19 @@ CREATE TABLE IF NOT EXISTS hot_keys (
 );
 CREATE INDEX IF NOT EXISTS hot_keys_point ON hot_keys (app_id, point);
 CREATE INDEX IF NOT EXISTS hot_keys_received ON hot_keys (received_ms);
+",
+    ),
+    // Version 10: the points by when an instance last mentioned them (the retention
+    // forgets the points silent since its limit); per instance the newest cycle of
+    // its heartbeats in our JSON protocol, the one that carries hot keys (the console
+    // shows an instance's hot keys of that cycle only); the hot keys' index by point
+    // goes (no read filters them by point).
+    (
+        10,
+        "
+CREATE INDEX IF NOT EXISTS points_last_seen ON points (last_seen_ms);
+ALTER TABLE instances ADD COLUMN keys_cycle_ms INTEGER;
+DROP INDEX IF EXISTS hot_keys_point;
 ",
     ),
 ];
@@ -438,7 +451,9 @@ impl SqliteStore {
         let readers = match &path {
             Some(path) => {
                 let pool = Pool::new(READERS, |_| true);
-                // One opened now: the first read after the opening does not pay for it.
+                // Two opened now: the first reads after the opening (a point list reads
+                // its points beside the rest) do not pay for one.
+                pool.put(open_reader(path)?);
                 pool.put(open_reader(path)?);
                 Some(pool)
             }
@@ -620,10 +635,7 @@ fn record_hot_keys(
             cycle_start_ms = excluded.cycle_start_ms, received_ms = excluded.received_ms
          WHERE excluded.cycle_start_ms >= hot_keys.cycle_start_ms",
     )?;
-    let mut forget = tx.prepare_cached(
-        "DELETE FROM hot_keys WHERE app_id = ?1 AND instance = ?2 AND point = ?3
-            AND cycle_start_ms <= ?4",
-    )?;
+    let mut without: Vec<&str> = Vec::new();
     for p in &hb.points {
         match &p.keys {
             Some(k) => {
@@ -638,12 +650,32 @@ fn record_hot_keys(
                     now_ms
                 ])?;
             }
-            None => {
-                forget.execute(params![app, hb.instance, p.point, hb.cycle_start_ms])?;
-            }
+            None => without.push(&p.point),
         }
     }
+    if without.is_empty() {
+        return Ok(());
+    }
+    // One statement for all the points reported without keys (the point names as a
+    // JSON array), however many: the instance's rows are found through the primary
+    // key (app_id, instance, point).
+    tx.prepare_cached(
+        "DELETE FROM hot_keys WHERE app_id = ?1 AND instance = ?2 AND cycle_start_ms <= ?3
+            AND point IN (SELECT value FROM json_each(?4))",
+    )?
+    .execute(params![
+        app,
+        hb.instance,
+        hb.cycle_start_ms,
+        to_json(&without)
+    ])?;
     Ok(())
+}
+
+/// The cycle a heartbeat sets as its instance's newest one in our JSON protocol (the
+/// protocol that carries hot keys); `None` for SDS's, which leaves it as it is.
+fn keys_cycle(hb: &Heartbeat) -> Option<i64> {
+    (hb.protocol == crate::model::Protocol::Json).then_some(hb.cycle_start_ms)
 }
 
 fn find_app(conn: &Connection, app: &AppKey) -> rusqlite::Result<Option<i64>> {
@@ -1071,12 +1103,14 @@ impl Store for SqliteStore {
         let app = app_id(&tx, &hb.app, now_ms).map_err(backend)?;
         tx.execute(
             "INSERT INTO instances (app_id, instance, host, ip, protocol, last_heartbeat_ms,
-                                    policy_version)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                                    policy_version, keys_cycle_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
              ON CONFLICT (app_id, instance) DO UPDATE SET
                 host = excluded.host, ip = excluded.ip, protocol = excluded.protocol,
                 last_heartbeat_ms = excluded.last_heartbeat_ms,
-                policy_version = COALESCE(excluded.policy_version, instances.policy_version)",
+                policy_version = COALESCE(excluded.policy_version, instances.policy_version),
+                keys_cycle_ms = MAX(COALESCE(instances.keys_cycle_ms, excluded.keys_cycle_ms),
+                                    COALESCE(excluded.keys_cycle_ms, instances.keys_cycle_ms))",
             params![
                 app,
                 hb.instance,
@@ -1084,7 +1118,8 @@ impl Store for SqliteStore {
                 hb.ip,
                 hb.protocol.as_str(),
                 now_ms,
-                hb.policy_version.map(to_i64)
+                hb.policy_version.map(to_i64),
+                keys_cycle(hb)
             ],
         )
         .map_err(backend)?;
@@ -1285,16 +1320,19 @@ impl Store for SqliteStore {
             };
             // One query for the whole list: per point, its latest cycle's row found
             // backwards through the primary key (app_id, point, cycle_start_ms), read
-            // by its rowid, and that cycle's reasons through theirs: three index probes
-            // per point, whatever the length of the history.
+            // by its rowid, and that cycle's reasons through theirs if it had a
+            // downgrade (the reasons add up to at most the downgrades): at most three
+            // index probes per point, whatever the length of the history.
             let mut stmt = conn
                 .prepare_cached(&format!(
                     "SELECT p.name, p.declared, p.first_seen_ms, p.last_seen_ms,
                         s.cycle_start_ms, s.visits, s.passes, s.downgrades, s.exceptions,
                         s.timeouts, s.peak_concurrency, s.instances,
-                        (SELECT json_group_object(r.reason, r.count) FROM cycle_reasons r
-                         WHERE s.rowid IS NOT NULL AND r.app_id = s.app_id
-                           AND r.point = s.point AND r.cycle_start_ms = s.cycle_start_ms),
+                        CASE WHEN s.downgrades > 0 THEN
+                            (SELECT json_group_object(r.reason, r.count) FROM cycle_reasons r
+                             WHERE r.app_id = s.app_id AND r.point = s.point
+                               AND r.cycle_start_ms = s.cycle_start_ms)
+                        END,
                         {extra}
                      FROM points p
                      LEFT JOIN cycle_stats s ON s.rowid = (SELECT m.rowid FROM cycle_stats m
@@ -1473,23 +1511,27 @@ impl Store for SqliteStore {
         })
     }
 
-    fn hot_keys(&self, app: &AppKey, point: Option<&str>) -> Result<Vec<HotKeysRow>, StoreError> {
+    fn hot_keys(&self, app: &AppKey) -> Result<Vec<HotKeysRow>, StoreError> {
         self.read(|conn| {
             let Some(app_id) = find_app(conn, app).map_err(backend)? else {
                 return Ok(Vec::new());
             };
-            // Of one point: the index (app_id, point); of all: the primary key's
-            // prefix (app_id).
-            let (filter, args) = point_filter(&app_id, &point);
+            // The primary key's prefix (app_id), each row's instance by its own; rows
+            // of an older cycle than the instance's newest are stale (the point had
+            // no traffic since).
             let mut stmt = conn
-                .prepare_cached(&format!(
-                    "SELECT instance, point, keys, key_table, cycle_start_ms, received_ms
-                     FROM hot_keys WHERE app_id = ? {filter}
-                     ORDER BY point, instance"
-                ))
+                .prepare_cached(
+                    "SELECT h.instance, h.point, h.keys, h.key_table, h.cycle_start_ms,
+                        h.received_ms
+                     FROM hot_keys h LEFT JOIN instances i
+                        ON i.app_id = h.app_id AND i.instance = h.instance
+                     WHERE h.app_id = ?1
+                       AND h.cycle_start_ms >= COALESCE(i.keys_cycle_ms, h.cycle_start_ms)
+                     ORDER BY h.point, h.instance",
+                )
                 .map_err(backend)?;
             let rows = stmt
-                .query_map(&args[..], |r| {
+                .query_map(params![app_id], |r| {
                     Ok((
                         r.get::<_, String>(0)?,
                         r.get::<_, String>(1)?,

@@ -5,6 +5,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod hardening;
+pub mod hot_keys;
 pub mod scenarios;
 
 use resilience_admin::auth::{AppToken, Token};

@@ -8,14 +8,14 @@ use serde_json::json;
 
 const POLICY: &str = "/api/v1/apps/shop/orders/policy";
 
-fn manual(storage: StorageConfig) -> (AdminConfig, ManualClock) {
+pub fn manual(storage: StorageConfig) -> (AdminConfig, ManualClock) {
     let manual = ManualClock::new();
     let mut c = config(storage);
     c.clock = Clock::manual(&manual);
     (c, manual)
 }
 
-fn now_ms(manual: &ManualClock) -> i64 {
+pub fn now_ms(manual: &ManualClock) -> i64 {
     let c = Clock::manual(manual);
     (c.wall_nanos(c.now()) / 1_000_000) as i64
 }
@@ -1364,159 +1364,4 @@ pub fn migrated_v7(storage: StorageConfig, cycle: i64) {
         .map(|r| r["queue"]["evicted"].clone())
         .collect();
     assert_eq!(evicted, [json!(0), json!(1)], "{s}");
-}
-
-fn keys_hb(instance: &str, cycle: i64, keys: serde_json::Value) -> serde_json::Value {
-    let mut point = json!({"name": "order.create", "visits": 3});
-    if !keys.is_null() {
-        point["hot_keys"] = keys;
-        point["key_table"] = json!({"tracked": 2, "untracked_passes": 1,
-                                    "untracked_refused": 0, "evictions": 1});
-    }
-    json!({"app_group": "shop", "app": "orders", "instance": instance, "cycle_start_ms": cycle,
-           "points": [point]})
-}
-
-/// The points list's entry of `order.create`.
-fn keys_of(addr: std::net::SocketAddr) -> serde_json::Value {
-    let points = get(addr, "/api/v1/apps/shop/orders/points", None).json();
-    points["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["name"] == "order.create")
-        .cloned()
-        .unwrap_or_else(|| panic!("{points}"))
-}
-
-/// Each instance's latest hot keys of a point: stored (merged over the instances in
-/// the points list), replaced by a newer cycle's, not undone by a late retry, kept
-/// across a restart, gone when the instance reports the point without them, and
-/// forgotten with the retention. SDS's protocol never has any.
-pub fn hot_keys(storage: StorageConfig) {
-    let (c, manual) = manual(storage.clone());
-    let cycle = last_closed_cycle(now_ms(&manual));
-    let key = |k: &str, passes: u64, refused: u64, overridden: bool| json!({"key": k, "passes": passes, "refused": refused, "overridden": overridden});
-    let first = keys_hb(
-        "a",
-        cycle,
-        json!([key("vip-42", 9, 1, true), key("bob", 2, 0, false)]),
-    );
-    {
-        let server = start(c.clone());
-        let addr = server.addr();
-        let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &first);
-        assert_eq!(r.json()["rejected"], json!([]), "{}", r.text());
-        let second = keys_hb("b", cycle, json!([key("bob", 5, 5, false)]));
-        let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &second);
-        assert_eq!(r.json()["rejected"], json!([]), "{}", r.text());
-        server.stop();
-    }
-    // Across a restart, merged over both instances.
-    let server = start(c.clone());
-    let addr = server.addr();
-    let p = keys_of(addr);
-    assert_eq!(
-        p["hot_keys"],
-        json!([key("bob", 7, 5, false), key("vip-42", 9, 1, true)]),
-        "{p}"
-    );
-    assert_eq!(
-        p["key_table"],
-        json!({"tracked": 4, "untracked_passes": 2, "untracked_refused": 0, "evictions": 2})
-    );
-    assert_eq!(p["hot_keys_instances"], 2);
-    let app = resilience_admin::model::AppKey::new("shop", "orders");
-    let store = open_store(&storage).unwrap();
-    let rows = store.hot_keys(&app, Some("order.create")).unwrap();
-    assert_eq!(
-        rows.iter()
-            .map(|r| (r.instance.as_str(), r.keys.hot_keys.len(), r.cycle_start_ms))
-            .collect::<Vec<_>>(),
-        [("a", 2, cycle), ("b", 1, cycle)]
-    );
-    assert!(store.hot_keys(&app, Some("other")).unwrap().is_empty());
-    assert_eq!(store.hot_keys(&app, None).unwrap().len(), 2);
-    drop(store);
-    // A newer cycle replaces the instance's keys (no history).
-    manual.advance(std::time::Duration::from_secs(10));
-    let next = keys_hb("a", cycle + 10_000, json!([key("carol", 1, 0, false)]));
-    assert_eq!(
-        post_json(addr, "/api/v1/heartbeat", Some(APP), &next).status,
-        200
-    );
-    assert_eq!(
-        keys_of(addr)["hot_keys"],
-        json!([key("bob", 5, 5, false), key("carol", 1, 0, false)])
-    );
-    // A late retry of the older cycle does not undo it.
-    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &first);
-    assert_eq!(r.json()["result"], "duplicate");
-    let late = keys_hb("a", cycle - 10_000, json!([key("old", 1, 0, false)]));
-    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &late);
-    assert_eq!(r.json()["result"], "stored");
-    let p = keys_of(addr);
-    assert_eq!(
-        p["hot_keys"],
-        json!([key("bob", 5, 5, false), key("carol", 1, 0, false)])
-    );
-    assert_eq!(p["hot_keys_cycle_start_ms"], cycle + 10_000);
-    // SDS's protocol carries none and removes none.
-    let sds = json!({"appGroupName": "shop", "appName": "orders", "instanceId": "b",
-        "statisticsCycleTime": cycle + 20_000,
-        "pointInfoMap": {"order.create": {"visitNum": 1, "hot_keys": [key("x", 1, 0, false)]}}});
-    let r = request(
-        addr,
-        "POST",
-        "/sds/heartbeat/add",
-        Some(APP),
-        Body::Form(&format!("client={}", form_value(&sds.to_string()))),
-    );
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(keys_of(addr)["hot_keys_instances"], 2);
-    // The point reported without them: that instance's keys are gone.
-    let none = keys_hb("b", cycle + 10_000, serde_json::Value::Null);
-    assert_eq!(
-        post_json(addr, "/api/v1/heartbeat", Some(APP), &none).status,
-        200
-    );
-    let p = keys_of(addr);
-    assert_eq!(p["hot_keys"], json!([key("carol", 1, 0, false)]), "{p}");
-    assert_eq!(p["hot_keys_instances"], 1);
-    server.stop();
-    // The retention forgets reports received before its limit.
-    let store = open_store(&storage).unwrap();
-    store.prune(now_ms(&manual) + 1).unwrap();
-    assert!(store.hot_keys(&app, None).unwrap().is_empty());
-}
-
-/// A database of schema version 8 (before the hot keys) holding a cycle at `cycle` of
-/// shop/orders' `order.create` (7 visits): the cycle is kept, and a new heartbeat
-/// stores its hot keys.
-pub fn migrated_v8(storage: StorageConfig, cycle: i64) {
-    let (c, manual) = manual(storage);
-    assert_eq!(
-        cycle,
-        last_closed_cycle(now_ms(&manual)),
-        "the manual clock's last cycle"
-    );
-    let server = start(c);
-    let addr = server.addr();
-    assert_eq!(keys_of(addr)["last_cycle"]["visits"], 7);
-    assert!(keys_of(addr).get("hot_keys").is_none());
-    let body = keys_hb(
-        "new-1",
-        cycle + 10_000,
-        json!([{"key": "vip-42", "passes": 3, "refused": 1, "overridden": true}]),
-    );
-    let r = post_json(addr, "/api/v1/heartbeat", Some(APP), &body);
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["rejected"], json!([]), "{}", r.text());
-    let p = keys_of(addr);
-    assert_eq!(
-        p["hot_keys"],
-        json!([{"key": "vip-42", "passes": 3, "refused": 1, "overridden": true}]),
-        "{p}"
-    );
-    assert_eq!(p["key_table"]["tracked"], 2);
 }
