@@ -250,7 +250,7 @@ fn ingest(storage: StorageConfig, label: &str) {
 fn point_list(storage: StorageConfig, label: &str) {
     let manual = ManualClock::new();
     let clock = Clock::manual(&manual);
-    let now = (clock.wall_nanos(clock.now()) / 1_000_000) as i64;
+    let now = clock.unix_time(clock.now()).as_millis() as i64;
     let latest = last_closed_cycle(now);
     let app = AppKey::new("shop", "orders");
     {

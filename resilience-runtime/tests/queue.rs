@@ -16,7 +16,7 @@ fn manual_registry() -> (ManualClock, &'static Registry) {
     (manual, registry)
 }
 
-fn bulkhead(n: u32, waiting: u32, wait: Duration) -> Policy {
+fn bulkhead(n: u64, waiting: u64, wait: Duration) -> Policy {
     Policy::builder()
         .max_concurrency(n)
         .queue(waiting, wait)

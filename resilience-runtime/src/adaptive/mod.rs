@@ -141,7 +141,7 @@ impl Timer {
     #[inline]
     pub(crate) fn now(&self) -> u64 {
         if self.clock.is_manual() {
-            return self.clock.now();
+            return self.clock.now_ns();
         }
         let ticks = self.clock.ticks().saturating_sub(self.origin);
         ((ticks as f64 * self.ns_per_tick) as u64).saturating_add(TIMER_START_NS)

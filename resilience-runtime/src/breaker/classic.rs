@@ -3,6 +3,7 @@
 use super::config::ClassicConfig;
 use super::error::ClassicRejected;
 use super::{nanos, roll};
+use crate::clock::Instant;
 use crate::error::FieldError;
 use crate::rolling::{BucketCells, RollingWindow};
 use crate::sync::atomic::{AtomicU64, Ordering};
@@ -69,9 +70,9 @@ pub struct Transition {
     /// Why.
     pub reason: TransitionReason,
     /// The `now` of the call that caused it.
-    pub at: u64,
+    pub at: Instant,
     /// When entering [`ClassicState::Open`]: when probes will be admitted.
-    pub open_until: Option<u64>,
+    pub open_until: Option<Instant>,
 }
 
 /// A snapshot of a [`ClassicBreaker`] for statistics.
@@ -103,11 +104,11 @@ pub struct ClassicStats {
     /// Failures in a row while closed.
     pub consecutive_failures: u64,
     /// When open: when probes will be admitted.
-    pub open_until: Option<u64>,
+    pub open_until: Option<Instant>,
     /// When half-open: probe slots taken (running or succeeded probes).
-    pub probes_admitted: u32,
+    pub probes_admitted: u64,
     /// When half-open: probes that succeeded.
-    pub probes_succeeded: u32,
+    pub probes_succeeded: u64,
     /// State changes since creation.
     pub transitions: u64,
 }
@@ -308,9 +309,9 @@ impl ClassicBreaker {
     /// let bad = ClassicConfig { minimum_calls: 0, ..ClassicConfig::default() };
     /// assert_eq!(ClassicBreaker::new(bad, 0).unwrap_err().field, "minimum_calls");
     /// ```
-    pub fn new(config: ClassicConfig, now: u64) -> Result<Self, FieldError> {
+    pub fn new(config: ClassicConfig, now: Instant) -> Result<Self, FieldError> {
         config.validate()?;
-        let window = RollingWindow::with_cells(config.buckets as usize, config.bucket_width(), now)
+        let window = RollingWindow::with_cells(config.buckets, config.bucket_width(), now)
             .map_err(|e| FieldError::new("buckets", e.to_string()))?;
         Ok(ClassicBreaker {
             config,
@@ -366,7 +367,8 @@ impl ClassicBreaker {
     /// }
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn allow(&self, now: u64) -> Result<CallTicket<'_>, ClassicRejected> {
+    pub fn allow(&self, now: Instant) -> Result<CallTicket<'_>, ClassicRejected> {
+        let now = now.as_nanos();
         let mut cur = self.state.load(Ordering::Acquire);
         loop {
             let p = Packed(cur);
@@ -394,7 +396,7 @@ impl ClassicBreaker {
                                 from: ClassicState::Open,
                                 to: ClassicState::HalfOpen,
                                 reason: TransitionReason::WaitElapsed,
-                                at: now,
+                                at: Instant::from_nanos(now),
                                 open_until: None,
                             };
                             return Ok(self.ticket(true, epoch, now, Some(t)));
@@ -479,7 +481,8 @@ impl ClassicBreaker {
     /// assert_eq!(b.stats(0).calls, 0);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn stats(&self, now: u64) -> ClassicStats {
+    pub fn stats(&self, now: Instant) -> ClassicStats {
+        let now = now.as_nanos();
         let p = Packed(self.state.load(Ordering::Acquire));
         let open_until = (p.kind() == OPEN).then(|| self.open_until.load(Ordering::Relaxed));
         let c = self.window_counts(now);
@@ -489,16 +492,16 @@ impl ClassicBreaker {
             failures: c.failures,
             slow_calls: c.slow,
             consecutive_failures: self.consecutive.load(Ordering::Relaxed),
-            open_until,
-            probes_admitted: p.admitted() as u32,
-            probes_succeeded: p.succeeded() as u32,
+            open_until: open_until.map(Instant::from_nanos),
+            probes_admitted: p.admitted(),
+            probes_succeeded: p.succeeded(),
             transitions: self.transition_count(),
         }
     }
 
     fn window_counts(&self, now: u64) -> CallCounts {
         let mut sum = CallCounts::default();
-        self.window.reduce(now, |b| {
+        self.window.reduce(Instant::from_nanos(now), |b| {
             sum.calls += b.calls;
             sum.failures += b.failures;
             sum.slow += b.slow;
@@ -532,7 +535,8 @@ impl ClassicBreaker {
         if p.kind() != CLOSED || p.epoch() != epoch {
             return None; // admitted before the breaker opened: ignored
         }
-        self.window.add(now, CallRecord { failed, slow });
+        self.window
+            .add(Instant::from_nanos(now), CallRecord { failed, slow });
         if failed {
             let run = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
             if self
@@ -582,7 +586,7 @@ impl ClassicBreaker {
         };
         let wait = &self.config.open_wait;
         let jitter = if wait.jitter > 0.0 { roll() } else { 0.0 };
-        let until = now.saturating_add(nanos(wait.wait(next_step, jitter)));
+        let until = now.saturating_add(nanos(wait.wait(u64::from(next_step), jitter)));
         let next = Packed::new(OPEN, 0, 0, Packed(cur).next_epoch());
         // Published by the release of the compare-and-swap below; nobody reads it
         // before the state says open.
@@ -608,8 +612,8 @@ impl ClassicBreaker {
             from: Packed(cur).state(),
             to: ClassicState::Open,
             reason,
-            at: now,
-            open_until: Some(until),
+            at: Instant::from_nanos(now),
+            open_until: Some(Instant::from_nanos(until)),
         })
     }
 
@@ -656,7 +660,7 @@ impl ClassicBreaker {
             from: ClassicState::HalfOpen,
             to: ClassicState::Closed,
             reason: TransitionReason::ProbesSucceeded,
-            at: now,
+            at: Instant::from_nanos(now),
             open_until: None,
         })
     }
@@ -749,8 +753,8 @@ impl CallTicket<'_> {
     /// assert_eq!(b.allow(0).unwrap().success(5), None);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn success(self, now: u64) -> Option<Transition> {
-        let elapsed = Duration::from_nanos(now.saturating_sub(self.started));
+    pub fn success(self, now: Instant) -> Option<Transition> {
+        let elapsed = Duration::from_nanos(now.as_nanos().saturating_sub(self.started));
         self.finish(now, false, elapsed)
     }
 
@@ -767,8 +771,8 @@ impl CallTicket<'_> {
     /// assert_eq!(b.allow(0).unwrap().failure(5), None); // one failure < minimum_calls
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn failure(self, now: u64) -> Option<Transition> {
-        let elapsed = Duration::from_nanos(now.saturating_sub(self.started));
+    pub fn failure(self, now: Instant) -> Option<Transition> {
+        let elapsed = Duration::from_nanos(now.as_nanos().saturating_sub(self.started));
         self.finish(now, true, elapsed)
     }
 
@@ -793,7 +797,8 @@ impl CallTicket<'_> {
     /// assert!(t.is_some()); // 100% slow calls
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn finish(mut self, now: u64, failed: bool, elapsed: Duration) -> Option<Transition> {
+    pub fn finish(mut self, now: Instant, failed: bool, elapsed: Duration) -> Option<Transition> {
+        let now = now.as_nanos();
         self.finished = true;
         self.breaker
             .complete(self.probe, self.epoch, now, failed, elapsed)
@@ -823,8 +828,8 @@ impl CallTicket<'_> {
     /// assert_eq!(b.allow(42).unwrap().started_at(), 42);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn started_at(&self) -> u64 {
-        self.started
+    pub fn started_at(&self) -> Instant {
+        Instant::from_nanos(self.started)
     }
 
     /// The transition [`allow`](ClassicBreaker::allow) caused by issuing this ticket
@@ -871,12 +876,17 @@ impl Drop for CallTicket<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The instant `ns` nanoseconds into the timeline.
+    fn at(ns: u64) -> Instant {
+        Instant::from_nanos(ns)
+    }
     use crate::breaker::Backoff;
 
     const SECOND: u64 = 1_000_000_000;
 
     fn breaker(config: ClassicConfig) -> ClassicBreaker {
-        ClassicBreaker::new(config, 0).unwrap()
+        ClassicBreaker::new(config, at(0)).unwrap()
     }
 
     #[test]
@@ -903,10 +913,10 @@ mod tests {
             ..ClassicConfig::default()
         });
         for _ in 0..10 {
-            assert_eq!(b.allow(0).unwrap().success(0), None);
+            assert_eq!(b.allow(at(0)).unwrap().success(at(0)), None);
         }
         assert_eq!(b.state(), ClassicState::Closed);
-        let t = b.allow(0).unwrap().failure(0).unwrap();
+        let t = b.allow(at(0)).unwrap().failure(at(0)).unwrap();
         assert_eq!(t.reason, TransitionReason::FailureRate);
     }
 
@@ -918,10 +928,14 @@ mod tests {
             ..ClassicConfig::default()
         });
         for _ in 0..2 {
-            assert_eq!(b.allow(0).unwrap().failure(0), None);
+            assert_eq!(b.allow(at(0)).unwrap().failure(at(0)), None);
         }
-        assert_eq!(b.allow(0).unwrap().success(0), None);
-        let t = b.allow(0).unwrap().success(0).expect("2 of 4 failed");
+        assert_eq!(b.allow(at(0)).unwrap().success(at(0)), None);
+        let t = b
+            .allow(at(0))
+            .unwrap()
+            .success(at(0))
+            .expect("2 of 4 failed");
         assert_eq!(t.reason, TransitionReason::FailureRate);
     }
 
@@ -934,14 +948,14 @@ mod tests {
             ..ClassicConfig::default()
         });
         for _ in 0..5 {
-            assert_eq!(b.allow(0).unwrap().failure(0), None);
-            assert_eq!(b.allow(0).unwrap().failure(0), None);
-            assert_eq!(b.allow(0).unwrap().success(0), None);
+            assert_eq!(b.allow(at(0)).unwrap().failure(at(0)), None);
+            assert_eq!(b.allow(at(0)).unwrap().failure(at(0)), None);
+            assert_eq!(b.allow(at(0)).unwrap().success(at(0)), None);
         }
-        assert_eq!(b.stats(0).consecutive_failures, 0);
-        b.allow(0).unwrap().failure(0);
-        b.allow(0).unwrap().failure(0);
-        let t = b.allow(0).unwrap().failure(0).unwrap();
+        assert_eq!(b.stats(at(0)).consecutive_failures, 0);
+        b.allow(at(0)).unwrap().failure(at(0));
+        b.allow(at(0)).unwrap().failure(at(0));
+        let t = b.allow(at(0)).unwrap().failure(at(0)).unwrap();
         assert_eq!(t.reason, TransitionReason::ConsecutiveFailures);
     }
 
@@ -953,14 +967,14 @@ mod tests {
             half_open_probes: 1,
             ..ClassicConfig::default()
         });
-        let slow_closed = b.allow(0).unwrap();
-        b.allow(0).unwrap().failure(0).unwrap();
+        let slow_closed = b.allow(at(0)).unwrap();
+        b.allow(at(0)).unwrap().failure(at(0)).unwrap();
         // Admitted while closed, completes while open: ignored.
-        assert_eq!(slow_closed.failure(1), None);
+        assert_eq!(slow_closed.failure(at(1)), None);
         assert_eq!(b.transition_count(), 1);
-        let probe = b.allow(SECOND).unwrap();
-        assert_eq!(probe.success(SECOND).unwrap().to, ClassicState::Closed);
-        assert_eq!(b.stats(SECOND).calls, 0, "closing clears the window");
+        let probe = b.allow(at(SECOND)).unwrap();
+        assert_eq!(probe.success(at(SECOND)).unwrap().to, ClassicState::Closed);
+        assert_eq!(b.stats(at(SECOND)).calls, 0, "closing clears the window");
     }
 
     #[test]
@@ -973,11 +987,11 @@ mod tests {
             half_open_probes: 1,
             ..ClassicConfig::default()
         });
-        b.allow(0).unwrap().failure(0).unwrap();
-        let probe = b.allow(SECOND).unwrap();
-        let t = probe.success(SECOND + 10_000_000).unwrap();
+        b.allow(at(0)).unwrap().failure(at(0)).unwrap();
+        let probe = b.allow(at(SECOND)).unwrap();
+        let t = probe.success(at(SECOND + 10_000_000)).unwrap();
         assert_eq!(t.reason, TransitionReason::ProbeSlow);
-        assert_eq!(t.open_until, Some(SECOND + 10_000_000 + 2 * SECOND));
+        assert_eq!(t.open_until, Some(at(SECOND + 10_000_000 + 2 * SECOND)));
     }
 
     #[test]
@@ -988,18 +1002,18 @@ mod tests {
             half_open_probes: 3,
             ..ClassicConfig::default()
         });
-        b.allow(0).unwrap().failure(0).unwrap();
-        assert_eq!(b.stats(0).open_until, Some(SECOND));
-        let p1 = b.allow(SECOND).unwrap();
-        let p2 = b.allow(SECOND).unwrap();
-        assert_eq!(p1.success(SECOND), None);
-        let s = b.stats(SECOND);
+        b.allow(at(0)).unwrap().failure(at(0)).unwrap();
+        assert_eq!(b.stats(at(0)).open_until, Some(at(SECOND)));
+        let p1 = b.allow(at(SECOND)).unwrap();
+        let p2 = b.allow(at(SECOND)).unwrap();
+        assert_eq!(p1.success(at(SECOND)), None);
+        let s = b.stats(at(SECOND));
         assert_eq!(
             (s.state, s.probes_admitted, s.probes_succeeded),
             (ClassicState::HalfOpen, 2, 1)
         );
         drop(p2);
-        assert_eq!(b.stats(SECOND).probes_admitted, 1);
+        assert_eq!(b.stats(at(SECOND)).probes_admitted, 1);
         assert_eq!(s.transitions, 2);
     }
 }

@@ -8,6 +8,7 @@
 
 use super::config::{SreConfig, MIN_K};
 use super::{nanos, roll, Outcome, OutcomeCounts};
+use crate::clock::Instant;
 use crate::error::FieldError;
 use std::borrow::Borrow;
 use std::fmt;
@@ -20,9 +21,11 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::window::Ring;
 
 /// The probability with which the SRE breaker rejects a call, from the window's
-/// statistics; `0.0` means "accept without rolling the dice".
+/// statistics (`history`: its totals and trailing bucket runs) and the breaker's
+/// constants (`config`: `k`, `protection`, `buckets`); `0.0` means "accept without
+/// rolling the dice".
 ///
-/// With `b = buckets`:
+/// With `b = config.buckets`:
 ///
 /// ```text
 /// w     = max(MIN_K, k - (k - MIN_K) * failing_buckets / b)
@@ -33,51 +36,39 @@ use crate::window::Ring;
 ///
 /// go-zero writes `b` as the constant 40 (its bucket count); this function uses the
 /// configured count. The breaker applies the second step only after the forced-probe
-/// check, see [`SreBreaker::allow`].
+/// check, see [`SreBreaker::allow`]. [`SreHistory::drop_ratio`] is the same function.
 ///
 /// # Examples
 ///
 /// ```
-/// use resilience_runtime::breaker::drop_ratio;
+/// use resilience_runtime::breaker::{drop_ratio, SreConfig, SreHistory};
 ///
-/// let r = drop_ratio(100, 50, 0, 0, 1.5, 5, 40);
-/// assert!((r - 0.19802).abs() < 1e-5);
-/// assert_eq!(drop_ratio(80, 80, 0, 0, 1.5, 5, 40), 0.0);
+/// // go-zero's constants: k 1.5, protection 5, 40 buckets.
+/// let config = SreConfig { buckets: 40, ..SreConfig::default() };
+/// let h = SreHistory { total: 100, accepts: 50, ..SreHistory::default() };
+/// assert!((drop_ratio(&h, &config) - 0.19802).abs() < 1e-5);
+/// let h = SreHistory { total: 80, accepts: 80, ..SreHistory::default() };
+/// assert_eq!(drop_ratio(&h, &config), 0.0);
 /// ```
-pub fn drop_ratio(
-    total: u64,
-    accepts: u64,
-    failing_buckets: u32,
-    working_buckets: u32,
-    k: f64,
-    protection: u64,
-    buckets: u32,
-) -> f64 {
-    let raw = raw_drop_ratio(total, accepts, failing_buckets, k, protection, buckets);
+pub fn drop_ratio(history: &SreHistory, config: &SreConfig) -> f64 {
+    let raw = raw_drop_ratio(history, config);
     if raw <= 0.0 {
         0.0
     } else {
-        raw * working_scale(working_buckets, buckets)
+        raw * working_scale(history.working_buckets, config.buckets)
     }
 }
 
 /// go-zero's `dropRatio` before the working-bucket scaling; `<= 0` means accept.
-fn raw_drop_ratio(
-    total: u64,
-    accepts: u64,
-    failing_buckets: u32,
-    k: f64,
-    protection: u64,
-    buckets: u32,
-) -> f64 {
-    let b = f64::from(buckets.max(1));
-    let w = (k - (k - MIN_K) * f64::from(failing_buckets) / b).max(MIN_K);
-    let total = total as f64;
-    (total - protection as f64 - w * accepts as f64) / (total + 1.0)
+fn raw_drop_ratio(h: &SreHistory, c: &SreConfig) -> f64 {
+    let b = c.buckets.max(1) as f64;
+    let w = (c.k - (c.k - MIN_K) * h.failing_buckets as f64 / b).max(MIN_K);
+    let total = h.total as f64;
+    (total - c.protection as f64 - w * h.accepts as f64) / (total + 1.0)
 }
 
-fn working_scale(working_buckets: u32, buckets: u32) -> f64 {
-    f64::from(buckets.saturating_sub(working_buckets)) / f64::from(buckets.max(1))
+fn working_scale(working_buckets: u64, buckets: u64) -> f64 {
+    buckets.saturating_sub(working_buckets) as f64 / buckets.max(1) as f64
 }
 
 /// What the SRE breaker's window holds at one time (go-zero's `windowResult`, plus the
@@ -107,10 +98,10 @@ pub struct SreHistory {
     pub total: u64,
     /// Length of the trailing run of buckets with failures and no success (buckets with
     /// neither do not interrupt the run).
-    pub failing_buckets: u32,
+    pub failing_buckets: u64,
     /// Length of the trailing run of buckets with successes and no failure (buckets with
     /// neither do not interrupt the run).
-    pub working_buckets: u32,
+    pub working_buckets: u64,
 }
 
 impl SreHistory {
@@ -164,15 +155,7 @@ impl SreHistory {
     /// assert!((h.drop_ratio(&SreConfig::default()) - 1.0 / 7.0).abs() < 1e-12);
     /// ```
     pub fn drop_ratio(&self, config: &SreConfig) -> f64 {
-        drop_ratio(
-            self.total,
-            self.accepts,
-            self.failing_buckets,
-            self.working_buckets,
-            config.k,
-            config.protection,
-            config.buckets,
-        )
+        drop_ratio(self, config)
     }
 }
 
@@ -317,7 +300,8 @@ impl SreBreaker {
     /// let err = SreBreaker::new(SreConfig { k: 0.5, ..SreConfig::default() }, 0).unwrap_err();
     /// assert_eq!(err.field, "k");
     /// ```
-    pub fn new(config: SreConfig, now: u64) -> Result<Self, FieldError> {
+    pub fn new(config: SreConfig, now: Instant) -> Result<Self, FieldError> {
+        let now = now.as_nanos();
         config.validate()?;
         let width = nanos(config.bucket_width());
         if width == 0 {
@@ -369,7 +353,8 @@ impl SreBreaker {
     /// }
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn allow(&self, now: u64) -> SreDecision {
+    pub fn allow(&self, now: Instant) -> SreDecision {
+        let now = now.as_nanos();
         self.decide(now, roll, |p| p)
     }
 
@@ -390,7 +375,8 @@ impl SreBreaker {
     /// assert_eq!(b.allow_with_roll(0, 0.1).verdict, SreVerdict::Rejected);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn allow_with_roll(&self, now: u64, roll: f64) -> SreDecision {
+    pub fn allow_with_roll(&self, now: Instant, roll: f64) -> SreDecision {
+        let now = now.as_nanos();
         self.decide(now, || roll, |p| p)
     }
 
@@ -433,7 +419,8 @@ impl SreBreaker {
     ///     .count();
     /// assert!(critical < sheddable, "{critical} {sheddable}");
     /// ```
-    pub fn allow_priority(&self, now: u64, priority: crate::priority::Priority) -> SreDecision {
+    pub fn allow_priority(&self, now: Instant, priority: crate::priority::Priority) -> SreDecision {
+        let now = now.as_nanos();
         self.decide(now, roll, |p| priority.sre_drop(p))
     }
 
@@ -457,14 +444,7 @@ impl SreBreaker {
             };
         }
         let h = self.history_of(current);
-        let raw = raw_drop_ratio(
-            h.total,
-            h.accepts,
-            h.failing_buckets,
-            c.k,
-            c.protection,
-            c.buckets,
-        );
+        let raw = raw_drop_ratio(&h, c);
         let transition = self.note_dropping(raw > 0.0);
         if raw <= 0.0 {
             return SreDecision {
@@ -494,7 +474,7 @@ impl SreBreaker {
             };
         }
         if roll() < tier(drop_ratio) {
-            self.record(now, Outcome::Drop);
+            self.record_ns(now, Outcome::Drop);
             return SreDecision {
                 verdict: SreVerdict::Rejected,
                 drop_ratio,
@@ -540,7 +520,13 @@ impl SreBreaker {
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
-    pub fn record(&self, now: u64, outcome: Outcome) {
+    pub fn record(&self, now: Instant, outcome: Outcome) {
+        self.record_ns(now.as_nanos(), outcome);
+    }
+
+    /// [`record`](Self::record) at `now` nanoseconds (the engine's form).
+    #[inline]
+    pub(crate) fn record_ns(&self, now: u64, outcome: Outcome) {
         // Bring the window to `now` first, so the outcome lands in its bucket.
         let _ = self.ring.base(now, || self.current());
         self.record_admitted(outcome);
@@ -571,7 +557,7 @@ impl SreBreaker {
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
-    pub fn on_success(&self, now: u64) {
+    pub fn on_success(&self, now: Instant) {
         self.record(now, Outcome::Success);
     }
 
@@ -587,7 +573,7 @@ impl SreBreaker {
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
-    pub fn on_failure(&self, now: u64) {
+    pub fn on_failure(&self, now: Instant) {
         self.record(now, Outcome::Failure);
     }
 
@@ -603,7 +589,8 @@ impl SreBreaker {
     /// assert_eq!(b.history(10_000_000_000).total, 0);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn history(&self, now: u64) -> SreHistory {
+    pub fn history(&self, now: Instant) -> SreHistory {
+        let now = now.as_nanos();
         let _ = self.ring.base(now, || self.current());
         self.history_of(self.current())
     }
@@ -655,10 +642,10 @@ impl SreBreaker {
     /// assert_eq!(b.last_pass(), None);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn last_pass(&self) -> Option<u64> {
+    pub fn last_pass(&self) -> Option<Instant> {
         match self.last_pass.load(Ordering::Relaxed) {
             0 => None,
-            t => Some(t - 1),
+            t => Some(Instant::from_nanos(t - 1)),
         }
     }
 
@@ -683,7 +670,7 @@ impl SreBreaker {
     /// assert_eq!(b.history(1_000).accepts, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn try_allow(&self, now: u64) -> Result<SrePromise<&Self>, SreRejected> {
+    pub fn try_allow(&self, now: Instant) -> Result<SrePromise<&Self>, SreRejected> {
         let decision = self.allow(now);
         self.promise(self, decision)
     }
@@ -712,7 +699,7 @@ impl SreBreaker {
     /// ```
     pub fn try_allow_with_roll(
         &self,
-        now: u64,
+        now: Instant,
         roll: f64,
     ) -> Result<SrePromise<&Self>, SreRejected> {
         let decision = self.allow_with_roll(now, roll);
@@ -740,7 +727,7 @@ impl SreBreaker {
     /// ```
     pub fn try_allow_owned(
         self: &crate::sync::Arc<Self>,
-        now: u64,
+        now: Instant,
     ) -> Result<SrePromise<crate::sync::Arc<Self>>, SreRejected> {
         let decision = self.allow(now);
         self.promise(crate::sync::Arc::clone(self), decision)
@@ -775,7 +762,7 @@ impl SreBreaker {
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
-    pub fn mark_success(&self, now: u64) {
+    pub fn mark_success(&self, now: Instant) {
         self.record(now, Outcome::Success);
     }
 
@@ -792,7 +779,7 @@ impl SreBreaker {
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
-    pub fn mark_failure(&self, now: u64) {
+    pub fn mark_failure(&self, now: Instant) {
         self.record(now, Outcome::Failure);
     }
 
@@ -817,7 +804,7 @@ impl SreBreaker {
     /// assert!(!s.dropping);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn stats(&self, now: u64) -> SreStats {
+    pub fn stats(&self, now: Instant) -> SreStats {
         let history = self.history(now);
         SreStats {
             history,
@@ -858,7 +845,7 @@ pub struct SreStats {
     /// ([`SreBreaker::is_dropping`]).
     pub dropping: bool,
     /// [`SreBreaker::last_pass`].
-    pub last_pass: Option<u64>,
+    pub last_pass: Option<Instant>,
 }
 
 /// The [`SreBreaker`] refused a call (go-zero's `ErrServiceUnavailable`); the drop is
@@ -951,12 +938,12 @@ impl<B: Borrow<SreBreaker>> SrePromise<B> {
     }
 
     /// The call succeeded (go-zero's `Accept`): records a success at `now`.
-    pub fn accept(self, now: u64) {
+    pub fn accept(self, now: Instant) {
         self.breaker.borrow().record(now, Outcome::Success);
     }
 
     /// The call failed (go-zero's `Reject`): records a failure at `now`.
-    pub fn reject(self, now: u64) {
+    pub fn reject(self, now: Instant) {
         self.breaker.borrow().record(now, Outcome::Failure);
     }
 }
@@ -972,16 +959,16 @@ mod tests {
                         protection,
                         ..SreConfig::default()
                     };
-                    let b = SreBreaker::new(cfg, 0).unwrap();
+                    let b = SreBreaker::new(cfg, at(0)).unwrap();
                     for _ in 0..accepts {
-                        b.record(0, Outcome::Success);
+                        b.record(at(0), Outcome::Success);
                     }
                     for _ in accepts..total {
-                        b.record(0, Outcome::Failure);
+                        b.record(at(0), Outcome::Failure);
                     }
                     let sure = b.accepts_surely(0);
                     // With the dice at 0 every positive ratio rejects.
-                    let d = b.allow_with_roll(0, 0.0);
+                    let d = b.allow_with_roll(at(0), 0.0);
                     if sure {
                         assert!(
                             d.is_admitted() && d.transition.is_none(),
@@ -1000,6 +987,38 @@ mod tests {
 
     use super::*;
 
+    /// The instant `ns` nanoseconds into the timeline.
+    fn at(ns: u64) -> Instant {
+        Instant::from_nanos(ns)
+    }
+
+    /// [`drop_ratio`] of a history with these totals and runs, under `k`, `protection`
+    /// and `buckets` (go-zero's test vectors are written so).
+    fn go_zero(
+        total: u64,
+        accepts: u64,
+        failing_buckets: u64,
+        working_buckets: u64,
+        k: f64,
+        protection: u64,
+        buckets: u64,
+    ) -> f64 {
+        let history = SreHistory {
+            total,
+            accepts,
+            failing_buckets,
+            working_buckets,
+            ..SreHistory::default()
+        };
+        let config = SreConfig {
+            k,
+            protection,
+            buckets,
+            ..SreConfig::default()
+        };
+        drop_ratio(&history, &config)
+    }
+
     const BUCKET: u64 = 250_000_000;
     const SECOND: u64 = 1_000_000_000;
 
@@ -1010,7 +1029,7 @@ mod tests {
     #[test]
     fn drop_ratio_vectors() {
         // (total, accepts, failing, working) -> ratio; k = 1.5, protection = 5, 40 buckets.
-        let cases: [((u64, u64, u32, u32), f64); 10] = [
+        let cases: [((u64, u64, u64, u64), f64); 10] = [
             ((80, 80, 0, 0), 0.0),
             ((5, 0, 0, 0), 0.0),
             ((6, 0, 0, 0), 0.14286),
@@ -1023,7 +1042,7 @@ mod tests {
             ((100_010, 10, 0, 0), 0.99979),
         ];
         for ((total, accepts, failing, working), expect) in cases {
-            let got = drop_ratio(total, accepts, failing, working, 1.5, 5, 40);
+            let got = go_zero(total, accepts, failing, working, 1.5, 5, 40);
             assert!(
                 close(got, expect),
                 "{total} {accepts} {failing} {working}: {got} != {expect}"
@@ -1034,13 +1053,13 @@ mod tests {
     #[test]
     fn weight_never_goes_below_min_k() {
         // failing > buckets cannot happen from a window, but the formula clamps anyway.
-        let a = drop_ratio(200, 100, 40, 0, 1.5, 5, 40);
-        let b = drop_ratio(200, 100, 400, 0, 1.5, 5, 40);
+        let a = go_zero(200, 100, 40, 0, 1.5, 5, 40);
+        let b = go_zero(200, 100, 400, 0, 1.5, 5, 40);
         assert_eq!(a, b);
         // All buckets working: the ratio is scaled to zero.
-        assert_eq!(drop_ratio(200, 10, 0, 40, 1.5, 5, 40), 0.0);
+        assert_eq!(go_zero(200, 10, 0, 40, 1.5, 5, 40), 0.0);
         // Other bucket counts use the configured count.
-        let ten = drop_ratio(200, 100, 10, 5, 1.5, 5, 10);
+        let ten = go_zero(200, 100, 10, 5, 1.5, 5, 10);
         assert!(close(ten, (200.0 - 5.0 - 110.0) / 201.0 * 0.5), "{ten}");
     }
 
@@ -1085,99 +1104,99 @@ mod tests {
 
     #[test]
     fn history_over_the_window_ignores_expired_buckets() {
-        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
-        b.on_failure(0);
-        b.on_success(BUCKET);
-        b.on_success(2 * BUCKET);
-        let h = b.history(2 * BUCKET);
+        let b = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
+        b.on_failure(at(0));
+        b.on_success(at(BUCKET));
+        b.on_success(at(2 * BUCKET));
+        let h = b.history(at(2 * BUCKET));
         assert_eq!((h.failing_buckets, h.working_buckets, h.total), (0, 2, 3));
         // 40 buckets later the failure has expired, the successes not yet.
-        let h = b.history(40 * BUCKET);
+        let h = b.history(at(40 * BUCKET));
         assert_eq!((h.failing_buckets, h.working_buckets, h.total), (0, 2, 2));
-        assert_eq!(b.history(42 * BUCKET).total, 0);
+        assert_eq!(b.history(at(42 * BUCKET)).total, 0);
     }
 
     #[test]
     fn dropping_transitions_are_reported_once() {
-        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        let b = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
         for _ in 0..100 {
-            b.on_failure(0);
+            b.on_failure(at(0));
         }
-        let first = b.allow_with_roll(0, 0.999_999);
+        let first = b.allow_with_roll(at(0), 0.999_999);
         assert_eq!(first.transition, Some(DroppingTransition::Started));
         assert_eq!(first.verdict, SreVerdict::Accepted);
         assert!(b.is_dropping());
-        assert_eq!(b.allow_with_roll(0, 0.0).transition, None);
-        let later = b.allow_with_roll(20 * SECOND, 0.0);
+        assert_eq!(b.allow_with_roll(at(0), 0.0).transition, None);
+        let later = b.allow_with_roll(at(20 * SECOND), 0.0);
         assert_eq!(later.transition, Some(DroppingTransition::Stopped));
         assert_eq!(later.verdict, SreVerdict::Accepted);
-        assert_eq!(b.allow(20 * SECOND).transition, None);
+        assert_eq!(b.allow(at(20 * SECOND)).transition, None);
         assert!(!b.is_dropping());
     }
 
     #[test]
     fn rejection_records_a_drop_and_acceptance_sets_last_pass() {
-        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        let b = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
         for _ in 0..10 {
-            b.on_failure(0);
+            b.on_failure(at(0));
         }
-        let d = b.allow_with_roll(7, 0.0);
+        let d = b.allow_with_roll(at(7), 0.0);
         assert_eq!(d.verdict, SreVerdict::Rejected);
         assert!(close(d.drop_ratio, 5.0 / 11.0));
-        assert_eq!(b.history(7).drops, 1);
+        assert_eq!(b.history(at(7)).drops, 1);
         assert_eq!(b.last_pass(), None);
-        let d = b.allow_with_roll(9, 0.99);
+        let d = b.allow_with_roll(at(9), 0.99);
         assert_eq!(d.verdict, SreVerdict::Accepted);
-        assert_eq!(b.last_pass(), Some(9));
+        assert_eq!(b.last_pass(), Some(at(9)));
         // Accepting without dropping leaves last_pass alone.
-        let quiet = SreBreaker::new(SreConfig::default(), 0).unwrap();
-        assert!(quiet.allow_with_roll(3, 0.0).is_admitted());
+        let quiet = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
+        assert!(quiet.allow_with_roll(at(3), 0.0).is_admitted());
         assert_eq!(quiet.last_pass(), None);
     }
 
     #[test]
     fn forced_probe_needs_a_previous_pass_and_a_full_interval() {
-        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        let b = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
         for _ in 0..1_000 {
-            b.on_failure(0);
+            b.on_failure(at(0));
         }
         // No pass yet: no forced probe, however long we wait inside the window.
         assert_eq!(
-            b.allow_with_roll(5 * SECOND, 0.0).verdict,
+            b.allow_with_roll(at(5 * SECOND), 0.0).verdict,
             SreVerdict::Rejected
         );
         assert_eq!(
-            b.allow_with_roll(5 * SECOND, 0.999_999).verdict,
+            b.allow_with_roll(at(5 * SECOND), 0.999_999).verdict,
             SreVerdict::Accepted
         );
         // Exactly one interval later: not yet ("more than").
         assert_eq!(
-            b.allow_with_roll(6 * SECOND, 0.0).verdict,
+            b.allow_with_roll(at(6 * SECOND), 0.0).verdict,
             SreVerdict::Rejected
         );
         assert_eq!(
-            b.allow_with_roll(6 * SECOND + 1, 0.0).verdict,
+            b.allow_with_roll(at(6 * SECOND + 1), 0.0).verdict,
             SreVerdict::ForcedProbe
         );
         assert_eq!(
-            b.allow_with_roll(6 * SECOND + 2, 0.0).verdict,
+            b.allow_with_roll(at(6 * SECOND + 2), 0.0).verdict,
             SreVerdict::Rejected
         );
-        assert_eq!(b.last_pass(), Some(6 * SECOND + 1));
+        assert_eq!(b.last_pass(), Some(at(6 * SECOND + 1)));
     }
 
     #[test]
     fn working_buckets_soften_the_ratio() {
-        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        let b = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
         for _ in 0..200 {
-            b.on_failure(0);
+            b.on_failure(at(0));
         }
         for i in 1..=10 {
-            b.on_success(i * BUCKET);
+            b.on_success(at(i * BUCKET));
         }
-        let h = b.history(10 * BUCKET);
+        let h = b.history(at(10 * BUCKET));
         assert_eq!((h.working_buckets, h.failing_buckets), (10, 0));
-        let d = b.allow_with_roll(10 * BUCKET, 0.999_999);
+        let d = b.allow_with_roll(at(10 * BUCKET), 0.999_999);
         let expect = (210.0 - 5.0 - 15.0) / 211.0 * 30.0 / 40.0;
         assert!(close(d.drop_ratio, expect), "{}", d.drop_ratio);
     }

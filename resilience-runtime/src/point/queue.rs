@@ -218,7 +218,7 @@ impl Point {
             if let Some(entered) = wait.try_admit(slot, key) {
                 return entered;
             }
-            let now = self.clock.now();
+            let now = self.clock.now_ns();
             if now >= wait.deadline {
                 return Err(wait.time_out());
             }
@@ -260,7 +260,7 @@ impl Wait {
         priority: Priority,
     ) -> Result<Wait, Downgraded> {
         let c = point.compiled();
-        let now = point.clock.now();
+        let now = point.clock.now_ns();
         let queue = point.wait_queue();
         if c.rules & (ACTIVE | R_QUEUE) != ACTIVE | R_QUEUE {
             return Err(point.refuse_waiting(Reason::Concurrency, now));
@@ -322,7 +322,7 @@ impl Wait {
         if self.waiter.evicted.load(Ordering::Acquire) {
             // Out of the queue already (the evicting call removed it).
             self.end(EVICTED);
-            let now = self.point.clock.now();
+            let now = self.point.clock.now_ns();
             return Some(Err(self.point.refuse_waiting(Reason::QueueFull, now)));
         }
         let mut list = self.queue.lock();
@@ -355,7 +355,7 @@ impl Wait {
         self.leave();
         self.end(TIMED_OUT);
         self.point
-            .refuse_waiting(Reason::QueueTimeout, self.point.clock.now())
+            .refuse_waiting(Reason::QueueTimeout, self.point.clock.now_ns())
     }
 
     /// Leaves the list; a wake this waiter had not used goes to the next one.
@@ -372,7 +372,7 @@ impl Wait {
         self.point.flow.wait_end();
         let q = self.queue;
         q.ends[how].fetch_add(1, Ordering::Relaxed);
-        let waited = self.point.clock.now().saturating_sub(self.start);
+        let waited = self.point.clock.now_ns().saturating_sub(self.start);
         q.wait_ns.fetch_add(waited, Ordering::Relaxed);
         q.max_wait_ns.fetch_max(waited, Ordering::Relaxed);
         q.report_max_ns.fetch_max(waited, Ordering::Relaxed);
@@ -626,7 +626,7 @@ impl std::future::Future for WaitFuture<'_> {
                         this.stage = Stage::Queue(None);
                         return this.finish(entered);
                     }
-                    let now = this.point.clock.now();
+                    let now = this.point.clock.now_ns();
                     let timed_out = now >= wait.deadline || {
                         if wait.waiter.notified.load(Ordering::Acquire) {
                             continue;

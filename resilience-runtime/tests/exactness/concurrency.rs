@@ -50,7 +50,7 @@ fn concurrency_case(
     v: &Verdicts,
     at: At<'_>,
     target: impl FnOnce(&'static Point) -> Target<'static>,
-    n: u32,
+    n: u64,
     mode: ConcMode,
 ) {
     let At {
@@ -186,7 +186,7 @@ fn concurrency_is_never_exceeded_by_queue_waiters_while_the_policy_is_swapped() 
     concurrency_enter(ConcMode::Queue);
 }
 
-type MacroTable<F> = [(&'static [(F, &'static str); 6], u32, ConcMode); 6];
+type MacroTable<F> = [(&'static [(F, &'static str); 6], u64, ConcMode); 6];
 
 const SYNC_CONCURRENCY: MacroTable<SyncFn> = [
     (&S_C1, 1, ConcMode::Plain),
@@ -256,9 +256,9 @@ fn async_downgrade_concurrency_is_never_exceeded() {
 // ---- concurrency and a half-open classic breaker ------------------------------------------
 
 /// The slots of the half-open case: fewer than the breaker's probes.
-const SLOTS: u32 = 2;
-const PROBES: u32 = 5;
-const FAILURES: u32 = 3;
+const SLOTS: u64 = 2;
+const PROBES: u64 = 5;
+const FAILURES: u64 = 3;
 const OPEN_WAIT: Duration = Duration::from_secs(5);
 
 /// `max_concurrency(SLOTS)` and a classic breaker with `PROBES > SLOTS` half-open
