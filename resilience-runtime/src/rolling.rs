@@ -76,6 +76,7 @@ const LOCKED: u64 = u64::MAX;
 /// A bucket that keeps the maximum of the values added:
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::rolling::{BucketCells, RollingWindow};
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::time::Duration;
@@ -97,11 +98,11 @@ const LOCKED: u64 = u64::MAX;
 ///     }
 /// }
 ///
-/// let w = RollingWindow::<Max>::with_cells(4, Duration::from_millis(100), 0)?;
-/// w.add(0, 7);
-/// w.add(150_000_000, 3);
+/// let w = RollingWindow::<Max>::with_cells(4, Duration::from_millis(100), Instant::from_nanos(0))?;
+/// w.add(Instant::from_nanos(0), 7);
+/// w.add(Instant::from_nanos(150_000_000), 3);
 /// let mut max = 0;
-/// w.reduce(150_000_000, |b| max = max.max(*b));
+/// w.reduce(Instant::from_nanos(150_000_000), |b| max = max.max(*b));
 /// assert_eq!(max, 7);
 /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
 /// ```
@@ -225,27 +226,28 @@ struct Slot<C> {
 /// go-zero's `TestRollingWindowAdd`, with time driven by hand:
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::rolling::RollingWindow;
 /// use std::time::Duration;
 ///
 /// let interval = Duration::from_millis(50);
 /// let step = 50_000_000; // one interval, in nanoseconds
-/// let w = RollingWindow::new(3, interval, 0)?;
+/// let w = RollingWindow::new(3, interval, Instant::from_nanos(0))?;
 /// let sums = |now| {
 ///     let mut v = Vec::new();
-///     w.reduce(now, |b| v.push(b.sum));
+///     w.reduce(Instant::from_nanos(now), |b| v.push(b.sum));
 ///     v
 /// };
-/// w.add(0, 1.0);
+/// w.add(Instant::from_nanos(0), 1.0);
 /// assert_eq!(sums(0), [0.0, 0.0, 1.0]);
-/// w.add(step, 2.0);
-/// w.add(step, 3.0);
+/// w.add(Instant::from_nanos(step), 2.0);
+/// w.add(Instant::from_nanos(step), 3.0);
 /// assert_eq!(sums(step), [0.0, 1.0, 5.0]);
 /// for v in [4.0, 5.0, 6.0] {
-///     w.add(2 * step, v);
+///     w.add(Instant::from_nanos(2 * step), v);
 /// }
 /// assert_eq!(sums(2 * step), [1.0, 5.0, 15.0]);
-/// w.add(3 * step, 7.0);
+/// w.add(Instant::from_nanos(3 * step), 7.0);
 /// assert_eq!(sums(3 * step), [5.0, 15.0, 7.0]);
 /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
 /// ```
@@ -284,16 +286,17 @@ impl RollingWindow<SumCount> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::rolling::{RollingWindow, RollingWindowError};
     /// use std::time::Duration;
     ///
-    /// assert!(RollingWindow::new(40, Duration::from_millis(250), 0).is_ok());
+    /// assert!(RollingWindow::new(40, Duration::from_millis(250), Instant::from_nanos(0)).is_ok());
     /// assert_eq!(
-    ///     RollingWindow::new(0, Duration::from_millis(250), 0).unwrap_err(),
+    ///     RollingWindow::new(0, Duration::from_millis(250), Instant::from_nanos(0)).unwrap_err(),
     ///     RollingWindowError::ZeroSize
     /// );
     /// assert_eq!(
-    ///     RollingWindow::new(4, Duration::ZERO, 0).unwrap_err(),
+    ///     RollingWindow::new(4, Duration::ZERO, Instant::from_nanos(0)).unwrap_err(),
     ///     RollingWindowError::ZeroInterval
     /// );
     /// ```
@@ -312,15 +315,16 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{Outcome, OutcomeCells};
     /// use resilience_runtime::rolling::RollingWindow;
     /// use std::time::Duration;
     ///
-    /// let w = RollingWindow::<OutcomeCells>::with_cells(40, Duration::from_millis(250), 0)?;
-    /// w.add(1, Outcome::Success);
-    /// w.add(2, Outcome::Drop);
+    /// let w = RollingWindow::<OutcomeCells>::with_cells(40, Duration::from_millis(250), Instant::from_nanos(0))?;
+    /// w.add(Instant::from_nanos(1), Outcome::Success);
+    /// w.add(Instant::from_nanos(2), Outcome::Drop);
     /// let mut total = 0;
-    /// w.reduce(3, |b| total += b.total());
+    /// w.reduce(Instant::from_nanos(3), |b| total += b.total());
     /// assert_eq!(total, 2);
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
     /// ```
@@ -367,19 +371,20 @@ impl<C: BucketCells> RollingWindow<C> {
     /// `0+1+2` and `0+1+2+3` sum to 10, or to 4 without the current one.
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::rolling::RollingWindow;
     /// use std::time::Duration;
     ///
     /// let step = 10_000_000;
     /// for (ignore, expect) in [(false, 10.0), (true, 4.0)] {
-    ///     let w = RollingWindow::new(4, Duration::from_nanos(step), 0)?.with_ignore_current(ignore);
+    ///     let w = RollingWindow::new(4, Duration::from_nanos(step), Instant::from_nanos(0))?.with_ignore_current(ignore);
     ///     for x in 0..4u64 {
     ///         for i in 0..=x {
-    ///             w.add(x * step, i as f64);
+    ///             w.add(Instant::from_nanos(x * step), i as f64);
     ///         }
     ///     }
     ///     let mut sum = 0.0;
-    ///     w.reduce(3 * step, |b| sum += b.sum);
+    ///     w.reduce(Instant::from_nanos(3 * step), |b| sum += b.sum);
     ///     assert_eq!(sum, expect);
     /// }
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
@@ -395,9 +400,10 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(40, Duration::from_millis(250), 0)?;
+    /// let w = RollingWindow::new(40, Duration::from_millis(250), Instant::from_nanos(0))?;
     /// assert_eq!(w.size(), 40);
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
     /// ```
@@ -410,9 +416,10 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(40, Duration::from_millis(250), 0)?;
+    /// let w = RollingWindow::new(40, Duration::from_millis(250), Instant::from_nanos(0))?;
     /// assert_eq!(w.interval(), Duration::from_millis(250));
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
     /// ```
@@ -425,9 +432,10 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(4, Duration::from_millis(250), 0)?;
+    /// let w = RollingWindow::new(4, Duration::from_millis(250), Instant::from_nanos(0))?;
     /// assert!(!w.ignores_current());
     /// assert!(w.with_ignore_current(true).ignores_current());
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
@@ -452,13 +460,14 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(3, Duration::from_nanos(100), 0)?;
-    /// w.add(10, 1.0);
-    /// w.add(20, 2.0);
+    /// let w = RollingWindow::new(3, Duration::from_nanos(100), Instant::from_nanos(0))?;
+    /// w.add(Instant::from_nanos(10), 1.0);
+    /// w.add(Instant::from_nanos(20), 2.0);
     /// let mut buckets = Vec::new();
-    /// w.reduce(20, |b| buckets.push((b.sum, b.count)));
+    /// w.reduce(Instant::from_nanos(20), |b| buckets.push((b.sum, b.count)));
     /// assert_eq!(buckets, [(0.0, 0), (0.0, 0), (3.0, 2)]);
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
     /// ```
@@ -519,15 +528,16 @@ impl<C: BucketCells> RollingWindow<C> {
     /// empties as time passes.
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(3, Duration::from_nanos(100), 0)?.with_ignore_current(true);
+    /// let w = RollingWindow::new(3, Duration::from_nanos(100), Instant::from_nanos(0))?.with_ignore_current(true);
     /// let sums = |now| {
     ///     let mut v = Vec::new();
-    ///     w.reduce(now, |b| v.push(b.sum));
+    ///     w.reduce(Instant::from_nanos(now), |b| v.push(b.sum));
     ///     v
     /// };
-    /// w.add(0, 1.0);
+    /// w.add(Instant::from_nanos(0), 1.0);
     /// assert_eq!(sums(100), [0.0, 1.0]);
     /// assert_eq!(sums(200), [1.0]);
     /// assert!(sums(300).is_empty());
@@ -569,16 +579,17 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(3, Duration::from_nanos(100), 0)?;
-    /// w.add(0, 1.0);
+    /// let w = RollingWindow::new(3, Duration::from_nanos(100), Instant::from_nanos(0))?;
+    /// w.add(Instant::from_nanos(0), 1.0);
     /// w.clear();
     /// let mut count = 0;
-    /// w.reduce(0, |b| count += b.count);
+    /// w.reduce(Instant::from_nanos(0), |b| count += b.count);
     /// assert_eq!(count, 0);
-    /// w.add(0, 2.0);
-    /// w.reduce(0, |b| count += b.count);
+    /// w.add(Instant::from_nanos(0), 2.0);
+    /// w.reduce(Instant::from_nanos(0), |b| count += b.count);
     /// assert_eq!(count, 1);
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
     /// ```

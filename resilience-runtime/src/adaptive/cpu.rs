@@ -204,12 +204,13 @@ impl std::error::Error for CpuError {}
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::adaptive::CpuSampler;
 ///
 /// if let Ok(mut sampler) = CpuSampler::detect() {
 ///     assert!(sampler.limit_cores() > 0.0);
-///     assert_eq!(sampler.sample(1_000_000_000)?, None, "the first reading is a baseline");
-///     let usage = sampler.sample(1_250_000_000)?.unwrap_or(0);
+///     assert_eq!(sampler.sample(Instant::from_nanos(1_000_000_000))?, None, "the first reading is a baseline");
+///     let usage = sampler.sample(Instant::from_nanos(1_250_000_000))?.unwrap_or(0);
 ///     assert!(usage <= 1000);
 /// }
 /// # Ok::<(), resilience_runtime::adaptive::CpuError>(())

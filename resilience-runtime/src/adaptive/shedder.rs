@@ -245,10 +245,11 @@ impl ShedderWindow {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::adaptive::ShedderWindow;
     /// # use resilience_runtime::rolling::Bucket;
     /// let mut w = ShedderWindow::new(1000.0);
-    /// w.add(&Bucket { sum: 12.0, count: 3 });
+    /// w.add(Instant::from_nanos(&Bucket { sum: 12.0, count: 3 }));
     /// assert_eq!((w.max_pass, w.min_rt_ms), (3, 4.0));
     /// ```
     pub fn add(&mut self, b: &Bucket) {
@@ -283,11 +284,12 @@ impl ShedderWindow {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::adaptive::{AdaptiveConfig, CoolOff, ShedderRules};
 ///
 /// let rules = ShedderRules::new(&AdaptiveConfig::default());
 /// let mut dropped_recently = true;
-/// if rules.cool_off(3_000_000_000, dropped_recently, Some(1_000_000_000)) == CoolOff::Expired {
+/// if rules.cool_off(Instant::from_nanos(3_000_000_000), dropped_recently, Some(1_000_000_000)) == CoolOff::Expired {
 ///     dropped_recently = false; // what the shedder does
 /// }
 /// assert!(!dropped_recently);
@@ -463,10 +465,10 @@ impl ShedderRules {
     /// # use resilience_runtime::Instant;
     /// # use std::time::Duration;
     /// let t = Instant::from_nanos(5_000_000_000);
-    /// assert_eq!(rules.cool_off(t + Duration::from_nanos(999_999_999), true, Some(t)), CoolOff::Hot);
-    /// assert_eq!(rules.cool_off(t + Duration::from_secs(1), true, Some(t)), CoolOff::Expired);
-    /// assert_eq!(rules.cool_off(t, false, Some(t)), CoolOff::Cold);
-    /// assert_eq!(rules.cool_off(t, true, None), CoolOff::Cold);
+    /// assert_eq!(rules.cool_off(Instant::from_nanos(t + Duration::from_nanos(999_999_999)), true, Some(t)), CoolOff::Hot);
+    /// assert_eq!(rules.cool_off(Instant::from_nanos(t + Duration::from_secs(1)), true, Some(t)), CoolOff::Expired);
+    /// assert_eq!(rules.cool_off(Instant::from_nanos(t), false, Some(t)), CoolOff::Cold);
+    /// assert_eq!(rules.cool_off(Instant::from_nanos(t), true, None), CoolOff::Cold);
     /// ```
     pub fn cool_off(
         &self,
@@ -579,6 +581,7 @@ pub struct AdaptiveStats {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::adaptive::{AdaptiveConfig, AdaptiveLimiter, FixedCpu};
 /// use resilience_runtime::Clock;
 /// use std::sync::Arc;
@@ -587,8 +590,8 @@ pub struct AdaptiveStats {
 /// let cpu = Arc::new(FixedCpu::new(100));
 /// let limiter = AdaptiveLimiter::with_parts(AdaptiveConfig::default(), cpu.clone(), Clock::system())?;
 /// let now = limiter.now();
-/// let permit = limiter.try_acquire(now).expect("a cool CPU never drops");
-/// permit.pass(now + 3_000_000); // took 3 ms
+/// let permit = limiter.try_acquire(Instant::from_nanos(now)).expect("a cool CPU never drops");
+/// permit.pass(Instant::from_nanos(now + 3_000_000)); // took 3 ms
 /// assert_eq!(limiter.in_flight(), 0);
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```

@@ -49,12 +49,13 @@ pub enum TransitionReason {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState, TransitionReason};
 ///
 /// let config = ClassicConfig { consecutive_failures: Some(2), ..ClassicConfig::default() };
-/// let breaker = ClassicBreaker::new(config, 0)?;
-/// assert_eq!(breaker.allow(0).unwrap().failure(1), None);
-/// let t = breaker.allow(2).unwrap().failure(3).expect("tripped");
+/// let breaker = ClassicBreaker::new(config, Instant::from_nanos(0))?;
+/// assert_eq!(breaker.allow(Instant::from_nanos(0)).unwrap().failure(Instant::from_nanos(1)), None);
+/// let t = breaker.allow(Instant::from_nanos(2)).unwrap().failure(Instant::from_nanos(3)).expect("tripped");
 /// assert_eq!((t.from, t.to), (ClassicState::Closed, ClassicState::Open));
 /// assert_eq!(t.reason, TransitionReason::ConsecutiveFailures);
 /// assert_eq!(t.at, 3);
@@ -80,12 +81,13 @@ pub struct Transition {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState};
 ///
-/// let breaker = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-/// breaker.allow(0).unwrap().success(1);
-/// breaker.allow(2).unwrap().failure(3);
-/// let s = breaker.stats(4);
+/// let breaker = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+/// breaker.allow(Instant::from_nanos(0)).unwrap().success(Instant::from_nanos(1));
+/// breaker.allow(Instant::from_nanos(2)).unwrap().failure(Instant::from_nanos(3));
+/// let s = breaker.stats(Instant::from_nanos(4));
 /// assert_eq!(s.state, ClassicState::Closed);
 /// assert_eq!((s.calls, s.failures, s.consecutive_failures), (2, 1, 1));
 /// # Ok::<(), resilience_runtime::FieldError>(())
@@ -252,6 +254,7 @@ impl BucketCells for CallCells {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{Backoff, ClassicBreaker, ClassicConfig, ClassicState};
 /// use std::time::Duration;
 ///
@@ -262,17 +265,17 @@ impl BucketCells for CallCells {
 ///     half_open_probes: 1,
 ///     ..ClassicConfig::default()
 /// };
-/// let breaker = ClassicBreaker::new(config, 0)?;
+/// let breaker = ClassicBreaker::new(config, Instant::from_nanos(0))?;
 /// for ok in [true, false, true, false] {
-///     let ticket = breaker.allow(0).expect("closed");
-///     if ok { ticket.success(0); } else { ticket.failure(0); }
+///     let ticket = breaker.allow(Instant::from_nanos(0)).expect("closed");
+///     if ok { ticket.success(Instant::from_nanos(0)); } else { ticket.failure(Instant::from_nanos(0)); }
 /// }
 /// assert_eq!(breaker.state(), ClassicState::Open);
-/// assert!(breaker.allow(999_999_999).is_err());
+/// assert!(breaker.allow(Instant::from_nanos(999_999_999)).is_err());
 ///
-/// let probe = breaker.allow(1_000_000_000).expect("the wait elapsed");
+/// let probe = breaker.allow(Instant::from_nanos(1_000_000_000)).expect("the wait elapsed");
 /// assert_eq!(breaker.state(), ClassicState::HalfOpen);
-/// let closed = probe.success(1_000_000_100).expect("all probes succeeded");
+/// let closed = probe.success(Instant::from_nanos(1_000_000_100)).expect("all probes succeeded");
 /// assert_eq!(closed.to, ClassicState::Closed);
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
@@ -303,11 +306,12 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     ///
-    /// assert!(ClassicBreaker::new(ClassicConfig::default(), 0).is_ok());
+    /// assert!(ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0)).is_ok());
     /// let bad = ClassicConfig { minimum_calls: 0, ..ClassicConfig::default() };
-    /// assert_eq!(ClassicBreaker::new(bad, 0).unwrap_err().field, "minimum_calls");
+    /// assert_eq!(ClassicBreaker::new(bad, Instant::from_nanos(0)).unwrap_err().field, "minimum_calls");
     /// ```
     pub fn new(config: ClassicConfig, now: Instant) -> Result<Self, FieldError> {
         config.validate()?;
@@ -333,8 +337,9 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
     /// assert_eq!(b.config().half_open_probes, 3);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -356,12 +361,13 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// match b.allow(10) {
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// match b.allow(Instant::from_nanos(10)) {
     ///     Ok(ticket) => {
     ///         // ... run the call ...
-    ///         ticket.success(20);
+    ///         ticket.success(Instant::from_nanos(20));
     ///     }
     ///     Err(rejected) => println!("{rejected}"),
     /// }
@@ -448,8 +454,9 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
     /// assert_eq!(b.state(), ClassicState::Closed);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -462,8 +469,9 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
     /// assert_eq!(b.transition_count(), 0);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -476,9 +484,10 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert_eq!(b.stats(0).calls, 0);
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// assert_eq!(b.stats(Instant::from_nanos(0)).calls, 0);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn stats(&self, now: Instant) -> ClassicStats {
@@ -699,6 +708,7 @@ impl ClassicBreaker {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{Backoff, ClassicBreaker, ClassicConfig, ClassicState};
 /// use std::time::Duration;
 ///
@@ -708,14 +718,14 @@ impl ClassicBreaker {
 ///     half_open_probes: 1,
 ///     ..ClassicConfig::default()
 /// };
-/// let breaker = ClassicBreaker::new(config, 0)?;
-/// breaker.allow(0).unwrap().failure(0);
+/// let breaker = ClassicBreaker::new(config, Instant::from_nanos(0))?;
+/// breaker.allow(Instant::from_nanos(0)).unwrap().failure(Instant::from_nanos(0));
 ///
-/// let probe = breaker.allow(100).expect("first probe");
+/// let probe = breaker.allow(Instant::from_nanos(100)).expect("first probe");
 /// assert!(probe.is_probe());
-/// assert!(breaker.allow(101).is_err()); // the only slot is taken
+/// assert!(breaker.allow(Instant::from_nanos(101)).is_err()); // the only slot is taken
 /// drop(probe); // e.g. the call panicked
-/// assert!(breaker.allow(102).is_ok()); // the slot is free again
+/// assert!(breaker.allow(Instant::from_nanos(102)).is_ok()); // the slot is free again
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[must_use = "dropping the ticket at once records nothing; report the call's outcome on it"]
@@ -748,9 +758,10 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert_eq!(b.allow(0).unwrap().success(5), None);
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// assert_eq!(b.allow(Instant::from_nanos(0)).unwrap().success(Instant::from_nanos(5)), None);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn success(self, now: Instant) -> Option<Transition> {
@@ -766,9 +777,10 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert_eq!(b.allow(0).unwrap().failure(5), None); // one failure < minimum_calls
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// assert_eq!(b.allow(Instant::from_nanos(0)).unwrap().failure(Instant::from_nanos(5)), None); // one failure < minimum_calls
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn failure(self, now: Instant) -> Option<Transition> {
@@ -783,6 +795,7 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// use std::time::Duration;
     ///
@@ -792,8 +805,8 @@ impl CallTicket<'_> {
     ///     minimum_calls: 1,
     ///     ..ClassicConfig::default()
     /// };
-    /// let b = ClassicBreaker::new(config, 0)?;
-    /// let t = b.allow(0).unwrap().finish(1, false, Duration::from_millis(150));
+    /// let b = ClassicBreaker::new(config, Instant::from_nanos(0))?;
+    /// let t = b.allow(Instant::from_nanos(0)).unwrap().finish(Instant::from_nanos(1), false, Duration::from_millis(150));
     /// assert!(t.is_some()); // 100% slow calls
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -809,9 +822,10 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert!(!b.allow(0).unwrap().is_probe());
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// assert!(!b.allow(Instant::from_nanos(0)).unwrap().is_probe());
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn is_probe(&self) -> bool {
@@ -823,9 +837,10 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert_eq!(b.allow(42).unwrap().started_at(), 42);
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// assert_eq!(b.allow(Instant::from_nanos(42)).unwrap().started_at(), 42);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn started_at(&self) -> Instant {
@@ -838,9 +853,10 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert_eq!(b.allow(0).unwrap().transition(), None);
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// assert_eq!(b.allow(Instant::from_nanos(0)).unwrap().transition(), None);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn transition(&self) -> Option<Transition> {

@@ -77,12 +77,13 @@ fn working_scale(working_buckets: u64, buckets: u64) -> f64 {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
 ///
-/// let b = SreBreaker::new(SreConfig::default(), 0)?;
-/// b.on_success(0);
-/// b.on_failure(0);
-/// let h = b.history(0);
+/// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+/// b.on_success(Instant::from_nanos(0));
+/// b.on_failure(Instant::from_nanos(0));
+/// let h = b.history(Instant::from_nanos(0));
 /// assert_eq!((h.accepts, h.failures, h.total), (1, 1, 2));
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
@@ -186,10 +187,11 @@ pub enum DroppingTransition {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
 ///
-/// let b = SreBreaker::new(SreConfig::default(), 0)?;
-/// let d = b.allow(0);
+/// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+/// let d = b.allow(Instant::from_nanos(0));
 /// assert!(d.is_admitted());
 /// assert_eq!(d.verdict, SreVerdict::Accepted);
 /// assert_eq!(d.drop_ratio, 0.0);
@@ -215,9 +217,10 @@ impl SreDecision {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// assert!(b.allow(0).is_admitted());
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// assert!(b.allow(Instant::from_nanos(0)).is_admitted());
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn is_admitted(&self) -> bool {
@@ -256,18 +259,19 @@ impl SreDecision {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
 ///
-/// let breaker = SreBreaker::new(SreConfig::default(), 0)?;
+/// let breaker = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
 /// for _ in 0..1_000 {
-///     breaker.on_failure(0);
+///     breaker.on_failure(Instant::from_nanos(0));
 /// }
 /// // 1 000 failures and no success: the ratio is (1000 - 5) / 1001.
-/// let d = breaker.allow_with_roll(1, 0.5);
+/// let d = breaker.allow_with_roll(Instant::from_nanos(1), 0.5);
 /// assert!(!d.is_admitted());
 /// assert!(breaker.is_dropping());
 /// // Ten seconds later the window has rolled over: every call passes again.
-/// assert!(breaker.allow(10_000_000_001).is_admitted());
+/// assert!(breaker.allow(Instant::from_nanos(10_000_000_001)).is_admitted());
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Debug)]
@@ -294,10 +298,11 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
     ///
-    /// assert!(SreBreaker::new(SreConfig::default(), 0).is_ok());
-    /// let err = SreBreaker::new(SreConfig { k: 0.5, ..SreConfig::default() }, 0).unwrap_err();
+    /// assert!(SreBreaker::new(SreConfig::default(), Instant::from_nanos(0)).is_ok());
+    /// let err = SreBreaker::new(SreConfig { k: 0.5, ..SreConfig::default() }, Instant::from_nanos(0)).unwrap_err();
     /// assert_eq!(err.field, "k");
     /// ```
     pub fn new(config: SreConfig, now: Instant) -> Result<Self, FieldError> {
@@ -328,8 +333,9 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
     /// assert_eq!(b.config().buckets, 40);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -345,11 +351,12 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// let d = b.allow(0);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// let d = b.allow(Instant::from_nanos(0));
     /// if d.is_admitted() {
-    ///     b.on_success(0);
+    ///     b.on_success(Instant::from_nanos(0));
     /// }
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -365,14 +372,15 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
     /// for _ in 0..6 {
-    ///     b.on_failure(0);
+    ///     b.on_failure(Instant::from_nanos(0));
     /// }
     /// // ratio = (6 - 5) / 7
-    /// assert_eq!(b.allow_with_roll(0, 0.2).verdict, SreVerdict::Accepted);
-    /// assert_eq!(b.allow_with_roll(0, 0.1).verdict, SreVerdict::Rejected);
+    /// assert_eq!(b.allow_with_roll(Instant::from_nanos(0), 0.2).verdict, SreVerdict::Accepted);
+    /// assert_eq!(b.allow_with_roll(Instant::from_nanos(0), 0.1).verdict, SreVerdict::Rejected);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn allow_with_roll(&self, now: Instant, roll: f64) -> SreDecision {
@@ -403,19 +411,20 @@ impl SreBreaker {
     /// the lowest tier is shed first. The decision reports the breaker's own ratio.
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
     /// use resilience_runtime::priority::Priority;
     ///
-    /// let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0)).unwrap();
     /// for _ in 0..100 {
-    ///     b.record(0, resilience_runtime::breaker::Outcome::Failure);
+    ///     b.record(Instant::from_nanos(0), resilience_runtime::breaker::Outcome::Failure);
     /// }
     /// // Every call fails: the ratio is high, but a critical call is dropped less often.
     /// let critical = (0..1000)
-    ///     .filter(|_| b.allow_priority(0, Priority::Critical).verdict == SreVerdict::Rejected)
+    ///     .filter(|_| b.allow_priority(Instant::from_nanos(0), Priority::Critical).verdict == SreVerdict::Rejected)
     ///     .count();
     /// let sheddable = (0..1000)
-    ///     .filter(|_| b.allow_priority(0, Priority::Sheddable).verdict == SreVerdict::Rejected)
+    ///     .filter(|_| b.allow_priority(Instant::from_nanos(0), Priority::Sheddable).verdict == SreVerdict::Rejected)
     ///     .count();
     /// assert!(critical < sheddable, "{critical} {sheddable}");
     /// ```
@@ -513,10 +522,11 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{Outcome, SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.record(0, Outcome::Drop);
-    /// assert_eq!(b.history(0).drops, 1);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.record(Instant::from_nanos(0), Outcome::Drop);
+    /// assert_eq!(b.history(Instant::from_nanos(0)).drops, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
@@ -550,10 +560,11 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.on_success(0);
-    /// assert_eq!(b.history(0).accepts, 1);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.on_success(Instant::from_nanos(0));
+    /// assert_eq!(b.history(Instant::from_nanos(0)).accepts, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
@@ -566,10 +577,11 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.on_failure(0);
-    /// assert_eq!(b.history(0).failures, 1);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.on_failure(Instant::from_nanos(0));
+    /// assert_eq!(b.history(Instant::from_nanos(0)).failures, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
@@ -582,11 +594,12 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.on_success(0);
-    /// assert_eq!(b.history(0).working_buckets, 1);
-    /// assert_eq!(b.history(10_000_000_000).total, 0);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.on_success(Instant::from_nanos(0));
+    /// assert_eq!(b.history(Instant::from_nanos(0)).working_buckets, 1);
+    /// assert_eq!(b.history(Instant::from_nanos(10_000_000_000)).total, 0);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn history(&self, now: Instant) -> SreHistory {
@@ -622,8 +635,9 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
     /// assert!(!b.is_dropping());
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -637,8 +651,9 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
     /// assert_eq!(b.last_pass(), None);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -660,14 +675,15 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
     ///
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// match b.try_allow(0) {
-    ///     Ok(promise) => promise.accept(1_000), // the call succeeded
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// match b.try_allow(Instant::from_nanos(0)) {
+    ///     Ok(promise) => promise.accept(Instant::from_nanos(1_000)), // the call succeeded
     ///     Err(rejected) => panic!("an empty window never drops: {rejected}"),
     /// }
-    /// assert_eq!(b.history(1_000).accepts, 1);
+    /// assert_eq!(b.history(Instant::from_nanos(1_000)).accepts, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn try_allow(&self, now: Instant) -> Result<SrePromise<&Self>, SreRejected> {
@@ -685,16 +701,17 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
     ///
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
     /// for _ in 0..10 {
-    ///     b.mark_failure(0);
+    ///     b.mark_failure(Instant::from_nanos(0));
     /// }
     /// // ratio (10 - 5) / 11 = 0.4545...
-    /// let rejected = b.try_allow_with_roll(0, 0.3).unwrap_err();
+    /// let rejected = b.try_allow_with_roll(Instant::from_nanos(0), 0.3).unwrap_err();
     /// assert!((rejected.drop_ratio - 5.0 / 11.0).abs() < 1e-12);
-    /// assert!(b.try_allow_with_roll(0, 0.6).is_ok());
+    /// assert!(b.try_allow_with_roll(Instant::from_nanos(0), 0.6).is_ok());
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn try_allow_with_roll(
@@ -716,13 +733,14 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
     /// use std::sync::Arc;
     ///
-    /// let b = Arc::new(SreBreaker::new(SreConfig::default(), 0)?);
-    /// let promise = b.try_allow_owned(0).unwrap();
-    /// std::thread::spawn(move || promise.reject(5)).join().unwrap();
-    /// assert_eq!(b.history(5).failures, 1);
+    /// let b = Arc::new(SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?);
+    /// let promise = b.try_allow_owned(Instant::from_nanos(0)).unwrap();
+    /// std::thread::spawn(move || promise.reject(Instant::from_nanos(5))).join().unwrap();
+    /// assert_eq!(b.history(Instant::from_nanos(5)).failures, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn try_allow_owned(
@@ -755,10 +773,11 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.mark_success(0);
-    /// assert_eq!(b.stats(0).history.accepts, 1);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.mark_success(Instant::from_nanos(0));
+    /// assert_eq!(b.stats(Instant::from_nanos(0)).history.accepts, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
@@ -772,10 +791,11 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.mark_failure(0);
-    /// assert_eq!(b.stats(0).history.failures, 1);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.mark_failure(Instant::from_nanos(0));
+    /// assert_eq!(b.stats(Instant::from_nanos(0)).history.failures, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
@@ -791,14 +811,15 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
     ///
     /// const BUCKET: u64 = 250_000_000; // 10 s / 40
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.mark_success(0);
-    /// b.mark_failure(BUCKET);
-    /// b.mark_failure(2 * BUCKET);
-    /// let s = b.stats(2 * BUCKET);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.mark_success(Instant::from_nanos(0));
+    /// b.mark_failure(Instant::from_nanos(BUCKET));
+    /// b.mark_failure(Instant::from_nanos(2 * BUCKET));
+    /// let s = b.stats(Instant::from_nanos(2 * BUCKET));
     /// assert_eq!((s.history.failing_buckets, s.history.working_buckets), (2, 0));
     /// assert_eq!(s.drop_ratio, 0.0, "3 calls are within the protection of 5");
     /// assert!(!s.dropping);
@@ -820,13 +841,14 @@ impl SreBreaker {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
 ///
-/// let b = SreBreaker::new(SreConfig::default(), 0)?;
+/// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
 /// for _ in 0..20 {
-///     b.mark_failure(0);
+///     b.mark_failure(Instant::from_nanos(0));
 /// }
-/// let s = b.stats(0);
+/// let s = b.stats(Instant::from_nanos(0));
 /// assert_eq!((s.history.failures, s.history.failing_buckets), (20, 1));
 /// assert!((s.drop_ratio - 15.0 / 21.0).abs() < 1e-12); // (20 - 5) / (20 + 1)
 /// assert!(!s.dropping, "no call was asked for yet");
@@ -854,17 +876,18 @@ pub struct SreStats {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
 /// use std::time::Duration;
 ///
-/// let b = SreBreaker::new(SreConfig::default(), 0)?;
+/// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
 /// for _ in 0..100 {
-///     b.mark_failure(0);
+///     b.mark_failure(Instant::from_nanos(0));
 /// }
-/// let r = b.try_allow_with_roll(0, 0.0).unwrap_err();
+/// let r = b.try_allow_with_roll(Instant::from_nanos(0), 0.0).unwrap_err();
 /// assert_eq!(r.to_string(), "circuit breaker is open");
 /// assert_eq!(r.retry_after, Duration::from_secs(1));
-/// assert_eq!(b.history(0).drops, 1);
+/// assert_eq!(b.history(Instant::from_nanos(0)).drops, 1);
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -898,16 +921,17 @@ impl std::error::Error for SreRejected {}
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
 ///
-/// let b = SreBreaker::new(SreConfig::default(), 0)?;
-/// let p = b.try_allow(0).unwrap();
+/// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+/// let p = b.try_allow(Instant::from_nanos(0)).unwrap();
 /// assert_eq!(p.decision().verdict, SreVerdict::Accepted);
 /// assert!(!p.is_forced_probe());
-/// p.reject(10); // the call failed
-/// let unmarked = b.try_allow(20).unwrap();
+/// p.reject(Instant::from_nanos(10)); // the call failed
+/// let unmarked = b.try_allow(Instant::from_nanos(20)).unwrap();
 /// drop(unmarked); // records nothing
-/// let h = b.history(20);
+/// let h = b.history(Instant::from_nanos(20));
 /// assert_eq!((h.failures, h.total), (1, 1));
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
