@@ -2,7 +2,7 @@
 //!
 //! This module owns one concern: a ring of `size` time buckets of `interval` each, fed
 //! with values at a given time and read back, oldest bucket first. It never reads a
-//! clock: every operation takes `now`, nanoseconds on a monotonic timeline chosen by the
+//! clock: every operation takes `now`, an [`Instant`](crate::Instant) on a timeline chosen by the
 //! caller, so the window is deterministic and trivial to test.
 //!
 //! # Semantics
@@ -226,29 +226,29 @@ struct Slot<C> {
 /// go-zero's `TestRollingWindowAdd`, with time driven by hand:
 ///
 /// ```
-/// # use resilience_runtime::Instant;
 /// use resilience_runtime::rolling::RollingWindow;
+/// use resilience_runtime::Instant;
 /// use std::time::Duration;
 ///
-/// let interval = Duration::from_millis(50);
-/// let step = 50_000_000; // one interval, in nanoseconds
-/// let w = RollingWindow::new(3, interval, Instant::from_nanos(0))?;
+/// let step = Duration::from_millis(50); // one interval
+/// let t0 = Instant::from_nanos(0);
+/// let w = RollingWindow::new(3, step, t0)?;
 /// let sums = |now| {
 ///     let mut v = Vec::new();
-///     w.reduce(Instant::from_nanos(now), |b| v.push(b.sum));
+///     w.reduce(now, |b| v.push(b.sum));
 ///     v
 /// };
-/// w.add(Instant::from_nanos(0), 1.0);
-/// assert_eq!(sums(0), [0.0, 0.0, 1.0]);
-/// w.add(Instant::from_nanos(step), 2.0);
-/// w.add(Instant::from_nanos(step), 3.0);
-/// assert_eq!(sums(step), [0.0, 1.0, 5.0]);
+/// w.add(t0, 1.0);
+/// assert_eq!(sums(t0), [0.0, 0.0, 1.0]);
+/// w.add(t0 + step, 2.0);
+/// w.add(t0 + step, 3.0);
+/// assert_eq!(sums(t0 + step), [0.0, 1.0, 5.0]);
 /// for v in [4.0, 5.0, 6.0] {
-///     w.add(Instant::from_nanos(2 * step), v);
+///     w.add(t0 + 2 * step, v);
 /// }
-/// assert_eq!(sums(2 * step), [1.0, 5.0, 15.0]);
-/// w.add(Instant::from_nanos(3 * step), 7.0);
-/// assert_eq!(sums(3 * step), [5.0, 15.0, 7.0]);
+/// assert_eq!(sums(t0 + 2 * step), [1.0, 5.0, 15.0]);
+/// w.add(t0 + 3 * step, 7.0);
+/// assert_eq!(sums(t0 + 3 * step), [5.0, 15.0, 7.0]);
 /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
 /// ```
 pub struct RollingWindow<C: BucketCells = SumCount> {

@@ -541,7 +541,7 @@ fn classic_opens_on_failure_rate_after_minimum_calls() {
     let r = b.allow(at(10)).unwrap_err();
     assert_eq!(
         (r.state, r.retry_at),
-        (ClassicState::Open, Some(9 + 5 * SECOND))
+        (ClassicState::Open, Some(at(9 + 5 * SECOND)))
     );
 }
 
@@ -625,7 +625,10 @@ fn classic_opens_on_consecutive_failures() {
 fn classic_half_open_after_the_wait() {
     let b = classic(trip_config(2));
     b.allow(at(0)).unwrap().failure(at(0)).unwrap();
-    assert_eq!(b.allow(at(SECOND - 1)).unwrap_err().retry_at, Some(SECOND));
+    assert_eq!(
+        b.allow(at(SECOND - 1)).unwrap_err().retry_at,
+        Some(at(SECOND))
+    );
     assert_eq!(b.state(), ClassicState::Open, "lazy until a call arrives");
     let first = b.allow(at(SECOND)).unwrap();
     assert!(first.is_probe());

@@ -176,19 +176,19 @@ struct Estimator {
 /// # Examples
 ///
 /// ```
-/// # use resilience_runtime::Instant;
 /// use resilience_runtime::adaptive::{GradientConfig, GradientLimiter};
 /// use resilience_runtime::{Clock, ManualClock};
+/// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
 /// let config = GradientConfig { initial_limit: 2, ..GradientConfig::default() };
 /// let limiter = GradientLimiter::with_clock(config, Clock::manual(&clock))?;
 /// let now = limiter.now();
-/// let a = limiter.try_acquire(Instant::from_nanos(now))?;
-/// let _b = limiter.try_acquire(Instant::from_nanos(now))?;
-/// assert!(limiter.try_acquire(Instant::from_nanos(now)).is_err(), "limit 2");
-/// a.pass(Instant::from_nanos(now + 1_000_000));
-/// assert!(limiter.try_acquire(Instant::from_nanos(now)).is_ok());
+/// let a = limiter.try_acquire(now)?;
+/// let _b = limiter.try_acquire(now)?;
+/// assert!(limiter.try_acquire(now).is_err(), "limit 2");
+/// a.pass(now + Duration::from_millis(1));
+/// assert!(limiter.try_acquire(now).is_ok());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct GradientLimiter {
@@ -300,16 +300,15 @@ impl GradientLimiter {
     /// [`Overloaded`] when the call's share of the limit is used up.
     ///
     /// ```
-    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::adaptive::{GradientConfig, GradientLimiter};
     /// use resilience_runtime::priority::Priority;
     ///
     /// let config = GradientConfig { initial_limit: 10, critical_reserve: 0.3, ..GradientConfig::default() };
     /// let limiter = GradientLimiter::new(config)?;
     /// let now = limiter.now();
-    /// let default: Vec<_> = (0..10).filter_map(|_| limiter.try_acquire_for(Instant::from_nanos(now), || Priority::Default).ok()).collect();
+    /// let default: Vec<_> = (0..10).filter_map(|_| limiter.try_acquire_for(now, || Priority::Default).ok()).collect();
     /// assert_eq!(default.len(), 7, "30% kept for critical calls");
-    /// let critical: Vec<_> = (0..10).filter_map(|_| limiter.try_acquire_for(Instant::from_nanos(now), || Priority::Critical).ok()).collect();
+    /// let critical: Vec<_> = (0..10).filter_map(|_| limiter.try_acquire_for(now, || Priority::Critical).ok()).collect();
     /// assert_eq!(critical.len(), 3);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```

@@ -245,11 +245,10 @@ impl ShedderWindow {
     /// # Examples
     ///
     /// ```
-    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::adaptive::ShedderWindow;
     /// # use resilience_runtime::rolling::Bucket;
     /// let mut w = ShedderWindow::new(1000.0);
-    /// w.add(Instant::from_nanos(&Bucket { sum: 12.0, count: 3 }));
+    /// w.add(&Bucket { sum: 12.0, count: 3 });
     /// assert_eq!((w.max_pass, w.min_rt_ms), (3, 4.0));
     /// ```
     pub fn add(&mut self, b: &Bucket) {
@@ -289,7 +288,8 @@ impl ShedderWindow {
 ///
 /// let rules = ShedderRules::new(&AdaptiveConfig::default());
 /// let mut dropped_recently = true;
-/// if rules.cool_off(Instant::from_nanos(3_000_000_000), dropped_recently, Some(1_000_000_000)) == CoolOff::Expired {
+/// let (dropped_at, now) = (Instant::from_nanos(1_000_000_000), Instant::from_nanos(3_000_000_000));
+/// if rules.cool_off(now, dropped_recently, Some(dropped_at)) == CoolOff::Expired {
 ///     dropped_recently = false; // what the shedder does
 /// }
 /// assert!(!dropped_recently);
@@ -465,10 +465,10 @@ impl ShedderRules {
     /// # use resilience_runtime::Instant;
     /// # use std::time::Duration;
     /// let t = Instant::from_nanos(5_000_000_000);
-    /// assert_eq!(rules.cool_off(Instant::from_nanos(t + Duration::from_nanos(999_999_999)), true, Some(t)), CoolOff::Hot);
-    /// assert_eq!(rules.cool_off(Instant::from_nanos(t + Duration::from_secs(1)), true, Some(t)), CoolOff::Expired);
-    /// assert_eq!(rules.cool_off(Instant::from_nanos(t), false, Some(t)), CoolOff::Cold);
-    /// assert_eq!(rules.cool_off(Instant::from_nanos(t), true, None), CoolOff::Cold);
+    /// assert_eq!(rules.cool_off(t + Duration::from_nanos(999_999_999), true, Some(t)), CoolOff::Hot);
+    /// assert_eq!(rules.cool_off(t + Duration::from_secs(1), true, Some(t)), CoolOff::Expired);
+    /// assert_eq!(rules.cool_off(t, false, Some(t)), CoolOff::Cold);
+    /// assert_eq!(rules.cool_off(t, true, None), CoolOff::Cold);
     /// ```
     pub fn cool_off(
         &self,
@@ -581,7 +581,6 @@ pub struct AdaptiveStats {
 /// # Examples
 ///
 /// ```
-/// # use resilience_runtime::Instant;
 /// use resilience_runtime::adaptive::{AdaptiveConfig, AdaptiveLimiter, FixedCpu};
 /// use resilience_runtime::Clock;
 /// use std::sync::Arc;
@@ -590,8 +589,8 @@ pub struct AdaptiveStats {
 /// let cpu = Arc::new(FixedCpu::new(100));
 /// let limiter = AdaptiveLimiter::with_parts(AdaptiveConfig::default(), cpu.clone(), Clock::system())?;
 /// let now = limiter.now();
-/// let permit = limiter.try_acquire(Instant::from_nanos(now)).expect("a cool CPU never drops");
-/// permit.pass(Instant::from_nanos(now + 3_000_000)); // took 3 ms
+/// let permit = limiter.try_acquire(now).expect("a cool CPU never drops");
+/// permit.pass(now + Duration::from_millis(3)); // took 3 ms
 /// assert_eq!(limiter.in_flight(), 0);
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
@@ -906,7 +905,7 @@ impl AdaptiveLimiter {
     /// let config = AdaptiveConfig { window: Duration::from_secs(1), buckets: 10, ..AdaptiveConfig::default() };
     /// let limiter = AdaptiveLimiter::with_parts(config, Arc::new(FixedCpu::new(0)), Clock::manual(&clock))?;
     /// for _ in 0..200 {
-    ///     limiter.try_acquire(limiter.now())?.pass(limiter.now() + 5_000_000);
+    ///     limiter.try_acquire(limiter.now())?.pass(limiter.now() + Duration::from_millis(5));
     /// }
     /// clock.advance(Duration::from_millis(100));
     /// let stats = limiter.stats(limiter.now());

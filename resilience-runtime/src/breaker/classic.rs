@@ -58,8 +58,8 @@ pub enum TransitionReason {
 /// let t = breaker.allow(Instant::from_nanos(2)).unwrap().failure(Instant::from_nanos(3)).expect("tripped");
 /// assert_eq!((t.from, t.to), (ClassicState::Closed, ClassicState::Open));
 /// assert_eq!(t.reason, TransitionReason::ConsecutiveFailures);
-/// assert_eq!(t.at, 3);
-/// assert_eq!(t.open_until, Some(3 + 5_000_000_000));
+/// assert_eq!(t.at, Instant::from_nanos(3));
+/// assert_eq!(t.open_until, Some(t.at + std::time::Duration::from_secs(5)));
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -385,7 +385,7 @@ impl ClassicBreaker {
                     if now < until {
                         return Err(ClassicRejected {
                             state: ClassicState::Open,
-                            retry_at: Some(until),
+                            retry_at: Some(Instant::from_nanos(until)),
                         });
                     }
                     let epoch = p.next_epoch();
@@ -840,7 +840,8 @@ impl CallTicket<'_> {
     /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
-    /// assert_eq!(b.allow(Instant::from_nanos(42)).unwrap().started_at(), 42);
+    /// let at = Instant::from_nanos(42);
+    /// assert_eq!(b.allow(at).unwrap().started_at(), at);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn started_at(&self) -> Instant {

@@ -127,7 +127,7 @@ pub(super) fn check_keys(r: &mut Reporter<'_>, value: &Node) -> Option<KeyPolicy
             }
         }
     }
-    if overrides.len() > MAX_KEY_OVERRIDES {
+    if overrides.len() as u64 > MAX_KEY_OVERRIDES {
         r.push(
             "keys.overrides",
             ProblemKind::OutOfRange,

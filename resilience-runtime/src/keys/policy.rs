@@ -14,7 +14,7 @@ pub const DEFAULT_MAX_KEYS: u64 = 4096;
 pub const MAX_KEYS: u64 = 1 << 20;
 
 /// The most overrides one `keys` section may have.
-pub const MAX_KEY_OVERRIDES: usize = 10_000;
+pub const MAX_KEY_OVERRIDES: u64 = 10_000;
 
 /// The longest override value, in bytes.
 pub const MAX_OVERRIDE_LEN: usize = 256;
@@ -463,7 +463,7 @@ impl KeyPolicy {
                 &who,
             );
         }
-        if self.overrides.len() > MAX_KEY_OVERRIDES {
+        if self.overrides.len() as u64 > MAX_KEY_OVERRIDES {
             fail(
                 "keys.overrides",
                 format!(

@@ -55,17 +55,17 @@ pub struct QueueStats {
     /// Waiters taken out of a full queue by a call of a higher tier
     /// ([`Priority`](crate::priority::Priority)), refused with [`Reason::QueueFull`].
     pub evicted: u64,
-    /// The total time waited by the waits that ended, in nanoseconds.
-    pub wait_ns: u64,
-    /// The longest wait that ended, in nanoseconds.
-    pub max_wait_ns: u64,
+    /// The total time waited by the waits that ended.
+    pub wait: Duration,
+    /// The longest wait that ended.
+    pub max_wait: Duration,
 }
 
 impl QueueStats {
     /// The mean wait of the waits that ended, if any did.
     pub fn mean_wait(&self) -> Option<Duration> {
         let ended = self.admitted + self.timed_out + self.cancelled + self.refused + self.evicted;
-        (ended > 0).then(|| Duration::from_nanos(self.wait_ns / ended))
+        (ended > 0).then(|| Duration::from_nanos(crate::clock::nanos(self.wait) / ended))
     }
 }
 
@@ -150,8 +150,8 @@ impl WaitQueue {
             refused: n(REFUSED),
             full: n(FULL),
             evicted: n(EVICTED),
-            wait_ns: self.wait_ns.load(Ordering::Relaxed),
-            max_wait_ns: self.max_wait_ns.load(Ordering::Relaxed),
+            wait: Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed)),
+            max_wait: Duration::from_nanos(self.max_wait_ns.load(Ordering::Relaxed)),
         }
     }
 }
