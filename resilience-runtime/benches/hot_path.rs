@@ -68,10 +68,7 @@ fn five_rules(buckets: u64, capacity: u64, timeout: Duration) -> Policy {
         .token_bucket(1e9, capacity)
         .max_exceptions(u64::MAX / 2)
         .timeouts(timeout, u64::MAX / 2)
-        .window(
-            buckets,
-            Duration::from_millis(1000 * 10 / u64::from(buckets).max(1)),
-        )
+        .window(buckets, Duration::from_millis(1000 * 10 / buckets.max(1)))
         .build()
         .unwrap()
 }

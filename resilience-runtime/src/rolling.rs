@@ -2,7 +2,7 @@
 //!
 //! This module owns one concern: a ring of `size` time buckets of `interval` each, fed
 //! with values at a given time and read back, oldest bucket first. It never reads a
-//! clock: every operation takes `now`, an [`Instant`](crate::Instant) on a timeline chosen by the
+//! clock: every operation takes `now`, an [`Instant`] on a timeline chosen by the
 //! caller, so the window is deterministic and trivial to test.
 //!
 //! # Semantics

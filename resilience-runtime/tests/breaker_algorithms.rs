@@ -872,7 +872,7 @@ fn classic_probe_slots_under_churn() {
                     if let Ok(ticket) = b.allow(at(SECOND)) {
                         let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                         max_running.fetch_max(now, Ordering::SeqCst);
-                        assert!(now <= u64::from(M), "{now} probes running");
+                        assert!(now <= M, "{now} probes running");
                         running.fetch_sub(1, Ordering::SeqCst);
                         drop(ticket);
                     }

@@ -778,7 +778,7 @@ fn racing_sources_leave_every_point_consistent() {
                         match t % 3 {
                             0 => {
                                 match rng.below(4) {
-                                    0 => r.set_breaker(name, classic(1 + (i % 7) as u64)).unwrap(),
+                                    0 => r.set_breaker(name, classic(1 + (i % 7))).unwrap(),
                                     1 => r.clear_policy(name).unwrap(),
                                     _ => r.set_policy(name, visits(i)).unwrap(),
                                 }

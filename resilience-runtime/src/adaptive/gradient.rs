@@ -388,9 +388,7 @@ impl GradientLimiter {
             .fetch_add(nanos(latency), Ordering::Relaxed);
         let count = self.window_count.fetch_add(1, Ordering::Relaxed) + 1;
         let start = self.window_start.load(Ordering::Relaxed);
-        if count >= u64::from(self.config.min_samples)
-            && now.saturating_sub(start) >= self.sample_window_ns
-        {
+        if count >= self.config.min_samples && now.saturating_sub(start) >= self.sample_window_ns {
             self.close_window(now, start);
         }
     }

@@ -109,7 +109,7 @@ impl AdaptiveConfig {
                 format!("must be in 1..={MAX_BUCKETS}, got {}", self.buckets),
             ));
         }
-        if nanos(self.window) < u64::from(self.buckets) {
+        if nanos(self.window) < self.buckets {
             return Err(FieldError::new(
                 "window",
                 format!(
@@ -144,7 +144,7 @@ impl AdaptiveConfig {
 
     /// The width of one bucket.
     pub fn bucket_width(&self) -> Duration {
-        Duration::from_nanos(nanos(self.window) / u64::from(self.buckets.max(1)))
+        Duration::from_nanos(nanos(self.window) / self.buckets.max(1))
     }
 
     /// Buckets per second divided by 1000: turns "passes per bucket x milliseconds"

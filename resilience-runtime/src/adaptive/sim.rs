@@ -279,7 +279,7 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, FieldE
     let warmup_end = t0 + nanos(s.warmup);
     let end = t0 + nanos(s.duration);
     let sla = nanos(s.sla);
-    let workers = u64::from(s.workers);
+    let workers = s.workers;
 
     let mut calls: Vec<Option<Call<'_>>> = Vec::new();
     let mut queue: VecDeque<usize> = VecDeque::new();

@@ -328,7 +328,7 @@ impl ClassicBreaker {
             slow_ns: config
                 .slow_call_rate
                 .map(|_| nanos(config.slow_call_duration)),
-            probes: u64::from(config.half_open_probes),
+            probes: config.half_open_probes,
         })
     }
 
@@ -548,11 +548,7 @@ impl ClassicBreaker {
             .add(Instant::from_nanos(now), CallRecord { failed, slow });
         if failed {
             let run = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
-            if self
-                .config
-                .consecutive_failures
-                .is_some_and(|n| run >= u64::from(n))
-            {
+            if self.config.consecutive_failures.is_some_and(|n| run >= n) {
                 return self.trip(epoch, CLOSED, now, TransitionReason::ConsecutiveFailures);
             }
         } else if self.consecutive.load(Ordering::Relaxed) != 0 {

@@ -109,7 +109,7 @@ impl SreConfig {
 
     /// The width of one bucket.
     pub(crate) fn bucket_width(&self) -> Duration {
-        Duration::from_nanos(nanos(self.window) / u64::from(self.buckets))
+        Duration::from_nanos(nanos(self.window) / self.buckets)
     }
 }
 
@@ -401,7 +401,7 @@ impl ClassicConfig {
 
     /// The width of one bucket.
     pub(crate) fn bucket_width(&self) -> Duration {
-        Duration::from_nanos(nanos(self.window) / u64::from(self.buckets))
+        Duration::from_nanos(nanos(self.window) / self.buckets)
     }
 }
 
@@ -431,7 +431,7 @@ fn validate_window(
     if window.is_zero() {
         return Err(FieldError::new(window_field, "must be non-zero"));
     }
-    if nanos(window) < u64::from(buckets) {
+    if nanos(window) < buckets {
         return Err(FieldError::new(
             window_field,
             format!("must be at least one nanosecond per bucket ({buckets} ns), got {window:?}"),

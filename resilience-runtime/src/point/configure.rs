@@ -337,7 +337,7 @@ impl Point {
         w: WindowConfig,
     ) -> &'static Ring {
         let width = nanos(w.bucket_width);
-        let buckets = u64::from(w.buckets);
+        let buckets = w.buckets;
         if let Some(r) = rings
             .last()
             .filter(|r| r.width_ns == width && r.buckets == buckets)

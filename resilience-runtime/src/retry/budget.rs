@@ -169,7 +169,7 @@ struct Counts {
 
 impl Counts {
     fn new(config: BudgetConfig, now: u64) -> Counts {
-        let width = crate::clock::nanos(config.window) / u64::from(BUCKETS);
+        let width = crate::clock::nanos(config.window) / BUCKETS;
         Counts {
             config,
             window: Ring::new(BUCKETS, width.max(1), now, [0, 0]),

@@ -119,7 +119,7 @@ fn a_pinned_gradient_limit_is_never_exceeded_through_a_point() {
         .adaptive(AdaptiveLimit::Gradient(config))
         .build()
         .unwrap();
-    let n = u64::from(GRADIENT_LIMIT);
+    let n = GRADIENT_LIMIT;
     let v = Verdicts::default();
     for threads in THREADS {
         let reg = system_registry();

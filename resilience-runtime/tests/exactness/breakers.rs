@@ -146,7 +146,7 @@ fn classic_case(v: &Verdicts, threads: usize, mode: ClassicMode, round: usize) {
         (before, after)
     });
     let (b, a) = (&before.totals, &after.totals);
-    let want = u64::from(PROBES).min(threads as u64);
+    let want = PROBES.min(threads as u64);
     v.check(seen.admitted() == want, || {
         format!(
             "{case}: {} of {threads} racing calls admitted half-open, exactly {want} must be",

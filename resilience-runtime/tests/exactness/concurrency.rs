@@ -121,13 +121,13 @@ fn concurrency_case(
             format!("{case}: {} calls still waiting after the run", q.waiting)
         });
     }
-    v.check(seen.max_inflight() <= u64::from(n), || {
+    v.check(seen.max_inflight() <= n, || {
         format!(
             "{case}: the callers saw {} calls in flight at once, at most {n} may be",
             seen.max_inflight()
         )
     });
-    v.check(s.peak_concurrency <= u64::from(n), || {
+    v.check(s.peak_concurrency <= n, || {
         format!(
             "{case}: peak_concurrency {}, at most {n} may be",
             s.peak_concurrency
@@ -312,7 +312,7 @@ fn half_open_case(v: &Verdicts, threads: usize) {
     clock.advance(OPEN_WAIT + Duration::from_millis(1));
 
     let race = race(p, threads, &seen);
-    let want = u64::from(SLOTS).min(threads as u64);
+    let want = SLOTS.min(threads as u64);
     let peak = p.stats().peak_concurrency;
     v.check(race.admitted() == want, || {
         format!(
@@ -320,13 +320,13 @@ fn half_open_case(v: &Verdicts, threads: usize) {
             race.admitted()
         )
     });
-    v.check(seen.max_inflight() <= u64::from(SLOTS), || {
+    v.check(seen.max_inflight() <= SLOTS, || {
         format!(
             "{case}: the callers saw {} calls in flight at once, at most {SLOTS} may be",
             seen.max_inflight()
         )
     });
-    v.check(peak <= u64::from(SLOTS), || {
+    v.check(peak <= SLOTS, || {
         format!("{case}: peak_concurrency {peak}, at most {SLOTS} may be")
     });
     let (by_limit, by_breaker) = (
@@ -349,7 +349,7 @@ fn half_open_case(v: &Verdicts, threads: usize) {
             "{case}: after {want} of {PROBES} probes succeeded the breaker must still be half-open, it is {after:?}"
         )
     });
-    for k in want..u64::from(PROBES) {
+    for k in want..PROBES {
         let r = one_call(p, &seen, false);
         v.check(r.is_ok(), || {
             format!(
@@ -359,7 +359,7 @@ fn half_open_case(v: &Verdicts, threads: usize) {
             )
         });
         let now = state();
-        let wanted = if k + 1 == u64::from(PROBES) {
+        let wanted = if k + 1 == PROBES {
             BreakerState::Closed
         } else {
             BreakerState::HalfOpen
