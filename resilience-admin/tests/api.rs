@@ -25,7 +25,7 @@ fn manual_config(storage: StorageConfig) -> (resilience_admin::server::AdminConf
 
 fn now_ms(manual: &ManualClock) -> i64 {
     let c = Clock::manual(manual);
-    (c.wall_nanos(c.now()) / 1_000_000) as i64
+    c.unix_time(c.now()).as_millis() as i64
 }
 
 fn heartbeat(instance: &str, cycle: i64, points: Value) -> Value {

@@ -99,7 +99,7 @@ fn round_trip(protocol: Protocol) {
     }
     let now = {
         let c = Clock::manual(&manual);
-        (c.wall_nanos(c.now()) / 1_000_000) as i64
+        c.unix_time(c.now()).as_millis() as i64
     };
     let cycle = last_closed_cycle(now);
     let stats = get(

@@ -25,7 +25,7 @@ fn setup(storage: StorageConfig) -> (AdminConfig, ManualClock) {
 
 fn now_ms(manual: &ManualClock) -> i64 {
     let c = Clock::manual(manual);
-    (c.wall_nanos(c.now()) / 1_000_000) as i64
+    c.unix_time(c.now()).as_millis() as i64
 }
 
 /// A registry on the manual clock that takes any number of points.

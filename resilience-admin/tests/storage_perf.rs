@@ -314,7 +314,7 @@ fn check_list(list: &serde_json::Value, latest: i64) {
 fn point_list(storage: StorageConfig, label: &str) {
     let manual = ManualClock::new();
     let clock = Clock::manual(&manual);
-    let now = (clock.wall_nanos(clock.now()) / 1_000_000) as i64;
+    let now = clock.unix_time(clock.now()).as_millis() as i64;
     let latest = last_closed_cycle(now);
     let app = AppKey::new("shop", "orders");
     {

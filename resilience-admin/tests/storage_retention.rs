@@ -19,7 +19,7 @@ const HOUR: Duration = Duration::from_secs(3600);
 
 fn now_ms(manual: &ManualClock) -> i64 {
     let c = Clock::manual(manual);
-    (c.wall_nanos(c.now()) / 1_000_000) as i64
+    c.unix_time(c.now()).as_millis() as i64
 }
 
 fn heartbeat(addr: SocketAddr, app: &str, instance: &str, cycle: i64, body: Value) {

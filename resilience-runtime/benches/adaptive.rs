@@ -198,8 +198,10 @@ fn limiters(c: &mut Criterion) {
         let mut now = l.now();
         g.bench_function(format!("{name}_explicit_now"), |b| {
             b.iter(|| {
-                now += 1_000;
-                l.try_acquire(now).unwrap().pass(now + 500);
+                now += Duration::from_nanos(1_000);
+                l.try_acquire(now)
+                    .unwrap()
+                    .pass(now + Duration::from_nanos(500));
             })
         });
         g.bench_function(format!("{name}_clock"), |b| {

@@ -55,23 +55,20 @@ fn guarded_buckets(x: u64) -> u64 {
 }
 
 /// Every strategy the issue names, with thresholds that never trip.
-fn all_five(buckets: u32) -> Policy {
+fn all_five(buckets: u64) -> Policy {
     five_rules(buckets, 1_000_000_000, Duration::from_secs(3600))
 }
 
 /// The five strategies with a token bucket of `capacity` at 10^9 tokens/s and a
 /// timeout of `timeout`, in a 10 s window of `buckets` buckets.
-fn five_rules(buckets: u32, capacity: u64, timeout: Duration) -> Policy {
+fn five_rules(buckets: u64, capacity: u64, timeout: Duration) -> Policy {
     Policy::builder()
         .max_visits(u64::MAX / 2)
         .max_concurrency(1_000_000)
         .token_bucket(1e9, capacity)
         .max_exceptions(u64::MAX / 2)
         .timeouts(timeout, u64::MAX / 2)
-        .window(
-            buckets,
-            Duration::from_millis(1000 * 10 / u64::from(buckets).max(1)),
-        )
+        .window(buckets, Duration::from_millis(1000 * 10 / buckets.max(1)))
         .build()
         .unwrap()
 }

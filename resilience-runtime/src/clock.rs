@@ -2,7 +2,7 @@
 //!
 //! The runtime reads two things from a [`Clock`]:
 //!
-//! - a **timeline** ([`Clock::now`]), `u64` nanoseconds on `CLOCK_MONOTONIC`, cached
+//! - a **timeline** ([`Clock::now`]), an [`Instant`] (nanoseconds on `CLOCK_MONOTONIC`), cached
 //!   process-wide and refreshed every millisecond by a background thread that only
 //!   runs while the time is being read (reading it is one relaxed load). Windows,
 //!   cycles, delays and breakers live on it, and so do durations and refill rates long
@@ -28,6 +28,112 @@ pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
+/// A point in time on a [`Clock`]'s timeline (or on the timeline of the component
+/// that gave it, such as [`AdaptiveLimiter::now`](crate::adaptive::AdaptiveLimiter::now)):
+/// the time the components that take a `now` are told.
+///
+/// It is a count of nanoseconds from the timeline's origin, so it is `Copy`, ordered
+/// and hashable, and comparable only with instants of the same timeline. The
+/// difference of two instants is a [`Duration`] (zero when the right one is later,
+/// as time on these clocks never goes back); adding or subtracting a [`Duration`]
+/// saturates at the ends of the timeline.
+///
+/// ```
+/// use resilience_runtime::{Clock, Instant, ManualClock};
+/// use std::time::Duration;
+///
+/// let manual = ManualClock::new();
+/// let clock = Clock::manual(&manual);
+/// let t0 = clock.now();
+/// manual.advance(Duration::from_millis(20));
+/// let t1 = clock.now();
+/// assert_eq!(t1 - t0, Duration::from_millis(20));
+/// assert_eq!(t0 - t1, Duration::ZERO);
+/// assert_eq!(t0.checked_duration_since(t1), None);
+/// assert_eq!(t0 + Duration::from_millis(20), t1);
+/// // For tests and interop only: the nanoseconds on the timeline.
+/// assert_eq!(Instant::from_nanos(t1.as_nanos()), t1);
+/// ```
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub struct Instant(u64);
+
+impl Instant {
+    /// The instant `nanos` nanoseconds after the timeline's origin. For tests and
+    /// interop (a reading stored elsewhere); code that runs reads [`Clock::now`].
+    pub const fn from_nanos(nanos: u64) -> Instant {
+        Instant(nanos)
+    }
+
+    /// Nanoseconds from the timeline's origin. For tests and interop, like
+    /// [`from_nanos`](Self::from_nanos).
+    pub const fn as_nanos(self) -> u64 {
+        self.0
+    }
+
+    /// The time from `earlier` to `self`, or `None` when `earlier` is later.
+    pub fn checked_duration_since(self, earlier: Instant) -> Option<Duration> {
+        self.0.checked_sub(earlier.0).map(Duration::from_nanos)
+    }
+
+    /// The time from `earlier` to `self`, zero when `earlier` is later (the same as
+    /// `self - earlier`).
+    pub fn saturating_duration_since(self, earlier: Instant) -> Duration {
+        Duration::from_nanos(self.0.saturating_sub(earlier.0))
+    }
+
+    /// `self + d`, or `None` past the end of the timeline.
+    pub fn checked_add(self, d: Duration) -> Option<Instant> {
+        u64::try_from(d.as_nanos())
+            .ok()
+            .and_then(|d| self.0.checked_add(d))
+            .map(Instant)
+    }
+
+    /// `self - d`, or `None` before the timeline's origin.
+    pub fn checked_sub(self, d: Duration) -> Option<Instant> {
+        u64::try_from(d.as_nanos())
+            .ok()
+            .and_then(|d| self.0.checked_sub(d))
+            .map(Instant)
+    }
+}
+
+impl std::ops::Sub for Instant {
+    type Output = Duration;
+    /// The time from `rhs` to `self`, saturating at zero.
+    fn sub(self, rhs: Instant) -> Duration {
+        self.saturating_duration_since(rhs)
+    }
+}
+
+impl std::ops::Add<Duration> for Instant {
+    type Output = Instant;
+    /// Saturates at the end of the timeline.
+    fn add(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_add(nanos(d)))
+    }
+}
+
+impl std::ops::AddAssign<Duration> for Instant {
+    fn add_assign(&mut self, d: Duration) {
+        *self = *self + d;
+    }
+}
+
+impl std::ops::Sub<Duration> for Instant {
+    type Output = Instant;
+    /// Saturates at the timeline's origin.
+    fn sub(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_sub(nanos(d)))
+    }
+}
+
+impl std::ops::SubAssign<Duration> for Instant {
+    fn sub_assign(&mut self, d: Duration) {
+        *self = *self - d;
+    }
+}
+
 /// Thresholds (call timeouts, slow-call limits, a token bucket's burst span) of at
 /// least this many nanoseconds are measured on the cached timeline, whose ~1 ms
 /// resolution is then under 1% of them; shorter ones on the tick counter.
@@ -48,7 +154,7 @@ pub(crate) const COARSE_ENOUGH_NS: u64 = 200_000_000;
 /// let clock = Clock::manual(&manual);
 /// let t0 = clock.now();
 /// manual.advance(Duration::from_millis(1500));
-/// assert_eq!(clock.now() - t0, 1_500_000_000);
+/// assert_eq!(clock.now() - t0, Duration::from_millis(1500));
 /// ```
 #[derive(Clone, Debug)]
 pub struct Clock {
@@ -143,7 +249,7 @@ impl Clock {
     /// let clock = Clock::manual(&manual);
     /// let t0 = clock.now();
     /// clock.sleep(Duration::from_millis(250));
-    /// assert_eq!(clock.now() - t0, 250_000_000);
+    /// assert_eq!(clock.now() - t0, Duration::from_millis(250));
     /// ```
     pub fn sleep(&self, d: Duration) {
         match &*self.inner {
@@ -163,13 +269,21 @@ impl Clock {
         }
     }
 
-    /// The current time on the timeline, in nanoseconds (monotonic; a resolution of
-    /// about a millisecond for the system clock).
+    /// The current time on the timeline (monotonic; a resolution of about a
+    /// millisecond for the system clock). Give it to the components that take a
+    /// `now` ([`SreBreaker`](crate::breaker::SreBreaker),
+    /// [`RollingWindow`](crate::rolling::RollingWindow), ...).
     #[inline]
-    pub fn now(&self) -> u64 {
+    pub fn now(&self) -> Instant {
+        Instant(self.now_ns())
+    }
+
+    /// The engine's reading of the timeline: nanoseconds, the `u64` its atomics hold.
+    #[inline]
+    pub(crate) fn now_ns(&self) -> u64 {
         match &*self.inner {
             Source::System { .. } => ticker::now(),
-            Source::Manual(m) => m.now_nanos(),
+            Source::Manual(m) => m.now_ns(),
         }
     }
 
@@ -178,7 +292,7 @@ impl Clock {
     pub(crate) fn ticks(&self) -> u64 {
         match &*self.inner {
             Source::System { ticks, .. } => ticks.raw(),
-            Source::Manual(m) => m.now_nanos(),
+            Source::Manual(m) => m.now_ns(),
         }
     }
 
@@ -212,9 +326,23 @@ impl Clock {
         }
     }
 
+    /// The wall-clock time of a timeline reading, as the time since the Unix epoch.
+    ///
+    /// ```
+    /// use resilience_runtime::{Clock, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// let clock = Clock::manual(&ManualClock::new());
+    /// // A manual clock starts at 2026-01-01T00:00:00Z.
+    /// assert_eq!(clock.unix_time(clock.now()), Duration::from_secs(1_767_225_600));
+    /// ```
+    pub fn unix_time(&self, at: Instant) -> Duration {
+        Duration::from_nanos(self.wall_nanos(at.0))
+    }
+
     /// Converts a timeline reading into nanoseconds since the Unix epoch.
     #[inline]
-    pub fn wall_nanos(&self, now: u64) -> u64 {
+    pub(crate) fn wall_nanos(&self, now: u64) -> u64 {
         match &*self.inner {
             Source::System { wall_offset_ns, .. } => now.saturating_add(*wall_offset_ns),
             Source::Manual(m) => now.saturating_add(m.wall_offset_ns),
@@ -231,8 +359,8 @@ impl Clock {
     }
 
     /// Converts a timeline reading into a [`SystemTime`].
-    pub fn system_time(&self, now: u64) -> SystemTime {
-        UNIX_EPOCH + Duration::from_nanos(self.wall_nanos(now))
+    pub fn system_time(&self, at: Instant) -> SystemTime {
+        UNIX_EPOCH + self.unix_time(at)
     }
 }
 
@@ -299,24 +427,34 @@ impl ManualClock {
     /// happened.
     pub fn advance(&self, by: Duration) {
         let by = nanos(by);
-        self.before_move.run(self.now_nanos().saturating_add(by));
+        self.before_move.run(self.now_ns().saturating_add(by));
         let _ = self
             .nanos
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 Some(n.saturating_add(by))
             });
-        self.after_move.run(self.now_nanos());
+        self.after_move.run(self.now_ns());
     }
 
-    /// Sets the reading, in nanoseconds. Moving backwards is ignored: clocks are monotonic.
-    pub fn set(&self, nanos: u64) {
-        self.before_move.run(nanos.max(self.now_nanos()));
+    /// Sets the reading. Moving backwards is ignored: clocks are monotonic.
+    pub fn set(&self, at: Instant) {
+        self.set_ns(at.0);
+    }
+
+    /// [`set`](Self::set) in nanoseconds (the engine's and the simulation's form).
+    pub(crate) fn set_ns(&self, nanos: u64) {
+        self.before_move.run(nanos.max(self.now_ns()));
         self.nanos.fetch_max(nanos, Ordering::SeqCst);
-        self.after_move.run(self.now_nanos());
+        self.after_move.run(self.now_ns());
+    }
+
+    /// The current reading (the same as [`Clock::now`] of a clock reading it).
+    pub fn now(&self) -> Instant {
+        Instant(self.now_ns())
     }
 
     /// The current reading in nanoseconds.
-    pub fn now_nanos(&self) -> u64 {
+    pub(crate) fn now_ns(&self) -> u64 {
         self.nanos.load(Ordering::SeqCst)
     }
 }
@@ -337,10 +475,11 @@ mod tests {
         let c = Clock::manual(&m);
         let t0 = c.now();
         m.advance(Duration::from_secs(2));
-        assert_eq!(c.now(), t0 + 2_000_000_000);
-        m.set(0);
-        assert_eq!(c.now(), t0 + 2_000_000_000);
-        assert_eq!(c.ticks(), c.now());
+        assert_eq!(c.now(), t0 + Duration::from_secs(2));
+        m.set(Instant::from_nanos(0));
+        assert_eq!(c.now(), t0 + Duration::from_secs(2));
+        assert_eq!(m.now(), c.now());
+        assert_eq!(c.ticks(), c.now_ns());
         assert_eq!(c.ns_to_ticks(5), 5);
     }
 
@@ -348,8 +487,8 @@ mod tests {
     fn manual_wall_clock_is_cycle_aligned() {
         let m = ManualClock::new();
         let c = Clock::manual(&m);
-        assert_eq!(c.wall_nanos(c.now()) % 10_000_000_000, 0);
-        assert_eq!(c.timeline_at_wall(c.wall_nanos(c.now())), c.now());
+        assert_eq!(c.wall_nanos(c.now_ns()) % 10_000_000_000, 0);
+        assert_eq!(c.timeline_at_wall(c.wall_nanos(c.now_ns())), c.now_ns());
     }
 
     #[test]
@@ -358,7 +497,7 @@ mod tests {
         let a = c.now();
         let b = c.now();
         assert!(b >= a);
-        let wall = c.wall_nanos(c.now());
+        let wall = c.wall_nanos(c.now_ns());
         let sys = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap()

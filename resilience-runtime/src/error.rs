@@ -277,7 +277,7 @@ fn point_name_problem(name: &str) -> Option<&'static str> {
 /// ```
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
 ///
-/// let err = SreBreaker::new(SreConfig { buckets: 0, ..SreConfig::default() }, 0).unwrap_err();
+/// let err = SreBreaker::new(SreConfig { buckets: 0, ..SreConfig::default() }, resilience_runtime::Instant::from_nanos(0)).unwrap_err();
 /// assert_eq!(err.field, "buckets");
 /// assert!(err.to_string().starts_with("invalid configuration: `buckets`"));
 /// ```

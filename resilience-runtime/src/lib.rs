@@ -51,7 +51,7 @@ mod window;
 #[path = "private.rs"]
 pub mod __private;
 
-pub use clock::{Clock, ManualClock};
+pub use clock::{Clock, Instant, ManualClock};
 pub use declared::{DeclaredPoint, MacroKind};
 pub use error::{
     check_point_name, AlreadyInitialized, Downgraded, FieldError, PointNameError, Reason,

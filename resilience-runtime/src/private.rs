@@ -378,7 +378,7 @@ impl StaticBudget {
 #[derive(Debug)]
 pub struct RetrySpec {
     /// Attempts in all, 1..=100.
-    pub attempts: u32,
+    pub attempts: u64,
     /// `backoff = "exponential"` (else fixed: `base` between attempts).
     pub exponential: bool,
     /// The first wait.

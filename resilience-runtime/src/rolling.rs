@@ -2,7 +2,7 @@
 //!
 //! This module owns one concern: a ring of `size` time buckets of `interval` each, fed
 //! with values at a given time and read back, oldest bucket first. It never reads a
-//! clock: every operation takes `now`, nanoseconds on a monotonic timeline chosen by the
+//! clock: every operation takes `now`, an [`Instant`] on a timeline chosen by the
 //! caller, so the window is deterministic and trivial to test.
 //!
 //! # Semantics
@@ -54,12 +54,13 @@
 //! breakers use the same ring with their own counters
 //! ([`OutcomeCells`](crate::breaker::OutcomeCells) counts successes, failures and drops).
 
+use crate::clock::Instant;
 use crate::sync::atomic::{fence, AtomicU64, Ordering};
 use std::fmt;
 use std::time::Duration;
 
 /// The largest number of buckets a window may have.
-pub const MAX_BUCKETS: usize = 1 << 16;
+pub const MAX_BUCKETS: u64 = 1 << 16;
 
 /// Tick marker of a slot whose counters are being zeroed.
 const LOCKED: u64 = u64::MAX;
@@ -75,6 +76,7 @@ const LOCKED: u64 = u64::MAX;
 /// A bucket that keeps the maximum of the values added:
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::rolling::{BucketCells, RollingWindow};
 /// use std::sync::atomic::{AtomicU64, Ordering};
 /// use std::time::Duration;
@@ -96,11 +98,11 @@ const LOCKED: u64 = u64::MAX;
 ///     }
 /// }
 ///
-/// let w = RollingWindow::<Max>::with_cells(4, Duration::from_millis(100), 0)?;
-/// w.add(0, 7);
-/// w.add(150_000_000, 3);
+/// let w = RollingWindow::<Max>::with_cells(4, Duration::from_millis(100), Instant::from_nanos(0))?;
+/// w.add(Instant::from_nanos(0), 7);
+/// w.add(Instant::from_nanos(150_000_000), 3);
 /// let mut max = 0;
-/// w.reduce(150_000_000, |b| max = max.max(*b));
+/// w.reduce(Instant::from_nanos(150_000_000), |b| max = max.max(*b));
 /// assert_eq!(max, 7);
 /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
 /// ```
@@ -189,7 +191,7 @@ pub enum RollingWindowError {
     /// `size` was above [`MAX_BUCKETS`].
     TooManyBuckets {
         /// The size asked for.
-        size: usize,
+        size: u64,
     },
     /// `interval` was zero.
     ZeroInterval,
@@ -225,27 +227,28 @@ struct Slot<C> {
 ///
 /// ```
 /// use resilience_runtime::rolling::RollingWindow;
+/// use resilience_runtime::Instant;
 /// use std::time::Duration;
 ///
-/// let interval = Duration::from_millis(50);
-/// let step = 50_000_000; // one interval, in nanoseconds
-/// let w = RollingWindow::new(3, interval, 0)?;
+/// let step = Duration::from_millis(50); // one interval
+/// let t0 = Instant::from_nanos(0);
+/// let w = RollingWindow::new(3, step, t0)?;
 /// let sums = |now| {
 ///     let mut v = Vec::new();
 ///     w.reduce(now, |b| v.push(b.sum));
 ///     v
 /// };
-/// w.add(0, 1.0);
-/// assert_eq!(sums(0), [0.0, 0.0, 1.0]);
-/// w.add(step, 2.0);
-/// w.add(step, 3.0);
-/// assert_eq!(sums(step), [0.0, 1.0, 5.0]);
+/// w.add(t0, 1.0);
+/// assert_eq!(sums(t0), [0.0, 0.0, 1.0]);
+/// w.add(t0 + step, 2.0);
+/// w.add(t0 + step, 3.0);
+/// assert_eq!(sums(t0 + step), [0.0, 1.0, 5.0]);
 /// for v in [4.0, 5.0, 6.0] {
-///     w.add(2 * step, v);
+///     w.add(t0 + 2 * step, v);
 /// }
-/// assert_eq!(sums(2 * step), [1.0, 5.0, 15.0]);
-/// w.add(3 * step, 7.0);
-/// assert_eq!(sums(3 * step), [5.0, 15.0, 7.0]);
+/// assert_eq!(sums(t0 + 2 * step), [1.0, 5.0, 15.0]);
+/// w.add(t0 + 3 * step, 7.0);
+/// assert_eq!(sums(t0 + 3 * step), [5.0, 15.0, 7.0]);
 /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
 /// ```
 pub struct RollingWindow<C: BucketCells = SumCount> {
@@ -283,20 +286,21 @@ impl RollingWindow<SumCount> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::rolling::{RollingWindow, RollingWindowError};
     /// use std::time::Duration;
     ///
-    /// assert!(RollingWindow::new(40, Duration::from_millis(250), 0).is_ok());
+    /// assert!(RollingWindow::new(40, Duration::from_millis(250), Instant::from_nanos(0)).is_ok());
     /// assert_eq!(
-    ///     RollingWindow::new(0, Duration::from_millis(250), 0).unwrap_err(),
+    ///     RollingWindow::new(0, Duration::from_millis(250), Instant::from_nanos(0)).unwrap_err(),
     ///     RollingWindowError::ZeroSize
     /// );
     /// assert_eq!(
-    ///     RollingWindow::new(4, Duration::ZERO, 0).unwrap_err(),
+    ///     RollingWindow::new(4, Duration::ZERO, Instant::from_nanos(0)).unwrap_err(),
     ///     RollingWindowError::ZeroInterval
     /// );
     /// ```
-    pub fn new(size: usize, interval: Duration, now: u64) -> Result<Self, RollingWindowError> {
+    pub fn new(size: u64, interval: Duration, now: Instant) -> Result<Self, RollingWindowError> {
         Self::with_cells(size, interval, now)
     }
 }
@@ -311,23 +315,25 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{Outcome, OutcomeCells};
     /// use resilience_runtime::rolling::RollingWindow;
     /// use std::time::Duration;
     ///
-    /// let w = RollingWindow::<OutcomeCells>::with_cells(40, Duration::from_millis(250), 0)?;
-    /// w.add(1, Outcome::Success);
-    /// w.add(2, Outcome::Drop);
+    /// let w = RollingWindow::<OutcomeCells>::with_cells(40, Duration::from_millis(250), Instant::from_nanos(0))?;
+    /// w.add(Instant::from_nanos(1), Outcome::Success);
+    /// w.add(Instant::from_nanos(2), Outcome::Drop);
     /// let mut total = 0;
-    /// w.reduce(3, |b| total += b.total());
+    /// w.reduce(Instant::from_nanos(3), |b| total += b.total());
     /// assert_eq!(total, 2);
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
     /// ```
     pub fn with_cells(
-        size: usize,
+        size: u64,
         interval: Duration,
-        now: u64,
+        now: Instant,
     ) -> Result<Self, RollingWindowError> {
+        let now = now.as_nanos();
         if size == 0 {
             return Err(RollingWindowError::ZeroSize);
         }
@@ -344,7 +350,6 @@ impl<C: BucketCells> RollingWindow<C> {
                 cells: C::default(),
             })
             .collect();
-        let size = size as u64;
         Ok(RollingWindow {
             slots,
             size,
@@ -366,19 +371,20 @@ impl<C: BucketCells> RollingWindow<C> {
     /// `0+1+2` and `0+1+2+3` sum to 10, or to 4 without the current one.
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::rolling::RollingWindow;
     /// use std::time::Duration;
     ///
     /// let step = 10_000_000;
     /// for (ignore, expect) in [(false, 10.0), (true, 4.0)] {
-    ///     let w = RollingWindow::new(4, Duration::from_nanos(step), 0)?.with_ignore_current(ignore);
+    ///     let w = RollingWindow::new(4, Duration::from_nanos(step), Instant::from_nanos(0))?.with_ignore_current(ignore);
     ///     for x in 0..4u64 {
     ///         for i in 0..=x {
-    ///             w.add(x * step, i as f64);
+    ///             w.add(Instant::from_nanos(x * step), i as f64);
     ///         }
     ///     }
     ///     let mut sum = 0.0;
-    ///     w.reduce(3 * step, |b| sum += b.sum);
+    ///     w.reduce(Instant::from_nanos(3 * step), |b| sum += b.sum);
     ///     assert_eq!(sum, expect);
     /// }
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
@@ -394,14 +400,15 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(40, Duration::from_millis(250), 0)?;
+    /// let w = RollingWindow::new(40, Duration::from_millis(250), Instant::from_nanos(0))?;
     /// assert_eq!(w.size(), 40);
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
     /// ```
-    pub fn size(&self) -> usize {
-        self.size as usize
+    pub fn size(&self) -> u64 {
+        self.size
     }
 
     /// The width of one bucket.
@@ -409,9 +416,10 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(40, Duration::from_millis(250), 0)?;
+    /// let w = RollingWindow::new(40, Duration::from_millis(250), Instant::from_nanos(0))?;
     /// assert_eq!(w.interval(), Duration::from_millis(250));
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
     /// ```
@@ -424,9 +432,10 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(4, Duration::from_millis(250), 0)?;
+    /// let w = RollingWindow::new(4, Duration::from_millis(250), Instant::from_nanos(0))?;
     /// assert!(!w.ignores_current());
     /// assert!(w.with_ignore_current(true).ignores_current());
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
@@ -451,18 +460,20 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(3, Duration::from_nanos(100), 0)?;
-    /// w.add(10, 1.0);
-    /// w.add(20, 2.0);
+    /// let w = RollingWindow::new(3, Duration::from_nanos(100), Instant::from_nanos(0))?;
+    /// w.add(Instant::from_nanos(10), 1.0);
+    /// w.add(Instant::from_nanos(20), 2.0);
     /// let mut buckets = Vec::new();
-    /// w.reduce(20, |b| buckets.push((b.sum, b.count)));
+    /// w.reduce(Instant::from_nanos(20), |b| buckets.push((b.sum, b.count)));
     /// assert_eq!(buckets, [(0.0, 0), (0.0, 0), (3.0, 2)]);
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
     /// ```
     #[inline]
-    pub fn add(&self, now: u64, input: C::Input) {
+    pub fn add(&self, now: Instant, input: C::Input) {
+        let now = now.as_nanos();
         let mut tick = self.tick(now);
         let head = self.head.load(Ordering::Acquire);
         if tick > head {
@@ -517,21 +528,23 @@ impl<C: BucketCells> RollingWindow<C> {
     /// empties as time passes.
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(3, Duration::from_nanos(100), 0)?.with_ignore_current(true);
+    /// let w = RollingWindow::new(3, Duration::from_nanos(100), Instant::from_nanos(0))?.with_ignore_current(true);
     /// let sums = |now| {
     ///     let mut v = Vec::new();
-    ///     w.reduce(now, |b| v.push(b.sum));
+    ///     w.reduce(Instant::from_nanos(now), |b| v.push(b.sum));
     ///     v
     /// };
-    /// w.add(0, 1.0);
+    /// w.add(Instant::from_nanos(0), 1.0);
     /// assert_eq!(sums(100), [0.0, 1.0]);
     /// assert_eq!(sums(200), [1.0]);
     /// assert!(sums(300).is_empty());
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
     /// ```
-    pub fn reduce<F: FnMut(&C::Snapshot)>(&self, now: u64, mut f: F) {
+    pub fn reduce<F: FnMut(&C::Snapshot)>(&self, now: Instant, mut f: F) {
+        let now = now.as_nanos();
         let head = self.head.load(Ordering::Acquire);
         let now_tick = self.tick(now).max(head);
         let last = if self.ignore_current {
@@ -566,16 +579,17 @@ impl<C: BucketCells> RollingWindow<C> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::rolling::RollingWindow;
     /// # use std::time::Duration;
-    /// let w = RollingWindow::new(3, Duration::from_nanos(100), 0)?;
-    /// w.add(0, 1.0);
+    /// let w = RollingWindow::new(3, Duration::from_nanos(100), Instant::from_nanos(0))?;
+    /// w.add(Instant::from_nanos(0), 1.0);
     /// w.clear();
     /// let mut count = 0;
-    /// w.reduce(0, |b| count += b.count);
+    /// w.reduce(Instant::from_nanos(0), |b| count += b.count);
     /// assert_eq!(count, 0);
-    /// w.add(0, 2.0);
-    /// w.reduce(0, |b| count += b.count);
+    /// w.add(Instant::from_nanos(0), 2.0);
+    /// w.reduce(Instant::from_nanos(0), |b| count += b.count);
     /// assert_eq!(count, 1);
     /// # Ok::<(), resilience_runtime::rolling::RollingWindowError>(())
     /// ```
@@ -618,15 +632,20 @@ fn backoff(spins: &mut u32) {
 mod tests {
     use super::*;
 
+    /// The instant `ns` nanoseconds into the timeline.
+    fn at(ns: u64) -> Instant {
+        Instant::from_nanos(ns)
+    }
+
     const STEP: u64 = 50_000_000;
 
-    fn window(size: usize) -> RollingWindow {
-        RollingWindow::new(size, Duration::from_nanos(STEP), 0).unwrap()
+    fn window(size: u64) -> RollingWindow {
+        RollingWindow::new(size, Duration::from_nanos(STEP), at(0)).unwrap()
     }
 
     fn sums<C: BucketCells<Snapshot = Bucket>>(w: &RollingWindow<C>, now: u64) -> Vec<f64> {
         let mut v = Vec::new();
-        w.reduce(now, |b| v.push(b.sum));
+        w.reduce(at(now), |b| v.push(b.sum));
         v
     }
 
@@ -634,21 +653,21 @@ mod tests {
     fn constructor_errors() {
         let d = Duration::from_millis(1);
         assert_eq!(
-            RollingWindow::new(0, d, 0).unwrap_err(),
+            RollingWindow::new(0, d, at(0)).unwrap_err(),
             RollingWindowError::ZeroSize
         );
         assert_eq!(
-            RollingWindow::new(1, Duration::ZERO, 0).unwrap_err(),
+            RollingWindow::new(1, Duration::ZERO, at(0)).unwrap_err(),
             RollingWindowError::ZeroInterval
         );
         assert_eq!(
-            RollingWindow::new(MAX_BUCKETS + 1, d, 0).unwrap_err(),
+            RollingWindow::new(MAX_BUCKETS + 1, d, at(0)).unwrap_err(),
             RollingWindowError::TooManyBuckets {
                 size: MAX_BUCKETS + 1
             }
         );
-        assert!(RollingWindow::new(MAX_BUCKETS, d, 0).is_ok());
-        assert!(RollingWindow::new(1, d, 0).is_ok());
+        assert!(RollingWindow::new(MAX_BUCKETS, d, at(0)).is_ok());
+        assert!(RollingWindow::new(1, d, at(0)).is_ok());
     }
 
     #[test]
@@ -664,34 +683,34 @@ mod tests {
     #[test]
     fn go_zero_add() {
         let w = window(3);
-        w.add(0, 1.0);
+        w.add(at(0), 1.0);
         assert_eq!(sums(&w, 0), [0.0, 0.0, 1.0]);
-        w.add(STEP, 2.0);
-        w.add(STEP, 3.0);
+        w.add(at(STEP), 2.0);
+        w.add(at(STEP), 3.0);
         assert_eq!(sums(&w, STEP), [0.0, 1.0, 5.0]);
         for v in [4.0, 5.0, 6.0] {
-            w.add(2 * STEP, v);
+            w.add(at(2 * STEP), v);
         }
         assert_eq!(sums(&w, 2 * STEP), [1.0, 5.0, 15.0]);
-        w.add(3 * STEP, 7.0);
+        w.add(at(3 * STEP), 7.0);
         assert_eq!(sums(&w, 3 * STEP), [5.0, 15.0, 7.0]);
     }
 
     #[test]
     fn span_is_capped_at_size_and_everything_resets() {
         let w = window(3);
-        w.add(0, 1.0);
-        w.add(STEP, 2.0);
-        w.add(10 * STEP + 1, 3.0);
+        w.add(at(0), 1.0);
+        w.add(at(STEP), 2.0);
+        w.add(at(10 * STEP + 1), 3.0);
         assert_eq!(sums(&w, 10 * STEP + 1), [0.0, 0.0, 3.0]);
     }
 
     #[test]
     fn stale_now_counts_in_the_newest_bucket() {
         let w = window(3);
-        w.add(2 * STEP, 1.0);
-        w.add(STEP, 2.0); // older than the newest bucket
-        w.add(0, 4.0);
+        w.add(at(2 * STEP), 1.0);
+        w.add(at(STEP), 2.0); // older than the newest bucket
+        w.add(at(0), 4.0);
         assert_eq!(sums(&w, 2 * STEP), [0.0, 0.0, 7.0]);
         // A stale read is a read at the newest bucket.
         assert_eq!(sums(&w, 0), [0.0, 0.0, 7.0]);
@@ -699,16 +718,16 @@ mod tests {
 
     #[test]
     fn now_before_start_is_start() {
-        let w = RollingWindow::new(2, Duration::from_nanos(STEP), 1_000).unwrap();
-        w.add(0, 1.0);
-        w.add(1_000 + STEP - 1, 1.0);
+        let w = RollingWindow::new(2, Duration::from_nanos(STEP), at(1_000)).unwrap();
+        w.add(at(0), 1.0);
+        w.add(at(1_000 + STEP - 1), 1.0);
         assert_eq!(sums(&w, 1_000), [0.0, 2.0]);
     }
 
     #[test]
     fn reduce_does_not_advance() {
         let w = window(3);
-        w.add(0, 1.0);
+        w.add(at(0), 1.0);
         // Reading far in the future shows nothing, but does not reset anything:
         assert!(sums(&w, 5 * STEP).is_empty());
         assert_eq!(sums(&w, 0), [0.0, 0.0, 1.0]);
@@ -719,10 +738,10 @@ mod tests {
         // When a boundary was crossed, the last-written bucket is already "previous"
         // and is included even when ignoring the current bucket.
         let w = window(3).with_ignore_current(true);
-        w.add(0, 1.0);
+        w.add(at(0), 1.0);
         assert_eq!(sums(&w, 0), [0.0, 0.0]);
         assert_eq!(sums(&w, STEP), [0.0, 1.0]);
-        w.add(STEP, 2.0);
+        w.add(at(STEP), 2.0);
         assert_eq!(sums(&w, STEP), [0.0, 1.0]);
         assert_eq!(sums(&w, 2 * STEP), [1.0, 2.0]);
     }
@@ -730,36 +749,36 @@ mod tests {
     #[test]
     fn single_bucket() {
         let w = window(1);
-        w.add(0, 1.0);
+        w.add(at(0), 1.0);
         assert_eq!(sums(&w, 0), [1.0]);
         assert!(sums(&w, STEP).is_empty());
-        w.add(STEP, 2.0);
+        w.add(at(STEP), 2.0);
         assert_eq!(sums(&w, STEP), [2.0]);
         let ignoring = window(1).with_ignore_current(true);
-        ignoring.add(0, 1.0);
+        ignoring.add(at(0), 1.0);
         assert!(sums(&ignoring, 0).is_empty());
     }
 
     #[test]
     fn clear_empties_and_keeps_working() {
         let w = window(3);
-        w.add(0, 1.0);
-        w.add(STEP, 2.0);
+        w.add(at(0), 1.0);
+        w.add(at(STEP), 2.0);
         w.clear();
         assert_eq!(sums(&w, STEP), [0.0; 3]);
-        w.add(STEP, 3.0);
-        w.add(2 * STEP, 4.0);
+        w.add(at(STEP), 3.0);
+        w.add(at(2 * STEP), 4.0);
         assert_eq!(sums(&w, 2 * STEP), [0.0, 3.0, 4.0]);
     }
 
     #[test]
     fn huge_times_do_not_overflow() {
-        let w = RollingWindow::new(4, Duration::from_nanos(1), 0).unwrap();
-        w.add(u64::MAX, 1.0);
-        w.add(u64::MAX, 1.0);
+        let w = RollingWindow::new(4, Duration::from_nanos(1), at(0)).unwrap();
+        w.add(at(u64::MAX), 1.0);
+        w.add(at(u64::MAX), 1.0);
         assert_eq!(sums(&w, u64::MAX).iter().sum::<f64>(), 2.0);
-        let w = RollingWindow::new(4, Duration::MAX, u64::MAX - 1).unwrap();
-        w.add(u64::MAX, 1.0);
+        let w = RollingWindow::new(4, Duration::MAX, at(u64::MAX - 1)).unwrap();
+        w.add(at(u64::MAX), 1.0);
         assert_eq!(sums(&w, u64::MAX), [0.0, 0.0, 0.0, 1.0]);
     }
 }

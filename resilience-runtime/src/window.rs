@@ -60,15 +60,15 @@ const SLOT_BITS: u32 = 16;
 const SLOT_MASK: u64 = (1 << SLOT_BITS) - 1;
 
 impl<const K: usize> Ring<K> {
-    pub(crate) fn new(buckets: u32, width_ns: u64, now: u64, current: [u64; K]) -> Ring<K> {
-        assert!(u64::from(buckets) <= SLOT_MASK + 1, "at most 2^16 buckets");
+    pub(crate) fn new(buckets: u64, width_ns: u64, now: u64, current: [u64; K]) -> Ring<K> {
+        assert!(buckets <= SLOT_MASK + 1, "at most 2^16 buckets");
         let slots = (0..buckets)
             .map(|_| Slot(current.map(AtomicU64::new)))
             .collect();
         let tick = now / width_ns;
         let ring = Ring {
             width_ns,
-            buckets: u64::from(buckets),
+            buckets,
             next_boundary: AtomicU64::new(0),
             published: AtomicU64::new(0),
             claim: AtomicU64::new(tick),

@@ -15,6 +15,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+/// The instant `ns` nanoseconds into the timeline (the tests drive time by hand).
+fn at(ns: u64) -> resilience_runtime::Instant {
+    resilience_runtime::Instant::from_nanos(ns)
+}
+
 const MS: u64 = 1_000_000;
 
 // ---------------------------------------------------------------- the gate (seed)
@@ -154,11 +159,11 @@ fn shedder_with(
 /// Completes `n` calls of `latency_ms` each, ending at the limiter's current time
 /// (so every sample lands in the current bucket).
 fn complete(l: &AdaptiveLimiter, n: u64, latency_ms: u64) {
-    let now = l.now();
+    let now = l.now().as_nanos();
     let start = now - latency_ms * MS;
-    let permits: Vec<_> = (0..n).map(|_| l.try_acquire(start).unwrap()).collect();
+    let permits: Vec<_> = (0..n).map(|_| l.try_acquire(at(start)).unwrap()).collect();
     for p in permits {
-        p.pass(now);
+        p.pass(at(now));
     }
 }
 
@@ -227,19 +232,19 @@ fn loaded_shedder(cpu: &Arc<FixedCpu>, threshold: u64) -> (AdaptiveLimiter, Manu
 fn shedder_drops_only_when_hot_and_over_the_flight() {
     let cpu = Arc::new(FixedCpu::new(100));
     let (l, clock) = loaded_shedder(&cpu, 500);
-    let now = l.now();
+    let now = l.now().as_nanos();
     // Cool CPU: 200 calls in flight are admitted.
-    let mut held: Vec<_> = (0..200).map(|_| l.try_acquire(now).unwrap()).collect();
+    let mut held: Vec<_> = (0..200).map(|_| l.try_acquire(at(now)).unwrap()).collect();
     // Finishing a few lifts the flight average over the limit (0.9 old + 0.1 flight).
     for _ in 0..40 {
         held.pop().unwrap().fail();
-        held.push(l.try_acquire(now).unwrap());
+        held.push(l.try_acquire(at(now)).unwrap());
     }
-    let s = l.stats(now);
+    let s = l.stats(at(now));
     assert!(s.avg_in_flight > 54.0, "{s:?}");
     // Hot CPU at the threshold (overload factor 1): over 54 in flight, dropped.
     cpu.set(500);
-    let err = l.try_acquire(now).unwrap_err();
+    let err = l.try_acquire(at(now)).unwrap_err();
     assert_eq!((err.in_flight, err.limit, err.cpu), (200, 54.0, Some(500)));
     // CPU cools: still dropping during the 80 ms cool-off after the last hot
     // reading (same bucket, same window)...
@@ -271,13 +276,13 @@ fn shedder_permits_release_on_every_path() {
     let cpu = Arc::new(FixedCpu::new(0));
     let (l, _clock) = shedder(&cpu, 900);
     let l = Arc::new(l);
-    let now = l.now();
-    l.try_acquire(now).unwrap().pass(now + MS);
-    l.try_acquire(now).unwrap().fail();
-    drop(l.try_acquire_owned(now).unwrap());
+    let now = l.now().as_nanos();
+    l.try_acquire(at(now)).unwrap().pass(at(now + MS));
+    l.try_acquire(at(now)).unwrap().fail();
+    drop(l.try_acquire_owned(at(now)).unwrap());
     let l2 = l.clone();
     let _ = std::thread::spawn(move || {
-        let _p = l2.try_acquire_owned(now).unwrap();
+        let _p = l2.try_acquire_owned(at(now)).unwrap();
         panic!("boom");
     })
     .join();
@@ -307,12 +312,12 @@ fn gradient_limit_grows_with_steady_latency_and_shrinks_when_it_climbs() {
     let l = GradientLimiter::with_clock(config, Clock::manual(&clock)).unwrap();
     let window = |latency_ms: u64| {
         // Saturate the limit, then complete every call: one 100 ms window.
-        let now = l.now();
-        let permits: Vec<_> = std::iter::from_fn(|| l.try_acquire(now).ok()).collect();
+        let now = l.now().as_nanos();
+        let permits: Vec<_> = std::iter::from_fn(|| l.try_acquire(at(now)).ok()).collect();
         assert!(!permits.is_empty());
         clock.advance(Duration::from_millis(100));
         for p in permits {
-            p.pass(now + latency_ms * MS);
+            p.pass(at(now + latency_ms * MS));
         }
     };
     for _ in 0..20 {
@@ -373,13 +378,13 @@ fn cpu_sampler_reads_cgroup_v2_against_its_quota() {
     let mut s = CpuSampler::detect_in(&t.path("proc"), &t.path("cg")).unwrap();
     assert_eq!(s.sampling(), CpuSampling::CgroupV2);
     assert_eq!(s.limit_cores(), 1.5);
-    assert_eq!(s.sample(1_000 * MS).unwrap(), None, "baseline");
+    assert_eq!(s.sample(at(1_000 * MS)).unwrap(), None, "baseline");
     // 0.75 s of CPU in 1 s against 1.5 cores: 500 millicores.
     t.write("cg/kubepods/pod1/cpu.stat", "usage_usec 1750000\n");
-    assert_eq!(s.sample(2_000 * MS).unwrap(), Some(500));
+    assert_eq!(s.sample(at(2_000 * MS)).unwrap(), Some(500));
     // More than the quota is clamped.
     t.write("cg/kubepods/pod1/cpu.stat", "usage_usec 9750000\n");
-    assert_eq!(s.sample(3_000 * MS).unwrap(), Some(1000));
+    assert_eq!(s.sample(at(3_000 * MS)).unwrap(), Some(1000));
     // No quota: the cpuset decides.
     t.write("cg/kubepods/pod1/cpu.max", "max 100000\n");
     t.write("cg/kubepods/pod1/cpuset.cpus.effective", "0-3\n");
@@ -388,7 +393,7 @@ fn cpu_sampler_reads_cgroup_v2_against_its_quota() {
     // A broken file is an error naming it, not a panic.
     let mut s = s;
     t.write("cg/kubepods/pod1/cpu.stat", "garbage\n");
-    let err = s.sample(4_000 * MS).unwrap_err();
+    let err = s.sample(at(4_000 * MS)).unwrap_err();
     assert!(err.to_string().contains("cpu.stat"), "{err}");
 }
 
@@ -410,9 +415,13 @@ fn cpu_sampler_falls_back_to_cgroup_v1_then_proc_stat() {
     let mut s = CpuSampler::detect_in(&t.path("proc"), &t.path("cg")).unwrap();
     assert_eq!(s.sampling(), CpuSampling::CgroupV1);
     assert_eq!(s.limit_cores(), 2.0, "no quota: the cpuset's 2 CPUs");
-    assert_eq!(s.sample(0).unwrap(), None);
+    assert_eq!(s.sample(at(0)).unwrap(), None);
     t.write("cg/cpu,cpuacct/docker/abc/cpuacct.usage", "5500000000\n");
-    assert_eq!(s.sample(1_000 * MS).unwrap(), Some(250), "0.5 s of 2 cores");
+    assert_eq!(
+        s.sample(at(1_000 * MS)).unwrap(),
+        Some(250),
+        "0.5 s of 2 cores"
+    );
 
     t.write("cg/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "50000\n");
     let s = CpuSampler::detect_in(&t.path("proc"), &t.path("cg")).unwrap();
@@ -422,10 +431,10 @@ fn cpu_sampler_falls_back_to_cgroup_v1_then_proc_stat() {
     fs::remove_dir_all(t.path("cg")).unwrap();
     let mut s = CpuSampler::detect_in(&t.path("proc"), &t.path("cg")).unwrap();
     assert_eq!(s.sampling(), CpuSampling::ProcStat);
-    assert_eq!(s.sample(0).unwrap(), None);
+    assert_eq!(s.sample(at(0)).unwrap(), None);
     // busy +300 of total +400 jiffies (idle +100): 750.
     t.write("proc/stat", "cpu  300 0 200 900 0 0 0 0 0 0\n");
-    assert_eq!(s.sample(0).unwrap(), Some(750));
+    assert_eq!(s.sample(at(0)).unwrap(), Some(750));
 
     fs::remove_file(t.path("proc/stat")).unwrap();
     assert!(CpuSampler::detect_in(&t.path("proc"), &t.path("cg")).is_err());
@@ -447,9 +456,9 @@ fn cpu_sampler_measures_this_machine() {
     assert!(s.limit_cores() > 0.0);
     let origin = Instant::now();
     let now = || origin.elapsed().as_nanos() as u64 + 1;
-    assert_eq!(s.sample(now()).unwrap(), None);
+    assert_eq!(s.sample(at(now())).unwrap(), None);
     burn(Duration::from_millis(300));
-    let usage = s.sample(now()).unwrap().expect("time passed");
+    let usage = s.sample(at(now())).unwrap().expect("time passed");
     // One core busy out of `limit_cores`, others' work on top; on a crowded machine
     // this thread may get only part of a core, hence the low floor.
     let floor = (1000.0 / s.limit_cores() * 0.1) as u64;
@@ -620,18 +629,22 @@ fn shedder_drops_by_tier() {
     use resilience_runtime::priority::Priority;
     let cpu = Arc::new(FixedCpu::new(100));
     let (l, _clock) = loaded_shedder(&cpu, 500);
-    let now = l.now();
-    let mut held: Vec<_> = (0..200).map(|_| l.try_acquire(now).unwrap()).collect();
+    let now = l.now().as_nanos();
+    let mut held: Vec<_> = (0..200).map(|_| l.try_acquire(at(now)).unwrap()).collect();
     for _ in 0..60 {
         held.pop().unwrap().fail();
-        held.push(l.try_acquire(now).unwrap());
+        held.push(l.try_acquire(at(now)).unwrap());
     }
     while held.len() > 60 {
         held.pop().unwrap().fail();
     }
-    assert!(l.stats(now).avg_in_flight > 54.0, "{:?}", l.stats(now));
+    assert!(
+        l.stats(at(now)).avg_in_flight > 54.0,
+        "{:?}",
+        l.stats(at(now))
+    );
     cpu.set(500);
-    let asks = |tier: Priority| l.try_acquire_for(now, || tier);
+    let asks = |tier: Priority| l.try_acquire_for(at(now), || tier);
     assert!(asks(Priority::Sheddable).is_err());
     assert!(asks(Priority::Default).is_err());
     while held.len() < 108 {
@@ -640,7 +653,7 @@ fn shedder_drops_by_tier() {
         );
     }
     // Past twice the limit a critical call is dropped too (the average permitting).
-    let s = l.stats(now);
+    let s = l.stats(at(now));
     assert_eq!(
         asks(Priority::Critical).is_err(),
         s.avg_in_flight > 108.0 && s.in_flight > 108

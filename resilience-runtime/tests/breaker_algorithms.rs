@@ -3,13 +3,45 @@
 
 use resilience_runtime::breaker::{
     drop_ratio, Backoff, ClassicBreaker, ClassicConfig, ClassicState, DroppingTransition, Outcome,
-    OutcomeCells, SreBreaker, SreConfig, SreVerdict, Transition, TransitionReason,
+    OutcomeCells, SreBreaker, SreConfig, SreHistory, SreVerdict, Transition, TransitionReason,
 };
 use resilience_runtime::rolling::{RollingWindow, RollingWindowError};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::Duration;
+
+/// The instant `ns` nanoseconds into the timeline (the tests drive time by hand).
+fn at(ns: u64) -> resilience_runtime::Instant {
+    resilience_runtime::Instant::from_nanos(ns)
+}
+
+/// [`drop_ratio`] of a window with these totals and bucket runs under go-zero's
+/// constants `k`, `protection` and bucket count (its test vectors are written so).
+fn go_zero(
+    total: u64,
+    accepts: u64,
+    failing_buckets: u64,
+    working_buckets: u64,
+    k: f64,
+    protection: u64,
+    buckets: u64,
+) -> f64 {
+    let history = SreHistory {
+        total,
+        accepts,
+        failing_buckets,
+        working_buckets,
+        ..SreHistory::default()
+    };
+    let config = SreConfig {
+        k,
+        protection,
+        buckets,
+        ..SreConfig::default()
+    };
+    drop_ratio(&history, &config)
+}
 
 const MS: u64 = 1_000_000;
 const SECOND: u64 = 1_000 * MS;
@@ -32,7 +64,7 @@ impl Rng {
 
 fn sums(w: &RollingWindow, now: u64) -> Vec<f64> {
     let mut v = Vec::new();
-    w.reduce(now, |b| v.push(b.sum));
+    w.reduce(at(now), |b| v.push(b.sum));
     v
 }
 
@@ -42,11 +74,11 @@ fn sums(w: &RollingWindow, now: u64) -> Vec<f64> {
 fn rolling_window_rejects_bad_geometry() {
     let d = Duration::from_millis(50);
     assert_eq!(
-        RollingWindow::new(0, d, 0).unwrap_err(),
+        RollingWindow::new(0, d, at(0)).unwrap_err(),
         RollingWindowError::ZeroSize
     );
     assert_eq!(
-        RollingWindow::new(3, Duration::ZERO, 0).unwrap_err(),
+        RollingWindow::new(3, Duration::ZERO, at(0)).unwrap_err(),
         RollingWindowError::ZeroInterval
     );
 }
@@ -55,19 +87,19 @@ fn rolling_window_rejects_bad_geometry() {
 #[test]
 fn rolling_window_add() {
     let step = 50 * MS;
-    let w = RollingWindow::new(3, Duration::from_nanos(step), 1_000).unwrap();
+    let w = RollingWindow::new(3, Duration::from_nanos(step), at(1_000)).unwrap();
     let t = |n: u64| 1_000 + n * step;
     assert_eq!(sums(&w, t(0)), [0.0, 0.0, 0.0]);
-    w.add(t(0), 1.0);
+    w.add(at(t(0)), 1.0);
     assert_eq!(sums(&w, t(0)), [0.0, 0.0, 1.0]);
-    w.add(t(1), 2.0);
-    w.add(t(1), 3.0);
+    w.add(at(t(1)), 2.0);
+    w.add(at(t(1)), 3.0);
     assert_eq!(sums(&w, t(1)), [0.0, 1.0, 5.0]);
     for v in [4.0, 5.0, 6.0] {
-        w.add(t(2), v);
+        w.add(at(t(2)), v);
     }
     assert_eq!(sums(&w, t(2)), [1.0, 5.0, 15.0]);
-    w.add(t(3), 7.0);
+    w.add(at(t(3)), 7.0);
     assert_eq!(sums(&w, t(3)), [5.0, 15.0, 7.0]);
 }
 
@@ -75,22 +107,22 @@ fn rolling_window_add() {
 /// so a step shorter than the interval that crosses one moves to the next bucket.
 #[test]
 fn rolling_window_bucket_time_boundary() {
-    let w = RollingWindow::new(3, Duration::from_millis(30), 0).unwrap();
+    let w = RollingWindow::new(3, Duration::from_millis(30), at(0)).unwrap();
     assert_eq!(sums(&w, 0), [0.0, 0.0, 0.0]);
-    w.add(0, 1.0);
+    w.add(at(0), 1.0);
     assert_eq!(sums(&w, 0), [0.0, 0.0, 1.0]);
-    w.add(45 * MS, 2.0);
-    w.add(45 * MS, 3.0);
+    w.add(at(45 * MS), 2.0);
+    w.add(at(45 * MS), 3.0);
     assert_eq!(sums(&w, 45 * MS), [0.0, 1.0, 5.0]);
     // 20 ms later (< 30 ms), but past the 60 ms boundary.
     for v in [4.0, 5.0, 6.0] {
-        w.add(65 * MS, v);
+        w.add(at(65 * MS), v);
     }
     assert_eq!(sums(&w, 65 * MS), [1.0, 5.0, 15.0]);
     // 20 ms later again, still before the 90 ms boundary: same bucket.
-    w.add(85 * MS, 7.0);
+    w.add(at(85 * MS), 7.0);
     assert_eq!(sums(&w, 85 * MS), [1.0, 5.0, 22.0]);
-    w.add(95 * MS, 8.0);
+    w.add(at(95 * MS), 8.0);
     assert_eq!(sums(&w, 95 * MS), [5.0, 22.0, 8.0]);
 }
 
@@ -98,15 +130,15 @@ fn rolling_window_bucket_time_boundary() {
 #[test]
 fn rolling_window_reset() {
     let step = 50 * MS;
-    let w = RollingWindow::new(3, Duration::from_nanos(step), 0)
+    let w = RollingWindow::new(3, Duration::from_nanos(step), at(0))
         .unwrap()
         .with_ignore_current(true);
-    w.add(0, 1.0);
+    w.add(at(0), 1.0);
     assert_eq!(sums(&w, step), [0.0, 1.0]);
     assert_eq!(sums(&w, 2 * step), [1.0]);
     assert!(sums(&w, 3 * step).is_empty());
     // Across the whole window.
-    w.add(3 * step, 1.0);
+    w.add(at(3 * step), 1.0);
     assert!(sums(&w, 13 * step).is_empty());
 }
 
@@ -115,28 +147,28 @@ fn rolling_window_reset() {
 fn rolling_window_reduce() {
     let step = 50 * MS;
     for (ignore, expect) in [(false, 10.0), (true, 4.0)] {
-        let w = RollingWindow::new(4, Duration::from_nanos(step), 0)
+        let w = RollingWindow::new(4, Duration::from_nanos(step), at(0))
             .unwrap()
             .with_ignore_current(ignore);
         for x in 0..4u64 {
             for i in 0..=x {
-                w.add(x * step, i as f64);
+                w.add(at(x * step), i as f64);
             }
         }
         let mut sum = 0.0;
-        w.reduce(3 * step, |b| sum += b.sum);
+        w.reduce(at(3 * step), |b| sum += b.sum);
         assert_eq!(sum, expect, "ignore current: {ignore}");
     }
 }
 
 #[test]
 fn rolling_window_counts_and_generic_buckets() {
-    let w = RollingWindow::<OutcomeCells>::with_cells(4, Duration::from_millis(10), 0).unwrap();
-    w.add(0, Outcome::Success);
-    w.add(10 * MS, Outcome::Failure);
-    w.add(10 * MS, Outcome::Drop);
+    let w = RollingWindow::<OutcomeCells>::with_cells(4, Duration::from_millis(10), at(0)).unwrap();
+    w.add(at(0), Outcome::Success);
+    w.add(at(10 * MS), Outcome::Failure);
+    w.add(at(10 * MS), Outcome::Drop);
     let mut seen = Vec::new();
-    w.reduce(10 * MS, |b| seen.push((b.success, b.failure, b.drop)));
+    w.reduce(at(10 * MS), |b| seen.push((b.success, b.failure, b.drop)));
     assert_eq!(seen, [(0, 0, 0), (0, 0, 0), (1, 0, 0), (0, 1, 1)]);
 }
 
@@ -147,7 +179,7 @@ fn rolling_window_concurrent_adds_are_exact() {
     const ADDS: u64 = 20_000;
     let size = 64;
     let step = MS;
-    let w = RollingWindow::new(size, Duration::from_nanos(step), 0).unwrap();
+    let w = RollingWindow::new(size, Duration::from_nanos(step), at(0)).unwrap();
     let done = AtomicU64::new(0);
     std::thread::scope(|s| {
         for t in 0..THREADS {
@@ -158,7 +190,7 @@ fn rolling_window_concurrent_adds_are_exact() {
                     // Time moves forward within one lap (ticks 0..64), sometimes
                     // stale: every add must land in the window.
                     let tick = (i * 64 / ADDS + t % 2).min(63);
-                    w.add(tick * step, 1.0);
+                    w.add(at(tick * step), 1.0);
                 }
                 done.fetch_add(1, Ordering::Relaxed);
             });
@@ -167,7 +199,7 @@ fn rolling_window_concurrent_adds_are_exact() {
             let mut last = 0;
             while done.load(Ordering::Relaxed) < THREADS {
                 let mut count = 0;
-                w.reduce(63 * step, |b| count += b.count);
+                w.reduce(at(63 * step), |b| count += b.count);
                 assert!(count <= THREADS * ADDS);
                 // Within one lap nothing is ever reset, so the count only grows.
                 assert!(count >= last, "{count} < {last}");
@@ -176,7 +208,7 @@ fn rolling_window_concurrent_adds_are_exact() {
         });
     });
     let (mut count, mut sum) = (0, 0.0);
-    w.reduce(63 * step, |b| {
+    w.reduce(at(63 * step), |b| {
         count += b.count;
         sum += b.sum;
     });
@@ -189,16 +221,16 @@ fn rolling_window_concurrent_adds_are_exact() {
 #[test]
 fn rolling_window_concurrent_rotation() {
     const THREADS: u64 = 4;
-    let w = RollingWindow::new(4, Duration::from_nanos(100), 0).unwrap();
+    let w = RollingWindow::new(4, Duration::from_nanos(100), at(0)).unwrap();
     let clock = AtomicU64::new(0);
     std::thread::scope(|s| {
         for _ in 0..THREADS {
             s.spawn(|| {
                 for _ in 0..20_000 {
                     let now = clock.fetch_add(7, Ordering::Relaxed);
-                    w.add(now, 1.0);
+                    w.add(at(now), 1.0);
                     let mut count = 0;
-                    w.reduce(now, |b| count += b.count);
+                    w.reduce(at(now), |b| count += b.count);
                     assert!(count <= 4 * 20_000 * THREADS);
                 }
             });
@@ -206,10 +238,10 @@ fn rolling_window_concurrent_rotation() {
     });
     let end = clock.load(Ordering::Relaxed) + 1_000;
     for _ in 0..10 {
-        w.add(end, 2.0);
+        w.add(at(end), 2.0);
     }
     let mut buckets = Vec::new();
-    w.reduce(end, |b| buckets.push((b.sum, b.count)));
+    w.reduce(at(end), |b| buckets.push((b.sum, b.count)));
     assert_eq!(buckets.last(), Some(&(20.0, 10)));
     assert_eq!(buckets.len(), 4);
 }
@@ -230,7 +262,7 @@ fn sre_drop_ratio_vectors() {
         ((2000, 1000, 0, 10), 0.18553),
     ];
     for ((total, accepts, failing, working), expect) in cases {
-        let got = drop_ratio(total, accepts, failing, working, 1.5, 5, 40);
+        let got = go_zero(total, accepts, failing, working, 1.5, 5, 40);
         assert!(
             (got - expect).abs() < 5e-6,
             "({total}, {accepts}, {failing}, {working}) -> {got}, expected {expect}"
@@ -239,7 +271,7 @@ fn sre_drop_ratio_vectors() {
 }
 
 fn sre() -> SreBreaker {
-    SreBreaker::new(SreConfig::default(), 0).unwrap()
+    SreBreaker::new(SreConfig::default(), at(0)).unwrap()
 }
 
 /// go-zero `TestGoogleBreakerClose`.
@@ -247,13 +279,13 @@ fn sre() -> SreBreaker {
 fn sre_successes_never_trip() {
     let b = sre();
     for _ in 0..80 {
-        b.on_success(0);
+        b.on_success(at(0));
     }
-    assert_eq!(b.allow_with_roll(0, 0.0).verdict, SreVerdict::Accepted);
+    assert_eq!(b.allow_with_roll(at(0), 0.0).verdict, SreVerdict::Accepted);
     for _ in 0..120 {
-        b.on_success(0);
+        b.on_success(at(0));
     }
-    assert_eq!(b.allow_with_roll(0, 0.0).verdict, SreVerdict::Accepted);
+    assert_eq!(b.allow_with_roll(at(0), 0.0).verdict, SreVerdict::Accepted);
 }
 
 /// go-zero `TestGoogleBreakerOpen`: after 100 000 failures nearly all calls are rejected.
@@ -261,20 +293,20 @@ fn sre_successes_never_trip() {
 fn sre_open_after_many_failures() {
     let b = sre();
     for _ in 0..10 {
-        b.on_success(0);
+        b.on_success(at(0));
     }
-    assert!(b.allow(0).is_admitted());
+    assert!(b.allow(at(0)).is_admitted());
     for _ in 0..100_000 {
-        b.on_failure(0);
+        b.on_failure(at(0));
     }
     let now = 500 * MS; // two buckets later
-    let rejected = (0..100).filter(|_| !b.allow(now).is_admitted()).count();
+    let rejected = (0..100).filter(|_| !b.allow(at(now)).is_admitted()).count();
     assert!(
         rejected >= 75,
         "only {rejected} of 100 rejected at {now} ns"
     );
     assert!(b.is_dropping());
-    assert!(b.history(now).drops >= rejected as u64);
+    assert!(b.history(at(now)).drops >= rejected as u64);
 }
 
 /// go-zero `TestGoogleBreakerHalfOpen`: once the failures have left the window and
@@ -283,18 +315,18 @@ fn sre_open_after_many_failures() {
 fn sre_recovers_after_the_window_rolls_over() {
     let b = sre();
     for _ in 0..10_000 {
-        b.on_failure(0);
+        b.on_failure(at(0));
     }
     let now = 500 * MS;
-    assert!((0..100).filter(|_| !b.allow(now).is_admitted()).count() >= 75);
+    assert!((0..100).filter(|_| !b.allow(at(now)).is_admitted()).count() >= 75);
     let later = now + 10 * SECOND;
-    let first = b.allow(later);
+    let first = b.allow(at(later));
     assert!(first.is_admitted());
     assert_eq!(first.transition, Some(DroppingTransition::Stopped));
     for _ in 0..10_000 {
-        b.on_success(later);
+        b.on_success(at(later));
     }
-    assert!((0..100).all(|_| b.allow(later).is_admitted()));
+    assert!((0..100).all(|_| b.allow(at(later)).is_admitted()));
     assert!(!b.is_dropping());
 }
 
@@ -304,30 +336,30 @@ fn sre_protection_calls_never_trip() {
     for failures in 0..=5 {
         let b = sre();
         for _ in 0..failures {
-            b.on_failure(0);
+            b.on_failure(at(0));
         }
-        let d = b.allow_with_roll(10 * MS, 0.0);
+        let d = b.allow_with_roll(at(10 * MS), 0.0);
         assert_eq!(d.verdict, SreVerdict::Accepted, "{failures} failures");
         assert_eq!(d.drop_ratio, 0.0);
     }
     let b = sre();
     for _ in 0..6 {
-        b.on_failure(0);
+        b.on_failure(at(0));
     }
-    assert_eq!(b.allow_with_roll(0, 0.0).verdict, SreVerdict::Rejected);
+    assert_eq!(b.allow_with_roll(at(0), 0.0).verdict, SreVerdict::Rejected);
     // A larger protection tolerates more.
     let tolerant = SreBreaker::new(
         SreConfig {
             protection: 10,
             ..SreConfig::default()
         },
-        0,
+        at(0),
     )
     .unwrap();
     for _ in 0..10 {
-        tolerant.on_failure(0);
+        tolerant.on_failure(at(0));
     }
-    assert!(tolerant.allow_with_roll(0, 0.0).is_admitted());
+    assert!(tolerant.allow_with_roll(at(0), 0.0).is_admitted());
 }
 
 /// go-zero `TestGoogleBreakerSelfProtection`: `total < 2 * success` never trips.
@@ -338,12 +370,12 @@ fn sre_mostly_successful_never_trips() {
         let b = sre();
         let size = rng.below(10_000);
         for _ in 0..=size {
-            b.on_success(0);
+            b.on_success(at(0));
         }
         for _ in 0..size / 3 {
-            b.on_failure(0);
+            b.on_failure(at(0));
         }
-        assert!(b.allow_with_roll(0, 0.0).is_admitted(), "size {size}");
+        assert!(b.allow_with_roll(at(0), 0.0).is_admitted(), "size {size}");
     }
 }
 
@@ -352,31 +384,31 @@ fn sre_mostly_successful_never_trips() {
 fn sre_history() {
     let b = sre();
     for i in 0..10 {
-        b.on_success(i * 5 * MS);
+        b.on_success(at(i * 5 * MS));
     }
-    let h = b.history(50 * MS);
+    let h = b.history(at(50 * MS));
     assert_eq!((h.accepts, h.total), (10, 10));
 
     let b = sre();
     for i in 0..10 {
-        b.on_failure(i * 5 * MS);
+        b.on_failure(at(i * 5 * MS));
     }
-    let h = b.history(50 * MS);
+    let h = b.history(at(50 * MS));
     assert_eq!((h.accepts, h.total), (0, 10));
 
     let b = sre();
     for i in 0..5 {
-        b.on_failure(i * 100 * MS);
+        b.on_failure(at(i * 100 * MS));
     }
     for i in 5..10 {
-        b.on_success(i * 100 * MS);
+        b.on_success(at(i * 100 * MS));
     }
-    let h = b.history(SECOND);
+    let h = b.history(at(SECOND));
     assert_eq!((h.accepts, h.total), (5, 10));
     assert_eq!((h.failing_buckets, h.working_buckets), (0, 2));
 
     // Auto reset.
-    let h = b.history(20 * SECOND);
+    let h = b.history(at(20 * SECOND));
     assert_eq!((h.accepts, h.total), (0, 0));
 }
 
@@ -386,11 +418,11 @@ fn sre_history() {
 fn sre_forced_probe_once_a_second() {
     let b = sre();
     for _ in 0..1_000 {
-        b.on_failure(0);
+        b.on_failure(at(0));
     }
     let start = 100 * MS;
     assert_eq!(
-        b.allow_with_roll(start, 0.999_999).verdict,
+        b.allow_with_roll(at(start), 0.999_999).verdict,
         SreVerdict::Accepted
     );
     let mut forced = Vec::new();
@@ -398,7 +430,7 @@ fn sre_forced_probe_once_a_second() {
     while now < start + 5 * SECOND + 500 * MS {
         now += MS;
         // roll 0.0: never admitted by the dice.
-        match b.allow_with_roll(now, 0.0).verdict {
+        match b.allow_with_roll(at(now), 0.0).verdict {
             SreVerdict::ForcedProbe => forced.push(now),
             SreVerdict::Rejected => {}
             SreVerdict::Accepted => panic!("accepted at {now} ns"),
@@ -412,9 +444,9 @@ fn sre_forced_probe_once_a_second() {
 fn sre_forced_probe_is_won_by_one_thread() {
     let b = sre();
     for _ in 0..1_000 {
-        b.on_failure(0);
+        b.on_failure(at(0));
     }
-    assert!(b.allow_with_roll(0, 0.999_999).is_admitted());
+    assert!(b.allow_with_roll(at(0), 0.999_999).is_admitted());
     let now = 2 * SECOND;
     let barrier = Barrier::new(8);
     let forced = AtomicU64::new(0);
@@ -423,7 +455,7 @@ fn sre_forced_probe_is_won_by_one_thread() {
             s.spawn(|| {
                 barrier.wait();
                 for _ in 0..100 {
-                    if b.allow_with_roll(now, 0.0).verdict == SreVerdict::ForcedProbe {
+                    if b.allow_with_roll(at(now), 0.0).verdict == SreVerdict::ForcedProbe {
                         forced.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -444,12 +476,12 @@ fn sre_concurrent_records_are_counted() {
             s.spawn(move || {
                 for i in 0..5_000u64 {
                     let now = i * MS / 10;
-                    if b.allow(now).is_admitted() {
+                    if b.allow(at(now)).is_admitted() {
                         admitted.fetch_add(1, Ordering::Relaxed);
                         if (i + t) % 3 == 0 {
-                            b.on_success(now);
+                            b.on_success(at(now));
                         } else {
-                            b.on_failure(now);
+                            b.on_failure(at(now));
                         }
                     } else {
                         rejected.fetch_add(1, Ordering::Relaxed);
@@ -458,7 +490,7 @@ fn sre_concurrent_records_are_counted() {
             });
         }
     });
-    let h = b.history(SECOND);
+    let h = b.history(at(SECOND));
     assert_eq!(h.accepts + h.failures, admitted.load(Ordering::Relaxed));
     assert_eq!(h.drops, rejected.load(Ordering::Relaxed));
     assert_eq!(h.total, 20_000);
@@ -467,10 +499,10 @@ fn sre_concurrent_records_are_counted() {
 // ---- classic breaker ----------------------------------------------------------------
 
 fn classic(config: ClassicConfig) -> ClassicBreaker {
-    ClassicBreaker::new(config, 0).unwrap()
+    ClassicBreaker::new(config, at(0)).unwrap()
 }
 
-fn trip_config(probes: u32) -> ClassicConfig {
+fn trip_config(probes: u64) -> ClassicConfig {
     ClassicConfig {
         consecutive_failures: Some(1),
         open_wait: Backoff::exponential(Duration::from_secs(1), 2.0, Duration::from_secs(8)),
@@ -488,13 +520,13 @@ fn classic_opens_on_failure_rate_after_minimum_calls() {
     });
     // 9 failures: above the rate but below the minimum number of calls.
     for i in 0..9 {
-        assert_eq!(b.allow(i).unwrap().failure(i), None);
+        assert_eq!(b.allow(at(i)).unwrap().failure(at(i)), None);
     }
     assert_eq!(b.state(), ClassicState::Closed);
     let t = b
-        .allow(9)
+        .allow(at(9))
         .unwrap()
-        .failure(9)
+        .failure(at(9))
         .expect("10 calls, 100% failed");
     assert_eq!(
         (t.from, t.to, t.reason),
@@ -506,10 +538,10 @@ fn classic_opens_on_failure_rate_after_minimum_calls() {
     );
     assert_eq!(b.state(), ClassicState::Open);
     assert_eq!(b.transition_count(), 1);
-    let r = b.allow(10).unwrap_err();
+    let r = b.allow(at(10)).unwrap_err();
     assert_eq!(
         (r.state, r.retry_at),
-        (ClassicState::Open, Some(9 + 5 * SECOND))
+        (ClassicState::Open, Some(at(9 + 5 * SECOND)))
     );
 }
 
@@ -521,11 +553,11 @@ fn classic_rate_below_threshold_stays_closed() {
         ..ClassicConfig::default()
     });
     for i in 0..1_000u64 {
-        let ticket = b.allow(i * MS).unwrap();
+        let ticket = b.allow(at(i * MS)).unwrap();
         let t = if i % 3 == 0 {
-            ticket.failure(i * MS)
+            ticket.failure(at(i * MS))
         } else {
-            ticket.success(i * MS)
+            ticket.success(at(i * MS))
         };
         assert_eq!(t, None);
     }
@@ -542,12 +574,12 @@ fn classic_window_forgets_old_failures() {
         ..ClassicConfig::default()
     });
     for _ in 0..3 {
-        b.allow(0).unwrap().failure(0);
+        b.allow(at(0)).unwrap().failure(at(0));
     }
     // A second later the three failures have left the window.
     let now = SECOND;
-    assert_eq!(b.allow(now).unwrap().failure(now), None);
-    assert_eq!(b.stats(now).calls, 1);
+    assert_eq!(b.allow(at(now)).unwrap().failure(at(now)), None);
+    assert_eq!(b.stats(at(now)).calls, 1);
 }
 
 #[test]
@@ -561,16 +593,16 @@ fn classic_opens_on_slow_call_rate() {
     });
     let mut now = 0;
     for (i, ms) in [10, 150, 20].into_iter().enumerate() {
-        let ticket = b.allow(now).unwrap();
+        let ticket = b.allow(at(now)).unwrap();
         now += ms * MS;
-        assert_eq!(ticket.success(now), None, "call {i}");
+        assert_eq!(ticket.success(at(now)), None, "call {i}");
     }
-    let ticket = b.allow(now).unwrap();
+    let ticket = b.allow(at(now)).unwrap();
     let t = ticket
-        .finish(now, false, Duration::from_millis(100))
+        .finish(at(now), false, Duration::from_millis(100))
         .expect("2 of 4 slow");
     assert_eq!(t.reason, TransitionReason::SlowCallRate);
-    assert_eq!(b.stats(now).slow_calls, 2);
+    assert_eq!(b.stats(at(now)).slow_calls, 2);
 }
 
 #[test]
@@ -582,20 +614,23 @@ fn classic_opens_on_consecutive_failures() {
         ..ClassicConfig::default()
     });
     for i in 0..4 {
-        assert_eq!(b.allow(i).unwrap().failure(i), None);
+        assert_eq!(b.allow(at(i)).unwrap().failure(at(i)), None);
     }
-    let t = b.allow(4).unwrap().failure(4).unwrap();
+    let t = b.allow(at(4)).unwrap().failure(at(4)).unwrap();
     assert_eq!(t.reason, TransitionReason::ConsecutiveFailures);
-    assert_eq!(t.open_until, Some(4 + 5 * SECOND));
+    assert_eq!(t.open_until, Some(at(4 + 5 * SECOND)));
 }
 
 #[test]
 fn classic_half_open_after_the_wait() {
     let b = classic(trip_config(2));
-    b.allow(0).unwrap().failure(0).unwrap();
-    assert_eq!(b.allow(SECOND - 1).unwrap_err().retry_at, Some(SECOND));
+    b.allow(at(0)).unwrap().failure(at(0)).unwrap();
+    assert_eq!(
+        b.allow(at(SECOND - 1)).unwrap_err().retry_at,
+        Some(at(SECOND))
+    );
     assert_eq!(b.state(), ClassicState::Open, "lazy until a call arrives");
-    let first = b.allow(SECOND).unwrap();
+    let first = b.allow(at(SECOND)).unwrap();
     assert!(first.is_probe());
     let t = first.transition().expect("this call moved the breaker");
     assert_eq!(
@@ -606,9 +641,9 @@ fn classic_half_open_after_the_wait() {
             TransitionReason::WaitElapsed
         )
     );
-    let second = b.allow(SECOND).unwrap();
+    let second = b.allow(at(SECOND)).unwrap();
     assert!(second.is_probe() && second.transition().is_none());
-    let r = b.allow(SECOND).unwrap_err();
+    let r = b.allow(at(SECOND)).unwrap_err();
     assert_eq!((r.state, r.retry_at), (ClassicState::HalfOpen, None));
     drop((first, second));
 }
@@ -616,11 +651,11 @@ fn classic_half_open_after_the_wait() {
 #[test]
 fn classic_all_probes_succeed_closes_and_resets() {
     let b = classic(trip_config(3));
-    b.allow(0).unwrap().failure(0).unwrap();
-    let probes: Vec<_> = (0..3).map(|_| b.allow(SECOND).unwrap()).collect();
+    b.allow(at(0)).unwrap().failure(at(0)).unwrap();
+    let probes: Vec<_> = (0..3).map(|_| b.allow(at(SECOND)).unwrap()).collect();
     let mut closed = None;
     for (i, p) in probes.into_iter().enumerate() {
-        let t = p.success(SECOND + 1);
+        let t = p.success(at(SECOND + 1));
         if i < 2 {
             assert_eq!(t, None);
         } else {
@@ -636,28 +671,34 @@ fn classic_all_probes_succeed_closes_and_resets() {
             TransitionReason::ProbesSucceeded
         )
     );
-    let s = b.stats(SECOND + 1);
+    let s = b.stats(at(SECOND + 1));
     assert_eq!(
         (s.state, s.calls, s.failures, s.consecutive_failures),
         (ClassicState::Closed, 0, 0, 0)
     );
     assert_eq!(s.transitions, 3);
     // The backoff starts over: the next trip waits the base time again.
-    let t = b.allow(2 * SECOND).unwrap().failure(2 * SECOND).unwrap();
-    assert_eq!(t.open_until, Some(3 * SECOND));
+    let t = b
+        .allow(at(2 * SECOND))
+        .unwrap()
+        .failure(at(2 * SECOND))
+        .unwrap();
+    assert_eq!(t.open_until, Some(at(3 * SECOND)));
 }
 
 #[test]
 fn classic_probe_failure_reopens_with_longer_backoff() {
     let b = classic(trip_config(2));
-    let t = b.allow(0).unwrap().failure(0).unwrap();
-    let mut until = t.open_until.unwrap();
+    let t = b.allow(at(0)).unwrap().failure(at(0)).unwrap();
+    let mut until = t.open_until.unwrap().as_nanos();
     assert_eq!(until, SECOND);
     let mut waits = Vec::new();
     for _ in 0..5 {
-        let probe = b.allow(until).unwrap();
-        let other = b.allow(until).unwrap();
-        let t = probe.failure(until + 10).expect("a failed probe reopens");
+        let probe = b.allow(at(until)).unwrap();
+        let other = b.allow(at(until)).unwrap();
+        let t = probe
+            .failure(at(until + 10))
+            .expect("a failed probe reopens");
         assert_eq!(
             (t.from, t.to, t.reason),
             (
@@ -667,9 +708,9 @@ fn classic_probe_failure_reopens_with_longer_backoff() {
             )
         );
         // The other probe belongs to the finished half-open period: ignored.
-        assert_eq!(other.success(until + 20), None);
+        assert_eq!(other.success(at(until + 20)), None);
         assert_eq!(b.state(), ClassicState::Open);
-        let next = t.open_until.unwrap();
+        let next = t.open_until.unwrap().as_nanos();
         waits.push((next - (until + 10)) / SECOND);
         until = next;
     }
@@ -684,13 +725,13 @@ fn classic_jittered_backoff_stays_within_bounds() {
         ..trip_config(1)
     });
     let mut now = 0;
-    let t = b.allow(now).unwrap().failure(now).unwrap();
-    let mut until = t.open_until.unwrap();
+    let t = b.allow(at(now)).unwrap().failure(at(now)).unwrap();
+    let mut until = t.open_until.unwrap().as_nanos();
     assert!((SECOND / 2..=SECOND).contains(&until), "{until}");
     for attempt in 1..6u32 {
         now = until;
-        let t = b.allow(now).unwrap().failure(now).unwrap();
-        until = t.open_until.unwrap();
+        let t = b.allow(at(now)).unwrap().failure(at(now)).unwrap();
+        until = t.open_until.unwrap().as_nanos();
         let full = (SECOND << attempt).min(4 * SECOND);
         let wait = until - now;
         assert!(
@@ -703,59 +744,59 @@ fn classic_jittered_backoff_stays_within_bounds() {
 #[test]
 fn classic_dropped_probe_frees_its_slot() {
     let b = classic(trip_config(1));
-    b.allow(0).unwrap().failure(0).unwrap();
-    let probe = b.allow(SECOND).unwrap();
-    assert!(b.allow(SECOND).is_err());
+    b.allow(at(0)).unwrap().failure(at(0)).unwrap();
+    let probe = b.allow(at(SECOND)).unwrap();
+    assert!(b.allow(at(SECOND)).is_err());
     drop(probe);
-    assert_eq!(b.stats(SECOND).probes_admitted, 0);
+    assert_eq!(b.stats(at(SECOND)).probes_admitted, 0);
     assert_eq!(
         b.state(),
         ClassicState::HalfOpen,
         "a dropped probe is neither outcome"
     );
-    let probe = b.allow(SECOND).unwrap();
-    assert_eq!(probe.success(SECOND).unwrap().to, ClassicState::Closed);
+    let probe = b.allow(at(SECOND)).unwrap();
+    assert_eq!(probe.success(at(SECOND)).unwrap().to, ClassicState::Closed);
 }
 
 #[test]
 fn classic_panicking_probe_frees_its_slot() {
     let b = classic(trip_config(1));
-    b.allow(0).unwrap().failure(0).unwrap();
+    b.allow(at(0)).unwrap().failure(at(0)).unwrap();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let _probe = b.allow(SECOND).unwrap();
+        let _probe = b.allow(at(SECOND)).unwrap();
         panic!("the protected call panicked");
     }));
     assert!(result.is_err());
-    assert_eq!(b.stats(SECOND).probes_admitted, 0);
-    assert!(b.allow(SECOND).is_ok());
+    assert_eq!(b.stats(at(SECOND)).probes_admitted, 0);
+    assert!(b.allow(at(SECOND)).is_ok());
 }
 
 #[test]
 fn classic_dropped_closed_ticket_records_nothing() {
     let b = classic(ClassicConfig::default());
     for _ in 0..100 {
-        let _ = b.allow(0).unwrap();
+        let _ = b.allow(at(0)).unwrap();
     }
-    assert_eq!(b.stats(0).calls, 0);
+    assert_eq!(b.stats(at(0)).calls, 0);
 }
 
 #[test]
 fn classic_a_dropped_future_frees_its_probe() {
     // A probe held across an await point, the future dropped before completion.
     let b = classic(trip_config(1));
-    b.allow(0).unwrap().failure(0).unwrap();
+    b.allow(at(0)).unwrap().failure(at(0)).unwrap();
     let fut = async {
-        let probe = b.allow(SECOND).unwrap();
+        let probe = b.allow(at(SECOND)).unwrap();
         std::future::pending::<()>().await;
-        probe.success(SECOND)
+        probe.success(at(SECOND))
     };
     let mut fut = Box::pin(fut);
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);
     assert!(fut.as_mut().poll(&mut cx).is_pending());
-    assert_eq!(b.stats(SECOND).probes_admitted, 1);
+    assert_eq!(b.stats(at(SECOND)).probes_admitted, 1);
     drop(fut);
-    assert_eq!(b.stats(SECOND).probes_admitted, 0);
+    assert_eq!(b.stats(at(SECOND)).probes_admitted, 0);
 }
 
 /// 8 threads race for the probe slots: exactly `M` are admitted, exactly one call
@@ -764,9 +805,9 @@ fn classic_a_dropped_future_frees_its_probe() {
 fn classic_exactly_m_probes_under_contention() {
     const THREADS: usize = 8;
     for round in 0..100u64 {
-        let m = 1 + (round % 5) as u32;
+        let m = 1 + round % 5;
         let b = classic(trip_config(m));
-        b.allow(0).unwrap().failure(0).unwrap();
+        b.allow(at(0)).unwrap().failure(at(0)).unwrap();
         let barrier = Barrier::new(THREADS);
         let tickets: Vec<_> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..THREADS)
@@ -775,7 +816,7 @@ fn classic_exactly_m_probes_under_contention() {
                     s.spawn(move || {
                         barrier.wait();
                         (0..10)
-                            .filter_map(|_| b.allow(SECOND).ok())
+                            .filter_map(|_| b.allow(at(SECOND)).ok())
                             .collect::<Vec<_>>()
                     })
                 })
@@ -791,7 +832,7 @@ fn classic_exactly_m_probes_under_contention() {
             1
         );
         assert!(tickets.iter().all(|t| t.is_probe()));
-        let s = b.stats(SECOND);
+        let s = b.stats(at(SECOND));
         assert_eq!((s.state, s.probes_admitted), (ClassicState::HalfOpen, m));
 
         // Complete them all concurrently: exactly one closing transition.
@@ -802,7 +843,7 @@ fn classic_exactly_m_probes_under_contention() {
                 let (closes, barrier) = (&closes, &barrier);
                 s.spawn(move || {
                     barrier.wait();
-                    if let Some(t) = t.success(SECOND + 1) {
+                    if let Some(t) = t.success(at(SECOND + 1)) {
                         assert_eq!(t.to, ClassicState::Closed);
                         closes.fetch_add(1, Ordering::Relaxed);
                     }
@@ -819,19 +860,19 @@ fn classic_exactly_m_probes_under_contention() {
 /// run at once.
 #[test]
 fn classic_probe_slots_under_churn() {
-    const M: u32 = 3;
+    const M: u64 = 3;
     let b = classic(trip_config(M));
-    b.allow(0).unwrap().failure(0).unwrap();
+    b.allow(at(0)).unwrap().failure(at(0)).unwrap();
     let running = AtomicU64::new(0);
     let max_running = AtomicU64::new(0);
     std::thread::scope(|s| {
         for _ in 0..8 {
             s.spawn(|| {
                 for _ in 0..5_000 {
-                    if let Ok(ticket) = b.allow(SECOND) {
+                    if let Ok(ticket) = b.allow(at(SECOND)) {
                         let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                         max_running.fetch_max(now, Ordering::SeqCst);
-                        assert!(now <= u64::from(M), "{now} probes running");
+                        assert!(now <= M, "{now} probes running");
                         running.fetch_sub(1, Ordering::SeqCst);
                         drop(ticket);
                     }
@@ -840,7 +881,7 @@ fn classic_probe_slots_under_churn() {
         }
     });
     assert!(max_running.load(Ordering::SeqCst) >= 1);
-    let s = b.stats(SECOND);
+    let s = b.stats(at(SECOND));
     assert_eq!(
         (s.state, s.probes_admitted, s.probes_succeeded),
         (ClassicState::HalfOpen, 0, 0)
@@ -867,7 +908,7 @@ fn classic_random_walk_never_skips_half_open() {
             failure_rate: 0.3 + rng.below(5) as f64 / 10.0,
             minimum_calls: 1 + rng.below(8),
             consecutive_failures: if rng.below(2) == 0 {
-                Some(1 + rng.below(4) as u32)
+                Some(1 + rng.below(4))
             } else {
                 None
             },
@@ -881,7 +922,7 @@ fn classic_random_walk_never_skips_half_open() {
                 Duration::from_secs(2),
             )
             .with_jitter(0.3),
-            half_open_probes: 1 + rng.below(3) as u32,
+            half_open_probes: 1 + rng.below(3),
             cancellations_are_failures: false,
         };
         let b = classic(config);
@@ -893,7 +934,7 @@ fn classic_random_walk_never_skips_half_open() {
             match rng.below(10) {
                 0..=1 => now += rng.below(300) * MS,
                 2..=4 => {
-                    if let Ok(t) = b.allow(now) {
+                    if let Ok(t) = b.allow(at(now)) {
                         log.extend(t.transition());
                         held.push(t);
                     }
@@ -903,8 +944,8 @@ fn classic_random_walk_never_skips_half_open() {
                     let elapsed = Duration::from_millis(rng.below(100));
                     let outcome = match rng.below(8) {
                         0 => None, // dropped
-                        1..=3 => t.finish(now, true, elapsed),
-                        _ => t.finish(now, false, elapsed),
+                        1..=3 => t.finish(at(now), true, elapsed),
+                        _ => t.finish(at(now), false, elapsed),
                     };
                     log.extend(outcome);
                 }
@@ -919,7 +960,7 @@ fn classic_random_walk_never_skips_half_open() {
                 log.len() as u64,
                 "seed {seed} step {step}"
             );
-            let s = b.stats(now);
+            let s = b.stats(at(now));
             assert!(s.probes_succeeded <= s.probes_admitted);
             assert!(s.probes_admitted <= b.config().half_open_probes);
         }
@@ -975,13 +1016,13 @@ fn classic_concurrent_random_walk() {
                 };
                 for _ in 0..20_000 {
                     let now = clock.fetch_add(rng.below(2_000), Ordering::Relaxed);
-                    if let Ok(ticket) = b.allow(now) {
+                    if let Ok(ticket) = b.allow(at(now)) {
                         record(ticket.transition());
                         let end = clock.load(Ordering::Relaxed);
                         match rng.below(5) {
                             0 => drop(ticket),
-                            1 | 2 => record(ticket.failure(end)),
-                            _ => record(ticket.success(end)),
+                            1 | 2 => record(ticket.failure(at(end))),
+                            _ => record(ticket.success(at(end))),
                         }
                     }
                 }
@@ -1000,7 +1041,7 @@ fn sre_config_errors_name_the_field() {
             k: 1.0,
             ..SreConfig::default()
         },
-        0,
+        at(0),
     )
     .unwrap_err();
     assert_eq!(err.field, "k");
@@ -1009,7 +1050,7 @@ fn sre_config_errors_name_the_field() {
             failure_rate: f64::NAN,
             ..ClassicConfig::default()
         },
-        0,
+        at(0),
     )
     .unwrap_err();
     assert_eq!(err.field, "failure_rate");

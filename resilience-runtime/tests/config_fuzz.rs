@@ -426,7 +426,7 @@ fn valid_policy() -> impl Strategy<Value = Policy> {
     (
         (
             of(0..10_000u64),
-            of(0..1_000u32),
+            of(0..1_000u64),
             of(0..1_000u64),
             of((0.0..=1.0f64, 0..100u64)),
             of((ms(10_000), 0..100u64)),
@@ -436,7 +436,7 @@ fn valid_policy() -> impl Strategy<Value = Policy> {
             0..=100u8,
             of((ms(60_000), of(1..1_000u64))),
             (
-                1..=3_600u32,
+                1..=3_600u64,
                 prop_oneof![ms(10_000), (1..1_000_000u64).prop_map(Duration::from_nanos)],
             ),
             any::<bool>(),
@@ -494,7 +494,7 @@ fn valid_keys() -> impl Strategy<Value = KeyPolicy> {
     use std::time::Duration;
     let over = prop_oneof![
         (0..1_000_000u64).prop_map(KeyOverride::limit),
-        (of(0..1_000_000u64), of(1..1_000_000u64), of(0..1_000u32)).prop_map(
+        (of(0..1_000_000u64), of(1..1_000_000u64), of(0..1_000u64)).prop_map(
             |(limit, burst, max_concurrency)| KeyOverride {
                 limit,
                 burst,
@@ -505,8 +505,8 @@ fn valid_keys() -> impl Strategy<Value = KeyPolicy> {
     (
         of((0..1_000_000u64, 1..86_400_000u64)),
         of(1..1_000_000u64),
-        of(0..1_000u32),
-        of(16..=(1u32 << 20)),
+        of(0..1_000u64),
+        of(16..=(1u64 << 20)),
         proptest::collection::btree_map("[a-z0-9:-]{1,8}", over, 0..4),
     )
         .prop_filter_map(
@@ -545,7 +545,7 @@ fn valid_retry() -> impl Strategy<Value = Option<RetryPolicy>> {
         });
     proptest::option::of(
         (
-            1..=100u32,
+            1..=100u64,
             1..10_000u64,
             1.0..10.0f64,
             0..100_000u64,

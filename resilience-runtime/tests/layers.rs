@@ -223,7 +223,7 @@ fn visits(n: u64) -> Policy {
     Policy::builder().max_visits(n).build().unwrap()
 }
 
-fn classic(consecutive_failures: u32) -> BreakerPolicy {
+fn classic(consecutive_failures: u64) -> BreakerPolicy {
     BreakerPolicy::Classic(ClassicConfig {
         consecutive_failures: Some(consecutive_failures),
         ..ClassicConfig::default()
@@ -294,12 +294,12 @@ fn point_config() -> impl Strategy<Value = PointConfig> {
             any::<bool>(),
             prop::option::of(prop::sample::select(vec![100u64, 2000])),
         ),
-        prop::sample::select(vec![(10u32, 1000u64), (4, 250), (20, 500)]),
+        prop::sample::select(vec![(10u64, 1000u64), (4, 250), (20, 500)]),
         any::<bool>(),
-        prop::option::of(prop::sample::select(vec![30u32, 64])),
+        prop::option::of(prop::sample::select(vec![30u64, 64])),
         0u8..32,
         prop::sample::select(breaker_pool()),
-        prop::sample::select(vec![None, Some(2u32), Some(4)]),
+        prop::sample::select(vec![None, Some(2u64), Some(4)]),
     )
         .prop_map(
             |(
@@ -741,11 +741,11 @@ fn random_file(rng: &mut Rng) -> PolicyFile {
         }
         let mut b = Policy::builder().max_visits(rng.below(1000));
         if rng.below(2) == 0 {
-            b = b.window(1 + rng.below(8) as u32, Duration::from_millis(250));
+            b = b.window(1 + rng.below(8), Duration::from_millis(250));
         }
         let mut c = PointConfig::new(b.build().unwrap());
         match rng.below(3) {
-            0 => c = c.with_breaker(classic(1 + rng.below(5) as u32)),
+            0 => c = c.with_breaker(classic(1 + rng.below(5))),
             1 => c = c.with_breaker(BreakerPolicy::Disabled),
             _ => {}
         }
@@ -778,7 +778,7 @@ fn racing_sources_leave_every_point_consistent() {
                         match t % 3 {
                             0 => {
                                 match rng.below(4) {
-                                    0 => r.set_breaker(name, classic(1 + (i % 7) as u32)).unwrap(),
+                                    0 => r.set_breaker(name, classic(1 + (i % 7))).unwrap(),
                                     1 => r.clear_policy(name).unwrap(),
                                     _ => r.set_policy(name, visits(i)).unwrap(),
                                 }

@@ -433,7 +433,8 @@ fn queues_are_exported_for_points_that_have_one() {
     assert_eq!(value(&scrape, "resilience_queue_waiting", &point), 0.0);
     assert_eq!(value(&scrape, "resilience_queue_peak_waiting", &point), 1.0);
     assert!(
-        (value(&scrape, "resilience_queue_wait_seconds_total", &point) - q.wait_ns as f64 / 1e9)
+        (value(&scrape, "resilience_queue_wait_seconds_total", &point)
+            - q.wait.as_nanos() as f64 / 1e9)
             .abs()
             < 1e-9
     );

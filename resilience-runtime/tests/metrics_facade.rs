@@ -197,7 +197,7 @@ fn queue_wait_seconds_are_a_gauge_in_seconds() {
     };
     assert_eq!(unit, "seconds");
     #[allow(clippy::cast_precision_loss)]
-    let expected = q.wait_ns as f64 / 1e9;
+    let expected = q.wait.as_nanos() as f64 / 1e9;
     assert!((waited.0 - expected).abs() < 1e-9, "{waited} {expected}");
     assert!(waited.0 > 0.0);
 }

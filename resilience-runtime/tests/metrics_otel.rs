@@ -178,7 +178,7 @@ fn queue_wait_is_a_float_counter_in_seconds() {
     };
     assert_eq!(unit, "s");
     #[allow(clippy::cast_precision_loss)]
-    let expected = q.wait_ns as f64 / 1e9;
+    let expected = q.wait.as_nanos() as f64 / 1e9;
     assert!((waited - expected).abs() < 1e-9, "{waited} {expected}");
     assert!(waited > 0.0);
     sdk.provider.shutdown().unwrap();

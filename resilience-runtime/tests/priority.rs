@@ -23,7 +23,7 @@ fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
     std::pin::Pin::new(f).poll(&mut Context::from_waker(Waker::noop()))
 }
 
-fn bulkhead(waiting: u32) -> Policy {
+fn bulkhead(waiting: u64) -> Policy {
     Policy::builder()
         .max_concurrency(1)
         .queue(waiting, Duration::from_secs(60))

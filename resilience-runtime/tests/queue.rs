@@ -16,7 +16,7 @@ fn manual_registry() -> (ManualClock, &'static Registry) {
     (manual, registry)
 }
 
-fn bulkhead(n: u32, waiting: u32, wait: Duration) -> Policy {
+fn bulkhead(n: u64, waiting: u64, wait: Duration) -> Policy {
     Policy::builder()
         .max_concurrency(n)
         .queue(waiting, wait)
@@ -89,7 +89,11 @@ fn a_wait_runs_out_on_the_manual_clock() {
     assert_eq!(err.reason(), Reason::QueueTimeout);
     let q = queue(point);
     assert_eq!((q.timed_out, q.waiting, q.admitted), (1, 0, 0));
-    assert_eq!(q.max_wait_ns, 100_000_000, "waited exactly its deadline");
+    assert_eq!(
+        q.max_wait,
+        Duration::from_millis(100),
+        "waited exactly its deadline"
+    );
     let s = point.stats();
     assert_eq!(s.totals.downgrades, 1);
     assert_eq!(s.totals.visits, 2, "the holder and the waiter");

@@ -46,7 +46,7 @@ async fn work(us: u64) -> Result<u64, Refused> {
     Ok(us)
 }
 
-fn bulkhead(n: u32) -> Policy {
+fn bulkhead(n: u64) -> Policy {
     Policy::builder()
         .max_concurrency(n)
         .queue(32, Duration::from_millis(5))

@@ -14,7 +14,7 @@ fn manual_registry() -> (ManualClock, &'static Registry) {
     (manual, registry)
 }
 
-fn no_jitter(attempts: u32) -> Retry {
+fn no_jitter(attempts: u64) -> Retry {
     Retry::new(attempts).backoff(Backoff::exponential(
         Duration::from_millis(50),
         2.0,
@@ -26,7 +26,7 @@ fn no_jitter(attempts: u32) -> Retry {
 fn waits_follow_the_backoff_and_the_last_error_is_returned() {
     let (manual, registry) = manual_registry();
     let point = registry.point("retry.waits").unwrap();
-    let t0 = manual.now_nanos();
+    let t0 = manual.now().as_nanos();
     let mut calls = 0;
     let out: Result<(), u32> = point.call_retrying(
         &no_jitter(4),
@@ -40,7 +40,7 @@ fn waits_follow_the_backoff_and_the_last_error_is_returned() {
     );
     assert_eq!(out, Err(4), "the last attempt's error");
     // 50 + 100 + 150 (capped) ms between four attempts.
-    assert_eq!(manual.now_nanos() - t0, 300_000_000);
+    assert_eq!(manual.now().as_nanos() - t0, 300_000_000);
     let s = point.retry_stats();
     assert_eq!((s.calls, s.attempts, s.retries, s.exhausted), (1, 4, 3, 1));
     assert_eq!(

@@ -17,15 +17,20 @@ fn manual_registry() -> (ManualClock, &'static Registry) {
     (manual, registry)
 }
 
-fn fixed(attempts: u32) -> Retry {
+fn fixed(attempts: u64) -> Retry {
     Retry::new(attempts).backoff(Backoff::fixed(Duration::from_millis(10)))
 }
 
 /// Attempts made by one always-failing call of `point` whose code asks for `code`.
 fn attempts_of(point: &'static resilience_runtime::Point, code: u32) -> u64 {
     let before = point.retry_stats().attempts;
-    let out: Result<(), &str> =
-        point.call_retrying(&fixed(code), None, || Err("busy"), |_| Ok(()), |_| true);
+    let out: Result<(), &str> = point.call_retrying(
+        &fixed(u64::from(code)),
+        None,
+        || Err("busy"),
+        |_| Ok(()),
+        |_| true,
+    );
     assert_eq!(out, Err("busy"));
     point.retry_stats().attempts - before
 }
@@ -42,10 +47,10 @@ fn the_section_replaces_the_code_and_clearing_gives_it_back() {
     )));
     registry.set_retry("rp.code", section).unwrap();
     assert_eq!(registry.retry("rp.code").unwrap(), Some(section));
-    let t0 = manual.now_nanos();
+    let t0 = manual.now().as_nanos();
     assert_eq!(attempts_of(point, 2), 4);
     // The section's backoff (no jitter): 100 + 300 + 500 ms.
-    assert_eq!(manual.now_nanos() - t0, 900_000_000);
+    assert_eq!(manual.now().as_nanos() - t0, 900_000_000);
     registry.clear_retry("rp.code").unwrap();
     assert_eq!(registry.retry("rp.code").unwrap(), None);
     assert_eq!(attempts_of(point, 2), 2);

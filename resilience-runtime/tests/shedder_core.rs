@@ -15,6 +15,11 @@ use resilience_runtime::{Clock, ManualClock};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+/// The instant `ns` nanoseconds into the timeline (the tests drive time by hand).
+fn at(ns: u64) -> resilience_runtime::Instant {
+    resilience_runtime::Instant::from_nanos(ns)
+}
+
 const MS: u64 = 1_000_000;
 const SECOND: u64 = 1_000 * MS;
 /// go-zero's test window: 10 buckets of 100 ms (`windowScale` 0.01).
@@ -174,39 +179,45 @@ fn still_hot_rule() {
     // (1 s); expired -> clear droppedRecently.
     let rules = ShedderRules::new(&AdaptiveConfig::default());
     let t = 7 * SECOND;
-    assert_eq!(rules.cool_off(t, false, None), CoolOff::Cold);
+    assert_eq!(rules.cool_off(at(t), false, None), CoolOff::Cold);
     assert_eq!(
-        rules.cool_off(t, false, Some(t)),
+        rules.cool_off(at(t), false, Some(at(t))),
         CoolOff::Cold,
         "no recent drop"
     );
     assert_eq!(
-        rules.cool_off(t, true, None),
+        rules.cool_off(at(t), true, None),
         CoolOff::Cold,
         "never overloaded"
     );
-    assert_eq!(rules.cool_off(t, true, Some(t)), CoolOff::Hot);
-    assert_eq!(rules.cool_off(t + SECOND - 1, true, Some(t)), CoolOff::Hot);
+    assert_eq!(rules.cool_off(at(t), true, Some(at(t))), CoolOff::Hot);
     assert_eq!(
-        rules.cool_off(t + SECOND, true, Some(t)),
+        rules.cool_off(at(t + SECOND - 1), true, Some(at(t))),
+        CoolOff::Hot
+    );
+    assert_eq!(
+        rules.cool_off(at(t + SECOND), true, Some(at(t))),
         CoolOff::Expired,
         "strict <"
     );
     assert_eq!(
-        rules.cool_off(t + 60 * SECOND, true, Some(t)),
+        rules.cool_off(at(t + 60 * SECOND), true, Some(at(t))),
         CoolOff::Expired
     );
     // A reading "before" the overload (clocks of several threads) is still hot.
-    assert_eq!(rules.cool_off(t - 5, true, Some(t)), CoolOff::Hot);
+    assert_eq!(rules.cool_off(at(t - 5), true, Some(at(t))), CoolOff::Hot);
     assert!(CoolOff::Hot.is_hot() && !CoolOff::Cold.is_hot() && !CoolOff::Expired.is_hot());
     // A configured cool-off.
     let short = ShedderRules::new(&AdaptiveConfig {
         cool_off: Duration::from_millis(250),
         ..AdaptiveConfig::default()
     });
-    assert_eq!(short.cool_off(t + 249 * MS, true, Some(t)), CoolOff::Hot);
     assert_eq!(
-        short.cool_off(t + 250 * MS, true, Some(t)),
+        short.cool_off(at(t + 249 * MS), true, Some(at(t))),
+        CoolOff::Hot
+    );
+    assert_eq!(
+        short.cool_off(at(t + 250 * MS), true, Some(at(t))),
         CoolOff::Expired
     );
 }
@@ -250,13 +261,13 @@ fn the_limiter_reads_its_window_with_the_cores() {
     let clock = ManualClock::new();
     let config = test_config(900);
     let l = AdaptiveLimiter::with_parts(config, cpu.clone(), Clock::manual(&clock)).unwrap();
-    let t0 = l.now();
+    let t0 = l.now().as_nanos();
     // The fixture, one latency sample per pass: bucket i gets (i + 1) x 100 passes
     // (the tenth bucket 1000 of them) of (i + 6) ms, so bucket 0 averages 6 like
     // go-zero's 5.5 rounded.
     for i in 0..10u64 {
         for _ in 0..(i + 1) * 100 {
-            l.record(t0 + i * BUCKET, Duration::from_millis(i + 6), 0);
+            l.record(at(t0 + i * BUCKET), Duration::from_millis(i + 6), 0);
         }
     }
     let now = t0 + 9 * BUCKET;
@@ -265,7 +276,7 @@ fn the_limiter_reads_its_window_with_the_cores() {
         .collect();
     let rules = ShedderRules::new(&config);
     let expect = ShedderWindow::from_buckets(1000.0, &fed);
-    let stats = l.stats(now);
+    let stats = l.stats(at(now));
     assert_eq!(
         (stats.max_pass, stats.min_rt_ms),
         (expect.max_pass, expect.min_rt_ms)
@@ -275,19 +286,19 @@ fn the_limiter_reads_its_window_with_the_cores() {
     assert_eq!(stats.max_flight, 54.0);
     assert_eq!(stats.overload_factor, rules.overload_factor(900));
     // 80 in flight, but the average is 0: admitted.
-    assert!(l.check(now, 80).is_ok());
+    assert!(l.check(at(now), 80).is_ok());
     // Raise the average to 80: 0.9 x 0 + 0.1 x 80 = 8, and so on, 40 times.
     let mut avg = 0.0;
     for _ in 0..40 {
         l.record_failure(80);
         avg = 0.9 * avg + 0.1 * 80.0;
     }
-    assert!((l.stats(now).avg_in_flight - avg).abs() < 1e-9);
+    assert!((l.stats(at(now)).avg_in_flight - avg).abs() < 1e-9);
     assert!(avg > 54.0);
-    let err = l.check(now, 80).unwrap_err();
+    let err = l.check(at(now), 80).unwrap_err();
     assert_eq!(err.limit, rules.flight_limit(54.0, 900));
     assert_eq!((err.in_flight, err.cpu), (80, Some(900)));
-    assert!(l.check(now, 54).is_ok(), "strict: 54 is not above 54");
+    assert!(l.check(at(now), 54).is_ok(), "strict: 54 is not above 54");
 }
 
 /// A small deterministic generator for the model test.
@@ -316,12 +327,12 @@ fn the_limiter_decides_as_the_cores_say() {
         let config = test_config(900);
         let l = AdaptiveLimiter::with_parts(config, cpu.clone(), Clock::manual(&clock)).unwrap();
         let rules = ShedderRules::new(&config);
-        let t0 = l.now();
+        let t0 = l.now().as_nanos();
         let mut rng = Lcg(seed);
         // Model state.
         let mut buckets: Vec<Bucket> = Vec::new(); // by absolute bucket index
         let mut avg = 0.0f64;
-        let mut overload_time: Option<u64> = None;
+        let mut overload_time: Option<resilience_runtime::Instant> = None;
         let mut dropped_recently = false;
         let mut now = t0;
         let (mut decisions, mut drops) = (0u32, 0u32);
@@ -336,7 +347,7 @@ fn the_limiter_decides_as_the_cores_say() {
                 0 => {
                     let ms = 1 + rng.next(8);
                     let in_flight = rng.next(30);
-                    l.record(now, Duration::from_millis(ms), in_flight);
+                    l.record(at(now), Duration::from_millis(ms), in_flight);
                     buckets[cur].sum += ms as f64;
                     buckets[cur].count += 1;
                     avg = 0.9 * avg + 0.1 * in_flight as f64;
@@ -368,9 +379,9 @@ fn the_limiter_decides_as_the_cores_say() {
                     let overloaded = rules.is_overloaded(reading);
                     let mut hot = false;
                     if overloaded {
-                        overload_time = Some(now);
+                        overload_time = Some(at(now));
                     } else {
-                        match rules.cool_off(now, dropped_recently, overload_time) {
+                        match rules.cool_off(at(now), dropped_recently, overload_time) {
                             CoolOff::Hot => hot = true,
                             CoolOff::Cold => {}
                             CoolOff::Expired => {
@@ -380,7 +391,7 @@ fn the_limiter_decides_as_the_cores_say() {
                         }
                     }
                     let expect = rules.should_drop(reading, hot, avg, in_flight, max_flight);
-                    let got = l.check(now, in_flight);
+                    let got = l.check(at(now), in_flight);
                     // The limiter keeps max_flight per bucket as an f32: skip the rare
                     // readings that close to the limit.
                     let close = |x: f64| (x - limit).abs() <= 1e-5 * limit.max(1.0);
@@ -403,7 +414,7 @@ fn the_limiter_decides_as_the_cores_say() {
         }
         assert!(decisions > 200, "seed {seed}: {decisions}");
         assert!(drops > 0, "seed {seed}: the model never dropped");
-        assert!((l.stats(now).avg_in_flight - avg).abs() < 1e-9);
+        assert!((l.stats(at(now)).avg_in_flight - avg).abs() < 1e-9);
     }
     assert!(hot_drops > 0, "the still-hot rule never dropped");
     assert!(expired > 0, "no cool-off ever expired");
@@ -420,7 +431,7 @@ fn concurrent_passes_fold_into_the_same_statistics() {
     let config = test_config(900);
     let l =
         Arc::new(AdaptiveLimiter::with_parts(config, cpu.clone(), Clock::manual(&clock)).unwrap());
-    let t0 = l.now();
+    let t0 = l.now().as_nanos();
     let barrier = Arc::new(Barrier::new(THREADS as usize));
     let handles: Vec<_> = (0..THREADS)
         .map(|i| {
@@ -428,9 +439,9 @@ fn concurrent_passes_fold_into_the_same_statistics() {
             std::thread::spawn(move || {
                 barrier.wait();
                 for _ in 0..PER_THREAD {
-                    let permit = l.try_acquire(t0).expect("a cool CPU never drops");
+                    let permit = l.try_acquire(at(t0)).expect("a cool CPU never drops");
                     // Thread i's calls take i + 1 ms, all ending in bucket 0.
-                    permit.pass(t0 + (i + 1) * MS);
+                    permit.pass(at(t0 + (i + 1) * MS));
                 }
             })
         })
@@ -442,7 +453,7 @@ fn concurrent_passes_fold_into_the_same_statistics() {
     // Bucket 0 holds 8000 samples summing 2000 x (1 + 2 + 3 + 4) = 20 000 ms: an
     // average of 2.5 ms, rounded to 3. Read one bucket later.
     let expect = ShedderWindow::from_buckets(1000.0, &[bucket(THREADS * PER_THREAD, 2.5)]);
-    let stats = l.stats(t0 + BUCKET);
+    let stats = l.stats(at(t0 + BUCKET));
     assert_eq!(
         (stats.max_pass, stats.min_rt_ms),
         (expect.max_pass, expect.min_rt_ms)
@@ -464,7 +475,7 @@ fn concurrent_passes_fold_into_the_same_statistics() {
         .map(|_| {
             let l = Arc::clone(&l);
             std::thread::spawn(move || {
-                (0..500).filter(|_| l.check(now, 100).is_err()).count() as u64
+                (0..500).filter(|_| l.check(at(now), 100).is_err()).count() as u64
             })
         })
         .collect::<Vec<_>>()
@@ -473,5 +484,5 @@ fn concurrent_passes_fold_into_the_same_statistics() {
         .sum();
     // Limit 240 x 0.1 = 24, the average about 100: every check refuses.
     assert_eq!(refused, THREADS * 500);
-    assert_eq!(l.stats(now).drops, refused);
+    assert_eq!(l.stats(at(now)).drops, refused);
 }

@@ -10,13 +10,45 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+/// The instant `ns` nanoseconds into the timeline (the tests drive time by hand).
+fn at(ns: u64) -> resilience_runtime::Instant {
+    resilience_runtime::Instant::from_nanos(ns)
+}
+
+/// [`drop_ratio`] of a window with these totals and bucket runs under go-zero's
+/// constants `k`, `protection` and bucket count (its test vectors are written so).
+fn go_zero(
+    total: u64,
+    accepts: u64,
+    failing_buckets: u64,
+    working_buckets: u64,
+    k: f64,
+    protection: u64,
+    buckets: u64,
+) -> f64 {
+    let history = SreHistory {
+        total,
+        accepts,
+        failing_buckets,
+        working_buckets,
+        ..SreHistory::default()
+    };
+    let config = SreConfig {
+        k,
+        protection,
+        buckets,
+        ..SreConfig::default()
+    };
+    drop_ratio(&history, &config)
+}
+
 const MS: u64 = 1_000_000;
 const SECOND: u64 = 1_000 * MS;
 /// go-zero's bucket: 10 s / 40.
 const BUCKET: u64 = 250 * MS;
 
 fn sre() -> SreBreaker {
-    SreBreaker::new(SreConfig::default(), 0).unwrap()
+    SreBreaker::new(SreConfig::default(), at(0)).unwrap()
 }
 
 fn close(a: f64, b: f64) -> bool {
@@ -26,12 +58,12 @@ fn close(a: f64, b: f64) -> bool {
 #[test]
 fn promises_record_what_they_are_marked() {
     let b = sre();
-    b.try_allow(0).unwrap().accept(MS);
-    b.try_allow(0).unwrap().accept(MS);
-    b.try_allow(0).unwrap().reject(2 * MS);
-    let unmarked = b.try_allow(3 * MS).unwrap();
+    b.try_allow(at(0)).unwrap().accept(at(MS));
+    b.try_allow(at(0)).unwrap().accept(at(MS));
+    b.try_allow(at(0)).unwrap().reject(at(2 * MS));
+    let unmarked = b.try_allow(at(3 * MS)).unwrap();
     drop(unmarked);
-    let h = b.history(3 * MS);
+    let h = b.history(at(3 * MS));
     assert_eq!((h.accepts, h.failures, h.drops, h.total), (2, 1, 0, 3));
     assert_eq!(b.last_pass(), None, "not dropping: no pass recorded");
 }
@@ -43,17 +75,17 @@ fn marks_are_outcomes_without_asking() {
     for i in 0..20u64 {
         let now = i * 100 * MS;
         if i.is_multiple_of(3) {
-            asked.on_failure(now);
-            marked.mark_failure(now);
+            asked.on_failure(at(now));
+            marked.mark_failure(at(now));
         } else {
-            asked.on_success(now);
-            marked.mark_success(now);
+            asked.on_success(at(now));
+            marked.mark_success(at(now));
         }
     }
     let end = 2 * SECOND;
-    assert_eq!(asked.history(end), marked.history(end));
-    assert_eq!(marked.stats(end).history.total, 20);
-    assert_eq!(marked.history(end).drops, 0, "marking never drops");
+    assert_eq!(asked.history(at(end)), marked.history(at(end)));
+    assert_eq!(marked.stats(at(end)).history.total, 20);
+    assert_eq!(marked.history(at(end)).drops, 0, "marking never drops");
 }
 
 /// The runs the stats show are go-zero's `history()` over the window's buckets.
@@ -76,18 +108,18 @@ fn stats_show_the_failing_and_working_runs() {
         let mut counts = OutcomeCounts::default();
         match outcome {
             Some(Outcome::Success) => {
-                b.mark_success(now);
+                b.mark_success(at(now));
                 counts.success = 1;
             }
             Some(Outcome::Failure) => {
-                b.mark_failure(now);
+                b.mark_failure(at(now));
                 counts.failure = 1;
             }
             _ => {}
         }
         expect.push(counts);
     }
-    let s = b.stats(5 * BUCKET);
+    let s = b.stats(at(5 * BUCKET));
     assert_eq!(s.history, SreHistory::from_buckets(&expect));
     assert_eq!(
         (s.history.failing_buckets, s.history.working_buckets),
@@ -95,9 +127,9 @@ fn stats_show_the_failing_and_working_runs() {
     );
     // Then three buckets of successes: working run 3, failing run 0.
     for i in 6..9 {
-        b.mark_success(i * BUCKET);
+        b.mark_success(at(i * BUCKET));
     }
-    let s = b.stats(8 * BUCKET);
+    let s = b.stats(at(8 * BUCKET));
     assert_eq!(
         (s.history.failing_buckets, s.history.working_buckets),
         (0, 3)
@@ -114,16 +146,16 @@ fn stats_drop_ratio_matches_go_zero_vectors() {
     // (6, 0, 0, 0) -> 0.14286: six drops, nothing else: (6 - 5) / 7.
     let b = sre();
     for _ in 0..6 {
-        b.record(0, Outcome::Drop);
+        b.record(at(0), Outcome::Drop);
     }
-    assert!(close(b.stats(0).drop_ratio, 0.14286));
+    assert!(close(b.stats(at(0)).drop_ratio, 0.14286));
 
     // (10, 0, 1, 0) -> 0.45455: ten failures in one bucket: (10 - 5) / 11.
     let b = sre();
     for _ in 0..10 {
-        b.mark_failure(0);
+        b.mark_failure(at(0));
     }
-    let s = b.stats(0);
+    let s = b.stats(at(0));
     assert_eq!(s.history.failing_buckets, 1);
     assert!(close(s.drop_ratio, 0.45455));
 
@@ -131,14 +163,14 @@ fn stats_drop_ratio_matches_go_zero_vectors() {
     // five successes: (100 - 5 - 75) / 101 x (40 - 10) / 40.
     let b = sre();
     for _ in 0..50 {
-        b.mark_failure(0);
+        b.mark_failure(at(0));
     }
     for i in 1..=10 {
         for _ in 0..5 {
-            b.mark_success(i * BUCKET);
+            b.mark_success(at(i * BUCKET));
         }
     }
-    let s = b.stats(10 * BUCKET);
+    let s = b.stats(at(10 * BUCKET));
     assert_eq!(
         (
             s.history.total,
@@ -153,34 +185,34 @@ fn stats_drop_ratio_matches_go_zero_vectors() {
     // (100010, 10, 0, 0) -> 0.99979: go-zero's TestGoogleBreakerOpen fixture.
     let b = sre();
     for _ in 0..10 {
-        b.mark_success(0);
+        b.mark_success(at(0));
     }
     for _ in 0..100_000 {
-        b.mark_failure(0);
+        b.mark_failure(at(0));
     }
-    let s = b.stats(0);
+    let s = b.stats(at(0));
     assert!(close(s.drop_ratio, 0.99979), "{}", s.drop_ratio);
     assert_eq!(
         s.drop_ratio,
-        drop_ratio(100_010, 10, 0, 0, 1.5, 5, 40),
+        go_zero(100_010, 10, 0, 0, 1.5, 5, 40),
         "stats use the public formula"
     );
-    let rejected = b.try_allow_with_roll(0, 0.9997).unwrap_err();
+    let rejected = b.try_allow_with_roll(at(0), 0.9997).unwrap_err();
     assert_eq!(
         rejected.drop_ratio, s.drop_ratio,
         "the ratio the call faced"
     );
     assert_eq!(rejected.transition, Some(DroppingTransition::Started));
     // After that drop: (100011 - 5 - 15) / 100012 = 0.99979..., still under 0.9999.
-    let admitted = b.try_allow_with_roll(0, 0.9999).unwrap();
+    let admitted = b.try_allow_with_roll(at(0), 0.9999).unwrap();
     assert_eq!(admitted.decision().verdict, SreVerdict::Accepted);
-    admitted.accept(MS);
-    let s = b.stats(MS);
+    admitted.accept(at(MS));
+    let s = b.stats(at(MS));
     assert_eq!((s.history.drops, s.history.accepts), (1, 11));
     assert!(s.dropping);
     assert_eq!(
         s.last_pass,
-        Some(0),
+        Some(at(0)),
         "an admitted call while dropping is a pass"
     );
 }
@@ -191,45 +223,45 @@ fn a_rejection_records_a_drop_and_says_when_to_retry() {
         force_pass_interval: Duration::from_secs(3),
         ..SreConfig::default()
     };
-    let b = SreBreaker::new(config, 0).unwrap();
+    let b = SreBreaker::new(config, at(0)).unwrap();
     for _ in 0..1_000 {
-        b.mark_failure(0);
+        b.mark_failure(at(0));
     }
-    let before = b.stats(0).drop_ratio;
-    let r = b.try_allow_with_roll(0, 0.0).unwrap_err();
+    let before = b.stats(at(0)).drop_ratio;
+    let r = b.try_allow_with_roll(at(0), 0.0).unwrap_err();
     assert_eq!(r.drop_ratio, before);
     assert_eq!(r.retry_after, Duration::from_secs(3));
     assert_eq!(r.to_string(), "circuit breaker is open");
     let as_error: &dyn std::error::Error = &r;
     assert!(as_error.source().is_none());
-    assert_eq!(b.history(0).drops, 1);
+    assert_eq!(b.history(at(0)).drops, 1);
     // The dice alone: rejected again (no pass yet, so no forced probe).
-    assert!(b.try_allow_with_roll(5 * SECOND, 0.0).is_err());
-    assert_eq!(b.history(5 * SECOND).drops, 2);
+    assert!(b.try_allow_with_roll(at(5 * SECOND), 0.0).is_err());
+    assert_eq!(b.history(at(5 * SECOND)).drops, 2);
 }
 
 #[test]
 fn forced_probes_come_through_the_promise() {
     let b = sre();
     for _ in 0..1_000 {
-        b.mark_failure(0);
+        b.mark_failure(at(0));
     }
     // A lucky roll admits a call while dropping: the last pass.
-    let lucky = b.try_allow_with_roll(SECOND, 0.999_999).unwrap();
+    let lucky = b.try_allow_with_roll(at(SECOND), 0.999_999).unwrap();
     assert!(!lucky.is_forced_probe());
-    lucky.reject(SECOND + MS);
-    assert_eq!(b.last_pass(), Some(SECOND));
+    lucky.reject(at(SECOND + MS));
+    assert_eq!(b.last_pass(), Some(at(SECOND)));
     assert!(
-        b.try_allow_with_roll(2 * SECOND, 0.0).is_err(),
+        b.try_allow_with_roll(at(2 * SECOND), 0.0).is_err(),
         "exactly 1 s: not yet"
     );
-    let probe = b.try_allow_with_roll(2 * SECOND + 1, 0.0).unwrap();
+    let probe = b.try_allow_with_roll(at(2 * SECOND + 1), 0.0).unwrap();
     assert!(probe.is_forced_probe());
     assert_eq!(probe.decision().verdict, SreVerdict::ForcedProbe);
     assert!(probe.decision().drop_ratio > 0.9);
-    probe.accept(2 * SECOND + 2);
-    assert!(b.try_allow_with_roll(2 * SECOND + 3, 0.0).is_err());
-    let h = b.history(2 * SECOND + 3);
+    probe.accept(at(2 * SECOND + 2));
+    assert!(b.try_allow_with_roll(at(2 * SECOND + 3), 0.0).is_err());
+    let h = b.history(at(2 * SECOND + 3));
     assert_eq!((h.accepts, h.failures, h.drops), (1, 1_001, 2));
 }
 
@@ -268,18 +300,18 @@ fn concurrent_promises_count_every_outcome_once() {
                     // threads), with two calls in three failing.
                     if t == 0 {
                         if i.is_multiple_of(2) {
-                            b.mark_failure(now);
+                            b.mark_failure(at(now));
                         } else {
-                            b.mark_success(now);
+                            b.mark_success(at(now));
                         }
                         counters[4].fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
                     let asked = if t % 2 == 1 {
-                        b.try_allow_owned(now)
+                        b.try_allow_owned(at(now))
                             .map(|p| (p.decision().verdict, Some(p), None))
                     } else {
-                        b.try_allow(now)
+                        b.try_allow(at(now))
                             .map(|p| (p.decision().verdict, None, Some(p)))
                     };
                     match asked {
@@ -293,10 +325,10 @@ fn concurrent_promises_count_every_outcome_once() {
                                 continue; // dropped unmarked
                             }
                             match (owned, borrowed, fail) {
-                                (Some(p), _, true) => p.reject(now),
-                                (Some(p), _, false) => p.accept(now),
-                                (_, Some(p), true) => p.reject(now),
-                                (_, Some(p), false) => p.accept(now),
+                                (Some(p), _, true) => p.reject(at(now)),
+                                (Some(p), _, false) => p.accept(at(now)),
+                                (_, Some(p), true) => p.reject(at(now)),
+                                (_, Some(p), false) => p.accept(at(now)),
                                 _ => unreachable!(),
                             }
                             let c = if fail { &counters[1] } else { &counters[0] };
@@ -311,7 +343,7 @@ fn concurrent_promises_count_every_outcome_once() {
         h.join().unwrap();
     }
     let now = 5 * SECOND;
-    let h = b.stats(now).history;
+    let h = b.stats(at(now)).history;
     let marked = marked.load(Ordering::Relaxed);
     let (acc, rej, drop) = (
         accepted.load(Ordering::Relaxed),
@@ -338,9 +370,11 @@ fn one_forced_probe_per_interval_across_threads() {
     const THREADS: usize = 4;
     let b = Arc::new(sre());
     for _ in 0..1_000 {
-        b.mark_failure(0);
+        b.mark_failure(at(0));
     }
-    b.try_allow_with_roll(0, 0.999_999).unwrap().reject(0);
+    b.try_allow_with_roll(at(0), 0.999_999)
+        .unwrap()
+        .reject(at(0));
     for round in 1..=5u64 {
         let now = round * (SECOND + 1);
         let barrier = Arc::new(Barrier::new(THREADS));
@@ -350,10 +384,10 @@ fn one_forced_probe_per_interval_across_threads() {
                 std::thread::spawn(move || {
                     barrier.wait();
                     (0..50)
-                        .map(|_| match b.try_allow_with_roll(now, 0.0) {
+                        .map(|_| match b.try_allow_with_roll(at(now), 0.0) {
                             Ok(p) => {
                                 assert!(p.is_forced_probe());
-                                p.reject(now);
+                                p.reject(at(now));
                                 1
                             }
                             Err(_) => 0,
@@ -366,6 +400,6 @@ fn one_forced_probe_per_interval_across_threads() {
             .map(|h| h.join().unwrap())
             .sum();
         assert_eq!(probes, 1, "round {round}");
-        assert_eq!(b.last_pass(), Some(now));
+        assert_eq!(b.last_pass(), Some(at(now)));
     }
 }

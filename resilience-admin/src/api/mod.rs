@@ -108,7 +108,7 @@ impl AdminState {
     /// The server's wall clock, ms since the Unix epoch.
     pub fn now_ms(&self) -> i64 {
         let c = &self.inner.clock;
-        i64::try_from(c.wall_nanos(c.now()) / 1_000_000).unwrap_or(i64::MAX)
+        i64::try_from(c.unix_time(c.now()).as_millis()).unwrap_or(i64::MAX)
     }
 
     /// The retention limit in ms.

@@ -17,7 +17,7 @@ pub fn manual(storage: StorageConfig) -> (AdminConfig, ManualClock) {
 
 pub fn now_ms(manual: &ManualClock) -> i64 {
     let c = Clock::manual(manual);
-    (c.wall_nanos(c.now()) / 1_000_000) as i64
+    c.unix_time(c.now()).as_millis() as i64
 }
 
 fn hb(instance: &str, cycle: i64, visits: u64, downgrades: u64) -> serde_json::Value {

@@ -328,7 +328,7 @@ fn wrap(
         .map_or(2_000_000_000u64.max(base), |a| a.value);
     let multiplier = args.multiplier.as_ref().map_or(2.0, |a| a.value);
     let jitter = args.jitter.as_ref().map_or(1.0, |a| a.value);
-    let attempts = proc_macro2::Literal::u32_suffixed(attempts);
+    let attempts = proc_macro2::Literal::u64_suffixed(u64::from(attempts));
     let base = proc_macro2::Literal::u64_suffixed(base);
     let max = proc_macro2::Literal::u64_suffixed(max);
     let multiplier = proc_macro2::Literal::f64_suffixed(multiplier);

@@ -6,12 +6,13 @@
 //! [`SystemCpu`] reads a process-wide sampler that a background thread refreshes every
 //! 250 ms, smoothed like go-zero's `core/stat`: `cpu = 0.95 prev + 0.05 sample`.
 
+use crate::clock::Instant;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::{Arc, OnceLock};
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant as StdInstant};
 
 /// Full CPU usage, in millicores of the quota.
 pub const CPU_MAX: u64 = 1000;
@@ -132,10 +133,10 @@ fn global() -> &'static Global {
             sampling: Some(sampler.sampling()),
             cores: Some(sampler.limit_cores()),
         };
-        let origin = Instant::now();
+        let origin = StdInstant::now();
         let now = move || crate::clock::nanos(origin.elapsed());
         // The baseline reading; the thread computes usage from the next one on.
-        let _ = sampler.sample(now());
+        let _ = sampler.sample(Instant::from_nanos(now()));
         // Failing to spawn leaves the usage at 0 (see `SystemCpu`).
         let _ = std::thread::Builder::new()
             .name("resilience-cpu".into())
@@ -143,7 +144,7 @@ fn global() -> &'static Global {
                 let mut avg = 0.0f64;
                 loop {
                     std::thread::sleep(SAMPLE_EVERY);
-                    if let Ok(Some(sample)) = sampler.sample(now()) {
+                    if let Ok(Some(sample)) = sampler.sample(Instant::from_nanos(now())) {
                         avg = avg * BETA + sample as f64 * (1.0 - BETA);
                         usage.store((avg.round() as u64).min(CPU_MAX), Ordering::Relaxed);
                     }
@@ -203,12 +204,13 @@ impl std::error::Error for CpuError {}
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::adaptive::CpuSampler;
 ///
 /// if let Ok(mut sampler) = CpuSampler::detect() {
 ///     assert!(sampler.limit_cores() > 0.0);
-///     assert_eq!(sampler.sample(1_000_000_000)?, None, "the first reading is a baseline");
-///     let usage = sampler.sample(1_250_000_000)?.unwrap_or(0);
+///     assert_eq!(sampler.sample(Instant::from_nanos(1_000_000_000))?, None, "the first reading is a baseline");
+///     let usage = sampler.sample(Instant::from_nanos(1_250_000_000))?.unwrap_or(0);
 ///     assert!(usage <= 1000);
 /// }
 /// # Ok::<(), resilience_runtime::adaptive::CpuError>(())
@@ -282,7 +284,8 @@ impl CpuSampler {
     ///
     /// [`CpuError::File`] when the usage file cannot be read or parsed; the previous
     /// reading is kept.
-    pub fn sample(&mut self, now: u64) -> Result<Option<u64>, CpuError> {
+    pub fn sample(&mut self, now: Instant) -> Result<Option<u64>, CpuError> {
+        let now = now.as_nanos();
         let (used, base) = match self.sampling {
             CpuSampling::CgroupV2 => (read_usage_usec(&self.usage_file)?.saturating_mul(1000), now),
             CpuSampling::CgroupV1 => (read_number(&self.usage_file)?, now),

@@ -4,6 +4,7 @@ use super::error::CapacityExhausted;
 use super::ewma::LatencyEwma;
 use super::{littles_law, Timer};
 use crate::clock::Clock;
+use crate::clock::Instant;
 use crate::error::FieldError;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::Arc;
@@ -244,8 +245,8 @@ impl Gate {
     }
 
     /// The current time on the gate's clock, in nanoseconds.
-    pub fn now(&self) -> u64 {
-        self.timer.now()
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.timer.now())
     }
 }
 

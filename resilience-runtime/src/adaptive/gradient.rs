@@ -21,6 +21,7 @@ use super::error::Overloaded;
 use super::permit::{LatencyLimiter, LatencyPermit};
 use super::{nanos, Timer};
 use crate::clock::Clock;
+use crate::clock::Instant;
 use crate::error::FieldError;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::Recover;
@@ -44,11 +45,11 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GradientConfig {
     /// The limit before the first window closes (`min_limit ..= max_limit`).
-    pub initial_limit: u32,
+    pub initial_limit: u64,
     /// The smallest limit (>= 1).
-    pub min_limit: u32,
+    pub min_limit: u64,
     /// The largest limit.
-    pub max_limit: u32,
+    pub max_limit: u64,
     /// Weight of each new limit (`0 < x <= 1`); 0.2.
     pub smoothing: f64,
     /// How much the short-term latency may exceed the long-term one before the limit
@@ -57,11 +58,11 @@ pub struct GradientConfig {
     /// Calls the limit allows over its estimate, the growth step (>= 0); 4.
     pub queue_size: f64,
     /// Windows in the long-term latency average (>= 1); 600.
-    pub long_window: u32,
+    pub long_window: u64,
     /// Shortest sampling window; 100 ms.
     pub sample_window: Duration,
     /// Fewest completed calls in a sampling window (>= 1); 10.
-    pub min_samples: u32,
+    pub min_samples: u64,
     /// The share of the limit kept for [`Priority::Critical`](crate::priority::Priority)
     /// calls (`0 <= x < 1`); 0. Other calls are refused once the calls in flight reach
     /// `limit * (1 - critical_reserve)`; critical ones up to the limit. The reserve is
@@ -178,6 +179,7 @@ struct Estimator {
 /// ```
 /// use resilience_runtime::adaptive::{GradientConfig, GradientLimiter};
 /// use resilience_runtime::{Clock, ManualClock};
+/// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
 /// let config = GradientConfig { initial_limit: 2, ..GradientConfig::default() };
@@ -186,7 +188,7 @@ struct Estimator {
 /// let a = limiter.try_acquire(now)?;
 /// let _b = limiter.try_acquire(now)?;
 /// assert!(limiter.try_acquire(now).is_err(), "limit 2");
-/// a.pass(now + 1_000_000);
+/// a.pass(now + Duration::from_millis(1));
 /// assert!(limiter.try_acquire(now).is_ok());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -235,7 +237,7 @@ impl GradientLimiter {
 
     fn build(config: GradientConfig, timer: Timer) -> Result<Self, FieldError> {
         config.validate()?;
-        let initial = f64::from(config.initial_limit);
+        let initial = config.initial_limit as f64;
         Ok(GradientLimiter {
             in_flight: CachePadded::new(AtomicU64::new(0)),
             limit: AtomicU64::new(initial.to_bits()),
@@ -256,8 +258,8 @@ impl GradientLimiter {
     }
 
     /// The current time on the limiter's timeline, in nanoseconds.
-    pub fn now(&self) -> u64 {
-        self.timer.now()
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.timer.now())
     }
 
     /// The current limit (fractional; admission allows its floor, at least 1).
@@ -281,7 +283,8 @@ impl GradientLimiter {
     ///
     /// [`Overloaded`] when the limit is reached.
     #[inline]
-    pub fn try_acquire(&self, now: u64) -> Result<GradientPermit<&Self>, Overloaded> {
+    pub fn try_acquire(&self, now: Instant) -> Result<GradientPermit<&Self>, Overloaded> {
+        let now = now.as_nanos();
         self.admit(1.0)?;
         Ok(LatencyPermit::new(self, now))
     }
@@ -313,9 +316,10 @@ impl GradientLimiter {
     #[inline]
     pub fn try_acquire_for(
         &self,
-        now: u64,
+        now: Instant,
         priority: impl FnOnce() -> crate::priority::Priority,
     ) -> Result<GradientPermit<&Self>, Overloaded> {
+        let now = now.as_nanos();
         let share = if self.config.critical_reserve > 0.0
             && priority() < crate::priority::Priority::Critical
         {
@@ -336,8 +340,9 @@ impl GradientLimiter {
     #[inline]
     pub fn try_acquire_owned(
         self: &Arc<Self>,
-        now: u64,
+        now: Instant,
     ) -> Result<GradientPermit<Arc<Self>>, Overloaded> {
+        let now = now.as_nanos();
         self.admit(1.0)?;
         Ok(LatencyPermit::new(Arc::clone(self), now))
     }
@@ -378,14 +383,13 @@ impl GradientLimiter {
 
     /// Records a completed call's latency at `now`; closes the sampling window and
     /// updates the limit when the window is long enough.
-    pub fn record(&self, now: u64, latency: Duration) {
+    pub fn record(&self, now: Instant, latency: Duration) {
+        let now = now.as_nanos();
         self.window_rtt_ns
             .fetch_add(nanos(latency), Ordering::Relaxed);
         let count = self.window_count.fetch_add(1, Ordering::Relaxed) + 1;
         let start = self.window_start.load(Ordering::Relaxed);
-        if count >= u64::from(self.config.min_samples)
-            && now.saturating_sub(start) >= self.sample_window_ns
-        {
+        if count >= self.config.min_samples && now.saturating_sub(start) >= self.sample_window_ns {
             self.close_window(now, start);
         }
     }
@@ -422,7 +426,7 @@ impl Estimator {
             self.long_samples += 1;
             self.long_rtt += (short - self.long_rtt) / f64::from(self.long_samples);
         } else {
-            let factor = 2.0 / (f64::from(c.long_window) + 1.0);
+            let factor = 2.0 / (c.long_window as f64 + 1.0);
             self.long_rtt = self.long_rtt * (1.0 - factor) + short * factor;
         }
         if self.long_rtt / short > 2.0 {
@@ -435,7 +439,7 @@ impl Estimator {
         let gradient = (c.rtt_tolerance * self.long_rtt / short).clamp(0.5, 1.0);
         let target = self.limit * gradient + c.queue_size;
         let next = self.limit * (1.0 - c.smoothing) + target * c.smoothing;
-        self.limit = next.clamp(f64::from(c.min_limit), f64::from(c.max_limit));
+        self.limit = next.clamp(c.min_limit as f64, c.max_limit as f64);
         self.limit
     }
 }
@@ -445,14 +449,17 @@ impl Estimator {
 pub type GradientPermit<L> = LatencyPermit<L>;
 
 impl LatencyLimiter for GradientLimiter {
-    fn now(&self) -> u64 {
+    fn now(&self) -> Instant {
         GradientLimiter::now(self)
     }
 
     fn end_call(&self, start: u64, end: Option<u64>) {
         self.in_flight.fetch_sub(1, Ordering::Release);
         if let Some(now) = end {
-            self.record(now, Duration::from_nanos(now.saturating_sub(start)));
+            self.record(
+                Instant::from_nanos(now),
+                Duration::from_nanos(now.saturating_sub(start)),
+            );
         }
     }
 }

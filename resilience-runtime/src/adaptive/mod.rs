@@ -22,7 +22,7 @@
 //! layer (feature `tower`) maps to HTTP 429. Permits are RAII guards: dropping one
 //! (early return, panic, cancelled future) releases its slot.
 //!
-//! Time: the limiter and the gradient take `now` (nanoseconds on the limiter's
+//! Time: the limiter and the gradient take `now` (an [`Instant`](crate::Instant) on the limiter's
 //! timeline, [`AdaptiveLimiter::now`]) so they are deterministic under test; each type
 //! also reads its [`Clock`] where a guard must measure a duration by
 //! itself. With [`Clock::manual`](crate::Clock::manual) every reading is the manual
@@ -141,7 +141,7 @@ impl Timer {
     #[inline]
     pub(crate) fn now(&self) -> u64 {
         if self.clock.is_manual() {
-            return self.clock.now();
+            return self.clock.now_ns();
         }
         let ticks = self.clock.ticks().saturating_sub(self.origin);
         ((ticks as f64 * self.ns_per_tick) as u64).saturating_add(TIMER_START_NS)

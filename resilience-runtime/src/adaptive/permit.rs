@@ -4,13 +4,14 @@
 //! [`GradientLimiter`]: super::GradientLimiter
 //! [`AdaptiveLimiter`]: super::AdaptiveLimiter
 
+use crate::clock::Instant;
 use std::fmt;
 use std::ops::Deref;
 
 /// A limiter whose admitted calls end by reporting their latency, or by failing.
 pub trait LatencyLimiter {
     /// The limiter's clock reading, the `now` to give [`LatencyPermit::pass`].
-    fn now(&self) -> u64;
+    fn now(&self) -> Instant;
 
     /// Ends a call admitted at `start`: completed at `end`, or failed (`None`).
     /// Called once per admitted call, by its permit.
@@ -50,8 +51,8 @@ where
     }
 
     /// When the call was admitted (the `now` given to `try_acquire`).
-    pub fn start(&self) -> u64 {
-        self.start
+    pub fn start(&self) -> Instant {
+        Instant::from_nanos(self.start)
     }
 
     /// The limiter that admitted the call.
@@ -61,7 +62,8 @@ where
 
     /// The call completed at `now`: it leaves the flight and its latency
     /// (`now - start`) is recorded.
-    pub fn pass(mut self, now: u64) {
+    pub fn pass(mut self, now: Instant) {
+        let now = now.as_nanos();
         self.end = Some(now);
     }
 

@@ -26,6 +26,7 @@ use super::ewma::AtomicEwma;
 use super::permit::{LatencyLimiter, LatencyPermit};
 use super::{nanos, Timer};
 use crate::clock::Clock;
+use crate::clock::Instant;
 use crate::error::FieldError;
 use crate::rolling::{Bucket, RollingWindow, MAX_BUCKETS};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -64,7 +65,7 @@ pub struct AdaptiveConfig {
     /// Length of the statistics window (at least one nanosecond per bucket).
     pub window: Duration,
     /// Number of buckets of the window (1 ..= [`MAX_BUCKETS`]).
-    pub buckets: u32,
+    pub buckets: u64,
     /// CPU usage in millicores of the quota (0 ..= 999) at or above which the system is
     /// overloaded. With 0 and a [`FixedCpu`](super::FixedCpu) of 0 the CPU never
     /// matters and the flight rule alone decides (overload factor 1).
@@ -102,13 +103,13 @@ impl AdaptiveConfig {
     ///
     /// A [`FieldError`] naming the first invalid field.
     pub fn validate(&self) -> Result<(), FieldError> {
-        if self.buckets == 0 || self.buckets as usize > MAX_BUCKETS {
+        if self.buckets == 0 || self.buckets > MAX_BUCKETS {
             return Err(FieldError::new(
                 "buckets",
                 format!("must be in 1..={MAX_BUCKETS}, got {}", self.buckets),
             ));
         }
-        if nanos(self.window) < u64::from(self.buckets) {
+        if nanos(self.window) < self.buckets {
             return Err(FieldError::new(
                 "window",
                 format!(
@@ -143,7 +144,7 @@ impl AdaptiveConfig {
 
     /// The width of one bucket.
     pub fn bucket_width(&self) -> Duration {
-        Duration::from_nanos(nanos(self.window) / u64::from(self.buckets.max(1)))
+        Duration::from_nanos(nanos(self.window) / self.buckets.max(1))
     }
 
     /// Buckets per second divided by 1000: turns "passes per bucket x milliseconds"
@@ -282,11 +283,13 @@ impl ShedderWindow {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::adaptive::{AdaptiveConfig, CoolOff, ShedderRules};
 ///
 /// let rules = ShedderRules::new(&AdaptiveConfig::default());
 /// let mut dropped_recently = true;
-/// if rules.cool_off(3_000_000_000, dropped_recently, Some(1_000_000_000)) == CoolOff::Expired {
+/// let (dropped_at, now) = (Instant::from_nanos(1_000_000_000), Instant::from_nanos(3_000_000_000));
+/// if rules.cool_off(now, dropped_recently, Some(dropped_at)) == CoolOff::Expired {
 ///     dropped_recently = false; // what the shedder does
 /// }
 /// assert!(!dropped_recently);
@@ -459,19 +462,22 @@ impl ShedderRules {
     /// ```
     /// # use resilience_runtime::adaptive::{AdaptiveConfig, CoolOff, ShedderRules};
     /// let rules = ShedderRules::new(&AdaptiveConfig::default()); // cool-off 1 s
-    /// let t = 5_000_000_000;
-    /// assert_eq!(rules.cool_off(t + 999_999_999, true, Some(t)), CoolOff::Hot);
-    /// assert_eq!(rules.cool_off(t + 1_000_000_000, true, Some(t)), CoolOff::Expired);
+    /// # use resilience_runtime::Instant;
+    /// # use std::time::Duration;
+    /// let t = Instant::from_nanos(5_000_000_000);
+    /// assert_eq!(rules.cool_off(t + Duration::from_nanos(999_999_999), true, Some(t)), CoolOff::Hot);
+    /// assert_eq!(rules.cool_off(t + Duration::from_secs(1), true, Some(t)), CoolOff::Expired);
     /// assert_eq!(rules.cool_off(t, false, Some(t)), CoolOff::Cold);
     /// assert_eq!(rules.cool_off(t, true, None), CoolOff::Cold);
     /// ```
     pub fn cool_off(
         &self,
-        now: u64,
+        now: Instant,
         dropped_recently: bool,
-        overload_time: Option<u64>,
+        overload_time: Option<Instant>,
     ) -> CoolOff {
-        match overload_time {
+        let now = now.as_nanos();
+        match overload_time.map(Instant::as_nanos) {
             _ if !dropped_recently => CoolOff::Cold,
             None => CoolOff::Cold,
             Some(t) if now.saturating_sub(t) < self.cool_off_ns => CoolOff::Hot,
@@ -584,7 +590,7 @@ pub struct AdaptiveStats {
 /// let limiter = AdaptiveLimiter::with_parts(AdaptiveConfig::default(), cpu.clone(), Clock::system())?;
 /// let now = limiter.now();
 /// let permit = limiter.try_acquire(now).expect("a cool CPU never drops");
-/// permit.pass(now + 3_000_000); // took 3 ms
+/// permit.pass(now + Duration::from_millis(3)); // took 3 ms
 /// assert_eq!(limiter.in_flight(), 0);
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
@@ -652,7 +658,7 @@ impl AdaptiveLimiter {
         let start = timer.now();
         let width = config.bucket_width();
         let window = |now| {
-            RollingWindow::new(config.buckets as usize, width, now)
+            RollingWindow::new(config.buckets, width, Instant::from_nanos(now))
                 .map(|w| w.with_ignore_current(true))
                 .map_err(|e| FieldError::new("buckets", e.to_string()))
         };
@@ -679,8 +685,8 @@ impl AdaptiveLimiter {
     }
 
     /// The current time on the limiter's timeline, in nanoseconds.
-    pub fn now(&self) -> u64 {
-        self.timer.now()
+    pub fn now(&self) -> Instant {
+        Instant::from_nanos(self.timer.now())
     }
 
     /// Admits a call at `now`, or refuses it when the service is overloaded.
@@ -693,7 +699,8 @@ impl AdaptiveLimiter {
     ///
     /// [`Overloaded`] when the call is dropped.
     #[inline]
-    pub fn try_acquire(&self, now: u64) -> Result<AdaptivePermit<&Self>, Overloaded> {
+    pub fn try_acquire(&self, now: Instant) -> Result<AdaptivePermit<&Self>, Overloaded> {
+        let now = now.as_nanos();
         self.admit(now)?;
         Ok(LatencyPermit::new(self, now))
     }
@@ -707,8 +714,9 @@ impl AdaptiveLimiter {
     #[inline]
     pub fn try_acquire_owned(
         self: &Arc<Self>,
-        now: u64,
+        now: Instant,
     ) -> Result<AdaptivePermit<Arc<Self>>, Overloaded> {
+        let now = now.as_nanos();
         self.admit(now)?;
         Ok(LatencyPermit::new(Arc::clone(self), now))
     }
@@ -726,9 +734,10 @@ impl AdaptiveLimiter {
     #[inline]
     pub fn try_acquire_for(
         &self,
-        now: u64,
+        now: Instant,
         priority: impl FnOnce() -> crate::priority::Priority,
     ) -> Result<AdaptivePermit<&Self>, Overloaded> {
+        let now = now.as_nanos();
         self.check_scaled(now, self.flying.load(Ordering::Relaxed), || {
             priority().shedder_scale()
         })?;
@@ -738,7 +747,7 @@ impl AdaptiveLimiter {
 
     #[inline]
     fn admit(&self, now: u64) -> Result<(), Overloaded> {
-        self.check(now, self.flying.load(Ordering::Relaxed))?;
+        self.check_scaled(now, self.flying.load(Ordering::Relaxed), || 1.0)?;
         self.flying.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -765,8 +774,8 @@ impl AdaptiveLimiter {
     /// assert!(limiter.check(limiter.now(), 0).is_ok());
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn check(&self, now: u64, in_flight: u64) -> Result<(), Overloaded> {
-        self.check_scaled(now, in_flight, || 1.0)
+    pub fn check(&self, now: Instant, in_flight: u64) -> Result<(), Overloaded> {
+        self.check_scaled(now.as_nanos(), in_flight, || 1.0)
     }
 
     /// [`check`](Self::check) with the flight limit scaled by `scale()`, asked only
@@ -804,7 +813,7 @@ impl AdaptiveLimiter {
     /// Records a completed call: its latency (a sample, in whole milliseconds rounded
     /// up, like go-zero) and one pass at `now`, and `in_flight`, the calls still in
     /// flight after it, into the flight average.
-    pub fn record(&self, now: u64, latency: Duration, in_flight: u64) {
+    pub fn record(&self, now: Instant, latency: Duration, in_flight: u64) {
         self.avg_flying
             .update(in_flight as f64, self.config.flying_beta);
         let ms = (latency.as_nanos() as f64 / 1e6).ceil();
@@ -823,7 +832,11 @@ impl AdaptiveLimiter {
             t => Some(t),
         };
         let dropped_recently = self.dropped_recently.load(Ordering::Relaxed);
-        match self.rules.cool_off(now, dropped_recently, overload_time) {
+        let at = Instant::from_nanos(now);
+        match self
+            .rules
+            .cool_off(at, dropped_recently, overload_time.map(Instant::from_nanos))
+        {
             CoolOff::Hot => true,
             CoolOff::Cold => false,
             CoolOff::Expired => {
@@ -855,7 +868,7 @@ impl AdaptiveLimiter {
     /// The window's statistics at `now` (one pass over the buckets).
     fn window(&self, now: u64) -> ShedderWindow {
         let mut w = self.rules.window();
-        self.rts.reduce(now, |b| w.add(b));
+        self.rts.reduce(Instant::from_nanos(now), |b| w.add(b));
         w
     }
 
@@ -892,7 +905,7 @@ impl AdaptiveLimiter {
     /// let config = AdaptiveConfig { window: Duration::from_secs(1), buckets: 10, ..AdaptiveConfig::default() };
     /// let limiter = AdaptiveLimiter::with_parts(config, Arc::new(FixedCpu::new(0)), Clock::manual(&clock))?;
     /// for _ in 0..200 {
-    ///     limiter.try_acquire(limiter.now())?.pass(limiter.now() + 5_000_000);
+    ///     limiter.try_acquire(limiter.now())?.pass(limiter.now() + Duration::from_millis(5));
     /// }
     /// clock.advance(Duration::from_millis(100));
     /// let stats = limiter.stats(limiter.now());
@@ -900,7 +913,8 @@ impl AdaptiveLimiter {
     /// assert_eq!(stats.max_flight, 10.0); // 200 per 100 ms x 5 ms = 2000/s x 0.005 s
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn stats(&self, now: u64) -> AdaptiveStats {
+    pub fn stats(&self, now: Instant) -> AdaptiveStats {
+        let now = now.as_nanos();
         let cpu = self.cpu.usage().min(CPU_MAX);
         let window = self.window(now);
         AdaptiveStats {
@@ -921,7 +935,7 @@ impl AdaptiveLimiter {
 pub type AdaptivePermit<L> = LatencyPermit<L>;
 
 impl LatencyLimiter for AdaptiveLimiter {
-    fn now(&self) -> u64 {
+    fn now(&self) -> Instant {
         AdaptiveLimiter::now(self)
     }
 
@@ -929,7 +943,7 @@ impl LatencyLimiter for AdaptiveLimiter {
         let in_flight = self.flying.fetch_sub(1, Ordering::Relaxed) - 1;
         match end {
             Some(now) => self.record(
-                now,
+                Instant::from_nanos(now),
                 Duration::from_nanos(now.saturating_sub(start)),
                 in_flight,
             ),
@@ -943,6 +957,11 @@ mod tests {
     //! go-zero's `adaptiveshedder_test.go` vectors, with time driven by hand: 10
     //! buckets of 100 ms (window scale 0.01).
     use super::*;
+
+    /// The instant `ns` nanoseconds into the timeline.
+    fn at(ns: u64) -> Instant {
+        Instant::from_nanos(ns)
+    }
     use crate::adaptive::FixedCpu;
     use crate::ManualClock;
 
@@ -968,7 +987,7 @@ mod tests {
         let t0 = l.start;
         for i in 0..10u64 {
             for _ in 0..(i + 1) * 100 {
-                l.rts.add(t0 + i * BUCKET, (i + 6) as f64);
+                l.rts.add(at(t0 + i * BUCKET), (i + 6) as f64);
             }
         }
         t0 + 9 * BUCKET
@@ -982,7 +1001,7 @@ mod tests {
         // go-zero sleeps a bucket after each add, so the last one is no longer current.
         for i in 1..=10u64 {
             for _ in 0..i * 100 {
-                l.rts.add(l.start + (i - 1) * BUCKET, 1.0);
+                l.rts.add(at(l.start + (i - 1) * BUCKET), 1.0);
             }
         }
         assert_eq!(l.max_pass(l.start + 10 * BUCKET), 1000);
@@ -1000,7 +1019,7 @@ mod tests {
         // go-zero: bucket i gets the latencies 10 i + 1 ..= 10 i + 10.
         for i in 0..10u64 {
             for j in i * 10 + 1..=i * 10 + 10 {
-                l.rts.add(l.start + i * BUCKET, j as f64);
+                l.rts.add(at(l.start + i * BUCKET), j as f64);
             }
         }
         // Bucket 0 averages 5.5 ms, rounded half away from zero.
@@ -1015,7 +1034,7 @@ mod tests {
         let now = fill(&l);
         assert_eq!(l.max_pass(now), 900, "the current bucket (1000) is ignored");
         assert_eq!(l.max_flight(now), 54.0);
-        assert_eq!(l.stats(now).max_flight, 54.0);
+        assert_eq!(l.stats(at(now)).max_flight, 54.0);
     }
 
     #[test]
@@ -1026,10 +1045,10 @@ mod tests {
         let (l, _) = limiter(&cpu, 500);
         let now = fill(&l);
         l.avg_flying.set(50.0);
-        assert!(l.check(now, 0).is_ok(), "average flight under 54");
+        assert!(l.check(at(now), 0).is_ok(), "average flight under 54");
         l.avg_flying.set(80.0);
-        assert!(l.check(now, 50).is_ok(), "current flight under 54");
-        let err = l.check(now, 80).unwrap_err();
+        assert!(l.check(at(now), 50).is_ok(), "current flight under 54");
+        let err = l.check(at(now), 80).unwrap_err();
         assert_eq!(
             err,
             Overloaded {
@@ -1042,21 +1061,24 @@ mod tests {
         // `now`: still hot during the 1 s cool-off (50 ms later, same bucket).
         cpu.set(499);
         assert!(
-            l.check(now + 50_000_000, 80).is_err(),
+            l.check(at(now + 50_000_000), 80).is_err(),
             "still hot in the cool-off"
         );
-        assert!(l.check(now + 1_000_000_000, 80).is_ok(), "cool-off over");
+        assert!(
+            l.check(at(now + 1_000_000_000), 80).is_ok(),
+            "cool-off over"
+        );
         assert!(!l.dropped_recently.load(Ordering::Relaxed));
         // Back to overloaded: try_acquire refuses with 80 in flight.
         cpu.set(500);
         l.flying.store(80, Ordering::Relaxed);
-        assert!(l.try_acquire(now).is_err());
+        assert!(l.try_acquire(at(now)).is_err());
         assert_eq!(
             l.in_flight(),
             80,
             "a refused call does not enter the flight"
         );
-        assert_eq!(l.stats(now).drops, 3);
+        assert_eq!(l.stats(at(now)).drops, 3);
     }
 
     #[test]
@@ -1084,20 +1106,20 @@ mod tests {
         let now = fill(&l);
         cpu.set(950);
         l.avg_flying.set(100.0);
-        assert!(l.check(now, 28).is_err(), "limit 54 x 0.5 = 27");
-        assert!(l.check(now, 27).is_ok());
+        assert!(l.check(at(now), 28).is_err(), "limit 54 x 0.5 = 27");
+        assert!(l.check(at(now), 27).is_ok());
     }
 
     #[test]
     fn permits_pass_fail_and_cancel() {
         let cpu = Arc::new(FixedCpu::new(0));
         let (l, clock) = limiter(&cpu, 900);
-        let t = l.now();
-        let a = l.try_acquire(t).unwrap();
-        let b = l.try_acquire(t).unwrap();
-        let c = l.try_acquire(t).unwrap();
+        let t = l.now().as_nanos();
+        let a = l.try_acquire(at(t)).unwrap();
+        let b = l.try_acquire(at(t)).unwrap();
+        let c = l.try_acquire(at(t)).unwrap();
         assert_eq!(l.in_flight(), 3);
-        a.pass(t + 2_500_000); // 2.5 ms -> 3 ms sample
+        a.pass(at(t + 2_500_000)); // 2.5 ms -> 3 ms sample
         b.fail();
         drop(c);
         assert_eq!(l.in_flight(), 0);
@@ -1123,7 +1145,7 @@ mod tests {
         let t = l.start;
         assert_eq!(l.max_flight_cached(t), 10.0, "1 pass x 1000 ms x 0.01");
         for _ in 0..300 {
-            l.record(t, Duration::from_millis(4), 0);
+            l.record(at(t), Duration::from_millis(4), 0);
         }
         assert_eq!(l.max_flight_cached(t + 1), 10.0, "same bucket: cached");
         assert_eq!(l.max_flight_cached(t + BUCKET), 12.0, "300 x 4 ms x 0.01");

@@ -23,6 +23,7 @@ use super::gate::{Gate, GatePermit};
 use super::gradient::{GradientConfig, GradientLimiter, GradientPermit};
 use super::nanos;
 use super::shedder::{AdaptiveConfig, AdaptiveLimiter, AdaptivePermit};
+use crate::clock::Instant;
 use crate::clock::{Clock, ManualClock};
 use crate::error::FieldError;
 use crate::sync::Arc;
@@ -43,7 +44,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Scenario {
     /// Calls served at once (>= 1).
-    pub workers: u32,
+    pub workers: u64,
     /// Mean service time without contention (> 0).
     pub base_latency: Duration,
     /// Service-time slowdown per queued call per worker (>= 0).
@@ -91,7 +92,7 @@ impl Default for Scenario {
 impl Scenario {
     /// The most calls per second the service completes: `workers / base_latency`.
     pub fn capacity(&self) -> f64 {
-        f64::from(self.workers) / self.base_latency.as_secs_f64()
+        self.workers as f64 / self.base_latency.as_secs_f64()
     }
 
     fn validate(&self) -> Result<(), FieldError> {
@@ -249,7 +250,7 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, FieldE
     scenario.validate()?;
     let s = scenario;
     let clock = ManualClock::new();
-    let t0 = clock.now_nanos();
+    let t0 = clock.now_ns();
     let cpu = Arc::new(FixedCpu::new(0));
     let gate = match admission {
         Admission::Fixed(l) => Some(Gate::with_clock(*l, Clock::manual(&clock))?),
@@ -278,7 +279,7 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, FieldE
     let warmup_end = t0 + nanos(s.warmup);
     let end = t0 + nanos(s.duration);
     let sla = nanos(s.sla);
-    let workers = u64::from(s.workers);
+    let workers = s.workers;
 
     let mut calls: Vec<Option<Call<'_>>> = Vec::new();
     let mut queue: VecDeque<usize> = VecDeque::new();
@@ -332,7 +333,7 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, FieldE
         }
         busy_ns_acc += busy * u128::from(t - from);
         last_event = t;
-        clock.set(t);
+        clock.set_ns(t);
 
         if arrival_first {
             offered += 1;
@@ -355,10 +356,12 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, FieldE
                     g.try_acquire().map(Ticket::Gate).map_err(|_| ())
                 }),
                 Admission::Shedder(_) => shedder.as_ref().map_or(Ok(Ticket::None), |l| {
-                    l.try_acquire(t).map(Ticket::Shedder).map_err(|_| ())
+                    l.try_acquire(Instant::from_nanos(t))
+                        .map(Ticket::Shedder)
+                        .map_err(|_| ())
                 }),
                 Admission::Gradient(_) => gradient.as_ref().map_or(Ok(Ticket::None), |l| {
-                    l.try_acquire_for(t, || priority)
+                    l.try_acquire_for(Instant::from_nanos(t), || priority)
                         .map(Ticket::Gradient)
                         .map_err(|_| ())
                 }),
@@ -390,8 +393,8 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, FieldE
                 }
             }
             match call.ticket {
-                Ticket::Shedder(p) => p.pass(t),
-                Ticket::Gradient(p) => p.pass(t),
+                Ticket::Shedder(p) => p.pass(Instant::from_nanos(t)),
+                Ticket::Gradient(p) => p.pass(Instant::from_nanos(t)),
                 Ticket::Gate(_) | Ticket::None => {}
             }
         }

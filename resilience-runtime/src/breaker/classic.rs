@@ -3,6 +3,7 @@
 use super::config::ClassicConfig;
 use super::error::ClassicRejected;
 use super::{nanos, roll};
+use crate::clock::Instant;
 use crate::error::FieldError;
 use crate::rolling::{BucketCells, RollingWindow};
 use crate::sync::atomic::{AtomicU64, Ordering};
@@ -49,16 +50,17 @@ pub enum TransitionReason {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState, TransitionReason};
 ///
 /// let config = ClassicConfig { consecutive_failures: Some(2), ..ClassicConfig::default() };
-/// let breaker = ClassicBreaker::new(config, 0)?;
-/// assert_eq!(breaker.allow(0).unwrap().failure(1), None);
-/// let t = breaker.allow(2).unwrap().failure(3).expect("tripped");
+/// let breaker = ClassicBreaker::new(config, Instant::from_nanos(0))?;
+/// assert_eq!(breaker.allow(Instant::from_nanos(0)).unwrap().failure(Instant::from_nanos(1)), None);
+/// let t = breaker.allow(Instant::from_nanos(2)).unwrap().failure(Instant::from_nanos(3)).expect("tripped");
 /// assert_eq!((t.from, t.to), (ClassicState::Closed, ClassicState::Open));
 /// assert_eq!(t.reason, TransitionReason::ConsecutiveFailures);
-/// assert_eq!(t.at, 3);
-/// assert_eq!(t.open_until, Some(3 + 5_000_000_000));
+/// assert_eq!(t.at, Instant::from_nanos(3));
+/// assert_eq!(t.open_until, Some(t.at + std::time::Duration::from_secs(5)));
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -70,9 +72,9 @@ pub struct Transition {
     /// Why.
     pub reason: TransitionReason,
     /// The `now` of the call that caused it.
-    pub at: u64,
+    pub at: Instant,
     /// When entering [`ClassicState::Open`]: when probes will be admitted.
-    pub open_until: Option<u64>,
+    pub open_until: Option<Instant>,
 }
 
 /// A snapshot of a [`ClassicBreaker`] for statistics.
@@ -80,12 +82,13 @@ pub struct Transition {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState};
 ///
-/// let breaker = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-/// breaker.allow(0).unwrap().success(1);
-/// breaker.allow(2).unwrap().failure(3);
-/// let s = breaker.stats(4);
+/// let breaker = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+/// breaker.allow(Instant::from_nanos(0)).unwrap().success(Instant::from_nanos(1));
+/// breaker.allow(Instant::from_nanos(2)).unwrap().failure(Instant::from_nanos(3));
+/// let s = breaker.stats(Instant::from_nanos(4));
 /// assert_eq!(s.state, ClassicState::Closed);
 /// assert_eq!((s.calls, s.failures, s.consecutive_failures), (2, 1, 1));
 /// # Ok::<(), resilience_runtime::FieldError>(())
@@ -104,11 +107,11 @@ pub struct ClassicStats {
     /// Failures in a row while closed.
     pub consecutive_failures: u64,
     /// When open: when probes will be admitted.
-    pub open_until: Option<u64>,
+    pub open_until: Option<Instant>,
     /// When half-open: probe slots taken (running or succeeded probes).
-    pub probes_admitted: u32,
+    pub probes_admitted: u64,
     /// When half-open: probes that succeeded.
-    pub probes_succeeded: u32,
+    pub probes_succeeded: u64,
     /// State changes since creation.
     pub transitions: u64,
 }
@@ -252,6 +255,7 @@ impl BucketCells for CallCells {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{Backoff, ClassicBreaker, ClassicConfig, ClassicState};
 /// use std::time::Duration;
 ///
@@ -262,17 +266,17 @@ impl BucketCells for CallCells {
 ///     half_open_probes: 1,
 ///     ..ClassicConfig::default()
 /// };
-/// let breaker = ClassicBreaker::new(config, 0)?;
+/// let breaker = ClassicBreaker::new(config, Instant::from_nanos(0))?;
 /// for ok in [true, false, true, false] {
-///     let ticket = breaker.allow(0).expect("closed");
-///     if ok { ticket.success(0); } else { ticket.failure(0); }
+///     let ticket = breaker.allow(Instant::from_nanos(0)).expect("closed");
+///     if ok { ticket.success(Instant::from_nanos(0)); } else { ticket.failure(Instant::from_nanos(0)); }
 /// }
 /// assert_eq!(breaker.state(), ClassicState::Open);
-/// assert!(breaker.allow(999_999_999).is_err());
+/// assert!(breaker.allow(Instant::from_nanos(999_999_999)).is_err());
 ///
-/// let probe = breaker.allow(1_000_000_000).expect("the wait elapsed");
+/// let probe = breaker.allow(Instant::from_nanos(1_000_000_000)).expect("the wait elapsed");
 /// assert_eq!(breaker.state(), ClassicState::HalfOpen);
-/// let closed = probe.success(1_000_000_100).expect("all probes succeeded");
+/// let closed = probe.success(Instant::from_nanos(1_000_000_100)).expect("all probes succeeded");
 /// assert_eq!(closed.to, ClassicState::Closed);
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
@@ -303,15 +307,16 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     ///
-    /// assert!(ClassicBreaker::new(ClassicConfig::default(), 0).is_ok());
+    /// assert!(ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0)).is_ok());
     /// let bad = ClassicConfig { minimum_calls: 0, ..ClassicConfig::default() };
-    /// assert_eq!(ClassicBreaker::new(bad, 0).unwrap_err().field, "minimum_calls");
+    /// assert_eq!(ClassicBreaker::new(bad, Instant::from_nanos(0)).unwrap_err().field, "minimum_calls");
     /// ```
-    pub fn new(config: ClassicConfig, now: u64) -> Result<Self, FieldError> {
+    pub fn new(config: ClassicConfig, now: Instant) -> Result<Self, FieldError> {
         config.validate()?;
-        let window = RollingWindow::with_cells(config.buckets as usize, config.bucket_width(), now)
+        let window = RollingWindow::with_cells(config.buckets, config.bucket_width(), now)
             .map_err(|e| FieldError::new("buckets", e.to_string()))?;
         Ok(ClassicBreaker {
             config,
@@ -324,7 +329,7 @@ impl ClassicBreaker {
             slow_ns: config
                 .slow_call_rate
                 .map(|_| nanos(config.slow_call_duration)),
-            probes: u64::from(config.half_open_probes),
+            probes: config.half_open_probes,
         })
     }
 
@@ -333,8 +338,9 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
     /// assert_eq!(b.config().half_open_probes, 3);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -356,18 +362,20 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// match b.allow(10) {
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// match b.allow(Instant::from_nanos(10)) {
     ///     Ok(ticket) => {
     ///         // ... run the call ...
-    ///         ticket.success(20);
+    ///         ticket.success(Instant::from_nanos(20));
     ///     }
     ///     Err(rejected) => println!("{rejected}"),
     /// }
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn allow(&self, now: u64) -> Result<CallTicket<'_>, ClassicRejected> {
+    pub fn allow(&self, now: Instant) -> Result<CallTicket<'_>, ClassicRejected> {
+        let now = now.as_nanos();
         let mut cur = self.state.load(Ordering::Acquire);
         loop {
             let p = Packed(cur);
@@ -378,7 +386,7 @@ impl ClassicBreaker {
                     if now < until {
                         return Err(ClassicRejected {
                             state: ClassicState::Open,
-                            retry_at: Some(until),
+                            retry_at: Some(Instant::from_nanos(until)),
                         });
                     }
                     let epoch = p.next_epoch();
@@ -395,7 +403,7 @@ impl ClassicBreaker {
                                 from: ClassicState::Open,
                                 to: ClassicState::HalfOpen,
                                 reason: TransitionReason::WaitElapsed,
-                                at: now,
+                                at: Instant::from_nanos(now),
                                 open_until: None,
                             };
                             return Ok(self.ticket(true, epoch, now, Some(t)));
@@ -447,8 +455,9 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
     /// assert_eq!(b.state(), ClassicState::Closed);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -461,8 +470,9 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
     /// assert_eq!(b.transition_count(), 0);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -475,12 +485,14 @@ impl ClassicBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert_eq!(b.stats(0).calls, 0);
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// assert_eq!(b.stats(Instant::from_nanos(0)).calls, 0);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn stats(&self, now: u64) -> ClassicStats {
+    pub fn stats(&self, now: Instant) -> ClassicStats {
+        let now = now.as_nanos();
         let p = Packed(self.state.load(Ordering::Acquire));
         let open_until = (p.kind() == OPEN).then(|| self.open_until.load(Ordering::Relaxed));
         let c = self.window_counts(now);
@@ -490,16 +502,16 @@ impl ClassicBreaker {
             failures: c.failures,
             slow_calls: c.slow,
             consecutive_failures: self.consecutive.load(Ordering::Relaxed),
-            open_until,
-            probes_admitted: p.admitted() as u32,
-            probes_succeeded: p.succeeded() as u32,
+            open_until: open_until.map(Instant::from_nanos),
+            probes_admitted: p.admitted(),
+            probes_succeeded: p.succeeded(),
             transitions: self.transition_count(),
         }
     }
 
     fn window_counts(&self, now: u64) -> CallCounts {
         let mut sum = CallCounts::default();
-        self.window.reduce(now, |b| {
+        self.window.reduce(Instant::from_nanos(now), |b| {
             sum.calls += b.calls;
             sum.failures += b.failures;
             sum.slow += b.slow;
@@ -533,14 +545,11 @@ impl ClassicBreaker {
         if p.kind() != CLOSED || p.epoch() != epoch {
             return None; // admitted before the breaker opened: ignored
         }
-        self.window.add(now, CallRecord { failed, slow });
+        self.window
+            .add(Instant::from_nanos(now), CallRecord { failed, slow });
         if failed {
             let run = self.consecutive.fetch_add(1, Ordering::Relaxed) + 1;
-            if self
-                .config
-                .consecutive_failures
-                .is_some_and(|n| run >= u64::from(n))
-            {
+            if self.config.consecutive_failures.is_some_and(|n| run >= n) {
                 return self.trip(epoch, CLOSED, now, TransitionReason::ConsecutiveFailures);
             }
         } else if self.consecutive.load(Ordering::Relaxed) != 0 {
@@ -583,7 +592,7 @@ impl ClassicBreaker {
         };
         let wait = &self.config.open_wait;
         let jitter = if wait.jitter > 0.0 { roll() } else { 0.0 };
-        let until = now.saturating_add(nanos(wait.wait(next_step, jitter)));
+        let until = now.saturating_add(nanos(wait.wait(u64::from(next_step), jitter)));
         let next = Packed::new(OPEN, 0, 0, Packed(cur).next_epoch());
         // Published by the release of the compare-and-swap below; nobody reads it
         // before the state says open.
@@ -609,8 +618,8 @@ impl ClassicBreaker {
             from: Packed(cur).state(),
             to: ClassicState::Open,
             reason,
-            at: now,
-            open_until: Some(until),
+            at: Instant::from_nanos(now),
+            open_until: Some(Instant::from_nanos(until)),
         })
     }
 
@@ -657,7 +666,7 @@ impl ClassicBreaker {
             from: ClassicState::HalfOpen,
             to: ClassicState::Closed,
             reason: TransitionReason::ProbesSucceeded,
-            at: now,
+            at: Instant::from_nanos(now),
             open_until: None,
         })
     }
@@ -696,6 +705,7 @@ impl ClassicBreaker {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{Backoff, ClassicBreaker, ClassicConfig, ClassicState};
 /// use std::time::Duration;
 ///
@@ -705,14 +715,14 @@ impl ClassicBreaker {
 ///     half_open_probes: 1,
 ///     ..ClassicConfig::default()
 /// };
-/// let breaker = ClassicBreaker::new(config, 0)?;
-/// breaker.allow(0).unwrap().failure(0);
+/// let breaker = ClassicBreaker::new(config, Instant::from_nanos(0))?;
+/// breaker.allow(Instant::from_nanos(0)).unwrap().failure(Instant::from_nanos(0));
 ///
-/// let probe = breaker.allow(100).expect("first probe");
+/// let probe = breaker.allow(Instant::from_nanos(100)).expect("first probe");
 /// assert!(probe.is_probe());
-/// assert!(breaker.allow(101).is_err()); // the only slot is taken
+/// assert!(breaker.allow(Instant::from_nanos(101)).is_err()); // the only slot is taken
 /// drop(probe); // e.g. the call panicked
-/// assert!(breaker.allow(102).is_ok()); // the slot is free again
+/// assert!(breaker.allow(Instant::from_nanos(102)).is_ok()); // the slot is free again
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[must_use = "dropping the ticket at once records nothing; report the call's outcome on it"]
@@ -745,13 +755,14 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert_eq!(b.allow(0).unwrap().success(5), None);
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// assert_eq!(b.allow(Instant::from_nanos(0)).unwrap().success(Instant::from_nanos(5)), None);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn success(self, now: u64) -> Option<Transition> {
-        let elapsed = Duration::from_nanos(now.saturating_sub(self.started));
+    pub fn success(self, now: Instant) -> Option<Transition> {
+        let elapsed = Duration::from_nanos(now.as_nanos().saturating_sub(self.started));
         self.finish(now, false, elapsed)
     }
 
@@ -763,13 +774,14 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert_eq!(b.allow(0).unwrap().failure(5), None); // one failure < minimum_calls
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// assert_eq!(b.allow(Instant::from_nanos(0)).unwrap().failure(Instant::from_nanos(5)), None); // one failure < minimum_calls
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn failure(self, now: u64) -> Option<Transition> {
-        let elapsed = Duration::from_nanos(now.saturating_sub(self.started));
+    pub fn failure(self, now: Instant) -> Option<Transition> {
+        let elapsed = Duration::from_nanos(now.as_nanos().saturating_sub(self.started));
         self.finish(now, true, elapsed)
     }
 
@@ -780,6 +792,7 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// use std::time::Duration;
     ///
@@ -789,12 +802,13 @@ impl CallTicket<'_> {
     ///     minimum_calls: 1,
     ///     ..ClassicConfig::default()
     /// };
-    /// let b = ClassicBreaker::new(config, 0)?;
-    /// let t = b.allow(0).unwrap().finish(1, false, Duration::from_millis(150));
+    /// let b = ClassicBreaker::new(config, Instant::from_nanos(0))?;
+    /// let t = b.allow(Instant::from_nanos(0)).unwrap().finish(Instant::from_nanos(1), false, Duration::from_millis(150));
     /// assert!(t.is_some()); // 100% slow calls
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn finish(mut self, now: u64, failed: bool, elapsed: Duration) -> Option<Transition> {
+    pub fn finish(mut self, now: Instant, failed: bool, elapsed: Duration) -> Option<Transition> {
+        let now = now.as_nanos();
         self.finished = true;
         self.breaker
             .complete(self.probe, self.epoch, now, failed, elapsed)
@@ -805,9 +819,10 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert!(!b.allow(0).unwrap().is_probe());
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// assert!(!b.allow(Instant::from_nanos(0)).unwrap().is_probe());
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn is_probe(&self) -> bool {
@@ -819,13 +834,15 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert_eq!(b.allow(42).unwrap().started_at(), 42);
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// let at = Instant::from_nanos(42);
+    /// assert_eq!(b.allow(at).unwrap().started_at(), at);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn started_at(&self) -> u64 {
-        self.started
+    pub fn started_at(&self) -> Instant {
+        Instant::from_nanos(self.started)
     }
 
     /// The transition [`allow`](ClassicBreaker::allow) caused by issuing this ticket
@@ -834,9 +851,10 @@ impl CallTicket<'_> {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
-    /// let b = ClassicBreaker::new(ClassicConfig::default(), 0)?;
-    /// assert_eq!(b.allow(0).unwrap().transition(), None);
+    /// let b = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
+    /// assert_eq!(b.allow(Instant::from_nanos(0)).unwrap().transition(), None);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn transition(&self) -> Option<Transition> {
@@ -872,12 +890,17 @@ impl Drop for CallTicket<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The instant `ns` nanoseconds into the timeline.
+    fn at(ns: u64) -> Instant {
+        Instant::from_nanos(ns)
+    }
     use crate::breaker::Backoff;
 
     const SECOND: u64 = 1_000_000_000;
 
     fn breaker(config: ClassicConfig) -> ClassicBreaker {
-        ClassicBreaker::new(config, 0).unwrap()
+        ClassicBreaker::new(config, at(0)).unwrap()
     }
 
     #[test]
@@ -904,10 +927,10 @@ mod tests {
             ..ClassicConfig::default()
         });
         for _ in 0..10 {
-            assert_eq!(b.allow(0).unwrap().success(0), None);
+            assert_eq!(b.allow(at(0)).unwrap().success(at(0)), None);
         }
         assert_eq!(b.state(), ClassicState::Closed);
-        let t = b.allow(0).unwrap().failure(0).unwrap();
+        let t = b.allow(at(0)).unwrap().failure(at(0)).unwrap();
         assert_eq!(t.reason, TransitionReason::FailureRate);
     }
 
@@ -919,10 +942,14 @@ mod tests {
             ..ClassicConfig::default()
         });
         for _ in 0..2 {
-            assert_eq!(b.allow(0).unwrap().failure(0), None);
+            assert_eq!(b.allow(at(0)).unwrap().failure(at(0)), None);
         }
-        assert_eq!(b.allow(0).unwrap().success(0), None);
-        let t = b.allow(0).unwrap().success(0).expect("2 of 4 failed");
+        assert_eq!(b.allow(at(0)).unwrap().success(at(0)), None);
+        let t = b
+            .allow(at(0))
+            .unwrap()
+            .success(at(0))
+            .expect("2 of 4 failed");
         assert_eq!(t.reason, TransitionReason::FailureRate);
     }
 
@@ -935,14 +962,14 @@ mod tests {
             ..ClassicConfig::default()
         });
         for _ in 0..5 {
-            assert_eq!(b.allow(0).unwrap().failure(0), None);
-            assert_eq!(b.allow(0).unwrap().failure(0), None);
-            assert_eq!(b.allow(0).unwrap().success(0), None);
+            assert_eq!(b.allow(at(0)).unwrap().failure(at(0)), None);
+            assert_eq!(b.allow(at(0)).unwrap().failure(at(0)), None);
+            assert_eq!(b.allow(at(0)).unwrap().success(at(0)), None);
         }
-        assert_eq!(b.stats(0).consecutive_failures, 0);
-        b.allow(0).unwrap().failure(0);
-        b.allow(0).unwrap().failure(0);
-        let t = b.allow(0).unwrap().failure(0).unwrap();
+        assert_eq!(b.stats(at(0)).consecutive_failures, 0);
+        b.allow(at(0)).unwrap().failure(at(0));
+        b.allow(at(0)).unwrap().failure(at(0));
+        let t = b.allow(at(0)).unwrap().failure(at(0)).unwrap();
         assert_eq!(t.reason, TransitionReason::ConsecutiveFailures);
     }
 
@@ -954,14 +981,14 @@ mod tests {
             half_open_probes: 1,
             ..ClassicConfig::default()
         });
-        let slow_closed = b.allow(0).unwrap();
-        b.allow(0).unwrap().failure(0).unwrap();
+        let slow_closed = b.allow(at(0)).unwrap();
+        b.allow(at(0)).unwrap().failure(at(0)).unwrap();
         // Admitted while closed, completes while open: ignored.
-        assert_eq!(slow_closed.failure(1), None);
+        assert_eq!(slow_closed.failure(at(1)), None);
         assert_eq!(b.transition_count(), 1);
-        let probe = b.allow(SECOND).unwrap();
-        assert_eq!(probe.success(SECOND).unwrap().to, ClassicState::Closed);
-        assert_eq!(b.stats(SECOND).calls, 0, "closing clears the window");
+        let probe = b.allow(at(SECOND)).unwrap();
+        assert_eq!(probe.success(at(SECOND)).unwrap().to, ClassicState::Closed);
+        assert_eq!(b.stats(at(SECOND)).calls, 0, "closing clears the window");
     }
 
     #[test]
@@ -974,11 +1001,11 @@ mod tests {
             half_open_probes: 1,
             ..ClassicConfig::default()
         });
-        b.allow(0).unwrap().failure(0).unwrap();
-        let probe = b.allow(SECOND).unwrap();
-        let t = probe.success(SECOND + 10_000_000).unwrap();
+        b.allow(at(0)).unwrap().failure(at(0)).unwrap();
+        let probe = b.allow(at(SECOND)).unwrap();
+        let t = probe.success(at(SECOND + 10_000_000)).unwrap();
         assert_eq!(t.reason, TransitionReason::ProbeSlow);
-        assert_eq!(t.open_until, Some(SECOND + 10_000_000 + 2 * SECOND));
+        assert_eq!(t.open_until, Some(at(SECOND + 10_000_000 + 2 * SECOND)));
     }
 
     #[test]
@@ -989,18 +1016,18 @@ mod tests {
             half_open_probes: 3,
             ..ClassicConfig::default()
         });
-        b.allow(0).unwrap().failure(0).unwrap();
-        assert_eq!(b.stats(0).open_until, Some(SECOND));
-        let p1 = b.allow(SECOND).unwrap();
-        let p2 = b.allow(SECOND).unwrap();
-        assert_eq!(p1.success(SECOND), None);
-        let s = b.stats(SECOND);
+        b.allow(at(0)).unwrap().failure(at(0)).unwrap();
+        assert_eq!(b.stats(at(0)).open_until, Some(at(SECOND)));
+        let p1 = b.allow(at(SECOND)).unwrap();
+        let p2 = b.allow(at(SECOND)).unwrap();
+        assert_eq!(p1.success(at(SECOND)), None);
+        let s = b.stats(at(SECOND));
         assert_eq!(
             (s.state, s.probes_admitted, s.probes_succeeded),
             (ClassicState::HalfOpen, 2, 1)
         );
         drop(p2);
-        assert_eq!(b.stats(SECOND).probes_admitted, 1);
+        assert_eq!(b.stats(at(SECOND)).probes_admitted, 1);
         assert_eq!(s.transitions, 2);
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 pub const MIN_K: f64 = 1.1;
 
 /// The largest number of half-open probes of a [`ClassicBreaker`](super::ClassicBreaker).
-pub const MAX_HALF_OPEN_PROBES: u32 = (1 << 16) - 1;
+pub const MAX_HALF_OPEN_PROBES: u64 = (1 << 16) - 1;
 
 /// The constants of the [`SreBreaker`](super::SreBreaker); [`Default`] is go-zero's.
 ///
@@ -43,7 +43,7 @@ pub struct SreConfig {
     /// Length of the statistics window (> 0, at least one nanosecond per bucket).
     pub window: Duration,
     /// Number of buckets of the window (1 ..= [`MAX_BUCKETS`]).
-    pub buckets: u32,
+    pub buckets: u64,
     /// Tolerance: rejection starts when the calls exceed `k` times the successes
     /// (finite, at least [`MIN_K`]).
     pub k: f64,
@@ -109,7 +109,7 @@ impl SreConfig {
 
     /// The width of one bucket.
     pub(crate) fn bucket_width(&self) -> Duration {
-        Duration::from_nanos(nanos(self.window) / u64::from(self.buckets))
+        Duration::from_nanos(nanos(self.window) / self.buckets)
     }
 }
 
@@ -214,7 +214,7 @@ impl Backoff {
     /// assert_eq!(b.wait(1, 0.0), Duration::from_secs(2));
     /// assert_eq!(b.wait(1_000, 0.0), Duration::from_secs(60));
     /// ```
-    pub fn wait(&self, attempt: u32, roll: f64) -> Duration {
+    pub fn wait(&self, attempt: u64, roll: f64) -> Duration {
         let base = nanos(self.base) as f64;
         let max = nanos(self.max) as f64;
         let exponent = i32::try_from(attempt).unwrap_or(i32::MAX);
@@ -310,16 +310,16 @@ pub struct ClassicConfig {
     pub minimum_calls: u64,
     /// Failures in a row that trip the breaker whatever the rate (>= 1), or `None`.
     /// Default `None`.
-    pub consecutive_failures: Option<u32>,
+    pub consecutive_failures: Option<u64>,
     /// Length of the statistics window (> 0). Default 10 s.
     pub window: Duration,
     /// Buckets of the window (1 ..= [`MAX_BUCKETS`]). Default 10.
-    pub buckets: u32,
+    pub buckets: u64,
     /// How long the breaker stays open. Default a fixed 5 s.
     pub open_wait: Backoff,
     /// Probe calls admitted while half-open (1 ..= [`MAX_HALF_OPEN_PROBES`]).
     /// Default 3.
-    pub half_open_probes: u32,
+    pub half_open_probes: u64,
     /// Whether a call cancelled before any threshold (its future or permit dropped
     /// by the caller) counts as a failure. Default `false`: a caller that gave up says
     /// nothing about the dependency, and counting it would let impatient callers open
@@ -401,7 +401,7 @@ impl ClassicConfig {
 
     /// The width of one bucket.
     pub(crate) fn bucket_width(&self) -> Duration {
-        Duration::from_nanos(nanos(self.window) / u64::from(self.buckets))
+        Duration::from_nanos(nanos(self.window) / self.buckets)
     }
 }
 
@@ -418,11 +418,11 @@ fn check_fraction(field: &'static str, value: f64) -> Result<(), FieldError> {
 
 fn validate_window(
     window: Duration,
-    buckets: u32,
+    buckets: u64,
     window_field: &'static str,
     buckets_field: &'static str,
 ) -> Result<(), FieldError> {
-    if buckets == 0 || buckets as usize > MAX_BUCKETS {
+    if buckets == 0 || buckets > MAX_BUCKETS {
         return Err(FieldError::new(
             buckets_field,
             format!("must be in 1..={MAX_BUCKETS}, got {buckets}"),
@@ -431,7 +431,7 @@ fn validate_window(
     if window.is_zero() {
         return Err(FieldError::new(window_field, "must be non-zero"));
     }
-    if nanos(window) < u64::from(buckets) {
+    if nanos(window) < buckets {
         return Err(FieldError::new(
             window_field,
             format!("must be at least one nanosecond per bucket ({buckets} ns), got {window:?}"),
@@ -680,7 +680,7 @@ mod tests {
         let b = Backoff::exponential(Duration::from_millis(100), 2.0, Duration::from_secs(1));
         let waits: Vec<_> = (0..6).map(|n| b.wait(n, 0.0).as_millis()).collect();
         assert_eq!(waits, [100, 200, 400, 800, 1000, 1000]);
-        assert_eq!(b.wait(u32::MAX, 0.0), Duration::from_secs(1));
+        assert_eq!(b.wait(u64::MAX, 0.0), Duration::from_secs(1));
         let j = b.with_jitter(1.0);
         assert_eq!(j.wait(0, 0.25), Duration::from_millis(75));
         assert!(j.wait(10, 0.999_999) <= Duration::from_secs(1));

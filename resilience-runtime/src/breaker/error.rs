@@ -9,13 +9,16 @@ use std::fmt;
 ///
 /// ```
 /// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState};
+/// use resilience_runtime::Instant;
+/// use std::time::Duration;
 ///
+/// let t0 = Instant::from_nanos(0);
 /// let config = ClassicConfig { consecutive_failures: Some(1), ..ClassicConfig::default() };
-/// let breaker = ClassicBreaker::new(config, 0)?;
-/// breaker.allow(0).unwrap().failure(0);
-/// let rejected = breaker.allow(1).unwrap_err();
+/// let breaker = ClassicBreaker::new(config, t0)?;
+/// breaker.allow(t0).unwrap().failure(t0);
+/// let rejected = breaker.allow(t0 + Duration::from_nanos(1)).unwrap_err();
 /// assert_eq!(rejected.state, ClassicState::Open);
-/// assert_eq!(rejected.retry_at, Some(5_000_000_000)); // the default 5 s wait
+/// assert_eq!(rejected.retry_at, Some(t0 + Duration::from_secs(5))); // the default 5 s wait
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,7 +28,7 @@ pub struct ClassicRejected {
     pub state: ClassicState,
     /// When open, the time (same timeline as `now`) at which the breaker admits probes
     /// again; `None` when half-open.
-    pub retry_at: Option<u64>,
+    pub retry_at: Option<crate::Instant>,
 }
 
 impl fmt::Display for ClassicRejected {

@@ -1,7 +1,7 @@
 //! Circuit breakers: the pure algorithms, without registry, clock or macro.
 //!
 //! This module owns the decision logic of the two breakers of the toolkit. Both are
-//! plain data structures that take `now` (nanoseconds on a monotonic timeline) as an
+//! plain data structures that take `now` (an [`Instant`](crate::Instant) of a clock) as an
 //! argument and never read a clock, so they are deterministic under test; the registry
 //! and the `#[breaker]` attribute supply the time, the point name and the events.
 //!

@@ -8,6 +8,7 @@
 
 use super::config::{SreConfig, MIN_K};
 use super::{nanos, roll, Outcome, OutcomeCounts};
+use crate::clock::Instant;
 use crate::error::FieldError;
 use std::borrow::Borrow;
 use std::fmt;
@@ -20,9 +21,11 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::window::Ring;
 
 /// The probability with which the SRE breaker rejects a call, from the window's
-/// statistics; `0.0` means "accept without rolling the dice".
+/// statistics (`history`: its totals and trailing bucket runs) and the breaker's
+/// constants (`config`: `k`, `protection`, `buckets`); `0.0` means "accept without
+/// rolling the dice".
 ///
-/// With `b = buckets`:
+/// With `b = config.buckets`:
 ///
 /// ```text
 /// w     = max(MIN_K, k - (k - MIN_K) * failing_buckets / b)
@@ -33,51 +36,39 @@ use crate::window::Ring;
 ///
 /// go-zero writes `b` as the constant 40 (its bucket count); this function uses the
 /// configured count. The breaker applies the second step only after the forced-probe
-/// check, see [`SreBreaker::allow`].
+/// check, see [`SreBreaker::allow`]. [`SreHistory::drop_ratio`] is the same function.
 ///
 /// # Examples
 ///
 /// ```
-/// use resilience_runtime::breaker::drop_ratio;
+/// use resilience_runtime::breaker::{drop_ratio, SreConfig, SreHistory};
 ///
-/// let r = drop_ratio(100, 50, 0, 0, 1.5, 5, 40);
-/// assert!((r - 0.19802).abs() < 1e-5);
-/// assert_eq!(drop_ratio(80, 80, 0, 0, 1.5, 5, 40), 0.0);
+/// // go-zero's constants: k 1.5, protection 5, 40 buckets.
+/// let config = SreConfig { buckets: 40, ..SreConfig::default() };
+/// let h = SreHistory { total: 100, accepts: 50, ..SreHistory::default() };
+/// assert!((drop_ratio(&h, &config) - 0.19802).abs() < 1e-5);
+/// let h = SreHistory { total: 80, accepts: 80, ..SreHistory::default() };
+/// assert_eq!(drop_ratio(&h, &config), 0.0);
 /// ```
-pub fn drop_ratio(
-    total: u64,
-    accepts: u64,
-    failing_buckets: u32,
-    working_buckets: u32,
-    k: f64,
-    protection: u64,
-    buckets: u32,
-) -> f64 {
-    let raw = raw_drop_ratio(total, accepts, failing_buckets, k, protection, buckets);
+pub fn drop_ratio(history: &SreHistory, config: &SreConfig) -> f64 {
+    let raw = raw_drop_ratio(history, config);
     if raw <= 0.0 {
         0.0
     } else {
-        raw * working_scale(working_buckets, buckets)
+        raw * working_scale(history.working_buckets, config.buckets)
     }
 }
 
 /// go-zero's `dropRatio` before the working-bucket scaling; `<= 0` means accept.
-fn raw_drop_ratio(
-    total: u64,
-    accepts: u64,
-    failing_buckets: u32,
-    k: f64,
-    protection: u64,
-    buckets: u32,
-) -> f64 {
-    let b = f64::from(buckets.max(1));
-    let w = (k - (k - MIN_K) * f64::from(failing_buckets) / b).max(MIN_K);
-    let total = total as f64;
-    (total - protection as f64 - w * accepts as f64) / (total + 1.0)
+fn raw_drop_ratio(h: &SreHistory, c: &SreConfig) -> f64 {
+    let b = c.buckets.max(1) as f64;
+    let w = (c.k - (c.k - MIN_K) * h.failing_buckets as f64 / b).max(MIN_K);
+    let total = h.total as f64;
+    (total - c.protection as f64 - w * h.accepts as f64) / (total + 1.0)
 }
 
-fn working_scale(working_buckets: u32, buckets: u32) -> f64 {
-    f64::from(buckets.saturating_sub(working_buckets)) / f64::from(buckets.max(1))
+fn working_scale(working_buckets: u64, buckets: u64) -> f64 {
+    buckets.saturating_sub(working_buckets) as f64 / buckets.max(1) as f64
 }
 
 /// What the SRE breaker's window holds at one time (go-zero's `windowResult`, plus the
@@ -86,12 +77,13 @@ fn working_scale(working_buckets: u32, buckets: u32) -> f64 {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
 ///
-/// let b = SreBreaker::new(SreConfig::default(), 0)?;
-/// b.on_success(0);
-/// b.on_failure(0);
-/// let h = b.history(0);
+/// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+/// b.on_success(Instant::from_nanos(0));
+/// b.on_failure(Instant::from_nanos(0));
+/// let h = b.history(Instant::from_nanos(0));
 /// assert_eq!((h.accepts, h.failures, h.total), (1, 1, 2));
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
@@ -107,10 +99,10 @@ pub struct SreHistory {
     pub total: u64,
     /// Length of the trailing run of buckets with failures and no success (buckets with
     /// neither do not interrupt the run).
-    pub failing_buckets: u32,
+    pub failing_buckets: u64,
     /// Length of the trailing run of buckets with successes and no failure (buckets with
     /// neither do not interrupt the run).
-    pub working_buckets: u32,
+    pub working_buckets: u64,
 }
 
 impl SreHistory {
@@ -164,15 +156,7 @@ impl SreHistory {
     /// assert!((h.drop_ratio(&SreConfig::default()) - 1.0 / 7.0).abs() < 1e-12);
     /// ```
     pub fn drop_ratio(&self, config: &SreConfig) -> f64 {
-        drop_ratio(
-            self.total,
-            self.accepts,
-            self.failing_buckets,
-            self.working_buckets,
-            config.k,
-            config.protection,
-            config.buckets,
-        )
+        drop_ratio(self, config)
     }
 }
 
@@ -203,10 +187,11 @@ pub enum DroppingTransition {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
 ///
-/// let b = SreBreaker::new(SreConfig::default(), 0)?;
-/// let d = b.allow(0);
+/// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+/// let d = b.allow(Instant::from_nanos(0));
 /// assert!(d.is_admitted());
 /// assert_eq!(d.verdict, SreVerdict::Accepted);
 /// assert_eq!(d.drop_ratio, 0.0);
@@ -232,9 +217,10 @@ impl SreDecision {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// assert!(b.allow(0).is_admitted());
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// assert!(b.allow(Instant::from_nanos(0)).is_admitted());
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn is_admitted(&self) -> bool {
@@ -273,18 +259,19 @@ impl SreDecision {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
 ///
-/// let breaker = SreBreaker::new(SreConfig::default(), 0)?;
+/// let breaker = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
 /// for _ in 0..1_000 {
-///     breaker.on_failure(0);
+///     breaker.on_failure(Instant::from_nanos(0));
 /// }
 /// // 1 000 failures and no success: the ratio is (1000 - 5) / 1001.
-/// let d = breaker.allow_with_roll(1, 0.5);
+/// let d = breaker.allow_with_roll(Instant::from_nanos(1), 0.5);
 /// assert!(!d.is_admitted());
 /// assert!(breaker.is_dropping());
 /// // Ten seconds later the window has rolled over: every call passes again.
-/// assert!(breaker.allow(10_000_000_001).is_admitted());
+/// assert!(breaker.allow(Instant::from_nanos(10_000_000_001)).is_admitted());
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Debug)]
@@ -311,13 +298,15 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
     ///
-    /// assert!(SreBreaker::new(SreConfig::default(), 0).is_ok());
-    /// let err = SreBreaker::new(SreConfig { k: 0.5, ..SreConfig::default() }, 0).unwrap_err();
+    /// assert!(SreBreaker::new(SreConfig::default(), Instant::from_nanos(0)).is_ok());
+    /// let err = SreBreaker::new(SreConfig { k: 0.5, ..SreConfig::default() }, Instant::from_nanos(0)).unwrap_err();
     /// assert_eq!(err.field, "k");
     /// ```
-    pub fn new(config: SreConfig, now: u64) -> Result<Self, FieldError> {
+    pub fn new(config: SreConfig, now: Instant) -> Result<Self, FieldError> {
+        let now = now.as_nanos();
         config.validate()?;
         let width = nanos(config.bucket_width());
         if width == 0 {
@@ -344,8 +333,9 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
     /// assert_eq!(b.config().buckets, 40);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -361,15 +351,17 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// let d = b.allow(0);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// let d = b.allow(Instant::from_nanos(0));
     /// if d.is_admitted() {
-    ///     b.on_success(0);
+    ///     b.on_success(Instant::from_nanos(0));
     /// }
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn allow(&self, now: u64) -> SreDecision {
+    pub fn allow(&self, now: Instant) -> SreDecision {
+        let now = now.as_nanos();
         self.decide(now, roll, |p| p)
     }
 
@@ -380,17 +372,19 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
     /// for _ in 0..6 {
-    ///     b.on_failure(0);
+    ///     b.on_failure(Instant::from_nanos(0));
     /// }
     /// // ratio = (6 - 5) / 7
-    /// assert_eq!(b.allow_with_roll(0, 0.2).verdict, SreVerdict::Accepted);
-    /// assert_eq!(b.allow_with_roll(0, 0.1).verdict, SreVerdict::Rejected);
+    /// assert_eq!(b.allow_with_roll(Instant::from_nanos(0), 0.2).verdict, SreVerdict::Accepted);
+    /// assert_eq!(b.allow_with_roll(Instant::from_nanos(0), 0.1).verdict, SreVerdict::Rejected);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn allow_with_roll(&self, now: u64, roll: f64) -> SreDecision {
+    pub fn allow_with_roll(&self, now: Instant, roll: f64) -> SreDecision {
+        let now = now.as_nanos();
         self.decide(now, || roll, |p| p)
     }
 
@@ -417,23 +411,25 @@ impl SreBreaker {
     /// the lowest tier is shed first. The decision reports the breaker's own ratio.
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
     /// use resilience_runtime::priority::Priority;
     ///
-    /// let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0)).unwrap();
     /// for _ in 0..100 {
-    ///     b.record(0, resilience_runtime::breaker::Outcome::Failure);
+    ///     b.record(Instant::from_nanos(0), resilience_runtime::breaker::Outcome::Failure);
     /// }
     /// // Every call fails: the ratio is high, but a critical call is dropped less often.
     /// let critical = (0..1000)
-    ///     .filter(|_| b.allow_priority(0, Priority::Critical).verdict == SreVerdict::Rejected)
+    ///     .filter(|_| b.allow_priority(Instant::from_nanos(0), Priority::Critical).verdict == SreVerdict::Rejected)
     ///     .count();
     /// let sheddable = (0..1000)
-    ///     .filter(|_| b.allow_priority(0, Priority::Sheddable).verdict == SreVerdict::Rejected)
+    ///     .filter(|_| b.allow_priority(Instant::from_nanos(0), Priority::Sheddable).verdict == SreVerdict::Rejected)
     ///     .count();
     /// assert!(critical < sheddable, "{critical} {sheddable}");
     /// ```
-    pub fn allow_priority(&self, now: u64, priority: crate::priority::Priority) -> SreDecision {
+    pub fn allow_priority(&self, now: Instant, priority: crate::priority::Priority) -> SreDecision {
+        let now = now.as_nanos();
         self.decide(now, roll, |p| priority.sre_drop(p))
     }
 
@@ -457,14 +453,7 @@ impl SreBreaker {
             };
         }
         let h = self.history_of(current);
-        let raw = raw_drop_ratio(
-            h.total,
-            h.accepts,
-            h.failing_buckets,
-            c.k,
-            c.protection,
-            c.buckets,
-        );
+        let raw = raw_drop_ratio(&h, c);
         let transition = self.note_dropping(raw > 0.0);
         if raw <= 0.0 {
             return SreDecision {
@@ -494,7 +483,7 @@ impl SreBreaker {
             };
         }
         if roll() < tier(drop_ratio) {
-            self.record(now, Outcome::Drop);
+            self.record_ns(now, Outcome::Drop);
             return SreDecision {
                 verdict: SreVerdict::Rejected,
                 drop_ratio,
@@ -533,14 +522,21 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{Outcome, SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.record(0, Outcome::Drop);
-    /// assert_eq!(b.history(0).drops, 1);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.record(Instant::from_nanos(0), Outcome::Drop);
+    /// assert_eq!(b.history(Instant::from_nanos(0)).drops, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
-    pub fn record(&self, now: u64, outcome: Outcome) {
+    pub fn record(&self, now: Instant, outcome: Outcome) {
+        self.record_ns(now.as_nanos(), outcome);
+    }
+
+    /// [`record`](Self::record) at `now` nanoseconds (the engine's form).
+    #[inline]
+    pub(crate) fn record_ns(&self, now: u64, outcome: Outcome) {
         // Bring the window to `now` first, so the outcome lands in its bucket.
         let _ = self.ring.base(now, || self.current());
         self.record_admitted(outcome);
@@ -564,14 +560,15 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.on_success(0);
-    /// assert_eq!(b.history(0).accepts, 1);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.on_success(Instant::from_nanos(0));
+    /// assert_eq!(b.history(Instant::from_nanos(0)).accepts, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
-    pub fn on_success(&self, now: u64) {
+    pub fn on_success(&self, now: Instant) {
         self.record(now, Outcome::Success);
     }
 
@@ -580,14 +577,15 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.on_failure(0);
-    /// assert_eq!(b.history(0).failures, 1);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.on_failure(Instant::from_nanos(0));
+    /// assert_eq!(b.history(Instant::from_nanos(0)).failures, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
-    pub fn on_failure(&self, now: u64) {
+    pub fn on_failure(&self, now: Instant) {
         self.record(now, Outcome::Failure);
     }
 
@@ -596,14 +594,16 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.on_success(0);
-    /// assert_eq!(b.history(0).working_buckets, 1);
-    /// assert_eq!(b.history(10_000_000_000).total, 0);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.on_success(Instant::from_nanos(0));
+    /// assert_eq!(b.history(Instant::from_nanos(0)).working_buckets, 1);
+    /// assert_eq!(b.history(Instant::from_nanos(10_000_000_000)).total, 0);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn history(&self, now: u64) -> SreHistory {
+    pub fn history(&self, now: Instant) -> SreHistory {
+        let now = now.as_nanos();
         let _ = self.ring.base(now, || self.current());
         self.history_of(self.current())
     }
@@ -635,8 +635,9 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
     /// assert!(!b.is_dropping());
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
@@ -650,15 +651,16 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
     /// assert_eq!(b.last_pass(), None);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn last_pass(&self) -> Option<u64> {
+    pub fn last_pass(&self) -> Option<Instant> {
         match self.last_pass.load(Ordering::Relaxed) {
             0 => None,
-            t => Some(t - 1),
+            t => Some(Instant::from_nanos(t - 1)),
         }
     }
 
@@ -673,17 +675,18 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
     ///
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// match b.try_allow(0) {
-    ///     Ok(promise) => promise.accept(1_000), // the call succeeded
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// match b.try_allow(Instant::from_nanos(0)) {
+    ///     Ok(promise) => promise.accept(Instant::from_nanos(1_000)), // the call succeeded
     ///     Err(rejected) => panic!("an empty window never drops: {rejected}"),
     /// }
-    /// assert_eq!(b.history(1_000).accepts, 1);
+    /// assert_eq!(b.history(Instant::from_nanos(1_000)).accepts, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn try_allow(&self, now: u64) -> Result<SrePromise<&Self>, SreRejected> {
+    pub fn try_allow(&self, now: Instant) -> Result<SrePromise<&Self>, SreRejected> {
         let decision = self.allow(now);
         self.promise(self, decision)
     }
@@ -698,21 +701,22 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
     ///
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
     /// for _ in 0..10 {
-    ///     b.mark_failure(0);
+    ///     b.mark_failure(Instant::from_nanos(0));
     /// }
     /// // ratio (10 - 5) / 11 = 0.4545...
-    /// let rejected = b.try_allow_with_roll(0, 0.3).unwrap_err();
+    /// let rejected = b.try_allow_with_roll(Instant::from_nanos(0), 0.3).unwrap_err();
     /// assert!((rejected.drop_ratio - 5.0 / 11.0).abs() < 1e-12);
-    /// assert!(b.try_allow_with_roll(0, 0.6).is_ok());
+    /// assert!(b.try_allow_with_roll(Instant::from_nanos(0), 0.6).is_ok());
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn try_allow_with_roll(
         &self,
-        now: u64,
+        now: Instant,
         roll: f64,
     ) -> Result<SrePromise<&Self>, SreRejected> {
         let decision = self.allow_with_roll(now, roll);
@@ -729,18 +733,19 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
     /// use std::sync::Arc;
     ///
-    /// let b = Arc::new(SreBreaker::new(SreConfig::default(), 0)?);
-    /// let promise = b.try_allow_owned(0).unwrap();
-    /// std::thread::spawn(move || promise.reject(5)).join().unwrap();
-    /// assert_eq!(b.history(5).failures, 1);
+    /// let b = Arc::new(SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?);
+    /// let promise = b.try_allow_owned(Instant::from_nanos(0)).unwrap();
+    /// std::thread::spawn(move || promise.reject(Instant::from_nanos(5))).join().unwrap();
+    /// assert_eq!(b.history(Instant::from_nanos(5)).failures, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn try_allow_owned(
         self: &crate::sync::Arc<Self>,
-        now: u64,
+        now: Instant,
     ) -> Result<SrePromise<crate::sync::Arc<Self>>, SreRejected> {
         let decision = self.allow(now);
         self.promise(crate::sync::Arc::clone(self), decision)
@@ -768,14 +773,15 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.mark_success(0);
-    /// assert_eq!(b.stats(0).history.accepts, 1);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.mark_success(Instant::from_nanos(0));
+    /// assert_eq!(b.stats(Instant::from_nanos(0)).history.accepts, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
-    pub fn mark_success(&self, now: u64) {
+    pub fn mark_success(&self, now: Instant) {
         self.record(now, Outcome::Success);
     }
 
@@ -785,14 +791,15 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// # use resilience_runtime::breaker::{SreBreaker, SreConfig};
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.mark_failure(0);
-    /// assert_eq!(b.stats(0).history.failures, 1);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.mark_failure(Instant::from_nanos(0));
+    /// assert_eq!(b.stats(Instant::from_nanos(0)).history.failures, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     #[inline]
-    pub fn mark_failure(&self, now: u64) {
+    pub fn mark_failure(&self, now: Instant) {
         self.record(now, Outcome::Failure);
     }
 
@@ -804,20 +811,21 @@ impl SreBreaker {
     /// # Examples
     ///
     /// ```
+    /// # use resilience_runtime::Instant;
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
     ///
     /// const BUCKET: u64 = 250_000_000; // 10 s / 40
-    /// let b = SreBreaker::new(SreConfig::default(), 0)?;
-    /// b.mark_success(0);
-    /// b.mark_failure(BUCKET);
-    /// b.mark_failure(2 * BUCKET);
-    /// let s = b.stats(2 * BUCKET);
+    /// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+    /// b.mark_success(Instant::from_nanos(0));
+    /// b.mark_failure(Instant::from_nanos(BUCKET));
+    /// b.mark_failure(Instant::from_nanos(2 * BUCKET));
+    /// let s = b.stats(Instant::from_nanos(2 * BUCKET));
     /// assert_eq!((s.history.failing_buckets, s.history.working_buckets), (2, 0));
     /// assert_eq!(s.drop_ratio, 0.0, "3 calls are within the protection of 5");
     /// assert!(!s.dropping);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn stats(&self, now: u64) -> SreStats {
+    pub fn stats(&self, now: Instant) -> SreStats {
         let history = self.history(now);
         SreStats {
             history,
@@ -833,13 +841,14 @@ impl SreBreaker {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
 ///
-/// let b = SreBreaker::new(SreConfig::default(), 0)?;
+/// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
 /// for _ in 0..20 {
-///     b.mark_failure(0);
+///     b.mark_failure(Instant::from_nanos(0));
 /// }
-/// let s = b.stats(0);
+/// let s = b.stats(Instant::from_nanos(0));
 /// assert_eq!((s.history.failures, s.history.failing_buckets), (20, 1));
 /// assert!((s.drop_ratio - 15.0 / 21.0).abs() < 1e-12); // (20 - 5) / (20 + 1)
 /// assert!(!s.dropping, "no call was asked for yet");
@@ -858,7 +867,7 @@ pub struct SreStats {
     /// ([`SreBreaker::is_dropping`]).
     pub dropping: bool,
     /// [`SreBreaker::last_pass`].
-    pub last_pass: Option<u64>,
+    pub last_pass: Option<Instant>,
 }
 
 /// The [`SreBreaker`] refused a call (go-zero's `ErrServiceUnavailable`); the drop is
@@ -867,17 +876,18 @@ pub struct SreStats {
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
 /// use std::time::Duration;
 ///
-/// let b = SreBreaker::new(SreConfig::default(), 0)?;
+/// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
 /// for _ in 0..100 {
-///     b.mark_failure(0);
+///     b.mark_failure(Instant::from_nanos(0));
 /// }
-/// let r = b.try_allow_with_roll(0, 0.0).unwrap_err();
+/// let r = b.try_allow_with_roll(Instant::from_nanos(0), 0.0).unwrap_err();
 /// assert_eq!(r.to_string(), "circuit breaker is open");
 /// assert_eq!(r.retry_after, Duration::from_secs(1));
-/// assert_eq!(b.history(0).drops, 1);
+/// assert_eq!(b.history(Instant::from_nanos(0)).drops, 1);
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -911,16 +921,17 @@ impl std::error::Error for SreRejected {}
 /// # Examples
 ///
 /// ```
+/// # use resilience_runtime::Instant;
 /// use resilience_runtime::breaker::{SreBreaker, SreConfig, SreVerdict};
 ///
-/// let b = SreBreaker::new(SreConfig::default(), 0)?;
-/// let p = b.try_allow(0).unwrap();
+/// let b = SreBreaker::new(SreConfig::default(), Instant::from_nanos(0))?;
+/// let p = b.try_allow(Instant::from_nanos(0)).unwrap();
 /// assert_eq!(p.decision().verdict, SreVerdict::Accepted);
 /// assert!(!p.is_forced_probe());
-/// p.reject(10); // the call failed
-/// let unmarked = b.try_allow(20).unwrap();
+/// p.reject(Instant::from_nanos(10)); // the call failed
+/// let unmarked = b.try_allow(Instant::from_nanos(20)).unwrap();
 /// drop(unmarked); // records nothing
-/// let h = b.history(20);
+/// let h = b.history(Instant::from_nanos(20));
 /// assert_eq!((h.failures, h.total), (1, 1));
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
@@ -951,12 +962,12 @@ impl<B: Borrow<SreBreaker>> SrePromise<B> {
     }
 
     /// The call succeeded (go-zero's `Accept`): records a success at `now`.
-    pub fn accept(self, now: u64) {
+    pub fn accept(self, now: Instant) {
         self.breaker.borrow().record(now, Outcome::Success);
     }
 
     /// The call failed (go-zero's `Reject`): records a failure at `now`.
-    pub fn reject(self, now: u64) {
+    pub fn reject(self, now: Instant) {
         self.breaker.borrow().record(now, Outcome::Failure);
     }
 }
@@ -972,16 +983,16 @@ mod tests {
                         protection,
                         ..SreConfig::default()
                     };
-                    let b = SreBreaker::new(cfg, 0).unwrap();
+                    let b = SreBreaker::new(cfg, at(0)).unwrap();
                     for _ in 0..accepts {
-                        b.record(0, Outcome::Success);
+                        b.record(at(0), Outcome::Success);
                     }
                     for _ in accepts..total {
-                        b.record(0, Outcome::Failure);
+                        b.record(at(0), Outcome::Failure);
                     }
                     let sure = b.accepts_surely(0);
                     // With the dice at 0 every positive ratio rejects.
-                    let d = b.allow_with_roll(0, 0.0);
+                    let d = b.allow_with_roll(at(0), 0.0);
                     if sure {
                         assert!(
                             d.is_admitted() && d.transition.is_none(),
@@ -1000,6 +1011,38 @@ mod tests {
 
     use super::*;
 
+    /// The instant `ns` nanoseconds into the timeline.
+    fn at(ns: u64) -> Instant {
+        Instant::from_nanos(ns)
+    }
+
+    /// [`drop_ratio`] of a history with these totals and runs, under `k`, `protection`
+    /// and `buckets` (go-zero's test vectors are written so).
+    fn go_zero(
+        total: u64,
+        accepts: u64,
+        failing_buckets: u64,
+        working_buckets: u64,
+        k: f64,
+        protection: u64,
+        buckets: u64,
+    ) -> f64 {
+        let history = SreHistory {
+            total,
+            accepts,
+            failing_buckets,
+            working_buckets,
+            ..SreHistory::default()
+        };
+        let config = SreConfig {
+            k,
+            protection,
+            buckets,
+            ..SreConfig::default()
+        };
+        drop_ratio(&history, &config)
+    }
+
     const BUCKET: u64 = 250_000_000;
     const SECOND: u64 = 1_000_000_000;
 
@@ -1010,7 +1053,7 @@ mod tests {
     #[test]
     fn drop_ratio_vectors() {
         // (total, accepts, failing, working) -> ratio; k = 1.5, protection = 5, 40 buckets.
-        let cases: [((u64, u64, u32, u32), f64); 10] = [
+        let cases: [((u64, u64, u64, u64), f64); 10] = [
             ((80, 80, 0, 0), 0.0),
             ((5, 0, 0, 0), 0.0),
             ((6, 0, 0, 0), 0.14286),
@@ -1023,7 +1066,7 @@ mod tests {
             ((100_010, 10, 0, 0), 0.99979),
         ];
         for ((total, accepts, failing, working), expect) in cases {
-            let got = drop_ratio(total, accepts, failing, working, 1.5, 5, 40);
+            let got = go_zero(total, accepts, failing, working, 1.5, 5, 40);
             assert!(
                 close(got, expect),
                 "{total} {accepts} {failing} {working}: {got} != {expect}"
@@ -1034,13 +1077,13 @@ mod tests {
     #[test]
     fn weight_never_goes_below_min_k() {
         // failing > buckets cannot happen from a window, but the formula clamps anyway.
-        let a = drop_ratio(200, 100, 40, 0, 1.5, 5, 40);
-        let b = drop_ratio(200, 100, 400, 0, 1.5, 5, 40);
+        let a = go_zero(200, 100, 40, 0, 1.5, 5, 40);
+        let b = go_zero(200, 100, 400, 0, 1.5, 5, 40);
         assert_eq!(a, b);
         // All buckets working: the ratio is scaled to zero.
-        assert_eq!(drop_ratio(200, 10, 0, 40, 1.5, 5, 40), 0.0);
+        assert_eq!(go_zero(200, 10, 0, 40, 1.5, 5, 40), 0.0);
         // Other bucket counts use the configured count.
-        let ten = drop_ratio(200, 100, 10, 5, 1.5, 5, 10);
+        let ten = go_zero(200, 100, 10, 5, 1.5, 5, 10);
         assert!(close(ten, (200.0 - 5.0 - 110.0) / 201.0 * 0.5), "{ten}");
     }
 
@@ -1085,99 +1128,99 @@ mod tests {
 
     #[test]
     fn history_over_the_window_ignores_expired_buckets() {
-        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
-        b.on_failure(0);
-        b.on_success(BUCKET);
-        b.on_success(2 * BUCKET);
-        let h = b.history(2 * BUCKET);
+        let b = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
+        b.on_failure(at(0));
+        b.on_success(at(BUCKET));
+        b.on_success(at(2 * BUCKET));
+        let h = b.history(at(2 * BUCKET));
         assert_eq!((h.failing_buckets, h.working_buckets, h.total), (0, 2, 3));
         // 40 buckets later the failure has expired, the successes not yet.
-        let h = b.history(40 * BUCKET);
+        let h = b.history(at(40 * BUCKET));
         assert_eq!((h.failing_buckets, h.working_buckets, h.total), (0, 2, 2));
-        assert_eq!(b.history(42 * BUCKET).total, 0);
+        assert_eq!(b.history(at(42 * BUCKET)).total, 0);
     }
 
     #[test]
     fn dropping_transitions_are_reported_once() {
-        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        let b = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
         for _ in 0..100 {
-            b.on_failure(0);
+            b.on_failure(at(0));
         }
-        let first = b.allow_with_roll(0, 0.999_999);
+        let first = b.allow_with_roll(at(0), 0.999_999);
         assert_eq!(first.transition, Some(DroppingTransition::Started));
         assert_eq!(first.verdict, SreVerdict::Accepted);
         assert!(b.is_dropping());
-        assert_eq!(b.allow_with_roll(0, 0.0).transition, None);
-        let later = b.allow_with_roll(20 * SECOND, 0.0);
+        assert_eq!(b.allow_with_roll(at(0), 0.0).transition, None);
+        let later = b.allow_with_roll(at(20 * SECOND), 0.0);
         assert_eq!(later.transition, Some(DroppingTransition::Stopped));
         assert_eq!(later.verdict, SreVerdict::Accepted);
-        assert_eq!(b.allow(20 * SECOND).transition, None);
+        assert_eq!(b.allow(at(20 * SECOND)).transition, None);
         assert!(!b.is_dropping());
     }
 
     #[test]
     fn rejection_records_a_drop_and_acceptance_sets_last_pass() {
-        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        let b = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
         for _ in 0..10 {
-            b.on_failure(0);
+            b.on_failure(at(0));
         }
-        let d = b.allow_with_roll(7, 0.0);
+        let d = b.allow_with_roll(at(7), 0.0);
         assert_eq!(d.verdict, SreVerdict::Rejected);
         assert!(close(d.drop_ratio, 5.0 / 11.0));
-        assert_eq!(b.history(7).drops, 1);
+        assert_eq!(b.history(at(7)).drops, 1);
         assert_eq!(b.last_pass(), None);
-        let d = b.allow_with_roll(9, 0.99);
+        let d = b.allow_with_roll(at(9), 0.99);
         assert_eq!(d.verdict, SreVerdict::Accepted);
-        assert_eq!(b.last_pass(), Some(9));
+        assert_eq!(b.last_pass(), Some(at(9)));
         // Accepting without dropping leaves last_pass alone.
-        let quiet = SreBreaker::new(SreConfig::default(), 0).unwrap();
-        assert!(quiet.allow_with_roll(3, 0.0).is_admitted());
+        let quiet = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
+        assert!(quiet.allow_with_roll(at(3), 0.0).is_admitted());
         assert_eq!(quiet.last_pass(), None);
     }
 
     #[test]
     fn forced_probe_needs_a_previous_pass_and_a_full_interval() {
-        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        let b = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
         for _ in 0..1_000 {
-            b.on_failure(0);
+            b.on_failure(at(0));
         }
         // No pass yet: no forced probe, however long we wait inside the window.
         assert_eq!(
-            b.allow_with_roll(5 * SECOND, 0.0).verdict,
+            b.allow_with_roll(at(5 * SECOND), 0.0).verdict,
             SreVerdict::Rejected
         );
         assert_eq!(
-            b.allow_with_roll(5 * SECOND, 0.999_999).verdict,
+            b.allow_with_roll(at(5 * SECOND), 0.999_999).verdict,
             SreVerdict::Accepted
         );
         // Exactly one interval later: not yet ("more than").
         assert_eq!(
-            b.allow_with_roll(6 * SECOND, 0.0).verdict,
+            b.allow_with_roll(at(6 * SECOND), 0.0).verdict,
             SreVerdict::Rejected
         );
         assert_eq!(
-            b.allow_with_roll(6 * SECOND + 1, 0.0).verdict,
+            b.allow_with_roll(at(6 * SECOND + 1), 0.0).verdict,
             SreVerdict::ForcedProbe
         );
         assert_eq!(
-            b.allow_with_roll(6 * SECOND + 2, 0.0).verdict,
+            b.allow_with_roll(at(6 * SECOND + 2), 0.0).verdict,
             SreVerdict::Rejected
         );
-        assert_eq!(b.last_pass(), Some(6 * SECOND + 1));
+        assert_eq!(b.last_pass(), Some(at(6 * SECOND + 1)));
     }
 
     #[test]
     fn working_buckets_soften_the_ratio() {
-        let b = SreBreaker::new(SreConfig::default(), 0).unwrap();
+        let b = SreBreaker::new(SreConfig::default(), at(0)).unwrap();
         for _ in 0..200 {
-            b.on_failure(0);
+            b.on_failure(at(0));
         }
         for i in 1..=10 {
-            b.on_success(i * BUCKET);
+            b.on_success(at(i * BUCKET));
         }
-        let h = b.history(10 * BUCKET);
+        let h = b.history(at(10 * BUCKET));
         assert_eq!((h.working_buckets, h.failing_buckets), (10, 0));
-        let d = b.allow_with_roll(10 * BUCKET, 0.999_999);
+        let d = b.allow_with_roll(at(10 * BUCKET), 0.999_999);
         let expect = (210.0 - 5.0 - 15.0) / 211.0 * 30.0 / 40.0;
         assert!(close(d.drop_ratio, expect), "{}", d.drop_ratio);
     }

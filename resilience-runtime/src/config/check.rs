@@ -172,7 +172,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
         b = match key.as_str() {
             "shadow" => apply(b, r.bool(key, v), PolicyBuilder::shadow),
             "max_visits" => apply(b, r.u64(key, v), PolicyBuilder::max_visits),
-            "max_concurrency" => apply(b, r.u32(key, v), PolicyBuilder::max_concurrency),
+            "max_concurrency" => apply(b, r.u64(key, v), PolicyBuilder::max_concurrency),
             "max_exceptions" => apply(b, r.u64(key, v), PolicyBuilder::max_exceptions),
             "downgrade_percentage" => {
                 // Up to 255 goes to the policy, which owns the 0..=100 rule and its
@@ -298,7 +298,7 @@ fn check_queue(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuilde
     };
     let max_waiting = r
         .required("queue.max_waiting", max_waiting)
-        .and_then(|v| r.u32("queue.max_waiting", v));
+        .and_then(|v| r.u64("queue.max_waiting", v));
     let max_wait = r
         .required("queue.max_wait", max_wait)
         .and_then(|v| r.duration("queue.max_wait", v));
@@ -386,7 +386,7 @@ fn check_window(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuild
     };
     let default = WindowConfig::default();
     let buckets = match buckets {
-        Some(v) => r.u32("window.buckets", v),
+        Some(v) => r.u64("window.buckets", v),
         None => Some(default.buckets),
     };
     let width = match width {

@@ -85,8 +85,8 @@ pub(super) fn check_keys(r: &mut Reporter<'_>, value: &Node) -> Option<KeyPolicy
         policy.period = d;
     }
     policy.rule.burst = burst.and_then(|v| r.u64("keys.burst", v));
-    policy.rule.max_concurrency = max_concurrency.and_then(|v| r.u32("keys.max_concurrency", v));
-    if let Some(n) = max_keys.and_then(|v| r.u32("keys.max_keys", v)) {
+    policy.rule.max_concurrency = max_concurrency.and_then(|v| r.u64("keys.max_concurrency", v));
+    if let Some(n) = max_keys.and_then(|v| r.u64("keys.max_keys", v)) {
         policy.max_keys = n;
     }
     let overrides = match overrides {
@@ -127,7 +127,7 @@ pub(super) fn check_keys(r: &mut Reporter<'_>, value: &Node) -> Option<KeyPolicy
             }
         }
     }
-    if overrides.len() > MAX_KEY_OVERRIDES {
+    if overrides.len() as u64 > MAX_KEY_OVERRIDES {
         r.push(
             "keys.overrides",
             ProblemKind::OutOfRange,
@@ -205,7 +205,7 @@ fn check_overrides(r: &mut Reporter<'_>, value: &Node) -> BTreeMap<String, KeyOv
                     limit: limit.and_then(|v| r.u64(&format!("{field}.limit"), v)),
                     burst: burst.and_then(|v| r.u64(&format!("{field}.burst"), v)),
                     max_concurrency: conc
-                        .and_then(|v| r.u32(&format!("{field}.max_concurrency"), v)),
+                        .and_then(|v| r.u64(&format!("{field}.max_concurrency"), v)),
                 }
             }
             Node::Int(_) => match r.u64(&field, v) {
@@ -238,11 +238,11 @@ pub(super) struct KeysOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     burst: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    max_concurrency: Option<u32>,
+    max_concurrency: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_wait: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    max_keys: Option<u32>,
+    max_keys: Option<u64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     overrides: BTreeMap<String, OverrideOut>,
     #[cfg(feature = "redis")]
@@ -273,7 +273,7 @@ enum OverrideOut {
         #[serde(skip_serializing_if = "Option::is_none")]
         burst: Option<u64>,
         #[serde(skip_serializing_if = "Option::is_none")]
-        max_concurrency: Option<u32>,
+        max_concurrency: Option<u64>,
     },
 }
 

@@ -687,7 +687,7 @@ struct PointOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     max_visits: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    max_concurrency: Option<u32>,
+    max_concurrency: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_exceptions: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -727,7 +727,7 @@ struct PointOut {
 
 #[derive(Serialize)]
 struct QueueOut {
-    max_waiting: u32,
+    max_waiting: u64,
     max_wait: String,
 }
 
@@ -818,7 +818,7 @@ struct DelayOut {
 
 #[derive(Serialize)]
 struct WindowOut {
-    buckets: u32,
+    buckets: u64,
     bucket_width: String,
 }
 
@@ -840,17 +840,17 @@ struct BreakerOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     minimum_calls: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    consecutive_failures: Option<u32>,
+    consecutive_failures: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     window: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    buckets: Option<u32>,
+    buckets: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     force_pass_interval: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     slow_call: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    half_open_probes: Option<u32>,
+    half_open_probes: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     open_wait: Option<OpenWaitOut>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -870,11 +870,11 @@ struct OpenWaitOut {
 struct AdaptiveOut {
     algorithm: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    initial_limit: Option<u32>,
+    initial_limit: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    min_limit: Option<u32>,
+    min_limit: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    max_limit: Option<u32>,
+    max_limit: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     smoothing: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -882,17 +882,17 @@ struct AdaptiveOut {
     #[serde(skip_serializing_if = "Option::is_none")]
     queue_size: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    long_window: Option<u32>,
+    long_window: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sample_window: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    min_samples: Option<u32>,
+    min_samples: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     critical_reserve: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     window: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    buckets: Option<u32>,
+    buckets: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cpu_threshold: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]

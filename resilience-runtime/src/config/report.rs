@@ -130,11 +130,6 @@ impl Reporter<'_> {
         self.integer(field, value, u64::MAX)
     }
 
-    pub(super) fn u32(&mut self, field: &str, value: &Node) -> Option<u32> {
-        self.integer(field, value, u64::from(u32::MAX))
-            .and_then(|v| u32::try_from(v).ok())
-    }
-
     pub(super) fn number(&mut self, field: &str, value: &Node) -> Option<f64> {
         match value {
             Node::Float(x) => Some(*x),

@@ -24,7 +24,7 @@ pub(super) fn check_retry(r: &mut Reporter<'_>, value: &Node) -> Option<RetryPol
         r.section("retry", value, RETRY_FIELDS)?;
     let mut retry = Retry::new(1);
     let attempts = r.required("retry.attempts", attempts);
-    if let Some(n) = attempts.and_then(|v| r.u32("retry.attempts", v)) {
+    if let Some(n) = attempts.and_then(|v| r.u64("retry.attempts", v)) {
         retry.attempts = n;
     }
     let b = &mut retry.backoff;
@@ -94,7 +94,7 @@ fn check_budget(r: &mut Reporter<'_>, value: &Node) -> Option<BudgetConfig> {
 /// and every budget field always written.
 #[derive(Serialize)]
 pub(super) struct RetryOut {
-    attempts: u32,
+    attempts: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     base: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

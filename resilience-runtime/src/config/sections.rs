@@ -303,7 +303,7 @@ pub(super) fn check_breaker(r: &mut Reporter<'_>, value: &Node) -> Option<Breake
             f.set(r, "k", &mut config.k, Reporter::number);
             f.set(r, "protection", &mut config.protection, Reporter::u64);
             f.set(r, "window", &mut config.window, Reporter::duration);
-            f.set(r, "buckets", &mut config.buckets, Reporter::u32);
+            f.set(r, "buckets", &mut config.buckets, Reporter::u64);
             let interval = &mut config.force_pass_interval;
             f.set(r, "force_pass_interval", interval, Reporter::duration);
             f.set_some(r, "slow_call", &mut slow_call, Reporter::duration);
@@ -319,14 +319,14 @@ pub(super) fn check_breaker(r: &mut Reporter<'_>, value: &Node) -> Option<Breake
             f.set(r, "slow_call_duration", slow, Reporter::duration);
             f.set(r, "minimum_calls", &mut c.minimum_calls, Reporter::u64);
             let consecutive = &mut c.consecutive_failures;
-            f.set_some(r, "consecutive_failures", consecutive, Reporter::u32);
+            f.set_some(r, "consecutive_failures", consecutive, Reporter::u64);
             f.set(r, "window", &mut c.window, Reporter::duration);
-            f.set(r, "buckets", &mut c.buckets, Reporter::u32);
+            f.set(r, "buckets", &mut c.buckets, Reporter::u64);
             f.set(
                 r,
                 "half_open_probes",
                 &mut c.half_open_probes,
-                Reporter::u32,
+                Reporter::u64,
             );
             if let Some(v) = f.get("open_wait") {
                 check_open_wait(r, v, &mut c);
@@ -490,22 +490,22 @@ pub(super) fn check_adaptive(r: &mut Reporter<'_>, value: &Node) -> Option<Adapt
     let before = r.count();
     let limit = if algorithm == "gradient" {
         let mut c = GradientConfig::default();
-        f.set(r, "initial_limit", &mut c.initial_limit, Reporter::u32);
-        f.set(r, "min_limit", &mut c.min_limit, Reporter::u32);
-        f.set(r, "max_limit", &mut c.max_limit, Reporter::u32);
+        f.set(r, "initial_limit", &mut c.initial_limit, Reporter::u64);
+        f.set(r, "min_limit", &mut c.min_limit, Reporter::u64);
+        f.set(r, "max_limit", &mut c.max_limit, Reporter::u64);
         f.set(r, "smoothing", &mut c.smoothing, Reporter::number);
         f.set(r, "rtt_tolerance", &mut c.rtt_tolerance, Reporter::number);
         f.set(r, "queue_size", &mut c.queue_size, Reporter::number);
-        f.set(r, "long_window", &mut c.long_window, Reporter::u32);
+        f.set(r, "long_window", &mut c.long_window, Reporter::u64);
         f.set(r, "sample_window", &mut c.sample_window, Reporter::duration);
-        f.set(r, "min_samples", &mut c.min_samples, Reporter::u32);
+        f.set(r, "min_samples", &mut c.min_samples, Reporter::u64);
         let reserve = &mut c.critical_reserve;
         f.set(r, "critical_reserve", reserve, Reporter::number);
         AdaptiveLimit::Gradient(c)
     } else {
         let mut c = AdaptiveConfig::default();
         f.set(r, "window", &mut c.window, Reporter::duration);
-        f.set(r, "buckets", &mut c.buckets, Reporter::u32);
+        f.set(r, "buckets", &mut c.buckets, Reporter::u64);
         f.set(r, "cpu_threshold", &mut c.cpu_threshold, Reporter::u64);
         f.set(r, "cool_off", &mut c.cool_off, Reporter::duration);
         f.set(

@@ -388,7 +388,7 @@ impl HeartbeatClient {
     /// The registry's wall clock, ms since the Unix epoch.
     fn wall_ms(&self) -> u64 {
         let c = self.inner.registry.clock();
-        c.wall_nanos(c.now()) / 1_000_000
+        c.wall_nanos(c.now_ns()) / 1_000_000
     }
 
     fn request(&self, path: &'static str) -> http::Request<'_> {

@@ -304,8 +304,8 @@ fn queue_growth(
     q.refused = now.refused.saturating_sub(before.refused);
     q.full = now.full.saturating_sub(before.full);
     q.evicted = now.evicted.saturating_sub(before.evicted);
-    q.wait_ns = now.wait_ns.saturating_sub(before.wait_ns);
-    q.max_wait_ns = max_wait_ns;
+    q.wait = now.wait.saturating_sub(before.wait);
+    q.max_wait = std::time::Duration::from_nanos(max_wait_ns);
     q
 }
 
@@ -320,8 +320,8 @@ fn queue_json(p: &PointReport) -> Option<Value> {
     queue_busy(&q).then(|| {
         json!({"waiting": q.waiting, "peak_waiting": q.peak_waiting, "admitted": q.admitted,
                "timed_out": q.timed_out, "cancelled": q.cancelled, "refused": q.refused,
-               "full": q.full, "evicted": q.evicted, "wait_ns": q.wait_ns,
-               "max_wait_ns": q.max_wait_ns})
+               "full": q.full, "evicted": q.evicted, "wait_ns": crate::clock::nanos(q.wait),
+               "max_wait_ns": crate::clock::nanos(q.max_wait)})
     })
 }
 

@@ -136,7 +136,7 @@ impl KeyLimiter {
             .index
             .get(fp)
             .map(|n| (&self.overrides[n].0, &self.overrides[n].1));
-        let now = self.clock.now();
+        let now = self.clock.now_ns();
         let hold = admit_key(&self.table, over, &self.rule, fp, now, || KeyText::of(key))?;
         Ok(KeyGuard { _hold: hold })
     }

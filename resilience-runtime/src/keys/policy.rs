@@ -8,13 +8,13 @@ use crate::policy::{PolicyError, MAX_CONCURRENCY};
 use std::time::Duration;
 
 /// The default of [`KeyPolicyBuilder::max_keys`]: keys a point tracks exactly.
-pub const DEFAULT_MAX_KEYS: u32 = 4096;
+pub const DEFAULT_MAX_KEYS: u64 = 4096;
 
 /// The most keys a point may track ([`KeyPolicyBuilder::max_keys`]).
-pub const MAX_KEYS: u32 = 1 << 20;
+pub const MAX_KEYS: u64 = 1 << 20;
 
 /// The most overrides one `keys` section may have.
-pub const MAX_KEY_OVERRIDES: usize = 10_000;
+pub const MAX_KEY_OVERRIDES: u64 = 10_000;
 
 /// The longest override value, in bytes.
 pub const MAX_OVERRIDE_LEN: usize = 256;
@@ -28,7 +28,7 @@ pub struct KeyRule {
     /// Calls the key may make at once after a quiet time; `None` is `limit`.
     pub burst: Option<u64>,
     /// Calls of the key in flight at once; 0 refuses every call of the key.
-    pub max_concurrency: Option<u32>,
+    pub max_concurrency: Option<u64>,
 }
 
 /// What an override changes for one key value: each field given replaces the
@@ -40,7 +40,7 @@ pub struct KeyOverride {
     /// The key's burst.
     pub burst: Option<u64>,
     /// The key's calls in flight.
-    pub max_concurrency: Option<u32>,
+    pub max_concurrency: Option<u64>,
 }
 
 impl KeyOverride {
@@ -144,7 +144,7 @@ impl KeyOverride {
 /// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct KeyPolicy {
-    pub(crate) max_keys: u32,
+    pub(crate) max_keys: u64,
     pub(crate) period: Duration,
     pub(crate) rule: KeyRule,
     /// By value, sorted, each value once.
@@ -185,7 +185,7 @@ impl KeyPolicy {
     }
 
     /// Keys tracked exactly.
-    pub fn max_keys(&self) -> u32 {
+    pub fn max_keys(&self) -> u64 {
         self.max_keys
     }
 
@@ -233,7 +233,10 @@ impl KeyPolicy {
         });
         Rule {
             gcra,
-            max_inflight: r.max_concurrency.unwrap_or(NO_INFLIGHT_LIMIT),
+            // Validated at most MAX_CONCURRENCY (2^22), so it fits the engine's u32.
+            max_inflight: r.max_concurrency.map_or(NO_INFLIGHT_LIMIT, |m| {
+                u32::try_from(m).unwrap_or(NO_INFLIGHT_LIMIT)
+            }),
             max_wait: self.max_wait.map_or(0, |d| crate::clock::nanos(d).max(1)),
             held: false,
         }
@@ -298,11 +301,11 @@ impl KeyPolicyBuilder {
     ///     .build()?;
     /// registry.set_policy("docs.key_wait", Policy::builder().keys(keys).build()?)?;
     /// let point = registry.point("docs.key_wait")?;
-    /// let start = clock.now_nanos();
+    /// let start = clock.now();
     /// for _ in 0..3 {
     ///     point.enter_key("a")?.finish(false); // the 2nd and 3rd wait 100 ms each
     /// }
-    /// assert_eq!(clock.now_nanos() - start, 200_000_000);
+    /// assert_eq!(clock.now() - start, Duration::from_millis(200));
     /// assert!(point.enter_key("b").is_ok(), "another key does not wait");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -312,13 +315,13 @@ impl KeyPolicyBuilder {
     }
 
     /// At most `max` calls of each key in flight.
-    pub fn max_concurrency(mut self, max: u32) -> Self {
+    pub fn max_concurrency(mut self, max: u64) -> Self {
         self.policy.rule.max_concurrency = Some(max);
         self
     }
 
     /// Keys tracked exactly (default [`DEFAULT_MAX_KEYS`], at most [`MAX_KEYS`]).
-    pub fn max_keys(mut self, max: u32) -> Self {
+    pub fn max_keys(mut self, max: u64) -> Self {
         self.policy.max_keys = max;
         self
     }
@@ -460,7 +463,7 @@ impl KeyPolicy {
                 &who,
             );
         }
-        if self.overrides.len() > MAX_KEY_OVERRIDES {
+        if self.overrides.len() as u64 > MAX_KEY_OVERRIDES {
             fail(
                 "keys.overrides",
                 format!(

@@ -95,7 +95,7 @@ mod tests {
     use crate::keys::policy::{KeyPolicy, KeyRule};
     use std::time::Duration;
 
-    fn rule(limit: u64, burst: Option<u64>, conc: Option<u32>) -> Rule {
+    fn rule(limit: u64, burst: Option<u64>, conc: Option<u64>) -> Rule {
         let p = KeyPolicy::builder()
             .limit(limit, Duration::from_secs(1))
             .build()

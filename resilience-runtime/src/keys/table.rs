@@ -91,7 +91,7 @@ pub struct KeyClusterStats {
 
 impl KeyTable {
     /// A table tracking at most about `max_keys` keys (rounded up to whole shards).
-    pub(crate) fn new(max_keys: u32) -> KeyTable {
+    pub(crate) fn new(max_keys: u64) -> KeyTable {
         let shards = (max_keys / 256).clamp(1, 64).next_power_of_two();
         let cap = (max_keys as usize).div_ceil(shards as usize);
         KeyTable {

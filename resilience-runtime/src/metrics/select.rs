@@ -141,8 +141,8 @@ fn add_into(sum: &mut PointStats, p: &PointStats) {
         s.refused += q.refused;
         s.full += q.full;
         s.evicted += q.evicted;
-        s.wait_ns += q.wait_ns;
-        s.max_wait_ns = s.max_wait_ns.max(q.max_wait_ns);
+        s.wait = s.wait.saturating_add(q.wait);
+        s.max_wait = s.max_wait.max(q.max_wait);
     }
     let (r, q) = (&mut sum.retry, &p.retry);
     r.calls += q.calls;

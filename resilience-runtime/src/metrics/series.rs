@@ -415,7 +415,7 @@ fn queue_families(sink: &mut dyn Sink, points: &Rows) -> fmt::Result {
                 help: "Time waited in the concurrency queue by the waits that ended.",
                 kind: Kind::Seconds,
             },
-            |q| Value::Float(q.wait_ns as f64 / 1e9),
+            |q| Value::Float(crate::clock::nanos(q.wait) as f64 / 1e9),
         ),
         (
             gauge(

@@ -19,7 +19,7 @@ impl Point {
             BreakerImpl::Classic(b) => {
                 let now = self.clock.now();
                 let until = b.stats(now).open_until?;
-                Some(Duration::from_nanos(until.saturating_sub(now)))
+                Some(until - now)
             }
         }
     }

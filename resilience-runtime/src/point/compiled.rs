@@ -243,13 +243,13 @@ impl Compiled {
         }
         if let Some(v) = p.max_concurrency {
             c.rules |= R_CONCURRENCY;
-            c.max_concurrency = u64::from(v);
+            c.max_concurrency = v;
             // A dry run never makes a call wait: that would change what it observes.
             if let (Some(q), false) = (p.queue, p.shadow) {
                 c.rules |= R_QUEUE;
                 // Validated: at most 10^6 waiting (20 bits) and an hour (42 bits).
-                c.queue = u64::from(q.max_waiting) << QUEUE_WAIT_BITS
-                    | nanos(q.max_wait).clamp(1, QUEUE_WAIT_MASK);
+                c.queue =
+                    q.max_waiting << QUEUE_WAIT_BITS | nanos(q.max_wait).clamp(1, QUEUE_WAIT_MASK);
             }
         }
         if let Some(v) = p.max_exceptions {

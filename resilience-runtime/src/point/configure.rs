@@ -30,7 +30,7 @@ impl Point {
         if policy.is_some() && settings.policy.is_none() {
             // Calls admitted without a policy are not tracked in flight: start the
             // cycle's peak concurrency from now.
-            self.observe_cycle(self.clock.now());
+            self.observe_cycle(self.clock.now_ns());
         }
         settings.policy = policy;
         self.recompile(&mut settings);
@@ -77,7 +77,7 @@ impl Point {
                 imp,
                 slow_ns: slow.map(nanos),
                 slow_ticks: slow.map(|d| self.clock.ns_to_ticks(nanos(d))),
-                changed_at: AtomicU64::new(self.clock.now()),
+                changed_at: AtomicU64::new(self.clock.now_ns()),
                 cancel_fails,
             }));
             settings.breakers.push(slot);
@@ -194,7 +194,7 @@ impl Point {
             if fine {
                 self.clock.ticks()
             } else {
-                self.clock.now()
+                self.clock.now_ns()
             }
         };
         // Validated with the policy: a rate above 0 and parameters in range.
@@ -213,7 +213,7 @@ impl Point {
                     fine,
                     cell: GcraCell::new(&gcra, gcra.scaled(time(fine))),
                     warm: warm.map(|w| {
-                        let cell = crate::limit::warmup::WarmUpCell::new(&w, self.clock.now());
+                        let cell = crate::limit::warmup::WarmUpCell::new(&w, self.clock.now_ns());
                         (w, cell)
                     }),
                 }));
@@ -238,7 +238,7 @@ impl Point {
         clusters: &mut Clusters,
         policy: Option<&Policy>,
     ) -> Option<&'static ClusterSlot> {
-        let now = self.clock.now();
+        let now = self.clock.now_ns();
         let wanted = policy.and_then(|p| p.cluster().cloned());
         let same = match (&wanted, clusters.current) {
             (Some(w), Some(c)) => *w == c.config,
@@ -269,7 +269,7 @@ impl Point {
     #[cfg(feature = "redis")]
     pub(crate) fn stop_retired_leases(&self) -> Option<Duration> {
         let settings = self.settings();
-        let (due, next) = settings.clusters.due(self.clock.now());
+        let (due, next) = settings.clusters.due(self.clock.now_ns());
         drop(settings);
         for slot in due {
             slot.lease.stop();
@@ -337,14 +337,14 @@ impl Point {
         w: WindowConfig,
     ) -> &'static Ring {
         let width = nanos(w.bucket_width);
-        let buckets = u64::from(w.buckets);
+        let buckets = w.buckets;
         if let Some(r) = rings
             .last()
             .filter(|r| r.width_ns == width && r.buckets == buckets)
         {
             return r;
         }
-        let now = self.clock.now();
+        let now = self.clock.now_ns();
         let ring: &'static Ring = match rings
             .iter()
             .position(|r| r.width_ns == width && r.buckets == buckets)

@@ -45,7 +45,7 @@ impl Point {
         };
         let pending = match self.hang.get() {
             Some(table) => {
-                let (hung, pending) = table.sweep_counting(self.clock.now(), threshold_ns);
+                let (hung, pending) = table.sweep_counting(self.clock.now_ns(), threshold_ns);
                 if hung > 0 {
                     self.counters.timeouts.fetch_add(hung, Ordering::Relaxed);
                 }

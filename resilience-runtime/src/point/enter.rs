@@ -28,6 +28,7 @@ use super::slots::{AdaptiveCall, AdaptiveImpl, BreakerCall, BreakerImpl, Breaker
 use super::{delay, tally, Point};
 use crate::adaptive::LatencyPermit;
 use crate::breaker::DroppingTransition;
+use crate::clock::Instant;
 use crate::keys::Refusal;
 use crate::sync::{AtomicU64, Ordering};
 use crate::{window, BreakerChange, BreakerState, Downgraded, Reason};
@@ -378,7 +379,7 @@ impl Point {
         debug_assert!(c.rules & ACTIVE != 0 && (!PLAIN || c.rules & NOT_PLAIN == 0));
         // One timeline reading per call; the tick counter only when some threshold is
         // too short for the timeline.
-        let now = self.clock.now();
+        let now = self.clock.now_ns();
         let fine = !PLAIN && c.rules & R_FINE != 0;
         let stamp = self.stamp(fine, now);
         self.observe_cycle(now);
@@ -658,7 +659,7 @@ impl Point {
     ) -> Result<Permit, Downgraded> {
         if let (R_BREAKER, Some(slot)) = (c.rules & (R_BREAKER | R_BREAKER_TIMED), c.breaker) {
             if let BreakerImpl::Sre(b) = &slot.imp {
-                if b.accepts_surely(self.clock.now()) {
+                if b.accepts_surely(self.clock.now_ns()) {
                     self.pass_untracked();
                     let mut permit = Permit::untracked(self);
                     permit.attach_breaker(BreakerCall {
@@ -680,7 +681,7 @@ impl Point {
     ) -> Result<Permit, Downgraded> {
         let mut permit = Permit::untracked(self);
         if let Some(breaker) = c.breaker {
-            let now = self.clock.now();
+            let now = self.clock.now_ns();
             if c.rules & R_BREAKER_TIMED != 0 {
                 let fine = c.rules & R_FINE != 0;
                 permit.meta = permit.meta.with_fine(fine);
@@ -729,7 +730,7 @@ impl Point {
     #[inline(never)]
     pub(super) fn time_untracked(&'static self, slot: &mut Option<Permit>) {
         let mut permit = Permit::untracked(self);
-        permit.start = self.clock.now().max(1);
+        permit.start = self.clock.now_ns().max(1);
         fill(slot, permit);
     }
 
@@ -810,7 +811,7 @@ impl Point {
             }),
             BreakerImpl::Sre(b) => {
                 // Dropping: the lowest tier goes first (see `crate::priority`).
-                let d = b.allow_priority(now, crate::priority::current());
+                let d = b.allow_priority(Instant::from_nanos(now), crate::priority::current());
                 if let Some(t) = d.transition {
                     let (from, to) = match t {
                         DroppingTransition::Started => (BreakerState::Closed, BreakerState::Open),
@@ -830,7 +831,7 @@ impl Point {
                     word: slot.slow_or_zero(rules & R_FINE != 0),
                 })
             }
-            BreakerImpl::Classic(b) => match b.allow(now) {
+            BreakerImpl::Classic(b) => match b.allow(Instant::from_nanos(now)) {
                 Ok(ticket) => {
                     if let Some(t) = ticket.transition() {
                         self.classic_changed(t);

@@ -283,7 +283,7 @@ impl LeaseShard {
 /// and `max_keys` (leaked like every slot; see the module docs).
 pub(super) struct KeyLeases {
     pub(super) cluster: KeyCluster,
-    pub(super) max_keys: u32,
+    pub(super) max_keys: u64,
     clock: Clock,
     /// Whether the chores run at all (the wheel's thread started): without them no
     /// lease could start, and the local rule alone decides.
@@ -306,7 +306,7 @@ pub(super) struct Wake(bool);
 
 impl KeyLeases {
     /// A map of at most `max_keys` leases (in whole shards, rounded down).
-    pub(super) fn new(cluster: &KeyCluster, max_keys: u32, clock: &Clock) -> KeyLeases {
+    pub(super) fn new(cluster: &KeyCluster, max_keys: u64, clock: &Clock) -> KeyLeases {
         let shards = (max_keys / 256).clamp(1, 64).next_power_of_two();
         let cap = (max_keys / shards) as usize;
         KeyLeases {
@@ -463,7 +463,7 @@ impl KeyLeases {
     /// The cold chore: drops the leases of keys without a call for `cold`; runs
     /// again while leases are left.
     fn drop_cold(&'static self) -> Option<Duration> {
-        let now = self.clock.now();
+        let now = self.clock.now_ns();
         let cold = nanos(self.cluster.cold);
         let mut dropped = Vec::new();
         let mut left = 0;

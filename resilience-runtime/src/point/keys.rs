@@ -69,7 +69,7 @@ impl fmt::Debug for KeyArg<'_> {
 /// The table of one `max_keys`, made on the first call with a key.
 #[derive(Debug)]
 pub(super) struct TableSlot {
-    max_keys: u32,
+    max_keys: u64,
     table: OnceLock<KeyTable>,
 }
 

@@ -7,6 +7,7 @@ use super::delay::ProbeEnd;
 use super::flow::Slot;
 use super::slots::{sre_outcome, AdaptiveCall, BreakerCall, BreakerImpl};
 use super::Point;
+use crate::clock::Instant;
 use crate::sync::Ordering;
 use crate::Downgraded;
 use std::fmt;
@@ -338,7 +339,7 @@ impl Permit {
         if outcome == Outcome::Cancelled || !super::durations::measuring_durations() {
             return p.count_untracked_end(outcome);
         }
-        let now = p.clock.now();
+        let now = p.clock.now_ns();
         let ns = now.saturating_sub(self.start);
         // Not closing the second: without a policy, the sampler attributes calls.
         p.end_measured(now, ns, NO_HANG, outcome == Outcome::Exception, false);
@@ -382,9 +383,9 @@ impl Permit {
             // The duration, in the unit of `start`, and in nanoseconds for the series.
             let (now, ns) = if self.meta.fine() {
                 elapsed = p.clock.ticks().saturating_sub(self.start);
-                (p.clock.now(), p.clock.ticks_to_ns(elapsed))
+                (p.clock.now_ns(), p.clock.ticks_to_ns(elapsed))
             } else {
-                let now = p.clock.now();
+                let now = p.clock.now_ns();
                 elapsed = now.saturating_sub(self.start);
                 (now, elapsed)
             };
@@ -439,7 +440,7 @@ impl Permit {
             };
             let retry_ns = p.compiled().retry_ns;
             p.delay
-                .probe_ended(self.probe_of, p.clock.now(), end, retry_ns);
+                .probe_ended(self.probe_of, p.clock.now_ns(), end, retry_ns);
         }
         if p.flow.release(self.meta.slot()) {
             p.wake_waiter();
@@ -492,13 +493,13 @@ impl Point {
                     drop(ticket);
                     return;
                 }
-                let now = self.clock.now();
+                let now = self.clock.now_ns();
                 let elapsed = match call.slot.slow(fine) {
                     None => Duration::ZERO,
                     Some(_) if fine => Duration::from_nanos(self.clock.ticks_to_ns(elapsed)),
                     Some(_) => Duration::from_nanos(elapsed),
                 };
-                if let Some(t) = ticket.finish(now, failed, elapsed) {
+                if let Some(t) = ticket.finish(Instant::from_nanos(now), failed, elapsed) {
                     self.classic_changed(t);
                 }
             }

@@ -56,17 +56,17 @@ pub struct QueueStats {
     /// Waiters taken out of a full queue by a call of a higher tier
     /// ([`Priority`](crate::priority::Priority)), refused with [`Reason::QueueFull`].
     pub evicted: u64,
-    /// The total time waited by the waits that ended, in nanoseconds.
-    pub wait_ns: u64,
-    /// The longest wait that ended, in nanoseconds.
-    pub max_wait_ns: u64,
+    /// The total time waited by the waits that ended.
+    pub wait: Duration,
+    /// The longest wait that ended.
+    pub max_wait: Duration,
 }
 
 impl QueueStats {
     /// The mean wait of the waits that ended, if any did.
     pub fn mean_wait(&self) -> Option<Duration> {
         let ended = self.admitted + self.timed_out + self.cancelled + self.refused + self.evicted;
-        (ended > 0).then(|| Duration::from_nanos(self.wait_ns / ended))
+        (ended > 0).then(|| Duration::from_nanos(crate::clock::nanos(self.wait) / ended))
     }
 }
 
@@ -151,8 +151,8 @@ impl WaitQueue {
             refused: n(REFUSED),
             full: n(FULL),
             evicted: n(EVICTED),
-            wait_ns: self.wait_ns.load(Ordering::Relaxed),
-            max_wait_ns: self.max_wait_ns.load(Ordering::Relaxed),
+            wait: Duration::from_nanos(self.wait_ns.load(Ordering::Relaxed)),
+            max_wait: Duration::from_nanos(self.max_wait_ns.load(Ordering::Relaxed)),
         }
     }
 }
@@ -219,7 +219,7 @@ impl Point {
             if let Some(entered) = wait.try_admit(slot, key) {
                 return entered;
             }
-            let now = self.clock.now();
+            let now = self.clock.now_ns();
             if now >= wait.deadline {
                 return Err(wait.time_out());
             }
@@ -261,7 +261,7 @@ impl Wait {
         priority: Priority,
     ) -> Result<Wait, Downgraded> {
         let c = point.compiled();
-        let now = point.clock.now();
+        let now = point.clock.now_ns();
         let queue = point.wait_queue();
         if c.rules & (ACTIVE | R_QUEUE) != ACTIVE | R_QUEUE {
             return Err(point.refuse_waiting(Reason::Concurrency, now));
@@ -323,7 +323,7 @@ impl Wait {
         if self.waiter.evicted.load(Ordering::Acquire) {
             // Out of the queue already (the evicting call removed it).
             self.end(EVICTED);
-            let now = self.point.clock.now();
+            let now = self.point.clock.now_ns();
             return Some(Err(self.point.refuse_waiting(Reason::QueueFull, now)));
         }
         let mut list = self.queue.lock();
@@ -356,7 +356,7 @@ impl Wait {
         self.leave();
         self.end(TIMED_OUT);
         self.point
-            .refuse_waiting(Reason::QueueTimeout, self.point.clock.now())
+            .refuse_waiting(Reason::QueueTimeout, self.point.clock.now_ns())
     }
 
     /// Leaves the list; a wake this waiter had not used goes to the next one.
@@ -373,7 +373,7 @@ impl Wait {
         self.point.flow.wait_end();
         let q = self.queue;
         q.ends[how].fetch_add(1, Ordering::Relaxed);
-        let waited = self.point.clock.now().saturating_sub(self.start);
+        let waited = self.point.clock.now_ns().saturating_sub(self.start);
         q.wait_ns.fetch_add(waited, Ordering::Relaxed);
         q.max_wait_ns.fetch_max(waited, Ordering::Relaxed);
         q.report_max_ns.fetch_max(waited, Ordering::Relaxed);
@@ -627,7 +627,7 @@ impl std::future::Future for WaitFuture<'_> {
                         this.stage = Stage::Queue(None);
                         return this.finish(entered);
                     }
-                    let now = this.point.clock.now();
+                    let now = this.point.clock.now_ns();
                     let timed_out = now >= wait.deadline || {
                         if wait.waiter.notified.load(Ordering::Acquire) {
                             continue;

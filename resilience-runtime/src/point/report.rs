@@ -5,13 +5,14 @@ use super::keys::KeyArg;
 use super::slots::classic_state;
 use super::Point;
 use crate::breaker::Transition;
+use crate::clock::Instant;
 use crate::sync::Ordering;
 use crate::{BreakerChange, DowngradeEvent, Downgraded, Reason};
 
 impl Point {
     pub(super) fn classic_changed(&self, t: Transition) {
         self.breaker_changed(
-            t.at,
+            t.at.as_nanos(),
             BreakerChange {
                 from: classic_state(t.from),
                 to: classic_state(t.to),
@@ -41,7 +42,7 @@ impl Point {
                 point: self.name,
                 reason: Reason::BreakerOpen,
                 delay_cause: None,
-                time: self.clock.system_time(now),
+                time: self.clock.system_time(Instant::from_nanos(now)),
                 breaker: Some(change),
                 shadow: false,
                 key: None,
@@ -106,7 +107,7 @@ impl Point {
                 point: self.name,
                 reason,
                 delay_cause,
-                time: self.clock.system_time(now),
+                time: self.clock.system_time(Instant::from_nanos(now)),
                 breaker: None,
                 shadow,
                 key: key.map(|k| crate::keys::KeyText::of(k.text).to_display()),

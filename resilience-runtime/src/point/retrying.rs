@@ -63,7 +63,11 @@ impl Point {
         if !self.may_retry(&retry, budget, done) {
             return None;
         }
-        Some(retry.backoff.wait(done - 1, crate::breaker::roll()))
+        Some(
+            retry
+                .backoff
+                .wait(u64::from(done - 1), crate::breaker::roll()),
+        )
     }
 
     /// The point's clock (the registry's), which `#[retry]` sleeps on.
@@ -117,7 +121,7 @@ impl Point {
     /// Whether to retry after failed attempt number `done` (from 1): attempts left,
     /// and the budget (if any) allows it. Counts what it decides.
     fn may_retry(&self, retry: &Retry, budget: Option<&RetryBudget>, done: u32) -> bool {
-        if done >= retry.attempts {
+        if u64::from(done) >= retry.attempts {
             self.count_retry(EXHAUSTED);
             return false;
         }
@@ -229,6 +233,6 @@ impl Point {
         if !self.may_retry(retry, budget, started) {
             return None;
         }
-        Some(retry.backoff.wait(round, crate::breaker::roll()))
+        Some(retry.backoff.wait(u64::from(round), crate::breaker::roll()))
     }
 }

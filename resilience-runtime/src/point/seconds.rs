@@ -261,7 +261,7 @@ impl Point {
             return;
         }
         if !self.clock.is_manual() {
-            let wall = self.clock.wall_nanos(self.clock.now());
+            let wall = self.clock.wall_nanos(self.clock.now_ns());
             chores::schedule(self, Chore::SampleSeconds, next_sample_in(wall));
         } else if !self.sampler_hooked.swap(true, Ordering::AcqRel) {
             // A manual clock samples just before it moves: every second is exact.
@@ -272,7 +272,7 @@ impl Point {
                     // (the clock has not moved yet); it closes nothing, so the first
                     // call of the next second under a policy still closes it with the
                     // counts it reads for the cycle.
-                    let second = point.clock.wall_nanos(point.clock.now()) / SECOND_NS;
+                    let second = point.clock.wall_nanos(point.clock.now_ns()) / SECOND_NS;
                     let _ = point.sample_closing(0, second);
                 }
             });
@@ -326,7 +326,7 @@ impl Point {
             }
             return None;
         }
-        let wall = self.clock.wall_nanos(self.clock.now());
+        let wall = self.clock.wall_nanos(self.clock.now_ns());
         let again = self.sample_closing(closing_second(wall, LAG), wall / SECOND_NS);
         // On the wheel, a last run frees the history once it is too old to be shown (a
         // call that arms the sampler again moves that timer: one timer per point and
@@ -426,7 +426,7 @@ impl Point {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn seconds(&self, count: usize) -> Vec<crate::SecondStats> {
-        let now = self.clock.wall_nanos(self.clock.now()) / SECOND_NS;
+        let now = self.clock.wall_nanos(self.clock.now_ns()) / SECOND_NS;
         let count = count.min(KEEP as usize) as u64;
         let from = now.saturating_sub(count);
         self.seconds_between(from, now)

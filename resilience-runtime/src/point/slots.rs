@@ -85,7 +85,7 @@ impl AdaptiveCall {
             AdaptiveImpl::Gradient(l) => l,
             AdaptiveImpl::Shedder(l) => l,
         };
-        limiter.end_call(self.start, ok.then(|| limiter.now()));
+        limiter.end_call(self.start, ok.then(|| limiter.now().as_nanos()));
     }
 }
 

@@ -4,6 +4,7 @@ use super::compiled::{Compiled, ACTIVE, R_DELAY};
 use super::hang::HangTable;
 use super::slots::{classic_state, AdaptiveSlot, BreakerImpl, BreakerSlot, ClusterSlot};
 use super::{delay, tally, Point};
+use crate::clock::Instant;
 use crate::sync::Ordering;
 use crate::sync::Recover;
 use crate::window::Ring;
@@ -34,7 +35,7 @@ impl Point {
 
     fn snapshot(&self, windows: bool, untracked: u64) -> PointStats {
         let c = self.compiled();
-        let now = self.clock.now();
+        let now = self.clock.now_ns();
         let tracked = self.counters.tracked(&self.flow);
         // Passes under a policy are in the flow word, the others in per-thread cells;
         // every visit is a pass or a downgrade.
@@ -108,10 +109,10 @@ impl Point {
         let transitions = self.counters.breaker_transitions.load(Ordering::Relaxed);
         let since = self
             .clock
-            .system_time(slot.changed_at.load(Ordering::Relaxed));
+            .system_time(Instant::from_nanos(slot.changed_at.load(Ordering::Relaxed)));
         Some(match &slot.imp {
             BreakerImpl::Sre(b) => {
-                let h = b.history(now);
+                let h = b.history(Instant::from_nanos(now));
                 BreakerStats {
                     kind: "sre",
                     state: if b.is_dropping() {
@@ -127,7 +128,7 @@ impl Point {
                 }
             }
             BreakerImpl::Classic(b) => {
-                let st = b.stats(now);
+                let st = b.stats(Instant::from_nanos(now));
                 BreakerStats {
                     kind: "classic",
                     state: classic_state(st.state),

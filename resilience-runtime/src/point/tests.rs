@@ -157,7 +157,7 @@ fn every_adaptive_limit_a_policy_accepts_starts_its_limiter() {
         ]
     };
     let limits =
-        (0u32..2_000, 0u32..2_000, 0u32..2_000, any::<bool>()).prop_map(|(a, b, c, ordered)| {
+        (0u64..2_000, 0u64..2_000, 0u64..2_000, any::<bool>()).prop_map(|(a, b, c, ordered)| {
             let mut v = [a, b, c];
             if ordered {
                 v.sort_unstable();
@@ -166,7 +166,7 @@ fn every_adaptive_limit_a_policy_accepts_starts_its_limiter() {
         });
     let gradient = (
         (limits, real(), real(), real()),
-        (0u32..2_000, span(), 0u32..100),
+        (0u64..2_000, span(), 0u64..100),
     )
         .prop_map(
             |(([min, initial, max], smoothing, tolerance, queue), (long, sample, samples))| {
@@ -185,7 +185,7 @@ fn every_adaptive_limit_a_policy_accepts_starts_its_limiter() {
             },
         );
     let shedder = (
-        (span(), 0u32..2_000, 0u64..1_100),
+        (span(), 0u64..2_000, 0u64..1_100),
         (span(), span(), real(), real()),
     )
         .prop_map(
@@ -416,7 +416,9 @@ fn the_duration_unit_follows_the_shortest_threshold() {
     let clock = Clock::system();
     let fine = |p: Policy, slow: Option<Duration>| {
         let slot = slow.map(|d| BreakerSlot {
-            imp: BreakerImpl::Sre(SreBreaker::new(Default::default(), 1).unwrap()),
+            imp: BreakerImpl::Sre(
+                SreBreaker::new(Default::default(), crate::Instant::from_nanos(1)).unwrap(),
+            ),
             slow_ns: Some(nanos(d)),
             slow_ticks: Some(clock.ns_to_ticks(nanos(d))),
             changed_at: crate::sync::AtomicU64::new(0),

@@ -19,7 +19,7 @@ pub struct ExceptionRate {
 pub struct QueueConfig {
     /// Calls that may wait at once (1 ..= 1 000 000); one more is refused at once
     /// ([`Reason::QueueFull`](crate::Reason::QueueFull)).
-    pub max_waiting: u32,
+    pub max_waiting: u64,
     /// The longest a call waits (> 0, at most an hour); then it is refused
     /// ([`Reason::QueueTimeout`](crate::Reason::QueueTimeout)).
     pub max_wait: Duration,
@@ -37,7 +37,7 @@ pub struct WarmUpConfig {
 }
 
 /// The most calls a queue may hold.
-pub const MAX_QUEUE: u32 = 1_000_000;
+pub const MAX_QUEUE: u64 = 1_000_000;
 
 /// The timeout rule: a call slower than `threshold` is a timeout; the point is
 /// downgraded once the window holds `max_count` timeouts.
@@ -78,7 +78,7 @@ pub struct Delay {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct WindowConfig {
     /// Number of buckets, 1..=[`MAX_WINDOW_BUCKETS`](super::MAX_WINDOW_BUCKETS).
-    pub buckets: u32,
+    pub buckets: u64,
     /// Width of one bucket.
     pub bucket_width: Duration,
 }

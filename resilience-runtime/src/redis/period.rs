@@ -419,7 +419,7 @@ impl RedisPeriodLimiter {
     }
 
     async fn take_at_key(&self, key: String) -> Result<PeriodDecision, RedisLimitError> {
-        let wall_ms = self.clock.wall_nanos(self.clock.now()) / 1_000_000;
+        let wall_ms = self.clock.wall_nanos(self.clock.now_ns()) / 1_000_000;
         let window = self.alignment.window_ms(self.period_ms, wall_ms);
         let (count, _ttl): (i64, i64) = self
             .connector

@@ -61,7 +61,7 @@ impl Default for BudgetConfig {
 }
 
 /// Buckets of a budget's window.
-const BUCKETS: u32 = 10;
+const BUCKETS: u64 = 10;
 /// The longest window.
 const MAX_WINDOW: Duration = Duration::from_secs(3600);
 
@@ -170,7 +170,7 @@ struct Counts {
 
 impl Counts {
     fn new(config: BudgetConfig, now: u64) -> Counts {
-        let width = crate::clock::nanos(config.window) / u64::from(BUCKETS);
+        let width = crate::clock::nanos(config.window) / BUCKETS;
         Counts {
             config,
             window: Ring::new(BUCKETS, width.max(1), now, [0, 0]),
@@ -204,7 +204,7 @@ impl RetryBudget {
     /// A [`FieldError`] naming an invalid field of `config`.
     pub fn new(config: BudgetConfig, clock: Clock) -> Result<RetryBudget, FieldError> {
         config.validate()?;
-        let counts: &'static Counts = Box::leak(Box::new(Counts::new(config, clock.now())));
+        let counts: &'static Counts = Box::leak(Box::new(Counts::new(config, clock.now_ns())));
         Ok(RetryBudget {
             clock,
             current: AtomicPtr::new(std::ptr::from_ref(counts).cast_mut()),
@@ -237,7 +237,8 @@ impl RetryBudget {
         let counts = match kept.iter().find(|c| c.config == config) {
             Some(c) => *c,
             None => {
-                let c: &'static Counts = Box::leak(Box::new(Counts::new(config, self.clock.now())));
+                let c: &'static Counts =
+                    Box::leak(Box::new(Counts::new(config, self.clock.now_ns())));
                 kept.push(c);
                 c
             }
@@ -268,7 +269,7 @@ impl RetryBudget {
     /// (counted as refused). Exact under any number of threads (see the module docs).
     pub fn try_retry(&self) -> bool {
         let c = self.counts();
-        let now = self.clock.now();
+        let now = self.clock.now_ns();
         let base = c
             .window
             .base(now, || [c.calls_total(), c.retries.load(Ordering::Acquire)]);
@@ -381,7 +382,7 @@ mod tests {
             let manual = ManualClock::new();
             let cfg = config(30.0, 1);
             let b = RetryBudget::new(cfg, Clock::manual(&manual)).unwrap();
-            let tick = || manual.now_nanos() / 1_000_000_000;
+            let tick = || manual.now_ns() / 1_000_000_000;
             let created = tick();
             let mut snapshots = std::collections::BTreeMap::new();
             let mut rotated = created;

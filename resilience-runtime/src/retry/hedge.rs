@@ -117,8 +117,8 @@ pub(crate) enum Plan {
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
 pub(crate) fn plan(
     delay: Option<Duration>,
-    started: u32,
-    attempts: u32,
+    started: u64,
+    attempts: u64,
     refused: bool,
     since_last: Duration,
 ) -> Plan {
@@ -368,7 +368,13 @@ mod combinator {
                 }
                 let since_last = last_started.map_or(Duration::ZERO, |at| at.elapsed());
                 let attempts = settings.get_or_insert_with(&effective).attempts;
-                match plan(delay.flatten(), started, attempts, refused, since_last) {
+                match plan(
+                    delay.flatten(),
+                    u64::from(started),
+                    attempts,
+                    refused,
+                    since_last,
+                ) {
                     Plan::Never => {
                         timer.set(None);
                         return Poll::Pending;
@@ -541,8 +547,8 @@ mod tests {
         #[test]
         fn plan_matches_a_reference(
             delay in proptest::option::of(0u64..1_000),
-            started in 1u32..6,
-            attempts in 1u32..6,
+            started in 1u64..6,
+            attempts in 1u64..6,
             refused: bool,
             since in 0u64..2_000,
         ) {

@@ -98,17 +98,17 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Retry {
     /// Attempts in all, the first included (1 ..= 100; 1 never retries).
-    pub attempts: u32,
+    pub attempts: u64,
     /// The wait before each retry.
     pub backoff: Backoff,
 }
 
 /// The most attempts a [`Retry`] may make.
-pub const MAX_ATTEMPTS: u32 = 100;
+pub const MAX_ATTEMPTS: u64 = 100;
 
 impl Retry {
     /// `attempts` in all, 50 ms doubling up to 2 s with full jitter between them.
-    pub fn new(attempts: u32) -> Retry {
+    pub fn new(attempts: u64) -> Retry {
         Retry {
             attempts,
             backoff: Backoff::exponential(Duration::from_millis(50), 2.0, Duration::from_secs(2))

@@ -101,7 +101,7 @@ fn a_gate_resized_between_2_and_3_never_has_more_than_3_out() {
 // ---- the gradient limiter through a point ---------------------------------------------------
 
 /// The fixed limit of the gradient case.
-const GRADIENT_LIMIT: u32 = 3;
+const GRADIENT_LIMIT: u64 = 3;
 
 #[test]
 fn a_pinned_gradient_limit_is_never_exceeded_through_a_point() {
@@ -119,7 +119,7 @@ fn a_pinned_gradient_limit_is_never_exceeded_through_a_point() {
         .adaptive(AdaptiveLimit::Gradient(config))
         .build()
         .unwrap();
-    let n = u64::from(GRADIENT_LIMIT);
+    let n = GRADIENT_LIMIT;
     let v = Verdicts::default();
     for threads in THREADS {
         let reg = system_registry();

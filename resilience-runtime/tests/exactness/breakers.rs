@@ -34,8 +34,8 @@ enum ClassicMode {
     Swapped,
 }
 
-const PROBES: u32 = 5;
-const FAILURES: u32 = 3;
+const PROBES: u64 = 5;
+const FAILURES: u64 = 3;
 const OPEN_WAIT: Duration = Duration::from_secs(5);
 /// Independent races (a fresh registry each) per thread count while the policy is
 /// swapped, so that swaps land in the middle of admissions.
@@ -146,7 +146,7 @@ fn classic_case(v: &Verdicts, threads: usize, mode: ClassicMode, round: usize) {
         (before, after)
     });
     let (b, a) = (&before.totals, &after.totals);
-    let want = u64::from(PROBES).min(threads as u64);
+    let want = PROBES.min(threads as u64);
     v.check(seen.admitted() == want, || {
         format!(
             "{case}: {} of {threads} racing calls admitted half-open, exactly {want} must be",
@@ -219,7 +219,7 @@ const SWEEP_CALLS: u64 = 500;
 /// How much time the sweep covers.
 const SWEEP: Duration = Duration::from_secs(5);
 /// The SRE window: 40 buckets of 500 ms (20 s, the whole case).
-const SRE_BUCKETS: u32 = 40;
+const SRE_BUCKETS: u64 = 40;
 const SRE_BUCKET: Duration = Duration::from_millis(500);
 
 /// What the threads of one SRE round saw.
@@ -247,7 +247,7 @@ impl SreSeen {
             SreVerdict::ForcedProbe => {
                 self.forced.lock().unwrap().push(now);
                 // The probe fails: the dependency is still down.
-                b.on_failure(now);
+                b.on_failure(instant(now));
             }
         }
     }
@@ -277,7 +277,7 @@ fn sre_round(
                 start.wait();
                 for i in 0..calls {
                     let now = at(t, i);
-                    seen.note(b, now, b.allow_with_roll(now, 0.0));
+                    seen.note(b, now, b.allow_with_roll(instant(now), 0.0));
                 }
             });
         }
@@ -326,7 +326,7 @@ fn a_dropping_sre_breaker_forces_at_most_one_probe_per_interval() {
     let config = SreConfig {
         // Long enough that the failures stay in the window for the whole case, in
         // buckets short enough that the sweep crosses ten bucket boundaries.
-        window: SRE_BUCKET * SRE_BUCKETS,
+        window: SRE_BUCKET * SRE_BUCKETS as u32,
         buckets: SRE_BUCKETS,
         force_pass_interval: INTERVAL,
         ..SreConfig::default()
@@ -336,25 +336,25 @@ fn a_dropping_sre_breaker_forces_at_most_one_probe_per_interval() {
         let case = |what: &str| {
             format!("SRE breaker, force_pass_interval {INTERVAL:?} [{threads} threads]: {what}")
         };
-        let b = SreBreaker::new(config, 0).unwrap();
+        let b = SreBreaker::new(config, instant(0)).unwrap();
         for _ in 0..1_000 {
-            b.on_failure(0);
+            b.on_failure(instant(0));
         }
         // go-zero forces no probe before the first call admitted while dropping.
         let pass_at = SECOND / 1000;
-        let no_pass = b.allow_with_roll(pass_at, 0.0).verdict;
+        let no_pass = b.allow_with_roll(instant(pass_at), 0.0).verdict;
         v.check(no_pass == SreVerdict::Rejected, || {
             case(&format!(
                 "with no pass yet a roll of 0 must be rejected, got {no_pass:?}"
             ))
         });
-        let pass = b.allow_with_roll(pass_at, 0.999_999).verdict;
+        let pass = b.allow_with_roll(instant(pass_at), 0.999_999).verdict;
         v.check(pass == SreVerdict::Accepted, || {
             case(&format!(
                 "a roll of 0.999999 must be accepted, got {pass:?}"
             ))
         });
-        v.check(b.last_pass() == Some(pass_at), || {
+        v.check(b.last_pass() == Some(instant(pass_at)), || {
             case(&format!(
                 "last_pass {:?} after the pass at {pass_at}",
                 b.last_pass()
@@ -368,9 +368,9 @@ fn a_dropping_sre_breaker_forces_at_most_one_probe_per_interval() {
         ];
         for (at, what, forced) in rounds {
             let calls = threads as u64 * SRE_CALLS;
-            let drops = b.history(at).drops;
+            let drops = b.history(instant(at)).drops;
             let seen = sre_round(&b, threads, SRE_CALLS, &|_, _| at);
-            let drops = (drops, b.history(at).drops);
+            let drops = (drops, b.history(instant(at)).drops);
             let case = case(&format!("{SRE_CALLS} calls per thread at {at} ns, {what}"));
             check_sre_books(&v, &case, &seen, calls, drops);
             let probes = seen.forced();
@@ -395,11 +395,11 @@ fn a_dropping_sre_breaker_forces_at_most_one_probe_per_interval() {
         let from = now + interval + 1;
         let step = nanos(SWEEP) / SWEEP_CALLS;
         let end = from + nanos(SWEEP) + threads as u64 * 1_000;
-        let drops = b.history(from).drops;
+        let drops = b.history(instant(from)).drops;
         let seen = sre_round(&b, threads, SWEEP_CALLS, &|t, i| {
             from + i * step + t as u64 * 1_000
         });
-        let drops = (drops, b.history(end).drops);
+        let drops = (drops, b.history(instant(end)).drops);
         let probes = seen.forced();
         let gaps: Vec<u64> = probes.windows(2).map(|w| w[1] - w[0]).collect();
         let case = case(&format!(

@@ -50,7 +50,7 @@ fn concurrency_case(
     v: &Verdicts,
     at: At<'_>,
     target: impl FnOnce(&'static Point) -> Target<'static>,
-    n: u32,
+    n: u64,
     mode: ConcMode,
 ) {
     let At {
@@ -121,13 +121,13 @@ fn concurrency_case(
             format!("{case}: {} calls still waiting after the run", q.waiting)
         });
     }
-    v.check(seen.max_inflight() <= u64::from(n), || {
+    v.check(seen.max_inflight() <= n, || {
         format!(
             "{case}: the callers saw {} calls in flight at once, at most {n} may be",
             seen.max_inflight()
         )
     });
-    v.check(s.peak_concurrency <= u64::from(n), || {
+    v.check(s.peak_concurrency <= n, || {
         format!(
             "{case}: peak_concurrency {}, at most {n} may be",
             s.peak_concurrency
@@ -186,7 +186,7 @@ fn concurrency_is_never_exceeded_by_queue_waiters_while_the_policy_is_swapped() 
     concurrency_enter(ConcMode::Queue);
 }
 
-type MacroTable<F> = [(&'static [(F, &'static str); 6], u32, ConcMode); 6];
+type MacroTable<F> = [(&'static [(F, &'static str); 6], u64, ConcMode); 6];
 
 const SYNC_CONCURRENCY: MacroTable<SyncFn> = [
     (&S_C1, 1, ConcMode::Plain),
@@ -256,9 +256,9 @@ fn async_downgrade_concurrency_is_never_exceeded() {
 // ---- concurrency and a half-open classic breaker ------------------------------------------
 
 /// The slots of the half-open case: fewer than the breaker's probes.
-const SLOTS: u32 = 2;
-const PROBES: u32 = 5;
-const FAILURES: u32 = 3;
+const SLOTS: u64 = 2;
+const PROBES: u64 = 5;
+const FAILURES: u64 = 3;
 const OPEN_WAIT: Duration = Duration::from_secs(5);
 
 /// `max_concurrency(SLOTS)` and a classic breaker with `PROBES > SLOTS` half-open
@@ -312,7 +312,7 @@ fn half_open_case(v: &Verdicts, threads: usize) {
     clock.advance(OPEN_WAIT + Duration::from_millis(1));
 
     let race = race(p, threads, &seen);
-    let want = u64::from(SLOTS).min(threads as u64);
+    let want = SLOTS.min(threads as u64);
     let peak = p.stats().peak_concurrency;
     v.check(race.admitted() == want, || {
         format!(
@@ -320,13 +320,13 @@ fn half_open_case(v: &Verdicts, threads: usize) {
             race.admitted()
         )
     });
-    v.check(seen.max_inflight() <= u64::from(SLOTS), || {
+    v.check(seen.max_inflight() <= SLOTS, || {
         format!(
             "{case}: the callers saw {} calls in flight at once, at most {SLOTS} may be",
             seen.max_inflight()
         )
     });
-    v.check(peak <= u64::from(SLOTS), || {
+    v.check(peak <= SLOTS, || {
         format!("{case}: peak_concurrency {peak}, at most {SLOTS} may be")
     });
     let (by_limit, by_breaker) = (
@@ -349,7 +349,7 @@ fn half_open_case(v: &Verdicts, threads: usize) {
             "{case}: after {want} of {PROBES} probes succeeded the breaker must still be half-open, it is {after:?}"
         )
     });
-    for k in want..u64::from(PROBES) {
+    for k in want..PROBES {
         let r = one_call(p, &seen, false);
         v.check(r.is_ok(), || {
             format!(
@@ -359,7 +359,7 @@ fn half_open_case(v: &Verdicts, threads: usize) {
             )
         });
         let now = state();
-        let wanted = if k + 1 == u64::from(PROBES) {
+        let wanted = if k + 1 == PROBES {
             BreakerState::Closed
         } else {
             BreakerState::HalfOpen

@@ -289,7 +289,7 @@ fn untracked_keys_are_never_admitted_beyond_their_burst_while_the_policy_is_swap
     frozen_untracked(true);
 }
 
-fn concurrency(swap: bool, max_keys: u32, keys: usize, rounds: usize) {
+fn concurrency(swap: bool, max_keys: u64, keys: usize, rounds: usize) {
     let v = Verdicts::default();
     for threads in THREADS {
         let (reg, _clock) = manual_registry();
@@ -349,7 +349,7 @@ fn concurrency(swap: bool, max_keys: u32, keys: usize, rounds: usize) {
         let back = held.iter().filter(|(_, r)| r.is_ok()).count();
         let want = held.len();
         // Untracked keys share cells: only the tracked case must admit them all.
-        if keys as u32 <= max_keys {
+        if keys as u64 <= max_keys {
             v.check(back == want, || {
                 format!("{case}: {back} of {want} slots back after the run")
             });
@@ -432,7 +432,7 @@ fn macro_case(asynchronous: bool, threads: usize, v: &Verdicts) {
         .limit(5, Duration::from_secs(1000))
         .max_concurrency(2)
         .override_limit("3", 9)
-        .max_keys(64 + threads as u32 + u32::from(asynchronous) * 100)
+        .max_keys(64 + threads as u64 + u64::from(asynchronous) * 100)
         .build()
         .unwrap();
     resilience_runtime::registry()

@@ -16,6 +16,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+/// The instant `ns` nanoseconds into the timeline (the tests drive time by hand).
+pub(crate) fn instant(ns: u64) -> resilience_runtime::Instant {
+    resilience_runtime::Instant::from_nanos(ns)
+}
+
 /// The thread (or task) counts of every case.
 pub(crate) const THREADS: [usize; 6] = [1, 2, 4, 8, 16, 64];
 /// Calls per case, split among the threads.
@@ -283,13 +288,13 @@ pub(crate) fn in_one_window<R>(
     run: impl FnOnce() -> R,
 ) -> R {
     let width = nanos(WINDOW);
-    let left = width - clock.now() % width;
+    let left = width - clock.now().as_nanos() % width;
     if left < nanos(SLACK) {
         std::thread::sleep(Duration::from_nanos(left) + Duration::from_millis(5));
     }
-    let bucket = clock.now() / width;
+    let bucket = clock.now().as_nanos() / width;
     let out = run();
-    let after = clock.now() / width;
+    let after = clock.now().as_nanos() / width;
     v.check(after == bucket, || {
         format!("{case}: the case outlasted its window (took over {SLACK:?}); its counts are void")
     });

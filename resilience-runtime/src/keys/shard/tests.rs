@@ -11,7 +11,7 @@ use std::time::Duration;
 const MS: u64 = 1_000_000;
 const T0: u64 = 1_000_000_000_000;
 
-fn rule(limit: u64, burst: Option<u64>, conc: Option<u32>) -> Rule {
+fn rule(limit: u64, burst: Option<u64>, conc: Option<u64>) -> Rule {
     let p = KeyPolicy::builder()
         .limit(limit.max(1), Duration::from_secs(1))
         .build()
@@ -185,7 +185,7 @@ proptest! {
     fn no_key_ever_has_more_calls_in_flight_than_its_limit(
         cap in 1usize..16,
         keys in 2u64..100,
-        conc in 1u32..4,
+        conc in 1u64..4,
         steps in prop::collection::vec((0u64..100, any::<bool>()), 1..3000),
     ) {
         let r = rule(1_000_000_000, None, Some(conc));
@@ -204,7 +204,7 @@ proptest! {
                 held.push((key, p));
                 let n = inflight.entry(key).or_default();
                 *n += 1;
-                prop_assert!(*n <= conc, "key with {n} in flight, limit {conc}");
+                prop_assert!(u64::from(*n) <= conc, "key with {n} in flight, limit {conc}");
             }
         }
     }

@@ -82,7 +82,7 @@ impl LeaseSource {
                 quota,
                 alignment,
             } => {
-                let wall_ms = clock.wall_nanos(clock.now()) / 1_000_000;
+                let wall_ms = clock.wall_nanos(clock.now_ns()) / 1_000_000;
                 let window = alignment.window_ms(*period_ms, wall_ms);
                 let (count, pttl): (i64, i64) = redis.run(|conn| {
                     PERIOD_SCRIPT
@@ -193,7 +193,7 @@ impl ClusterLeaseBuilder {
             ));
         }
         let share = self.common.fallback_share;
-        let now = self.common.clock.clone().unwrap_or_default().now();
+        let now = self.common.clock.clone().unwrap_or_default().now_ns();
         let (source, fallback) = match self.kind {
             LeaseKind::Tokens { rate, burst } => {
                 check_rate_burst(rate, burst)?;
@@ -478,7 +478,7 @@ impl ClusterLease {
         let s = &*self.shared;
         // A token bucket lease's tokens never lapse: skip the clock read.
         let valid_until = s.valid_until.load(Ordering::Acquire);
-        if valid_until == u64::MAX || s.clock.now() < valid_until {
+        if valid_until == u64::MAX || s.clock.now_ns() < valid_until {
             if let Ok(before) = s
                 .held
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| h.checked_sub(1))
@@ -490,7 +490,7 @@ impl ClusterLease {
             }
         }
         if s.switch.mode() == ClusterMode::Fallback {
-            let decision = if s.fallback.try_take(1, &s.clock, s.clock.now()) {
+            let decision = if s.fallback.try_take(1, &s.clock, s.clock.now_ns()) {
                 ClusterDecision::AdmittedLocally
             } else {
                 ClusterDecision::RejectedLocally
@@ -509,7 +509,7 @@ impl ClusterLease {
     /// The lease's counters, including the tokens held now.
     pub fn status(&self) -> ClusterStatus {
         let s = &*self.shared;
-        s.counters.status(&s.switch, s.held_at(s.clock.now()))
+        s.counters.status(&s.switch, s.held_at(s.clock.now_ns()))
     }
 
     /// The most tokens this lease can hold at once: `batch + refill_at`. The
@@ -547,7 +547,7 @@ impl ClusterLease {
     pub(crate) fn take_up_to(&self, n: u64) -> u64 {
         let s = &*self.shared;
         let valid_until = s.valid_until.load(Ordering::Acquire);
-        if n == 0 || (valid_until != u64::MAX && s.clock.now() >= valid_until) {
+        if n == 0 || (valid_until != u64::MAX && s.clock.now_ns() >= valid_until) {
             return 0;
         }
         let before = s
@@ -596,7 +596,7 @@ impl LeaseShared {
             self.held.fetch_add(grant.granted, Ordering::AcqRel);
             return;
         };
-        let now = self.clock.now();
+        let now = self.clock.now_ns();
         if now < self.valid_until.load(Ordering::Acquire) {
             // The window we hold tokens of has not ended by our (early) reckoning, so
             // the batch most likely comes from it too. Keeping the earlier end is
@@ -635,9 +635,9 @@ impl LeaseShared {
     /// decides when a reserved batch is ready), unless the lease is dropped first.
     /// Returns `false` on drop.
     fn wait_on_clock(&self, d: Duration) -> bool {
-        let ready = self.clock.now().saturating_add(crate::clock::nanos(d));
+        let ready = self.clock.now_ns().saturating_add(crate::clock::nanos(d));
         loop {
-            let now = self.clock.now();
+            let now = self.clock.now_ns();
             if now >= ready {
                 return true;
             }
@@ -706,10 +706,10 @@ impl Refiller {
             not_before = None;
             self.shared.wanted.store(0, Ordering::Release);
             let s = &*self.shared;
-            if s.held_at(s.clock.now()) > s.refill_at {
+            if s.held_at(s.clock.now_ns()) > s.refill_at {
                 continue;
             }
-            let sent = s.clock.now();
+            let sent = s.clock.now_ns();
             s.counters.redis_calls.fetch_add(1, Ordering::Relaxed);
             match self.source.take(&mut self.redis, s.batch, &s.clock) {
                 Ok(grant) => {
@@ -777,7 +777,7 @@ impl fmt::Debug for ClusterLease {
             .field("batch", &s.batch)
             .field("refill_at", &s.refill_at)
             .field("mode", &s.switch.mode())
-            .field("held", &s.held_at(s.clock.now()))
+            .field("held", &s.held_at(s.clock.now_ns()))
             .field("fallback", &s.fallback)
             .finish_non_exhaustive()
     }

@@ -483,7 +483,7 @@ fn token_keys(key: &str) -> (String, String) {
 fn time_arg(refill: RefillClock, clock: &Clock) -> String {
     match refill {
         RefillClock::Server => String::new(),
-        RefillClock::Local => (clock.wall_nanos(clock.now()) / 1000).to_string(),
+        RefillClock::Local => (clock.wall_nanos(clock.now_ns()) / 1000).to_string(),
     }
 }
 

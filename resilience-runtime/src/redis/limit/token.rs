@@ -39,7 +39,7 @@ impl RedisTokenLimiterBuilder {
         self.common.check()?;
         let client = open_client(&self.url)?;
         let (tokens_key, ts_key) = token_keys(&self.key);
-        let now = self.common.clock.clone().unwrap_or_default().now();
+        let now = self.common.clock.clone().unwrap_or_default().now_ns();
         let fallback = Fallback::bucket(self.rate, self.burst, self.common.fallback_share, now);
         Ok(RedisTokenLimiter {
             inner: Arc::new(TokenInner {
@@ -319,7 +319,7 @@ impl RedisTokenLimiter {
 
 impl TokenInner {
     fn local(&self, n: u64) -> ClusterDecision {
-        let decision = if self.fallback.try_take(n, &self.clock, self.clock.now()) {
+        let decision = if self.fallback.try_take(n, &self.clock, self.clock.now_ns()) {
             ClusterDecision::AdmittedLocally
         } else {
             ClusterDecision::RejectedLocally
