@@ -2,8 +2,8 @@
 //! the classic three-state breaker, with time driven by hand.
 
 use resilience_runtime::breaker::{
-    drop_ratio, Backoff, ClassicBreaker, ClassicConfig, ClassicState, DroppingTransition, Outcome,
-    OutcomeCells, SreBreaker, SreConfig, SreHistory, SreVerdict, Transition, TransitionReason,
+    Backoff, ClassicBreaker, ClassicConfig, ClassicState, DroppingTransition, Outcome,
+    OutcomeCells, SreBreaker, SreConfig, SreVerdict, Transition, TransitionReason,
 };
 use resilience_runtime::rolling::{RollingWindow, RollingWindowError};
 use std::future::Future;
@@ -11,37 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::Duration;
 
-/// The instant `ns` nanoseconds into the timeline (the tests drive time by hand).
-fn at(ns: u64) -> resilience_runtime::Instant {
-    resilience_runtime::Instant::from_nanos(ns)
-}
-
-/// [`drop_ratio`] of a window with these totals and bucket runs under go-zero's
-/// constants `k`, `protection` and bucket count (its test vectors are written so).
-fn go_zero(
-    total: u64,
-    accepts: u64,
-    failing_buckets: u64,
-    working_buckets: u64,
-    k: f64,
-    protection: u64,
-    buckets: u64,
-) -> f64 {
-    let history = SreHistory {
-        total,
-        accepts,
-        failing_buckets,
-        working_buckets,
-        ..SreHistory::default()
-    };
-    let config = SreConfig {
-        k,
-        protection,
-        buckets,
-        ..SreConfig::default()
-    };
-    drop_ratio(&history, &config)
-}
+#[path = "support/go_zero.rs"]
+mod go_zero;
+use go_zero::{at, go_zero, Window};
 
 const MS: u64 = 1_000_000;
 const SECOND: u64 = 1_000 * MS;
@@ -262,7 +234,12 @@ fn sre_drop_ratio_vectors() {
         ((2000, 1000, 0, 10), 0.18553),
     ];
     for ((total, accepts, failing, working), expect) in cases {
-        let got = go_zero(total, accepts, failing, working, 1.5, 5, 40);
+        let got = go_zero(Window {
+            total,
+            accepts,
+            failing_buckets: failing,
+            working_buckets: working,
+        });
         assert!(
             (got - expect).abs() < 5e-6,
             "({total}, {accepts}, {failing}, {working}) -> {got}, expected {expect}"

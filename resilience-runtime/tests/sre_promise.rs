@@ -3,44 +3,15 @@
 //! `stats` shows the failing and working bucket runs; from one thread and from many.
 
 use resilience_runtime::breaker::{
-    drop_ratio, DroppingTransition, Outcome, OutcomeCounts, SreBreaker, SreConfig, SreHistory,
-    SreVerdict,
+    DroppingTransition, Outcome, OutcomeCounts, SreBreaker, SreConfig, SreHistory, SreVerdict,
 };
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-/// The instant `ns` nanoseconds into the timeline (the tests drive time by hand).
-fn at(ns: u64) -> resilience_runtime::Instant {
-    resilience_runtime::Instant::from_nanos(ns)
-}
-
-/// [`drop_ratio`] of a window with these totals and bucket runs under go-zero's
-/// constants `k`, `protection` and bucket count (its test vectors are written so).
-fn go_zero(
-    total: u64,
-    accepts: u64,
-    failing_buckets: u64,
-    working_buckets: u64,
-    k: f64,
-    protection: u64,
-    buckets: u64,
-) -> f64 {
-    let history = SreHistory {
-        total,
-        accepts,
-        failing_buckets,
-        working_buckets,
-        ..SreHistory::default()
-    };
-    let config = SreConfig {
-        k,
-        protection,
-        buckets,
-        ..SreConfig::default()
-    };
-    drop_ratio(&history, &config)
-}
+#[path = "support/go_zero.rs"]
+mod go_zero;
+use go_zero::{at, go_zero, Window};
 
 const MS: u64 = 1_000_000;
 const SECOND: u64 = 1_000 * MS;
@@ -194,7 +165,12 @@ fn stats_drop_ratio_matches_go_zero_vectors() {
     assert!(close(s.drop_ratio, 0.99979), "{}", s.drop_ratio);
     assert_eq!(
         s.drop_ratio,
-        go_zero(100_010, 10, 0, 0, 1.5, 5, 40),
+        go_zero(Window {
+            total: 100_010,
+            accepts: 10,
+            failing_buckets: 0,
+            working_buckets: 0,
+        }),
         "stats use the public formula"
     );
     let rejected = b.try_allow_with_roll(at(0), 0.9997).unwrap_err();
