@@ -750,7 +750,7 @@ fn fallback_call(
             let f = Ident::new("__resilience_fallback", span);
             quote_spanned! {span=> {
                 let #f: #pointer = #path;
-                #f(#call_args)
+                #f(#call_args) #awaited
             }}
         }
         None => quote_spanned!(span=> #path(#call_args) #awaited),
@@ -760,14 +760,15 @@ fn fallback_call(
 // Input:  fn get(&self, id: u64, name: &str) -> Option<String>, fallback_with_reason
 // Output: fn(&Self, u64, &str, RT::Downgraded) -> _
 //
-// The type a sync fallback is coerced to before it is called: the function's
+// The type a fallback is coerced to before it is called: the function's
 // parameter types (the receiver's type first) and an inferred return type (a
-// fallback returning `!` still fits any function; a wrong return type is
-// reported at the call, at `fb`, as before). `None` where such a pointer
-// cannot be written or could refuse a fallback that fits: an async or boxed
-// shape (the fallback returns a future), a parameter of type `impl Trait`, or a
-// return type holding a lifetime or a reference (a fallback's output may then
-// borrow from an input, which `fn(&T) -> _` cannot express).
+// fallback returning `!` still fits any function, an async one returns its
+// future; a wrong return type is reported at the call, at `fb`, as before).
+// `None` where such a pointer cannot be written or could refuse a fallback that
+// fits: a parameter of type `impl Trait`; a return type holding a lifetime or a
+// reference (a fallback's output may then borrow from an input, which
+// `fn(&T) -> _` cannot express); for an async or boxed shape, any parameter
+// holding one (the fallback's future captures its inputs' lifetimes).
 fn fallback_pointer(
     runtime: &Runtime,
     sig: &Signature,
@@ -775,9 +776,10 @@ fn fallback_pointer(
     with_reason: bool,
     span: Span,
 ) -> Option<TokenStream> {
-    if !matches!(shape, Shape::Sync) || sig.variadic.is_some() {
+    if sig.variadic.is_some() {
         return None;
     }
+    let future = !matches!(shape, Shape::Sync);
     if let ReturnType::Type(_, ty) = &sig.output {
         if borrows_or_hides(ty) {
             return None;
@@ -789,7 +791,7 @@ fn fallback_pointer(
             FnArg::Receiver(receiver) => &*receiver.ty,
             FnArg::Typed(typed) => &*typed.ty,
         };
-        if has_impl_trait(ty) {
+        if has_impl_trait(ty) || (future && borrows_or_hides(ty)) {
             return None;
         }
         types.push(ty.to_token_stream());
@@ -1259,7 +1261,13 @@ mod tests {
                 }
             ),
         );
-        assert!(out.contains("return fb (id) . await"), "{out}");
+        assert!(
+            out.contains(
+                "return { let __resilience_fallback : fn (u64) -> _ = fb ; \
+                 __resilience_fallback (id) . await }"
+            ),
+            "{out}"
+        );
         assert!(out.contains("CatchUnwind :: new (async move"), "{out}");
     }
 
@@ -1330,8 +1338,12 @@ mod tests {
         assert!(out.contains("CatchUnwind :: new (async {"), "{out}");
         assert!(!out.contains("async move"), "{out}");
         assert_eq!(
-            out.matches("return fb (id , __resilience_downgraded) . await")
-                .count(),
+            out.matches(
+                "return { let __resilience_fallback : fn (String , :: resilience_runtime :: \
+                 __private :: Downgraded) -> _ = fb ; __resilience_fallback (id , \
+                 __resilience_downgraded) . await }"
+            )
+            .count(),
             2,
             "refused and cut: {out}"
         );

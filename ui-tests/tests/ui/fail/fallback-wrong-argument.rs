@@ -22,4 +22,13 @@ impl Store {
     }
 }
 
+async fn fetch_cached(_id: u32) -> String {
+    String::new()
+}
+
+#[downgrade(point = "ui.fetch", fallback = fetch_cached)]
+async fn fetch(id: u64) -> String {
+    id.to_string()
+}
+
 fn main() {}
