@@ -5,16 +5,12 @@ use super::{ConfigError, Format, LoadReport, Problem, ProblemKind};
 use crate::registry::Registry;
 use crate::sync::mpsc::{self, RecvTimeoutError};
 use crate::sync::Recover;
-use crate::sync::{Arc, Mutex, MutexGuard};
+use crate::sync::{Arc, Mutex};
 use notify::{EventKind, RecommendedWatcher, RecursiveMode, Watcher as _};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().recover()
-}
 
 /// Called after every reload attempt with what it did.
 type Callback = Arc<dyn Fn(Result<&LoadReport, &ConfigError>) + Send + Sync>;
@@ -159,7 +155,7 @@ impl PolicyWatcher {
 
     /// The version in force and the last error, if the file as it is now is broken.
     pub fn status(&self) -> WatchStatus {
-        lock(&self.shared).clone()
+        self.shared.lock().recover().clone()
     }
 }
 
@@ -393,7 +389,7 @@ impl Worker {
             // Touched, or back to the last good content: nothing to apply. If the file
             // was rejected before, it is good again: say so.
             let recovered = {
-                let mut status = lock(&self.status);
+                let mut status = self.status.lock().recover();
                 status.last_checked = SystemTime::now();
                 status
                     .last_error
@@ -421,7 +417,7 @@ impl Worker {
 
     fn record(&mut self, result: Result<LoadReport, ConfigError>, text: Option<String>) {
         {
-            let mut status = lock(&self.status);
+            let mut status = self.status.lock().recover();
             status.reloads += 1;
             status.last_checked = SystemTime::now();
             match &result {

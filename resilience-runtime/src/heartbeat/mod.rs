@@ -89,7 +89,7 @@ use crate::layers::Source;
 use crate::registry::{registry, Registry};
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::Recover;
-use crate::sync::{mpsc, Arc, Mutex, MutexGuard};
+use crate::sync::{mpsc, Arc, Mutex};
 use failures::{FailureLog, Say};
 use serde_json::Value;
 use std::fmt;
@@ -233,7 +233,7 @@ fn live_clients() -> &'static Mutex<Vec<std::sync::Weak<Inner>>> {
     feature = "opentelemetry"
 ))]
 pub(crate) fn statuses_of(registry: &Registry) -> Vec<(String, HeartbeatStatus)> {
-    let mut clients = lock(live_clients());
+    let mut clients = live_clients().lock().recover();
     clients.retain(|w| w.strong_count() > 0);
     clients
         .iter()
@@ -244,10 +244,6 @@ pub(crate) fn statuses_of(registry: &Registry) -> Vec<(String, HeartbeatStatus)>
             (c.app_key(), c.status())
         })
         .collect()
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().recover()
 }
 
 /// The error message a server put in its JSON answer, if any.
@@ -299,7 +295,7 @@ impl HeartbeatClient {
             }),
         };
         client.restore_cache();
-        let mut clients = lock(live_clients());
+        let mut clients = live_clients().lock().recover();
         // Bounded by the clients alive, not by the clients ever made.
         clients.retain(|w| w.strong_count() > 0);
         clients.push(Arc::downgrade(&client.inner));
@@ -352,7 +348,7 @@ impl HeartbeatClient {
     fn cache_failed(&self, error: String) {
         #[cfg(feature = "tracing")]
         tracing::warn!(cause = %error, "resilience: heartbeat policy cache");
-        *lock(&self.inner.cache_error) = Some(error);
+        *self.inner.cache_error.lock().recover() = Some(error);
     }
 
     /// The configuration.
@@ -378,10 +374,10 @@ impl HeartbeatClient {
             pull_failures: get(&i.pull_failures),
             policy_updates: get(&i.policy_updates),
             policies_rejected: get(&i.policies_rejected),
-            last_upload_error: lock(&i.last_upload_error).clone(),
-            last_pull_error: lock(&i.last_pull_error).clone(),
+            last_upload_error: i.last_upload_error.lock().recover().clone(),
+            last_pull_error: i.last_pull_error.lock().recover().clone(),
             from_cache: i.from_cache.load(Ordering::Acquire),
-            cache_error: lock(&i.cache_error).clone(),
+            cache_error: i.cache_error.lock().recover().clone(),
         }
     }
 
@@ -462,7 +458,7 @@ impl HeartbeatClient {
     /// then dropped and counted.
     pub fn upload_now(&self) -> Result<UploadOutcome, HeartbeatError> {
         let inner = &self.inner;
-        let mut state = lock(&inner.upload);
+        let mut state = inner.upload.lock().recover();
         let wall = self.wall_ms();
         let cycle = (wall - wall % CYCLE_MS).saturating_sub(CYCLE_MS);
         if state.last_cycle.is_some_and(|c| c >= cycle) {
@@ -480,7 +476,7 @@ impl HeartbeatClient {
         // again only if another server is reached from another address).
         let built: Mutex<Option<(std::net::IpAddr, Vec<Vec<u8>>)>> = Mutex::new(None);
         let body = |ip: std::net::IpAddr, part: usize| {
-            let mut built = lock(&built);
+            let mut built = built.lock().recover();
             if built.as_ref().is_none_or(|(at, _)| *at != ip) {
                 let bodies = wire::upload_body(&inner.config, &report, version, &health, ip);
                 *built = Some((ip, bodies));
@@ -524,8 +520,12 @@ impl HeartbeatClient {
         match result {
             Ok(server) => {
                 inner.uploads.fetch_add(1, Ordering::Relaxed);
-                *lock(&inner.last_upload_error) = None;
-                self.say("upload", lock(&inner.upload_log).succeeded(), None);
+                *inner.last_upload_error.lock().recover() = None;
+                self.say(
+                    "upload",
+                    inner.upload_log.lock().recover().succeeded(),
+                    None,
+                );
                 Ok(UploadOutcome::Sent {
                     cycle_start_ms: cycle,
                     points: report.points.len(),
@@ -537,8 +537,8 @@ impl HeartbeatClient {
             Err(e) => {
                 inner.uploads_dropped.fetch_add(1, Ordering::Relaxed);
                 state.cursor = (state.cursor + 1) % servers.len();
-                *lock(&inner.last_upload_error) = Some(e.to_string());
-                let say = lock(&inner.upload_log).failed(self.wall_ms());
+                *inner.last_upload_error.lock().recover() = Some(e.to_string());
+                let say = inner.upload_log.lock().recover().failed(self.wall_ms());
                 self.say("upload", say, Some(&e));
                 Err(e)
             }
@@ -555,7 +555,7 @@ impl HeartbeatClient {
     /// current policies stay in force in every case.
     pub fn pull_now(&self) -> Result<PullOutcome, HeartbeatError> {
         let inner = &self.inner;
-        let mut cursor = lock(&inner.pull_cursor);
+        let mut cursor = inner.pull_cursor.lock().recover();
         let server = &inner.config.servers[*cursor % inner.config.servers.len()];
         let version = self.policy_version();
         let points = inner.registry.point_names();
@@ -576,15 +576,15 @@ impl HeartbeatClient {
             Err(e) => {
                 inner.pull_failures.fetch_add(1, Ordering::Relaxed);
                 *cursor = (*cursor + 1) % inner.config.servers.len();
-                *lock(&inner.last_pull_error) = Some(e.to_string());
-                let say = lock(&inner.pull_log).failed(self.wall_ms());
+                *inner.last_pull_error.lock().recover() = Some(e.to_string());
+                let say = inner.pull_log.lock().recover().failed(self.wall_ms());
                 self.say("pull", say, Some(&e));
                 return Err(e);
             }
         };
         drop(cursor);
         inner.pulls.fetch_add(1, Ordering::Relaxed);
-        self.say("pull", lock(&inner.pull_log).succeeded(), None);
+        self.say("pull", inner.pull_log.lock().recover().succeeded(), None);
         inner.from_cache.store(false, Ordering::Release);
         let outcome = match answer {
             PullAnswer::Unchanged(v) if v == version => Ok(PullOutcome::Unchanged { version }),
@@ -602,7 +602,7 @@ impl HeartbeatClient {
                         inner.version.store(new, Ordering::Release);
                         if let Some(path) = &inner.config.cache_file {
                             match cache::write(path, &self.app_key(), new, &file) {
-                                Ok(()) => *lock(&inner.cache_error) = None,
+                                Ok(()) => *inner.cache_error.lock().recover() = None,
                                 Err(e) => self.cache_failed(e),
                             }
                         }
@@ -623,7 +623,7 @@ impl HeartbeatClient {
                 }
             }
         };
-        *lock(&inner.last_pull_error) = outcome.as_ref().err().map(ToString::to_string);
+        *inner.last_pull_error.lock().recover() = outcome.as_ref().err().map(ToString::to_string);
         outcome
     }
 

@@ -11,14 +11,9 @@ use super::rule::{KeyState, Refusal, Rule};
 use super::shard::{Place, Shard};
 use super::text::KeyText;
 use crate::limit::Gcra;
+use crate::sync::Mutex;
 use crate::sync::Recover;
-use crate::sync::{Mutex, MutexGuard};
 use crossbeam_utils::CachePadded;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing under these locks panics; a poisoned one is still consistent.
-    m.lock().recover()
-}
 
 /// The keys of one point, in shards (see `shard`).
 #[derive(Debug)]
@@ -136,13 +131,16 @@ impl KeyTable {
         text: impl FnOnce() -> KeyText,
         also: impl FnOnce(bool) -> bool,
     ) -> Result<Option<Place>, Refusal> {
-        lock(self.shard(fp)).admit_with(fp, rule, now, text, also)
+        self.shard(fp)
+            .lock()
+            .recover()
+            .admit_with(fp, rule, now, text, also)
     }
 
     /// A call of `fp` admitted at `place` ended.
     #[inline]
     pub(crate) fn release(&self, fp: u64, place: Place) {
-        lock(self.shard(fp)).release(fp, place);
+        self.shard(fp).lock().recover().release(fp, place);
     }
 
     /// The `n` busiest tracked keys (no override's), added to `out` in no order:
@@ -155,7 +153,7 @@ impl KeyTable {
         // `n` may be any number (`Point::hot_keys(usize::MAX)`): grown as needed.
         let mut top: Vec<Candidate> = Vec::with_capacity(n.min(64));
         for s in self.shards.iter() {
-            let s = lock(s);
+            let s = s.lock().recover();
             for e in s.entries() {
                 let c = (e.passes + e.refused, e.passes, e.refused, e.text);
                 if top.len() < n {
@@ -183,7 +181,7 @@ impl KeyTable {
     pub(crate) fn stats(&self) -> KeyTableStats {
         let mut t = KeyTableStats::default();
         for s in self.shards.iter() {
-            let s = lock(s);
+            let s = s.lock().recover();
             t.tracked += s.len() as u64;
             t.untracked_passes += s.untracked_passes;
             t.untracked_refused += s.untracked_refused;
@@ -240,7 +238,7 @@ impl OverrideCell {
         now: u64,
         also: impl FnOnce() -> bool,
     ) -> Result<(), Refusal> {
-        let mut s = lock(&self.inner);
+        let mut s = self.inner.lock().recover();
         if s.gcra != rule.gcra {
             // The override's rule changed: carry what the key owes into the new one.
             if let Some(new) = rule.gcra {
@@ -275,11 +273,11 @@ impl OverrideCell {
     }
 
     pub(crate) fn release(&self) {
-        lock(&self.inner).state.release();
+        self.inner.lock().recover().state.release();
     }
 
     pub(crate) fn stats(&self) -> HotKeyStats {
-        let s = lock(&self.inner);
+        let s = self.inner.lock().recover();
         HotKeyStats {
             key: self.text.to_display(),
             passes: s.passes,

@@ -29,18 +29,13 @@ use crate::clock::nanos;
 use crate::keys::{redis_name, KeyCluster, KeyClusterStats, KeyPolicy, KeyRule};
 use crate::redis::{ClusterDecision, ClusterLease, ClusterMode};
 use crate::sync::Recover;
-use crate::sync::{Arc, AtomicU8, Mutex, MutexGuard, OnceLock, Ordering};
+use crate::sync::{Arc, AtomicU8, Mutex, OnceLock, Ordering};
 use crate::Clock;
 use crossbeam_utils::CachePadded;
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Duration;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Nothing under these locks panics; a poisoned one is still consistent.
-    m.lock().recover()
-}
 
 /// The Redis bucket of one key's rule: what its lease is built with.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -347,7 +342,7 @@ impl KeyLeases {
         tracked: bool,
         now: u64,
     ) -> (bool, Wake) {
-        let mut guard = lock(self.shard(fp));
+        let mut guard = self.shard(fp).lock().recover();
         self.admit_in(&mut guard, fp, text, rule, tracked, now)
     }
 
@@ -388,7 +383,7 @@ impl KeyLeases {
         if let Some(i) = out.filter(|i| *i != NIL) {
             let old = sh.remove(i);
             sh.counts.evicted += 1;
-            lock(&self.retired).push(old.lease);
+            self.retired.lock().recover().push(old.lease);
         }
         let lease = Arc::new(KeyLease {
             name: redis_name(&self.cluster.prefix, text),
@@ -397,7 +392,7 @@ impl KeyLeases {
             gone: AtomicU8::new(0),
             failed: AtomicU8::new(0),
         });
-        lock(&self.pending).push(Arc::clone(&lease));
+        self.pending.lock().recover().push(Arc::clone(&lease));
         sh.counts.started += 1;
         let i = sh.insert(Slot {
             fp,
@@ -429,7 +424,7 @@ impl KeyLeases {
         // Cleared first (reading the last arming's store), so a lease queued after
         // the queue is taken below arms the chore again.
         self.start_armed.swap(0, Ordering::AcqRel);
-        let pending = std::mem::take(&mut *lock(&self.pending));
+        let pending = std::mem::take(&mut *self.pending.lock().recover());
         for kl in pending {
             if kl.gone.load(Ordering::Acquire) == 1 {
                 continue;
@@ -452,7 +447,7 @@ impl KeyLeases {
         }
         // Dropping the last handle of a started lease stops its refill thread (with
         // the queue's lock released: calls push to it).
-        let retired = std::mem::take(&mut *lock(&self.retired));
+        let retired = std::mem::take(&mut *self.retired.lock().recover());
         drop(retired);
         if self.cold_armed.swap(1, Ordering::AcqRel) == 0 {
             chores::schedule(self, Chore::DropColdKeyLeases, self.scan_every());
@@ -468,7 +463,7 @@ impl KeyLeases {
         let mut dropped = Vec::new();
         let mut left = 0;
         for s in self.shards.iter() {
-            let mut guard = lock(s);
+            let mut guard = s.lock().recover();
             let sh = &mut *guard;
             while sh.tail != NIL && now.saturating_sub(sh.slots[sh.tail as usize].last) >= cold {
                 let tail = sh.tail;
@@ -492,7 +487,7 @@ impl KeyLeases {
     pub(super) fn stats(&self) -> KeyClusterStats {
         let mut t = KeyClusterStats::default();
         for s in self.shards.iter() {
-            let sh = lock(s);
+            let sh = s.lock().recover();
             let c = &sh.counts;
             t.leases += sh.slots.len() as u64;
             t.started += c.started;
