@@ -446,10 +446,16 @@ impl Registry {
         })
     }
 
-    /// Queues an event that has no flat record (a policy change) for the typed
-    /// listeners; never blocks.
-    pub(crate) fn emit_event(&self, event: Event) {
-        self.events.emit_typed(event);
+    /// Queues an [`Event::Policy`] per change for the typed listeners; never blocks.
+    /// Without listeners nothing is copied (a reload may change many points).
+    pub(crate) fn emit_policy_events(&self, changes: &[crate::layers::PolicyChange]) {
+        if !self.events.has_listeners() {
+            return;
+        }
+        for change in changes {
+            self.events
+                .emit_typed(Event::Policy(Box::new(change.clone())));
+        }
     }
 
     /// Adds a listener of downgraded calls only ([`Event::Downgrade`]: no breaker

@@ -111,9 +111,7 @@ impl Registry {
     /// [`Event::Policy`](crate::Event::Policy) per change for the event listeners.
     fn notify_policy_changes(&self, changes: &[PolicyChange]) {
         self.layers_state().notify(changes);
-        for change in changes {
-            self.emit_event(crate::Event::Policy(Box::new(change.clone())));
-        }
+        self.emit_policy_events(changes);
     }
 
     /// Edits layers of one source under the layer lock. `edits` reads the table and
