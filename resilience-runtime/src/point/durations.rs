@@ -291,6 +291,26 @@ mod tests {
     }
 
     #[test]
+    fn lanes_are_made_by_the_threads_that_record() {
+        let d = Durations::new();
+        let chunk = std::mem::size_of::<Chunk>();
+        let base = d.heap_bytes();
+        assert_eq!(
+            base,
+            std::mem::size_of::<Durations>() + CHUNKS * 8,
+            "no lane yet"
+        );
+        d.record(0, 10, 100);
+        d.record(1, 10, 100);
+        assert_eq!(d.heap_bytes(), base + chunk, "lanes 0 and 1 share a chunk");
+        d.record(5, 10, 100);
+        assert_eq!(d.heap_bytes(), base + 2 * chunk);
+        d.record(OWNED as u32 + 7, 10, 100);
+        assert_eq!(d.heap_bytes(), base + 3 * chunk, "the shared lane's chunk");
+        assert_eq!(d.total().since(Total(0)), (4, 400), "every chunk is read");
+    }
+
+    #[test]
     fn racing_threads_lose_no_call() {
         let d = std::sync::Arc::new(Durations::new());
         let threads: Vec<_> = (0..(OWNED as u32 + 8))
