@@ -27,6 +27,9 @@ source resilience-admin/scripts/postgres.sh
 cargo test --workspace --all-features
 # Without the `redis` feature, policy files name the `cluster` section as needing it.
 cargo test -p resilience-runtime --no-default-features --features config,macros --test config
+# The compile errors' messages, checked without the runtime's `tracing` feature (the
+# run above compiled every pass case with it).
+cargo test -p ui-tests
 # Without the runtime's `tokio` feature, `timeout = "..."` is a compile error asking for it.
 cargo test -p ui-tests --no-default-features
 # The fleet demo end to end: the admin and two instances (one from the console only,

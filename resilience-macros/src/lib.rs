@@ -10,6 +10,7 @@ mod item;
 #[path = "../../resilience-runtime/src/name.rs"]
 mod name;
 mod paths;
+mod shape;
 mod validate;
 
 use proc_macro::TokenStream;

@@ -69,7 +69,7 @@ pub(crate) fn validate(kind: Kind, args: &Args, item: &ItemFn, errors: &mut Erro
 
     // A sync body cannot be stopped once it runs: nothing could cut it at a deadline.
     if let Some(timeout) = &args.timeout {
-        if !crate::expand::runs_async(item) {
+        if !crate::shape::runs_async(item) {
             errors.push(syn::Error::new(
                 timeout.key_span,
                 format!(

@@ -361,6 +361,25 @@ pub mod __private {
     }
     pub use crate::__mock_deadline as deadline;
 
+    /// As the runtime's with its `tracing` feature: an async call runs in an
+    /// `async move` block of its own, awaited in place (so `return` leaves the block).
+    #[macro_export]
+    macro_rules! __mock_traced {
+        (sync $point:ident; $($body:tt)*) => {
+            let _ = $point;
+            $($body)*
+        };
+        (async $point:ident; $($body:tt)*) => {
+            async move { $($body)* }.await
+        };
+    }
+    pub use crate::__mock_traced as traced;
+
+    /// A refused call (its span's outcome in the runtime).
+    pub fn refused(downgraded: &Downgraded) {
+        let _ = downgraded;
+    }
+
     #[derive(Debug)]
     pub struct StaticPoint {
         name: &'static str,

@@ -10,6 +10,8 @@
 pub mod adaptive;
 pub mod bloom;
 pub mod breaker;
+#[cfg(feature = "tracing")]
+pub mod call_span;
 mod clock;
 #[cfg(feature = "config")]
 pub mod config;

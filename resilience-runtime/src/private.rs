@@ -132,6 +132,7 @@ pub fn enter_breaker(point: &'static Point, slot: &mut Option<Permit>) -> Result
 /// finished; `exception` says whether it failed.
 #[inline(always)]
 pub fn finish(point: &'static Point, slot: &mut Option<Permit>, exception: bool) {
+    trace_outcome(if exception { "exception" } else { "ok" }, None);
     Permit::finish_in(point, slot, exception);
 }
 
@@ -139,6 +140,7 @@ pub fn finish(point: &'static Point, slot: &mut Option<Permit>, exception: bool)
 /// panicked.
 #[inline]
 pub fn panicked(point: &'static Point, slot: &mut Option<Permit>) {
+    trace_outcome("panic", None);
     Permit::finish_in(point, slot, true);
 }
 
@@ -146,6 +148,7 @@ pub fn panicked(point: &'static Point, slot: &mut Option<Permit>) {
 /// was cut at its deadline: a timeout, and a failure for the point's breaker.
 #[inline]
 pub fn timed_out(point: &'static Point, slot: &mut Option<Permit>) {
+    trace_outcome("timeout", Some(crate::error::Reason::Deadline));
     Permit::end_in(point, slot, crate::point::permit::Outcome::TimedOut);
 }
 
@@ -154,8 +157,69 @@ pub fn timed_out(point: &'static Point, slot: &mut Option<Permit>) {
 /// outcome records the same; this also counts calls without a permit.
 #[inline]
 pub fn cancelled(point: &'static Point, slot: &mut Option<Permit>) {
+    trace_outcome("cancelled", None);
     Permit::end_in(point, slot, crate::point::permit::Outcome::Cancelled);
 }
+
+/// Records that the call was refused (or, on its way in, cut): `downgraded`.
+#[inline(always)]
+pub fn refused(downgraded: &Downgraded) {
+    trace_outcome("downgraded", Some(downgraded.reason));
+}
+
+/// The outcome of the current call, into its `tracing` span (feature `tracing`; see
+/// [`crate::call_span`]); nothing without the feature.
+#[inline(always)]
+fn trace_outcome(outcome: &'static str, reason: Option<crate::error::Reason>) {
+    #[cfg(feature = "tracing")]
+    crate::call_span::record(outcome, reason);
+    #[cfg(not(feature = "tracing"))]
+    let _ = (outcome, reason);
+}
+
+/// The span of a call of `point` (see [`crate::call_span`]).
+#[cfg(feature = "tracing")]
+#[inline]
+pub fn call_span(point: &'static Point) -> tracing::Span {
+    crate::call_span::call_span(point.name())
+}
+
+#[cfg(feature = "tracing")]
+pub use tracing::Instrument;
+
+/// `traced! { sync point; BODY }` / `traced! { async point; BODY }`: the guarded
+/// call's statements (the entry, the body, the completion) in the caller's block, inside
+/// the call's `tracing` span with the `tracing` feature: entered for the rest of a sync
+/// call, instrumenting an async one (whose `return`s then leave the instrumented
+/// block, which is the call's value). Without the feature, the statements as they are.
+#[cfg(feature = "tracing")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_traced {
+    (sync $point:ident; $($body:tt)*) => {
+        let __resilience_span = $crate::__private::call_span($point).entered();
+        $($body)*
+    };
+    (async $point:ident; $($body:tt)*) => {
+        $crate::__private::Instrument::instrument(
+            async move { $($body)* },
+            $crate::__private::call_span($point),
+        )
+        .await
+    };
+}
+
+/// `traced! { .. }` without the `tracing` feature: the statements as they are.
+#[cfg(not(feature = "tracing"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __resilience_traced {
+    ($kind:ident $point:ident; $($body:tt)*) => {
+        $($body)*
+    };
+}
+
+pub use crate::__resilience_traced as traced;
 
 pub use crate::point::queue::{Admission, WaitFuture};
 

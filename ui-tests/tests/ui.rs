@@ -7,6 +7,11 @@
 fn ui() {
     let t = trybuild::TestCases::new();
     t.pass("tests/ui/pass/*.rs");
+    // The messages are checked without the runtime's `tracing` feature: with it an
+    // async call runs in a block of its own, and one message (an argument moved by
+    // the body of a `timeout` fn with a fallback) names the value less exactly. The
+    // README's test command runs both: `--all-features`, then the default features.
+    #[cfg(not(feature = "tracing"))]
     t.compile_fail("tests/ui/fail/*.rs");
 }
 

@@ -29,6 +29,9 @@ const MAX_ROWS: usize = 50_000;
 /// The stats range when none is given: the last 15 minutes.
 const DEFAULT_RANGE_MS: i64 = 15 * 60 * 1000;
 
+/// The latest time a stats query may name: the end of the year 9999, in ms.
+const MAX_TIME_MS: i64 = 253_402_300_799_999;
+
 pub(super) fn app_key(group: String, app: String) -> Result<AppKey, ApiError> {
     for (field, v) in [("group", &group), ("app", &app)] {
         check_name(v).map_err(|m| {
@@ -360,6 +363,15 @@ pub(super) async fn stats(
     let Query(q) = query.map_err(|e| bad_query(e.body_text()))?;
     let now = state.now_ms();
     let range = q.range.as_deref().map(parse_range).transpose()?;
+    // Times before 1970 or after 9999 are mistakes, and their arithmetic below could
+    // overflow: a 400 naming the field, never a panic.
+    for (field, value) in [("from", q.from), ("to", q.to)] {
+        if let Some(v) = value.filter(|v| !(0..=MAX_TIME_MS).contains(v)) {
+            return Err(bad_query(format!(
+                "{field} ({v}) must be a time in ms between 0 and {MAX_TIME_MS}"
+            )));
+        }
+    }
     let to = match (q.to, range) {
         (Some(to), _) => to,
         (None, Some(_)) => complete_to(now),
@@ -368,7 +380,7 @@ pub(super) async fn stats(
     let from = match (q.from, range) {
         (Some(from), _) => from,
         (None, Some(range)) => to.saturating_sub(range),
-        (None, None) => to - DEFAULT_RANGE_MS,
+        (None, None) => to.saturating_sub(DEFAULT_RANGE_MS),
     };
     if from >= to {
         return Err(bad_query(format!("from ({from}) must be before to ({to})")));

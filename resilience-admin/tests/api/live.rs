@@ -200,6 +200,11 @@ fn per_second_figures_are_ingested_in_both_protocols_and_summed_over_instances()
         ("range=0", "range"),
         ("sum=instances", "sum"),
         ("resolution=1s&from=10&to=5", "from"),
+        // Once a subtraction overflow (a panic in debug builds).
+        ("from=1&to=-9223372036854775800", "to"),
+        ("to=-9223372036854775800", "to"),
+        ("from=-9223372036854775808", "from"),
+        ("to=9223372036854775807&range=1h", "to"),
     ] {
         let r = get(
             addr,

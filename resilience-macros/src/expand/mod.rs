@@ -24,8 +24,9 @@ use syn::{
 
 use crate::args::{Args, DefaultValue, Kind};
 use crate::errors::Errors;
-use crate::item::{Body, BoxedFuture, ItemFn, SplitBody};
+use crate::item::{Body, ItemFn, SplitBody};
 use crate::paths::Runtime;
+use crate::shape::Shape;
 use crate::validate;
 
 /// Builds the expression that asks the runtime for a permit, from the runtime's
@@ -99,16 +100,6 @@ pub(crate) fn run_marked(
             Err(quote!(#item #err))
         }
     }
-}
-
-/// Whether the body runs as a future, so that a deadline can cut it: an
-/// `async fn`, or the boxed future of an `#[async_trait]` method.
-pub(crate) fn runs_async(item: &ItemFn) -> bool {
-    item.sig.asyncness.is_some()
-        || item
-            .body
-            .split()
-            .is_some_and(|split| matches!(Shape::of(&item.sig, &split), Shape::Boxed { .. }))
 }
 
 /// An identifier of ours: hygienic, so user code can neither see nor shadow it.
@@ -231,27 +222,35 @@ fn wrap(kind: Kind, args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream 
             quote!(let mut #pending = #private::Pending::new(#point);)
         }
     };
+    // The call's `tracing` span (the runtime's `tracing` feature) around the entry,
+    // the body and the completion; without the feature, `traced!` is its statements.
+    let traced = match shape.await_span() {
+        None => quote!(sync),
+        Some(_) => quote!(async),
+    };
     let guarded = quote! {
         let #point = #handle;
         #declared
-        // For a fallback or default of type `!` (always so on a `-> !` fn, or
-        // `default = unreachable!()`): our `return` of it is then unreachable,
-        // and clippy calls it a diverging sub-expression. Neither is the
-        // user's concern. On the statement, because clippy reads lint levels
-        // there, not on the match arm.
-        #declare_slot
-        #[allow(unreachable_code, clippy::diverging_sub_expression)]
-        let () = #acquire;
-        #caught_prelude
-        match #caught {
-            ::core::result::Result::Ok(#out) => {
-                #outcome
-                #out
-            }
-            ::core::result::Result::Err(#panic) => {
-                #private::panicked(#point, &mut #permit);
-                #ended
-                ::std::panic::resume_unwind(#panic)
+        #private::traced! { #traced #point;
+            // For a fallback or default of type `!` (always so on a `-> !` fn, or
+            // `default = unreachable!()`): our `return` of it is then unreachable,
+            // and clippy calls it a diverging sub-expression. Neither is the
+            // user's concern. On the statement, because clippy reads lint levels
+            // there, not on the match arm.
+            #declare_slot
+            #[allow(unreachable_code, clippy::diverging_sub_expression)]
+            let () = #acquire;
+            #caught_prelude
+            match #caught {
+                ::core::result::Result::Ok(#out) => {
+                    #outcome
+                    #out
+                }
+                ::core::result::Result::Err(#panic) => {
+                    #private::panicked(#point, &mut #permit);
+                    #ended
+                    ::std::panic::resume_unwind(#panic)
+                }
             }
         }
     };
@@ -263,53 +262,6 @@ fn wrap(kind: Kind, args: &Args, mut item: ItemFn, enter: Enter) -> TokenStream 
         Shape::Sync | Shape::Async { .. } => quote!(#inner_attrs #guarded),
     };
     emit(&item, Some(body))
-}
-
-/// How the body runs, which decides how it is caught and awaited.
-enum Shape {
-    /// A plain fn: the body runs in a closure under `catch_unwind`.
-    Sync,
-    /// An `async fn`: the body runs in an `async move` block, awaited in place.
-    Async { await_span: Span },
-    /// A fn whose body is exactly `Box::pin(async move { .. })` and whose
-    /// return type names `Future<Output = R>`: what `#[async_trait]`, which
-    /// always expands before us, makes of an `async fn`. Treated as an
-    /// `async fn .. -> R` whose guard runs inside the boxed future, so that
-    /// the call's execution is guarded, not the creation of its future.
-    Boxed {
-        future: Box<BoxedFuture>,
-        output: Box<Type>,
-    },
-}
-
-impl Shape {
-    fn of(sig: &Signature, split: &SplitBody) -> Self {
-        if let Some(asyncness) = &sig.asyncness {
-            return Shape::Async {
-                await_span: asyncness.span,
-            };
-        }
-        let output = match &sig.output {
-            ReturnType::Type(_, ty) => future_output(ty),
-            ReturnType::Default => None,
-        };
-        match (split.boxed_future(), output) {
-            (Some(future), Some(output)) => Shape::Boxed {
-                future: Box::new(future),
-                output: Box::new(output.clone()),
-            },
-            _ => Shape::Sync,
-        }
-    }
-
-    /// Where an `.await` of ours belongs (`None` for a sync fn).
-    fn await_span(&self) -> Option<Span> {
-        match self {
-            Shape::Sync => None,
-            Shape::Async { await_span } => Some(*await_span),
-            Shape::Boxed { future, .. } => Some(future.async_span),
-        }
-    }
 }
 
 /// Where an admitted call's permit lives, and what marks the call as ended.
@@ -344,38 +296,6 @@ impl Slot {
             }
         }
     }
-}
-
-/// `R` in a return type such as `Pin<Box<dyn Future<Output = R> + Send + 'a>>`.
-fn future_output(ty: &Type) -> Option<&Type> {
-    match ty {
-        Type::Path(path) => path_future_output(&path.path),
-        Type::TraitObject(object) => object.bounds.iter().find_map(|bound| match bound {
-            syn::TypeParamBound::Trait(bound) => path_future_output(&bound.path),
-            _ => None,
-        }),
-        Type::Paren(paren) => future_output(&paren.elem),
-        Type::Group(group) => future_output(&group.elem),
-        _ => None,
-    }
-}
-
-/// `R` in `Future<Output = R>`, or in a type argument of the path (`Box<..>`).
-fn path_future_output(path: &syn::Path) -> Option<&Type> {
-    path.segments.iter().find_map(|segment| {
-        let PathArguments::AngleBracketed(generics) = &segment.arguments else {
-            return None;
-        };
-        generics.args.iter().find_map(|arg| match arg {
-            GenericArgument::AssocType(assoc)
-                if segment.ident == "Future" && assoc.ident == "Output" =>
-            {
-                Some(&assoc.ty)
-            }
-            GenericArgument::Type(ty) => future_output(ty),
-            _ => None,
-        })
-    })
 }
 
 /// Puts attributes, visibility and signature back exactly as parsed, with a
@@ -638,10 +558,15 @@ fn acquire_permit(
         true => quote!(return #value),
         false => quote!({ #ended return #value }),
     };
+    let refusal = ident("__resilience_refusal");
     quote! {
         match #entered {
             ::core::result::Result::Ok(()) => (),
-            ::core::result::Result::Err(#binding) => #refused,
+            ::core::result::Result::Err(#refusal) => {
+                #private::refused(&#refusal);
+                let #binding = #refusal;
+                #refused
+            }
         }
     }
 }
@@ -1283,7 +1208,8 @@ mod tests {
         );
         assert!(
             out.contains(
-                "Err (__resilience_downgraded) => return { let __resilience_fallback : \
+                "let __resilience_downgraded = __resilience_refusal ; \
+                 return { let __resilience_fallback : \
                  fn (& Self , (u8 , u8) , :: resilience_runtime :: __private :: Downgraded) -> _ \
                  = Self :: fb ; __resilience_fallback (self , __resilience_arg1 , \
                  __resilience_downgraded) }"
@@ -1548,7 +1474,7 @@ mod tests {
             (quote!(BoxFuture<'a, u8>), ""),
         ] {
             let ty: Type = syn::parse2(ty).unwrap();
-            let found = future_output(&ty).map(|t| t.to_token_stream().to_string());
+            let found = crate::shape::future_output(&ty).map(|t| t.to_token_stream().to_string());
             assert_eq!(found.as_deref().unwrap_or(""), expected);
         }
     }

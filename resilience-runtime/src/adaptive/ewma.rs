@@ -15,12 +15,14 @@ use std::time::Duration;
 /// ```
 /// use resilience_runtime::adaptive::LatencyEwma;
 ///
+/// use std::time::Duration;
+///
 /// let avg = LatencyEwma::new();
-/// assert_eq!(avg.nanos(), None);
-/// avg.record(100);
-/// assert_eq!(avg.nanos(), Some(100));
-/// avg.record(200);
-/// assert_eq!(avg.nanos(), Some(130));
+/// assert_eq!(avg.get(), None);
+/// avg.record(Duration::from_nanos(100));
+/// assert_eq!(avg.get(), Some(Duration::from_nanos(100)));
+/// avg.record(Duration::from_nanos(200));
+/// assert_eq!(avg.get(), Some(Duration::from_nanos(130)));
 /// ```
 #[derive(Default)]
 pub struct LatencyEwma {
@@ -43,8 +45,14 @@ impl LatencyEwma {
         }
     }
 
-    /// Folds in one latency sample, in nanoseconds.
-    pub fn record(&self, sample_ns: u64) {
+    /// Folds in one latency sample (whole nanoseconds; one of over 584 years counts as
+    /// that long).
+    pub fn record(&self, sample: Duration) {
+        self.record_nanos(u64::try_from(sample.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    /// [`record`](Self::record) of a sample in nanoseconds.
+    pub(crate) fn record_nanos(&self, sample_ns: u64) {
         // The closure always returns `Some`, so `fetch_update` cannot fail.
         let _ = self
             .nanos
@@ -58,7 +66,7 @@ impl LatencyEwma {
     }
 
     /// The average in nanoseconds, `None` before the first (non-zero) sample.
-    pub fn nanos(&self) -> Option<u64> {
+    fn nanos(&self) -> Option<u64> {
         match self.nanos.load(Ordering::Relaxed) {
             0 => None,
             n => Some(n),
@@ -73,7 +81,7 @@ impl LatencyEwma {
     /// # use resilience_runtime::adaptive::LatencyEwma;
     /// # use std::time::Duration;
     /// let avg = LatencyEwma::new();
-    /// avg.record(2_000_000);
+    /// avg.record(Duration::from_millis(2));
     /// assert_eq!(avg.get(), Some(Duration::from_millis(2)));
     /// ```
     pub fn get(&self) -> Option<Duration> {
@@ -122,15 +130,18 @@ mod tests {
     #[test]
     fn seed_vectors() {
         let e = LatencyEwma::new();
-        e.record(0);
+        e.record(Duration::ZERO);
         assert_eq!(e.nanos(), None, "0 keeps the average unset");
-        e.record(100);
-        e.record(200);
+        e.record(Duration::from_nanos(100));
+        e.record(Duration::from_nanos(200));
         assert_eq!(e.nanos(), Some(130));
-        e.record(130);
+        e.record_nanos(130);
         assert_eq!(e.nanos(), Some(130));
-        e.record(u64::MAX);
-        assert!(e.nanos().unwrap() > u64::MAX / 4, "no overflow");
+        e.record(Duration::MAX);
+        assert!(
+            e.nanos().unwrap() > u64::MAX / 4,
+            "no overflow, a huge sample saturates"
+        );
     }
 
     #[test]

@@ -234,11 +234,6 @@ impl Gate {
         self.latency.get()
     }
 
-    /// The latency average in milliseconds (0 before the first sample).
-    pub fn average_latency_ms(&self) -> f64 {
-        self.latency.nanos().unwrap_or(0) as f64 / 1e6
-    }
-
     /// How many calls were refused since the gate was created.
     pub fn rejected(&self) -> u64 {
         self.rejected.load(Ordering::Relaxed)
@@ -281,7 +276,7 @@ impl<G: Deref<Target = Gate>> Drop for GatePermit<G> {
         // Every release is a sample, cancelled and panicking calls included: the slot
         // was held that long either way.
         gate.latency
-            .record(gate.timer.now().saturating_sub(self.start));
+            .record_nanos(gate.timer.now().saturating_sub(self.start));
         gate.active.fetch_sub(1, Ordering::Release);
     }
 }
@@ -330,6 +325,5 @@ mod tests {
         assert!(r.is_err());
         assert_eq!(gate.active(), 0);
         assert_eq!(gate.average_latency(), Some(Duration::from_micros(5)));
-        assert_eq!(gate.average_latency_ms(), 0.005);
     }
 }
