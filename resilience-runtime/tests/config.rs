@@ -392,6 +392,56 @@ fn every_problem_is_listed_with_point_and_field_and_nothing_is_applied() {
 }
 
 #[test]
+fn point_names_follow_the_one_rule_in_policy_files() {
+    let r = new_registry();
+    let before = snapshot(r);
+    let long = "n".repeat(257);
+    let text = format!(
+        r#"
+        [points."names.ok"]
+        max_visits = 1
+        [points."{long}"]
+        max_visits = 1
+        [points." lead"]
+        max_visits = 1
+        [points."trail "]
+        max_visits = 1
+        [points."tab\tname"]
+        max_visits = 1
+        [points."bell\u0007"]
+        max_visits = 1
+    "#
+    );
+    let err = r.load_policies_str(&text, Format::Toml).unwrap_err();
+    let named: Vec<_> = problems(&err)
+        .into_iter()
+        .map(|(kind, point, _)| (kind, point.map(str::to_owned)))
+        .collect();
+    let invalid = |name: &str| (ProblemKind::InvalidPointName, Some(name.to_owned()));
+    assert_eq!(
+        named,
+        [
+            invalid(&long),
+            invalid(" lead"),
+            invalid("trail "),
+            invalid("tab\tname"),
+            invalid("bell\u{7}"),
+        ],
+        "{err}"
+    );
+    let message = err.to_string();
+    // Each reason is given, and no raw control character reaches the message.
+    assert!(message.contains("256 bytes"), "{message}");
+    assert!(message.contains("whitespace"), "{message}");
+    assert!(message.contains("control character"), "{message}");
+    assert!(
+        !message.chars().any(|c| c.is_control() && c != '\n'),
+        "{message:?}"
+    );
+    assert_eq!(snapshot(r), before, "nothing applied");
+}
+
+#[test]
 fn json_wrong_shapes_are_reported() {
     let r = new_registry();
     let err = r

@@ -49,6 +49,17 @@ fn closed<'a>(lines: &'a [String], point: &str) -> &'a str {
     found[0]
 }
 
+/// An event `message` was written inside the call span of `point`.
+fn assert_event_inside(lines: &[String], point: &str, message: &str) {
+    let span = format!("resilience.call{{point=\"{point}\"}}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(&span) && l.contains(message)),
+        "{message} inside {span}: {lines:#?}"
+    );
+}
+
 #[downgrade(point = "spans.sync", default = Ok(0))]
 fn sync_call(fail: bool) -> Result<u32, String> {
     tracing::info!("inside the body");
@@ -116,13 +127,7 @@ fn sync_calls_record_their_outcome() {
     assert!(closed(&lines, "spans.breaker").contains("outcome=\"ok\""));
     assert!(closed(&lines, "spans.panics").contains("outcome=\"panic\""));
     // The body's events are inside the call's span.
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("resilience.call{point=\"spans.sync\"}")
-                && l.contains("inside the body")),
-        "{lines:#?}"
-    );
+    assert_event_inside(&lines, "spans.sync", "inside the body");
 }
 
 #[test]
@@ -158,13 +163,7 @@ fn async_calls_record_their_outcome_across_awaits() {
     let cut = closed(&lines, "spans.cut");
     assert!(cut.contains("outcome=\"timeout\""), "{cut}");
     assert!(cut.contains("reason=\"deadline\""), "{cut}");
-    assert!(
-        lines
-            .iter()
-            .any(|l| l.contains("resilience.call{point=\"spans.async\"}")
-                && l.contains("after the await")),
-        "{lines:#?}"
-    );
+    assert_event_inside(&lines, "spans.async", "after the await");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! (unknown keys, wrong types, missing fields, duplicates, out-of-range values) instead
 //! of stopping at the first.
 
-use super::error::{Problem, ProblemKind};
+use super::error::{shown, Problem, ProblemKind};
 use super::node::Node;
 use super::report::{unknown_key_message, Reporter};
 use super::{keys, retry, sections, PointConfig, PolicyFile};
@@ -112,7 +112,7 @@ fn check_points(value: &Node, out: &mut Checked) {
                 Some(name),
                 None,
                 ProblemKind::DuplicatePoint,
-                format!("point `{name}` is configured more than once"),
+                format!("point `{}` is configured more than once", shown(name)),
             ));
             continue;
         }

@@ -85,12 +85,28 @@ impl Problem {
 impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match (&self.point, &self.field) {
-            (Some(p), Some(field)) => write!(f, "point `{p}`, field `{field}`: ")?,
-            (Some(p), None) => write!(f, "point `{p}`: ")?,
+            (Some(p), Some(field)) => write!(f, "point `{}`, field `{field}`: ", shown(p))?,
+            (Some(p), None) => write!(f, "point `{}`: ", shown(p))?,
             (None, Some(field)) => write!(f, "field `{field}`: ")?,
             (None, None) => {}
         }
         write!(f, "{} ({})", self.message, self.kind)
+    }
+}
+
+/// A point name as a message shows it: control characters escaped (`\t`, `\u{7}`),
+/// so that a name read from a file cannot break or forge lines of a log or terminal.
+pub(crate) fn shown(name: &str) -> std::borrow::Cow<'_, str> {
+    if name.chars().any(char::is_control) {
+        name.chars()
+            .map(|c| match c.is_control() {
+                true => c.escape_default().to_string(),
+                false => c.to_string(),
+            })
+            .collect::<String>()
+            .into()
+    } else {
+        name.into()
     }
 }
 

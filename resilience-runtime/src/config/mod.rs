@@ -304,7 +304,10 @@ fn toml_problem(text: &str, e: &toml::de::Error) -> Problem {
             Some(name),
             None,
             ProblemKind::DuplicatePoint,
-            format!("point `{name}` is configured more than once (again at line {line})"),
+            format!(
+                "point `{}` is configured more than once (again at line {line})",
+                error::shown(name)
+            ),
         ),
         Some([points, name, field @ ..]) if points == "points" => {
             let field = field.join(".");
@@ -525,8 +528,9 @@ impl Registry {
                         None,
                         ProblemKind::UnknownPoint,
                         format!(
-                            "no `#[downgrade]` or `#[breaker]` function declares point `{name}` \
-                             and it does not exist yet (strict mode)"
+                            "no `#[downgrade]` or `#[breaker]` function declares point `{}` \
+                             and it does not exist yet (strict mode)",
+                            error::shown(name)
                         ),
                     ));
                 }
