@@ -2,7 +2,8 @@
 //! key taken from each request (a tenant header, a user id), limited per key by the
 //! point's `keys` section (see [`crate::keys`]).
 
-use super::{rejection, AsError, AsResponse, RejectMode, ResponseFuture};
+use super::point::rejection;
+use super::{AsError, AsResponse, RejectMode, ResponseFuture};
 use crate::keys::HotKey;
 use crate::{Permit, Point};
 use std::fmt;
