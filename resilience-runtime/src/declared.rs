@@ -25,7 +25,6 @@
 //! # let _ = lookup;
 //! ```
 
-use crate::registry::Registry;
 use linkme::distributed_slice;
 use std::fmt;
 
@@ -185,7 +184,7 @@ impl fmt::Display for DeclaredPoint {
 pub static DECLARED_POINTS: [DeclaredPoint];
 
 /// Every declared point of the program, in link order (see
-/// [`Registry::declared_points`] for a sorted copy).
+/// [`Registry::declared_points`](crate::Registry::declared_points) for a sorted copy).
 pub fn all() -> &'static [DeclaredPoint] {
     &DECLARED_POINTS
 }
@@ -195,30 +194,15 @@ pub fn is_declared(name: &str) -> bool {
     DECLARED_POINTS.iter().any(|p| p.name == name)
 }
 
-impl Registry {
-    /// Every `#[downgrade]` and `#[breaker]` function linked into the program, sorted
-    /// by point name, then function, file and line; available before any of them runs.
-    ///
-    /// Declarations are process-wide: every registry lists the same ones. A point
-    /// created only through the API (`registry().point("x")`) is not declared.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use resilience_runtime::registry;
-    ///
-    /// for p in registry().declared_points() {
-    ///     println!("{p}");
-    /// }
-    /// ```
-    pub fn declared_points(&self) -> Vec<DeclaredPoint> {
-        let mut points = DECLARED_POINTS.to_vec();
-        points.sort_unstable_by(|a, b| {
-            (a.name, a.function, a.file, a.line, a.kind)
-                .cmp(&(b.name, b.function, b.file, b.line, b.kind))
-        });
-        points
-    }
+/// Every declaration linked into the program, sorted by point name, then function,
+/// file and line (see [`Registry::declared_points`](crate::Registry::declared_points)).
+pub(crate) fn sorted() -> Vec<DeclaredPoint> {
+    let mut points = DECLARED_POINTS.to_vec();
+    points.sort_unstable_by(|a, b| {
+        (a.name, a.function, a.file, a.line, a.kind)
+            .cmp(&(b.name, b.function, b.file, b.line, b.kind))
+    });
+    points
 }
 
 #[cfg(test)]

@@ -167,16 +167,6 @@ pub fn refused(downgraded: &Downgraded) {
     trace_outcome("downgraded", Some(downgraded.reason));
 }
 
-/// The outcome of the current call, into its `tracing` span (feature `tracing`; see
-/// [`crate::call_span`]); nothing without the feature.
-#[inline(always)]
-fn trace_outcome(outcome: &'static str, reason: Option<crate::error::Reason>) {
-    #[cfg(feature = "tracing")]
-    crate::call_span::record(outcome, reason);
-    #[cfg(not(feature = "tracing"))]
-    let _ = (outcome, reason);
-}
-
 /// The span of a call of `point` (see [`crate::call_span`]).
 #[cfg(feature = "tracing")]
 #[inline]
@@ -249,14 +239,18 @@ pub fn enter_breaker_keyed(
 /// The entry of an async `#[downgrade]` fn with `key = ...` (see [`enter_async`]).
 #[inline(always)]
 pub fn enter_async_keyed<'a>(call: &'a mut Pending, key: KeyArg<'a>) -> Admission<'a> {
-    let Pending { point, slot, done } = call;
+    let Pending {
+        point, slot, done, ..
+    } = call;
     point.enter_async_keyed_in(slot, Some(done), Some(key))
 }
 
 /// The entry of an async `#[breaker]` fn with `key = ...`.
 #[inline(always)]
 pub fn enter_breaker_async_keyed<'a>(call: &'a mut Pending, key: KeyArg<'a>) -> Admission<'a> {
-    let Pending { point, slot, done } = call;
+    let Pending {
+        point, slot, done, ..
+    } = call;
     point.enter_breaker_async_keyed_in(slot, Some(done), key)
 }
 
@@ -282,51 +276,23 @@ impl PriorityScope {
 /// call waits its guard records nothing (a call dropped while it waits never began).
 #[inline(always)]
 pub fn enter_async(call: &mut Pending) -> Admission<'_> {
-    let Pending { point, slot, done } = call;
+    let Pending {
+        point, slot, done, ..
+    } = call;
     point.enter_async_in(slot, Some(done))
 }
 
 /// The entry of an async `#[breaker]` fn (see [`enter_breaker`]).
 #[inline(always)]
 pub fn enter_breaker_async(call: &mut Pending) -> Admission<'_> {
-    let Pending { point, slot, done } = call;
+    let Pending {
+        point, slot, done, ..
+    } = call;
     point.enter_breaker_async_in(slot, Some(done))
 }
 
-/// The permit slot of an async call (see [`enter`]), held across its awaits: dropped
-/// before the call ended (its future dropped by its caller), it records a cancelled
-/// call through [`cancelled`], with or without a permit in the slot. The generated code
-/// sets `done` once the call is refused, finished, panicked or cut.
-#[derive(Debug)]
-pub struct Pending {
-    /// The point the call entered.
-    pub point: &'static Point,
-    /// The call's permit, if any (see [`enter`]).
-    pub slot: Option<Permit>,
-    /// Whether the call ended (or never began): nothing is left to record.
-    pub done: bool,
-}
-
-impl Pending {
-    /// The slot of a call about to enter `point`.
-    #[inline(always)]
-    pub fn new(point: &'static Point) -> Pending {
-        Pending {
-            point,
-            slot: None,
-            done: false,
-        }
-    }
-}
-
-impl Drop for Pending {
-    #[inline]
-    fn drop(&mut self) {
-        if !self.done {
-            cancelled(self.point, &mut self.slot);
-        }
-    }
-}
+use crate::point::pending::trace_outcome;
+pub use crate::point::pending::Pending;
 
 // ---- `timeout = "..."`: the deadline of an async call (feature `tokio`) ----
 

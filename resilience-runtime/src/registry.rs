@@ -80,6 +80,28 @@ impl fmt::Debug for Registry {
     }
 }
 
+/// The declarations of the program (see [`crate::declared`]).
+impl Registry {
+    /// Every `#[downgrade]` and `#[breaker]` function linked into the program, sorted
+    /// by point name, then function, file and line; available before any of them runs.
+    ///
+    /// Declarations are process-wide: every registry lists the same ones. A point
+    /// created only through the API (`registry().point("x")`) is not declared.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::registry;
+    ///
+    /// for p in registry().declared_points() {
+    ///     println!("{p}");
+    /// }
+    /// ```
+    pub fn declared_points(&self) -> Vec<crate::declared::DeclaredPoint> {
+        crate::declared::sorted()
+    }
+}
+
 impl Registry {
     /// A registry of its own with the given clock, separate from the global one (for
     /// tests and for embedding several isolated registries). Its points are never freed.

@@ -13,6 +13,10 @@ use std::time::{Duration, SystemTime};
 /// ```
 pub const CYCLE: Duration = Duration::from_secs(10);
 
+/// [`CYCLE`] in milliseconds (the heartbeat's unit).
+#[cfg(feature = "heartbeat")]
+pub(crate) const CYCLE_MS: u64 = CYCLE.as_millis() as u64;
+
 /// Downgrade counts per [`Reason`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReasonCounts(pub(crate) [u64; Reason::ALL.len()]);

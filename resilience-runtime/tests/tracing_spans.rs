@@ -192,6 +192,41 @@ fn a_callers_span_is_the_parent_and_never_written_to() {
     assert!(!request[0].contains("outcome"), "{}", request[0]);
 }
 
+/// Starts a manual `call_async` of another point, polls it once and drops it.
+#[downgrade(point = "spans.outer", default = 0)]
+async fn drops_a_manual_call() -> u32 {
+    let inner = registry().point("spans.manual_async").unwrap();
+    let call = inner.call_async(
+        || async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<u32, ()>(1)
+        },
+        |_| async { Ok(0) },
+    );
+    let polled = tokio::time::timeout(Duration::from_millis(1), call).await;
+    assert!(polled.is_err());
+    5
+}
+
+#[test]
+fn a_manual_call_cancelled_inside_is_not_the_calls_outcome() {
+    let lines = traced(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        assert_eq!(rt.block_on(drops_a_manual_call()), 5);
+    });
+    let outer = closed(&lines, "spans.outer");
+    assert!(outer.contains("outcome=\"ok\""), "{outer}");
+    assert!(!outer.contains("cancelled"), "{outer}");
+    let manual = registry().stats("spans.manual_async").unwrap().totals;
+    assert_eq!(
+        manual.cancelled, 1,
+        "the manual call still counts its cancellation"
+    );
+}
+
 #[test]
 fn without_a_subscriber_calls_run_as_before() {
     assert_eq!(sync_call(false), Ok(1));

@@ -323,7 +323,7 @@ impl HeartbeatConfig {
 /// Milliseconds from `wall_ms` to the next upload: second `offset_ms / 1000` of the
 /// next 10-s wall-clock cycle, strictly after `wall_ms` (SDS uploads at :x5).
 pub(crate) fn until_next_upload(wall_ms: u64, offset_ms: u64) -> u64 {
-    let cycle = super::wire::CYCLE_MS;
+    let cycle = crate::stats::CYCLE_MS;
     let into = wall_ms % cycle;
     if into < offset_ms {
         offset_ms - into

@@ -15,7 +15,7 @@ use std::net::IpAddr;
 use std::time::UNIX_EPOCH;
 
 /// Length of a statistics cycle ([`crate::CYCLE`]), ms.
-pub(crate) const CYCLE_MS: u64 = crate::CYCLE.as_millis() as u64;
+pub(crate) use crate::stats::CYCLE_MS;
 
 /// One point's counts in the reported cycle.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -158,7 +158,7 @@ impl Point {
     {
         // The guard of the generated async code: a future dropped mid-flight is a
         // cancelled call, with or without a permit.
-        let mut call = crate::__private::Pending::new(self);
+        let mut call = super::pending::Pending::manual(self);
         if let Err(d) = self.enter_in(&mut call.slot) {
             call.done = true;
             return fallback(d).await;

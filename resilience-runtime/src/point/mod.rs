@@ -61,6 +61,7 @@ mod health;
 #[cfg(feature = "redis")]
 mod key_leases;
 pub(crate) mod keys;
+pub(crate) mod pending;
 pub(crate) mod permit;
 pub(crate) mod queue;
 mod report;

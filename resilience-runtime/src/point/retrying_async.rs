@@ -61,7 +61,7 @@ impl Point {
         loop {
             // The guard of the generated async code: an attempt dropped mid-flight is
             // a cancelled call.
-            let mut call = crate::__private::Pending::new(self);
+            let mut call = super::pending::Pending::manual(self);
             if let Err(d) = self.enter_in(&mut call.slot) {
                 call.done = true;
                 return fallback(d);

@@ -32,9 +32,14 @@ use std::time::Duration;
 
 /// How long after a second's boundary its closing sample is due.
 pub(crate) const LAG: Duration = Duration::from_millis(20);
-/// Seconds of history kept: the current and the previous 10-s cycle, and slack.
+/// Seconds of history kept: the current and the previous cycle, and slack.
 pub(crate) const KEEP: u64 = 32;
 const SECOND_NS: u64 = 1_000_000_000;
+/// The statistics cycle in whole seconds.
+const CYCLE_SECONDS: u64 = crate::stats::CYCLE.as_secs();
+// Two whole cycles fit in the history, and a cycle is whole seconds.
+const _: () = assert!(2 * CYCLE_SECONDS < KEEP);
+const _: () = assert!(crate::stats::CYCLE.subsec_nanos() == 0);
 
 /// Counts of a point: cumulative (a sample) or a difference (a second).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -456,25 +461,25 @@ impl Point {
     /// How many seconds [`seconds`](Self::seconds) can return.
     pub const SECONDS_KEPT: usize = KEEP as usize;
 
-    /// The window of a point without a policy: the last 10 seconds of its series,
+    /// The window of a point without a policy: the last cycle's length (10 s) of its series,
     /// plus what happened since the last sample. `None` if it was never sampled.
     pub(super) fn sampled_window(&self, wall_ns: u64) -> Option<WindowCounts> {
         let series = self.seconds.lock().recover();
         let s = series.as_ref()?;
         let second = wall_ns / SECOND_NS;
-        let mut c = s.sum(second.saturating_sub(10), second + 1);
+        let mut c = s.sum(second.saturating_sub(CYCLE_SECONDS), second + 1);
         c.add(&self.cumulative().minus(&s.last()));
         Some(c.as_window())
     }
 
-    /// The last closed 10-s cycle, from the series (with the calls not sampled yet if
+    /// The last closed cycle ([`CYCLE`](crate::CYCLE)), from the series (with the calls not sampled yet if
     /// its last second is still open). `None` if the point was never sampled.
     pub(super) fn sampled_cycle(&self, wall_ns: u64) -> Option<CycleStats> {
         let series = self.seconds.lock().recover();
         let s = series.as_ref()?;
-        let cycle_start = (wall_ns / super::CYCLE_NS).checked_sub(1)? * 10;
-        let mut c = s.sum(cycle_start, cycle_start + 10);
-        if s.closed < cycle_start + 9 {
+        let cycle_start = (wall_ns / super::CYCLE_NS).checked_sub(1)? * CYCLE_SECONDS;
+        let mut c = s.sum(cycle_start, cycle_start + CYCLE_SECONDS);
+        if s.closed < cycle_start + CYCLE_SECONDS - 1 {
             c.add(&self.cumulative().minus(&s.last()));
         }
         let w = c.as_window();
