@@ -19,7 +19,7 @@
 //! The simulation is deterministic (discrete events, seeded arrivals), so the tables
 //! are the same on every run. Run with `cargo run -p examples --example adaptive_sim`.
 
-use resilience_runtime::adaptive::sim::{run, Admission, Scenario};
+use resilience_runtime::adaptive::sim::{run, Scenario, SimLimit};
 use resilience_runtime::adaptive::{littles_law, AdaptiveConfig, GradientConfig};
 #[allow(unused_imports)] // for the docs' link
 use resilience_runtime::priority::Priority;
@@ -32,16 +32,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..scenario
     };
     let fixed = littles_law(scenario.capacity(), scenario.base_latency)?;
-    let shedder = Admission::Shedder(AdaptiveConfig::default());
+    let shedder = SimLimit::Shedder(AdaptiveConfig::default());
     let policies = [
-        ("no limit", scenario, Admission::Unlimited),
-        ("fixed gate (L=40)", scenario, Admission::Fixed(fixed)),
+        ("no limit", scenario, SimLimit::Unlimited),
+        ("fixed gate (L=40)", scenario, SimLimit::Fixed(fixed)),
         ("shedder, cpu beta .95", scenario, shedder),
         ("shedder, cpu 250 ms", fast_meter, shedder),
         (
             "gradient",
             scenario,
-            Admission::Gradient(GradientConfig::default()),
+            SimLimit::Gradient(GradientConfig::default()),
         ),
     ];
     println!(
@@ -100,7 +100,7 @@ fn priorities() -> Result<(), Box<dyn std::error::Error>> {
             critical_reserve: reserve,
             ..GradientConfig::default()
         };
-        let o = run(&scenario, &Admission::Gradient(config))?;
+        let o = run(&scenario, &SimLimit::Gradient(config))?;
         println!(
             "{:<26} {:>13.1}% {:>11} {:>13.1}% {:>11}",
             name,

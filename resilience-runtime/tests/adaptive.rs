@@ -1,7 +1,7 @@
 //! Adaptive backpressure: the gate of the seed, go-zero's shedder through its public
 //! API, the CPU sampler on fake and real cgroup files, and the overload simulation.
 
-use resilience_runtime::adaptive::sim::{run, Admission, Scenario};
+use resilience_runtime::adaptive::sim::{run, Scenario, SimLimit};
 use resilience_runtime::adaptive::{
     littles_law, AdaptiveConfig, AdaptiveLimiter, CapacityExhausted, CpuSampler, CpuSampling,
     CpuSource, FixedCpu, Gate, GradientConfig, GradientLimiter, SystemCpu,
@@ -502,7 +502,7 @@ fn small() -> Scenario {
 #[test]
 fn sim_without_a_limit_latency_explodes() {
     let s = small();
-    let o = run(&s, &Admission::Unlimited).unwrap();
+    let o = run(&s, &SimLimit::Unlimited).unwrap();
     assert_eq!(o.rejected, 0);
     assert!(o.p99 > 10 * s.base_latency, "{o:?}");
     assert!(o.goodput < 0.2 * s.capacity(), "contention collapse: {o:?}");
@@ -513,7 +513,7 @@ fn sim_fixed_gate_from_littles_law_holds_latency() {
     let s = small();
     let l = littles_law(s.capacity(), s.base_latency).unwrap();
     assert_eq!(l, 20);
-    let o = run(&s, &Admission::Fixed(l)).unwrap();
+    let o = run(&s, &SimLimit::Fixed(l)).unwrap();
     assert!(o.p99 < 5 * s.base_latency, "{o:?}");
     assert!(o.goodput >= 0.8 * s.capacity(), "{o:?}");
     assert!(o.max_in_flight <= l);
@@ -522,8 +522,8 @@ fn sim_fixed_gate_from_littles_law_holds_latency() {
 #[test]
 fn sim_gradient_limit_keeps_goodput_and_bounds_p99() {
     let s = small();
-    let unlimited = run(&s, &Admission::Unlimited).unwrap();
-    let o = run(&s, &Admission::Gradient(GradientConfig::default())).unwrap();
+    let unlimited = run(&s, &SimLimit::Unlimited).unwrap();
+    let o = run(&s, &SimLimit::Gradient(GradientConfig::default())).unwrap();
     assert!(o.p99 < 5 * s.base_latency, "{o:?}");
     assert!(o.goodput >= 0.8 * s.capacity(), "{o:?}");
     assert!(o.rejected > 0);
@@ -543,8 +543,8 @@ fn sim_shedder_with_a_fast_cpu_meter_sheds_and_recovers() {
         cpu_beta: 0.0,
         ..small()
     };
-    let unlimited = run(&s, &Admission::Unlimited).unwrap();
-    let o = run(&s, &Admission::Shedder(AdaptiveConfig::default())).unwrap();
+    let unlimited = run(&s, &SimLimit::Unlimited).unwrap();
+    let o = run(&s, &SimLimit::Shedder(AdaptiveConfig::default())).unwrap();
     assert!(o.rejected > 0, "{o:?}");
     assert!(o.goodput >= 0.4 * s.capacity(), "{o:?}");
     assert!(
@@ -565,7 +565,7 @@ fn sim_shedder_with_go_zeros_slow_cpu_meter_reacts_too_late() {
         cpu_beta: 0.95,
         ..small()
     };
-    let o = run(&s, &Admission::Shedder(AdaptiveConfig::default())).unwrap();
+    let o = run(&s, &SimLimit::Shedder(AdaptiveConfig::default())).unwrap();
     assert_eq!(o.rejected, 0, "{o:?}");
     assert!(o.p99 > 10 * s.base_latency, "{o:?}");
 }
@@ -573,18 +573,18 @@ fn sim_shedder_with_go_zeros_slow_cpu_meter_reacts_too_late() {
 #[test]
 fn sim_is_deterministic_and_validates_its_input() {
     let s = small();
-    let a = run(&s, &Admission::Shedder(AdaptiveConfig::default())).unwrap();
-    let b = run(&s, &Admission::Shedder(AdaptiveConfig::default())).unwrap();
+    let a = run(&s, &SimLimit::Shedder(AdaptiveConfig::default())).unwrap();
+    let b = run(&s, &SimLimit::Shedder(AdaptiveConfig::default())).unwrap();
     assert_eq!(a, b);
     let bad = Scenario {
         workers: 0,
         ..small()
     };
     assert_eq!(
-        run(&bad, &Admission::Unlimited).unwrap_err().field,
+        run(&bad, &SimLimit::Unlimited).unwrap_err().field,
         "workers"
     );
-    assert_eq!(run(&s, &Admission::Fixed(0)).unwrap_err().field, "capacity");
+    assert_eq!(run(&s, &SimLimit::Fixed(0)).unwrap_err().field, "capacity");
 }
 
 /// 20% critical calls at 2x capacity (deterministic): without priorities both tiers
@@ -600,7 +600,7 @@ fn sim_a_critical_reserve_keeps_critical_goodput() {
     let with = |reserve: f64| {
         run(
             &s,
-            &Admission::Gradient(GradientConfig {
+            &SimLimit::Gradient(GradientConfig {
                 critical_reserve: reserve,
                 ..GradientConfig::default()
             }),
@@ -611,7 +611,7 @@ fn sim_a_critical_reserve_keeps_critical_goodput() {
     assert!(plain.critical.goodput_share() < 0.8, "{plain:?}");
     assert!(reserved.critical.goodput_share() >= 0.95, "{reserved:?}");
     assert!(reserved.other.goodput_share() < plain.other.goodput_share());
-    let total = |o: &resilience_runtime::adaptive::sim::Outcome| o.critical.good + o.other.good;
+    let total = |o: &resilience_runtime::adaptive::sim::SimReport| o.critical.good + o.other.good;
     assert!(
         total(&reserved) as f64 >= 0.95 * total(&plain) as f64,
         "{} vs {}",

@@ -1,5 +1,5 @@
 //! A deterministic discrete-event simulation of a service driven past its capacity,
-//! to compare admission policies ([`Admission`]) on the same arrivals.
+//! to compare admission policies ([`SimLimit`]) on the same arrivals.
 //!
 //! The service has `workers` that each serve one call at a time, in arrival order,
 //! from an unbounded queue; a call's service time is `base_latency x (0.5 + 0.5 E)`
@@ -16,7 +16,7 @@
 //! the number of calls completed within the `sla` after the warm-up, per second.
 //!
 //! The run is a function of the [`Scenario`] (including its `seed`) alone: the same
-//! inputs give the same [`Outcome`].
+//! inputs give the same [`SimReport`].
 
 use super::cpu::FixedCpu;
 use super::gate::{Gate, GatePermit};
@@ -136,7 +136,7 @@ impl Scenario {
 
 /// How calls are admitted into the service.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Admission {
+pub enum SimLimit {
     /// Every call is admitted.
     Unlimited,
     /// A [`Gate`] of this capacity.
@@ -149,7 +149,7 @@ pub enum Admission {
 
 /// The result of one run.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Outcome {
+pub struct SimReport {
     /// Calls that arrived.
     pub offered: u64,
     /// Calls admitted.
@@ -236,28 +236,28 @@ impl Rng {
 /// # Examples
 ///
 /// ```
-/// use resilience_runtime::adaptive::sim::{run, Admission, Scenario};
+/// use resilience_runtime::adaptive::sim::{run, SimLimit, Scenario};
 /// use std::time::Duration;
 ///
 /// let s = Scenario { warmup: Duration::from_secs(1), duration: Duration::from_secs(3), ..Scenario::default() };
-/// let fixed = run(&s, &Admission::Fixed(40))?;
+/// let fixed = run(&s, &SimLimit::Fixed(40))?;
 /// assert!(fixed.rejected > 0);
 /// assert!(fixed.p99 < 4 * s.base_latency);
-/// assert_eq!(run(&s, &Admission::Fixed(40))?, fixed, "deterministic");
+/// assert_eq!(run(&s, &SimLimit::Fixed(40))?, fixed, "deterministic");
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
-pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, FieldError> {
+pub fn run(scenario: &Scenario, admission: &SimLimit) -> Result<SimReport, FieldError> {
     scenario.validate()?;
     let s = scenario;
     let clock = ManualClock::new();
     let t0 = clock.now_ns();
     let cpu = Arc::new(FixedCpu::new(0));
     let gate = match admission {
-        Admission::Fixed(l) => Some(Gate::with_clock(*l, Clock::manual(&clock))?),
+        SimLimit::Fixed(l) => Some(Gate::with_clock(*l, Clock::manual(&clock))?),
         _ => None,
     };
     let shedder = match admission {
-        Admission::Shedder(c) => Some(AdaptiveLimiter::with_parts(
+        SimLimit::Shedder(c) => Some(AdaptiveLimiter::with_parts(
             *c,
             cpu.clone(),
             Clock::manual(&clock),
@@ -265,7 +265,7 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, FieldE
         _ => None,
     };
     let gradient = match admission {
-        Admission::Gradient(c) => Some(GradientLimiter::with_clock(*c, Clock::manual(&clock))?),
+        SimLimit::Gradient(c) => Some(GradientLimiter::with_clock(*c, Clock::manual(&clock))?),
         _ => None,
     };
 
@@ -351,16 +351,16 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, FieldE
                 None => warmup_end.max(t + 1),
             };
             let ticket = match admission {
-                Admission::Unlimited => Ok(Ticket::None),
-                Admission::Fixed(_) => gate.as_ref().map_or(Ok(Ticket::None), |g| {
+                SimLimit::Unlimited => Ok(Ticket::None),
+                SimLimit::Fixed(_) => gate.as_ref().map_or(Ok(Ticket::None), |g| {
                     g.try_acquire().map(Ticket::Gate).map_err(|_| ())
                 }),
-                Admission::Shedder(_) => shedder.as_ref().map_or(Ok(Ticket::None), |l| {
+                SimLimit::Shedder(_) => shedder.as_ref().map_or(Ok(Ticket::None), |l| {
                     l.try_acquire(Instant::from_nanos(t))
                         .map(Ticket::Shedder)
                         .map_err(|_| ())
                 }),
-                Admission::Gradient(_) => gradient.as_ref().map_or(Ok(Ticket::None), |l| {
+                SimLimit::Gradient(_) => gradient.as_ref().map_or(Ok(Ticket::None), |l| {
                     l.try_acquire_for(Instant::from_nanos(t), || priority)
                         .map(Ticket::Gradient)
                         .map_err(|_| ())
@@ -436,7 +436,7 @@ pub fn run(scenario: &Scenario, admission: &Admission) -> Result<Outcome, FieldE
         let i = ((latencies.len() as f64 * q).ceil() as usize).clamp(1, latencies.len()) - 1;
         Duration::from_nanos(latencies[i])
     };
-    Ok(Outcome {
+    Ok(SimReport {
         offered,
         admitted,
         rejected,
