@@ -9,6 +9,9 @@
 //! `RESILIENCE_CHROMEDRIVER`. Without them the test fails and says so: it cannot
 //! pass without a browser.
 
+/// Apps whose group or name holds a `/`.
+#[path = "dashboard/apps.rs"]
+mod apps;
 mod common;
 /// The policy editors: the point form and the raw text editors.
 #[path = "dashboard/editor.rs"]

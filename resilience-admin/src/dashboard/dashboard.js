@@ -119,7 +119,11 @@ async function loadApps() {
     select.append(el("option", { value: "", text: "(no app yet)" }));
   }
   for (const a of r.data.apps) {
-    const label = a.group + "/" + a.name;
+    // "group/name", or with a "/" in either, both quoted ("a/b" / "c"), so that two
+    // apps never share a label.
+    const label = (a.group + a.name).includes("/")
+      ? JSON.stringify(a.group) + " / " + JSON.stringify(a.name)
+      : a.group + "/" + a.name;
     select.append(el("option", { value: appKeyOf(a.group, a.name), text: label + " (v" + a.policy_version + ")" }));
   }
   const keys = r.data.apps.map((a) => appKeyOf(a.group, a.name));
