@@ -192,6 +192,9 @@ mod delay;
 #[path = "../../resilience-runtime/src/point/chunks.rs"]
 mod chunks;
 
+#[path = "../../resilience-runtime/src/lane.rs"]
+mod lane;
+
 #[path = "../../resilience-runtime/src/point/hang.rs"]
 mod hang;
 

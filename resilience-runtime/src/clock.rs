@@ -22,11 +22,7 @@ use crate::sync::Recover;
 use crate::ticker;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// Nanoseconds of a duration, saturated to `u64`: the crate's one conversion of a
-/// `Duration` to timeline nanoseconds.
-pub(crate) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
+pub(crate) use crate::util::nanos;
 
 /// A point in time on a [`Clock`]'s timeline (or on the timeline of the component
 /// that gave it, such as [`AdaptiveLimiter::now`](crate::adaptive::AdaptiveLimiter::now)):

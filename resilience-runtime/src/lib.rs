@@ -20,6 +20,7 @@ mod error;
 #[cfg(feature = "heartbeat")]
 pub mod heartbeat;
 pub mod keys;
+mod lane;
 pub mod layers;
 mod limit;
 mod listener;
@@ -46,6 +47,7 @@ mod ticker;
 #[cfg(feature = "tower")]
 pub mod tower;
 mod unwind;
+mod util;
 pub mod wheel;
 mod window;
 

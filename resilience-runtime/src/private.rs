@@ -539,7 +539,7 @@ where
     Fut: std::future::Future<Output = (R, bool, bool)>,
 {
     let (point, budget) = (retrying.point, retrying.budget);
-    crate::retry::hedge::run(point, budget, move || retrying.effective(spec), hedge, make)
+    crate::point::run_hedged(point, budget, move || retrying.effective(spec), hedge, make)
 }
 
 /// `retry_hedge!(retrying, spec, hedge, make)`: the hedged call of an async

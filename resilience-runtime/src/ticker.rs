@@ -158,7 +158,7 @@ pub(crate) fn precise_monotonic() -> u64 {
     use std::time::Instant;
     static ORIGIN: OnceLock<Instant> = OnceLock::new();
     let origin = *ORIGIN.get_or_init(Instant::now);
-    crate::clock::nanos(origin.elapsed()).saturating_add(1_000_000_000)
+    crate::util::nanos(origin.elapsed()).saturating_add(1_000_000_000)
 }
 
 #[cfg(test)]

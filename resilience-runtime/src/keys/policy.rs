@@ -3,8 +3,9 @@
 
 use super::rule::{Rule, NO_INFLIGHT_LIMIT};
 use crate::error::FieldError;
+use crate::error::PolicyError;
 use crate::limit::Gcra;
-use crate::policy::{PolicyError, MAX_CONCURRENCY};
+use crate::limit::MAX_CONCURRENCY;
 use std::time::Duration;
 
 /// The default of [`KeyPolicyBuilder::max_keys`]: keys a point tracks exactly.

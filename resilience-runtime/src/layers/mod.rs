@@ -58,14 +58,11 @@
 //! ```
 
 mod compose;
-mod registry;
 mod section;
 mod settings;
 mod source;
-mod table;
+pub(crate) mod table;
 
 pub use section::{Section, Sections};
 pub use settings::{EffectivePolicy, Layer, Origin, PointConfig, PolicyChange};
 pub use source::{Precedence, PrecedenceError, Source, SourceKind};
-
-pub(crate) use registry::Layers;

@@ -20,9 +20,7 @@
 //! registered and are measured when they return, as before.
 
 use super::chunks::Chunks;
-use crate::sync::Recover;
-use crate::sync::{thread_local, AtomicU64, Mutex, Ordering};
-use std::cell::Cell;
+use crate::sync::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Slots per cache line (a lane).
@@ -60,87 +58,12 @@ pub(crate) struct HangTable {
     chunks: Box<Chunks<Chunk, CHUNKS>>,
 }
 
-/// Lane numbers of live threads; a thread's number is returned when it exits.
-struct LaneNumbers {
-    next: u32,
-    free: Vec<u32>,
-}
-
-static NUMBERS: Mutex<LaneNumbers> = Mutex::new(LaneNumbers {
-    next: 0,
-    free: Vec::new(),
-});
-
-/// This thread's lane number, unique among live threads.
-struct ThreadLane(u32);
-
-impl LaneNumbers {
-    /// The lowest free number, so that owned lanes go to live threads.
-    fn take(&mut self) -> u32 {
-        match self.free.iter().enumerate().min_by_key(|(_, v)| **v) {
-            Some((i, _)) => self.free.swap_remove(i),
-            None => {
-                self.next = self.next.saturating_add(1);
-                self.next - 1
-            }
-        }
-    }
-
-    fn give_back(&mut self, number: u32) {
-        self.free.push(number);
-    }
-}
-
-impl ThreadLane {
-    fn claim() -> ThreadLane {
-        ThreadLane(NUMBERS.lock().recover().take())
-    }
-}
-
-impl Drop for ThreadLane {
-    fn drop(&mut self) {
-        LANE_FAST.set(UNKNOWN);
-        NUMBERS.lock().recover().give_back(self.0);
-    }
-}
-
-/// `LANE_FAST` before `THREAD_LANE` exists and once it is gone.
-const UNKNOWN: u32 = u32::MAX;
-
-thread_local! {
-    static THREAD_LANE: ThreadLane = ThreadLane::claim();
-    /// `THREAD_LANE`'s number, readable without the lazy-initialisation check
-    /// ([`UNKNOWN`] until it exists and once it is gone).
-    static LANE_FAST: Cell<u32> = const { Cell::new(UNKNOWN) };
-}
-
-/// This thread's lane number (unique among live threads, lowest free first); `u32::MAX`
-/// while thread-locals are being torn down.
-#[inline]
-pub(crate) fn thread_lane() -> u32 {
-    match LANE_FAST.get() {
-        UNKNOWN => thread_lane_slow(),
-        n => n,
-    }
-}
-
 /// The number of the thread that holds hung-call slot `slot` of an owned lane (the
 /// lane's own number), or `None` for a shared slot (or [`NO_HANG`](super::permit::NO_HANG)).
 #[inline]
 pub(crate) fn owner_of(slot: u32) -> Option<u32> {
     let lane = slot / LANE as u32;
     ((lane as usize) < OWNED_LANES).then_some(lane)
-}
-
-#[cold]
-#[inline(never)]
-fn thread_lane_slow() -> u32 {
-    THREAD_LANE
-        .try_with(|l| {
-            LANE_FAST.set(l.0);
-            l.0
-        })
-        .unwrap_or(u32::MAX)
 }
 
 impl HangTable {
@@ -180,7 +103,7 @@ impl HangTable {
     #[inline]
     pub(crate) fn register(&self, start: u64) -> Option<u32> {
         // `UNKNOWN` and lanes past the owned ones fail the test.
-        let lane = LANE_FAST.get();
+        let lane = crate::lane::fast_lane();
         if (lane as usize) < OWNED_LANES {
             if let Some(own) = self.lane(lane as usize) {
                 let first = &own.0[0];
@@ -197,7 +120,7 @@ impl HangTable {
     #[cold]
     #[inline(never)]
     fn register_slow(&self, start: u64) -> Option<u32> {
-        self.register_as(thread_lane(), start)
+        self.register_as(crate::lane::thread_lane(), start)
     }
 
     #[inline]
@@ -353,27 +276,12 @@ mod tests {
     }
 
     #[test]
-    fn lane_numbers_are_reused_lowest_first() {
-        let mut n = LaneNumbers {
-            next: 0,
-            free: Vec::new(),
-        };
-        let taken: Vec<u32> = (0..5).map(|_| n.take()).collect();
-        assert_eq!(taken, [0, 1, 2, 3, 4]);
-        n.give_back(3);
-        n.give_back(1);
-        assert_eq!(n.take(), 1);
-        assert_eq!(n.take(), 3);
-        assert_eq!(n.take(), 5);
-    }
-
-    #[test]
     fn register_takes_the_first_slot_of_the_own_lane_in_line() {
         std::thread::spawn(|| {
             let t = HangTable::new();
             // Before the lane is known, the slow path claims it.
             let a = t.register(10).unwrap();
-            let lane = thread_lane();
+            let lane = crate::lane::thread_lane();
             if (lane as usize) >= OWNED_LANES {
                 assert!(a as usize >= OWNED_LANES * LANE, "a shared slot");
                 return;
@@ -387,45 +295,6 @@ mod tests {
         })
         .join()
         .unwrap();
-    }
-
-    #[test]
-    fn the_cached_lane_is_the_claimed_one() {
-        std::thread::spawn(|| {
-            assert_eq!(
-                LANE_FAST.get(),
-                UNKNOWN,
-                "nothing cached before the first call"
-            );
-            let first = thread_lane();
-            assert_eq!(LANE_FAST.get(), first);
-            assert_eq!(THREAD_LANE.with(|l| l.0), first);
-            assert_eq!(thread_lane(), first, "the cached number is stable");
-        })
-        .join()
-        .unwrap();
-    }
-
-    #[test]
-    fn live_threads_have_distinct_lanes() {
-        let barrier = crate::sync::Arc::new(crate::sync::Barrier::new(5));
-        let handles: Vec<_> = (0..4)
-            .map(|_| {
-                let b = barrier.clone();
-                std::thread::spawn(move || {
-                    let lane = thread_lane();
-                    b.wait();
-                    lane
-                })
-            })
-            .collect();
-        let here = thread_lane();
-        barrier.wait();
-        let mut lanes: Vec<u32> = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        lanes.push(here);
-        lanes.sort_unstable();
-        lanes.dedup();
-        assert_eq!(lanes.len(), 5, "{lanes:?}");
     }
 
     #[test]

@@ -41,6 +41,7 @@
 //! [`tally`], each with its SAFETY comment.
 
 mod arming;
+mod attempt;
 #[cfg(feature = "tower")]
 mod breaker_wait;
 pub(crate) mod chores;
@@ -49,6 +50,8 @@ mod delay;
 pub(crate) mod durations;
 mod flow;
 mod hang;
+#[cfg(feature = "tokio")]
+mod hedging;
 pub(crate) mod tally;
 
 mod call;
@@ -58,6 +61,7 @@ mod configure;
 mod cycle;
 mod enter;
 mod health;
+mod key_entry;
 #[cfg(feature = "redis")]
 mod key_leases;
 pub(crate) mod keys;
@@ -92,8 +96,9 @@ use crate::sync::{Arc, Mutex};
 use crate::sync::{AtomicU64, Ordering};
 use crate::window::{self, Ring, TRACKED};
 use flow::Flow;
-pub(crate) use hang::thread_lane;
 use hang::HangTable;
+#[cfg(feature = "tokio")]
+pub(crate) use hedging::run_hedged;
 use std::fmt;
 
 const REASONS: usize = Reason::ALL.len();

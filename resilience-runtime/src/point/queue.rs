@@ -19,8 +19,8 @@
 //! While calls wait, a new call queues behind them (the entry checks the count), so a
 //! new call never passes a waiting one.
 
+use super::attempt::{take_token_wait, KEY_HELD, NO_WAIT, TOKEN_HELD, WAITER};
 use super::compiled::{ACTIVE, R_QUEUE};
-use super::enter::{take_token_wait, KEY_HELD, NO_WAIT, TOKEN_HELD, WAITER};
 use super::keys::{KeyArg, WaitingKey};
 use super::permit::Permit;
 use super::Point;

@@ -297,7 +297,7 @@ impl Point {
             self.counters.exceptions.fetch_add(1, Ordering::Relaxed);
         }
         // The owner of an owned hung-call lane is this thread: no thread-local read.
-        let lane = super::hang::owner_of(hang).unwrap_or_else(super::hang::thread_lane);
+        let lane = super::hang::owner_of(hang).unwrap_or_else(crate::lane::thread_lane);
         let second = self.clock.wall_nanos(now) / SECOND_NS;
         self.durations
             .get_or_init(Durations::new)

@@ -2,12 +2,11 @@
 //! validated before it can be applied.
 
 mod breaker;
-mod error;
 mod rules;
 
 use crate::error::FieldError;
+pub use crate::error::PolicyError;
 pub use breaker::{BreakerError, BreakerPolicy};
-pub use error::PolicyError;
 pub use rules::{
     Delay, ExceptionRate, QueueConfig, Timeouts, TokenBucketConfig, WarmUpConfig, WindowConfig,
     MAX_QUEUE,
@@ -304,9 +303,7 @@ pub struct PolicyBuilder {
     policy: Policy,
 }
 
-/// The largest concurrency limit a policy accepts (the in-flight count shares a word
-/// with the visit counter so that one atomic operation admits a call).
-pub const MAX_CONCURRENCY: u64 = 1 << 22;
+pub use crate::limit::MAX_CONCURRENCY;
 
 impl PolicyBuilder {
     /// Visits rule: a call passes only while fewer than `max` calls have passed in the

@@ -253,7 +253,7 @@ impl RetryBudget {
     #[inline]
     pub fn deposit(&self) {
         let counts = self.counts();
-        let lane = crate::point::thread_lane() as usize;
+        let lane = crate::lane::thread_lane() as usize;
         match counts.calls.get(lane).filter(|_| lane < OWNED) {
             // Only this thread writes its cell.
             Some(own) => own

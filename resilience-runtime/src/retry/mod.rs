@@ -71,13 +71,13 @@
 //! ```
 
 mod budget;
+mod error;
 pub(crate) mod hedge;
-mod registry;
 mod take;
 
 pub use crate::breaker::Backoff;
 pub use budget::{BudgetConfig, BudgetStats, RetryBudget};
-pub use registry::RetryError;
+pub use error::RetryError;
 
 use crate::error::FieldError;
 use std::time::Duration;

@@ -155,3 +155,16 @@ impl<E: std::error::Error + 'static> std::error::Error for GuardError<E> {
         }
     }
 }
+
+/// The rejection of a call `point` refused, with its wait: an open breaker's own
+/// (the time until it may admit a probe) when known, else `retry_after`.
+pub(super) fn rejection(
+    point: &'static crate::Point,
+    d: Downgraded,
+    retry_after: Option<Duration>,
+) -> Rejected {
+    let breaker_wait = (d.reason() == Reason::BreakerOpen)
+        .then(|| point.breaker_retry_in())
+        .flatten();
+    Rejected::from_downgraded(d, breaker_wait.or(retry_after))
+}

@@ -2,7 +2,7 @@
 //! key taken from each request (a tenant header, a user id), limited per key by the
 //! point's `keys` section (see [`crate::keys`]).
 
-use super::point::rejection;
+use super::error::rejection;
 use super::{AsError, AsResponse, RejectMode, ResponseFuture};
 use crate::keys::HotKey;
 use crate::{Permit, Point};

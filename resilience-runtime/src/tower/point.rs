@@ -1,10 +1,10 @@
 //! [`PointLayer`]: a service guarded by a point of the registry.
 
-use super::error::Rejected;
+use super::error::rejection;
 use super::future::ResponseFuture;
 use super::keyed::KeyedPointLayer;
 use super::respond::{AsError, AsResponse, RejectMode};
-use crate::{Downgraded, Permit, Point, PointNameError, Reason};
+use crate::{Permit, Point, PointNameError};
 use std::fmt;
 use std::marker::PhantomData;
 use std::task::{Context, Poll};
@@ -91,7 +91,7 @@ impl<M> PointLayer<M> {
 
     /// Sets the wait reported with each rejection (HTTP `Retry-After`).
     ///
-    /// A rejection for an open breaker ([`Reason::BreakerOpen`]) reports the
+    /// A rejection for an open breaker ([`Reason::BreakerOpen`](crate::Reason::BreakerOpen)) reports the
     /// breaker's own wait instead whenever it is known, set or not: the time until
     /// the breaker may admit a probe (classic: until its open wait ends; SRE while
     /// dropping: its `force_pass_interval`). This wait is the fallback for a breaker
@@ -245,17 +245,4 @@ where
             Err(d) => ResponseFuture::refused(rejection(self.point, d, self.retry_after)),
         }
     }
-}
-
-/// The rejection of a call `point` refused, with its wait: an open breaker's own
-/// (the time until it may admit a probe) when known, else `retry_after`.
-pub(super) fn rejection(
-    point: &'static Point,
-    d: Downgraded,
-    retry_after: Option<Duration>,
-) -> Rejected {
-    let breaker_wait = (d.reason() == Reason::BreakerOpen)
-        .then(|| point.breaker_retry_in())
-        .flatten();
-    Rejected::from_downgraded(d, breaker_wait.or(retry_after))
 }

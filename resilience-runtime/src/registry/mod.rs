@@ -2,7 +2,7 @@
 
 use crate::clock::Clock;
 use crate::error::{check_point_name, AlreadyInitialized, PointNameError};
-use crate::layers::{Layers, PointConfig};
+use crate::layers::PointConfig;
 use crate::listener::{
     BreakerEvent, Dispatcher, DowngradeEvent, Event, EventKind, Listener, ListenerId,
 };
@@ -13,8 +13,12 @@ use crate::stats::PointStats;
 use crate::sync::Recover;
 use crate::sync::{Arc, AtomicUsize, OnceLock, Ordering};
 use dashmap::DashMap;
+use layers::Layers;
 use std::fmt;
 use std::time::Duration;
+
+mod layers;
+mod retry;
 
 static GLOBAL: OnceLock<Registry> = OnceLock::new();
 

@@ -2,13 +2,13 @@
 //! the effective settings is installed in the point before the lock is released, so a
 //! point always enforces the composition of its current layers.
 
-use super::table::Table;
-use super::{EffectivePolicy, Layer, PointConfig, PolicyChange, Precedence, Source};
+use super::Registry;
 use crate::error::{check_point_name, PointNameError};
+use crate::layers::table::Table;
+use crate::layers::{EffectivePolicy, Layer, PointConfig, PolicyChange, Precedence, Source};
 use crate::listener::ListenerId;
 use crate::point::Point;
 use crate::policy::BreakerError;
-use crate::registry::Registry;
 use crate::sync::Recover;
 use crate::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::fmt;

@@ -1,44 +1,10 @@
-//! The registry's side of retries: named budgets and each point's `retry` section.
+//! The registry's retry settings: named budgets and each point's `retry` section.
 
-use super::{BudgetConfig, RetryBudget, RetryPolicy};
-use crate::error::{check_point_name, FieldError, PointNameError};
+use crate::error::{check_point_name, PointNameError};
 use crate::layers::PointConfig;
+use crate::retry::{BudgetConfig, RetryBudget, RetryError, RetryPolicy};
 use crate::sync::Recover;
 use crate::Registry;
-use std::fmt;
-
-/// Why [`Registry::set_retry`] refused a retry section.
-#[derive(Debug, Clone, PartialEq)]
-pub enum RetryError {
-    /// The point name is invalid.
-    Name(PointNameError),
-    /// A field of the section is invalid.
-    Config(FieldError),
-}
-
-impl fmt::Display for RetryError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RetryError::Name(e) => e.fmt(f),
-            RetryError::Config(e) => write!(f, "invalid retry section: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for RetryError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RetryError::Name(e) => Some(e),
-            RetryError::Config(e) => Some(e),
-        }
-    }
-}
-
-impl From<PointNameError> for RetryError {
-    fn from(e: PointNameError) -> Self {
-        RetryError::Name(e)
-    }
-}
 
 impl Registry {
     /// The retry budget named `name`, made with [`BudgetConfig::default`] (20% of the
