@@ -125,12 +125,17 @@
 //! as `seconds`, `seconds_by_reason` and `seconds_durations`, index 0 being the
 //! second starting at `statisticsCycleTime - 10000`); SDS's admin ignores them.
 
+// Field names of one point's counts in each protocol: the runtime's table, which its
+// heartbeat client writes with.
 use crate::model::{
     AppKey, BreakerReport, ClientHealth, CycleSeconds, Enforcing, Heartbeat, HotKey,
     KeyTableCounts, PointCycle, PointKeys, Protocol, QueueCounts, RetryCounts, SecondCounts,
     SectionOrigin, CYCLE_MS, MAX_COUNT, MAX_ERROR_LEN, MAX_HOT_KEYS, MAX_KEY_TEXT_LEN,
     MAX_LOCAL_BYTES, MAX_NAME_LEN, MAX_PARTS, MAX_POINTS_PER_HEARTBEAT, MAX_SECOND_REASONS,
     MAX_SOURCE_LEN, SECONDS_PER_CYCLE,
+};
+use resilience_runtime::wire_fields::{
+    PointFields as CountFields, JSON_POINT as JSON_FIELDS, SDS_POINT as SDS_FIELDS,
 };
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -718,62 +723,6 @@ impl Parts {
         })
     }
 }
-
-/// Field names of one point's counts in each protocol.
-struct CountFields {
-    visits: &'static str,
-    passes: Option<&'static str>,
-    downgrades: &'static str,
-    exceptions: &'static str,
-    timeouts: &'static str,
-    cancelled: &'static str,
-    retry: &'static str,
-    queue: &'static str,
-    concurrency: &'static str,
-    reasons: &'static str,
-    seconds: &'static str,
-    seconds_by_reason: &'static str,
-    durations: &'static str,
-    /// The point's hot keys and key table (our JSON protocol only).
-    hot_keys: Option<&'static str>,
-    key_table: Option<&'static str>,
-}
-
-const JSON_FIELDS: CountFields = CountFields {
-    visits: "visits",
-    passes: Some("passes"),
-    downgrades: "downgrades",
-    exceptions: "exceptions",
-    timeouts: "timeouts",
-    cancelled: "cancelled",
-    retry: "retry",
-    queue: "queue",
-    concurrency: "peak_concurrency",
-    reasons: "downgrades_by_reason",
-    seconds: "seconds",
-    seconds_by_reason: "seconds_by_reason",
-    durations: "seconds_durations",
-    hot_keys: Some("hot_keys"),
-    key_table: Some("key_table"),
-};
-
-const SDS_FIELDS: CountFields = CountFields {
-    visits: "visitNum",
-    passes: None,
-    downgrades: "downgradeNum",
-    exceptions: "exceptionNum",
-    timeouts: "timeoutNum",
-    cancelled: "cancelledNum",
-    retry: "retry",
-    queue: "queue",
-    concurrency: "concurrentNum",
-    reasons: "downgradeReasons",
-    seconds: "seconds",
-    seconds_by_reason: "secondsByReason",
-    durations: "secondsDurations",
-    hot_keys: None,
-    key_table: None,
-};
 
 fn read_point_counts(
     p: &mut Reader<'_, '_>,

@@ -50,6 +50,7 @@ mod unwind;
 mod util;
 pub mod wheel;
 mod window;
+pub mod wire_fields;
 
 #[doc(hidden)]
 #[path = "private.rs"]

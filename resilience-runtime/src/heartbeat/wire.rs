@@ -8,6 +8,7 @@ use crate::layers::{EffectivePolicy, Section, Sections, Source};
 use crate::registry::Registry;
 use crate::stats::BreakerStats;
 use crate::stats::Totals;
+use crate::wire_fields::{PointFields, JSON_POINT, SDS_POINT};
 use crate::Reason;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -407,6 +408,20 @@ fn reasons(p: &PointReport) -> Map<String, Value> {
         .collect()
 }
 
+/// The fields both protocols send only when there is something in them: the seconds'
+/// durations, the retry and the queue counters.
+fn point_extras(point: &mut Value, p: &PointReport, f: &PointFields) {
+    if !p.seconds_durations.is_empty() {
+        point[f.durations] = json!(p.seconds_durations);
+    }
+    if let Some(retry) = retry_json(p) {
+        point[f.retry] = retry;
+    }
+    if let Some(queue) = queue_json(p) {
+        point[f.queue] = queue;
+    }
+}
+
 fn seconds_by_reason(p: &PointReport) -> Map<String, Value> {
     p.seconds_by_reason
         .iter()
@@ -430,26 +445,22 @@ pub(crate) fn upload_body(
                 .points
                 .iter()
                 .map(|p| {
-                    let mut point = json!({"name": p.name, "visits": p.visits, "passes": p.passes,
-                           "downgrades": p.downgrades, "exceptions": p.exceptions,
-                           "timeouts": p.timeouts, "cancelled": p.cancelled,
-                           "peak_concurrency": p.peak_concurrency,
-                           "downgrades_by_reason": reasons(p), "seconds": p.seconds,
-                           "seconds_by_reason": seconds_by_reason(p)});
-                    if !p.seconds_durations.is_empty() {
-                        point["seconds_durations"] = json!(p.seconds_durations);
+                    let f = &JSON_POINT;
+                    let mut point = json!({(f.name): p.name, (f.visits): p.visits,
+                           (f.downgrades): p.downgrades, (f.exceptions): p.exceptions,
+                           (f.timeouts): p.timeouts, (f.cancelled): p.cancelled,
+                           (f.concurrency): p.peak_concurrency,
+                           (f.reasons): reasons(p), (f.seconds): p.seconds,
+                           (f.seconds_by_reason): seconds_by_reason(p)});
+                    point_extras(&mut point, p, f);
+                    if let Some(passes) = f.passes {
+                        point[passes] = json!(p.passes);
                     }
-                    if let Some(retry) = retry_json(p) {
-                        point["retry"] = retry;
+                    if let (Some(field), Some(keys)) = (f.hot_keys, hot_keys_json(p)) {
+                        point[field] = keys;
                     }
-                    if let Some(queue) = queue_json(p) {
-                        point["queue"] = queue;
-                    }
-                    if let Some(keys) = hot_keys_json(p) {
-                        point["hot_keys"] = keys;
-                    }
-                    if let Some(table) = key_table_json(p) {
-                        point["key_table"] = table;
+                    if let (Some(field), Some(table)) = (f.key_table, key_table_json(p)) {
+                        point[field] = table;
                     }
                     point
                 })
@@ -480,22 +491,15 @@ pub(crate) fn upload_body(
                 .points
                 .iter()
                 .map(|p| {
-                    let mut point = json!({"point": p.name, "visitNum": p.visits,
-                               "exceptionNum": p.exceptions,
-                               "concurrentNum": p.peak_concurrency,
-                               "timeoutNum": p.timeouts, "cancelledNum": p.cancelled,
-                               "downgradeNum": p.downgrades,
-                               "downgradeReasons": reasons(p), "seconds": p.seconds,
-                               "secondsByReason": seconds_by_reason(p)});
-                    if !p.seconds_durations.is_empty() {
-                        point["secondsDurations"] = json!(p.seconds_durations);
-                    }
-                    if let Some(retry) = retry_json(p) {
-                        point["retry"] = retry;
-                    }
-                    if let Some(queue) = queue_json(p) {
-                        point["queue"] = queue;
-                    }
+                    let f = &SDS_POINT;
+                    let mut point = json!({(f.name): p.name, (f.visits): p.visits,
+                               (f.exceptions): p.exceptions,
+                               (f.concurrency): p.peak_concurrency,
+                               (f.timeouts): p.timeouts, (f.cancelled): p.cancelled,
+                               (f.downgrades): p.downgrades,
+                               (f.reasons): reasons(p), (f.seconds): p.seconds,
+                               (f.seconds_by_reason): seconds_by_reason(p)});
+                    point_extras(&mut point, p, f);
                     (p.name.to_owned(), point)
                 })
                 .collect();
@@ -798,6 +802,94 @@ mod tests {
                         "refused_by_budget": 1, "hedges": 3, "cancelled": 2})
             )
         );
+    }
+
+    /// A point report with every field the protocols can carry.
+    fn full_point() -> PointReport {
+        PointReport {
+            name: "p",
+            visits: 3,
+            passes: 2,
+            downgrades: 1,
+            by_reason: vec![(Reason::Visits, 1)],
+            seconds: vec![[3, 2, 1, 0, 0]],
+            seconds_by_reason: vec![(Reason::Visits, vec![1])],
+            seconds_durations: vec![[2, 10, 6]],
+            retry: crate::retry::RetryStats {
+                calls: 1,
+                ..crate::retry::RetryStats::default()
+            },
+            queue: Some(crate::QueueStats {
+                admitted: 1,
+                ..crate::QueueStats::default()
+            }),
+            hot_keys: vec![crate::keys::HotKeyStats {
+                key: "k".into(),
+                passes: 2,
+                refused: 0,
+                overridden: false,
+            }],
+            key_table: Some(crate::keys::KeyTableStats::default()),
+            ..PointReport::default()
+        }
+    }
+
+    #[test]
+    fn points_are_written_with_exactly_the_shared_field_names() {
+        let report = Report {
+            cycle_start_ms: 10_000,
+            points: vec![full_point()],
+            known: vec!["p"],
+            declared: vec![],
+            enforcing: vec![],
+        };
+        let health = HeartbeatStatus::default();
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let config = HeartbeatConfig::new("g", "a", "http://127.0.0.1:1").unwrap();
+        let json_body = &upload_body(&config, &report, 1, &health, ip)[0];
+        let body: Value = serde_json::from_slice(json_body).unwrap();
+        let point = body["points"][0].as_object().unwrap();
+        let mut sent: Vec<&str> = point.keys().map(String::as_str).collect();
+        let mut all = JSON_POINT.all();
+        sent.sort_unstable();
+        all.sort_unstable();
+        assert_eq!(sent, all, "every JSON field, each under its shared name");
+
+        let sds = config.protocol(Protocol::Sds);
+        let form = String::from_utf8(upload_body(&sds, &report, 1, &health, ip).remove(0)).unwrap();
+        let encoded = form.strip_prefix("client=").unwrap();
+        let client: Value = serde_json::from_str(&percent_decoded(encoded)).unwrap();
+        let point = client["pointInfoMap"]["p"].as_object().unwrap();
+        let mut sent: Vec<&str> = point.keys().map(String::as_str).collect();
+        let mut all = SDS_POINT.all();
+        sent.sort_unstable();
+        all.sort_unstable();
+        assert_eq!(sent, all, "every SDS field, each under its shared name");
+    }
+
+    /// `%XX` and `+` of a form value decoded.
+    fn percent_decoded(text: &str) -> String {
+        let bytes = text.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            match bytes[i] {
+                b'%' => {
+                    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
+                    out.push(u8::from_str_radix(hex, 16).unwrap());
+                    i += 3;
+                }
+                b'+' => {
+                    out.push(b' ');
+                    i += 1;
+                }
+                b => {
+                    out.push(b);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8(out).unwrap()
     }
 
     #[test]

@@ -1,0 +1,114 @@
+//! The field names of a point in each protocol of the heartbeat, written by the
+//! heartbeat client (feature `heartbeat`) and read by the admin console: one table,
+//! so that the two never spell a field differently.
+//!
+//! ```
+//! use resilience_runtime::wire_fields::{JSON_POINT, SDS_POINT};
+//!
+//! assert_eq!((JSON_POINT.visits, SDS_POINT.visits), ("visits", "visitNum"));
+//! assert_eq!(JSON_POINT.passes, Some("passes"));
+//! assert_eq!(SDS_POINT.passes, None, "SDS has no passes: visits - downgrades");
+//! ```
+
+/// The names of one point's fields in one protocol of the heartbeat. A field that is
+/// `None` is not part of that protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PointFields {
+    /// The point's name.
+    pub name: &'static str,
+    /// Calls that asked the point, in the cycle.
+    pub visits: &'static str,
+    /// Calls that ran.
+    pub passes: Option<&'static str>,
+    /// Calls refused.
+    pub downgrades: &'static str,
+    /// Calls that failed.
+    pub exceptions: &'static str,
+    /// Calls slower than the timeouts rule's threshold, and calls cut at their deadline.
+    pub timeouts: &'static str,
+    /// Calls whose future was dropped.
+    pub cancelled: &'static str,
+    /// The `#[retry]` counters (an object).
+    pub retry: &'static str,
+    /// The queue's counters (an object).
+    pub queue: &'static str,
+    /// The most calls in flight at once.
+    pub concurrency: &'static str,
+    /// Downgrades per reason (an object).
+    pub reasons: &'static str,
+    /// The cycle's per-second counts.
+    pub seconds: &'static str,
+    /// The per-second downgrades per reason.
+    pub seconds_by_reason: &'static str,
+    /// The per-second call durations.
+    pub durations: &'static str,
+    /// The point's busiest keys.
+    pub hot_keys: Option<&'static str>,
+    /// The point's key table counters.
+    pub key_table: Option<&'static str>,
+}
+
+impl PointFields {
+    /// Every name of the protocol, in declaration order.
+    pub fn all(&self) -> Vec<&'static str> {
+        let mut all = vec![self.name, self.visits];
+        all.extend(self.passes);
+        all.extend([
+            self.downgrades,
+            self.exceptions,
+            self.timeouts,
+            self.cancelled,
+            self.retry,
+            self.queue,
+            self.concurrency,
+            self.reasons,
+            self.seconds,
+            self.seconds_by_reason,
+            self.durations,
+        ]);
+        all.extend(self.hot_keys);
+        all.extend(self.key_table);
+        all
+    }
+}
+
+/// A point's fields in the JSON protocol (`POST /api/v1/heartbeat`).
+pub const JSON_POINT: PointFields = PointFields {
+    name: "name",
+    visits: "visits",
+    passes: Some("passes"),
+    downgrades: "downgrades",
+    exceptions: "exceptions",
+    timeouts: "timeouts",
+    cancelled: "cancelled",
+    retry: "retry",
+    queue: "queue",
+    concurrency: "peak_concurrency",
+    reasons: "downgrades_by_reason",
+    seconds: "seconds",
+    seconds_by_reason: "seconds_by_reason",
+    durations: "seconds_durations",
+    hot_keys: Some("hot_keys"),
+    key_table: Some("key_table"),
+};
+
+/// A point's fields in SDS's protocol (its form-encoded upload).
+pub const SDS_POINT: PointFields = PointFields {
+    name: "point",
+    visits: "visitNum",
+    passes: None,
+    downgrades: "downgradeNum",
+    exceptions: "exceptionNum",
+    timeouts: "timeoutNum",
+    cancelled: "cancelledNum",
+    retry: "retry",
+    queue: "queue",
+    concurrency: "concurrentNum",
+    reasons: "downgradeReasons",
+    seconds: "seconds",
+    seconds_by_reason: "secondsByReason",
+    durations: "secondsDurations",
+    hot_keys: None,
+    key_table: None,
+};
