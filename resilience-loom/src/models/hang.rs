@@ -13,6 +13,7 @@
 
 use super::check_branches;
 use crate::hang::HangTable;
+use crate::lock::Recover;
 use crate::sync::new_execution;
 use loom::sync::Arc;
 use loom::thread;
@@ -25,7 +26,7 @@ const BRANCHES: usize = 10_000;
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    SERIAL.lock().recover()
 }
 
 const START: u64 = 100;
