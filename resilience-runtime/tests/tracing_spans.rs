@@ -38,6 +38,16 @@ fn traced(f: impl FnOnce()) -> Vec<String> {
     text.lines().map(str::to_owned).collect()
 }
 
+/// Runs `f` to completion on a current-thread runtime with timers, on this thread
+/// (so under its subscriber).
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
 /// The close line of the call span of `point`, which must be exactly one.
 fn closed<'a>(lines: &'a [String], point: &str) -> &'a str {
     let tag = format!("resilience.call{{point=\"{point}\"");
@@ -140,11 +150,7 @@ fn exceptions_are_outcomes_of_their_own() {
 #[test]
 fn async_calls_record_their_outcome_across_awaits() {
     let lines = traced(|| {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             assert_eq!(async_call(Duration::from_millis(1)).await, 3);
             assert_eq!(cut_call().await, 0);
             // Dropped after its first poll: cancelled.
@@ -211,11 +217,7 @@ async fn drops_a_manual_call() -> u32 {
 #[test]
 fn a_manual_call_cancelled_inside_is_not_the_calls_outcome() {
     let lines = traced(|| {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        assert_eq!(rt.block_on(drops_a_manual_call()), 5);
+        assert_eq!(block_on(drops_a_manual_call()), 5);
     });
     let outer = closed(&lines, "spans.outer");
     assert!(outer.contains("outcome=\"ok\""), "{outer}");
