@@ -678,8 +678,32 @@ fn fallback_call(
                 #f(#call_args) #awaited
             }}
         }
-        None => quote_spanned!(span=> #path(#call_args) #awaited),
+        // Called directly: each argument is located at `fb` (resolving as the
+        // parameter it names), so a mismatch is reported there, at the fallback,
+        // not at the function's own parameter with a suggestion to rewrite it.
+        None => {
+            let call_args = located_at(call_args, span);
+            quote_spanned!(span=> #path(#call_args) #awaited)
+        }
     }
+}
+
+/// `tokens` shown at `span`, each still resolving names where it was written.
+fn located_at(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tree| {
+            match &mut tree {
+                proc_macro2::TokenTree::Group(g) => {
+                    let mut inner = Group::new(g.delimiter(), located_at(g.stream(), span));
+                    inner.set_span(span.resolved_at(g.span()));
+                    *g = inner;
+                }
+                other => other.set_span(span.resolved_at(other.span())),
+            }
+            tree
+        })
+        .collect()
 }
 
 // Input:  fn get(&self, id: u64, name: &str) -> Option<String>, fallback_with_reason
