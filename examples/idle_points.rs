@@ -34,7 +34,7 @@ fn main() {
         .build()
         .expect("a valid policy");
     // These points are made up on purpose: lift the cap on undeclared ones.
-    registry().set_max_undeclared_points(usize::MAX);
+    registry().set_max_undeclared_points(u64::MAX);
     for i in 0..points {
         let name = format!("idle.{i}");
         registry()

@@ -16,7 +16,7 @@ fn main() {
         .unwrap_or(1_000_000);
     let all = std::env::args().nth(2).is_some_and(|a| a == "all");
     // These points are made up on purpose: lift the cap on undeclared ones.
-    registry().set_max_undeclared_points(usize::MAX);
+    registry().set_max_undeclared_points(u64::MAX);
     let before = examples::resident_bytes();
     let started = Instant::now();
     for i in 0..points {

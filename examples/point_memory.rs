@@ -111,7 +111,7 @@ fn main() {
     // As the heartbeat client does: every call's duration goes into its point's series.
     measure_durations(true);
     // These points are made up on purpose: lift the cap on undeclared ones.
-    registry().set_max_undeclared_points(usize::MAX);
+    registry().set_max_undeclared_points(u64::MAX);
     measure("idle", points, None);
     measure("full", points, Some(every_rule()));
 }

@@ -31,7 +31,7 @@ fn now_ms(manual: &ManualClock) -> i64 {
 /// A registry on the manual clock that takes any number of points.
 fn registry(manual: &ManualClock) -> &'static Registry {
     let r = Box::leak(Box::new(Registry::with_clock(Clock::manual(manual))));
-    r.set_max_undeclared_points(usize::MAX);
+    r.set_max_undeclared_points(u64::MAX);
     r
 }
 

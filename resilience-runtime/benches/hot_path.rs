@@ -138,7 +138,7 @@ fn scaling(c: &mut Criterion) {
     registry().set_policy("bench.all", all_five(10)).unwrap();
     g.bench_function("points_few", |b| b.iter(|| guarded_all(black_box(7))));
     // 100 000 made-up points and a few more: past the default cap on undeclared ones.
-    registry().set_max_undeclared_points(usize::MAX);
+    registry().set_max_undeclared_points(u64::MAX);
     for i in 0..100_000 {
         registry()
             .set_policy(&format!("bench.filler.{i}"), all_five(10))

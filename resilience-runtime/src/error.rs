@@ -189,7 +189,7 @@ pub struct PointNameError {
 
 impl PointNameError {
     /// A new undeclared name past the registry's cap.
-    pub(crate) fn too_many(name: &str, max: usize) -> PointNameError {
+    pub(crate) fn too_many(name: &str, max: u64) -> PointNameError {
         PointNameError {
             name: name.chars().take(64).collect(),
             problem: format!(

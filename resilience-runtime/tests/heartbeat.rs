@@ -864,7 +864,7 @@ fn uploads_carry_what_each_point_enforces_and_from_where() {
 #[test]
 fn a_big_cycle_is_uploaded_in_parts_within_the_body_limit() {
     let (registry, manual) = manual_registry();
-    registry.set_max_undeclared_points(usize::MAX);
+    registry.set_max_undeclared_points(u64::MAX);
     let peer = Peer::start(|_| ok(json!({"result": "stored", "version": 0, "changed": false})));
     let limit = 16 * 1024;
     let client = HeartbeatClient::new(config(&peer.url()).max_body_bytes(limit), registry);

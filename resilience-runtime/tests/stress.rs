@@ -364,7 +364,7 @@ fn the_cap_on_undeclared_points_holds_under_racing_threads() {
             .into_iter()
             .map(|h| h.join().unwrap())
             .sum();
-        let held = reg.point_names().len();
+        let held = reg.point_names().len() as u64;
         assert_eq!(reg.undeclared_points(), held, "{threads} threads");
         assert!(held <= 100, "{threads} threads: {held} points");
         if threads * 40 + 20 >= 100 {
@@ -373,7 +373,7 @@ fn the_cap_on_undeclared_points_holds_under_racing_threads() {
                 "{threads} threads: the cap is reached, not undershot"
             );
         }
-        assert!(made >= held as u64);
+        assert!(made >= held);
         // Existing names still come back.
         let first = reg.point_names()[0];
         assert!(reg.point(first).is_ok());

@@ -567,6 +567,7 @@ impl Registry {
         let room = self
             .max_undeclared_points()
             .saturating_sub(self.undeclared_points());
+        let room = usize::try_from(room).unwrap_or(usize::MAX);
         for name in new_undeclared.iter().skip(room) {
             let e = PointNameError::too_many(name, self.max_undeclared_points());
             checked.problems.push(name_problem(name, &e));

@@ -121,12 +121,12 @@ pub use prometheus::{
 #[derive(Debug, Clone, Copy)]
 pub struct PointsCollector {
     registry: &'static Registry,
-    max_points: usize,
+    max_points: u64,
 }
 
 /// How many points a collector exports one by one unless told otherwise
 /// ([`PointsCollector::max_points`]).
-pub const DEFAULT_MAX_POINTS: usize = 2_000;
+pub const DEFAULT_MAX_POINTS: u64 = 2_000;
 
 impl PointsCollector {
     /// A collector of the given registry's points, exporting at most
@@ -170,7 +170,7 @@ impl PointsCollector {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use]
-    pub fn max_points(mut self, max: usize) -> PointsCollector {
+    pub fn max_points(mut self, max: u64) -> PointsCollector {
         self.max_points = max;
         self
     }

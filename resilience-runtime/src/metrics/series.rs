@@ -115,7 +115,7 @@ pub(super) trait Sink {
 /// Only the sink's own (a writer that refuses a write).
 pub(super) fn collect(source: &PointsCollector, sink: &mut dyn Sink) -> fmt::Result {
     // One snapshot per point, so every family shows the same instant of a point.
-    let mut selector = Selector::new(source.max_points);
+    let mut selector = Selector::new(usize::try_from(source.max_points).unwrap_or(usize::MAX));
     // Per-thread counts are read in batches under one hold of their lock.
     let mut tally = None;
     let mut batch = 0;
@@ -591,7 +591,7 @@ fn registry_families(sink: &mut dyn Sink, registry: &Registry) -> fmt::Result {
                 "resilience_points_undeclared",
                 "Points no #[downgrade] or #[breaker] function declares.",
             ),
-            registry.undeclared_points() as u64,
+            registry.undeclared_points(),
         ),
         (
             gauge(
@@ -599,7 +599,7 @@ fn registry_families(sink: &mut dyn Sink, registry: &Registry) -> fmt::Result {
                 "The most undeclared points the registry takes; new names past it are \
                  refused.",
             ),
-            registry.max_undeclared_points() as u64,
+            registry.max_undeclared_points(),
         ),
         (
             counter(

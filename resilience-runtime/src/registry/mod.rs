@@ -11,7 +11,7 @@ use crate::policy::{BreakerError, BreakerPolicy, Policy};
 use crate::retry::RetryBudget;
 use crate::stats::PointStats;
 use crate::sync::Recover;
-use crate::sync::{Arc, AtomicUsize, OnceLock, Ordering};
+use crate::sync::{Arc, AtomicU64, OnceLock, Ordering};
 use dashmap::DashMap;
 use layers::Layers;
 use std::fmt;
@@ -65,15 +65,15 @@ pub struct Registry {
     events: Arc<Dispatcher>,
     layers: Layers,
     /// Points no `#[downgrade]` or `#[breaker]` function declares, and their cap.
-    undeclared: AtomicUsize,
-    max_undeclared: AtomicUsize,
+    undeclared: AtomicU64,
+    max_undeclared: AtomicU64,
     /// Named retry budgets, leaked like points (reconfigured in place).
     pub(crate) budgets: crate::sync::Mutex<std::collections::HashMap<String, &'static RetryBudget>>,
 }
 
 /// How many points that no function declares a registry takes by default
 /// ([`Registry::set_max_undeclared_points`]).
-pub const DEFAULT_MAX_UNDECLARED_POINTS: usize = 100_000;
+pub const DEFAULT_MAX_UNDECLARED_POINTS: u64 = 100_000;
 
 impl fmt::Debug for Registry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -115,8 +115,8 @@ impl Registry {
             points: DashMap::new(),
             events: Arc::new(Dispatcher::new()),
             layers: Layers::new(),
-            undeclared: AtomicUsize::new(0),
-            max_undeclared: AtomicUsize::new(DEFAULT_MAX_UNDECLARED_POINTS),
+            undeclared: AtomicU64::new(0),
+            max_undeclared: AtomicU64::new(DEFAULT_MAX_UNDECLARED_POINTS),
             budgets: crate::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
@@ -194,18 +194,18 @@ impl Registry {
     }
 
     /// The most points no function declares that this registry takes.
-    pub fn max_undeclared_points(&self) -> usize {
+    pub fn max_undeclared_points(&self) -> u64 {
         self.max_undeclared.load(Ordering::Acquire)
     }
 
     /// Sets [`max_undeclared_points`](Self::max_undeclared_points). Lowering it below
     /// the points already held refuses new ones; it removes none.
-    pub fn set_max_undeclared_points(&self, max: usize) {
+    pub fn set_max_undeclared_points(&self, max: u64) {
         self.max_undeclared.store(max, Ordering::Release);
     }
 
     /// How many points that no function declares this registry holds.
-    pub fn undeclared_points(&self) -> usize {
+    pub fn undeclared_points(&self) -> u64 {
         self.undeclared.load(Ordering::Acquire)
     }
 
