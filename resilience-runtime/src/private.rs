@@ -152,15 +152,6 @@ pub fn timed_out(point: &'static Point, slot: &mut Option<Permit>) {
     Permit::end_in(point, slot, crate::point::permit::Outcome::TimedOut);
 }
 
-/// Records that the call [`enter`] admitted on `point` (its permit, if any, in `slot`)
-/// was cancelled: its future was dropped by its caller. A permit dropped without an
-/// outcome records the same; this also counts calls without a permit.
-#[inline]
-pub fn cancelled(point: &'static Point, slot: &mut Option<Permit>) {
-    trace_outcome("cancelled", None);
-    Permit::end_in(point, slot, crate::point::permit::Outcome::Cancelled);
-}
-
 /// Records that the call was refused (or, on its way in, cut): `downgraded`.
 #[inline(always)]
 pub fn refused(downgraded: &Downgraded) {
