@@ -13,9 +13,8 @@
 //!
 //! The span is entered while the call runs: a sync body inside it, an async call's
 //! future instrumented with it (entered at each poll and while it is dropped), so
-//! spans and events of the body are its children, and a `tracing-opentelemetry` layer
-//! turns it into an OpenTelemetry span whose attributes say why a call was
-//! downgraded. The outcome is recorded by the generated code's completion hooks into
+//! spans and events of the body are its children, and a layer that exports spans
+//! (an OpenTelemetry one, say) passes its fields on. The outcome is recorded by the generated code's completion hooks into
 //! the current span, and only when that is a call span: a span of the caller's is
 //! never written to.
 //!
@@ -60,7 +59,10 @@ pub(crate) fn call_span(point: &'static str) -> tracing::Span {
 /// span, if that is a call span.
 #[inline]
 pub(crate) fn record(outcome: &'static str, reason: Option<crate::Reason>) {
-    if !tracing::level_enabled!(tracing::Level::INFO) {
+    // Without a subscriber that takes call spans (none, or one filtering the
+    // `resilience` target out), there is no call span to write into: one check of the
+    // subscriber's cached interest, no look-up of the current span.
+    if !tracing::span_enabled!(target: "resilience", tracing::Level::INFO) {
         return;
     }
     let span = tracing::Span::current();

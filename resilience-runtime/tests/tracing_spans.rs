@@ -85,6 +85,16 @@ fn refused_call() -> String {
     unreachable!("the point admits no call")
 }
 
+/// The policy of `spans.refused`: no call passes.
+fn refuse_every_call() {
+    registry()
+        .set_policy(
+            "spans.refused",
+            Policy::builder().max_visits(0).build().unwrap(),
+        )
+        .unwrap();
+}
+
 fn refused_fallback(why: Downgraded) -> String {
     why.reason().to_string()
 }
@@ -227,6 +237,46 @@ fn a_manual_call_cancelled_inside_is_not_the_calls_outcome() {
         manual.cancelled, 1,
         "the manual call still counts its cancellation"
     );
+}
+
+#[test]
+fn a_filtered_out_target_has_no_call_spans_and_its_callers_span_no_outcome() {
+    use tracing_subscriber::filter::Targets;
+    refuse_every_call();
+    use tracing_subscriber::layer::SubscriberExt;
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(move || writer.clone())
+                .with_span_events(FmtSpan::CLOSE)
+                .with_ansi(false)
+                .without_time(),
+        )
+        .with(
+            Targets::new()
+                .with_target("resilience", tracing::Level::WARN)
+                .with_default(tracing::Level::INFO),
+        );
+    tracing::subscriber::with_default(subscriber, || {
+        let request = tracing::info_span!(
+            "request",
+            outcome = tracing::field::Empty,
+            reason = tracing::field::Empty
+        );
+        let _entered = request.enter();
+        assert_eq!(sync_call(false), Ok(1));
+        assert_eq!(refused_call(), "visits");
+    });
+    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    assert!(!text.contains("resilience.call"), "{text}");
+    assert!(
+        text.contains("inside the body"),
+        "the body's own events still: {text}"
+    );
+    assert!(text.contains("request"), "{text}");
+    assert!(!text.contains("outcome="), "{text}");
 }
 
 #[test]
