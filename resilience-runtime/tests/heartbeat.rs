@@ -53,28 +53,11 @@ impl Seen {
 
     /// The JSON of SDS's `client` form field.
     fn sds_client(&self) -> Value {
-        let body = String::from_utf8(self.body.clone()).unwrap();
-        let encoded = body.strip_prefix("client=").expect("a `client` form field");
-        serde_json::from_str(&percent_decode(encoded)).unwrap()
+        let (_, client) = form_urlencoded::parse(&self.body)
+            .find(|(k, _)| k == "client")
+            .expect("a `client` form field");
+        serde_json::from_str(&client).unwrap()
     }
-}
-
-fn percent_decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'+' => out.push(b' '),
-            b'%' => {
-                out.push(u8::from_str_radix(&s[i + 1..i + 3], 16).unwrap());
-                i += 2;
-            }
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8(out).unwrap()
 }
 
 type Script = dyn Fn(&Seen) -> Option<(u16, String)> + Send + Sync;

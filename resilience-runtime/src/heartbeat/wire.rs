@@ -856,40 +856,17 @@ mod tests {
         assert_eq!(sent, all, "every JSON field, each under its shared name");
 
         let sds = config.protocol(Protocol::Sds);
-        let form = String::from_utf8(upload_body(&sds, &report, 1, &health, ip).remove(0)).unwrap();
-        let encoded = form.strip_prefix("client=").unwrap();
-        let client: Value = serde_json::from_str(&percent_decoded(encoded)).unwrap();
+        let form = upload_body(&sds, &report, 1, &health, ip).remove(0);
+        let (_, client) = form_urlencoded::parse(&form)
+            .find(|(k, _)| k == "client")
+            .unwrap();
+        let client: Value = serde_json::from_str(&client).unwrap();
         let point = client["pointInfoMap"]["p"].as_object().unwrap();
         let mut sent: Vec<&str> = point.keys().map(String::as_str).collect();
         let mut all = SDS_POINT.all();
         sent.sort_unstable();
         all.sort_unstable();
         assert_eq!(sent, all, "every SDS field, each under its shared name");
-    }
-
-    /// `%XX` and `+` of a form value decoded.
-    fn percent_decoded(text: &str) -> String {
-        let bytes = text.as_bytes();
-        let mut out = Vec::new();
-        let mut i = 0;
-        while i < bytes.len() {
-            match bytes[i] {
-                b'%' => {
-                    let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap();
-                    out.push(u8::from_str_radix(hex, 16).unwrap());
-                    i += 3;
-                }
-                b'+' => {
-                    out.push(b' ');
-                    i += 1;
-                }
-                b => {
-                    out.push(b);
-                    i += 1;
-                }
-            }
-        }
-        String::from_utf8(out).unwrap()
     }
 
     #[test]
