@@ -85,6 +85,15 @@ fn refused_call() -> String {
     unreachable!("the point admits no call")
 }
 
+/// A caller's span with fields of the same names as a call span's.
+fn request_span() -> tracing::Span {
+    tracing::info_span!(
+        "request",
+        outcome = tracing::field::Empty,
+        reason = tracing::field::Empty
+    )
+}
+
 /// The policy of `spans.refused`: no call passes.
 fn refuse_every_call() {
     registry()
@@ -185,11 +194,7 @@ fn async_calls_record_their_outcome_across_awaits() {
 #[test]
 fn a_callers_span_is_the_parent_and_never_written_to() {
     let lines = traced(|| {
-        let request = tracing::info_span!(
-            "request",
-            outcome = tracing::field::Empty,
-            reason = tracing::field::Empty
-        );
+        let request = request_span();
         let _entered = request.enter();
         assert_eq!(sync_call(false), Ok(1));
         // A manual guard is not a generated call: it records into no span.
@@ -260,11 +265,7 @@ fn a_filtered_out_target_has_no_call_spans_and_its_callers_span_no_outcome() {
                 .with_default(tracing::Level::INFO),
         );
     tracing::subscriber::with_default(subscriber, || {
-        let request = tracing::info_span!(
-            "request",
-            outcome = tracing::field::Empty,
-            reason = tracing::field::Empty
-        );
+        let request = request_span();
         let _entered = request.enter();
         assert_eq!(sync_call(false), Ok(1));
         assert_eq!(refused_call(), "visits");
