@@ -77,7 +77,7 @@ pub use policy::{
     PolicyError, QueueConfig, Timeouts, TokenBucketConfig, WarmUpConfig, WindowConfig,
     MAX_CALL_TIMEOUT, MAX_CONCURRENCY, MAX_QUEUE, MAX_WINDOW_BUCKETS,
 };
-pub use registry::{init_registry, registry, Registry, DEFAULT_MAX_UNDECLARED_POINTS};
+pub use registry::{init_registry, registry, Registry, RetireError, DEFAULT_MAX_UNDECLARED_POINTS};
 pub use stats::{
     BreakerState, BreakerStats, CycleStats, PointStats, ReasonCounts, SecondStats, Totals,
     WindowCounts, CYCLE,

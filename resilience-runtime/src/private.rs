@@ -117,21 +117,24 @@ pub use linkme;
 /// or [`panicked`]; a permit never moved is never copied through the stack. A call with
 /// nothing to complete but an exception (no policy, no breaker) leaves `slot` empty.
 #[inline(always)]
-pub fn enter(point: &'static Point, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
+pub fn enter(point: &'static Point, slot: &mut Option<Permit<'static>>) -> Result<(), Downgraded> {
     point.enter_in(slot)
 }
 
 /// The entry of `#[breaker]`: like [`enter`], but installs the default SRE breaker on
 /// the point unless a breaker setting exists.
 #[inline(always)]
-pub fn enter_breaker(point: &'static Point, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
+pub fn enter_breaker(
+    point: &'static Point,
+    slot: &mut Option<Permit<'static>>,
+) -> Result<(), Downgraded> {
     point.enter_breaker_in(slot)
 }
 
 /// Records that the call [`enter`] admitted on `point` (its permit, if any, in `slot`)
 /// finished; `exception` says whether it failed.
 #[inline(always)]
-pub fn finish(point: &'static Point, slot: &mut Option<Permit>, exception: bool) {
+pub fn finish(point: &'static Point, slot: &mut Option<Permit<'static>>, exception: bool) {
     trace_outcome(if exception { "exception" } else { "ok" }, None);
     Permit::finish_in(point, slot, exception);
 }
@@ -139,7 +142,7 @@ pub fn finish(point: &'static Point, slot: &mut Option<Permit>, exception: bool)
 /// Records that the call [`enter`] admitted on `point` (its permit, if any, in `slot`)
 /// panicked.
 #[inline]
-pub fn panicked(point: &'static Point, slot: &mut Option<Permit>) {
+pub fn panicked(point: &'static Point, slot: &mut Option<Permit<'static>>) {
     trace_outcome("panic", None);
     Permit::finish_in(point, slot, true);
 }
@@ -147,7 +150,7 @@ pub fn panicked(point: &'static Point, slot: &mut Option<Permit>) {
 /// Records that the call [`enter`] admitted on `point` (its permit, if any, in `slot`)
 /// was cut at its deadline: a timeout, and a failure for the point's breaker.
 #[inline]
-pub fn timed_out(point: &'static Point, slot: &mut Option<Permit>) {
+pub fn timed_out(point: &'static Point, slot: &mut Option<Permit<'static>>) {
     trace_outcome("timeout", Some(crate::error::Reason::Deadline));
     Permit::end_in(point, slot, crate::point::permit::Outcome::TimedOut);
 }
@@ -211,7 +214,7 @@ pub use crate::point::keys::KeyArg;
 #[inline(always)]
 pub fn enter_keyed(
     point: &'static Point,
-    slot: &mut Option<Permit>,
+    slot: &mut Option<Permit<'static>>,
     key: &KeyArg<'_>,
 ) -> Result<(), Downgraded> {
     point.enter_keyed_in(slot, key)
@@ -221,7 +224,7 @@ pub fn enter_keyed(
 #[inline(always)]
 pub fn enter_breaker_keyed(
     point: &'static Point,
-    slot: &mut Option<Permit>,
+    slot: &mut Option<Permit<'static>>,
     key: &KeyArg<'_>,
 ) -> Result<(), Downgraded> {
     point.enter_breaker_keyed_in(slot, key)
@@ -229,7 +232,10 @@ pub fn enter_breaker_keyed(
 
 /// The entry of an async `#[downgrade]` fn with `key = ...` (see [`enter_async`]).
 #[inline(always)]
-pub fn enter_async_keyed<'a>(call: &'a mut Pending, key: KeyArg<'a>) -> Admission<'a> {
+pub fn enter_async_keyed<'a>(
+    call: &'a mut Pending<'static>,
+    key: KeyArg<'a>,
+) -> Admission<'a, 'static> {
     let Pending {
         point, slot, done, ..
     } = call;
@@ -238,7 +244,10 @@ pub fn enter_async_keyed<'a>(call: &'a mut Pending, key: KeyArg<'a>) -> Admissio
 
 /// The entry of an async `#[breaker]` fn with `key = ...`.
 #[inline(always)]
-pub fn enter_breaker_async_keyed<'a>(call: &'a mut Pending, key: KeyArg<'a>) -> Admission<'a> {
+pub fn enter_breaker_async_keyed<'a>(
+    call: &'a mut Pending<'static>,
+    key: KeyArg<'a>,
+) -> Admission<'a, 'static> {
     let Pending {
         point, slot, done, ..
     } = call;
@@ -266,7 +275,7 @@ impl PriorityScope {
 /// and every slot taken, `Admission::Wait` is awaited by the generated code. While the
 /// call waits its guard records nothing (a call dropped while it waits never began).
 #[inline(always)]
-pub fn enter_async(call: &mut Pending) -> Admission<'_> {
+pub fn enter_async<'a>(call: &'a mut Pending<'static>) -> Admission<'a, 'static> {
     let Pending {
         point, slot, done, ..
     } = call;
@@ -275,7 +284,7 @@ pub fn enter_async(call: &mut Pending) -> Admission<'_> {
 
 /// The entry of an async `#[breaker]` fn (see [`enter_breaker`]).
 #[inline(always)]
-pub fn enter_breaker_async(call: &mut Pending) -> Admission<'_> {
+pub fn enter_breaker_async<'a>(call: &'a mut Pending<'static>) -> Admission<'a, 'static> {
     let Pending {
         point, slot, done, ..
     } = call;
@@ -302,7 +311,7 @@ pub use crate::point::pending::Pending;
 #[cfg(feature = "tokio")]
 pub async fn run_with_deadline<F: std::future::Future>(
     point: &'static Point,
-    slot: &mut Option<Permit>,
+    slot: &mut Option<Permit<'static>>,
     default: std::time::Duration,
     fut: F,
 ) -> Result<F::Output, Downgraded> {

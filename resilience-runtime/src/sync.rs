@@ -8,7 +8,7 @@ pub(crate) use crate::lock::Recover;
 pub(crate) use std::sync::atomic::{self, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 #[cfg(test)]
 pub(crate) use std::sync::Barrier;
-pub(crate) use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, Once, OnceLock, RwLock};
 #[cfg(feature = "redis")]
-pub(crate) use std::sync::{LazyLock, Weak};
+pub(crate) use std::sync::LazyLock;
+pub(crate) use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard, Once, OnceLock, RwLock, Weak};
 pub(crate) use std::thread_local;

@@ -105,7 +105,7 @@ trait FinishOk {
     fn finish_ok(self);
 }
 
-impl FinishOk for Permit {
+impl FinishOk for Permit<'_> {
     fn finish_ok(self) {
         self.finish(false);
     }

@@ -124,6 +124,7 @@ use crate::error::PointNameError;
 use crate::layers::{Section, Source};
 use crate::policy::{AdaptiveLimit, BreakerPolicy};
 use crate::registry::Registry;
+use crate::sync::Arc;
 use node::Node;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::collections::BTreeMap;
@@ -429,7 +430,9 @@ impl Registry {
     /// Every point in the file gets the file's layer (see [`crate::layers`] for what a
     /// point table sets); points that the file's previous load configured but it no
     /// longer mentions lose the file's layer and fall back to other sources (code, the
-    /// console, other files). Other sources' layers are never touched. An unchanged
+    /// console, other files); such a point that nothing else holds, declares or
+    /// configures is then [retired](Registry::retire), its memory given back. Other
+    /// sources' layers are never touched. An unchanged
     /// breaker is kept with its state; a changed one starts with an empty window.
     /// Counters, in-flight calls and delay state are kept, as with
     /// [`set_policy`](Registry::set_policy). Points are updated one after the other:
@@ -521,7 +524,7 @@ impl Registry {
             for name in &checked.names {
                 if crate::error::check_point_name(name).is_ok()
                     && !crate::declared::is_declared(name)
-                    && self.get(name).is_none()
+                    && self.find(name).is_none()
                 {
                     checked.problems.push(Problem::new(
                         Some(name),
@@ -562,7 +565,7 @@ impl Registry {
             .file
             .points
             .keys()
-            .filter(|n| self.get(n).is_none() && !crate::declared::is_declared(n))
+            .filter(|n| self.find(n).is_none() && !crate::declared::is_declared(n))
             .collect();
         let room = self
             .max_undeclared_points()
@@ -576,7 +579,7 @@ impl Registry {
         for (name, config) in &checked.file.points {
             if checked.problems.is_empty() {
                 // A point another thread made meanwhile may still take the last room.
-                match self.point(name) {
+                match self.make(name) {
                     Ok(point) => points.push((point, config)),
                     Err(e) => checked.problems.push(name_problem(name, &e)),
                 }
@@ -593,7 +596,7 @@ impl Registry {
         let version = self.edit_layers(&source, version, |table| {
             let mut edits: Vec<_> = points
                 .iter()
-                .map(|(point, config)| (*point, Some((*config).clone())))
+                .map(|(point, config)| (Arc::clone(point), Some((*config).clone())))
                 .collect();
             for name in table.points_of(&source) {
                 let had_breaker = table
@@ -605,7 +608,7 @@ impl Registry {
                         if had_breaker {
                             breakers_cleared.push(name.to_owned());
                         }
-                        if let Some(point) = self.get(name) {
+                        if let Some(point) = self.find(name) {
                             edits.push((point, None));
                         }
                     }
@@ -617,6 +620,11 @@ impl Registry {
             }
             edits
         });
+        // Points the source made and no longer names, that nothing else holds or
+        // configures, are retired: a file that shrinks gives their memory back.
+        for name in &cleared {
+            let _ = self.retire(name);
+        }
         let report = LoadReport {
             layer: source,
             version,

@@ -232,14 +232,14 @@ impl Collector {
             if let Some(now) = stats.queue {
                 let before = self.previous_queue.insert(name, now).unwrap_or_default();
                 let max = registry
-                    .get(name)
-                    .and_then(crate::Point::take_queue_max_wait)
+                    .find(name)
+                    .and_then(|p| p.take_queue_max_wait())
                     .unwrap_or(0);
                 report.queue = Some(queue_growth(&now, &before, max));
             }
             let queue_busy = report.queue.as_ref().is_some_and(queue_busy);
             if !report.is_idle() || report.retry.calls > 0 || queue_busy {
-                if let Some(point) = registry.get(name) {
+                if let Some(point) = registry.find(name) {
                     report.hot_keys = point.hot_keys(HOT_KEYS);
                     report.key_table = point.key_stats();
                     let from = cycle_start_ms / 1000;

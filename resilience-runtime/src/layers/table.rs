@@ -77,6 +77,17 @@ impl Table {
         layers
     }
 
+    /// The sources that have a layer of a point, sorted.
+    pub(crate) fn sources(&self, point: &str) -> Vec<Source> {
+        let mut sources: Vec<Source> = self
+            .points
+            .get(point)
+            .map(|ls| ls.iter().map(|l| l.source.clone()).collect())
+            .unwrap_or_default();
+        sources.sort();
+        sources
+    }
+
     /// A source's layer of a point.
     pub(crate) fn layer(&self, point: &str, source: &Source) -> Option<&Layer> {
         self.points.get(point)?.iter().find(|l| l.source == *source)

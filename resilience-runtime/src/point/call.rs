@@ -24,7 +24,7 @@ impl Point {
     /// assert_eq!(point.call(price, |_| Ok(0)), Ok(0), "second visit is downgraded");
     /// ```
     pub fn call<T, E>(
-        &'static self,
+        &self,
         f: impl FnOnce() -> Result<T, E>,
         fallback: impl FnOnce(Downgraded) -> Result<T, E>,
     ) -> Result<T, E> {
@@ -54,7 +54,7 @@ impl Point {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn call_with<T, E>(
-        &'static self,
+        &self,
         f: impl FnOnce() -> Result<T, E>,
         fallback: impl FnOnce(Downgraded) -> Result<T, E>,
         is_exception: impl FnOnce(&E) -> bool,
@@ -89,11 +89,7 @@ impl Point {
     /// registry().set_policy("docs.call_or", Policy::builder().max_visits(0).build().unwrap()).unwrap();
     /// assert_eq!(point.call_or(|| Ok::<_, ()>(5), 0), Ok(0));
     /// ```
-    pub fn call_or<T, E>(
-        &'static self,
-        f: impl FnOnce() -> Result<T, E>,
-        fallback: T,
-    ) -> Result<T, E> {
+    pub fn call_or<T, E>(&self, f: impl FnOnce() -> Result<T, E>, fallback: T) -> Result<T, E> {
         self.call(f, |_| Ok(fallback))
     }
 
@@ -116,7 +112,7 @@ impl Point {
     /// assert_eq!(out, Ok(1));
     /// ```
     pub async fn call_async<T, E, F, G>(
-        &'static self,
+        &self,
         f: impl FnOnce() -> F,
         fallback: impl FnOnce(Downgraded) -> G,
     ) -> Result<T, E>
@@ -147,7 +143,7 @@ impl Point {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub async fn call_async_with<T, E, F, G>(
-        &'static self,
+        &self,
         f: impl FnOnce() -> F,
         fallback: impl FnOnce(Downgraded) -> G,
         is_exception: impl FnOnce(&E) -> bool,

@@ -12,8 +12,9 @@ use crate::sync::{AtomicPtr, Ordering};
 /// One form behind one pointer: a reader loads it (acquire) and reads an immutable `T`
 /// in place, one load and nothing copied.
 ///
-/// A published form is never freed nor moved, because a call that loaded it may still
-/// be reading it. Forms are kept (in a [`Kept`] list the writer holds beside the cell,
+/// A published form is never freed nor moved while its owner lives, because a call
+/// that loaded it may still be reading it; the [`Kept`] list frees them all with the
+/// owner (a point, when its registry and every handle to it are gone). Forms are kept (in a [`Kept`] list the writer holds beside the cell,
 /// so that a cell never written holds nothing but its pointer) and an equal one is
 /// reused, so a cell keeps one form (`size_of::<T>()` bytes plus a pointer) per
 /// distinct value it has had: a policy toggled between two settings keeps two.
@@ -31,6 +32,18 @@ pub(crate) struct Kept<T: 'static>(Vec<&'static T>);
 impl<T> Default for Kept<T> {
     fn default() -> Kept<T> {
         Kept::new()
+    }
+}
+
+impl<T> Drop for Kept<T> {
+    /// Frees the forms: the owner of the cell and of this list is being dropped, so no
+    /// reader holds a form any more.
+    fn drop(&mut self) {
+        for form in self.0.drain(..) {
+            // SAFETY: each form came from `Box::leak` in `store`, is listed once, and
+            // the cell it was published in goes with its owner.
+            drop(unsafe { Box::from_raw(std::ptr::from_ref(form).cast_mut()) });
+        }
     }
 }
 
@@ -62,7 +75,10 @@ impl<T: PartialEq> PolicyCell<T> {
     #[inline(always)]
     pub(crate) fn get(&self) -> Option<&'static T> {
         let c = self.current.load(Ordering::Acquire);
-        // SAFETY: a non-null pointer is a form leaked by `store`, never freed.
+        // SAFETY: a non-null pointer is a form leaked by `store`, freed only by the
+        // `Kept` list that goes with this cell's owner; the owner's users never keep
+        // a form past their borrow of the owner (see `point`'s "Slots and their
+        // lifetimes").
         unsafe { c.cast_const().as_ref() }
     }
 

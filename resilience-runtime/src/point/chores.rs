@@ -7,8 +7,9 @@
 //! call, bounded by the lease's timeout), and delays the sweeps due meanwhile by as
 //! much.
 
-use crate::sync::OnceLock;
+use crate::sync::{OnceLock, Weak};
 use crate::wheel::TimingWheel;
+use std::any::Any;
 use std::time::Duration;
 
 /// What a timer does when it fires.
@@ -30,25 +31,50 @@ pub(crate) enum Chore {
     DropColdKeyLeases,
 }
 
-/// What has chores: a point (this file knows nothing else of it).
+/// What has chores: a point, or a part a point keeps until it is dropped (this file
+/// knows nothing else of them).
 pub(crate) trait Chores: Sync {
     /// Runs `chore`; returns when to run it again, if ever.
-    fn run(&'static self, chore: Chore) -> Option<Duration>;
+    fn run(&self, chore: Chore) -> Option<Duration>;
 }
 
-type Wheel = TimingWheel<(usize, Chore), (&'static dyn Chores, Chore)>;
+/// The owner of a chore's target: the point, held weakly, so that a timer never
+/// keeps a point alive, and a point dropped meanwhile just skips the chore.
+pub(crate) type Owner = Weak<dyn Any + Send + Sync>;
+
+/// A timer's target: run only while its owner lives.
+struct Target {
+    owner: Owner,
+    /// The point or a part of it, read only while `owner` is upgraded.
+    part: *const (dyn Chores + 'static),
+}
+
+// SAFETY: `part` is `Sync` (see `Chores`) and read only while its owner is upgraded
+// (so alive): sending the pointer to the wheel's thread shares a `Sync` value.
+unsafe impl Send for Target {}
+
+type Wheel = TimingWheel<(usize, Chore), (Target, Chore)>;
+
+/// The wheel, made by the first chore armed.
+static WHEEL: OnceLock<Option<Wheel>> = OnceLock::new();
 
 fn wheel() -> Option<&'static Wheel> {
-    static WHEEL: OnceLock<Option<Wheel>> = OnceLock::new();
     WHEEL
         .get_or_init(|| {
             TimingWheel::new(
                 Duration::from_millis(10),
                 128,
-                |_, (target, chore): (&'static dyn Chores, Chore)| {
-                    if let Some(after) = target.run(chore) {
-                        schedule(target, chore, after);
+                |_, (target, chore): (Target, Chore)| {
+                    let Some(alive) = target.owner.upgrade() else {
+                        return;
+                    };
+                    // SAFETY: the owner keeps `part` (itself or a part it frees only
+                    // when dropped), and `alive` holds the owner for this run.
+                    let part = unsafe { &*target.part };
+                    if let Some(after) = part.run(chore) {
+                        arm(target, chore, after);
                     }
+                    drop(alive);
                 },
             )
             .ok()
@@ -62,12 +88,31 @@ pub(crate) fn running() -> bool {
     wheel().is_some()
 }
 
-/// Arms (or re-arms) `chore` of `point` after `after`. Without a wheel (its thread
-/// could not start) chores are not run: hung calls are then measured when they
-/// return, and replaced cluster leases keep their refill threads.
-pub(crate) fn schedule(target: &'static dyn Chores, chore: Chore, after: Duration) {
+/// The timer key of `part`'s `chore`: one timer per target and chore.
+fn key(part: *const (dyn Chores + 'static), chore: Chore) -> (usize, Chore) {
+    (part.cast::<()>() as usize, chore)
+}
+
+/// Arms (or re-arms) `chore` of `part`, which `owner` keeps, after `after`. Without a
+/// wheel (its thread could not start) chores are not run: hung calls are then
+/// measured when they return, and replaced cluster leases keep their refill threads.
+pub(crate) fn schedule(owner: Owner, part: &(dyn Chores + 'static), chore: Chore, after: Duration) {
+    let part = std::ptr::from_ref(part);
+    arm(Target { owner, part }, chore, after);
+}
+
+fn arm(target: Target, chore: Chore, after: Duration) {
     if let Some(wheel) = wheel() {
-        let key = (std::ptr::from_ref(target).cast::<()>() as usize, chore);
-        let _ = wheel.set_timer(key, (target, chore), after);
+        let _ = wheel.set_timer(key(target.part, chore), (target, chore), after);
+    }
+}
+
+/// Removes the timers of `part` for `chores` (its owner is being dropped: this returns
+/// the owner's memory at once instead of when the timers would have fired).
+pub(crate) fn cancel(part: &(dyn Chores + 'static), chores: &[Chore]) {
+    if let Some(wheel) = WHEEL.get().and_then(Option::as_ref) {
+        for chore in chores {
+            let _ = wheel.remove_timer(&key(std::ptr::from_ref(part), *chore));
+        }
     }
 }

@@ -25,7 +25,7 @@ use crate::{AdaptiveLimit, BreakerPolicy, Policy, WindowConfig};
 use std::time::Duration;
 
 impl Point {
-    pub(crate) fn apply(&'static self, policy: Option<Policy>) {
+    pub(crate) fn apply(&self, policy: Option<Policy>) {
         let mut settings = self.settings();
         if policy.is_some() && settings.policy.is_none() {
             // Calls admitted without a policy are not tracked in flight: start the
@@ -40,16 +40,12 @@ impl Point {
     }
 
     /// Sets (or, with `None`, removes) the breaker. A new breaker starts empty.
-    pub(crate) fn apply_breaker(&'static self, breaker: Option<BreakerPolicy>) {
+    pub(crate) fn apply_breaker(&self, breaker: Option<BreakerPolicy>) {
         let mut settings = self.settings();
         self.install_breaker(&mut settings, breaker);
     }
 
-    pub(super) fn install_breaker(
-        &'static self,
-        settings: &mut Settings,
-        breaker: Option<BreakerPolicy>,
-    ) {
+    pub(super) fn install_breaker(&self, settings: &mut Settings, breaker: Option<BreakerPolicy>) {
         let cancel_fails = match breaker {
             Some(BreakerPolicy::Sre { config, .. }) => config.cancellations_are_failures,
             Some(BreakerPolicy::Classic(config)) => config.cancellations_are_failures,
@@ -88,14 +84,14 @@ impl Point {
     }
 
     #[cold]
-    pub(super) fn ensure_breaker(&'static self) {
+    pub(super) fn ensure_breaker(&self) {
         let mut settings = self.settings();
         if settings.breaker.is_none() {
             self.install_breaker(&mut settings, Some(BreakerPolicy::default()));
         }
     }
 
-    pub(super) fn recompile(&'static self, settings: &mut Settings) {
+    pub(super) fn recompile(&self, settings: &mut Settings) {
         let Settings {
             policy,
             breaker,
@@ -156,7 +152,7 @@ impl Point {
             cluster,
             keys: policy
                 .and_then(Policy::keys)
-                .map(|k| keys.form_for(k, &self.clock)),
+                .map(|k| keys.form_for(k, &self.clock, &self.owner())),
         };
         // A form without rules or breaker is none: such a point takes the fast path.
         let c = Compiled::new(policy, parts, fine, &self.clock);
@@ -234,7 +230,7 @@ impl Point {
     /// The cluster slot for a policy, building a lease when the setting changed.
     #[cfg(feature = "redis")]
     pub(super) fn cluster_for(
-        &'static self,
+        &self,
         clusters: &mut Clusters,
         policy: Option<&Policy>,
     ) -> Option<&'static ClusterSlot> {
@@ -255,9 +251,9 @@ impl Point {
         // Redis call, too long to hold the point's locks for.
         match clusters.due(now) {
             (due, _) if !due.is_empty() => {
-                chores::schedule(self, Chore::StopRetiredLeases, Duration::ZERO)
+                chores::schedule(self.owner(), self, Chore::StopRetiredLeases, Duration::ZERO)
             }
-            (_, Some(next)) => chores::schedule(self, Chore::StopRetiredLeases, next),
+            (_, Some(next)) => chores::schedule(self.owner(), self, Chore::StopRetiredLeases, next),
             _ => {}
         }
         clusters.current

@@ -25,11 +25,11 @@ impl Point {
     /// Arms the hung-call sweep (a timed call found it idle or draining).
     #[cold]
     #[inline(never)]
-    pub(super) fn arm_sweep(&'static self) {
+    pub(super) fn arm_sweep(&self) {
         if self.sweeping.arm() {
             if let Some(ns) = self.timeout_ns() {
                 let period = hang::period(Duration::from_nanos(ns));
-                chores::schedule(self, Chore::SweepHungCalls, period);
+                chores::schedule(self.owner(), self, Chore::SweepHungCalls, period);
             }
         }
     }
@@ -115,7 +115,7 @@ impl Point {
 }
 
 impl Chores for Point {
-    fn run(&'static self, chore: Chore) -> Option<Duration> {
+    fn run(&self, chore: Chore) -> Option<Duration> {
         match chore {
             Chore::SweepHungCalls => self.sweep_hung_calls(),
             Chore::SampleSeconds => self.sample_seconds(),

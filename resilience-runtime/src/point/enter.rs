@@ -38,9 +38,9 @@ impl Point {
     /// The entry of `#[breaker]`: installs the default breaker unless one was set
     /// (even `Disabled`), then enters like any call (see [`enter_in`](Self::enter_in)).
     #[inline]
-    pub(crate) fn enter_breaker_in(
-        &'static self,
-        slot: &mut Option<Permit>,
+    pub(crate) fn enter_breaker_in<'p>(
+        &'p self,
+        slot: &mut Option<Permit<'p>>,
     ) -> Result<(), Downgraded> {
         let c = self.compiled();
         if c.rules & (ACTIVE | R_BREAKER) == R_BREAKER {
@@ -58,11 +58,11 @@ impl Point {
     /// The async entry of `#[breaker]` (see [`enter_breaker_in`](Self::enter_breaker_in)
     /// and [`enter_async_in`](Self::enter_async_in)).
     #[inline]
-    pub(crate) fn enter_breaker_async_in<'a>(
-        &'static self,
-        slot: &'a mut Option<Permit>,
+    pub(crate) fn enter_breaker_async_in<'p, 'a>(
+        &'p self,
+        slot: &'a mut Option<Permit<'p>>,
         done: Option<&'a mut bool>,
-    ) -> super::queue::Admission<'a> {
+    ) -> super::queue::Admission<'a, 'p> {
         let c = self.compiled();
         if c.rules & (ACTIVE | R_BREAKER) == R_BREAKER {
             return super::queue::Admission::Ready(place(self.enter_breaker_only(c), slot));
@@ -75,9 +75,9 @@ impl Point {
 
     /// [`enter_breaker_in`](Self::enter_breaker_in) of a call with a key.
     #[inline]
-    pub(crate) fn enter_breaker_keyed_in(
-        &'static self,
-        slot: &mut Option<Permit>,
+    pub(crate) fn enter_breaker_keyed_in<'p>(
+        &'p self,
+        slot: &mut Option<Permit<'p>>,
         key: &KeyArg<'_>,
     ) -> Result<(), Downgraded> {
         let c = self.compiled();
@@ -89,12 +89,12 @@ impl Point {
 
     /// The async entry of `#[breaker]` with a key.
     #[inline]
-    pub(crate) fn enter_breaker_async_keyed_in<'a>(
-        &'static self,
-        slot: &'a mut Option<Permit>,
+    pub(crate) fn enter_breaker_async_keyed_in<'p, 'a>(
+        &'p self,
+        slot: &'a mut Option<Permit<'p>>,
         done: Option<&'a mut bool>,
         key: KeyArg<'a>,
-    ) -> super::queue::Admission<'a> {
+    ) -> super::queue::Admission<'a, 'p> {
         let c = self.compiled();
         if c.rules & R_BREAKER == 0 && !self.breaker_set.load(Ordering::Acquire) {
             self.ensure_breaker();
@@ -120,7 +120,7 @@ impl Point {
     /// assert!(point.enter().is_ok());
     /// ```
     #[inline]
-    pub fn enter(&'static self) -> Result<Permit, Downgraded> {
+    pub fn enter<'p>(&'p self) -> Result<Permit<'p>, Downgraded> {
         let mut slot = None;
         self.enter_in(&mut slot)?;
         Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
@@ -132,7 +132,7 @@ impl Point {
     /// tower layer uses (a `call` may not block, and its future has no place to
     /// wait in before the inner service is called).
     #[inline]
-    pub fn try_enter(&'static self) -> Result<Permit, Downgraded> {
+    pub fn try_enter<'p>(&'p self) -> Result<Permit<'p>, Downgraded> {
         let mut slot = None;
         self.try_enter_keyed_in(&mut slot, None)?;
         Ok(slot.unwrap_or_else(|| Permit::untracked(self)))
@@ -140,9 +140,9 @@ impl Point {
 
     /// [`try_enter`](Self::try_enter) of a call with a key, or without.
     #[inline(always)]
-    pub(crate) fn try_enter_keyed_in(
-        &'static self,
-        slot: &mut Option<Permit>,
+    pub(crate) fn try_enter_keyed_in<'p>(
+        &'p self,
+        slot: &mut Option<Permit<'p>>,
         key: Option<&KeyArg<'_>>,
     ) -> Result<(), Downgraded> {
         if !self.sampler_armed() {
@@ -175,7 +175,7 @@ impl Point {
     /// permit.finish(false);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub async fn enter_async(&'static self) -> Result<Permit, Downgraded> {
+    pub async fn enter_async<'p>(&'p self) -> Result<Permit<'p>, Downgraded> {
         let mut slot = None;
         match self.enter_async_in(&mut slot, None) {
             super::queue::Admission::Ready(r) => r?,
@@ -194,16 +194,16 @@ impl Point {
     /// With a queue (see [`PolicyBuilder::queue`](crate::PolicyBuilder::queue)) and
     /// every slot taken, the thread waits here (parked) for a slot.
     #[inline(always)]
-    pub(crate) fn enter_in(&'static self, slot: &mut Option<Permit>) -> Result<(), Downgraded> {
+    pub(crate) fn enter_in<'p>(&'p self, slot: &mut Option<Permit<'p>>) -> Result<(), Downgraded> {
         self.enter_with(slot, None)
     }
 
     /// [`enter_in`](Self::enter_in) for a call of `key` (see
     /// [`enter_key`](Self::enter_key)): the permit in `slot` holds the key's slot.
     #[inline]
-    pub(crate) fn enter_keyed_in(
-        &'static self,
-        slot: &mut Option<Permit>,
+    pub(crate) fn enter_keyed_in<'p>(
+        &'p self,
+        slot: &mut Option<Permit<'p>>,
         key: &KeyArg<'_>,
     ) -> Result<(), Downgraded> {
         self.enter_with(slot, Some(key))
@@ -211,9 +211,9 @@ impl Point {
 
     /// [`enter_in`](Self::enter_in), with a key or without.
     #[inline(always)]
-    fn enter_with(
-        &'static self,
-        slot: &mut Option<Permit>,
+    fn enter_with<'p>(
+        &'p self,
+        slot: &mut Option<Permit<'p>>,
         key: Option<&KeyArg<'_>>,
     ) -> Result<(), Downgraded> {
         if !self.sampler_armed() {
@@ -231,9 +231,9 @@ impl Point {
     /// the token bucket's signal) the wait on this thread and what follows it.
     #[cold]
     #[inline(never)]
-    fn refused_or_waits(
-        &'static self,
-        slot: &mut Option<Permit>,
+    fn refused_or_waits<'p>(
+        &'p self,
+        slot: &mut Option<Permit<'p>>,
         first: Reason,
         key: Option<&KeyArg<'_>>,
     ) -> Result<(), Downgraded> {
@@ -276,9 +276,9 @@ impl Point {
     /// [`take_token_wait`] giving a time is the token bucket's signal, also counted
     /// nowhere: the call has reserved its token and may run after that wait.
     #[inline(always)]
-    pub(super) fn enter_once(
-        &'static self,
-        slot: &mut Option<Permit>,
+    pub(super) fn enter_once<'p>(
+        &'p self,
+        slot: &mut Option<Permit<'p>>,
         flags: u8,
         key: Option<&KeyArg<'_>>,
     ) -> Result<(), Reason> {
@@ -302,10 +302,10 @@ impl Point {
     /// [`enter_governed`](Self::enter_governed) of a call with a key under a policy
     /// with a `keys` section.
     #[inline(never)]
-    pub(super) fn enter_keyed(
-        &'static self,
+    pub(super) fn enter_keyed<'p>(
+        &'p self,
         c: &'static Compiled,
-        slot: &mut Option<Permit>,
+        slot: &mut Option<Permit<'p>>,
         flags: u8,
         key: &KeyArg<'_>,
     ) -> Result<(), Reason> {
@@ -320,10 +320,10 @@ impl Point {
     /// A point with a policy: the plain rules alone take a leaner instance of the
     /// same code, without the words and branches of the others.
     #[inline(never)]
-    pub(super) fn enter_governed(
-        &'static self,
+    pub(super) fn enter_governed<'p>(
+        &'p self,
         c: &'static Compiled,
-        slot: &mut Option<Permit>,
+        slot: &mut Option<Permit<'p>>,
         flags: u8,
     ) -> Result<(), Reason> {
         let entered = if c.rules & NOT_PLAIN == 0 {
@@ -344,10 +344,10 @@ impl Point {
     /// bounds hold exactly under any number of threads. Only an admitted call counts a
     /// pass and holds a slot: nothing is taken and given back.
     #[inline(always)]
-    pub(super) fn enter_policy<const PLAIN: bool>(
-        &'static self,
+    pub(super) fn enter_policy<'p, const PLAIN: bool>(
+        &'p self,
         c: &'static Compiled,
-        slot: &mut Option<Permit>,
+        slot: &mut Option<Permit<'p>>,
         flags: u8,
         key: Option<&KeyArg<'_>>,
     ) -> Result<(), Downgraded> {
@@ -594,15 +594,15 @@ impl Point {
     /// A rule refused a call: a probe it claimed goes back for the next call, the delay
     /// starts (if the policy has one), and the call is downgraded or spared.
     #[inline(never)]
-    pub(super) fn refuse(
-        &'static self,
+    pub(super) fn refuse<'p>(
+        &'p self,
         c: &Compiled,
         reason: Reason,
         probe: Option<(u64, u64)>,
         start: u64,
         fine: bool,
         now: u64,
-    ) -> Result<Permit, Downgraded> {
+    ) -> Result<Permit<'p>, Downgraded> {
         if let Some((_, claimed)) = probe {
             self.delay.unclaim(claimed);
         }
@@ -617,10 +617,10 @@ impl Point {
     /// [`enter_in`](Self::enter_in) (out of line, so that `enter_in` stays small enough
     /// to inline at every call site).
     #[inline(never)]
-    pub(super) fn enter_unpoliced(
-        &'static self,
+    pub(super) fn enter_unpoliced<'p>(
+        &'p self,
         c: &'static Compiled,
-        slot: &mut Option<Permit>,
+        slot: &mut Option<Permit<'p>>,
     ) -> Result<(), Reason> {
         place(self.enter_breaker_only(c), slot).map_err(|d| d.reason)
     }
@@ -628,10 +628,10 @@ impl Point {
     /// A point without policy but with a breaker. The closed path of an untimed SRE
     /// breaker stays in this small function; everything else is out of line.
     #[inline]
-    pub(super) fn enter_breaker_only(
-        &'static self,
+    pub(super) fn enter_breaker_only<'p>(
+        &'p self,
         c: &'static Compiled,
-    ) -> Result<Permit, Downgraded> {
+    ) -> Result<Permit<'p>, Downgraded> {
         if let (R_BREAKER, Some(slot)) = (c.rules & (R_BREAKER | R_BREAKER_TIMED), c.breaker) {
             if let BreakerImpl::Sre(b) = &slot.imp {
                 if b.accepts_surely(self.clock.now_ns()) {
@@ -650,10 +650,10 @@ impl Point {
 
     /// The rest of [`enter_breaker_only`](Self::enter_breaker_only).
     #[inline(never)]
-    pub(super) fn enter_breaker_slow(
-        &'static self,
+    pub(super) fn enter_breaker_slow<'p>(
+        &'p self,
         c: &'static Compiled,
-    ) -> Result<Permit, Downgraded> {
+    ) -> Result<Permit<'p>, Downgraded> {
         let mut permit = Permit::untracked(self);
         if let Some(breaker) = c.breaker {
             let now = self.clock.now_ns();
@@ -703,7 +703,7 @@ impl Point {
     /// Gives a call without policy or breaker a permit with its start, so that its
     /// duration is measured (`measure_durations`).
     #[inline(never)]
-    pub(super) fn time_untracked(&'static self, slot: &mut Option<Permit>) {
+    pub(super) fn time_untracked<'p>(&'p self, slot: &mut Option<Permit<'p>>) {
         let mut permit = Permit::untracked(self);
         permit.start = self.clock.now_ns().max(1);
         fill(slot, permit);
@@ -733,7 +733,7 @@ impl Point {
     /// or [`NO_HANG`]. The table is made by the first timed call, and the sweep runs
     /// only while timed calls come (see `cycle`).
     #[inline]
-    pub(super) fn hang_slot(&'static self, timeout: u64, now: u64) -> u32 {
+    pub(super) fn hang_slot(&self, timeout: u64, now: u64) -> u32 {
         if timeout == 0 {
             return NO_HANG;
         }
@@ -827,29 +827,29 @@ impl Point {
     /// admitted call, under the concurrency limit: a concurrency refusal is never
     /// spared (the limit holds whatever the percentage), and a spared call that finds
     /// no free slot is downgraded for concurrency. A shadow policy runs every call.
-    pub(super) fn trip(
-        &'static self,
+    pub(super) fn trip<'p>(
+        &'p self,
         c: &Compiled,
         reason: Reason,
         start: u64,
         fine: bool,
         now: u64,
-    ) -> Result<Permit, Downgraded> {
+    ) -> Result<Permit<'p>, Downgraded> {
         self.trip_keyed(c, reason, None, start, fine, now)
     }
 
     /// [`trip`](Self::trip) of a call with a key (named in the listener event). A key's
     /// refusal is never spared by the downgrade percentage: the key's limits hold
     /// whatever it is.
-    pub(super) fn trip_keyed(
-        &'static self,
+    pub(super) fn trip_keyed<'p>(
+        &'p self,
         c: &Compiled,
         reason: Reason,
         key: Option<&KeyArg<'_>>,
         start: u64,
         fine: bool,
         now: u64,
-    ) -> Result<Permit, Downgraded> {
+    ) -> Result<Permit<'p>, Downgraded> {
         let shadow = c.rules & R_SHADOW != 0;
         let spared = c.percentage < 100
             && (c.percentage == 0 || crate::rand::below(100) >= c.percentage)

@@ -29,7 +29,7 @@ impl Point {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
-    pub fn enter_key<K: HotKey + ?Sized>(&'static self, key: &K) -> Result<Permit, Downgraded> {
+    pub fn enter_key<'p, K: HotKey + ?Sized>(&'p self, key: &K) -> Result<Permit<'p>, Downgraded> {
         let key = KeyArg::new(&key);
         let mut slot = None;
         self.enter_keyed_in(&mut slot, &key)?;
@@ -39,10 +39,10 @@ impl Point {
     /// [`enter_key`](Self::enter_key) for async code (see
     /// [`enter_async`](Self::enter_async)): a call that waits, in the queue or for its
     /// key's next call (the `keys` section's `max_wait`), waits in the future.
-    pub async fn enter_key_async<K: HotKey + Sync + ?Sized>(
-        &'static self,
+    pub async fn enter_key_async<'p, K: HotKey + Sync + ?Sized>(
+        &'p self,
         key: &K,
-    ) -> Result<Permit, Downgraded> {
+    ) -> Result<Permit<'p>, Downgraded> {
         let key = KeyArg::new(&key);
         let mut slot = None;
         match self.enter_async_keyed_in(&mut slot, None, Some(key)) {
@@ -55,7 +55,10 @@ impl Point {
     /// [`enter_key`](Self::enter_key) that never waits (see
     /// [`try_enter`](Self::try_enter)): what the keyed tower layer uses.
     #[inline]
-    pub fn try_enter_key<K: HotKey + ?Sized>(&'static self, key: &K) -> Result<Permit, Downgraded> {
+    pub fn try_enter_key<'p, K: HotKey + ?Sized>(
+        &'p self,
+        key: &K,
+    ) -> Result<Permit<'p>, Downgraded> {
         let key = KeyArg::new(&key);
         let mut slot = None;
         self.try_enter_keyed_in(&mut slot, Some(&key))?;

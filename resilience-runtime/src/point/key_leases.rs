@@ -280,6 +280,8 @@ pub(super) struct KeyLeases {
     pub(super) cluster: KeyCluster,
     pub(super) max_keys: u64,
     clock: Clock,
+    /// The point that keeps the map (its chores hold it weakly).
+    owner: chores::Owner,
     /// Whether the chores run at all (the wheel's thread started): without them no
     /// lease could start, and the local rule alone decides.
     enabled: bool,
@@ -301,13 +303,21 @@ pub(super) struct Wake(bool);
 
 impl KeyLeases {
     /// A map of at most `max_keys` leases (in whole shards, rounded down).
-    pub(super) fn new(cluster: &KeyCluster, max_keys: u64, clock: &Clock) -> KeyLeases {
+    /// A map of at most `max_keys` leases (in whole shards, rounded down), kept by
+    /// the point `owner`.
+    pub(super) fn new(
+        cluster: &KeyCluster,
+        max_keys: u64,
+        clock: &Clock,
+        owner: chores::Owner,
+    ) -> KeyLeases {
         let shards = (max_keys / 256).clamp(1, 64).next_power_of_two();
         let cap = (max_keys / shards) as usize;
         KeyLeases {
             cluster: cluster.clone(),
             max_keys,
             clock: clock.clone(),
+            owner,
             enabled: chores::running(),
             shards: (0..shards)
                 .map(|_| CachePadded::new(Mutex::new(LeaseShard::new(cap))))
@@ -335,7 +345,7 @@ impl KeyLeases {
     /// key (only a tracked key gets a lease). Called under the local rule's lock.
     #[inline]
     pub(super) fn admit(
-        &'static self,
+        &self,
         fp: u64,
         text: &dyn fmt::Display,
         rule: &LeaseRule,
@@ -348,7 +358,7 @@ impl KeyLeases {
 
     /// Arms the start chore if a call asked for it.
     #[inline]
-    pub(super) fn wake(&'static self, w: Wake) {
+    pub(super) fn wake(&self, w: Wake) {
         if w.0 {
             self.wake_start();
         }
@@ -407,9 +417,14 @@ impl KeyLeases {
     }
 
     /// Arms the start chore unless it is armed.
-    fn wake_start(&'static self) {
+    fn wake_start(&self) {
         if self.start_armed.swap(1, Ordering::AcqRel) == 0 {
-            chores::schedule(self, Chore::StartKeyLeases, Duration::ZERO);
+            chores::schedule(
+                self.owner.clone(),
+                self,
+                Chore::StartKeyLeases,
+                Duration::ZERO,
+            );
         }
     }
 
@@ -420,7 +435,7 @@ impl KeyLeases {
 
     /// The start chore: starts the pending leases, stops the dropped ones, and arms
     /// the cold chore.
-    fn start_pending(&'static self) -> Option<Duration> {
+    fn start_pending(&self) -> Option<Duration> {
         // Cleared first (reading the last arming's store), so a lease queued after
         // the queue is taken below arms the chore again.
         self.start_armed.swap(0, Ordering::AcqRel);
@@ -450,14 +465,19 @@ impl KeyLeases {
         let retired = std::mem::take(&mut *self.retired.lock().recover());
         drop(retired);
         if self.cold_armed.swap(1, Ordering::AcqRel) == 0 {
-            chores::schedule(self, Chore::DropColdKeyLeases, self.scan_every());
+            chores::schedule(
+                self.owner.clone(),
+                self,
+                Chore::DropColdKeyLeases,
+                self.scan_every(),
+            );
         }
         None
     }
 
     /// The cold chore: drops the leases of keys without a call for `cold`; runs
     /// again while leases are left.
-    fn drop_cold(&'static self) -> Option<Duration> {
+    fn drop_cold(&self) -> Option<Duration> {
         let now = self.clock.now_ns();
         let cold = nanos(self.cluster.cold);
         let mut dropped = Vec::new();
@@ -483,6 +503,11 @@ impl KeyLeases {
         Some(self.scan_every())
     }
 
+    /// Removes the map's timers (its point is being dropped).
+    pub(super) fn forget_chores(&self) {
+        chores::cancel(self, &[Chore::StartKeyLeases, Chore::DropColdKeyLeases]);
+    }
+
     /// The map's counts.
     pub(super) fn stats(&self) -> KeyClusterStats {
         let mut t = KeyClusterStats::default();
@@ -503,7 +528,7 @@ impl KeyLeases {
 }
 
 impl Chores for KeyLeases {
-    fn run(&'static self, chore: Chore) -> Option<Duration> {
+    fn run(&self, chore: Chore) -> Option<Duration> {
         match chore {
             Chore::StartKeyLeases => self.start_pending(),
             Chore::DropColdKeyLeases => self.drop_cold(),

@@ -116,7 +116,7 @@ impl KeyForm {
     /// next token is reserved, the call comes back after that wait with `held`).
     #[inline]
     pub(super) fn admit(
-        &'static self,
+        &self,
         key: &KeyArg<'_>,
         now: u64,
         held: bool,
@@ -149,7 +149,7 @@ impl KeyForm {
     #[cfg(feature = "redis")]
     #[inline(never)]
     fn admit_cluster(
-        &'static self,
+        &self,
         leases: &'static KeyLeases,
         rule: Option<LeaseRule>,
         key: &KeyArg<'_>,
@@ -199,8 +199,15 @@ impl KeyForms {
     pub(super) const EMPTY: KeyForms = KeyForms(None);
 
     /// See [`Held::form_for`].
-    pub(super) fn form_for(&mut self, p: &KeyPolicy, clock: &crate::Clock) -> &'static KeyForm {
-        self.0.get_or_insert_with(Box::default).form_for(p, clock)
+    pub(super) fn form_for(
+        &mut self,
+        p: &KeyPolicy,
+        clock: &crate::Clock,
+        owner: &super::chores::Owner,
+    ) -> &'static KeyForm {
+        self.0
+            .get_or_insert_with(Box::default)
+            .form_for(p, clock, owner)
     }
 
     pub(super) fn current_table(&self, p: Option<&KeyPolicy>) -> Option<&'static TableSlot> {
@@ -229,13 +236,37 @@ struct Held {
     leases: Vec<&'static KeyLeases>,
 }
 
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: forms, tables, cells and lease maps came from `Box::leak` in
+        // `form_for`, are listed once, and go with their point (see `Settings`).
+        unsafe {
+            self.forms.drain(..).for_each(|f| crate::util::reclaim(f));
+            self.tables.drain(..).for_each(|t| crate::util::reclaim(t));
+            std::mem::take(&mut self.cells)
+                .into_values()
+                .for_each(|c| crate::util::reclaim(c));
+            #[cfg(feature = "redis")]
+            self.leases.drain(..).for_each(|l| {
+                l.forget_chores();
+                crate::util::reclaim(l)
+            });
+        }
+    }
+}
+
 impl Held {
     /// The form of `p`: one made before for an equal section, else a new one sharing
     /// the table of its `max_keys`, the cells of the values it overrides and the
     /// lease map of its cluster setting and `max_keys` (so a policy change that keeps
     /// those keeps the keys' leases; a lease whose key's rule changed is started
     /// again). `clock` is the point's.
-    fn form_for(&mut self, p: &KeyPolicy, _clock: &crate::Clock) -> &'static KeyForm {
+    fn form_for(
+        &mut self,
+        p: &KeyPolicy,
+        _clock: &crate::Clock,
+        _owner: &super::chores::Owner,
+    ) -> &'static KeyForm {
         if let Some(f) = self.forms.iter().find(|f| f.policy == *p) {
             return f;
         }
@@ -275,8 +306,12 @@ impl Held {
             {
                 Some(l) => *l,
                 None => {
-                    let l: &'static KeyLeases =
-                        Box::leak(Box::new(KeyLeases::new(c, p.max_keys, _clock)));
+                    let l: &'static KeyLeases = Box::leak(Box::new(KeyLeases::new(
+                        c,
+                        p.max_keys,
+                        _clock,
+                        _owner.clone(),
+                    )));
                     self.leases.push(l);
                     l
                 }

@@ -31,14 +31,24 @@
 //!
 //! # Slots and their lifetimes
 //!
+//! A point lives in an `Arc` its registry holds: it is freed when the registry is
+//! dropped (or the point [retired](crate::Registry::retire)) and no handle of it is
+//! left. Every borrow the engine hands out is bound to the point: a [`Permit`] and an
+//! async call's wait borrow it, so no call outlives it. Background work holds it
+//! weakly: the timers of its chores and the hooks of a manual clock upgrade a `Weak`
+//! before they touch it, and skip a point that is gone; dropping a point removes its
+//! timers.
+//!
 //! Every slot a compiled form names (window ring, token bucket, breaker, adaptive
 //! limiter, cluster lease) and every compiled form is leaked when made and kept by the
-//! point for the rest of the process: a call that read an older form may still use
-//! it, however long ago it read it. Forms and slots are reused for an equal setting,
-//! so a point holds one per distinct setting it has had, not one per change. The
-//! handles are `&'static` references: no address is cast, and the only `unsafe` left
-//! in the engine is the pointer load of [`cell`] and the per-thread cells of
-//! [`tally`], each with its SAFETY comment.
+//! point until the point is dropped: a call that read an older form may still use it,
+//! however long ago it read it. Forms and slots are reused for an equal setting, so a
+//! point holds one per distinct setting it has had, not one per change. Inside the
+//! point they are `&'static` references, valid while the point lives, never stored
+//! anywhere that outlives a borrow of it; the point's settings list each once and
+//! free them (`util::reclaim`) when it is dropped. Besides that, the only `unsafe` in
+//! the engine is the pointer load of [`cell`] and the per-thread cells of [`tally`],
+//! each with its SAFETY comment.
 
 mod arming;
 mod attempt;
@@ -199,6 +209,43 @@ struct Settings {
     forms: cell::Kept<Compiled>,
 }
 
+impl Drop for Settings {
+    /// Frees every slot the point's settings made: the point is being dropped, so no
+    /// call, permit or chore of it is left (see "Slots and their lifetimes").
+    fn drop(&mut self) {
+        let Settings {
+            buckets,
+            breakers,
+            adaptives,
+            #[cfg(feature = "redis")]
+            clusters,
+            rings,
+            ..
+        } = self;
+        // SAFETY: every slot below came from `Box::leak` in `configure`, is listed
+        // once (the last bucket is also in `kept`, so only `kept` is walked), and the
+        // point that could reach it is being dropped.
+        unsafe {
+            buckets.kept.drain(..).for_each(|s| crate::util::reclaim(s));
+            breakers.drain(..).for_each(|s| crate::util::reclaim(s));
+            adaptives.drain(..).for_each(|s| crate::util::reclaim(s));
+            rings.drain(..).for_each(|s| crate::util::reclaim(s));
+            #[cfg(feature = "redis")]
+            {
+                clusters
+                    .current
+                    .take()
+                    .into_iter()
+                    .for_each(|s| crate::util::reclaim(s));
+                clusters
+                    .replaced
+                    .drain(..)
+                    .for_each(|(_, s)| crate::util::reclaim(s));
+            }
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct CycleState {
     /// The last closed cycle's id and the most calls in flight during it.
@@ -207,10 +254,18 @@ struct CycleState {
 
 /// The per-name state of the registry and the handle the macros call into.
 ///
-/// Get one with [`Registry::point`](crate::Registry::point). Points are created on first
-/// use and live as long as the process, so the handle is `&'static`.
+/// Get one with [`Registry::point`](crate::Registry::point), a borrow as long-lived as
+/// its registry (`&'static` from [`registry()`](crate::registry)), or as a shared
+/// handle with [`Registry::point_handle`](crate::Registry::point_handle). Points are
+/// created on first use and freed with their registry (or when retired, see
+/// [`Registry::retire`](crate::Registry::retire)) once no handle is left.
 pub struct Point {
     name: &'static str,
+    /// The point itself, for the chores it arms (they hold it weakly).
+    me: crate::sync::Weak<Point>,
+    /// Whether the registry handed out a borrow of the point (`Registry::point`):
+    /// such a point is never retired. Written under its map entry's lock.
+    pub(crate) pinned: crate::sync::atomic::AtomicBool,
     clock: Clock,
     events: Arc<Dispatcher>,
     cfg: PolicyCell<Compiled>,
@@ -253,6 +308,22 @@ pub struct Point {
     durations: crate::sync::OnceLock<durations::Durations>,
 }
 
+impl Drop for Point {
+    /// Removes the point's timers from the wheel at once (they would skip a dropped
+    /// point anyway); its settings then free its slots.
+    fn drop(&mut self) {
+        chores::cancel(
+            self,
+            &[
+                chores::Chore::SweepHungCalls,
+                chores::Chore::SampleSeconds,
+                #[cfg(feature = "redis")]
+                chores::Chore::StopRetiredLeases,
+            ],
+        );
+    }
+}
+
 impl fmt::Debug for Point {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Point")
@@ -263,9 +334,17 @@ impl fmt::Debug for Point {
 }
 
 impl Point {
-    pub(crate) fn new(name: &'static str, clock: Clock, events: Arc<Dispatcher>) -> Point {
+    /// A point that `me` (from [`Arc::new_cyclic`]) will hold.
+    pub(crate) fn new(
+        name: &'static str,
+        clock: Clock,
+        events: Arc<Dispatcher>,
+        me: crate::sync::Weak<Point>,
+    ) -> Point {
         Point {
             name,
+            me,
+            pinned: crate::sync::atomic::AtomicBool::new(false),
             clock,
             events,
             cfg: PolicyCell::new(),
@@ -302,6 +381,11 @@ impl Point {
             hang: crate::sync::OnceLock::new(),
             durations: crate::sync::OnceLock::new(),
         }
+    }
+
+    /// The point as the owner of a chore: chores hold it weakly.
+    fn owner(&self) -> chores::Owner {
+        self.me.clone()
     }
 
     /// The compiled form in force ([`EMPTY`] for a point without rules and breaker).

@@ -10,11 +10,11 @@ use super::Point;
 /// cancelled call, with or without a permit in the slot. The code that drives the call
 /// sets `done` once the call is refused, finished, panicked or cut.
 #[derive(Debug)]
-pub struct Pending {
+pub struct Pending<'a> {
     /// The point the call entered.
-    pub point: &'static Point,
+    pub point: &'a Point,
     /// The call's permit, if any.
-    pub slot: Option<Permit>,
+    pub slot: Option<Permit<'a>>,
     /// Whether the call ended (or never began): nothing is left to record.
     pub done: bool,
     /// Whether the call is one of generated code, which runs in its own `tracing`
@@ -23,10 +23,10 @@ pub struct Pending {
     traced: bool,
 }
 
-impl Pending {
+impl<'a> Pending<'a> {
     /// The slot of a generated call about to enter `point`.
     #[inline(always)]
-    pub fn new(point: &'static Point) -> Pending {
+    pub fn new(point: &'a Point) -> Pending<'a> {
         Pending {
             point,
             slot: None,
@@ -37,7 +37,7 @@ impl Pending {
 
     /// The slot of a call of the manual API (`Point::call_async`, ...).
     #[inline(always)]
-    pub(crate) fn manual(point: &'static Point) -> Pending {
+    pub(crate) fn manual(point: &'a Point) -> Pending<'a> {
         Pending {
             point,
             slot: None,
@@ -47,7 +47,7 @@ impl Pending {
     }
 }
 
-impl Drop for Pending {
+impl Drop for Pending<'_> {
     #[inline]
     fn drop(&mut self) {
         if !self.done {

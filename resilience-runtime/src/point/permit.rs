@@ -24,8 +24,8 @@ use std::time::Duration;
 /// breaker failure, as if it had returned then; otherwise the breaker does not see
 /// it. Either way the slot can never leak, which SDS's `downgradeFinally` could.
 #[must_use = "dropping a permit records the call as cancelled; call `finish`"]
-pub struct Permit {
-    pub(super) point: &'static Point,
+pub struct Permit<'a> {
+    pub(super) point: &'a Point,
     /// Start of a timed call (ticks or timeline, see `meta`), else 0.
     pub(super) start: u64,
     /// The timeout rule's threshold in the unit of `start`, or 0 without one.
@@ -39,7 +39,7 @@ pub struct Permit {
     /// The adaptive limiter's record of this call.
     pub(super) adaptive: Option<AdaptiveCall>,
     /// The call's slot under its key's concurrency limit, given back at the end.
-    pub(super) key: Option<crate::keys::KeyHold<'static>>,
+    pub(super) key: Option<crate::keys::KeyHold<'a>>,
 }
 
 pub(super) const NO_HANG: u32 = u32::MAX;
@@ -47,7 +47,10 @@ pub(super) const NO_HANG: u32 = u32::MAX;
 /// Writes `permit` into the caller's empty slot and returns it there, to be
 /// completed in place.
 #[inline(always)]
-pub(super) fn fill(slot: &mut Option<Permit>, permit: Permit) -> &mut Permit {
+pub(super) fn fill<'s, 'a>(
+    slot: &'s mut Option<Permit<'a>>,
+    permit: Permit<'a>,
+) -> &'s mut Permit<'a> {
     debug_assert!(slot.is_none(), "a permit slot is filled once");
     // The old value is `None`: forgetting it skips the check a drop would make.
     std::mem::forget(slot.replace(permit));
@@ -60,9 +63,9 @@ pub(super) fn fill(slot: &mut Option<Permit>, permit: Permit) -> &mut Permit {
 /// Writes the permit of an entry that returns one into the caller's empty slot (see
 /// [`Point::enter_in`]).
 #[inline(always)]
-pub(super) fn place(
-    entered: Result<Permit, Downgraded>,
-    slot: &mut Option<Permit>,
+pub(super) fn place<'a>(
+    entered: Result<Permit<'a>, Downgraded>,
+    slot: &mut Option<Permit<'a>>,
 ) -> Result<(), Downgraded> {
     fill(slot, entered?);
     Ok(())
@@ -158,7 +161,7 @@ impl Meta {
     }
 }
 
-impl fmt::Debug for Permit {
+impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("point", &self.point.name)
@@ -195,13 +198,13 @@ impl Outcome {
     }
 }
 
-impl Permit {
+impl<'a> Permit<'a> {
     /// The permit of a call admitted under the policy `c`, holding `slot`, with
     /// every field known (written once, in the caller's slot).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(super) fn governed(
-        point: &'static Point,
+        point: &'a Point,
         c: &Compiled,
         start: u64,
         fine: bool,
@@ -209,7 +212,7 @@ impl Permit {
         hang: u32,
         adaptive: Option<AdaptiveCall>,
         breaker: Option<BreakerCall>,
-    ) -> Permit {
+    ) -> Permit<'a> {
         Permit {
             point,
             start,
@@ -235,7 +238,7 @@ impl Permit {
 
     /// Gives the permit its key's slot, given back when the call ends.
     #[inline]
-    pub(super) fn attach_key(&mut self, hold: crate::keys::KeyHold<'static>) {
+    pub(super) fn attach_key(&mut self, hold: crate::keys::KeyHold<'a>) {
         self.key = Some(hold);
         self.meta = self.meta.with_extra(true);
     }
@@ -248,7 +251,7 @@ impl Permit {
     }
 
     #[inline]
-    pub(super) fn untracked(point: &'static Point) -> Permit {
+    pub(super) fn untracked(point: &'a Point) -> Permit<'a> {
         Permit {
             point,
             start: 0,
@@ -262,7 +265,7 @@ impl Permit {
     }
 
     /// The point this permit belongs to.
-    pub fn point(&self) -> &'static Point {
+    pub fn point(&self) -> &'a Point {
         self.point
     }
 
@@ -282,7 +285,7 @@ impl Permit {
     /// its permit completed where it is; the slot is left empty. An empty slot is an
     /// untracked call: only an exception is counted.
     #[inline(always)]
-    pub(crate) fn finish_in(point: &'static Point, slot: &mut Option<Permit>, exception: bool) {
+    pub(crate) fn finish_in(point: &'a Point, slot: &mut Option<Permit<'a>>, exception: bool) {
         Permit::end_in(point, slot, Outcome::of(exception));
     }
 
@@ -290,7 +293,7 @@ impl Permit {
     /// permit completed where it is; the slot is left empty. An empty slot is an
     /// untracked call: only exceptions, cancellations and timeouts are counted.
     #[inline(always)]
-    pub(crate) fn end_in(point: &'static Point, slot: &mut Option<Permit>, outcome: Outcome) {
+    pub(crate) fn end_in(point: &'a Point, slot: &mut Option<Permit<'a>>, outcome: Outcome) {
         match slot {
             Some(permit) => permit.complete(outcome),
             None => point.count_untracked_end(outcome),
@@ -448,7 +451,7 @@ impl Permit {
     }
 }
 
-impl Drop for Permit {
+impl Drop for Permit<'_> {
     fn drop(&mut self) {
         // Dropped without `finish`: a cancelled call.
         self.complete(Outcome::Cancelled);

@@ -165,10 +165,15 @@ fn remove(list: &mut VecDeque<Arc<Waiter>>, waiter: &Arc<Waiter>) {
 
 impl Point {
     /// The point's queue, made (with its clock hook) on first use.
-    fn wait_queue(&'static self) -> &'static WaitQueue {
+    fn wait_queue(&self) -> &WaitQueue {
         self.queue.get_or_init(|| {
             // A manual clock that moves wakes the waiters to look at their deadlines.
-            self.clock.after_move(move |_| self.wake_all_waiters());
+            let me = self.me.clone();
+            self.clock.after_move(move |_| {
+                if let Some(point) = me.upgrade() {
+                    point.wake_all_waiters();
+                }
+            });
             Box::default()
         })
     }
@@ -207,9 +212,9 @@ impl Point {
     /// thread (parked) for a slot, then enters as [`enter_in`](Self::enter_in) would.
     #[cold]
     #[inline(never)]
-    pub(super) fn wait_blocking(
-        &'static self,
-        slot: &mut Option<Permit>,
+    pub(super) fn wait_blocking<'p>(
+        &'p self,
+        slot: &mut Option<Permit<'p>>,
         flags: u8,
         key: Option<&KeyArg<'_>>,
     ) -> Result<(), Downgraded> {
@@ -239,9 +244,9 @@ impl Point {
 /// One waiting call: in the list from [`begin`](Wait::begin) until it is admitted,
 /// refused, times out or is dropped (cancelled).
 #[derive(Debug)]
-pub(super) struct Wait {
-    point: &'static Point,
-    queue: &'static WaitQueue,
+pub(super) struct Wait<'p> {
+    point: &'p Point,
+    queue: &'p WaitQueue,
     waiter: Arc<Waiter>,
     /// The entry flags of the waiter's looks (`TOKEN_HELD`; `WAITER` is added).
     flags: u8,
@@ -250,16 +255,16 @@ pub(super) struct Wait {
     done: bool,
 }
 
-impl Wait {
+impl<'p> Wait<'p> {
     /// Queues a call, or refuses it at once ([`Reason::QueueFull`], counted) when the
     /// queue is full. A policy changed since the call's entry to one without a queue
     /// refuses it for concurrency.
     fn begin(
-        point: &'static Point,
+        point: &'p Point,
         wake: Wake,
         flags: u8,
         priority: Priority,
-    ) -> Result<Wait, Downgraded> {
+    ) -> Result<Wait<'p>, Downgraded> {
         let c = point.compiled();
         let now = point.clock.now_ns();
         let queue = point.wait_queue();
@@ -317,7 +322,7 @@ impl Wait {
     /// is over (admitted, or refused by a rule: counted there), `None` to wait on.
     fn try_admit(
         &mut self,
-        slot: &mut Option<Permit>,
+        slot: &mut Option<Permit<'p>>,
         key: Option<&KeyArg<'_>>,
     ) -> Option<Result<(), Downgraded>> {
         if self.waiter.evicted.load(Ordering::Acquire) {
@@ -389,7 +394,7 @@ impl Wait {
     }
 }
 
-impl Drop for Wait {
+impl Drop for Wait<'_> {
     /// A waiter dropped while waiting (its caller gave up): out of the queue, never
     /// with a slot.
     fn drop(&mut self) {
@@ -404,29 +409,29 @@ impl Drop for Wait {
 
 /// What an async call's entry decided: at once, or after a wait.
 #[derive(Debug)]
-pub enum Admission<'a> {
+pub enum Admission<'a, 'p> {
     /// Decided: admitted (the permit in the slot) or refused.
     Ready(Result<(), Downgraded>),
     /// The call waits (for its reserved token, or in the queue for a slot): await it.
-    Wait(WaitFuture<'a>),
+    Wait(WaitFuture<'a, 'p>),
 }
 
 /// What an async call waits for.
 #[derive(Debug)]
-enum Stage {
+enum Stage<'p> {
     /// The token it reserved, due `ns` after the wait began.
     Token { ns: u64 },
     /// A slot, in the queue (the entry made at the first poll).
-    Queue(Option<Wait>),
+    Queue(Option<Wait<'p>>),
 }
 
 /// An async call waiting for its token or in the queue; see [`Admission::Wait`].
 /// Dropping it ends the wait: out of the queue, no slot taken, the call never began
 /// (a reserved token stays spent).
 #[derive(Debug)]
-pub struct WaitFuture<'a> {
-    point: &'static Point,
-    slot: &'a mut Option<Permit>,
+pub struct WaitFuture<'a, 'p> {
+    point: &'p Point,
+    slot: &'a mut Option<Permit<'p>>,
     /// The generated code's "nothing to record" flag: set while the call waits (a call
     /// dropped then never began), cleared once it is admitted.
     done: Option<&'a mut bool>,
@@ -436,7 +441,7 @@ pub struct WaitFuture<'a> {
     key: Option<WaitingKey>,
     /// The caller's priority when it entered (the wait may be polled elsewhere).
     priority: Priority,
-    stage: Stage,
+    stage: Stage<'p>,
     #[cfg(feature = "tokio")]
     sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
 }
@@ -446,23 +451,23 @@ impl Point {
     /// or a token bucket that waits and no token now, the call waits in the returned
     /// future. `done` is the generated code's guard flag, if any (see [`WaitFuture`]).
     #[inline(always)]
-    pub(crate) fn enter_async_in<'a>(
-        &'static self,
-        slot: &'a mut Option<Permit>,
+    pub(crate) fn enter_async_in<'p, 'a>(
+        &'p self,
+        slot: &'a mut Option<Permit<'p>>,
         done: Option<&'a mut bool>,
-    ) -> Admission<'a> {
+    ) -> Admission<'a, 'p> {
         self.enter_async_keyed_in(slot, done, None)
     }
 
     /// [`enter_async_in`](Self::enter_async_in) of a call with a key (see
     /// [`Point::enter_key`]).
     #[inline(always)]
-    pub(crate) fn enter_async_keyed_in<'a>(
-        &'static self,
-        slot: &'a mut Option<Permit>,
+    pub(crate) fn enter_async_keyed_in<'p, 'a>(
+        &'p self,
+        slot: &'a mut Option<Permit<'p>>,
         done: Option<&'a mut bool>,
         key: Option<KeyArg<'a>>,
-    ) -> Admission<'a> {
+    ) -> Admission<'a, 'p> {
         if !self.sampler_armed() {
             self.arm_sampler();
         }
@@ -482,13 +487,13 @@ impl Point {
     /// After the first look said no: the refusal, or a wait for the signal it gave.
     #[cold]
     #[inline(never)]
-    pub(super) fn wait_async<'a>(
-        &'static self,
-        slot: &'a mut Option<Permit>,
+    pub(super) fn wait_async<'p, 'a>(
+        &'p self,
+        slot: &'a mut Option<Permit<'p>>,
         mut done: Option<&'a mut bool>,
         reason: Reason,
         key: Option<KeyArg<'a>>,
-    ) -> Admission<'a> {
+    ) -> Admission<'a, 'p> {
         let mut flags = TOKEN_HELD;
         let stage = match reason {
             Reason::QueueFull => Stage::Queue(None),
@@ -519,7 +524,7 @@ impl Point {
         })
     }
 
-    fn refused<'a>(&self, reason: Reason) -> Admission<'a> {
+    fn refused<'a, 'p>(&self, reason: Reason) -> Admission<'a, 'p> {
         Admission::Ready(Err(Downgraded {
             point: self.name,
             reason,
@@ -527,7 +532,7 @@ impl Point {
     }
 }
 
-impl WaitFuture<'_> {
+impl WaitFuture<'_, '_> {
     /// The wait is over with `entered`: admitted calls are recorded from now on.
     fn finish(
         &mut self,
@@ -565,7 +570,7 @@ impl WaitFuture<'_> {
     }
 }
 
-impl std::future::Future for WaitFuture<'_> {
+impl std::future::Future for WaitFuture<'_, '_> {
     type Output = Result<(), Downgraded>;
 
     fn poll(
@@ -655,7 +660,7 @@ impl Point {
     /// Refuses a call for a reason of the queue (or for concurrency, when the queue
     /// went away): counted and reported like any refusal, the delay started if the
     /// policy has one.
-    fn refuse_waiting(&'static self, reason: Reason, now: u64) -> Downgraded {
+    fn refuse_waiting(&self, reason: Reason, now: u64) -> Downgraded {
         let c = self.compiled();
         match self.refuse(c, reason, None, 0, false, now) {
             Err(d) => d,

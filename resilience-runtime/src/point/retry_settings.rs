@@ -33,6 +33,19 @@ impl RetryForms {
     };
 }
 
+impl Drop for RetryForms {
+    fn drop(&mut self) {
+        // SAFETY: forms and the own budget came from `Box::leak` in `form_for`, are
+        // listed once, and go with their point (see `Settings`).
+        unsafe {
+            self.kept.drain(..).for_each(|f| crate::util::reclaim(f));
+            if let Some(own) = self.own_budget.take() {
+                crate::util::reclaim(own);
+            }
+        }
+    }
+}
+
 /// The pointer to the section in force (null: none).
 pub(super) type RetryCell = AtomicPtr<RetryForm>;
 
@@ -53,7 +66,7 @@ impl Point {
 
     /// The budget of the point's own that its retry section in force sets, if any
     /// (see [`RetryPolicy::budget`]).
-    pub fn retry_budget(&self) -> Option<&'static RetryBudget> {
+    pub fn retry_budget(&self) -> Option<&RetryBudget> {
         self.retry_form().and_then(|f| f.budget)
     }
 
@@ -84,7 +97,7 @@ impl Point {
 
     /// Installs (or, with `None`, removes) the retry section. `retry` is valid (the
     /// layers check it before).
-    pub(crate) fn apply_retry(&'static self, retry: Option<RetryPolicy>) {
+    pub(crate) fn apply_retry(&self, retry: Option<RetryPolicy>) {
         let mut settings = self.settings();
         let form = retry.map(|policy| form_for(self, &mut settings, policy));
         let ptr = form.map_or(std::ptr::null_mut(), |f| std::ptr::from_ref(f).cast_mut());

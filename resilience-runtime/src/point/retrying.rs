@@ -95,7 +95,7 @@ impl Point {
     /// One attempt: a call of the point (an `Err` counts as an exception, a panic
     /// keeps unwinding).
     fn attempt<T, E>(
-        &'static self,
+        &self,
         f: &mut impl FnMut() -> Result<T, E>,
         retry_if: &impl Fn(&E) -> bool,
     ) -> Attempt<T, E> {
@@ -170,7 +170,7 @@ impl Point {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn call_retrying<T, E>(
-        &'static self,
+        &self,
         retry: &Retry,
         budget: Option<&RetryBudget>,
         mut f: impl FnMut() -> Result<T, E>,

@@ -46,7 +46,7 @@ impl Point {
     /// # }).unwrap();
     /// ```
     pub async fn call_retrying_async<T, E, F>(
-        &'static self,
+        &self,
         retry: &Retry,
         budget: Option<&RetryBudget>,
         mut f: impl FnMut() -> F,

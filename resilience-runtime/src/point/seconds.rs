@@ -257,7 +257,7 @@ impl Point {
     /// Starts the sampler if it is not running (a call found it not `ARMED`).
     #[cold]
     #[inline(never)]
-    pub(super) fn arm_sampler(&'static self) {
+    pub(super) fn arm_sampler(&self) {
         if !self.entered.load(Ordering::Relaxed) {
             self.entered.store(true, Ordering::Relaxed);
         }
@@ -267,11 +267,19 @@ impl Point {
         }
         if !self.clock.is_manual() {
             let wall = self.clock.wall_nanos(self.clock.now_ns());
-            chores::schedule(self, Chore::SampleSeconds, next_sample_in(wall));
+            chores::schedule(
+                self.owner(),
+                self,
+                Chore::SampleSeconds,
+                next_sample_in(wall),
+            );
         } else if !self.sampler_hooked.swap(true, Ordering::AcqRel) {
             // A manual clock samples just before it moves: every second is exact.
-            let point: &'static Point = self;
+            let me = self.me.clone();
             self.clock.before_move(move |_to| {
+                let Some(point) = me.upgrade() else {
+                    return;
+                };
                 if point.sampling_scheduled() {
                     // Everything since the last sample happened in the current second
                     // (the clock has not moved yet); it closes nothing, so the first
@@ -322,7 +330,7 @@ impl Point {
     }
 
     /// One sample (the wheel's chore); returns when to sample again, if ever.
-    pub(crate) fn sample_seconds(&'static self) -> Option<Duration> {
+    pub(crate) fn sample_seconds(&self) -> Option<Duration> {
         if self.sampling.is_idle() {
             // The clean-up run, `KEEP` seconds after the sampler stopped: every
             // second kept is older than the history shown; free them.

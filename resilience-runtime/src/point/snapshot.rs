@@ -173,7 +173,12 @@ impl Point {
                 + settings.adaptives.len() * std::mem::size_of::<AdaptiveSlot>()
                 + held
         };
-        std::mem::size_of::<Point>()
+        // The point lives in an `Arc`: its two counts come before it, padded to its
+        // alignment.
+        let counts =
+            (2 * std::mem::size_of::<usize>()).next_multiple_of(std::mem::align_of::<Point>());
+        counts
+            + std::mem::size_of::<Point>()
             + configured
             + self.cluster_slots() * std::mem::size_of::<ClusterSlot>()
             + self.hang.get().map_or(0, HangTable::heap_bytes)

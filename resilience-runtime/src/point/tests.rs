@@ -463,8 +463,11 @@ fn the_duration_unit_follows_the_shortest_threshold() {
 #[test]
 fn a_permit_is_twelve_words_and_its_result_no_larger() {
     // Nine for the call, three for its key's slot (hot keys' `max_concurrency`).
-    assert_eq!(std::mem::size_of::<Permit>(), 96);
-    assert_eq!(std::mem::size_of::<Result<Permit, Downgraded>>(), 96);
+    assert_eq!(std::mem::size_of::<Permit<'static>>(), 96);
+    assert_eq!(
+        std::mem::size_of::<Result<Permit<'static>, Downgraded>>(),
+        96
+    );
 }
 
 /// A point with a timeout rule and no traffic has no hung-call table and no sweep;

@@ -89,7 +89,7 @@ impl fmt::Display for Provenance<'_> {
 
 /// Installs a change of effective settings in the point: only what changed, so an
 /// unchanged breaker keeps its state.
-fn install(point: &'static Point, before: &EffectivePolicy, after: &EffectivePolicy) {
+fn install(point: &Point, before: &EffectivePolicy, after: &EffectivePolicy) {
     if before.policy != after.policy {
         point.apply(after.policy.clone());
     }
@@ -119,7 +119,7 @@ impl Registry {
     /// (`version`, or the next one). Returns the version.
     pub(crate) fn edit_layers<F>(&self, source: &Source, version: Option<u64>, edits: F) -> u64
     where
-        F: FnOnce(&Table) -> Vec<(&'static Point, Option<PointConfig>)>,
+        F: FnOnce(&Table) -> Vec<(Arc<Point>, Option<PointConfig>)>,
     {
         let layers = self.layers_state();
         let mut changes = Vec::new();
@@ -129,7 +129,7 @@ impl Registry {
             let version = table.bump(source, version);
             for (point, settings) in edits {
                 if let Some((before, after)) = table.set(point.name(), source, settings, version) {
-                    install(point, &before, &after);
+                    install(&point, &before, &after);
                     changes.push(PolicyChange {
                         point: point.name(),
                         source: source.clone(),
@@ -148,7 +148,7 @@ impl Registry {
     /// Edits the code layer of one point.
     pub(crate) fn edit_code_layer(
         &self,
-        point: &'static Point,
+        point: Arc<Point>,
         edit: impl FnOnce(Option<PointConfig>) -> Option<PointConfig>,
     ) {
         self.edit_layers(&Source::Code, None, |table| {
@@ -179,7 +179,7 @@ impl Registry {
         if let Some(r) = &settings.retry {
             r.validate().map_err(BreakerError::Retry)?;
         }
-        let point = self.point(name)?;
+        let point = self.make(name)?;
         self.edit_layers(&source, None, |_| vec![(point, Some(settings))]);
         Ok(())
     }
@@ -191,7 +191,7 @@ impl Registry {
     /// [`PointNameError`] for an invalid name.
     pub fn clear_layer(&self, name: &str, source: Source) -> Result<(), PointNameError> {
         check_point_name(name)?;
-        if let Some(point) = self.get(name) {
+        if let Some(point) = self.find(name) {
             self.edit_layers(&source, None, |_| vec![(point, None)]);
         }
         Ok(())
@@ -247,8 +247,8 @@ impl Registry {
         {
             let mut table = layers.lock();
             for (name, (before, after)) in table.set_precedence(precedence) {
-                if let Some(point) = self.get(name) {
-                    install(point, &before, &after);
+                if let Some(point) = self.find(name) {
+                    install(&point, &before, &after);
                     changes.push(PolicyChange {
                         point: name,
                         source: Source::Code,

@@ -18,7 +18,9 @@ use std::fmt;
 use std::time::Duration;
 
 mod layers;
+mod retire;
 mod retry;
+pub use retire::RetireError;
 
 static GLOBAL: OnceLock<Registry> = OnceLock::new();
 
@@ -58,17 +60,20 @@ pub fn init_registry(clock: Clock) -> Result<&'static Registry, AlreadyInitializ
 }
 
 /// Point name → point state. Points are created on first use (a call or an API call)
-/// and live for the rest of the process.
+/// and live as long as the registry, unless [retired](Registry::retire). Dropping a
+/// registry frees its points (each once its last [handle](Registry::point_handle) is
+/// gone), their slots, its named retry budgets and its event thread.
 pub struct Registry {
     clock: Clock,
-    points: DashMap<&'static str, &'static Point>,
+    points: DashMap<&'static str, Arc<Point>>,
     events: Arc<Dispatcher>,
     layers: Layers,
     /// Points no `#[downgrade]` or `#[breaker]` function declares, and their cap.
     undeclared: AtomicU64,
     max_undeclared: AtomicU64,
-    /// Named retry budgets, leaked like points (reconfigured in place).
-    pub(crate) budgets: crate::sync::Mutex<std::collections::HashMap<String, &'static RetryBudget>>,
+    /// Named retry budgets, boxed so that borrows of them stay put (reconfigured in
+    /// place, never removed while the registry lives).
+    pub(crate) budgets: crate::sync::Mutex<std::collections::HashMap<String, Box<RetryBudget>>>,
 }
 
 /// How many points that no function declares a registry takes by default
@@ -108,7 +113,23 @@ impl Registry {
 
 impl Registry {
     /// A registry of its own with the given clock, separate from the global one (for
-    /// tests and for embedding several isolated registries). Its points are never freed.
+    /// tests and for embedding several isolated registries). Dropped, it frees
+    /// everything it made; its points are borrowed from it, so the borrow checker
+    /// sees that none is used after (handles from
+    /// [`point_handle`](Self::point_handle) keep theirs alive).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{Clock, Policy, Registry, Reason};
+    ///
+    /// let r = Registry::with_clock(Clock::system());
+    /// r.set_policy("test.kill", Policy::builder().max_visits(0).build()?)?;
+    /// let point = r.point("test.kill")?; // borrows `r`
+    /// assert_eq!(point.enter().unwrap_err().reason(), Reason::Visits);
+    /// drop(r); // frees the point, its slots and everything else `r` made
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn with_clock(clock: Clock) -> Registry {
         Registry {
             clock,
@@ -130,13 +151,17 @@ impl Registry {
         &self.clock
     }
 
-    /// The point with this name, created if needed.
+    /// The point with this name, created if needed, borrowed from the registry (for
+    /// [`registry()`](crate::registry), `&'static`: the macros' fast path). The borrow
+    /// pins the point: it is never [retired](Self::retire), since the borrow may last
+    /// as long as the registry. For points whose names come from data, use
+    /// [`point_handle`](Self::point_handle), which can be retired.
     ///
     /// A registry holds at most [`max_undeclared_points`](Self::max_undeclared_points)
     /// points that no `#[downgrade]` or `#[breaker]` function declares (default
-    /// [`DEFAULT_MAX_UNDECLARED_POINTS`]): points never go away, so names built from
-    /// user input would otherwise grow the process without bound. Declared points are
-    /// never refused, and existing points are always returned.
+    /// [`DEFAULT_MAX_UNDECLARED_POINTS`]), so that names built from user input cannot
+    /// grow the process without bound; retired points give their room back. Declared
+    /// points are never refused, and existing points are always returned.
     ///
     /// # Errors
     ///
@@ -158,9 +183,49 @@ impl Registry {
     /// assert!(r.point("user.1").is_ok(), "existing points are still there");
     /// # Ok::<(), resilience_runtime::PointNameError>(())
     /// ```
-    pub fn point(&self, name: &str) -> Result<&'static Point, PointNameError> {
+    pub fn point(&self, name: &str) -> Result<&Point, PointNameError> {
+        let point = self.lookup(name, Pin::Yes)?;
+        // SAFETY: the point is pinned (see `lookup`): the map keeps this `Arc` until
+        // the registry is dropped, and the returned borrow ends before that. An
+        // `Arc`'s value never moves.
+        Ok(unsafe { &*Arc::as_ptr(&point) })
+    }
+
+    /// The point with this name, created if needed, as a shared handle: it lives as
+    /// long as any handle does, and may be [retired](Self::retire) once none is left.
+    /// For points whose names come from data (a tenant, a route, a user), so that
+    /// their memory can be given back; [`point`](Self::point) hands out a borrow
+    /// instead, which pins the point for the registry's life.
+    ///
+    /// # Errors
+    ///
+    /// As [`point`](Self::point).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy};
+    ///
+    /// let tenant = registry().point_handle("docs.tenant.42")?;
+    /// tenant.enter().unwrap().finish(false);
+    /// assert_eq!(registry().stats("docs.tenant.42").unwrap().totals.passes, 1);
+    /// drop(tenant);
+    /// registry().retire("docs.tenant.42")?;
+    /// assert!(registry().stats("docs.tenant.42").is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn point_handle(&self, name: &str) -> Result<Arc<Point>, PointNameError> {
+        self.lookup(name, Pin::No)
+    }
+
+    /// The point named `name`, made if needed (counted against the cap on undeclared
+    /// points), pinned if `pin` says so. Pinning happens under the map entry's lock,
+    /// which [`retire`](Self::retire) takes to remove it: a point is either pinned
+    /// before a retirement looks at it, or retired before the pin finds it.
+    fn lookup(&self, name: &str, pin: Pin) -> Result<Arc<Point>, PointNameError> {
         if let Some(p) = self.points.get(name) {
-            return Ok(*p);
+            pin.apply(&p);
+            return Ok(Arc::clone(&p));
         }
         check_point_name(name)?;
         let declared = crate::declared::is_declared(name);
@@ -173,24 +238,37 @@ impl Registry {
                 return Err(PointNameError::too_many(name, max));
             }
         }
-        // Two threads racing to create the same point may leak one extra copy of the
-        // name; the point itself is created once.
-        let name = leak_name(name);
+        let name = intern(name);
         let mut created = false;
         let entry = self.points.entry(name).or_insert_with(|| {
             created = true;
-            place_point(Point::new(
-                name,
-                self.clock.clone(),
-                Arc::clone(&self.events),
-            ))
+            Arc::new_cyclic(|me| {
+                Point::new(
+                    name,
+                    self.clock.clone(),
+                    Arc::clone(&self.events),
+                    me.clone(),
+                )
+            })
         });
-        let point = *entry;
+        pin.apply(&entry);
+        let point = Arc::clone(&entry);
         drop(entry);
         if !declared && !created {
             self.undeclared.fetch_sub(1, Ordering::AcqRel);
         }
         Ok(point)
+    }
+
+    /// The point named `name` if it exists, not pinned (for the registry's own use:
+    /// held while it works, then let go).
+    pub(crate) fn find(&self, name: &str) -> Option<Arc<Point>> {
+        self.points.get(name).map(|p| Arc::clone(&p))
+    }
+
+    /// The point named `name`, made if needed, not pinned (see [`find`](Self::find)).
+    pub(crate) fn make(&self, name: &str) -> Result<Arc<Point>, PointNameError> {
+        self.lookup(name, Pin::No)
     }
 
     /// The most points no function declares that this registry takes.
@@ -209,9 +287,13 @@ impl Registry {
         self.undeclared.load(Ordering::Acquire)
     }
 
-    /// The point with this name if it exists, without creating it.
-    pub fn get(&self, name: &str) -> Option<&'static Point> {
-        self.points.get(name).map(|p| *p)
+    /// The point with this name if it exists, without creating it. Like
+    /// [`point`](Self::point), it pins the point (it is never retired).
+    pub fn get(&self, name: &str) -> Option<&Point> {
+        let entry = self.points.get(name)?;
+        Pin::Yes.apply(&entry);
+        // SAFETY: as in `point`: pinned, so kept by the map while the registry lives.
+        Some(unsafe { &*Arc::as_ptr(&entry) })
     }
 
     /// Sets the policy of a point in the code layer ([`Source::Code`](crate::layers::Source::Code)),
@@ -224,7 +306,7 @@ impl Registry {
     ///
     /// [`PointNameError`] for an invalid name.
     pub fn set_policy(&self, name: &str, policy: Policy) -> Result<(), PointNameError> {
-        let point = self.point(name)?;
+        let point = self.make(name)?;
         self.edit_code_layer(point, |current| {
             let mut config = PointConfig::new(policy);
             if let Some(c) = current {
@@ -244,7 +326,7 @@ impl Registry {
     /// [`PointNameError`] for an invalid name.
     pub fn clear_policy(&self, name: &str) -> Result<(), PointNameError> {
         check_point_name(name)?;
-        if let Some(point) = self.get(name) {
+        if let Some(point) = self.find(name) {
             self.edit_code_layer(point, |current| {
                 current.map(|c| c.with_sections(crate::layers::Sections::NONE))
             });
@@ -260,7 +342,7 @@ impl Registry {
     /// [`PointNameError`] for an invalid name.
     pub fn policy(&self, name: &str) -> Result<Option<Policy>, PointNameError> {
         check_point_name(name)?;
-        Ok(self.get(name).and_then(Point::policy))
+        Ok(self.find(name).and_then(|p| p.policy()))
     }
 
     /// Sets the breaker of a point in the code layer (creating the point if needed);
@@ -288,7 +370,7 @@ impl Registry {
     /// ```
     pub fn set_breaker(&self, name: &str, breaker: BreakerPolicy) -> Result<(), BreakerError> {
         breaker.validate()?;
-        let point = self.point(name)?;
+        let point = self.make(name)?;
         self.edit_code_layer(point, |current| {
             Some(match current {
                 Some(c) => c.with_breaker(breaker),
@@ -307,7 +389,7 @@ impl Registry {
     /// [`PointNameError`] for an invalid name.
     pub fn clear_breaker(&self, name: &str) -> Result<(), PointNameError> {
         check_point_name(name)?;
-        if let Some(point) = self.get(name) {
+        if let Some(point) = self.find(name) {
             self.edit_code_layer(point, |current| {
                 current.map(|mut c| {
                     c.breaker = None;
@@ -325,12 +407,12 @@ impl Registry {
     /// [`PointNameError`] for an invalid name.
     pub fn breaker(&self, name: &str) -> Result<Option<BreakerPolicy>, PointNameError> {
         check_point_name(name)?;
-        Ok(self.get(name).and_then(Point::breaker))
+        Ok(self.find(name).and_then(|p| p.breaker()))
     }
 
     /// Statistics of a point, or `None` if no point has that name.
     pub fn stats(&self, name: &str) -> Option<PointStats> {
-        self.get(name).map(Point::stats)
+        self.find(name).map(|p| p.stats())
     }
 
     /// Every point, in no particular order (cheaper than [`point_names`](Self::point_names)
@@ -340,7 +422,7 @@ impl Registry {
         feature = "metrics-facade",
         feature = "opentelemetry"
     ))]
-    pub(crate) fn for_each_point(&self, mut f: impl FnMut(&'static Point)) {
+    pub(crate) fn for_each_point(&self, mut f: impl FnMut(&Point)) {
         for entry in &self.points {
             f(entry.value());
         }
@@ -636,27 +718,35 @@ impl Registry {
     }
 }
 
-fn leak_name(name: &str) -> &'static str {
-    Box::leak(name.to_owned().into_boxed_str())
+/// The one `&'static` copy of a point name, made by the first point of that name in
+/// any registry. Names outlive their points: events, errors and layer tables carry
+/// them as `&'static str`, and a retired point's downgrade may still be on its way to
+/// a listener. A retired name made again reuses its copy, so names cost at most one
+/// copy each (256 bytes at most, see [`crate::name`]).
+fn intern(name: &str) -> &'static str {
+    static NAMES: OnceLock<crate::sync::Mutex<std::collections::HashSet<&'static str>>> =
+        OnceLock::new();
+    let mut names = NAMES.get_or_init(Default::default).lock().recover();
+    if let Some(n) = names.get(name) {
+        return n;
+    }
+    let n: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(n);
+    n
 }
 
-/// Points per block of [`place_point`].
-const POINT_BLOCK: usize = 32;
+/// Whether a look-up pins the point it returns (see [`Registry::point`]).
+#[derive(Clone, Copy)]
+enum Pin {
+    Yes,
+    No,
+}
 
-/// The unused rest of the current block of points.
-static POINT_SLOTS: crate::sync::Mutex<&'static mut [std::mem::MaybeUninit<Point>]> =
-    crate::sync::Mutex::new(&mut []);
-
-/// Places a point for the rest of the process. Points are cache-line aligned (their
-/// flow word has a line of its own), which an allocation of its own would pay for
-/// with alignment padding each: they are placed in blocks of [`POINT_BLOCK`] instead.
-fn place_point(point: Point) -> &'static Point {
-    let mut slots = POINT_SLOTS.lock().recover();
-    let mut block = std::mem::take(&mut *slots);
-    if block.is_empty() {
-        block = Box::leak(Box::new_uninit_slice(POINT_BLOCK));
+impl Pin {
+    /// Pins `point` if asked; called under its map entry's lock.
+    fn apply(self, point: &Point) {
+        if matches!(self, Pin::Yes) && !point.pinned.load(Ordering::Relaxed) {
+            point.pinned.store(true, Ordering::Relaxed);
+        }
     }
-    let (first, rest) = block.split_first_mut().expect("a block is never empty");
-    *slots = rest;
-    first.write(point)
 }

@@ -10,7 +10,7 @@ impl Registry {
     /// The retry budget named `name`, made with [`BudgetConfig::default`] (20% of the
     /// calls of the last 10 s plus 10 a second) on first use. Every caller that names
     /// it shares it; look it up once and keep the reference (it lives as long as the
-    /// process).
+    /// registry: the whole process for [`registry()`](crate::registry)).
     ///
     /// # Examples
     ///
@@ -21,16 +21,16 @@ impl Registry {
     /// assert!(std::ptr::eq(budget, registry().retry_budget("docs.budget")));
     /// assert_eq!(budget.config().percent, 20.0);
     /// ```
-    pub fn retry_budget(&self, name: &str) -> &'static RetryBudget {
+    pub fn retry_budget(&self, name: &str) -> &RetryBudget {
         let mut budgets = self.budgets.lock().recover();
-        if let Some(b) = budgets.get(name) {
-            return b;
-        }
-        let budget = RetryBudget::new(BudgetConfig::default(), self.clock().clone())
-            .unwrap_or_else(|_| unreachable!("the default budget is valid"));
-        let budget: &'static RetryBudget = Box::leak(Box::new(budget));
-        budgets.insert(name.to_owned(), budget);
-        budget
+        let budget = budgets.entry(name.to_owned()).or_insert_with(|| {
+            let budget = RetryBudget::new(BudgetConfig::default(), self.clock().clone())
+                .unwrap_or_else(|_| unreachable!("the default budget is valid"));
+            Box::new(budget)
+        });
+        // SAFETY: budgets are boxed (they never move) and never removed while the
+        // registry lives; the returned borrow is of the registry.
+        unsafe { &*std::ptr::from_ref::<RetryBudget>(budget) }
     }
 
     /// Sets the limits of the budget named `name` (making it if needed) and returns
@@ -45,17 +45,21 @@ impl Registry {
         &self,
         name: &str,
         config: BudgetConfig,
-    ) -> Result<&'static RetryBudget, crate::FieldError> {
+    ) -> Result<&RetryBudget, crate::FieldError> {
         config.validate()?;
         let mut budgets = self.budgets.lock().recover();
-        if let Some(b) = budgets.get(name) {
-            b.reconfigure(config)?;
-            return Ok(b);
-        }
-        let budget: &'static RetryBudget =
-            Box::leak(Box::new(RetryBudget::new(config, self.clock().clone())?));
-        budgets.insert(name.to_owned(), budget);
-        Ok(budget)
+        let budget: &RetryBudget = match budgets.get(name) {
+            Some(b) => {
+                b.reconfigure(config)?;
+                b
+            }
+            None => {
+                let b = Box::new(RetryBudget::new(config, self.clock().clone())?);
+                budgets.entry(name.to_owned()).or_insert(b)
+            }
+        };
+        // SAFETY: as in `retry_budget`.
+        Ok(unsafe { &*std::ptr::from_ref::<RetryBudget>(budget) })
     }
 
     /// Sets the retry section of a point in the code layer (creating the point if
@@ -88,7 +92,7 @@ impl Registry {
     /// ```
     pub fn set_retry(&self, name: &str, retry: RetryPolicy) -> Result<(), RetryError> {
         retry.validate().map_err(RetryError::Config)?;
-        let point = self.point(name)?;
+        let point = self.make(name)?;
         self.edit_code_layer(point, |current| {
             Some(match current {
                 Some(c) => c.with_retry(retry),
@@ -106,7 +110,7 @@ impl Registry {
     /// [`PointNameError`] for an invalid name.
     pub fn clear_retry(&self, name: &str) -> Result<(), PointNameError> {
         check_point_name(name)?;
-        if let Some(point) = self.get(name) {
+        if let Some(point) = self.find(name) {
             self.edit_code_layer(point, |current| {
                 current
                     .map(|mut c| {
@@ -126,6 +130,6 @@ impl Registry {
     /// [`PointNameError`] for an invalid name.
     pub fn retry(&self, name: &str) -> Result<Option<RetryPolicy>, PointNameError> {
         check_point_name(name)?;
-        Ok(self.get(name).and_then(crate::Point::retry_policy))
+        Ok(self.find(name).and_then(|p| p.retry_policy()))
     }
 }

@@ -150,7 +150,8 @@ pub struct RetryBudget {
     clock: Clock,
     /// The counters of the configuration in force (one of `kept`).
     current: AtomicPtr<Counts>,
-    /// Every configuration's counters, leaked: a caller may still hold a replaced one.
+    /// Every configuration's counters, leaked until the budget is dropped: a caller
+    /// may still hold a replaced one.
     kept: Mutex<Vec<&'static Counts>>,
 }
 
@@ -196,6 +197,16 @@ pub struct BudgetStats {
     pub refused: u64,
 }
 
+impl Drop for RetryBudget {
+    fn drop(&mut self) {
+        let kept = std::mem::take(self.kept.get_mut().recover());
+        // SAFETY: each `Counts` came from `Box::leak`, is listed once, and a budget
+        // being dropped has no caller left.
+        kept.into_iter()
+            .for_each(|c| unsafe { crate::util::reclaim(c) });
+    }
+}
+
 impl RetryBudget {
     /// A budget on `clock`.
     ///
@@ -213,9 +224,9 @@ impl RetryBudget {
     }
 
     #[inline]
-    fn counts(&self) -> &'static Counts {
+    fn counts(&self) -> &Counts {
         // SAFETY: `current` only ever holds pointers from `Box::leak` (in `new` and
-        // `reconfigure`), never freed.
+        // `reconfigure`), kept in `kept` and freed only when the budget is dropped.
         unsafe { &*self.current.load(Ordering::Acquire) }
     }
 

@@ -27,7 +27,7 @@ pub trait CallGuard: Send + 'static {
     }
 }
 
-impl CallGuard for Permit {
+impl CallGuard for Permit<'static> {
     fn finish(self, failed: bool) {
         Permit::finish(self, failed);
     }

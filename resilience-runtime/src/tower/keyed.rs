@@ -111,7 +111,7 @@ where
 {
     type Response = S::Response;
     type Error = M::Error;
-    type Future = ResponseFuture<S::Future, Permit, M>;
+    type Future = ResponseFuture<S::Future, Permit<'static>, M>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(M::inner_error)

@@ -230,7 +230,7 @@ where
 {
     type Response = S::Response;
     type Error = M::Error;
-    type Future = ResponseFuture<S::Future, Permit, M>;
+    type Future = ResponseFuture<S::Future, Permit<'static>, M>;
 
     /// Forwards to the inner service; no slot is reserved here (see the
     /// [module docs](super)).

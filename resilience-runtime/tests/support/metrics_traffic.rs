@@ -16,7 +16,7 @@ pub(crate) fn own_registry() -> &'static Registry {
 /// `{prefix}.ok`: 5 calls, 2 of them exceptions, no policy; `{prefix}.kill`: a kill
 /// switch, 3 visits downgraded on `visits`; `{prefix}.conc`: one call in flight (the
 /// permit returned) at a concurrency limit of 1 and one downgraded on `concurrency`.
-pub(crate) fn known_traffic(r: &'static Registry, prefix: &str) -> Permit {
+pub(crate) fn known_traffic(r: &'static Registry, prefix: &str) -> Permit<'static> {
     let ok = r.point(&format!("{prefix}.ok")).unwrap();
     for i in 0..5 {
         ok.enter().unwrap().finish(i % 3 == 0);

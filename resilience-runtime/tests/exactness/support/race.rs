@@ -10,7 +10,7 @@ use std::sync::Barrier;
 /// What one race saw: the permits of the admitted calls (still held: the caller
 /// finishes them) and the refusals, by reason.
 pub(crate) struct Race {
-    pub(crate) permits: Vec<Permit>,
+    pub(crate) permits: Vec<Permit<'static>>,
     pub(crate) refused: Vec<Reason>,
 }
 
@@ -38,7 +38,7 @@ impl Race {
 /// and refusal is counted in `seen`.
 pub(crate) fn race(p: &'static Point, threads: usize, seen: &Seen) -> Race {
     let (start, tried) = (Barrier::new(threads), Barrier::new(threads));
-    let outcomes: Vec<Result<Permit, Reason>> = std::thread::scope(|s| {
+    let outcomes: Vec<Result<Permit<'static>, Reason>> = std::thread::scope(|s| {
         let racers: Vec<_> = (0..threads)
             .map(|_| {
                 let (start, tried) = (&start, &tried);
