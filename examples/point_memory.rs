@@ -2,6 +2,9 @@
 //! rule, and reports the resident growth per point beside `memory_bytes()`, before
 //! and after each point's first call.
 //!
+//! Last, a policy file of N points that shrinks to one: the heap it took, and what is
+//! left once the points it no longer names are retired.
+//!
 //! Run with `cargo run --release -p examples --example point_memory [points]`.
 
 use resilience_runtime::{measure_durations, registry, Policy};
@@ -103,6 +106,40 @@ fn measure(prefix: &str, points: usize, policy: Option<Policy>) {
     );
 }
 
+/// A policy text of `points` points named `file.i`, each called once through a
+/// handle; then a text of one point. Prints the heap each step holds.
+fn shrink(points: usize) {
+    use resilience_runtime::config::Format;
+    let heap0 = heap();
+    let mut text = String::new();
+    for i in 0..points {
+        text.push_str(&format!("[points.\"file.{i}\"]\nmax_visits = 1000\n"));
+    }
+    registry()
+        .load_policies_str(&text, Format::Toml)
+        .expect("a valid file");
+    drop(text);
+    for i in 0..points {
+        let point = registry()
+            .point_handle(&format!("file.{i}"))
+            .expect("made above");
+        if let Ok(permit) = point.enter() {
+            permit.finish(false);
+        };
+    }
+    let loaded = heap();
+    registry()
+        .load_policies_str("[points.\"file.0\"]\nmax_visits = 1000\n", Format::Toml)
+        .expect("a valid file");
+    let shrunk = heap();
+    println!(
+        "  file: {points} points +{} kB on the heap; shrunk to one point: +{} kB ({} points left)",
+        (loaded.0 - heap0.0) / 1_000,
+        shrunk.0.saturating_sub(heap0.0) / 1_000,
+        registry().point_names().iter().filter(|n| n.starts_with("file.")).count(),
+    );
+}
+
 fn main() {
     let points: usize = std::env::args()
         .nth(1)
@@ -114,4 +151,5 @@ fn main() {
     registry().set_max_undeclared_points(u64::MAX);
     measure("idle", points, None);
     measure("full", points, Some(every_rule()));
+    shrink(points);
 }

@@ -4,7 +4,7 @@
 use super::check;
 use crate::cell::{Kept, PolicyCell};
 use crate::sync::new_execution;
-use loom::sync::Arc;
+use loom::sync::{Arc, Mutex};
 use loom::thread;
 
 /// A form whose two halves always agree when read whole.
@@ -15,16 +15,19 @@ struct Form(u64, u64);
 fn a_reader_sees_whole_forms_only() {
     check(|| {
         new_execution();
-        let cell = Arc::new(PolicyCell::<Form>::new());
+        // The kept forms live beside the cell, as in a point (they are freed with it).
+        let owner = Arc::new((PolicyCell::<Form>::new(), Mutex::new(Kept::new())));
         let writer = {
-            let cell = cell.clone();
+            let owner = owner.clone();
             thread::spawn(move || {
-                let mut kept = Kept::new();
+                let (cell, kept) = &*owner;
+                let mut kept = kept.lock().unwrap();
                 cell.store(Some(Form(1, 1)), &mut kept);
                 cell.store(Some(Form(2, 2)), &mut kept);
                 cell.store(Some(Form(1, 1)), &mut kept);
             })
         };
+        let cell = &owner.0;
         for _ in 0..2 {
             if let Some(f) = cell.get() {
                 assert_eq!(f.0, f.1, "a torn form");
