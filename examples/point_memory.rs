@@ -136,7 +136,11 @@ fn shrink(points: usize) {
         "  file: {points} points +{} kB on the heap; shrunk to one point: +{} kB ({} points left)",
         (loaded.0 - heap0.0) / 1_000,
         shrunk.0.saturating_sub(heap0.0) / 1_000,
-        registry().point_names().iter().filter(|n| n.starts_with("file.")).count(),
+        registry()
+            .point_names()
+            .iter()
+            .filter(|n| n.starts_with("file."))
+            .count(),
     );
 }
 
