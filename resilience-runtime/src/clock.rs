@@ -202,8 +202,9 @@ impl Clock {
 
     /// With a manual clock, registers `hook` to run just before it moves (with the
     /// timeline reading it moves to) and returns `true`; with the system clock, does
-    /// nothing and returns `false`.
-    pub(crate) fn before_move(&self, hook: impl Fn(u64) + Send + Sync + 'static) -> bool {
+    /// nothing and returns `false`. A hook that returns `false` (its point is gone)
+    /// is dropped.
+    pub(crate) fn before_move(&self, hook: impl Fn(u64) -> bool + Send + Sync + 'static) -> bool {
         match &*self.inner {
             Source::Manual(m) => {
                 m.before_move.0.lock().recover().push(Box::new(hook));
@@ -216,7 +217,8 @@ impl Clock {
     /// With a manual clock, registers `hook` to run just after it moved (with the new
     /// reading) and returns `true`; with the system clock, does nothing and returns
     /// `false`. Waiters with a deadline on the clock use it to look at the time again.
-    pub(crate) fn after_move(&self, hook: impl Fn(u64) + Send + Sync + 'static) -> bool {
+    /// A hook that returns `false` is dropped.
+    pub(crate) fn after_move(&self, hook: impl Fn(u64) -> bool + Send + Sync + 'static) -> bool {
         match &*self.inner {
             Source::Manual(m) => {
                 m.after_move.0.lock().recover().push(Box::new(hook));
@@ -382,7 +384,8 @@ pub struct ManualClock {
 }
 
 /// Called with the reading the clock is about to move to.
-type Hook = Box<dyn Fn(u64) + Send + Sync>;
+/// A hook of a manual clock's moves; `false`: drop it (what it served is gone).
+type Hook = Box<dyn Fn(u64) -> bool + Send + Sync>;
 
 /// What runs just before a manual clock moves: the per-second samplers of the points
 /// that use it, which a system clock runs on the timing wheel instead.
@@ -397,10 +400,7 @@ impl std::fmt::Debug for BeforeMove {
 
 impl BeforeMove {
     fn run(&self, to: u64) {
-        let hooks = self.0.lock().recover();
-        for hook in hooks.iter() {
-            hook(to);
-        }
+        self.0.lock().recover().retain(|hook| hook(to));
     }
 }
 

@@ -2,7 +2,7 @@
 //! frees it, and that a retirement racing calls, handles and policy changes never
 //! loses a policy or frees a point in use.
 
-use resilience_runtime::config::Format;
+use resilience_runtime::config::{Format, PolicyFile};
 use resilience_runtime::layers::Source;
 use resilience_runtime::{downgrade, Clock, Downgraded, Policy, Reason, Registry, RetireError};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,6 +139,35 @@ fn a_policy_file_that_stops_naming_a_point_retires_it() {
     drop(held);
     assert_eq!(r.retire_unused(), 1);
     assert_eq!(r.point_names(), ["retire.file.0"]);
+}
+
+#[test]
+fn a_console_source_that_stops_naming_a_point_retires_it() {
+    let r = registry();
+    let both = "[points.\"retire.console.a\"]\nmax_visits = 0\n[points.\"retire.console.b\"]\nmax_visits = 0\n";
+    r.apply_source(
+        Source::Console,
+        &PolicyFile::parse(both, Format::Toml).unwrap(),
+    )
+    .unwrap();
+    // Code's own setting of `b` keeps it: a retirement never drops a setting.
+    r.set_policy("retire.console.b", Policy::observe()).unwrap();
+    let one = "[points.\"retire.console.c\"]\nmax_visits = 0\n";
+    r.apply_source(
+        Source::Console,
+        &PolicyFile::parse(one, Format::Toml).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(r.point_names(), ["retire.console.b", "retire.console.c"]);
+    assert_eq!(
+        r.layers("retire.console.b").unwrap().len(),
+        1,
+        "code's layer kept"
+    );
+    assert_eq!(
+        r.policy("retire.console.b").unwrap(),
+        Some(Policy::observe())
+    );
 }
 
 #[test]

@@ -579,7 +579,7 @@ impl Registry {
         for (name, config) in &checked.file.points {
             if checked.problems.is_empty() {
                 // A point another thread made meanwhile may still take the last room.
-                match self.make(name) {
+                match self.point_handle(name) {
                     Ok(point) => points.push((point, config)),
                     Err(e) => checked.problems.push(name_problem(name, &e)),
                 }

@@ -170,9 +170,11 @@ impl Point {
             // A manual clock that moves wakes the waiters to look at their deadlines.
             let me = self.me.clone();
             self.clock.after_move(move |_| {
-                if let Some(point) = me.upgrade() {
-                    point.wake_all_waiters();
+                let point = me.upgrade();
+                if let Some(p) = &point {
+                    p.wake_all_waiters();
                 }
+                point.is_some()
             });
             Box::default()
         })

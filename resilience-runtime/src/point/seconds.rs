@@ -278,7 +278,7 @@ impl Point {
             let me = self.me.clone();
             self.clock.before_move(move |_to| {
                 let Some(point) = me.upgrade() else {
-                    return;
+                    return false;
                 };
                 if point.sampling_scheduled() {
                     // Everything since the last sample happened in the current second
@@ -288,6 +288,7 @@ impl Point {
                     let second = point.clock.wall_nanos(point.clock.now_ns()) / SECOND_NS;
                     let _ = point.sample_closing(0, second);
                 }
+                true
             });
         }
     }

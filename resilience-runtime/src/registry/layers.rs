@@ -179,7 +179,7 @@ impl Registry {
         if let Some(r) = &settings.retry {
             r.validate().map_err(BreakerError::Retry)?;
         }
-        let point = self.make(name)?;
+        let point = self.point_handle(name)?;
         self.edit_layers(&source, None, |_| vec![(point, Some(settings))]);
         Ok(())
     }

@@ -184,6 +184,10 @@ impl Registry {
     /// # Ok::<(), resilience_runtime::PointNameError>(())
     /// ```
     pub fn point(&self, name: &str) -> Result<&Point, PointNameError> {
+        if let Some(point) = self.get(name) {
+            // No count taken for a point that exists: a look-up per call stays cheap.
+            return Ok(point);
+        }
         let point = self.lookup(name, Pin::Yes)?;
         // SAFETY: the point is pinned (see `lookup`): the map keeps this `Arc` until
         // the registry is dropped, and the returned borrow ends before that. An
@@ -266,11 +270,6 @@ impl Registry {
         self.points.get(name).map(|p| Arc::clone(&p))
     }
 
-    /// The point named `name`, made if needed, not pinned (see [`find`](Self::find)).
-    pub(crate) fn make(&self, name: &str) -> Result<Arc<Point>, PointNameError> {
-        self.lookup(name, Pin::No)
-    }
-
     /// The most points no function declares that this registry takes.
     pub fn max_undeclared_points(&self) -> u64 {
         self.max_undeclared.load(Ordering::Acquire)
@@ -306,7 +305,7 @@ impl Registry {
     ///
     /// [`PointNameError`] for an invalid name.
     pub fn set_policy(&self, name: &str, policy: Policy) -> Result<(), PointNameError> {
-        let point = self.make(name)?;
+        let point = self.point_handle(name)?;
         self.edit_code_layer(point, |current| {
             let mut config = PointConfig::new(policy);
             if let Some(c) = current {
@@ -370,7 +369,7 @@ impl Registry {
     /// ```
     pub fn set_breaker(&self, name: &str, breaker: BreakerPolicy) -> Result<(), BreakerError> {
         breaker.validate()?;
-        let point = self.make(name)?;
+        let point = self.point_handle(name)?;
         self.edit_code_layer(point, |current| {
             Some(match current {
                 Some(c) => c.with_breaker(breaker),

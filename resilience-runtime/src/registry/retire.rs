@@ -1,21 +1,9 @@
-//! Retiring points: a point that no code holds and no source configures is removed
-//! from the registry, and its memory given back.
-//!
-//! A point can be retired when every one of these holds:
-//! - no `#[downgrade]` or `#[breaker]` function declares it;
-//! - it was never handed out as a borrow ([`Registry::point`], [`Registry::get`]):
-//!   such a borrow may live as long as the registry, so the point does too;
-//! - no [handle](Registry::point_handle) is left (a call in flight holds one);
-//! - no source has a layer for it: its settings, which an operator may have set, are
-//!   never dropped by a retirement (a policy file or the console that stops naming
-//!   the point removes its layer, and so lets it be retired).
-//!
-//! The decision is made under the layer lock and the map entry's write lock: a
-//! handle cannot be taken, nor a layer set, while it is made. A retired name is free
-//! again: the next look-up makes a new point, with empty counters.
+//! Retiring points ([`Registry::retire`], [`Registry::retire_unused`]): a point that
+//! no code holds and no source configures is removed, and its memory given back.
 
 use super::Registry;
 use crate::error::{check_point_name, PointNameError};
+use crate::layers::table::Table;
 use crate::layers::Source;
 use crate::point::Point;
 use crate::sync::{Arc, Ordering};
@@ -84,23 +72,23 @@ impl From<PointNameError> for RetireError {
     }
 }
 
-/// Why a point is kept, if it is: its checks in one place, for both entries.
-fn kept(name: &str, point: &Arc<Point>, sources: Vec<Source>) -> Option<RetireError> {
-    let name = name.to_owned();
-    Some(if crate::declared::is_declared(&name) {
-        RetireError::Declared(name)
+/// Why a point is kept, if it is: the checks of both entries, cheapest first (the
+/// layer table is read last, under the layer lock the caller holds).
+fn kept(name: &str, point: &Arc<Point>, table: &Table) -> Option<RetireError> {
+    let owned = || name.to_owned();
+    if crate::declared::is_declared(name) {
+        Some(RetireError::Declared(owned()))
     } else if point.pinned.load(Ordering::Relaxed) {
-        RetireError::Pinned(name)
+        Some(RetireError::Pinned(owned()))
     } else if Arc::strong_count(point) > 1 {
-        RetireError::InUse(name)
-    } else if !sources.is_empty() {
-        RetireError::Configured {
-            point: name,
-            sources,
-        }
+        Some(RetireError::InUse(owned()))
     } else {
-        return None;
-    })
+        let sources = table.sources(name);
+        (!sources.is_empty()).then(|| RetireError::Configured {
+            point: owned(),
+            sources,
+        })
+    }
 }
 
 impl Registry {
@@ -146,7 +134,7 @@ impl Registry {
         let table = self.layers_state().lock();
         let mut why = Some(RetireError::Unknown(name.to_owned()));
         let removed = self.points.remove_if(name, |n, p| {
-            why = kept(n, p, table.sources(n));
+            why = kept(n, p, &table);
             why.is_none()
         });
         drop(table);
@@ -191,7 +179,7 @@ impl Registry {
             for name in names {
                 if let Some(p) = self
                     .points
-                    .remove_if(name, |n, p| kept(n, p, table.sources(n)).is_none())
+                    .remove_if(name, |n, p| kept(n, p, &table).is_none())
                 {
                     freed.push(p.1);
                 }

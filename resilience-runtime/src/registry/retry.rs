@@ -92,7 +92,7 @@ impl Registry {
     /// ```
     pub fn set_retry(&self, name: &str, retry: RetryPolicy) -> Result<(), RetryError> {
         retry.validate().map_err(RetryError::Config)?;
-        let point = self.make(name)?;
+        let point = self.point_handle(name)?;
         self.edit_code_layer(point, |current| {
             Some(match current {
                 Some(c) => c.with_retry(retry),
