@@ -79,7 +79,7 @@ impl Point {
             settings.breakers.push(slot);
         }
         self.breaker_set.store(breaker.is_some(), Ordering::Release);
-        settings.breaker = breaker;
+        settings.breaker = breaker.map(Box::new);
         self.recompile(settings);
     }
 
@@ -107,7 +107,7 @@ impl Point {
         } = settings;
         let policy = policy.as_ref();
         let ring = policy.map(|p| self.ring_for(rings, p.window));
-        let breaker = match breaker {
+        let breaker = match breaker.as_deref() {
             Some(BreakerPolicy::Sre { .. } | BreakerPolicy::Classic(_)) => breakers.last(),
             _ => None,
         };

@@ -92,12 +92,15 @@ pub(crate) fn decide(passes: u64, inflight: u64, limits: Limits) -> Result<(), R
     }
 }
 
-/// Passes and calls in flight of one point, in a cache line of their own: the word
-/// every call writes, beside two words written only on a wrap of the pass field or
-/// past `SPILL_AT` calls in flight (64 bytes, not a padded pair of lines: a point
-/// is not worth 256 bytes for this).
+/// Passes and calls in flight of one point: the word every call writes, beside two
+/// words written only on a wrap of the pass field or past `SPILL_AT` calls in flight.
+///
+/// Not aligned to a cache line of its own: a point is allocated on its own (so that
+/// it can be freed), and a 64-byte-aligned allocation costs about 180 bytes more per
+/// point than the line would save. The fields that share the word's line are read
+/// by every call anyway (the policy pointer, the clock) or written only rarely.
 #[derive(Debug)]
-#[repr(C, align(64))]
+#[repr(C)]
 pub(crate) struct Flow {
     word: AtomicU64,
     /// A full pass total at most 2^40 below the true one (see the module docs).

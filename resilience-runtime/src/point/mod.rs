@@ -186,7 +186,8 @@ fn load_all(cells: &[AtomicU64; REASONS]) -> ReasonCounts {
 #[derive(Debug, Default)]
 struct Settings {
     policy: Option<Policy>,
-    breaker: Option<BreakerPolicy>,
+    /// Boxed: most points have none, and it is half the size of a policy.
+    breaker: Option<Box<BreakerPolicy>>,
     /// The token buckets (see [`Buckets`]).
     buckets: Buckets,
     /// Every breaker this point has had, leaked (never freed nor moved: a call may
@@ -259,53 +260,61 @@ struct CycleState {
 /// handle with [`Registry::point_handle`](crate::Registry::point_handle). Points are
 /// created on first use and freed with their registry (or when retired, see
 /// [`Registry::retire`](crate::Registry::retire)) once no handle is left.
+// The fields are in declared order (`repr(C)`), so that the word every call writes
+// (`flow`'s) shares its cache line only with fields no successful call touches:
+// `counters` before it, the locks after it. The point is not aligned to a line (see
+// `Flow`), so its neighbours on either side take at least 56 bytes.
+#[repr(C)]
 pub struct Point {
+    // Read by every call.
     name: &'static str,
-    /// The point itself, for the chores it arms (they hold it weakly).
-    me: crate::sync::Weak<Point>,
-    /// Whether the registry handed out a borrow of the point (`Registry::point`):
-    /// such a point is never retired. Written under its map entry's lock.
-    pub(crate) pinned: crate::sync::atomic::AtomicBool,
     clock: Clock,
     events: Arc<Dispatcher>,
     cfg: PolicyCell<Compiled>,
-    /// Visits and calls in flight of calls under a policy...
-    flow: Flow,
-    /// ...while calls without one are counted per thread under this key (`tally::key`).
+    /// Calls without a policy are counted per thread under this key (`tally::key`).
     id: u32,
-    counters: Counters,
-    peak: AtomicU64,
-    cycle_peak: AtomicU64,
-    cycle_id: AtomicU64,
-    /// Timeline reading at which the next second begins (saves a division per call):
-    /// the first call past it closes the second, and at a cycle's end the cycle.
-    next_second_at: AtomicU64,
-    cycle: Mutex<Option<Box<CycleState>>>,
-    /// The delay rule's state.
-    delay: Delay,
-    /// The policy and breaker as given, the slots they made, and the writer lock of
-    /// `cfg`.
-    settings: Mutex<Option<Box<Settings>>>,
+    /// Whether a call ever entered the point (set by the first, with the sampler).
+    entered: crate::sync::atomic::AtomicBool,
     /// Whether a breaker setting exists (possibly `Disabled`).
     breaker_set: crate::sync::atomic::AtomicBool,
     /// The state of the hung-call sweep.
     sweeping: arming::Arming,
     /// The state of the per-second sampler.
     sampling: arming::Arming,
-    /// Whether a call ever entered the point (set by the first, with the sampler).
-    entered: crate::sync::atomic::AtomicBool,
-    /// Whether the sampler's hook is registered with a manual clock.
-    sampler_hooked: crate::sync::atomic::AtomicBool,
-    /// The per-second series, made by the first sample.
-    seconds: Mutex<Option<Box<seconds::Series>>>,
+    peak: AtomicU64,
+    cycle_peak: AtomicU64,
+    cycle_id: AtomicU64,
+    /// Timeline reading at which the next second begins (saves a division per call):
+    /// the first call past it closes the second, and at a cycle's end the cycle.
+    next_second_at: AtomicU64,
+    /// The delay rule's state.
+    delay: Delay,
     /// The retry section in force (see `retry_settings`).
     retry: retry_settings::RetryCell,
-    /// The concurrency rule's waiters, made by the first call that waits.
-    queue: crate::sync::OnceLock<Box<queue::WaitQueue>>,
     /// In-flight timed calls, created by the first timed call.
     hang: crate::sync::OnceLock<HangTable>,
     /// Durations of the calls, created by the first measured one that ends.
     durations: crate::sync::OnceLock<durations::Durations>,
+    // Written by failed calls only: ahead of the flow word.
+    counters: Counters,
+    /// Visits and calls in flight of calls under a policy.
+    flow: Flow,
+    // Touched by writers of the settings and once a second: after the flow word.
+    /// The policy and breaker as given, the slots they made, and the writer lock of
+    /// `cfg`.
+    settings: Mutex<Option<Box<Settings>>>,
+    cycle: Mutex<Option<Box<CycleState>>>,
+    /// The per-second series, made by the first sample.
+    seconds: Mutex<Option<Box<seconds::Series>>>,
+    /// The concurrency rule's waiters, made by the first call that waits.
+    queue: crate::sync::OnceLock<Box<queue::WaitQueue>>,
+    /// The point itself, for the chores it arms (they hold it weakly).
+    me: crate::sync::Weak<Point>,
+    /// Whether the registry handed out a borrow of the point (`Registry::point`):
+    /// such a point is never retired. Written under its map entry's lock.
+    pub(crate) pinned: crate::sync::atomic::AtomicBool,
+    /// Whether the sampler's hook is registered with a manual clock.
+    sampler_hooked: crate::sync::atomic::AtomicBool,
 }
 
 impl Drop for Point {
@@ -406,7 +415,7 @@ impl Point {
 
     /// The current breaker setting, if any.
     pub fn breaker(&self) -> Option<BreakerPolicy> {
-        self.settings().breaker
+        self.settings().breaker.as_deref().copied()
     }
 
     /// The deadline the policy in force sets for calls of an `async fn` with

@@ -150,7 +150,12 @@ impl Point {
             let settings = self.settings();
             let rings = &settings.rings;
             let held = if settings.0.is_some() {
-                std::mem::size_of::<super::Settings>() + settings.forms.heap_bytes()
+                std::mem::size_of::<super::Settings>()
+                    + settings.forms.heap_bytes()
+                    + settings
+                        .breaker
+                        .as_ref()
+                        .map_or(0, |_| std::mem::size_of::<crate::BreakerPolicy>())
             } else {
                 0
             };
@@ -187,14 +192,11 @@ impl Point {
             + self.lazy_bytes()
     }
 
-    /// What the parts made on first use hold: the settings, the cycle state, the
-    /// per-reason counters and the per-second series.
+    /// What the parts made on first use hold (the settings are counted above): the
+    /// cycle state, the per-reason counters and the per-second series.
     fn lazy_bytes(&self) -> usize {
         let held = |present: bool, size: usize| if present { size } else { 0 };
         held(
-            self.settings.lock().recover().is_some(),
-            std::mem::size_of::<super::Settings>(),
-        ) + held(
             self.cycle.lock().recover().is_some(),
             std::mem::size_of::<super::CycleState>(),
         ) + held(

@@ -603,3 +603,28 @@ fn a_point_with_every_rule_holds_at_most_4_kib_once_called() {
     assert!(called > configured, "the call's tables are counted");
     assert!(called <= 4096, "{called} bytes");
 }
+/// The flow word shares its cache line only with fields no successful call touches:
+/// whatever 64-byte line holds it, the fields read by every call lie outside it.
+#[test]
+fn flow_word_has_only_cold_neighbours() {
+    use std::mem::{offset_of, size_of};
+    let word = offset_of!(Point, flow);
+    let hot_end = offset_of!(Point, durations)
+        + size_of::<crate::sync::OnceLock<super::durations::Durations>>();
+    assert_eq!(
+        offset_of!(Point, counters),
+        hot_end,
+        "counters follow the hot fields"
+    );
+    assert!(
+        word - hot_end >= 56,
+        "{} cold bytes before the flow word",
+        word - hot_end
+    );
+    let cold_end = offset_of!(Point, queue);
+    assert!(
+        cold_end - (word + 8) >= 56,
+        "{} cold bytes after the flow word",
+        cold_end - word - 8
+    );
+}
