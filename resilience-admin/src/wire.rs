@@ -119,7 +119,10 @@
 //! cycle, ms), `pointInfoMap` (`point -> {visitNum, exceptionNum, concurrentNum,
 //! timeoutNum, downgradeNum}`), or for a pull `version` and `pointList`. This
 //! project's client adds `instanceId`, `declaredPoints`, `knownPoints`, `enforcing`,
-//! `client` (the same as in our JSON protocol) and, per point, `cancelledNum`,
+//! `client` (the same as in our JSON protocol), `part` and `parts` for a cycle sent in
+//! parts (as in our protocol: each part has its share of `pointInfoMap` and of the
+//! lists; a cycle that fits in one body has neither field), `pointsCount` on a pull
+//! whose `pointList` was cut to fit the body limit, and, per point, `cancelledNum`,
 //! `retry` and `queue` (the same as `cancelled`, `retry` and `queue`),
 //! `downgradeReasons`, `seconds`, `secondsByReason` and `secondsDurations` (the same
 //! as `seconds`, `seconds_by_reason` and `seconds_durations`, index 0 being the
@@ -1551,9 +1554,9 @@ fn read_sds_heartbeat(
             .map(|end| end - CYCLE_MS)
             .filter(|&s| check_cycle(&mut r, "statisticsCycleTime", s, ctx)),
         version: r.optional_count("version"),
-        // SDS's admin takes one body per cycle; this project's client does not split
-        // them.
-        part: Some((0, 1)),
+        // This project's client splits a cycle too big for one body, as in our
+        // protocol; SDS's own client never does (no part fields: one body).
+        part: r.part("part", "parts"),
         known: r.names("knownPoints"),
         declared: r.names("declaredPoints"),
         points: sds_points(&mut r),

@@ -9,7 +9,7 @@ mod common;
 use common::*;
 use resilience_admin::model::MAX_POINTS_PER_HEARTBEAT;
 use resilience_admin::server::{AdminConfig, StorageConfig};
-use resilience_runtime::heartbeat::{HeartbeatClient, HeartbeatConfig, UploadOutcome};
+use resilience_runtime::heartbeat::{HeartbeatClient, HeartbeatConfig, Protocol, UploadOutcome};
 use resilience_runtime::{Clock, ManualClock, Policy, Registry};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -246,9 +246,8 @@ fn parts_are_stored_once_each_and_enforcement_is_merged() {
 }
 
 /// A cycle of `MAX_POINTS_PER_HEARTBEAT` points goes through with the client's and
-/// the console's default limits (body limits and point limit agree).
-#[test]
-fn ten_thousand_points_end_to_end_with_the_default_limits() {
+/// the console's default limits (body limits and point limit agree), in `protocol`.
+fn ten_thousand_points(protocol: Protocol) -> usize {
     let points = MAX_POINTS_PER_HEARTBEAT;
     let dir = TempDir::new("tenk");
     let (c, manual) = setup(StorageConfig::Sqlite(dir.path().join("admin.db")));
@@ -259,7 +258,8 @@ fn ten_thousand_points_end_to_end_with_the_default_limits() {
         .unwrap()
         .token(APP)
         .instance("big-1")
-        .unwrap();
+        .unwrap()
+        .protocol(protocol);
     let client = HeartbeatClient::new(config, registry);
     let total = traffic(registry, points);
     manual.advance(Duration::from_secs(14));
@@ -267,19 +267,36 @@ fn ten_thousand_points_end_to_end_with_the_default_limits() {
     let started = Instant::now();
     let outcome = client.upload_now().unwrap();
     println!(
-        "10 000-point upload: {outcome:?} in {:?}",
+        "10 000-point upload ({protocol:?}): {outcome:?} in {:?}",
         started.elapsed()
     );
-    assert!(
-        matches!(outcome, UploadOutcome::Sent { points: p, .. } if p == points),
-        "{outcome:?}"
-    );
+    let UploadOutcome::Sent {
+        points: sent,
+        parts,
+        ..
+    } = outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(sent, points);
     let stored = rows(addr, cycle - 10_000, cycle + 1);
     assert_eq!(stored.len(), points);
     let visits: u64 = stored.values().map(|r| r["visits"].as_u64().unwrap()).sum();
     assert_eq!(visits, total);
-    // The pull of an instance with that many points goes through too.
-    assert!(client.pull_now().is_ok());
+    // The pull of an instance with that many points goes through too, and brings
+    // the console's policy.
+    let put = put_json(
+        addr,
+        "/api/v1/apps/shop/orders/policy",
+        Some(ADMIN),
+        &json!({"base_version": 0, "author": "ops",
+                "policy": {"points": {(name(7)): {"max_visits": 3}}}}),
+    );
+    assert_eq!(put.status, 200, "{}", put.text());
+    let pulled = client.pull_now();
+    assert!(pulled.is_ok(), "{pulled:?}");
+    let policy = registry.point(&name(7)).unwrap().policy();
+    assert_eq!(policy.map(|p| p.max_visits()), Some(Some(3)));
     let started = Instant::now();
     let list = get(addr, "/api/v1/apps/shop/orders/points", None);
     println!(
@@ -289,6 +306,19 @@ fn ten_thousand_points_end_to_end_with_the_default_limits() {
     assert_eq!(list.status, 200);
     assert_eq!(list.json()["points"].as_array().unwrap().len(), points);
     server.stop();
+    parts
+}
+
+#[test]
+fn ten_thousand_points_end_to_end_with_the_default_limits() {
+    assert!(ten_thousand_points(Protocol::Json) > 1);
+}
+
+/// SDS's protocol splits the same way (a part is an SDS heartbeat with its share of
+/// `pointInfoMap`), and its pull's point list is cut to fit.
+#[test]
+fn ten_thousand_points_end_to_end_in_sds_protocol() {
+    assert!(ten_thousand_points(Protocol::Sds) > 1);
 }
 
 /// A heartbeat with a malformed point stores its valid points and reports the

@@ -141,7 +141,7 @@ pub struct HeartbeatConfig {
     pub(crate) max_body_bytes: usize,
 }
 
-/// The largest upload body our JSON protocol sends by default: bigger uploads are
+/// The largest body the heartbeat client sends by default: bigger uploads are
 /// split into parts ([`HeartbeatConfig::max_body_bytes`]), under resilience-admin's
 /// default request limit of 256 KiB.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 192 * 1024;
@@ -296,14 +296,16 @@ impl HeartbeatConfig {
         self
     }
 
-    /// The largest upload body of our JSON protocol (default
-    /// [`DEFAULT_MAX_BODY_BYTES`], at least 4 KiB): a cycle with more points, or more
-    /// known names, than fit is uploaded in parts, each a heartbeat of its own with
-    /// `"part": k, "parts": n` and a share of the points, so thousands of points never
-    /// meet the server's body limit. Parts are sent in order; if one fails on both
-    /// servers, the rest of the cycle is dropped with it (counted in
-    /// `uploads_dropped`), the parts before it stay stored. SDS's protocol always
-    /// sends one body.
+    /// The largest body sent (default [`DEFAULT_MAX_BODY_BYTES`], at least 4 KiB;
+    /// form-encoded bytes in SDS's protocol): a cycle with more points, or more known
+    /// names, than fit is uploaded in parts, each a heartbeat of its own with
+    /// `"part": k, "parts": n` and a share of the points (of `pointInfoMap` in SDS's
+    /// protocol), so thousands of points never meet the server's body limit. Parts are
+    /// sent in order; if one fails on both servers, the rest of the cycle is dropped
+    /// with it (counted in `uploads_dropped`), the parts before it stay stored. In
+    /// SDS's protocol a cycle that fits is one body without part fields, as SDS sends
+    /// it, and a pull whose `pointList` would not fit sends the names that do, in
+    /// order, and `pointsCount` (the answer holds every strategy either way).
     pub fn max_body_bytes(mut self, bytes: usize) -> Self {
         self.max_body_bytes = bytes.max(4096);
         self

@@ -429,7 +429,6 @@ fn seconds_by_reason(p: &PointReport) -> Map<String, Value> {
         .collect()
 }
 
-/// The body of an upload, with its content type.
 /// The bodies of an upload: one for SDS's protocol; for ours, as many parts as it
 /// takes to keep each body within `max_body` bytes (see [`pack`]).
 pub(crate) fn upload_body(
@@ -469,25 +468,25 @@ pub(crate) fn upload_body(
                    "instance": config.instance, "host": config.host, "ip": ip.to_string(),
                    "cycle_start_ms": report.cycle_start_ms, "policy_version": version,
                    "client": client_health(health)});
-            let lists = [
-                ("points", points),
-                ("enforcing", report.enforcing.clone()),
-                (
+            let lists = vec![
+                List::array("points", points),
+                List::array("enforcing", report.enforcing.clone()),
+                List::array(
                     "known_points",
                     report.known.iter().map(|n| json!(n)).collect(),
                 ),
-                (
+                List::array(
                     "declared_points",
                     report.declared.iter().map(|n| json!(n)).collect(),
                 ),
             ];
-            pack(&base, lists, config.max_body_bytes)
+            pack(&base, lists, config.max_body_bytes, str::len, Always)
                 .into_iter()
                 .map(|v| v.to_string().into_bytes())
                 .collect()
         }
         Protocol::Sds => {
-            let map: Map<String, Value> = report
+            let points: Vec<(String, Value)> = report
                 .points
                 .iter()
                 .map(|p| {
@@ -504,18 +503,74 @@ pub(crate) fn upload_body(
                 })
                 .collect();
             // SDS sends the END of the reported cycle.
-            let client = json!({"appGroupName": config.app_group, "appName": config.app,
-                                "ip": ip.to_string(), "hostname": config.host,
-                                "statisticsCycleTime": report.cycle_start_ms + CYCLE_MS,
-                                "pointInfoMap": map, "instanceId": config.instance,
-                                "version": version, "knownPoints": report.known,
-                                "declaredPoints": report.declared,
-                                "enforcing": report.enforcing,
-                                "client": client_health(health)});
-            // SDS's admin takes one body per cycle: it is not split.
-            vec![sds_form(&client)]
+            let base = json!({"appGroupName": config.app_group, "appName": config.app,
+                              "ip": ip.to_string(), "hostname": config.host,
+                              "statisticsCycleTime": report.cycle_start_ms + CYCLE_MS,
+                              "instanceId": config.instance, "version": version,
+                              "client": client_health(health)});
+            let names = |list: &[&str]| list.iter().map(|n| json!(n)).collect();
+            let lists = vec![
+                List::map("pointInfoMap", points),
+                List::array("enforcing", report.enforcing.clone()),
+                List::array("knownPoints", names(&report.known)),
+                List::array("declaredPoints", names(&report.declared)),
+            ];
+            // The form encoding is what counts against the body limit. A cycle that
+            // fits goes as SDS sends it, in one body without part fields.
+            pack(&base, lists, config.max_body_bytes, form_len, WhenSplit)
+                .iter()
+                .map(sds_form)
+                .collect()
         }
     }
+}
+
+/// A list of an upload that [`pack`] spreads over the parts: an array, or an object
+/// (SDS's `pointInfoMap`) whose entries are spread the same way.
+pub(crate) struct List {
+    key: &'static str,
+    /// Whether the list is an object (each item has a name).
+    map: bool,
+    items: Vec<(Option<String>, Value)>,
+}
+
+impl List {
+    pub(crate) fn array(key: &'static str, items: Vec<Value>) -> List {
+        List {
+            key,
+            map: false,
+            items: items.into_iter().map(|v| (None, v)).collect(),
+        }
+    }
+
+    fn map(key: &'static str, entries: Vec<(String, Value)>) -> List {
+        List {
+            key,
+            map: true,
+            items: entries.into_iter().map(|(k, v)| (Some(k), v)).collect(),
+        }
+    }
+}
+
+/// Whether [`pack`] writes `"part"` and `"parts"` into a body that holds the whole
+/// cycle.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PartFields {
+    /// Always (our protocol).
+    Always,
+    /// Only when the cycle takes more than one body (SDS's: one body as SDS sends).
+    WhenSplit,
+}
+use PartFields::{Always, WhenSplit};
+
+/// The length of `text` form-encoded (see `http::form_encode`).
+fn form_len(text: &str) -> usize {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'*' | b' ' => 1,
+            _ => 3,
+        })
+        .sum()
 }
 
 /// The client's own health, as the console shows it: the previous upload's and the
@@ -526,30 +581,51 @@ fn client_health(s: &HeartbeatStatus) -> Value {
            "pull_failures": s.pull_failures, "policies_rejected": s.policies_rejected})
 }
 
-/// Splits an upload into parts of at most `max_body` bytes each: every part has the
-/// `base` fields plus `"part": k, "parts": n`, and the items of the `lists` are
-/// spread over the parts in order (an item larger than a part on its own goes alone).
-/// One part, with every list, when everything fits.
+/// Splits an upload into parts of at most `max_body` bytes each (as `size` measures
+/// a text: its length, or its form-encoded length): every part has the `base`
+/// fields plus `"part": k, "parts": n`, and the items of the `lists` are spread over
+/// the parts in order (an item larger than a part on its own goes alone). One part,
+/// with every list, when everything fits; `fields` says whether it carries the part
+/// fields then.
 pub(crate) fn pack(
     base: &Value,
-    lists: [(&'static str, Vec<Value>); 4],
+    lists: Vec<List>,
     max_body: usize,
+    size: impl Fn(&str) -> usize,
+    fields: PartFields,
 ) -> Vec<Value> {
-    // The base, the four empty lists and the part fields, with room for large numbers.
-    let overhead = base.to_string().len() + 128;
+    // The base, the empty lists and the part fields, with room for large numbers.
+    let overhead = size(&base.to_string())
+        + lists.iter().map(|l| size(l.key) + 8).sum::<usize>()
+        + size(r#","part":4294967295,"parts":4294967295"#);
     let budget = max_body.saturating_sub(overhead).max(1);
-    let mut parts: Vec<Vec<(&'static str, Value)>> = vec![Vec::new()];
+    let empty = |l: &List| {
+        if l.map {
+            Value::Object(Map::new())
+        } else {
+            Value::Array(Vec::new())
+        }
+    };
+    let shapes: Vec<(&'static str, Value)> = lists.iter().map(|l| (l.key, empty(l))).collect();
+    let mut parts: Vec<Vec<(&'static str, Option<String>, Value)>> = vec![Vec::new()];
     let mut used = 0;
-    for (list, items) in lists {
-        for item in items {
-            let size = item.to_string().len() + 1;
-            if used + size > budget && used > 0 {
+    for list in lists {
+        for (name, item) in list.items {
+            let mut text = item.to_string();
+            if let Some(name) = &name {
+                text.push_str(&Value::String(name.clone()).to_string());
+                text.push(':');
+            }
+            // With the comma before it.
+            text.push(',');
+            let bytes = size(&text);
+            if used + bytes > budget && used > 0 {
                 parts.push(Vec::new());
                 used = 0;
             }
-            used += size;
+            used += bytes;
             if let Some(part) = parts.last_mut() {
-                part.push((list, item));
+                part.push((list.key, name, item));
             }
         }
     }
@@ -559,16 +635,22 @@ pub(crate) fn pack(
         .enumerate()
         .map(|(k, items)| {
             let mut body = base.clone();
-            for list in ["points", "enforcing", "known_points", "declared_points"] {
-                body[list] = Value::Array(Vec::new());
+            for (key, shape) in &shapes {
+                body[*key] = shape.clone();
             }
-            for (list, item) in items {
-                if let Some(Value::Array(a)) = body.get_mut(list) {
-                    a.push(item);
+            for (key, name, item) in items {
+                match (body.get_mut(key), name) {
+                    (Some(Value::Array(a)), _) => a.push(item),
+                    (Some(Value::Object(m)), Some(name)) => {
+                        m.insert(name, item);
+                    }
+                    _ => {}
                 }
             }
-            body["part"] = json!(k);
-            body["parts"] = json!(n);
+            if n > 1 || fields == Always {
+                body["part"] = json!(k);
+                body["parts"] = json!(n);
+            }
             body
         })
         .collect()
@@ -589,11 +671,35 @@ pub(crate) fn pull_body(
                                  "points_count": points.len()})
         .to_string()
         .into_bytes(),
-        Protocol::Sds => sds_form(&json!({"appGroupName": config.app_group,
-                                          "appName": config.app, "ip": ip.to_string(),
-                                          "hostname": config.host, "version": version,
-                                          "pointList": points,
-                                          "instanceId": config.instance})),
+        Protocol::Sds => {
+            let mut client = json!({"appGroupName": config.app_group,
+                                    "appName": config.app, "ip": ip.to_string(),
+                                    "hostname": config.host, "version": version,
+                                    "pointList": points,
+                                    "instanceId": config.instance});
+            let body = sds_form(&client);
+            if body.len() <= config.max_body_bytes {
+                return body;
+            }
+            // The answer holds every strategy whatever the list says, and the points
+            // reach the console in the uploads: the list is cut to the names that
+            // fit, and `pointsCount` says how many there are.
+            // Everything but the list, and the count with room for any number.
+            let rest = body.len() - form_len(&json!(points).to_string())
+                + form_len(r#","pointsCount":18446744073709551615"#);
+            let room = config.max_body_bytes.saturating_sub(rest);
+            let mut used = form_len("[]");
+            let fit = points
+                .iter()
+                .take_while(|n| {
+                    used += form_len(&json!(n).to_string()) + form_len(",");
+                    used <= room
+                })
+                .count();
+            client["pointList"] = json!(points[..fit]);
+            client["pointsCount"] = json!(points.len());
+            sds_form(&client)
+        }
     }
 }
 
@@ -765,6 +871,7 @@ fn translate(s: &Value) -> Result<Value, (&'static str, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use std::time::Duration;
 
     fn file(v: Value) -> PolicyFile {
@@ -934,6 +1041,109 @@ mod tests {
         let e = from_sds(&[json!({"point": "p", "delayTime": 5000, "retryInterval": 9000})])
             .unwrap_err();
         assert_eq!(e.problems()[0].point.as_deref(), Some("p"));
+    }
+
+    /// The `client` object of an SDS form body.
+    fn sds_client(form: &[u8]) -> Value {
+        let (_, client) = form_urlencoded::parse(form)
+            .find(|(k, _)| k == "client")
+            .unwrap();
+        serde_json::from_str(&client).unwrap()
+    }
+
+    /// An SDS upload too big for one body goes in parts, each an SDS heartbeat within
+    /// the limit (as form-encoded) with its share of `pointInfoMap` and of the lists;
+    /// one that fits is one body, as SDS sends it, without part fields.
+    #[test]
+    fn sds_uploads_are_split_within_the_body_limit() {
+        let names: Vec<&'static str> = (0..3_000)
+            .map(|i| &*Box::leak(format!("sds.point-{i:04}").into_boxed_str()))
+            .collect();
+        let report = Report {
+            cycle_start_ms: 10_000,
+            points: names
+                .iter()
+                .map(|n| PointReport {
+                    name: n,
+                    visits: 3,
+                    ..PointReport::default()
+                })
+                .collect(),
+            known: names.clone(),
+            declared: names[..10].to_vec(),
+            enforcing: vec![json!({"name": names[0]})],
+        };
+        let health = HeartbeatStatus::default();
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let limit = 64 * 1024;
+        let config = HeartbeatConfig::new("g", "a", "http://127.0.0.1:1")
+            .unwrap()
+            .protocol(Protocol::Sds)
+            .max_body_bytes(limit);
+        let bodies = upload_body(&config, &report, 1, &health, ip);
+        assert!(bodies.len() > 3, "{} bodies", bodies.len());
+        let (mut points, mut known) = (BTreeSet::new(), 0);
+        for (k, body) in bodies.iter().enumerate() {
+            assert!(body.len() <= limit, "part {k}: {} bytes", body.len());
+            let client = sds_client(body);
+            assert_eq!(
+                (client["part"].as_u64(), client["parts"].as_u64()),
+                (Some(k as u64), Some(bodies.len() as u64))
+            );
+            assert_eq!(client["statisticsCycleTime"], 20_000);
+            for (name, point) in client["pointInfoMap"].as_object().unwrap() {
+                assert_eq!(point["visitNum"], 3);
+                assert!(points.insert(name.clone()), "{name} twice");
+            }
+            known += client["knownPoints"].as_array().unwrap().len();
+        }
+        assert_eq!(points.len(), names.len());
+        assert_eq!(known, names.len());
+
+        let small = Report {
+            points: report.points[..5].to_vec(),
+            known: names[..5].to_vec(),
+            ..report
+        };
+        let bodies = upload_body(&config, &small, 1, &health, ip);
+        assert_eq!(bodies.len(), 1);
+        let client = sds_client(&bodies[0]);
+        assert!(
+            client.get("part").is_none() && client.get("parts").is_none(),
+            "{client}"
+        );
+        assert_eq!(client["pointInfoMap"].as_object().unwrap().len(), 5);
+        assert_eq!(client["declaredPoints"].as_array().unwrap().len(), 10);
+    }
+
+    /// An SDS pull whose point list would pass the body limit sends the names that
+    /// fit and their count; a small one is sent whole, as SDS sends it.
+    #[test]
+    fn sds_pulls_fit_the_body_limit() {
+        let names: Vec<&'static str> = (0..12_000)
+            .map(|i| &*Box::leak(format!("sds.pull-point-{i:05}").into_boxed_str()))
+            .collect();
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        let limit = 64 * 1024;
+        let config = HeartbeatConfig::new("g", "a", "http://127.0.0.1:1")
+            .unwrap()
+            .protocol(Protocol::Sds)
+            .max_body_bytes(limit);
+        let body = pull_body(&config, 3, &names, ip);
+        assert!(body.len() <= limit, "{} bytes", body.len());
+        let client = sds_client(&body);
+        assert_eq!(client["pointsCount"], 12_000);
+        let sent = client["pointList"].as_array().unwrap();
+        assert!(sent.len() > 1_000, "{} names", sent.len());
+        assert_eq!(sent[..], json!(names[..sent.len()]).as_array().unwrap()[..]);
+        // Nearly full: another name would not have fit.
+        assert!(body.len() + form_len(&json!(names[sent.len()]).to_string()) + 3 > limit - 64);
+
+        let body = pull_body(&config, 3, &names[..3], ip);
+        let client = sds_client(&body);
+        assert_eq!(client["pointList"], json!(names[..3]));
+        assert!(client.get("pointsCount").is_none());
+        assert_eq!(client["version"], 3);
     }
 
     #[test]
