@@ -596,7 +596,10 @@ pub(crate) fn pack(
 ) -> Vec<Value> {
     // The base, the empty lists and the part fields, with room for large numbers.
     let overhead = size(&base.to_string())
-        + lists.iter().map(|l| size(l.key) + 8).sum::<usize>()
+        + lists
+            .iter()
+            .map(|l| size(&format!(r#","{}":[]"#, l.key)))
+            .sum::<usize>()
         + size(r#","part":4294967295,"parts":4294967295"#);
     let budget = max_body.saturating_sub(overhead).max(1);
     let empty = |l: &List| {
