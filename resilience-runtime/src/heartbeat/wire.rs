@@ -1046,6 +1046,18 @@ mod tests {
         assert_eq!(e.problems()[0].point.as_deref(), Some("p"));
     }
 
+    /// The address sent, and a client of SDS's protocol with a 64 KiB body limit.
+    const IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+    fn sds_config() -> (HeartbeatConfig, usize) {
+        let limit = 64 * 1024;
+        let config = HeartbeatConfig::new("g", "a", "http://127.0.0.1:1")
+            .unwrap()
+            .protocol(Protocol::Sds)
+            .max_body_bytes(limit);
+        (config, limit)
+    }
+
     /// The `client` object of an SDS form body.
     fn sds_client(form: &[u8]) -> Value {
         let (_, client) = form_urlencoded::parse(form)
@@ -1077,13 +1089,8 @@ mod tests {
             enforcing: vec![json!({"name": names[0]})],
         };
         let health = HeartbeatStatus::default();
-        let ip: IpAddr = "127.0.0.1".parse().unwrap();
-        let limit = 64 * 1024;
-        let config = HeartbeatConfig::new("g", "a", "http://127.0.0.1:1")
-            .unwrap()
-            .protocol(Protocol::Sds)
-            .max_body_bytes(limit);
-        let bodies = upload_body(&config, &report, 1, &health, ip);
+        let (config, limit) = sds_config();
+        let bodies = upload_body(&config, &report, 1, &health, IP);
         assert!(bodies.len() > 3, "{} bodies", bodies.len());
         let (mut points, mut known) = (BTreeSet::new(), 0);
         for (k, body) in bodies.iter().enumerate() {
@@ -1108,7 +1115,7 @@ mod tests {
             known: names[..5].to_vec(),
             ..report
         };
-        let bodies = upload_body(&config, &small, 1, &health, ip);
+        let bodies = upload_body(&config, &small, 1, &health, IP);
         assert_eq!(bodies.len(), 1);
         let client = sds_client(&bodies[0]);
         assert!(
@@ -1126,13 +1133,8 @@ mod tests {
         let names: Vec<&'static str> = (0..12_000)
             .map(|i| &*Box::leak(format!("sds.pull-point-{i:05}").into_boxed_str()))
             .collect();
-        let ip: IpAddr = "127.0.0.1".parse().unwrap();
-        let limit = 64 * 1024;
-        let config = HeartbeatConfig::new("g", "a", "http://127.0.0.1:1")
-            .unwrap()
-            .protocol(Protocol::Sds)
-            .max_body_bytes(limit);
-        let body = pull_body(&config, 3, &names, ip);
+        let (config, limit) = sds_config();
+        let body = pull_body(&config, 3, &names, IP);
         assert!(body.len() <= limit, "{} bytes", body.len());
         let client = sds_client(&body);
         assert_eq!(client["pointsCount"], 12_000);
@@ -1142,7 +1144,7 @@ mod tests {
         // Nearly full: another name would not have fit.
         assert!(body.len() + form_len(&json!(names[sent.len()]).to_string()) + 3 > limit - 64);
 
-        let body = pull_body(&config, 3, &names[..3], ip);
+        let body = pull_body(&config, 3, &names[..3], IP);
         let client = sds_client(&body);
         assert_eq!(client["pointList"], json!(names[..3]));
         assert!(client.get("pointsCount").is_none());
