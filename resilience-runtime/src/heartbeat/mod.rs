@@ -486,7 +486,7 @@ impl HeartbeatClient {
                 .and_then(|(_, b)| b.get(part).cloned())
                 .unwrap_or_default()
         };
-        // How many parts this cycle takes (the local address only changes a few bytes).
+        // How many parts this cycle takes (the same for every local address, see `pack`).
         let parts = wire::upload_body(
             &inner.config,
             &report,

@@ -581,6 +581,9 @@ fn client_health(s: &HeartbeatStatus) -> Value {
            "pull_failures": s.pull_failures, "policies_rejected": s.policies_rejected})
 }
 
+/// An address text at least as long as any `IpAddr`'s, raw or form-encoded.
+const LONGEST_IP: &str = "ffff:ffff:ffff:ffff:ffff:ffff:255.255.255.255";
+
 /// Splits an upload into parts of at most `max_body` bytes each (as `size` measures
 /// a text: its length, or its form-encoded length): every part has the `base`
 /// fields plus `"part": k, "parts": n`, and the items of the `lists` are spread over
@@ -595,7 +598,14 @@ pub(crate) fn pack(
     fields: PartFields,
 ) -> Vec<Value> {
     // The base, the empty lists and the part fields, with room for large numbers.
-    let overhead = size(&base.to_string())
+    // The base's `ip` is the local address of the connection a body goes out on: it
+    // is measured as the longest address text, so that every address gets the same
+    // parts (the client counts them before it connects).
+    let mut sized = base.clone();
+    if sized.get("ip").is_some() {
+        sized["ip"] = json!(LONGEST_IP);
+    }
+    let overhead = size(&sized.to_string())
         + lists
             .iter()
             .map(|l| size(&format!(r#","{}":[]"#, l.key)))
@@ -1124,6 +1134,44 @@ mod tests {
         );
         assert_eq!(client["pointInfoMap"].as_object().unwrap().len(), 5);
         assert_eq!(client["declaredPoints"].as_array().unwrap().len(), 10);
+    }
+
+    /// The parts of a cycle do not depend on the local address the bodies carry:
+    /// the client counts them with one address and sends them with another.
+    #[test]
+    fn parts_are_the_same_for_every_local_address() {
+        let names: Vec<&'static str> = (0..400)
+            .map(|i| &*Box::leak(format!("addr.point-{i:03}").into_boxed_str()))
+            .collect();
+        let health = HeartbeatStatus::default();
+        let short: IpAddr = "1.2.3.4".parse().unwrap();
+        let long: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap();
+        let limit = 4096;
+        for protocol in [Protocol::Json, Protocol::Sds] {
+            let config = HeartbeatConfig::new("g", "a", "http://127.0.0.1:1")
+                .unwrap()
+                .protocol(protocol)
+                .max_body_bytes(limit);
+            for n in 0..names.len() {
+                let report = Report {
+                    cycle_start_ms: 10_000,
+                    points: Vec::new(),
+                    known: names[..n].to_vec(),
+                    declared: Vec::new(),
+                    enforcing: Vec::new(),
+                };
+                let a = upload_body(&config, &report, 1, &health, short);
+                let b = upload_body(&config, &report, 1, &health, long);
+                assert_eq!(a.len(), b.len(), "{protocol:?}, {n} names");
+                for body in a.iter().chain(&b) {
+                    assert!(
+                        body.len() <= limit,
+                        "{protocol:?}, {n} names: {}",
+                        body.len()
+                    );
+                }
+            }
+        }
     }
 
     /// An SDS pull whose point list would pass the body limit sends the names that
