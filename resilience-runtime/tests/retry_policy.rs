@@ -53,6 +53,10 @@ fn the_section_replaces_the_code_and_clearing_gives_it_back() {
     assert_eq!(manual.now().as_nanos() - t0, 900_000_000);
     registry.clear_retry("rp.code").unwrap();
     assert_eq!(registry.retry("rp.code").unwrap(), None);
+    assert!(
+        registry.layers("rp.code").unwrap().is_empty(),
+        "a code layer left empty is removed"
+    );
     assert_eq!(attempts_of(point, 2), 2);
 }
 

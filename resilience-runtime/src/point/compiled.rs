@@ -64,8 +64,8 @@ const _: () = assert!(NOT_PLAIN & (R_VISITS | R_TOKENS | R_CONCURRENCY | R_RATE)
 const QUEUE_WAIT_BITS: u32 = 42;
 const QUEUE_WAIT_MASK: u64 = (1 << QUEUE_WAIT_BITS) - 1;
 
-/// A slot leaked for the rest of the process (never freed nor moved: a call that read
-/// an older policy may still use it), compared by address: two compiled forms are equal
+/// A slot leaked when made and freed only with its point (never moved: a call that
+/// read an older policy may still use it), compared by address: two compiled forms are equal
 /// only if they name the very same slots.
 #[derive(Debug)]
 pub(super) struct Leaked<T: 'static>(pub(super) &'static T);

@@ -2,9 +2,10 @@
 //!
 //! # Slots and their lifetimes
 //!
-//! Every slot is leaked when it is made and kept in a list of its point, never freed
-//! nor moved: a call that read an older compiled policy may still use the slot it
-//! names, however long ago it read it. A setting seen before gets its slot back.
+//! Every slot is leaked when it is made and kept in a list of its point, never moved
+//! and freed only with the point: a call that read an older compiled policy may still
+//! use the slot it names, however long ago it read it. A setting seen before gets its
+//! slot back.
 
 use crate::adaptive::{AdaptiveLimiter, GradientLimiter, LatencyLimiter};
 use crate::breaker::{ClassicBreaker, ClassicState, SreBreaker};
@@ -149,9 +150,9 @@ const _: () = {
 };
 
 /// Cluster limits of a point: the current one and every one it replaced. Slots are
-/// leaked, never freed nor moved, because a call that read an older policy may still
-/// be asking its slot, however long ago it read it. A replaced slot's lease keeps its
-/// refill thread for a grace period (such calls get real answers) and is then stopped
+/// leaked, never moved and freed only with the point, because a call that read an
+/// older policy may still be asking its slot, however long ago it read it. A replaced
+/// slot's lease keeps its refill thread for a grace period (such calls get real answers) and is then stopped
 /// by a chore of the timing wheel (see `chores`), which a change of the point's cluster
 /// limit also calls early for slots already past their grace. A stopped lease hands
 /// out what it holds and then answers without Redis.

@@ -576,7 +576,7 @@ fn an_idle_point_holds_at_most_512_bytes() {
 
 /// Issue bound: a point with every rule of the point set, once called (its hung-call
 /// table and durations made, its per-second series sampled), holds at most 4 KiB by
-/// `memory_bytes()`. The example `point_memory` checks the resident growth too.
+/// `memory_bytes()`. The example `point_memory` prints the resident growth too.
 #[test]
 fn a_point_with_every_rule_holds_at_most_4_kib_once_called() {
     let (manual, registry) = manual_registry();
@@ -603,6 +603,7 @@ fn a_point_with_every_rule_holds_at_most_4_kib_once_called() {
     assert!(called > configured, "the call's tables are counted");
     assert!(called <= 4096, "{called} bytes");
 }
+
 /// The flow word shares its cache line only with fields no successful call touches:
 /// whatever 64-byte line holds it, the fields read by every call lie outside it.
 #[test]

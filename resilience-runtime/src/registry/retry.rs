@@ -112,12 +112,11 @@ impl Registry {
         check_point_name(name)?;
         if let Some(point) = self.find(name) {
             self.edit_code_layer(point, |current| {
-                current
-                    .map(|mut c| {
-                        c.retry = None;
-                        c
-                    })
-                    .filter(|c| !c.is_empty())
+                // A layer left empty is removed by the table.
+                current.map(|mut c| {
+                    c.retry = None;
+                    c
+                })
             });
         }
         Ok(())
