@@ -302,7 +302,6 @@ pub(super) struct KeyLeases {
 pub(super) struct Wake(bool);
 
 impl KeyLeases {
-    /// A map of at most `max_keys` leases (in whole shards, rounded down).
     /// A map of at most `max_keys` leases (in whole shards, rounded down), kept by
     /// the point `owner`.
     pub(super) fn new(

@@ -190,8 +190,8 @@ struct Settings {
     breaker: Option<Box<BreakerPolicy>>,
     /// The token buckets (see [`Buckets`]).
     buckets: Buckets,
-    /// Every breaker this point has had, leaked (never freed nor moved: a call may
-    /// still hold a replaced one); the current one is in `cfg`.
+    /// Every breaker this point has had, leaked (never moved, freed with the point: a
+    /// call may still hold a replaced one); the current one is in `cfg`.
     breakers: Vec<&'static BreakerSlot>,
     /// Every adaptive limiter this point has had, leaked like the breakers; the
     /// current one is in `cfg`.
@@ -199,7 +199,7 @@ struct Settings {
     #[cfg(feature = "redis")]
     clusters: Clusters,
     /// Every window ring this point has had, the one in use last. Rings are leaked,
-    /// never freed nor moved (and reused for an equal geometry), because a concurrent
+    /// never moved, freed with the point (and reused for an equal geometry), because a concurrent
     /// reader may still hold a replaced one.
     rings: Vec<&'static Ring>,
     /// The retry sections this point has had (see `retry_settings`).
