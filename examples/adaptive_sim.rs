@@ -19,7 +19,7 @@
 //! The simulation is deterministic (discrete events, seeded arrivals), so the tables
 //! are the same on every run. Run with `cargo run -p examples --example adaptive_sim`.
 
-use resilience_runtime::adaptive::sim::{run, Scenario, SimLimit};
+use examples::sim::{run, Scenario, SimLimit};
 use resilience_runtime::adaptive::{littles_law, AdaptiveConfig, GradientConfig};
 #[allow(unused_imports)] // for the docs' link
 use resilience_runtime::priority::Priority;
@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let scenario = Scenario::default();
     let fast_meter = Scenario {
         cpu_beta: 0.0,
-        ..scenario
+        ..Scenario::default()
     };
     let fixed = littles_law(scenario.capacity(), scenario.base_latency)?;
     let shedder = SimLimit::Shedder(AdaptiveConfig::default());
@@ -66,7 +66,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             name,
             o.offered,
             o.admitted,
-            o.rejected,
+            o.refused,
             o.goodput,
             100.0 * o.goodput / s.capacity(),
             ms(o.p50),
@@ -96,10 +96,10 @@ fn priorities() -> Result<(), Box<dyn std::error::Error>> {
         "", "critical good", "p99", "other good", "p99"
     );
     for (name, reserve) in [("no priorities", 0.0), ("critical_reserve = 0.3", 0.3)] {
-        let config = GradientConfig {
-            critical_reserve: reserve,
-            ..GradientConfig::default()
-        };
+        let config = GradientConfig::builder()
+            .critical_reserve(reserve)
+            .build()
+            .unwrap();
         let o = run(&scenario, &SimLimit::Gradient(config))?;
         println!(
             "{:<26} {:>13.1}% {:>11} {:>13.1}% {:>11}",

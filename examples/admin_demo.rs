@@ -12,7 +12,7 @@
 //! `RESILIENCE_APP_TOKEN`), `--instance NAME`, `--rate CALLS_PER_SECOND` (default
 //! 200), `--seconds N` (default: run until stopped), `--sds` (speak SDS's protocol),
 //! `--policy-file PATH` (also watch a local policy file: its layer sits under the
-//! console's, see the README's "Where policies come from"), `--cache PATH` (keep the
+//! console's, see the runtime guide's "Policies at runtime"), `--cache PATH` (keep the
 //! console's policies in a file, enforced at the next start even if the console is
 //! down).
 //!
@@ -115,12 +115,8 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let mut config = HeartbeatConfig::new("demo", "shop", &o.server)
-        .and_then(|c| c.instance(&o.instance))
-        .unwrap_or_else(|e| {
-            eprintln!("admin_demo: {e}");
-            std::process::exit(2);
-        })
+    let mut config = HeartbeatConfig::builder("demo", "shop", &o.server)
+        .instance(o.instance.as_str())
         .protocol(o.protocol);
     if let Some(t) = &o.token {
         config = config.token(t.clone());
@@ -128,6 +124,10 @@ fn main() {
     if let Some(path) = &o.cache {
         config = config.cache_file(path);
     }
+    let config = config.build().unwrap_or_else(|e| {
+        eprintln!("admin_demo: {e}");
+        std::process::exit(2);
+    });
     // A local file, watched: its layer keeps what the console does not set.
     let _watcher = o.policy_file.as_ref().map(|path| {
         registry().watch_policies(path).unwrap_or_else(|e| {

@@ -4,7 +4,7 @@
 //!
 //! Run it with `cargo run -p examples --example bloom_fpr`.
 
-use resilience_runtime::bloom::{BloomConfig, BloomFilter};
+use resilience_runtime::bloom::{BloomConfig, BloomFilter, HashScheme};
 use std::time::Instant;
 
 const N: u64 = 100_000;
@@ -51,13 +51,21 @@ fn main() {
         "scheme", "target", "bits", "KiB", "k", "expected", "observed", "ratio", "ns/op"
     );
     for p in [0.001, 0.01, 0.1] {
-        match BloomConfig::with_rate(N, p) {
+        match BloomConfig::builder()
+            .expected_items(N)
+            .false_positive_rate(p)
+            .build()
+        {
             Ok(config) => row("double", config, p),
             Err(err) => eprintln!("p = {p}: {err}"),
         }
     }
     // go-zero's own advice: 20 bits per key with its fixed 14 hashes.
-    match BloomConfig::go_zero(20 * N) {
+    match BloomConfig::builder()
+        .bits(20 * N)
+        .scheme(HashScheme::GoZero)
+        .build()
+    {
         Ok(config) => {
             let target = config.expected_fpr(N);
             row("go-zero", config, target);

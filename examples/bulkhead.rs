@@ -13,9 +13,9 @@
 //! latency percentiles of the calls that ran, waiting included. Run with
 //! `cargo run -p examples --example bulkhead`.
 
-use resilience_runtime::lock::Recover;
 use resilience_runtime::{registry, Policy, Reason};
 use std::collections::BTreeMap;
+use std::sync::PoisonError;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,21 +47,21 @@ fn run(point: &'static str, policy: Policy) -> Result<Results, Box<dyn std::erro
             match point.enter() {
                 Ok(permit) => {
                     let (busy, freed) = &*dependency;
-                    let mut n = busy.lock().recover();
+                    let mut n = busy.lock().unwrap_or_else(PoisonError::into_inner);
                     while *n >= 2 {
-                        n = freed.wait(n).recover();
+                        n = freed.wait(n).unwrap_or_else(PoisonError::into_inner);
                     }
                     *n += 1;
                     drop(n);
                     std::thread::sleep(SERVICE);
-                    *busy.lock().recover() -= 1;
+                    *busy.lock().unwrap_or_else(PoisonError::into_inner) -= 1;
                     freed.notify_one();
                     permit.finish(false);
-                    let mut r = results.lock().recover();
+                    let mut r = results.lock().unwrap_or_else(PoisonError::into_inner);
                     r.latencies.push(arrived.elapsed());
                 }
                 Err(d) => {
-                    let mut r = results.lock().recover();
+                    let mut r = results.lock().unwrap_or_else(PoisonError::into_inner);
                     *r.refused.entry(d.reason().as_str()).or_default() += 1;
                 }
             }
@@ -70,7 +70,7 @@ fn run(point: &'static str, policy: Policy) -> Result<Results, Box<dyn std::erro
     for t in threads {
         let _ = t.join();
     }
-    let mut r = std::mem::take(&mut *results.lock().recover());
+    let mut r = std::mem::take(&mut *results.lock().unwrap_or_else(PoisonError::into_inner));
     r.latencies.sort();
     Ok(r)
 }

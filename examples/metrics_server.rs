@@ -72,10 +72,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("policies.toml");
     let watcher = registry().watch_policies_with(
         &file,
-        WatchOptions::new().on_reload(|result| match result {
-            Ok(report) => println!("policies v{} applied: {:?}", report.version, report.applied),
-            Err(e) => eprintln!("{e}\n(the last good policies stay in force)"),
-        }),
+        WatchOptions::builder()
+            .on_reload(|result| match result {
+                Ok(report) => {
+                    println!("policies v{} applied: {:?}", report.version, report.applied)
+                }
+                Err(e) => eprintln!("{e}\n(the last good policies stay in force)"),
+            })
+            .build(),
     )?;
     println!(
         "policies v{} from {} in force",

@@ -1,6 +1,9 @@
 //! Runnable examples of the resilience toolkit; see the `[[example]]` targets. What
 //! several examples share is here.
 
+pub mod grpc;
+pub mod sim;
+
 /// Resident memory of this process in bytes, from `/proc/self/statm` (0 where it
 /// cannot be read).
 pub fn resident_bytes() -> u64 {

@@ -2,6 +2,7 @@
 
 use crate::auth::{AppToken, Token};
 use crate::server::{AdminConfig, StorageConfig};
+use crate::tls::TlsConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -40,6 +41,11 @@ OPTIONS (each can also come from the environment variable in brackets):
   --header-timeout SECONDS    a client that has not sent a whole request head this
                               long after connecting (or after its previous answer)
                               is disconnected, e.g. 10 or 10s (default 10s)
+  --tls-cert PATH             serve https with this PEM certificate chain (the
+                              server's certificate first); needs --tls-key
+                              [RESILIENCE_ADMIN_TLS_CERT]
+  --tls-key PATH              the PEM private key of --tls-cert (PKCS#8, PKCS#1 or
+                              SEC1) [RESILIENCE_ADMIN_TLS_KEY]
   -h, --help                  this text
 
 Tokens are at least 16 characters. Prefer the environment variables for them:
@@ -80,6 +86,8 @@ pub fn parse(
     let mut seconds_retention = None;
     let mut max_connections = None;
     let mut header_timeout = None;
+    let mut tls_cert = env("RESILIENCE_ADMIN_TLS_CERT");
+    let mut tls_key = env("RESILIENCE_ADMIN_TLS_KEY");
     let mut help = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
@@ -107,6 +115,8 @@ pub fn parse(
             "--seconds-retention" => seconds_retention = Some(value("a duration")?),
             "--max-connections" => max_connections = Some(value("a number")?),
             "--header-timeout" => header_timeout = Some(value("seconds")?),
+            "--tls-cert" => tls_cert = Some(value("a PEM file")?),
+            "--tls-key" => tls_key = Some(value("a PEM file")?),
             other => return Err(format!("unknown option `{other}` (see --help)")),
         }
     }
@@ -182,6 +192,15 @@ pub fn parse(
             }
         };
     }
+    config.tls = match (tls_cert, tls_key) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => Some(
+            TlsConfig::from_pem_files(cert.as_ref(), key.as_ref())
+                .map_err(|e| format!("--tls-cert/--tls-key: {e}"))?,
+        ),
+        (Some(_), None) => return Err("--tls-cert needs --tls-key (its private key)".into()),
+        (None, Some(_)) => return Err("--tls-key needs --tls-cert (its certificate)".into()),
+    };
     Ok(Cli {
         config,
         generated_admin_token,
@@ -295,6 +314,12 @@ mod tests {
             (&["--db"][..], "--db"),
             (&["--max-connections", "0"][..], "--max-connections"),
             (&["--header-timeout", "0"][..], "--header-timeout"),
+            (&["--tls-cert", "cert.pem"][..], "--tls-key"),
+            (&["--tls-key", "key.pem"][..], "--tls-cert"),
+            (
+                &["--tls-cert", "/nonexistent/cert.pem", "--tls-key", "k.pem"][..],
+                "/nonexistent/cert.pem",
+            ),
         ] {
             let e = parse(args(a), |_| None).unwrap_err();
             assert!(e.contains(word), "{a:?}: {e}");

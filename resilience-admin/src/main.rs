@@ -42,12 +42,14 @@ fn main() -> ExitCode {
             StorageConfig::Memory => "memory (lost on exit)".to_owned(),
             StorageConfig::Postgres(_) => "PostgreSQL".to_owned(),
         };
+        let scheme = if server.is_https() { "https" } else { "http" };
         // The one line scripts wait for: it carries the bound port (with --bind :0).
-        println!("resilience-admin listening on http://{addr} (storage: {storage})");
-        if !addr.ip().is_loopback() {
+        println!("resilience-admin listening on {scheme}://{addr} (storage: {storage})");
+        if !addr.ip().is_loopback() && !server.is_https() {
             eprintln!(
                 "resilience-admin: listening on {addr}, reachable from other machines; \
-                 traffic is plain HTTP, so put a TLS proxy in front of it"
+                 traffic is plain HTTP, tokens included: serve https with --tls-cert \
+                 and --tls-key"
             );
         }
         if cli.generated_admin_token {
@@ -58,7 +60,7 @@ fn main() -> ExitCode {
                 println!("app token (generated): {}", t.token.expose());
             }
         }
-        println!("dashboard: http://{addr}/");
+        println!("dashboard: {scheme}://{addr}/");
         server
             .serve(listener, async {
                 let _ = tokio::signal::ctrl_c().await;

@@ -104,7 +104,7 @@ impl Document {
     }
 
     fn parse_unlocated(text: &str, format: Format) -> Result<Document, Vec<PolicyProblem>> {
-        match PolicyFile::parse(text, format) {
+        match PolicyFile::parse_with_every_feature(text, format) {
             Ok(file) => Ok(Document::from_file(file)),
             Err(e) => Err(e.problems().iter().map(PolicyProblem::from).collect()),
         }

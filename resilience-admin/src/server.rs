@@ -3,6 +3,7 @@
 use crate::api::{router, AdminState};
 use crate::auth::{AppToken, Auth, Token};
 use crate::store::{SqliteStore, Store, StoreError};
+use crate::tls::TlsConfig;
 use resilience_runtime::Clock;
 use std::fmt;
 use std::future::Future;
@@ -88,6 +89,10 @@ pub struct AdminConfig {
     pub header_read_timeout: Duration,
     /// The server's clock (a manual one in tests).
     pub clock: Clock,
+    /// If set, the server serves https only, with this certificate (default: plain
+    /// http, fine on loopback; anywhere else app and admin tokens would travel
+    /// unencrypted).
+    pub tls: Option<TlsConfig>,
 }
 
 impl AdminConfig {
@@ -107,6 +112,7 @@ impl AdminConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
             clock: Clock::system(),
+            tls: None,
         }
     }
 }
@@ -176,6 +182,7 @@ pub struct Server {
     prune_interval: Duration,
     max_connections: usize,
     header_read_timeout: Duration,
+    tls: Option<TlsConfig>,
 }
 
 impl Server {
@@ -210,12 +217,18 @@ impl Server {
                 tokio::sync::Semaphore::MAX_PERMITS.min(u32::MAX as usize),
             ),
             header_read_timeout: config.header_read_timeout.max(Duration::from_millis(10)),
+            tls: config.tls.clone(),
         }
     }
 
     /// The shared state (for embedding the routes in another app).
     pub fn state(&self) -> &AdminState {
         &self.state
+    }
+
+    /// Whether it serves https ([`AdminConfig::tls`]).
+    pub fn is_https(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// Serves on `listener` until `shutdown` completes, then lets the requests in
@@ -225,7 +238,10 @@ impl Server {
     /// connection beyond them is answered `503` with `Retry-After: 1` and closed
     /// (beyond as many again, and at least 256, closed at once). A client that does not send a
     /// whole request head within [`AdminConfig::header_read_timeout`] is
-    /// disconnected.
+    /// disconnected. With [`AdminConfig::tls`], every connection is TLS: the
+    /// handshake must end within the header read timeout too, and a connection that
+    /// fails it (a plain-http client, an untrusted certificate) is closed with TLS's
+    /// alert, without an HTTP answer.
     ///
     /// # Errors
     ///
@@ -236,6 +252,8 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
         let pruner = tokio::spawn(prune_loop(self.state.clone(), self.prune_interval));
+        let acceptor = self.tls.as_ref().map(TlsConfig::acceptor);
+        let handshake_timeout = self.header_read_timeout;
         let app = router(self.state, self.max_body_bytes);
         let cap = self.max_connections;
         let permits = Arc::new(tokio::sync::Semaphore::new(cap));
@@ -263,8 +281,20 @@ impl Server {
             };
             let Ok(permit) = Arc::clone(&permits).try_acquire_owned() else {
                 if let Ok(p) = Arc::clone(&overflow).try_acquire_owned() {
+                    let acceptor = acceptor.clone();
                     tokio::spawn(async move {
-                        answer_overloaded(stream).await;
+                        match acceptor {
+                            None => answer_overloaded(stream).await,
+                            // The 503 goes in TLS, within the same linger.
+                            Some(acceptor) => {
+                                if let Ok(Ok(tls)) =
+                                    tokio::time::timeout(OVERFLOW_LINGER, acceptor.accept(stream))
+                                        .await
+                                {
+                                    answer_overloaded(tls).await;
+                                }
+                            }
+                        }
                         drop(p);
                     });
                 }
@@ -278,20 +308,25 @@ impl Server {
                     .insert(axum::extract::ConnectInfo(peer));
                 tower::Service::call(&mut app.clone(), request)
             });
-            let conn = http
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .with_upgrades();
+            let http = http.clone();
             let mut stop = stop_rx.clone();
+            let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                {
-                    tokio::pin!(conn);
-                    let stopping = tokio::select! {
-                        _ = conn.as_mut() => false,
-                        stopped = stop.wait_for(|s| *s) => stopped.is_ok(),
-                    };
-                    if stopping {
-                        conn.as_mut().graceful_shutdown();
-                        let _ = conn.await;
+                match acceptor {
+                    None => serve_connection(&http, stream, service, &mut stop).await,
+                    Some(acceptor) => {
+                        // A client that never finishes its handshake holds a permit
+                        // no longer than one that never sends a request head.
+                        let handshake = tokio::select! {
+                            done = tokio::time::timeout(handshake_timeout, acceptor.accept(stream)) => done,
+                            _ = stop.wait_for(|s| *s) => {
+                                drop(permit);
+                                return;
+                            }
+                        };
+                        if let Ok(Ok(tls)) = handshake {
+                            serve_connection(&http, tls, service, &mut stop).await;
+                        }
                     }
                 }
                 // The connection (and its clone of the routes) is gone before the
@@ -309,6 +344,34 @@ impl Server {
     }
 }
 
+/// Serves one connection (plain or TLS) until it ends or the server stops; then lets
+/// its request in progress finish.
+async fn serve_connection<I, S>(
+    http: &hyper::server::conn::http1::Builder,
+    io: I,
+    service: S,
+    stop: &mut tokio::sync::watch::Receiver<bool>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S::ResBody: 'static,
+    <S::ResBody as hyper::body::Body>::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let conn = http
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    let stopping = tokio::select! {
+        _ = conn.as_mut() => false,
+        stopped = stop.wait_for(|s| *s) => stopped.is_ok(),
+    };
+    if stopping {
+        conn.as_mut().graceful_shutdown();
+        let _ = conn.await;
+    }
+}
+
 /// Errors of one connection, not of the listener.
 fn is_connection_error(e: &std::io::Error) -> bool {
     matches!(
@@ -321,7 +384,10 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 
 /// Answers a connection beyond the cap: `503` with `Retry-After`, then closes it
 /// once the client has read it (or after [`OVERFLOW_LINGER`]).
-async fn answer_overloaded(mut stream: tokio::net::TcpStream) {
+async fn answer_overloaded<S>(mut stream: S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     const BODY: &str = "{\"error\":{\"code\":\"overloaded\",\"message\":\
         \"the server has too many connections open; retry shortly\"}}";
@@ -387,6 +453,7 @@ async fn prune_loop(state: AdminState, every: Duration) {
 #[derive(Debug)]
 pub struct RunningServer {
     addr: SocketAddr,
+    https: bool,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<thread::JoinHandle<std::io::Result<()>>>,
 }
@@ -399,6 +466,7 @@ impl RunningServer {
     /// [`AdminError`] if the store cannot be opened or the address bound.
     pub fn start(config: AdminConfig) -> Result<RunningServer, AdminError> {
         let server = Server::new(&config)?;
+        let https = server.is_https();
         let listener = TcpListener::bind(config.bind)?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
@@ -428,6 +496,7 @@ impl RunningServer {
             })?;
         Ok(RunningServer {
             addr,
+            https,
             shutdown: Some(tx),
             thread: Some(thread),
         })
@@ -438,9 +507,10 @@ impl RunningServer {
         self.addr
     }
 
-    /// The base URL, `http://ADDR`.
+    /// The base URL, `http://ADDR`, or `https://ADDR` when it serves https.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Stops accepting connections, waits for requests in progress, and closes the

@@ -130,15 +130,15 @@
 
 // Field names of one point's counts in each protocol: the runtime's table, which its
 // heartbeat client writes with.
+use crate::fields::{
+    PointFields as CountFields, JSON_POINT as JSON_FIELDS, SDS_POINT as SDS_FIELDS,
+};
 use crate::model::{
     AppKey, BreakerReport, ClientHealth, CycleSeconds, Enforcing, Heartbeat, HotKey,
     KeyTableCounts, PointCycle, PointKeys, Protocol, QueueCounts, RetryCounts, SecondCounts,
     SectionOrigin, CYCLE_MS, MAX_COUNT, MAX_ERROR_LEN, MAX_HOT_KEYS, MAX_KEY_TEXT_LEN,
     MAX_LOCAL_BYTES, MAX_NAME_LEN, MAX_PARTS, MAX_POINTS_PER_HEARTBEAT, MAX_SECOND_REASONS,
     MAX_SOURCE_LEN, SECONDS_PER_CYCLE,
-};
-use resilience_runtime::wire_fields::{
-    PointFields as CountFields, JSON_POINT as JSON_FIELDS, SDS_POINT as SDS_FIELDS,
 };
 use serde::Serialize;
 use serde_json::{Map, Value};

@@ -35,11 +35,11 @@ fn client(
     protocol: Protocol,
     registry: &'static Registry,
 ) -> HeartbeatClient {
-    let config = HeartbeatConfig::new("shop", "orders", url)
-        .unwrap()
+    let config = HeartbeatConfig::builder("shop", "orders", url)
         .token(APP)
         .protocol(protocol)
         .instance(instance)
+        .build()
         .unwrap();
     HeartbeatClient::new(config, registry)
 }
@@ -251,12 +251,12 @@ fn an_edit_reaches_every_running_instance_within_one_pull_period() {
         .iter()
         .map(|id| {
             let r: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
-            let config = HeartbeatConfig::new("shop", "orders", &server.url())
-                .unwrap()
+            let config = HeartbeatConfig::builder("shop", "orders", &server.url())
                 .token(APP)
                 .instance(id)
-                .unwrap()
-                .pull_period(period);
+                .pull_period(period)
+                .build()
+                .unwrap();
             (r, HeartbeatClient::new(config, r).spawn().unwrap())
         })
         .collect();

@@ -19,6 +19,9 @@ mod editor;
 /// Hot keys: the tables of the points' hottest keys.
 #[path = "dashboard/hot_keys.rs"]
 mod hot_keys;
+/// The page at a laptop's width: tables that fit, lines that coincide.
+#[path = "dashboard/layout.rs"]
+mod layout;
 /// The live view: charts at 1-second resolution.
 #[path = "dashboard/live.rs"]
 mod live;
@@ -81,6 +84,12 @@ static BROWSER_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 impl Browser {
     fn start() -> Browser {
+        Browser::start_sized(1400, 1600)
+    }
+
+    /// A browser whose window (and, headless, its viewport) is `width` x `height` CSS
+    /// pixels.
+    fn start_sized(width: u32, height: u32) -> Browser {
         // A test that failed while holding the turn poisons it; the next one may go.
         let turn = BROWSER_TURN
             .lock()
@@ -112,7 +121,7 @@ impl Browser {
             "--disable-component-update",
             "--disable-sync",
             "--disable-dev-shm-usage",
-            "--window-size=1400,1600",
+            format!("--window-size={width},{height}"),
             format!("--user-data-dir={}", profile.path().display()),
         ]);
         let caps = json!({"capabilities": {"alwaysMatch": {
@@ -243,6 +252,15 @@ impl Browser {
         [n[0], n[1], n[2], n[3]]
     }
 
+    /// Resizes the window; the page lays itself out again.
+    fn resize(&self, width: u32, height: u32) {
+        self.cmd(
+            "POST",
+            "/window/rect",
+            Some(&json!({"width": width, "height": height})),
+        );
+    }
+
     fn page_png(&self) -> Vec<u8> {
         base64_decode(self.cmd("GET", "/screenshot", None).as_str().unwrap())
     }
@@ -359,12 +377,12 @@ fn edit_a_policy_in_the_dashboard_and_see_it_reach_a_running_client() {
 
     // A running instance with the real heartbeat client.
     let registry: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
-    let hb = HeartbeatConfig::new("shop", "orders", &server.url())
-        .unwrap()
+    let hb = HeartbeatConfig::builder("shop", "orders", &server.url())
         .token(APP)
         .instance("live-1")
-        .unwrap()
-        .pull_period(Duration::from_millis(200));
+        .pull_period(Duration::from_millis(200))
+        .build()
+        .unwrap();
     let handle = HeartbeatClient::new(hb, registry).spawn().unwrap();
     let client = handle.client().clone();
 
@@ -551,10 +569,10 @@ fn the_dashboard_shows_what_each_instance_enforces() {
             "dom.stale": {"max_visits": 100}}}}),
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    let hb = HeartbeatConfig::new("shop", "orders", &server.url())
-        .unwrap()
+    let hb = HeartbeatConfig::builder("shop", "orders", &server.url())
         .token(APP)
         .instance("dom-1")
+        .build()
         .unwrap();
     let client = HeartbeatClient::new(hb, registry);
     client.pull_now().unwrap();

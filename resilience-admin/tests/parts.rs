@@ -86,12 +86,12 @@ fn client_parts(storage: StorageConfig) {
         let policy = Policy::builder().max_visits(1_000).build().unwrap();
         registry.set_policy(&name(i), policy).unwrap();
     }
-    let config = HeartbeatConfig::new("shop", "orders", &server.url())
-        .unwrap()
+    let config = HeartbeatConfig::builder("shop", "orders", &server.url())
         .token(APP)
         .instance("bulk-1")
-        .unwrap()
-        .max_body_bytes(16 * 1024);
+        .max_body_bytes(16 * 1024)
+        .build()
+        .unwrap();
     let client = HeartbeatClient::new(config, registry);
     // Traffic in a cycle of its own, after the one in which the policies were set.
     let start = now_ms(&manual);
@@ -254,12 +254,12 @@ fn ten_thousand_points(protocol: Protocol) -> usize {
     let server = start(c);
     let addr = server.addr();
     let registry = registry(&manual);
-    let config = HeartbeatConfig::new("shop", "orders", &server.url())
-        .unwrap()
+    let config = HeartbeatConfig::builder("shop", "orders", &server.url())
         .token(APP)
         .instance("big-1")
-        .unwrap()
-        .protocol(protocol);
+        .protocol(protocol)
+        .build()
+        .unwrap();
     let client = HeartbeatClient::new(config, registry);
     let total = traffic(registry, points);
     manual.advance(Duration::from_secs(14));

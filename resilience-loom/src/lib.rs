@@ -20,7 +20,8 @@
 //! # How the engine gets here
 //!
 //! This crate compiles the engine's *real* source files, included by `#[path]`
-//! (`point/flow.rs`, `point/delay.rs`, `point/hang.rs`, `point/durations.rs`, `limit/gcra.rs`,
+//! (`point/state/flow.rs`, `point/state/delay.rs`, `point/state/hang.rs`,
+//! `point/state/durations.rs`, `limit/gcra.rs`,
 //! `limit/cell.rs`, `retry/take.rs`, and the key table of `keys/`): they take their atomics (and `hang.rs` its mutex and
 //! thread-locals) from `crate::sync`, which here is this crate's `sync` module, built
 //! on loom, and in the runtime is `std`'s. `build.rs` sets `cfg(loom)`, so the files'
@@ -180,31 +181,31 @@ mod sync {
 #[path = "../../resilience-runtime/src/lock.rs"]
 mod lock;
 
-#[path = "../../resilience-runtime/src/point/arming.rs"]
+#[path = "../../resilience-runtime/src/point/state/arming.rs"]
 mod arming;
 
-#[path = "../../resilience-runtime/src/point/flow.rs"]
+#[path = "../../resilience-runtime/src/point/state/flow.rs"]
 mod flow;
 
-#[path = "../../resilience-runtime/src/point/delay.rs"]
+#[path = "../../resilience-runtime/src/point/state/delay.rs"]
 mod delay;
 
-#[path = "../../resilience-runtime/src/point/chunks.rs"]
+#[path = "../../resilience-runtime/src/point/state/chunks.rs"]
 mod chunks;
 
 #[path = "../../resilience-runtime/src/lane.rs"]
 mod lane;
 
-#[path = "../../resilience-runtime/src/point/hang.rs"]
+#[path = "../../resilience-runtime/src/point/state/hang.rs"]
 mod hang;
 
-#[path = "../../resilience-runtime/src/point/durations.rs"]
+#[path = "../../resilience-runtime/src/point/state/durations.rs"]
 mod durations;
 
 #[path = "../../resilience-runtime/src/window.rs"]
 mod window;
 
-#[path = "../../resilience-runtime/src/point/cell.rs"]
+#[path = "../../resilience-runtime/src/point/state/cell.rs"]
 mod cell;
 
 #[path = "../../resilience-runtime/src/retry/take.rs"]

@@ -4,10 +4,10 @@ mod args;
 mod errors;
 mod expand;
 mod item;
-// The point-name rule, shared with the runtime and the admin console (one file: a
-// proc-macro crate cannot depend on the runtime, which depends on it).
+// The point-name rule, shared with the runtime and the admin console: a copy of the
+// runtime's `src/name.rs` (a proc-macro crate cannot depend on the runtime, which
+// depends on it; the workspace's `checks` crate tests that the copies are equal).
 #[allow(dead_code, unreachable_pub)]
-#[path = "../../resilience-runtime/src/name.rs"]
 mod name;
 mod paths;
 mod shape;
@@ -484,7 +484,23 @@ pub fn breaker(args: TokenStream, item: TokenStream) -> TokenStream {
 /// between attempts and, with `budget`, only while that retry budget allows. A panic
 /// is never retried. Stacked above a `#[downgrade]` / `#[breaker]`, every attempt is a
 /// call of that point, and a refused (or cut) attempt ends the call at once with the
-/// fallback's answer. See the runtime's README, "`#[retry]`".
+/// fallback's answer. See the runtime's guide, chapter
+/// `resilience_runtime::guide::retries`.
+///
+/// # Errors
+///
+/// Besides a bad argument: a function that does not return a `Result` (an alias such
+/// as `io::Result<T>` is one) is refused at its return type, a `retry_if` that is not
+/// a `fn(&E) -> bool` (`E` the function's error type) at `retry_if = ...`, and an
+/// owned argument that is not `Clone` at that argument, each saying what to write.
+///
+/// ```text
+/// error[E0277]: `#[retry]` needs a function that returns `Result<T, E>`, not `u32`
+///  --> src/stock.rs:2:15
+///   |
+/// 2 | fn count() -> u32 {
+///   |               ^^^ only an `Err` can be retried
+/// ```
 #[proc_macro_attribute]
 pub fn retry(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::retry::expand(args.into(), item.into()).into()

@@ -37,7 +37,7 @@ impl Runtime {
     /// `<root>::__private` with every token at `span`.
     ///
     /// For calls whose type errors should point at a user token (the return
-    /// type for `DowngradeReturn`): rustc reports a path call at the span of
+    /// type for `FromDowngraded`): rustc reports a path call at the span of
     /// the whole path, and a path mixing our call-site tokens with the
     /// user's would be reported at the whole attribute instead. Respanning is
     /// safe: `span` is a user token's, which resolves like `crate = "..."`'s

@@ -355,7 +355,7 @@ pub mod __private {
 
     #[macro_export]
     macro_rules! __mock_deadline {
-        ($($call:tt)*) => {
+        ({ $($error:tt)* } $($call:tt)*) => {
             $crate::__private::run_with_deadline($($call)*)
         };
     }
@@ -414,11 +414,11 @@ pub mod __private {
         }
     }
 
-    pub trait DowngradeReturn {
+    pub trait FromDowngraded {
         fn from_downgraded(d: Downgraded) -> Self;
     }
 
-    impl<T, E: From<Downgraded>> DowngradeReturn for Result<T, E> {
+    impl<T, E: From<Downgraded>> FromDowngraded for Result<T, E> {
         fn from_downgraded(d: Downgraded) -> Self {
             Err(E::from(d))
         }

@@ -98,7 +98,11 @@ fn bloom(c: &mut Criterion) {
     let absent = keys("miss", KEYS);
     let fresh = keys("new", KEYS);
 
-    let config = BloomConfig::with_rate(KEYS as u64, RATE).unwrap();
+    let config = BloomConfig::builder()
+        .expected_items(KEYS as u64)
+        .false_positive_rate(RATE)
+        .build()
+        .unwrap();
     let atomic = BloomFilter::new(config).unwrap();
     let naive = MutexVecBool::new(config);
     let go_zero = BloomFilter::go_zero(config.bits()).unwrap();

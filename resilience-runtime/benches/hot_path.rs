@@ -48,6 +48,24 @@ fn guarded_fine(x: u64) -> u64 {
     black_box(x).wrapping_mul(3)
 }
 
+#[downgrade(point = "bench.bucket_only", default)]
+#[inline(never)]
+fn guarded_bucket_only(x: u64) -> u64 {
+    black_box(x).wrapping_mul(3)
+}
+
+#[downgrade(point = "bench.concurrency_only", default)]
+#[inline(never)]
+fn guarded_concurrency_only(x: u64) -> u64 {
+    black_box(x).wrapping_mul(3)
+}
+
+#[resilience_runtime::breaker(point = "bench.breaker_closed", default = Ok(0))]
+#[inline(never)]
+fn guarded_breaker(x: u64) -> Result<u64, ()> {
+    Ok(black_box(x).wrapping_mul(3))
+}
+
 #[downgrade(point = "bench.buckets", default)]
 #[inline(never)]
 fn guarded_buckets(x: u64) -> u64 {
@@ -265,11 +283,194 @@ fn ratios(_: &mut Criterion) {
     );
 }
 
+/// One call through a tower service that is ready at once: `poll_ready`, `call` and
+/// one poll of the response future, which is ready too.
+#[cfg(feature = "tower")]
+fn tower_call<S>(svc: &std::cell::RefCell<S>)
+where
+    S: tower::Service<u64>,
+    S::Response: std::fmt::Debug,
+    S::Error: std::fmt::Debug,
+{
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut svc = svc.borrow_mut();
+    assert!(svc.poll_ready(&mut cx).is_ready());
+    let fut = std::pin::pin!(svc.call(black_box(7)));
+    match fut.poll(&mut cx) {
+        Poll::Ready(r) => {
+            black_box(r.unwrap());
+        }
+        Poll::Pending => unreachable!("the inner service answers at once"),
+    }
+}
+
+/// The bounds of the pay-for-what-you-use issue, each against its peer, measured
+/// interleaved in one run (median over rounds of the ratio within a round):
+///
+/// | row | peer | bound |
+/// |---|---|---|
+/// | no policy | a relaxed atomic increment | 2.0x |
+/// | all five rules | governor's `check()` | 1.5x |
+/// | token bucket only | governor's `check()` | 1.2x |
+/// | `max_concurrency` only | tokio's `Semaphore::try_acquire` + drop | 1.2x |
+/// | `#[breaker]` closed | failsafe's `call` | 0.15x |
+/// | tower `PointLayer`, no policy | tower's `ConcurrencyLimitLayer` | 1.0x |
+/// | tower `PointLayer`, all five | tower's `ConcurrencyLimitLayer` | 2.0x |
+fn bounds(_: &mut Criterion) {
+    let counter = AtomicU64::new(0);
+    let limiter = governor::RateLimiter::direct(governor::Quota::per_second(
+        NonZeroU32::new(u32::MAX).unwrap(),
+    ));
+    let semaphore = tokio::sync::Semaphore::new(1_000_000);
+    let breaker = failsafe::Config::new().build();
+    registry().clear_policy("bench.none").unwrap();
+    registry().set_policy("bench.all", all_five(10)).unwrap();
+    registry()
+        .set_policy(
+            "bench.bucket_only",
+            Policy::builder()
+                .token_bucket(1e9, 1_000_000_000)
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    registry()
+        .set_policy(
+            "bench.concurrency_only",
+            Policy::builder()
+                .max_concurrency(1_000_000)
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    let atomic = || {
+        black_box(black_box(&counter).fetch_add(1, Ordering::Relaxed));
+    };
+    let governor = || {
+        let _ = black_box(limiter.check());
+    };
+    let tokio_semaphore = || {
+        drop(black_box(semaphore.try_acquire().unwrap()));
+    };
+    let failsafe = || {
+        use failsafe::CircuitBreaker;
+        let _ = black_box(breaker.call(|| Ok::<_, ()>(plain(7))));
+    };
+    let none = || {
+        black_box(guarded_none(black_box(7)));
+    };
+    let all = || {
+        black_box(guarded_all(black_box(7)));
+    };
+    let bucket = || {
+        black_box(guarded_bucket_only(black_box(7)));
+    };
+    let concurrency = || {
+        black_box(guarded_concurrency_only(black_box(7)));
+    };
+    let closed_breaker = || {
+        let _ = black_box(guarded_breaker(black_box(7)));
+    };
+    let mut candidates: Vec<(&str, &dyn Fn())> = vec![
+        ("atomic increment", &atomic),
+        ("governor check", &governor),
+        ("tokio semaphore try_acquire", &tokio_semaphore),
+        ("failsafe call", &failsafe),
+        ("no policy", &none),
+        ("all five", &all),
+        ("token bucket only", &bucket),
+        ("max_concurrency only", &concurrency),
+        ("#[breaker] closed", &closed_breaker),
+    ];
+    #[cfg(feature = "tower")]
+    let (tower_limit, tower_none, tower_all);
+    #[cfg(feature = "tower")]
+    {
+        use resilience_runtime::tower::PointLayer;
+        use std::cell::RefCell;
+        use tower::Layer;
+        let inner = || tower::service_fn(|x: u64| std::future::ready(Ok::<_, ()>(x)));
+        let limit =
+            RefCell::new(tower::limit::ConcurrencyLimitLayer::new(1_000_000).layer(inner()));
+        let point_none = RefCell::new(PointLayer::new("bench.none").unwrap().layer(inner()));
+        let point_all = RefCell::new(PointLayer::new("bench.all").unwrap().layer(inner()));
+        tower_limit = move || tower_call(&limit);
+        tower_none = move || tower_call(&point_none);
+        tower_all = move || tower_call(&point_all);
+        candidates.push(("tower ConcurrencyLimitLayer", &tower_limit));
+        candidates.push(("tower PointLayer, no policy", &tower_none));
+        candidates.push(("tower PointLayer, all five", &tower_all));
+    }
+    let calls: Vec<&dyn Fn()> = candidates.iter().map(|(_, f)| *f).collect();
+    let t = support::interleaved(400, 5_000, &calls);
+    let row = |name: &str| {
+        let i = candidates.iter().position(|(n, _)| *n == name).unwrap();
+        &t[i][..]
+    };
+    println!("bounds, interleaved, median of 400 rounds of 5 000 calls each:");
+    for (i, (name, _)) in candidates.iter().enumerate() {
+        println!("  {name:<30} {:>7.1} ns", support::median(&t[i]));
+    }
+    let mut ratios = vec![
+        (
+            "no policy / atomic increment",
+            "no policy",
+            "atomic increment",
+            2.0,
+        ),
+        (
+            "all five / governor check",
+            "all five",
+            "governor check",
+            1.5,
+        ),
+        (
+            "token bucket only / governor check",
+            "token bucket only",
+            "governor check",
+            1.2,
+        ),
+        (
+            "max_concurrency only / tokio semaphore",
+            "max_concurrency only",
+            "tokio semaphore try_acquire",
+            1.2,
+        ),
+        (
+            "#[breaker] closed / failsafe call",
+            "#[breaker] closed",
+            "failsafe call",
+            0.15,
+        ),
+    ];
+    if cfg!(feature = "tower") {
+        ratios.push((
+            "PointLayer no policy / ConcurrencyLimitLayer",
+            "tower PointLayer, no policy",
+            "tower ConcurrencyLimitLayer",
+            1.0,
+        ));
+        ratios.push((
+            "PointLayer all five / ConcurrencyLimitLayer",
+            "tower PointLayer, all five",
+            "tower ConcurrencyLimitLayer",
+            2.0,
+        ));
+    }
+    for (label, a, b, bound) in ratios {
+        let r = support::median_ratio(row(a), row(b));
+        let verdict = if r <= bound { "ok" } else { "OVER" };
+        println!("  {label:<46} = {r:.2} (bound <= {bound}) {verdict}");
+    }
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = yardsticks, ratios, scaling
+    targets = yardsticks, ratios, bounds, scaling
 }
 criterion_main!(benches);

@@ -157,6 +157,9 @@ pub struct Clock {
     // Shared: every point holds a clone of its registry's clock, so a pointer, not
     // the 56 bytes of the source.
     inner: std::sync::Arc<Source>,
+    // Whether `inner` is the system clock: the one the hot path reads, decided
+    // without following the pointer (the other sources are for tests).
+    system: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -167,7 +170,21 @@ enum Source {
         ticks_per_ns: f64,
     },
     Manual(ManualClock),
+    /// tokio's clock (`tokio::time::Instant`) of one runtime, read with its handle
+    /// entered: paused and advanced by the runtime in tests.
+    #[cfg(feature = "tokio")]
+    Tokio {
+        handle: tokio::runtime::Handle,
+        /// The instant the timeline's reading [`TOKIO_ORIGIN_NS`] stands for.
+        base: tokio::time::Instant,
+        wall_offset_ns: u64,
+    },
 }
+
+/// The first reading of a tokio-backed timeline: one second, as a manual clock's,
+/// so that `0` keeps meaning "unset" in the engine.
+#[cfg(feature = "tokio")]
+const TOKIO_ORIGIN_NS: u64 = 1_000_000_000;
 
 impl Clock {
     /// The operating system's clocks.
@@ -184,6 +201,7 @@ impl Clock {
         let span = 1u64 << 40;
         let ns = ticks.delta_as_nanos(0, span).max(1);
         Clock {
+            system: true,
             inner: std::sync::Arc::new(Source::System {
                 wall_offset_ns: wall.saturating_sub(mono),
                 ticks,
@@ -196,7 +214,60 @@ impl Clock {
     /// ticks are nanoseconds of the same reading.
     pub fn manual(clock: &ManualClock) -> Self {
         Clock {
+            system: false,
             inner: std::sync::Arc::new(Source::Manual(clock.clone())),
+        }
+    }
+
+    /// tokio's clock of the runtime `handle` (feature `tokio`): every rule of a
+    /// registry on this clock (windows, buckets, breakers, delays, queues) reads the
+    /// same time as `tokio::time`, which `timeout = "..."`, hedging and async retry
+    /// backoffs wait on. Under a paused runtime (`#[tokio::test(start_paused = true)]`,
+    /// tokio's `test-util` feature) the whole scenario then runs in virtual time: an
+    /// idle runtime jumps to its next timer, so a test of a breaker's 30 s open wait
+    /// or a retry's backoff sleeps no real time at all. See
+    /// [`testing`](crate::testing) for a registry of a test's own.
+    ///
+    /// Reading it enters `handle`, so any thread may read it (the engine's timers
+    /// too) and sees the runtime's time. Sync code that waits on this clock (a queue
+    /// or a token wait of a sync call, `Clock::sleep`) waits in real time instead:
+    /// use a [`ManualClock`] for sync code.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::Clock;
+    /// use std::time::Duration;
+    ///
+    /// let rt = tokio::runtime::Builder::new_current_thread()
+    ///     .enable_time()
+    ///     .start_paused(true)
+    ///     .build()?;
+    /// rt.block_on(async {
+    ///     let clock = Clock::tokio(&tokio::runtime::Handle::current());
+    ///     let t0 = clock.now();
+    ///     tokio::time::sleep(Duration::from_secs(3600)).await; // no real hour
+    ///     assert_eq!(clock.now() - t0, Duration::from_secs(3600));
+    /// });
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub fn tokio(handle: &tokio::runtime::Handle) -> Self {
+        let base = {
+            let _entered = handle.enter();
+            tokio::time::Instant::now()
+        };
+        let wall = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(nanos)
+            .unwrap_or(0);
+        Clock {
+            system: false,
+            inner: std::sync::Arc::new(Source::Tokio {
+                handle: handle.clone(),
+                base,
+                wall_offset_ns: wall.saturating_sub(TOKIO_ORIGIN_NS),
+            }),
         }
     }
 
@@ -210,7 +281,16 @@ impl Clock {
                 m.before_move.0.lock().recover().push(Box::new(hook));
                 true
             }
-            Source::System { .. } => false,
+            _ => false,
+        }
+    }
+
+    /// With a manual clock, how many hooks run before it moves (0 for other clocks).
+    #[cfg(test)]
+    pub(crate) fn hooks_before_move(&self) -> usize {
+        match &*self.inner {
+            Source::Manual(m) => m.before_move.0.lock().recover().len(),
+            _ => 0,
         }
     }
 
@@ -224,7 +304,7 @@ impl Clock {
                 m.after_move.0.lock().recover().push(Box::new(hook));
                 true
             }
-            Source::System { .. } => false,
+            _ => false,
         }
     }
 
@@ -233,8 +313,8 @@ impl Clock {
         matches!(*self.inner, Source::Manual(_))
     }
 
-    /// Waits `d`: the thread sleeps on the system clock; a manual clock is advanced by
-    /// `d` instead, so that code that waits (retry backoffs) runs instantly and
+    /// Waits `d`: the thread sleeps on the system clock (and on tokio's, in real
+    /// time: see [`Clock::tokio`]); a manual clock is advanced by `d` instead, so that code that waits (retry backoffs) runs instantly and
     /// deterministically in tests.
     ///
     /// # Examples
@@ -251,19 +331,20 @@ impl Clock {
     /// ```
     pub fn sleep(&self, d: Duration) {
         match &*self.inner {
-            Source::System { .. } => std::thread::sleep(d),
             Source::Manual(m) => m.advance(d),
+            _ => std::thread::sleep(d),
         }
     }
 
     /// Waits `d` without blocking the thread (`tokio` feature): `tokio::time::sleep` on
-    /// the system clock (so it needs a tokio runtime with its time driver); a manual
+    /// the system clock and tokio's (so it needs a tokio runtime with its time
+    /// driver); a manual
     /// clock is advanced by `d` at once instead, like [`sleep`](Self::sleep).
     #[cfg(feature = "tokio")]
     pub async fn sleep_async(&self, d: Duration) {
         match &*self.inner {
-            Source::System { .. } => tokio::time::sleep(d).await,
             Source::Manual(m) => m.advance(d),
+            _ => tokio::time::sleep(d).await,
         }
     }
 
@@ -279,9 +360,28 @@ impl Clock {
     /// The engine's reading of the timeline: nanoseconds, the `u64` its atomics hold.
     #[inline]
     pub(crate) fn now_ns(&self) -> u64 {
+        if self.system {
+            return ticker::now();
+        }
         match &*self.inner {
             Source::System { .. } => ticker::now(),
             Source::Manual(m) => m.now_ns(),
+            #[cfg(feature = "tokio")]
+            Source::Tokio { handle, base, .. } => tokio_now(handle, *base),
+        }
+    }
+
+    /// The timeline read from the OS now, never from the cache: no earlier than any
+    /// reading [`now_ns`](Self::now_ns) gave before, and no later than one it gives
+    /// after (the cache only holds past OS readings). What starts a token bucket or a
+    /// warm-up, so that their refill counts only time that has passed: from a cached
+    /// start up to a millisecond old they would credit time before they existed. What
+    /// the per-second sampler reads too: it runs for a few seconds after a point's
+    /// last call, and its reads of the cache would keep the cache's thread ticking.
+    pub(crate) fn precise_now_ns(&self) -> u64 {
+        match &*self.inner {
+            Source::System { .. } => ticker::precise_monotonic(),
+            _ => self.now_ns(),
         }
     }
 
@@ -291,6 +391,8 @@ impl Clock {
         match &*self.inner {
             Source::System { ticks, .. } => ticks.raw(),
             Source::Manual(m) => m.now_ns(),
+            #[cfg(feature = "tokio")]
+            Source::Tokio { handle, base, .. } => tokio_now(handle, *base),
         }
     }
 
@@ -305,7 +407,7 @@ impl Clock {
                     t as u64
                 }
             }
-            Source::Manual(_) => ns,
+            _ => ns,
         }
     }
 
@@ -320,7 +422,7 @@ impl Clock {
                     ns as u64
                 }
             }
-            Source::Manual(_) => ticks,
+            _ => ticks,
         }
     }
 
@@ -344,6 +446,8 @@ impl Clock {
         match &*self.inner {
             Source::System { wall_offset_ns, .. } => now.saturating_add(*wall_offset_ns),
             Source::Manual(m) => now.saturating_add(m.wall_offset_ns),
+            #[cfg(feature = "tokio")]
+            Source::Tokio { wall_offset_ns, .. } => now.saturating_add(*wall_offset_ns),
         }
     }
 
@@ -353,6 +457,8 @@ impl Clock {
         match &*self.inner {
             Source::System { wall_offset_ns, .. } => wall_ns.saturating_sub(*wall_offset_ns),
             Source::Manual(m) => wall_ns.saturating_sub(m.wall_offset_ns),
+            #[cfg(feature = "tokio")]
+            Source::Tokio { wall_offset_ns, .. } => wall_ns.saturating_sub(*wall_offset_ns),
         }
     }
 
@@ -360,6 +466,15 @@ impl Clock {
     pub fn system_time(&self, at: Instant) -> SystemTime {
         UNIX_EPOCH + self.unix_time(at)
     }
+}
+
+/// The reading of a tokio-backed timeline: the runtime's clock (paused or not) since
+/// `base`, past the timeline's origin.
+#[cfg(feature = "tokio")]
+fn tokio_now(handle: &tokio::runtime::Handle, base: tokio::time::Instant) -> u64 {
+    let _entered = handle.enter();
+    let since = tokio::time::Instant::now().saturating_duration_since(base);
+    TOKIO_ORIGIN_NS.saturating_add(nanos(since))
 }
 
 impl Default for Clock {

@@ -175,6 +175,92 @@ impl fmt::Display for Downgraded {
 
 impl std::error::Error for Downgraded {}
 
+/// A return type that can carry a [`Downgraded`]: what a `#[downgrade]` or
+/// `#[breaker]` function without `fallback` or `default` returns when its call is
+/// refused (or cut at its deadline).
+///
+/// Implemented for `Result<T, E>` where `E: From<Downgraded>`: a refused call returns
+/// `Err(E::from(downgraded))`. The macros name this trait in the compile error for any
+/// other return type; give the attribute a `fallback` or a `default` for those, or
+/// add `impl From<Downgraded> for E` to the error type. Sealed: no other type can
+/// implement it.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::{downgrade, registry, Downgraded, FromDowngraded, Policy};
+///
+/// #[derive(Debug, PartialEq)]
+/// enum Error {
+///     Busy,
+/// }
+///
+/// impl From<Downgraded> for Error {
+///     fn from(_: Downgraded) -> Self {
+///         Error::Busy
+///     }
+/// }
+///
+/// // No fallback: a refused call returns `Err(Error::from(downgraded))`.
+/// #[downgrade(point = "docs.from_downgraded")]
+/// fn lookup(id: u32) -> Result<u32, Error> {
+///     Ok(id)
+/// }
+///
+/// registry().set_policy("docs.from_downgraded", Policy::builder().max_visits(0).build()?)?;
+/// assert_eq!(lookup(7), Err(Error::Busy));
+///
+/// // The same conversion by hand.
+/// let refused = registry().point("docs.from_downgraded")?.enter().unwrap_err();
+/// assert_eq!(Result::<u32, Error>::from_downgraded(refused), Err(Error::Busy));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// A return type that cannot carry the refusal is a compile error at that type:
+///
+/// ```compile_fail,E0277
+/// use resilience_runtime::downgrade;
+///
+/// #[downgrade(point = "docs.from_downgraded.u32")]
+/// fn count() -> u32 { // error: ... must return `Result<_, E>` where `E: From<Downgraded>`, not `u32`
+///     1
+/// }
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "a `#[downgrade]` or `#[breaker]` function without `fallback` or `default` must return `Result<_, E>` where `E: From<Downgraded>`, not `{Self}`",
+    label = "this return type cannot carry a downgrade",
+    note = "add `fallback = path` or `default` to the attribute, or return `Result<_, E>` with `impl From<resilience_runtime::Downgraded> for E`"
+)]
+pub trait FromDowngraded {
+    /// The value a refused (or cut) call returns: `Err(E::from(downgraded))`.
+    fn from_downgraded(downgraded: Downgraded) -> Self;
+
+    /// Seals the trait: no other crate can name the argument's type. (A method, not a
+    /// supertrait: rustc checks a supertrait at every call of a method, and its error
+    /// could then come first, without this trait's message.)
+    #[doc(hidden)]
+    fn __sealed(_: sealed::Sealed);
+}
+
+// Not recommended: an `E` without `From<Downgraded>` then gets this crate's message
+// (`on_unimplemented` above) instead of rustc's list of the `From` impls `E` has.
+#[diagnostic::do_not_recommend]
+impl<T, E: From<Downgraded>> FromDowngraded for Result<T, E> {
+    #[inline]
+    fn from_downgraded(downgraded: Downgraded) -> Self {
+        Err(E::from(downgraded))
+    }
+
+    fn __sealed(_: sealed::Sealed) {}
+}
+
+mod sealed {
+    /// The argument of [`FromDowngraded`](super::FromDowngraded)'s sealing method,
+    /// which no other crate can name.
+    #[derive(Debug)]
+    pub struct Sealed;
+}
+
 use crate::name::NameProblem;
 pub use crate::name::MAX_POINT_NAME_LEN;
 
@@ -268,16 +354,15 @@ fn point_name_problem(name: &str) -> Option<&'static str> {
 }
 
 /// One invalid field of a configuration (a policy, a breaker, an adaptive limit, a
-/// retry setting, ...): its path and what is wrong with it. Every component
-/// configured with a plain struct fails with one; a [`PolicyError`](crate::PolicyError)
-/// lists them.
+/// retry setting, ...): its path and what is wrong with it. The builders of the
+/// configurations fail with one; a [`PolicyError`](crate::PolicyError) lists them.
 ///
 /// # Examples
 ///
 /// ```
-/// use resilience_runtime::breaker::{SreBreaker, SreConfig};
+/// use resilience_runtime::breaker::SreConfig;
 ///
-/// let err = SreBreaker::new(SreConfig { buckets: 0, ..SreConfig::default() }, resilience_runtime::Instant::from_nanos(0)).unwrap_err();
+/// let err = SreConfig::builder().buckets(0).build().unwrap_err();
 /// assert_eq!(err.field, "buckets");
 /// assert!(err.to_string().starts_with("invalid configuration: `buckets`"));
 /// ```

@@ -60,8 +60,8 @@ pub struct BreakerChange {
     pub from: BreakerState,
     /// The state entered.
     pub to: BreakerState,
-    /// Why, for the classic breaker (the SRE breaker starts and stops dropping by its
-    /// formula).
+    /// Why, for the classic breaker; for the SRE breaker, which starts and stops
+    /// dropping by its formula, only [`TransitionReason::Forced`] (a test moved it).
     pub cause: Option<TransitionReason>,
 }
 
@@ -82,7 +82,7 @@ pub struct BreakerChange {
 ///         sink.lock().unwrap().push(e.change.to);
 ///     }
 /// });
-/// let config = ClassicConfig { consecutive_failures: Some(1), ..ClassicConfig::default() };
+/// let config = ClassicConfig::builder().consecutive_failures(1).build()?;
 /// registry().set_breaker("docs.breaker_event", BreakerPolicy::Classic(config))?;
 /// registry().point("docs.breaker_event")?.enter().unwrap().finish(true);
 /// assert!(registry().flush_listeners(Duration::from_secs(5)));
@@ -146,7 +146,7 @@ pub enum Event {
     /// [`Registry::add_policy_listener`](crate::Registry::add_policy_listener) sees at
     /// once, here queued and delivered with the other events.
     /// (Boxed: a change holds two whole policies.)
-    Policy(Box<crate::layers::PolicyChange>),
+    Policy(Box<crate::sources::PolicyChange>),
 }
 
 /// The kind of an [`Event`], without its data ([`Event::kind`]).

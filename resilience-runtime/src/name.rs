@@ -3,7 +3,8 @@
 //! console (every name it stores) all decide with [`NameProblem::of`].
 //!
 //! This file depends on nothing but `core`: the macros crate, which cannot depend on
-//! the runtime, compiles it as a module of its own (`#[path]`).
+//! the runtime, keeps a copy (`resilience-macros/src/name.rs`), and the workspace's
+//! `checks` crate tests that the two are equal.
 
 /// The longest point name accepted, in bytes (the admin console's limit for every
 /// name it stores, so a name the runtime takes is never refused by the console).

@@ -4,7 +4,7 @@
 pub use crate::error::Downgraded;
 use crate::sync::atomic::{AtomicPtr, Ordering};
 
-pub use crate::point::permit::Permit;
+pub use crate::point::admit::permit::Permit;
 pub use crate::point::Point;
 
 /// A point handle cached in a function-local `static` at each call site.
@@ -31,9 +31,14 @@ impl StaticPoint {
         }
     }
 
-    /// The point, looked up in the global registry on the first call only.
+    /// The point, looked up in the global registry on the first call only (with the
+    /// `testing` feature, in the test registry in scope, if any, at every call).
     #[inline]
     pub fn get(&'static self) -> &'static Point {
+        #[cfg(feature = "testing")]
+        if let Some(registry) = crate::registry::scoped::scoped() {
+            return self.scoped(registry);
+        }
         let point = self.cell.load(Ordering::Acquire);
         // SAFETY: a non-null pointer was stored by `init` from a `&'static Point`.
         match unsafe { point.cast_const().as_ref() } {
@@ -42,9 +47,22 @@ impl StaticPoint {
         }
     }
 
+    /// The point in a test's registry (feature `testing`): looked up at each call,
+    /// never cached, so that the next test's registry gets its own.
+    #[cfg(feature = "testing")]
+    #[cold]
+    fn scoped(&'static self, registry: &'static crate::Registry) -> &'static Point {
+        match registry.point(self.name) {
+            Ok(p) => p,
+            // As in `init`: unreachable from generated code.
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     #[cold]
     fn init(&'static self) -> &'static Point {
-        let point = match crate::registry().point(self.name) {
+        // The global registry's, whatever is in scope: the cache outlives scopes.
+        let point = match crate::registry::global().point(self.name) {
             Ok(p) => p,
             // The macro rejects empty names and default names are module paths, so
             // this is unreachable from generated code.
@@ -87,26 +105,10 @@ impl<T> ClassifyOther for &Classify<'_, T> {
     }
 }
 
-/// Turns a downgrade into the return value of a function without fallback.
-#[diagnostic::on_unimplemented(
-    message = "a `#[downgrade]` or `#[breaker]` function without `fallback` or `default` must return `Result<_, E>` where `E: From<Downgraded>`, not `{Self}`",
-    label = "this return type cannot carry a downgrade",
-    note = "add `fallback = path` or `default` to the attribute, or return `Result<_, E>` with `impl From<resilience_runtime::Downgraded> for E`"
-)]
-pub trait DowngradeReturn {
-    /// The value returned when the call is downgraded.
-    fn from_downgraded(d: Downgraded) -> Self;
-}
-
-// Not recommended: an `E` without `From<Downgraded>` then gets this crate's message
-// (`on_unimplemented` above) instead of rustc's list of the `From` impls `E` has.
-#[diagnostic::do_not_recommend]
-impl<T, E: From<Downgraded>> DowngradeReturn for Result<T, E> {
-    #[inline]
-    fn from_downgraded(d: Downgraded) -> Self {
-        Err(E::from(d))
-    }
-}
+/// What a `#[downgrade]` / `#[breaker]` fn without fallback returns when refused; a
+/// public trait, so that the error about a return type that cannot carry a refusal
+/// names it at its public path.
+pub use crate::error::FromDowngraded;
 
 pub use crate::declared::{DeclaredPoint, DECLARED_POINTS};
 pub use crate::unwind::CatchUnwind;
@@ -152,7 +154,7 @@ pub fn panicked(point: &'static Point, slot: &mut Option<Permit<'static>>) {
 #[inline]
 pub fn timed_out(point: &'static Point, slot: &mut Option<Permit<'static>>) {
     trace_outcome("timeout", Some(crate::error::Reason::Deadline));
-    Permit::end_in(point, slot, crate::point::permit::Outcome::TimedOut);
+    Permit::end_in(point, slot, crate::point::admit::permit::Outcome::TimedOut);
 }
 
 /// Records that the call was refused (or, on its way in, cut): `downgraded`.
@@ -205,10 +207,11 @@ macro_rules! __resilience_traced {
 
 pub use crate::__resilience_traced as traced;
 
-pub use crate::point::queue::{Admission, WaitFuture};
+pub use crate::point::admit::queue::{Admission, WaitFuture};
 
-/// `key = expr`: the call's key (see [`crate::keys`]).
-pub use crate::point::keys::KeyArg;
+/// `key = expr`: the call's key (see [`crate::keys`]); public, so that the error
+/// about a key that is not a `HotKey` names `KeyArg::new` at its public path.
+pub use crate::keys::KeyArg;
 
 /// The entry of a sync `#[downgrade]` fn with `key = ...` (see [`enter`]).
 #[inline(always)]
@@ -291,8 +294,8 @@ pub fn enter_breaker_async<'a>(call: &'a mut Pending<'static>) -> Admission<'a, 
     point.enter_breaker_async_in(slot, Some(done))
 }
 
-use crate::point::pending::trace_outcome;
-pub use crate::point::pending::Pending;
+use crate::point::admit::pending::trace_outcome;
+pub use crate::point::admit::pending::Pending;
 
 // ---- `timeout = "..."`: the deadline of an async call (feature `tokio`) ----
 
@@ -331,31 +334,29 @@ pub async fn run_with_deadline<F: std::future::Future>(
     }
 }
 
-/// `deadline!(point, slot, default, future)`: the generated code of a `timeout = "..."`
-/// function calls [`run_with_deadline`] through it, so that without the `tokio`
-/// feature the build stops with one error saying what to enable (and no follow-up
-/// error about a missing function).
+/// `deadline!({ ERROR } point, slot, default, future)`: the generated code of a
+/// `timeout = "..."` function calls [`run_with_deadline`] through it, so that without
+/// the `tokio` feature the build stops with one error saying what to enable (and no
+/// follow-up error about a missing function). `ERROR` is that error, a
+/// `compile_error!` the macro wrote at the user's token: given as it is, it names no
+/// macro of this module (an error raised here would, in a note).
 #[cfg(feature = "tokio")]
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __resilience_deadline {
-    ($($call:tt)*) => {
+    ({ $($error:tt)* } $($call:tt)*) => {
         $crate::__private::run_with_deadline($($call)*)
     };
 }
 
-/// `deadline!(..)` without the `tokio` feature: the compile error, and a future of the
-/// right type so that it is the only error.
+/// `deadline!(..)` without the `tokio` feature: the macro's compile error, and a
+/// future of the right type so that it is the only error.
 #[cfg(not(feature = "tokio"))]
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __resilience_deadline {
-    ($point:expr, $slot:expr, $default:expr, $future:expr $(,)?) => {{
-        ::core::compile_error!(
-            "`timeout = \"...\"` needs the `tokio` feature of resilience-runtime, \
-             which cuts the call with `tokio::time::timeout`: enable it in Cargo.toml, \
-             e.g. `resilience-runtime = { version = \"0.1\", features = [\"tokio\"] }`"
-        );
+    ({ $($error:tt)* } $point:expr, $slot:expr, $default:expr, $future:expr $(,)?) => {{
+        $($error)*
         let _ = ($point, $slot, $default);
         async move { ::core::result::Result::<_, $crate::Downgraded>::Ok($future.await) }
     }};
@@ -384,9 +385,14 @@ impl StaticBudget {
         }
     }
 
-    /// The budget, looked up in the global registry on the first call only.
+    /// The budget, looked up in the global registry on the first call only (with the
+    /// `testing` feature, in the test registry in scope, if any, at every call).
     #[inline]
     pub fn get(&'static self) -> &'static RetryBudget {
+        #[cfg(feature = "testing")]
+        if let Some(registry) = crate::registry::scoped::scoped() {
+            return registry.retry_budget(self.name);
+        }
         let budget = self.cell.load(Ordering::Acquire);
         // SAFETY: a non-null pointer was stored by `init` from a `&'static RetryBudget`.
         match unsafe { budget.cast_const().as_ref() } {
@@ -397,7 +403,7 @@ impl StaticBudget {
 
     #[cold]
     fn init(&'static self) -> &'static RetryBudget {
-        let budget = crate::registry().retry_budget(self.name);
+        let budget = crate::registry::global().retry_budget(self.name);
         self.cell
             .store(std::ptr::from_ref(budget).cast_mut(), Ordering::Release);
         budget
@@ -491,28 +497,24 @@ impl Retrying {
     }
 }
 
-/// `retry_sleep!(retrying, wait)`: the wait of an async `#[retry]` fn, with the
-/// runtime's `tokio` feature.
+/// `retry_sleep!({ ERROR } retrying, wait)`: the wait of an async `#[retry]` fn, with
+/// the runtime's `tokio` feature (`ERROR` as for `deadline!`).
 #[cfg(feature = "tokio")]
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __resilience_retry_sleep {
-    ($retrying:expr, $wait:expr $(,)?) => {
+    ({ $($error:tt)* } $retrying:expr, $wait:expr $(,)?) => {
         $crate::__private::Retrying::sleep_async($retrying, $wait)
     };
 }
 
-/// `retry_sleep!(..)` without the `tokio` feature: the compile error.
+/// `retry_sleep!(..)` without the `tokio` feature: the macro's compile error.
 #[cfg(not(feature = "tokio"))]
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __resilience_retry_sleep {
-    ($retrying:expr, $wait:expr $(,)?) => {{
-        ::core::compile_error!(
-            "`#[retry]` on an `async fn` needs the `tokio` feature of resilience-runtime, \
-             which waits between attempts with `tokio::time::sleep`: enable it in Cargo.toml, \
-             e.g. `resilience-runtime = { version = \"0.1\", features = [\"tokio\"] }`"
-        );
+    ({ $($error:tt)* } $retrying:expr, $wait:expr $(,)?) => {{
+        $($error)*
         let _ = ($retrying, $wait);
         async {}
     }};
@@ -542,28 +544,25 @@ where
     crate::point::run_hedged(point, budget, move || retrying.effective(spec), hedge, make)
 }
 
-/// `retry_hedge!(retrying, spec, hedge, make)`: the hedged call of an async
-/// `#[retry(hedge = "..")]` fn, with the runtime's `tokio` feature.
+/// `retry_hedge!({ ERROR } retrying, spec, hedge, make)`: the hedged call of an async
+/// `#[retry(hedge = "..")]` fn, with the runtime's `tokio` feature (`ERROR` as for
+/// `deadline!`).
 #[cfg(feature = "tokio")]
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __resilience_retry_hedge {
-    ($($call:tt)*) => {
+    ({ $($error:tt)* } $($call:tt)*) => {
         $crate::__private::hedged($($call)*)
     };
 }
 
-/// `retry_hedge!(..)` without the `tokio` feature: the compile error.
+/// `retry_hedge!(..)` without the `tokio` feature: the macro's compile error.
 #[cfg(not(feature = "tokio"))]
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __resilience_retry_hedge {
-    ($retrying:expr, $spec:expr, $hedge:expr, $make:expr $(,)?) => {{
-        ::core::compile_error!(
-            "`#[retry(hedge = \"...\")]` needs the `tokio` feature of resilience-runtime, \
-             which waits the hedge delay with `tokio::time::sleep`: enable it in Cargo.toml, \
-             e.g. `resilience-runtime = { version = \"0.1\", features = [\"tokio\"] }`"
-        );
+    ({ $($error:tt)* } $retrying:expr, $spec:expr, $hedge:expr, $make:expr $(,)?) => {{
+        $($error)*
         let _ = ($retrying, $spec, $hedge, $make);
         async { ::core::unreachable!() }
     }};
@@ -665,18 +664,6 @@ impl<F: std::future::Future> std::future::Future for Attempt<F> {
     }
 }
 
-/// Names an argument of a `#[retry]` fn that each attempt needs again: it must be
-/// `Clone` (the error points at the argument).
-#[diagnostic::on_unimplemented(
-    message = "a `#[retry]` fn clones its arguments for each attempt, but `{Self}` is not `Clone`",
-    label = "this argument is not `Clone`",
-    note = "derive or implement `Clone`, take the argument by reference, or remove `#[retry]`"
-)]
-pub trait RetryArgument: Clone {}
-impl<T: Clone> RetryArgument for T {}
-
-/// A fresh copy of an argument for an attempt.
-#[inline(always)]
-pub fn clone_argument<T: RetryArgument>(value: &T) -> T {
-    value.clone()
-}
+/// What `#[retry]` asks of the fn: public traits, so that the errors about a fn that
+/// does not fit name them at their public paths.
+pub use crate::retry::{Fallible, RetryArgument, RetryPredicate};

@@ -41,6 +41,7 @@ impl ReasonCounts {
 
 /// Exact counts since the point was created.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Totals {
     /// Calls that asked to run, downgraded ones included.
     pub visits: u64,
@@ -63,6 +64,7 @@ pub struct Totals {
 
 /// Counts in the current sliding window.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WindowCounts {
     /// Calls that asked to run, downgraded ones included.
     pub visits: u64,
@@ -81,6 +83,7 @@ pub struct WindowCounts {
 /// Counts of the last closed 10-second cycle, aligned to wall-clock boundaries like
 /// SDS's statistics cycles (for heartbeat and metrics exporters).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CycleStats {
     /// Wall-clock start of the cycle.
     pub start: SystemTime,
@@ -203,13 +206,18 @@ pub struct PointStats {
     pub name: &'static str,
     /// Exact totals.
     pub totals: Totals,
-    /// The current sliding window (present while the point has a policy).
+    /// The last 10 s: exact under a policy with a rule on the window or the calls in
+    /// flight (visits, concurrency, queue, exceptions, exception rate, timeouts,
+    /// delay); otherwise from the per-second series, and `None` until its first
+    /// sample.
     pub window: Option<WindowCounts>,
-    /// The last closed 10 s cycle (present while the point has a policy).
+    /// The last closed 10 s cycle, exact or from the series as `window` is.
     pub last_cycle: Option<CycleStats>,
-    /// Calls in flight now (tracked while the point has a policy).
+    /// Calls in flight now, tracked under a policy with a rule on the window or the
+    /// calls in flight (see `window`); 0 otherwise: a point pays only for what its
+    /// policy uses (per-key limits count their own calls in flight).
     pub concurrency: u64,
-    /// The most calls ever in flight at once.
+    /// The most calls ever in flight at once (tracked as `concurrency` is).
     pub peak_concurrency: u64,
     /// Whether the point is inside a downgrade delay.
     pub in_delay: bool,
@@ -223,7 +231,7 @@ pub struct PointStats {
     pub retry: crate::retry::RetryStats,
     /// The concurrency rule's queue, once a call waited or found it full (see
     /// [`PolicyBuilder::queue`](crate::PolicyBuilder::queue)).
-    pub queue: Option<crate::QueueStats>,
+    pub queue: Option<QueueStats>,
     /// Under a policy with a [`keys`](crate::PolicyBuilder::keys) section, its busiest
     /// keys (at most [`STATS_HOT_KEYS`](crate::keys::STATS_HOT_KEYS), as
     /// [`Point::hot_keys`](crate::Point::hot_keys) gives them); empty otherwise.
@@ -231,4 +239,41 @@ pub struct PointStats {
     /// Under a policy with a `keys` section, once a call had a key: its table's
     /// totals ([`Point::key_stats`](crate::Point::key_stats)).
     pub key_table: Option<crate::keys::KeyTableStats>,
+}
+
+/// What a point's queue did, since the point was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueStats {
+    /// Calls waiting now.
+    pub waiting: u64,
+    /// The most calls ever waiting at once.
+    pub peak_waiting: u64,
+    /// Waits that ended with a slot (the call then ran).
+    pub admitted: u64,
+    /// Waits that ran out ([`Reason::QueueTimeout`]).
+    pub timed_out: u64,
+    /// Waits whose caller gave up (an async call's future dropped while it waited):
+    /// neither a pass nor a downgrade, the call never began.
+    pub cancelled: u64,
+    /// Waits ended by another rule when the waiter asked again (counted as that
+    /// rule's downgrade).
+    pub refused: u64,
+    /// Calls refused at once because the queue was full ([`Reason::QueueFull`]).
+    pub full: u64,
+    /// Waiters taken out of a full queue by a call of a higher tier
+    /// ([`Priority`](crate::priority::Priority)), refused with [`Reason::QueueFull`].
+    pub evicted: u64,
+    /// The total time waited by the waits that ended.
+    pub wait: Duration,
+    /// The longest wait that ended.
+    pub max_wait: Duration,
+}
+
+impl QueueStats {
+    /// The mean wait of the waits that ended, if any did.
+    pub fn mean_wait(&self) -> Option<Duration> {
+        let ended = self.admitted + self.timed_out + self.cancelled + self.refused + self.evicted;
+        (ended > 0).then(|| Duration::from_nanos(crate::util::nanos(self.wait) / ended))
+    }
 }

@@ -6,15 +6,16 @@
 //! The thread only runs while the cache is read. About once a second it clears the
 //! cache for one period ("probe"): a reader that finds it cleared reads the OS clock
 //! itself and raises a demand flag. If nobody came during the probe the thread goes
-//! idle, leaving the cache cleared and looking at the flag every 50 ms; readers then
-//! pay one OS clock read until the thread has seen their demand and ticks again.
-//! Readers never block, never make a system call other than the clock read, and never
-//! see time go backwards: every cached value was read before it was published, and a
-//! reader that finds the cache cleared reads a fresh one. A child of `fork()`, which
-//! has no such thread, forgets the cached reading and starts its own thread on its
-//! first read. If no thread can be spawned, every read asks the OS.
+//! idle, leaving the cache cleared, and parks: an idle process pays no wake-up for it.
+//! The reader that raises the demand while it is parked unparks it (one futex wake,
+//! once per idle spell); readers pay one OS clock read until the thread ticks again.
+//! Readers never block, make no system call but the clock read and that one wake-up,
+//! and never see time go backwards: every cached value was read before it was
+//! published, and a reader that finds the cache cleared reads a fresh one. A child of
+//! `fork()`, which has no such thread, forgets the cached reading and starts its own
+//! thread on its first read. If no thread can be spawned, every read asks the OS.
 
-use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::time::Duration;
 
 /// The cached reading in nanoseconds, or 0 while the thread is not ticking.
@@ -38,8 +39,9 @@ const IDLE: u8 = 2;
 pub(crate) const PERIOD: Duration = Duration::from_millis(1);
 /// Ticks between two probes.
 const PROBE_EVERY: u32 = 1000;
-/// How often an idle thread looks for demand.
-const IDLE_POLL: Duration = Duration::from_millis(50);
+/// The clock thread, for the reader that wakes it (null until it is spawned, and in a
+/// child of `fork()` until its own is). Leaked: one per process, plus one per fork.
+static THREAD: AtomicPtr<std::thread::Thread> = AtomicPtr::new(std::ptr::null_mut());
 
 /// The current time on the `CLOCK_MONOTONIC` timeline, in nanoseconds, at most about
 /// one [`PERIOD`] old.
@@ -57,7 +59,13 @@ pub(crate) fn now() -> u64 {
 fn uncached() -> u64 {
     let t = precise_monotonic();
     if !DEMAND.load(Ordering::Relaxed) {
-        DEMAND.store(true, Ordering::Relaxed);
+        // Sequentially consistent with the thread's `STATE` store and `DEMAND` swap
+        // before it parks: either it sees the demand, or this sees it idle and wakes
+        // it.
+        DEMAND.store(true, Ordering::SeqCst);
+        if STATE.load(Ordering::SeqCst) == IDLE {
+            wake();
+        }
     }
     if STARTED.load(Ordering::Acquire) == NOT_STARTED {
         start();
@@ -85,12 +93,26 @@ fn start() {
         return;
     }
     // If the thread cannot be spawned, stay `STARTING`: every read then asks the OS.
-    if std::thread::Builder::new()
+    if let Ok(handle) = std::thread::Builder::new()
         .name("resilience-clock".into())
         .spawn(run)
-        .is_ok()
     {
+        let thread = Box::into_raw(Box::new(handle.thread().clone()));
+        THREAD.store(thread, Ordering::Release);
+        // A reader that found the thread idle before its handle was stored could not
+        // wake it: do it now (parked or not, it then looks at `DEMAND` again).
+        wake();
         STARTED.store(SPAWNED, Ordering::Release);
+    }
+}
+
+/// Unparks the clock thread, if it was spawned.
+fn wake() {
+    let thread = THREAD.load(Ordering::Acquire);
+    if !thread.is_null() {
+        // SAFETY: a non-null pointer came from `Box::into_raw` in `start` and is
+        // never freed.
+        unsafe { &*thread }.unpark();
     }
 }
 
@@ -98,6 +120,8 @@ fn start() {
 /// (it would never move again) and let the next read start a new thread.
 #[cfg(unix)]
 extern "C" fn forked_child() {
+    // The parent's thread is not in the child (its handle is leaked, never freed).
+    THREAD.store(std::ptr::null_mut(), Ordering::Relaxed);
     NOW.store(0, Ordering::Relaxed);
     DEMAND.store(false, Ordering::Relaxed);
     STATE.store(STOPPED, Ordering::Relaxed);
@@ -106,10 +130,10 @@ extern "C" fn forked_child() {
 
 fn run() {
     loop {
-        // Idle: wait for a reader to ask.
-        STATE.store(IDLE, Ordering::Relaxed);
-        while !DEMAND.swap(false, Ordering::Relaxed) {
-            std::thread::sleep(IDLE_POLL);
+        // Idle: wait for a reader to ask (see `uncached`).
+        STATE.store(IDLE, Ordering::SeqCst);
+        while !DEMAND.swap(false, Ordering::SeqCst) {
+            std::thread::park();
         }
         STATE.store(TICKING, Ordering::Relaxed);
         'ticking: loop {
@@ -187,7 +211,7 @@ mod tests {
         assert!(is_ticking());
     }
 
-    /// README: the thread goes idle after a second without readers and comes back on
+    /// The guide (how it works): the thread goes idle after a second without readers and comes back on
     /// the next read. Checked in a forked child, where no other test reads the clock.
     #[cfg(target_os = "linux")]
     #[test]
@@ -209,7 +233,7 @@ mod tests {
             };
             let idle = wait_for(|| !is_ticking() && NOW.load(Ordering::Relaxed) == 0, 5_000);
             let _ = now();
-            // The idle thread looks for demand every 50 ms.
+            // The read wakes the parked thread.
             let back = wait_for(|| is_ticking() && NOW.load(Ordering::Relaxed) != 0, 2_000);
             let code = i32::from(!ticking) | i32::from(!idle) << 1 | i32::from(!back) << 2;
             // SAFETY: ends the child without running the parent's test harness.

@@ -21,3 +21,24 @@ pub(crate) unsafe fn reclaim<T>(kept: &'static T) {
     // SAFETY: see the function's contract.
     drop(unsafe { Box::from_raw(std::ptr::from_ref(kept).cast_mut()) });
 }
+
+/// An error and its sources as one line, `outer: inner: ...`: for a status or a log
+/// line that shows one string (each error's `Display` never repeats its source).
+#[cfg_attr(
+    not(any(
+        feature = "redis",
+        feature = "heartbeat",
+        all(feature = "config", feature = "tracing")
+    )),
+    allow(dead_code)
+)]
+pub(crate) fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}

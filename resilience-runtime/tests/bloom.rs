@@ -31,7 +31,10 @@ fn murmur3_sum64_matches_spaolacci_vectors() {
 #[test]
 fn go_zero_golden_positions() {
     let at = |bits: u64, key: &str| -> Vec<u64> {
-        BloomConfig::go_zero(bits)
+        BloomConfig::builder()
+            .bits(bits)
+            .scheme(HashScheme::GoZero)
+            .build()
             .unwrap()
             .positions(key.as_bytes())
             .collect()

@@ -1,6 +1,7 @@
 //! `#[breaker]` and breakers as a runtime setting of a point, on a manual clock.
 
-use resilience_runtime::breaker::{Backoff, ClassicConfig, SreConfig};
+use resilience_runtime::breaker::{ClassicConfig, SreConfig};
+use resilience_runtime::retry::Backoff;
 use resilience_runtime::{
     breaker, downgrade, init_registry, registry, BreakerPolicy, BreakerState, Clock, Downgraded,
     ManualClock, Policy, Reason,
@@ -91,12 +92,12 @@ fn with_fallback(fail: bool) -> Result<u32, CallError> {
 #[test]
 fn fallback_runs_on_rejection_only() {
     clock();
-    let config = ClassicConfig {
-        consecutive_failures: Some(3),
-        open_wait: Backoff::fixed(Duration::from_secs(5)),
-        half_open_probes: 1,
-        ..ClassicConfig::default()
-    };
+    let config = ClassicConfig::builder()
+        .consecutive_failures(3)
+        .open_wait(Backoff::fixed(Duration::from_secs(5)))
+        .half_open_probes(1)
+        .build()
+        .unwrap();
     registry()
         .set_breaker("b.fallback", BreakerPolicy::Classic(config))
         .unwrap();
@@ -154,10 +155,10 @@ fn panics_are_failures_and_forced_probes_come_once_a_second() {
         .set_breaker(
             "b.probe",
             BreakerPolicy::Sre {
-                config: SreConfig {
-                    force_pass_interval: Duration::from_secs(1),
-                    ..SreConfig::default()
-                },
+                config: SreConfig::builder()
+                    .force_pass_interval(Duration::from_secs(1))
+                    .build()
+                    .unwrap(),
                 slow_call: None,
             },
         )
@@ -239,12 +240,12 @@ fn breaker_transitions_reach_the_listeners() {
                 .send((e.reason, e.breaker.map(|c| (c.from, c.to))));
         }
     });
-    let config = ClassicConfig {
-        consecutive_failures: Some(1),
-        half_open_probes: 1,
-        open_wait: Backoff::fixed(Duration::from_secs(1)),
-        ..ClassicConfig::default()
-    };
+    let config = ClassicConfig::builder()
+        .consecutive_failures(1)
+        .half_open_probes(1)
+        .open_wait(Backoff::fixed(Duration::from_secs(1)))
+        .build()
+        .unwrap();
     registry()
         .set_breaker("b.events", BreakerPolicy::Classic(config))
         .unwrap();
@@ -272,12 +273,12 @@ fn breaker_transitions_reach_the_listeners() {
 #[test]
 fn a_dropped_probe_frees_its_slot() {
     clock();
-    let config = ClassicConfig {
-        consecutive_failures: Some(1),
-        half_open_probes: 1,
-        open_wait: Backoff::fixed(Duration::from_secs(1)),
-        ..ClassicConfig::default()
-    };
+    let config = ClassicConfig::builder()
+        .consecutive_failures(1)
+        .half_open_probes(1)
+        .open_wait(Backoff::fixed(Duration::from_secs(1)))
+        .build()
+        .unwrap();
     registry()
         .set_breaker("b.cancel", BreakerPolicy::Classic(config))
         .unwrap();
@@ -305,11 +306,15 @@ fn disabled_breaker_and_invalid_settings() {
     }
     assert!(registry().stats("b.disabled").unwrap().breaker.is_none());
 
+    assert_eq!(
+        SreConfig::builder().k(f64::NAN).build().unwrap_err().field,
+        "k"
+    );
+    // The fields stay public: the registry checks them again.
+    let mut config = SreConfig::default();
+    config.k = f64::NAN;
     let bad = BreakerPolicy::Sre {
-        config: SreConfig {
-            k: f64::NAN,
-            ..SreConfig::default()
-        },
+        config,
         slow_call: None,
     };
     let err = registry().set_breaker("b.bad", bad).unwrap_err();
@@ -362,10 +367,12 @@ fn a_point_can_have_both_a_policy_and_a_breaker() {
     registry()
         .set_breaker(
             "b.both",
-            BreakerPolicy::Classic(ClassicConfig {
-                consecutive_failures: Some(1),
-                ..ClassicConfig::default()
-            }),
+            BreakerPolicy::Classic(
+                ClassicConfig::builder()
+                    .consecutive_failures(1)
+                    .build()
+                    .unwrap(),
+            ),
         )
         .unwrap();
     let p = registry().point("b.both").unwrap();

@@ -2,9 +2,10 @@
 //! the classic three-state breaker, with time driven by hand.
 
 use resilience_runtime::breaker::{
-    Backoff, ClassicBreaker, ClassicConfig, ClassicState, DroppingTransition, Outcome,
+    ClassicBreaker, ClassicConfig, ClassicConfigBuilder, ClassicState, DroppingTransition, Outcome,
     OutcomeCells, SreBreaker, SreConfig, SreVerdict, Transition, TransitionReason,
 };
+use resilience_runtime::retry::Backoff;
 use resilience_runtime::rolling::{RollingWindow, RollingWindowError};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -323,16 +324,10 @@ fn sre_protection_calls_never_trip() {
     for _ in 0..6 {
         b.on_failure(at(0));
     }
-    assert_eq!(b.allow_with_roll(at(0), 0.0).verdict, SreVerdict::Rejected);
+    assert_eq!(b.allow_with_roll(at(0), 0.0).verdict, SreVerdict::Refused);
     // A larger protection tolerates more.
-    let tolerant = SreBreaker::new(
-        SreConfig {
-            protection: 10,
-            ..SreConfig::default()
-        },
-        at(0),
-    )
-    .unwrap();
+    let tolerant =
+        SreBreaker::new(SreConfig::builder().protection(10).build().unwrap(), at(0)).unwrap();
     for _ in 0..10 {
         tolerant.on_failure(at(0));
     }
@@ -409,7 +404,7 @@ fn sre_forced_probe_once_a_second() {
         // roll 0.0: never admitted by the dice.
         match b.allow_with_roll(at(now), 0.0).verdict {
             SreVerdict::ForcedProbe => forced.push(now),
-            SreVerdict::Rejected => {}
+            SreVerdict::Refused => {}
             SreVerdict::Accepted => panic!("accepted at {now} ns"),
         }
     }
@@ -480,21 +475,29 @@ fn classic(config: ClassicConfig) -> ClassicBreaker {
 }
 
 fn trip_config(probes: u64) -> ClassicConfig {
-    ClassicConfig {
-        consecutive_failures: Some(1),
-        open_wait: Backoff::exponential(Duration::from_secs(1), 2.0, Duration::from_secs(8)),
-        half_open_probes: probes,
-        ..ClassicConfig::default()
-    }
+    trip(probes).build().unwrap()
+}
+
+fn trip(probes: u64) -> ClassicConfigBuilder {
+    ClassicConfig::builder()
+        .consecutive_failures(1)
+        .open_wait(Backoff::exponential(
+            Duration::from_secs(1),
+            2.0,
+            Duration::from_secs(8),
+        ))
+        .half_open_probes(probes)
 }
 
 #[test]
 fn classic_opens_on_failure_rate_after_minimum_calls() {
-    let b = classic(ClassicConfig {
-        failure_rate: 0.5,
-        minimum_calls: 10,
-        ..ClassicConfig::default()
-    });
+    let b = classic(
+        ClassicConfig::builder()
+            .failure_rate(0.5)
+            .minimum_calls(10)
+            .build()
+            .unwrap(),
+    );
     // 9 failures: above the rate but below the minimum number of calls.
     for i in 0..9 {
         assert_eq!(b.allow(at(i)).unwrap().failure(at(i)), None);
@@ -524,11 +527,13 @@ fn classic_opens_on_failure_rate_after_minimum_calls() {
 
 #[test]
 fn classic_rate_below_threshold_stays_closed() {
-    let b = classic(ClassicConfig {
-        failure_rate: 0.5,
-        minimum_calls: 10,
-        ..ClassicConfig::default()
-    });
+    let b = classic(
+        ClassicConfig::builder()
+            .failure_rate(0.5)
+            .minimum_calls(10)
+            .build()
+            .unwrap(),
+    );
     for i in 0..1_000u64 {
         let ticket = b.allow(at(i * MS)).unwrap();
         let t = if i % 3 == 0 {
@@ -543,13 +548,15 @@ fn classic_rate_below_threshold_stays_closed() {
 
 #[test]
 fn classic_window_forgets_old_failures() {
-    let b = classic(ClassicConfig {
-        failure_rate: 0.5,
-        minimum_calls: 4,
-        window: Duration::from_secs(1),
-        buckets: 10,
-        ..ClassicConfig::default()
-    });
+    let b = classic(
+        ClassicConfig::builder()
+            .failure_rate(0.5)
+            .minimum_calls(4)
+            .window(Duration::from_secs(1))
+            .buckets(10)
+            .build()
+            .unwrap(),
+    );
     for _ in 0..3 {
         b.allow(at(0)).unwrap().failure(at(0));
     }
@@ -561,13 +568,15 @@ fn classic_window_forgets_old_failures() {
 
 #[test]
 fn classic_opens_on_slow_call_rate() {
-    let b = classic(ClassicConfig {
-        failure_rate: 1.0,
-        slow_call_rate: Some(0.5),
-        slow_call_duration: Duration::from_millis(100),
-        minimum_calls: 4,
-        ..ClassicConfig::default()
-    });
+    let b = classic(
+        ClassicConfig::builder()
+            .failure_rate(1.0)
+            .slow_call_rate(0.5)
+            .slow_call_duration(Duration::from_millis(100))
+            .minimum_calls(4)
+            .build()
+            .unwrap(),
+    );
     let mut now = 0;
     for (i, ms) in [10, 150, 20].into_iter().enumerate() {
         let ticket = b.allow(at(now)).unwrap();
@@ -584,12 +593,14 @@ fn classic_opens_on_slow_call_rate() {
 
 #[test]
 fn classic_opens_on_consecutive_failures() {
-    let b = classic(ClassicConfig {
-        failure_rate: 1.0,
-        minimum_calls: 1_000,
-        consecutive_failures: Some(5),
-        ..ClassicConfig::default()
-    });
+    let b = classic(
+        ClassicConfig::builder()
+            .failure_rate(1.0)
+            .minimum_calls(1_000)
+            .consecutive_failures(5)
+            .build()
+            .unwrap(),
+    );
     for i in 0..4 {
         assert_eq!(b.allow(at(i)).unwrap().failure(at(i)), None);
     }
@@ -696,11 +707,15 @@ fn classic_probe_failure_reopens_with_longer_backoff() {
 
 #[test]
 fn classic_jittered_backoff_stays_within_bounds() {
-    let b = classic(ClassicConfig {
-        open_wait: Backoff::exponential(Duration::from_secs(1), 2.0, Duration::from_secs(4))
-            .with_jitter(0.5),
-        ..trip_config(1)
-    });
+    let b = classic(
+        trip(1)
+            .open_wait(
+                Backoff::exponential(Duration::from_secs(1), 2.0, Duration::from_secs(4))
+                    .with_jitter(0.5),
+            )
+            .build()
+            .unwrap(),
+    );
     let mut now = 0;
     let t = b.allow(at(now)).unwrap().failure(at(now)).unwrap();
     let mut until = t.open_until.unwrap().as_nanos();
@@ -881,27 +896,29 @@ fn classic_random_walk_never_skips_half_open() {
     let mut closes = 0;
     for seed in 0..20u64 {
         let mut rng = Rng(seed);
-        let config = ClassicConfig {
-            failure_rate: 0.3 + rng.below(5) as f64 / 10.0,
-            minimum_calls: 1 + rng.below(8),
-            consecutive_failures: if rng.below(2) == 0 {
-                Some(1 + rng.below(4))
-            } else {
-                None
-            },
-            slow_call_rate: if rng.below(2) == 0 { Some(0.5) } else { None },
-            slow_call_duration: Duration::from_millis(50),
-            window: Duration::from_secs(1),
-            buckets: 5,
-            open_wait: Backoff::exponential(
-                Duration::from_millis(100),
-                2.0,
-                Duration::from_secs(2),
+        let failure_rate = 0.3 + rng.below(5) as f64 / 10.0;
+        let minimum_calls = 1 + rng.below(8);
+        let consecutive_failures = (rng.below(2) == 0).then(|| 1 + rng.below(4));
+        let slow_calls = rng.below(2) == 0;
+        let mut config = ClassicConfig::builder()
+            .failure_rate(failure_rate)
+            .minimum_calls(minimum_calls)
+            .slow_call_duration(Duration::from_millis(50))
+            .window(Duration::from_secs(1))
+            .buckets(5)
+            .open_wait(
+                Backoff::exponential(Duration::from_millis(100), 2.0, Duration::from_secs(2))
+                    .with_jitter(0.3),
             )
-            .with_jitter(0.3),
-            half_open_probes: 1 + rng.below(3),
-            cancellations_are_failures: false,
-        };
+            .half_open_probes(1 + rng.below(3))
+            .cancellations_are_failures(false);
+        if let Some(n) = consecutive_failures {
+            config = config.consecutive_failures(n);
+        }
+        if slow_calls {
+            config = config.slow_call_rate(0.5);
+        }
+        let config = config.build().unwrap();
         let b = classic(config);
         let mut now = 0u64;
         let mut held = Vec::new();
@@ -968,16 +985,22 @@ fn classic_random_walk_never_skips_half_open() {
 /// and their number matches the counter.
 #[test]
 fn classic_concurrent_random_walk() {
-    let b = classic(ClassicConfig {
-        failure_rate: 0.5,
-        minimum_calls: 5,
-        consecutive_failures: Some(3),
-        window: Duration::from_millis(100),
-        buckets: 4,
-        open_wait: Backoff::exponential(Duration::from_micros(50), 2.0, Duration::from_micros(400)),
-        half_open_probes: 2,
-        ..ClassicConfig::default()
-    });
+    let b = classic(
+        ClassicConfig::builder()
+            .failure_rate(0.5)
+            .minimum_calls(5)
+            .consecutive_failures(3)
+            .window(Duration::from_millis(100))
+            .buckets(4)
+            .open_wait(Backoff::exponential(
+                Duration::from_micros(50),
+                2.0,
+                Duration::from_micros(400),
+            ))
+            .half_open_probes(2)
+            .build()
+            .unwrap(),
+    );
     let clock = AtomicU64::new(0);
     let reported = AtomicU64::new(0);
     std::thread::scope(|s| {
@@ -1013,22 +1036,20 @@ fn classic_concurrent_random_walk() {
 
 #[test]
 fn sre_config_errors_name_the_field() {
-    let err = SreBreaker::new(
-        SreConfig {
-            k: 1.0,
-            ..SreConfig::default()
-        },
-        at(0),
-    )
-    .unwrap_err();
-    assert_eq!(err.field, "k");
-    let err = ClassicBreaker::new(
-        ClassicConfig {
-            failure_rate: f64::NAN,
-            ..ClassicConfig::default()
-        },
-        at(0),
-    )
-    .unwrap_err();
+    assert_eq!(SreConfig::builder().k(1.0).build().unwrap_err().field, "k");
+    let err = ClassicConfig::builder()
+        .failure_rate(f64::NAN)
+        .build()
+        .unwrap_err();
     assert_eq!(err.field, "failure_rate");
+    // The fields stay public: the breakers check them again.
+    let mut sre = SreConfig::default();
+    sre.k = 1.0;
+    assert_eq!(SreBreaker::new(sre, at(0)).unwrap_err().field, "k");
+    let mut classic = ClassicConfig::default();
+    classic.failure_rate = f64::NAN;
+    assert_eq!(
+        ClassicBreaker::new(classic, at(0)).unwrap_err().field,
+        "failure_rate"
+    );
 }

@@ -1,7 +1,8 @@
 //! `Point::call_with` / `call_async_with`: an exception filter like the macros'
 //! `is_exception`, exact under many threads, and seen by the breaker.
 
-use resilience_runtime::breaker::{Backoff, ClassicConfig};
+use resilience_runtime::breaker::ClassicConfig;
+use resilience_runtime::retry::Backoff;
 use resilience_runtime::{registry, BreakerPolicy, BreakerState, Policy};
 use std::time::Duration;
 
@@ -44,11 +45,13 @@ fn a_breaker_sees_only_the_chosen_errors() {
     registry()
         .set_breaker(
             name,
-            BreakerPolicy::Classic(ClassicConfig {
-                consecutive_failures: Some(3),
-                open_wait: Backoff::fixed(Duration::from_secs(60)),
-                ..ClassicConfig::default()
-            }),
+            BreakerPolicy::Classic(
+                ClassicConfig::builder()
+                    .consecutive_failures(3)
+                    .open_wait(Backoff::fixed(Duration::from_secs(60)))
+                    .build()
+                    .unwrap(),
+            ),
         )
         .unwrap();
     let point = registry().point(name).unwrap();

@@ -2,7 +2,8 @@
 //! dropped mid-flight, with or without a policy; late cancellations are timeouts and
 //! breaker failures; counts add up under many threads with random cancellations.
 
-use resilience_runtime::breaker::{Backoff, ClassicConfig};
+use resilience_runtime::breaker::ClassicConfig;
+use resilience_runtime::retry::Backoff;
 use resilience_runtime::{BreakerPolicy, BreakerState, Clock, ManualClock, Policy, Reason};
 use resilience_runtime::{Point, Registry};
 use std::future::Future;
@@ -128,11 +129,13 @@ fn a_classic_breaker_counts_late_cancellations_as_failures() {
     registry
         .set_breaker(
             name,
-            BreakerPolicy::Classic(ClassicConfig {
-                consecutive_failures: Some(3),
-                open_wait: Backoff::fixed(Duration::from_secs(60)),
-                ..ClassicConfig::default()
-            }),
+            BreakerPolicy::Classic(
+                ClassicConfig::builder()
+                    .consecutive_failures(3)
+                    .open_wait(Backoff::fixed(Duration::from_secs(60)))
+                    .build()
+                    .unwrap(),
+            ),
         )
         .unwrap();
     let point = registry.point(name).unwrap();

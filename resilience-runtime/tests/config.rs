@@ -6,11 +6,12 @@
 //! test's load cannot clear another's points.
 
 use resilience_runtime::adaptive::{AdaptiveConfig, GradientConfig};
-use resilience_runtime::breaker::{Backoff, ClassicConfig, SreConfig};
+use resilience_runtime::breaker::{ClassicConfig, SreConfig};
 use resilience_runtime::config::{
-    ConfigError, Format, PointConfig, PolicyFile, ProblemKind, WatchOptions,
+    ConfigError, Format, PointConfig, PolicyFile, ProblemKind, WatchOptions, WatchOptionsBuilder,
 };
-use resilience_runtime::layers::{Section, Source};
+use resilience_runtime::retry::Backoff;
+use resilience_runtime::sources::{Section, Source};
 use resilience_runtime::{
     downgrade, AdaptiveLimit, BreakerPolicy, Clock, Policy, Reason, Registry,
 };
@@ -59,16 +60,24 @@ fn everything(shadow: bool) -> Policy {
 
 fn sample_file() -> PolicyFile {
     let mut file = PolicyFile::default();
-    file.points
-        .insert("rt.everything".into(), PointConfig::new(everything(false)));
-    file.points
-        .insert("rt.shadow".into(), PointConfig::new(everything(true)));
+    file.points.insert(
+        "rt.everything".into(),
+        PointConfig::builder().policy(everything(false)).build(),
+    );
+    file.points.insert(
+        "rt.shadow".into(),
+        PointConfig::builder().policy(everything(true)).build(),
+    );
     file.points.insert(
         "rt.kill switch".into(),
-        PointConfig::new(Policy::builder().max_visits(0).build().unwrap()),
+        PointConfig::builder()
+            .policy(Policy::builder().max_visits(0).build().unwrap())
+            .build(),
     );
-    file.points
-        .insert("rt.observe".into(), PointConfig::new(Policy::observe()));
+    file.points.insert(
+        "rt.observe".into(),
+        PointConfig::builder().policy(Policy::observe()).build(),
+    );
     file
 }
 
@@ -172,7 +181,8 @@ fn json_floats_round_trip_exactly() {
             .build()
             .unwrap();
         let mut file = PolicyFile::default();
-        file.points.insert("f".into(), PointConfig::new(policy));
+        file.points
+            .insert("f".into(), PointConfig::builder().policy(policy).build());
         let json = file.to_text(Format::Json).unwrap();
         assert_eq!(
             PolicyFile::parse(&json, Format::Json).unwrap(),
@@ -247,7 +257,9 @@ fn call_timeout_parses_writes_back_and_names_its_field() {
     assert!(json.contains(r#""call_timeout": "90s""#), "{json}");
     assert_eq!(PolicyFile::parse(&json, Format::Json).unwrap(), file);
     // Unset, it is not written at all (so digests of settings without it are unchanged).
-    let plain = PointConfig::new(Policy::builder().max_visits(1).build().unwrap());
+    let plain = PointConfig::builder()
+        .policy(Policy::builder().max_visits(1).build().unwrap())
+        .build();
     assert!(!serde_json::to_string(&plain)
         .unwrap()
         .contains("call_timeout"));
@@ -721,14 +733,14 @@ fn replace_atomically(path: &Path, text: &str) {
 }
 
 /// `options` with an `on_reload` that sends each reload's version (or error text).
-fn reports(options: WatchOptions) -> (WatchOptions, mpsc::Receiver<Result<u64, String>>) {
+fn reports(options: WatchOptionsBuilder) -> (WatchOptions, mpsc::Receiver<Result<u64, String>>) {
     let (tx, rx) = mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
     let options = options.on_reload(move |result| {
         let summary = result.map(|r| r.version).map_err(|e| e.to_string());
         let _ = tx.lock().unwrap().send(summary);
     });
-    (options, rx)
+    (options.build(), rx)
 }
 
 #[test]
@@ -737,7 +749,7 @@ fn hot_reload_applies_good_edits_and_keeps_the_last_good_policies() {
     let path = dir.path("policies.toml");
     std::fs::write(&path, "[points.hot]\nmax_visits = 10\n").unwrap();
     let r = new_registry();
-    let (options, rx) = reports(WatchOptions::new().debounce(Duration::from_millis(50)));
+    let (options, rx) = reports(WatchOptions::builder().debounce(Duration::from_millis(50)));
     let watcher = r.watch_policies_with(&path, options).unwrap();
     assert_eq!(watcher.status().version, 1);
     assert_eq!(r.policy("hot").unwrap().unwrap().max_visits(), Some(10));
@@ -814,7 +826,9 @@ fn a_burst_of_writes_is_applied_once() {
     let watcher = r
         .watch_policies_with(
             &path,
-            WatchOptions::new().debounce(Duration::from_millis(300)),
+            WatchOptions::builder()
+                .debounce(Duration::from_millis(300))
+                .build(),
         )
         .unwrap();
     // An editor's save in several steps, each a few ms apart; the half-written states
@@ -845,9 +859,10 @@ fn a_slow_writer_is_not_applied_half_way() {
     let watcher = r
         .watch_policies_with(
             &path,
-            WatchOptions::new()
+            WatchOptions::builder()
                 .debounce(Duration::from_millis(200))
-                .settle(Duration::from_millis(500)),
+                .settle(Duration::from_millis(500))
+                .build(),
         )
         .unwrap();
     let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -900,7 +915,7 @@ fn a_rejected_file_restored_to_good_text_is_reported() {
     let good = "[points.restored]\nmax_visits = 5\n";
     std::fs::write(&path, good).unwrap();
     let r = new_registry();
-    let quick = WatchOptions::new()
+    let quick = WatchOptions::builder()
         .debounce(Duration::from_millis(50))
         .settle(Duration::from_millis(50));
     let (options, rx) = reports(quick);
@@ -940,77 +955,92 @@ fn a_broken_file_at_start_is_an_error() {
 /// Every breaker field and every adaptive field away from its default.
 fn tuned_file() -> PolicyFile {
     let sre = BreakerPolicy::Sre {
-        config: SreConfig {
-            window: Duration::from_secs(20),
-            buckets: 80,
-            k: 2.25,
-            protection: 9,
-            force_pass_interval: Duration::from_millis(1500),
-            cancellations_are_failures: true,
-        },
+        config: SreConfig::builder()
+            .window(Duration::from_secs(20))
+            .buckets(80)
+            .k(2.25)
+            .protection(9)
+            .force_pass_interval(Duration::from_millis(1500))
+            .cancellations_are_failures(true)
+            .build()
+            .unwrap(),
         slow_call: Some(Duration::from_millis(300)),
     };
-    let classic = BreakerPolicy::Classic(ClassicConfig {
-        failure_rate: 0.4,
-        slow_call_rate: Some(0.75),
-        slow_call_duration: Duration::from_millis(800),
-        minimum_calls: 25,
-        consecutive_failures: Some(4),
-        window: Duration::from_secs(30),
-        buckets: 15,
-        open_wait: Backoff::exponential(Duration::from_secs(1), 2.5, Duration::from_secs(40))
-            .with_jitter(0.125),
-        half_open_probes: 6,
-        cancellations_are_failures: true,
-    });
-    let gradient = AdaptiveLimit::Gradient(GradientConfig {
-        initial_limit: 40,
-        min_limit: 4,
-        max_limit: 400,
-        smoothing: 0.5,
-        rtt_tolerance: 2.0,
-        queue_size: 6.5,
-        long_window: 300,
-        sample_window: Duration::from_millis(250),
-        min_samples: 20,
-        critical_reserve: 0.25,
-    });
-    let shedder = AdaptiveLimit::Shedder(AdaptiveConfig {
-        window: Duration::from_secs(2),
-        buckets: 20,
-        cpu_threshold: 800,
-        cool_off: Duration::from_millis(500),
-        default_min_rt: Duration::from_millis(750),
-        flying_beta: 0.8,
-        min_overload_factor: 0.25,
-    });
-    let with = |adaptive: Option<AdaptiveLimit>| {
+    let classic = BreakerPolicy::Classic(
+        ClassicConfig::builder()
+            .failure_rate(0.4)
+            .slow_call_rate(0.75)
+            .slow_call_duration(Duration::from_millis(800))
+            .minimum_calls(25)
+            .consecutive_failures(4)
+            .window(Duration::from_secs(30))
+            .buckets(15)
+            .open_wait(
+                Backoff::exponential(Duration::from_secs(1), 2.5, Duration::from_secs(40))
+                    .with_jitter(0.125),
+            )
+            .half_open_probes(6)
+            .cancellations_are_failures(true)
+            .build()
+            .unwrap(),
+    );
+    let gradient = AdaptiveLimit::Gradient(
+        GradientConfig::builder()
+            .initial_limit(40)
+            .min_limit(4)
+            .max_limit(400)
+            .smoothing(0.5)
+            .rtt_tolerance(2.0)
+            .queue_size(6.5)
+            .long_window(300)
+            .sample_window(Duration::from_millis(250))
+            .min_samples(20)
+            .critical_reserve(0.25)
+            .build()
+            .unwrap(),
+    );
+    let shedder = AdaptiveLimit::Shedder(
+        AdaptiveConfig::builder()
+            .window(Duration::from_secs(2))
+            .buckets(20)
+            .cpu_threshold(800)
+            .cool_off(Duration::from_millis(500))
+            .default_min_rt(Duration::from_millis(750))
+            .flying_beta(0.8)
+            .min_overload_factor(0.25)
+            .build()
+            .unwrap(),
+    );
+    let with = |adaptive: Option<AdaptiveLimit>, breaker: Option<BreakerPolicy>| {
         let mut b = Policy::builder().max_visits(100);
         if let Some(a) = adaptive {
             b = b.adaptive(a);
         }
-        PointConfig::new(b.build().unwrap())
+        let c = PointConfig::builder().policy(b.build().unwrap());
+        match breaker {
+            Some(breaker) => c.breaker(breaker).build(),
+            None => c.build(),
+        }
     };
     let mut file = PolicyFile::default();
     let points = &mut file.points;
-    points.insert("tn.sre".into(), with(Some(gradient)).with_breaker(sre));
-    points.insert(
-        "tn.classic".into(),
-        with(Some(shedder)).with_breaker(classic),
-    );
+    points.insert("tn.sre".into(), with(Some(gradient), Some(sre)));
+    points.insert("tn.classic".into(), with(Some(shedder), Some(classic)));
     points.insert(
         "tn.disabled".into(),
-        with(None).with_breaker(BreakerPolicy::Disabled),
+        with(None, Some(BreakerPolicy::Disabled)),
     );
     points.insert(
         "tn.defaults".into(),
-        PointConfig::new(
-            Policy::builder()
-                .adaptive(AdaptiveLimit::Gradient(GradientConfig::default()))
-                .build()
-                .unwrap(),
-        )
-        .with_breaker(BreakerPolicy::Classic(ClassicConfig::default())),
+        PointConfig::builder()
+            .policy(
+                Policy::builder()
+                    .adaptive(AdaptiveLimit::Gradient(GradientConfig::default()))
+                    .build()
+                    .unwrap(),
+            )
+            .breaker(BreakerPolicy::Classic(ClassicConfig::default()))
+            .build(),
     );
     file
 }
@@ -1090,40 +1120,39 @@ fn missing_breaker_and_adaptive_fields_take_the_defaults() {
     .unwrap();
     assert_eq!(
         file.points["a"].breaker,
-        Some(BreakerPolicy::Classic(ClassicConfig {
-            failure_rate: 0.3,
-            // A lone `base` longer than the default `max` is a fixed wait.
-            open_wait: Backoff::fixed(Duration::from_secs(10)),
-            ..ClassicConfig::default()
-        }))
+        Some(BreakerPolicy::Classic(
+            ClassicConfig::builder()
+                .failure_rate(0.3)
+                // A lone `base` longer than the default `max` is a fixed wait.
+                .open_wait(Backoff::fixed(Duration::from_secs(10)))
+                .build()
+                .unwrap()
+        ))
     );
     assert_eq!(file.points["a"].policy, Policy::observe());
     assert_eq!(
         file.points["b"].breaker,
         Some(BreakerPolicy::Sre {
-            config: SreConfig {
-                k: 2.0,
-                ..SreConfig::default()
-            },
+            config: SreConfig::builder().k(2.0).build().unwrap(),
             slow_call: None,
         })
     );
     assert_eq!(
         file.points["b"].policy.adaptive(),
-        Some(AdaptiveLimit::Shedder(AdaptiveConfig {
-            cpu_threshold: 700,
-            ..AdaptiveConfig::default()
-        }))
+        Some(AdaptiveLimit::Shedder(
+            AdaptiveConfig::builder()
+                .cpu_threshold(700)
+                .build()
+                .unwrap()
+        ))
     );
 }
 
 #[test]
 fn every_breaker_and_adaptive_problem_is_named_and_nothing_is_applied() {
     let r = new_registry();
-    let api_breaker = BreakerPolicy::Classic(ClassicConfig {
-        minimum_calls: 3,
-        ..ClassicConfig::default()
-    });
+    let api_breaker =
+        BreakerPolicy::Classic(ClassicConfig::builder().minimum_calls(3).build().unwrap());
     r.set_breaker("bk.ok", api_breaker).unwrap();
     r.set_policy("bk.ok", Policy::builder().max_visits(5).build().unwrap())
         .unwrap();
@@ -1243,15 +1272,20 @@ fn every_breaker_and_adaptive_problem_is_named_and_nothing_is_applied() {
 fn a_breaker_made_in_code_is_checked_before_anything_is_applied() {
     let r = new_registry();
     let mut file = PolicyFile::default();
-    file.points
-        .insert("code.ok".into(), PointConfig::new(Policy::observe()));
-    let bad = BreakerPolicy::Classic(ClassicConfig {
-        open_wait: Backoff::fixed(Duration::from_secs(1)).with_jitter(2.0),
-        ..ClassicConfig::default()
-    });
+    file.points.insert(
+        "code.ok".into(),
+        PointConfig::builder().policy(Policy::observe()).build(),
+    );
+    // The fields stay public, so a configuration may have changed since it was built.
+    let mut classic = ClassicConfig::default();
+    classic.open_wait = Backoff::fixed(Duration::from_secs(1)).with_jitter(2.0);
+    let bad = BreakerPolicy::Classic(classic);
     file.points.insert(
         "code.bad".into(),
-        PointConfig::new(Policy::observe()).with_breaker(bad),
+        PointConfig::builder()
+            .policy(Policy::observe())
+            .breaker(bad)
+            .build(),
     );
     let err = r
         .apply_source(Source::file("made-in-code"), &file)
@@ -1364,7 +1398,9 @@ mod tracing_events {
         let watcher = r
             .watch_policies_with(
                 &path,
-                WatchOptions::new().debounce(Duration::from_millis(20)),
+                WatchOptions::builder()
+                    .debounce(Duration::from_millis(20))
+                    .build(),
             )
             .unwrap();
         let mine = |level: Level| {
@@ -1546,16 +1582,17 @@ fn a_cluster_section_without_the_redis_feature_is_named() {
     );
 }
 
-/// README: the one-line `cluster` section it shows is a valid point setting.
+/// The guide's fleet chapter: the one-line `cluster` section it shows is a valid point
+/// setting.
 #[cfg(feature = "redis")]
 #[test]
-fn the_readme_cluster_line_parses() {
+fn the_guide_cluster_line_parses() {
     use resilience_runtime::ClusterLimit;
-    let readme = include_str!("../../README.md");
-    let line = readme
+    let chapter = include_str!("../src/guide/fleet.md");
+    let line = chapter
         .lines()
         .find(|l| l.starts_with("`cluster = {"))
-        .expect("README shows a `cluster = { ... }` line")
+        .expect("the fleet chapter shows a `cluster = { ... }` line")
         .trim_matches(|c| c == '`' || c == '.');
     let file = PolicyFile::parse(
         &format!("[points.\"orders.create\"]\n{line}\n"),

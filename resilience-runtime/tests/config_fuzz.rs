@@ -13,9 +13,9 @@ use proptest::test_runner::{Config, FileFailurePersistence};
 use resilience_runtime::config::INLINE_SOURCE;
 use resilience_runtime::config::{Format, PointConfig, PolicyFile};
 use resilience_runtime::keys::{KeyOverride, KeyPolicy};
-#[cfg(feature = "redis")]
-use resilience_runtime::layers::Source;
 use resilience_runtime::retry::RetryPolicy;
+#[cfg(feature = "redis")]
+use resilience_runtime::sources::Source;
 use resilience_runtime::{BreakerPolicy, Clock, Policy, Registry};
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
@@ -493,12 +493,20 @@ fn valid_keys() -> impl Strategy<Value = KeyPolicy> {
     use proptest::option::of;
     use std::time::Duration;
     let over = prop_oneof![
-        (0..1_000_000u64).prop_map(KeyOverride::limit),
+        (0..1_000_000u64).prop_map(|limit| KeyOverride::builder().limit(limit).build()),
         (of(0..1_000_000u64), of(1..1_000_000u64), of(0..1_000u64)).prop_map(
-            |(limit, burst, max_concurrency)| KeyOverride {
-                limit,
-                burst,
-                max_concurrency,
+            |(limit, burst, max_concurrency)| {
+                let mut o = KeyOverride::builder();
+                if let Some(l) = limit {
+                    o = o.limit(l);
+                }
+                if let Some(b) = burst {
+                    o = o.burst(b);
+                }
+                if let Some(m) = max_concurrency {
+                    o = o.max_concurrency(m);
+                }
+                o.build()
             }
         ),
     ];
@@ -537,12 +545,14 @@ fn valid_keys() -> impl Strategy<Value = KeyPolicy> {
 fn valid_retry() -> impl Strategy<Value = Option<RetryPolicy>> {
     use resilience_runtime::retry::{Backoff, BudgetConfig, Retry};
     use std::time::Duration;
-    let budget =
-        (0.0..=1000.0f64, 0..=1_000_000u64, 1..=3_600u64).prop_map(|(p, m, w)| BudgetConfig {
-            percent: p,
-            min_per_second: m,
-            window: Duration::from_secs(w),
-        });
+    let budget = (0.0..=1000.0f64, 0..=1_000_000u64, 1..=3_600u64).prop_map(|(p, m, w)| {
+        BudgetConfig::builder()
+            .percent(p)
+            .min_per_second(m)
+            .window(Duration::from_secs(w))
+            .build()
+            .unwrap()
+    });
     proptest::option::of(
         (
             1..=100u64,
@@ -554,16 +564,17 @@ fn valid_retry() -> impl Strategy<Value = Option<RetryPolicy>> {
         )
             .prop_map(|(attempts, base, multiplier, extra, jitter, budget)| {
                 let base = Duration::from_millis(base);
-                let backoff = Backoff {
-                    base,
-                    multiplier,
-                    max: base + Duration::from_millis(extra),
-                    jitter,
-                };
-                RetryPolicy {
-                    retry: Retry { attempts, backoff },
-                    budget,
+                let backoff =
+                    Backoff::exponential(base, multiplier, base + Duration::from_millis(extra))
+                        .with_jitter(jitter);
+                let retry = Retry::builder(attempts).backoff(backoff).build().unwrap();
+                let policy = RetryPolicy::builder(retry);
+                match budget {
+                    Some(b) => policy.budget(b),
+                    None => policy,
                 }
+                .build()
+                .unwrap()
             }),
     )
 }
@@ -583,7 +594,7 @@ proptest! {
     ) {
         let mut file = PolicyFile::default();
         for (name, (policy, retry)) in &policies {
-            let mut config = PointConfig::new(policy.clone());
+            let mut config = PointConfig::builder().policy(policy.clone()).build();
             config.retry = *retry;
             file.points.insert(name.clone(), config);
         }
@@ -598,7 +609,8 @@ proptest! {
 
 /// A point as the serialiser writes a valid policy.
 fn valid_point() -> impl Strategy<Value = serde_json::Value> {
-    valid_policy().prop_map(|p| serde_json::to_value(PointConfig::new(p)).unwrap())
+    valid_policy()
+        .prop_map(|p| serde_json::to_value(PointConfig::builder().policy(p).build()).unwrap())
 }
 
 fn document() -> impl Strategy<Value = serde_json::Value> {
@@ -757,7 +769,7 @@ proptest! {
             if let Some(v) = policy.max_visits() {
                 b = b.max_visits(v);
             }
-            file.points.insert(name.clone(), PointConfig::new(b.build().unwrap()));
+            file.points.insert(name.clone(), PointConfig::builder().policy(b.build().unwrap()).build());
         }
         for format in [Format::Toml, Format::Json] {
             let text = file.to_text(format).unwrap();
@@ -791,6 +803,7 @@ fn cluster_limits_in_files_apply_all_or_nothing_and_stop_when_removed() {
                     ClusterLimit::Visits { key, .. } | ClusterLimit::TokenBucket { key, .. } => {
                         *key = format!("{prefix}:{key}")
                     }
+                    _ => unreachable!("a new kind of cluster limit: prefix its key too"),
                 }
                 c
             }),
@@ -814,8 +827,10 @@ fn cluster_limits_in_files_apply_all_or_nothing_and_stop_when_removed() {
                     if let Some(v) = policy.max_visits() {
                         b = b.max_visits(v);
                     }
-                    file.points
-                        .insert(name.clone(), PointConfig::new(b.build().unwrap()));
+                    file.points.insert(
+                        name.clone(),
+                        PointConfig::builder().policy(b.build().unwrap()).build(),
+                    );
                 }
                 let mut doc: serde_json::Value =
                     serde_json::from_str(&file.to_text(Format::Json).unwrap()).unwrap();

@@ -4,7 +4,7 @@
 
 use resilience_runtime::config::{ConfigError, Format, PolicyFile, ProblemKind, WatchOptions};
 use resilience_runtime::keys::{KeyOverride, KeyPolicy, DEFAULT_MAX_KEYS};
-use resilience_runtime::layers::{Section, Source};
+use resilience_runtime::sources::{Section, Source};
 use resilience_runtime::{Clock, Policy, Reason, Registry};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -46,20 +46,14 @@ fn every_field() -> KeyPolicy {
         .max_keys(8192)
         .override_limit("vip-42", 1000)
         .override_limit("blocked", 0)
-        .override_rule(
-            "slow",
-            KeyOverride {
-                max_concurrency: Some(1),
-                ..KeyOverride::default()
-            },
-        )
+        .override_rule("slow", KeyOverride::builder().max_concurrency(1).build())
         .override_rule(
             "big",
-            KeyOverride {
-                limit: Some(10),
-                burst: Some(20),
-                max_concurrency: Some(3),
-            },
+            KeyOverride::builder()
+                .limit(10)
+                .burst(20)
+                .max_concurrency(3)
+                .build(),
         )
         .build()
         .unwrap()
@@ -421,7 +415,9 @@ fn a_hot_reload_changes_a_limit_and_an_override_while_calls_run() {
     let watcher = r
         .watch_policies_with(
             &path,
-            WatchOptions::new().debounce(Duration::from_millis(50)),
+            WatchOptions::builder()
+                .debounce(Duration::from_millis(50))
+                .build(),
         )
         .unwrap();
     assert_eq!(watcher.status().version, 1);
@@ -515,11 +511,11 @@ fn a_cluster_wide_keys_section_parses_round_trips_and_names_its_problems() {
     let u = file.points["u"].policy.keys().unwrap().cluster().unwrap();
     assert_eq!(
         u,
-        &KeyCluster {
-            batch: 4,
-            cold: Duration::from_secs(5),
-            ..KeyCluster::new("redis://h/", "u:")
-        }
+        &KeyCluster::builder("redis://h/", "u:")
+            .batch(4)
+            .cold(Duration::from_secs(5))
+            .build()
+            .unwrap()
     );
     for format in [Format::Toml, Format::Json] {
         let out = file.to_text(format).unwrap();

@@ -107,10 +107,10 @@ async fn guarded() -> Result<u32, Error> {
 
 #[tokio::test]
 async fn a_classic_breaker_opens_after_three_cut_calls() {
-    let classic = ClassicConfig {
-        consecutive_failures: Some(3),
-        ..ClassicConfig::default()
-    };
+    let classic = ClassicConfig::builder()
+        .consecutive_failures(3)
+        .build()
+        .unwrap();
     registry()
         .set_breaker("deadline.breaker", BreakerPolicy::Classic(classic))
         .unwrap();

@@ -3,7 +3,7 @@
 //! queue, from inside a listener), and listeners that never hold up a guarded call.
 
 use resilience_runtime::breaker::ClassicConfig;
-use resilience_runtime::layers::{PointConfig, Source};
+use resilience_runtime::sources::{PointConfig, Source};
 use resilience_runtime::{
     BreakerPolicy, BreakerState, Clock, DowngradeEvent, Event, EventKind, Policy, Reason, Registry,
     EVENT_QUEUE_CAPACITY,
@@ -34,10 +34,10 @@ fn shadow_deny_all(r: &Registry, name: &str) {
 }
 
 fn trip_on_first_failure(r: &Registry, name: &str) {
-    let config = ClassicConfig {
-        consecutive_failures: Some(1),
-        ..ClassicConfig::default()
-    };
+    let config = ClassicConfig::builder()
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
     r.set_breaker(name, BreakerPolicy::Classic(config)).unwrap();
 }
 
@@ -198,14 +198,14 @@ fn policy_events_follow_every_source_and_the_kind_filter() {
     r.set_layer(
         "ev.policy",
         console.clone(),
-        PointConfig::new(Policy::observe()),
+        PointConfig::builder().policy(Policy::observe()).build(),
     )
     .unwrap();
     // The same layer again: the rules stay, their origin's version moves.
     r.set_layer(
         "ev.policy",
         console.clone(),
-        PointConfig::new(Policy::observe()),
+        PointConfig::builder().policy(Policy::observe()).build(),
     )
     .unwrap();
     assert!(
@@ -216,8 +216,8 @@ fn policy_events_follow_every_source_and_the_kind_filter() {
     r.clear_policy("ev.policy").unwrap();
     assert!(r.flush_listeners(LONG));
     let seen = seen.lock().unwrap();
-    let version = |c: &resilience_runtime::layers::EffectivePolicy| {
-        c.origin(resilience_runtime::layers::Section::Rules)
+    let version = |c: &resilience_runtime::sources::EffectivePolicy| {
+        c.origin(resilience_runtime::sources::Section::Rules)
             .map(|o| o.version)
     };
     match &seen[2] {

@@ -73,7 +73,10 @@ fn one_life() -> isize {
         r.set_policy(&name, every_rule()).unwrap();
         r.set_breaker(&name, resilience_runtime::BreakerPolicy::default())
             .unwrap();
-        let retry = RetryPolicy::new(Retry::new(3)).with_budget(BudgetConfig::default());
+        let retry = RetryPolicy::builder(Retry::builder(3).build().unwrap())
+            .budget(BudgetConfig::default())
+            .build()
+            .unwrap();
         r.set_retry(&name, retry).unwrap();
         // A second setting of each: replaced slots and forms are kept until the end.
         let changed = Policy::builder()

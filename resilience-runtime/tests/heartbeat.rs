@@ -11,9 +11,10 @@
 #![allow(dead_code)]
 
 use resilience_runtime::heartbeat::{
-    HeartbeatClient, HeartbeatConfig, HeartbeatError, Protocol, PullOutcome, UploadOutcome,
+    HeartbeatClient, HeartbeatConfig, HeartbeatConfigBuilder, HeartbeatError, Protocol,
+    PullOutcome, UploadOutcome,
 };
-use resilience_runtime::layers::{Origin, Section, Source};
+use resilience_runtime::sources::{Origin, Section, Source};
 use resilience_runtime::{downgrade, BreakerPolicy, Clock, ManualClock, Policy, Registry};
 use serde_json::{json, Value};
 use std::collections::HashMap;
@@ -192,13 +193,14 @@ fn refused_url() -> String {
 }
 
 fn config(servers: &str) -> HeartbeatConfig {
-    HeartbeatConfig::new("shop", "orders", servers)
-        .unwrap()
+    builder(servers).build().unwrap()
+}
+
+fn builder(servers: &str) -> HeartbeatConfigBuilder {
+    HeartbeatConfig::builder("shop", "orders", servers)
         .token("app-token-0123456789")
         .instance("web-1-4711")
-        .unwrap()
         .host("web-1")
-        .unwrap()
 }
 
 #[test]
@@ -325,7 +327,10 @@ fn sds_protocol_upload_and_pull_bodies() {
         }
     });
     let url = format!("{}/admin/", peer.url());
-    let client = HeartbeatClient::new(config(&url).protocol(Protocol::Sds), registry);
+    let client = HeartbeatClient::new(
+        builder(&url).protocol(Protocol::Sds).build().unwrap(),
+        registry,
+    );
     assert_eq!(
         client.pull_now().unwrap(),
         PullOutcome::Applied {
@@ -516,7 +521,11 @@ fn a_hung_server_neither_blocks_guarded_calls_nor_costs_the_policies() {
         }
     });
     // SDS's 1-s timeouts: a guarded call that waited for the network would take 1 s.
-    let config = config(&peer.url()).timeouts(Duration::from_secs(1), Duration::from_secs(1));
+    let config = builder(&peer.url())
+        .connect_timeout(Duration::from_secs(1))
+        .io_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
     let client = HeartbeatClient::new(config, registry);
     client.pull_now().unwrap();
     policy.store(false, Ordering::Relaxed);
@@ -572,7 +581,10 @@ fn the_background_thread_pulls_periodically_and_stops_with_its_handle() {
                                          "policy": {"points": {"hb.bg": {"max_visits": 1}}}}))
     });
     let client = HeartbeatClient::new(
-        config(&peer.url()).pull_period(Duration::from_millis(50)),
+        builder(&peer.url())
+            .pull_period(Duration::from_millis(50))
+            .build()
+            .unwrap(),
         registry,
     );
     let handle = client.spawn().unwrap();
@@ -702,7 +714,10 @@ fn the_console_layer_survives_a_restart_with_the_console_down() {
                 "hb.c.a": {"max_visits": 3, "breaker": {"algorithm": "classic", "consecutive_failures": 2}},
                 "hb.c.b": {"shadow": true, "max_concurrency": 1}}}}))
         });
-        let client = HeartbeatClient::new(config(&peer.url()).cache_file(&cache), registry);
+        let client = HeartbeatClient::new(
+            builder(&peer.url()).cache_file(&cache).build().unwrap(),
+            registry,
+        );
         assert!(!client.status().from_cache);
         client.pull_now().unwrap();
         assert_eq!(client.status().cache_error, None);
@@ -712,7 +727,10 @@ fn the_console_layer_survives_a_restart_with_the_console_down() {
 
     // The "restarted" instance: a fresh registry, the console unreachable.
     let (registry, _manual) = manual_registry();
-    let client = HeartbeatClient::new(config(&refused_url()).cache_file(&cache), registry);
+    let client = HeartbeatClient::new(
+        builder(&refused_url()).cache_file(&cache).build().unwrap(),
+        registry,
+    );
     let status = client.status();
     assert!(status.from_cache);
     assert_eq!(status.policy_version, 7);
@@ -735,9 +753,10 @@ fn the_console_layer_survives_a_restart_with_the_console_down() {
 
     // A cache of another app is not applied, and says why.
     let (other, _m) = manual_registry();
-    let cfg = HeartbeatConfig::new("shop", "billing", &refused_url())
-        .unwrap()
-        .cache_file(&cache);
+    let cfg = HeartbeatConfig::builder("shop", "billing", &refused_url())
+        .cache_file(&cache)
+        .build()
+        .unwrap();
     let client = HeartbeatClient::new(cfg, other);
     assert!(!client.status().from_cache);
     assert!(client.status().cache_error.unwrap().contains("shop/orders"));
@@ -746,10 +765,12 @@ fn the_console_layer_survives_a_restart_with_the_console_down() {
 }
 
 /// Heartbeat counters appear in the metrics, per client app.
-#[cfg(feature = "metrics")]
+#[cfg(feature = "prometheus")]
 #[test]
 fn heartbeat_counters_are_exported_as_metrics() {
-    let cfg = HeartbeatConfig::new("metrics", "hb", &refused_url()).unwrap();
+    let cfg = HeartbeatConfig::builder("metrics", "hb", &refused_url())
+        .build()
+        .unwrap();
     let client = HeartbeatClient::new(cfg, resilience_runtime::registry());
     let text = resilience_runtime::metrics::render();
     assert!(
@@ -850,7 +871,10 @@ fn a_big_cycle_is_uploaded_in_parts_within_the_body_limit() {
     registry.set_max_undeclared_points(u64::MAX);
     let peer = Peer::start(|_| ok(json!({"result": "stored", "version": 0, "changed": false})));
     let limit = 16 * 1024;
-    let client = HeartbeatClient::new(config(&peer.url()).max_body_bytes(limit), registry);
+    let client = HeartbeatClient::new(
+        builder(&peer.url()).max_body_bytes(limit).build().unwrap(),
+        registry,
+    );
     let names: Vec<String> = (0..1_500).map(|i| format!("hb.parts.{i:04}")).collect();
     for (i, name) in names.iter().enumerate() {
         let p = registry.point(name).unwrap();
@@ -915,7 +939,10 @@ fn uploads_carry_the_retry_counters_of_the_cycle() {
     let peer = Peer::start(|_| ok(json!({"result": "stored"})));
     let client = HeartbeatClient::new(config(&peer.url()), registry);
     let point = registry.point("hb.retry").unwrap();
-    let retry = Retry::new(3).backoff(Backoff::fixed(Duration::from_millis(10)));
+    let retry = Retry::builder(3)
+        .backoff(Backoff::fixed(Duration::from_millis(10)))
+        .build()
+        .unwrap();
     let _ = point.call_retrying(&retry, None, || Err::<(), _>(()), |_| Ok(()), |_| true);
     manual.advance(Duration::from_secs(14));
     client.upload_now().unwrap();
@@ -1089,7 +1116,13 @@ fn uploads_carry_the_hot_keys_and_pulled_keys_sections_apply() {
     assert_eq!(p["key_table"]["tracked"], 22);
 
     // SDS's form is unchanged: no hot keys.
-    let sds = HeartbeatClient::new(config(&peer.url()).protocol(Protocol::Sds), registry);
+    let sds = HeartbeatClient::new(
+        builder(&peer.url())
+            .protocol(Protocol::Sds)
+            .build()
+            .unwrap(),
+        registry,
+    );
     call("alice");
     manual.advance(Duration::from_secs(10));
     sds.upload_now().unwrap();
@@ -1100,4 +1133,58 @@ fn uploads_carry_the_hot_keys_and_pulled_keys_sections_apply() {
         p.get("hot_keys").is_none() && p.get("key_table").is_none(),
         "{p}"
     );
+}
+
+#[test]
+fn a_token_goes_over_plain_http_only_to_loopback_unless_allowed() {
+    let peer = Peer::start(|_| {
+        ok(json!({"changed": false, "version": 0, "errorMsg": null, "strategies": []}))
+    });
+    let local_by_name = format!("http://localhost:{}", peer.addr.port());
+    for protocol in [Protocol::Json, Protocol::Sds] {
+        // Not loopback: refused when built, naming the server and the option.
+        for remote in ["http://10.0.0.5:7070", "console.internal:7070"] {
+            let servers = format!("{},{remote}", peer.url());
+            let e = builder(&servers).protocol(protocol).build().unwrap_err();
+            let text = e.to_string();
+            assert!(
+                matches!(
+                    e,
+                    HeartbeatError::Config {
+                        field: "servers",
+                        ..
+                    }
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains(remote.trim_start_matches("http://")),
+                "{text}"
+            );
+            assert!(text.contains("`allow_plain_http(true)`"), "{text}");
+            // Said explicitly, it is allowed; and without a token there is nothing to
+            // protect.
+            let allowed = builder(&servers)
+                .protocol(protocol)
+                .allow_plain_http(true)
+                .build()
+                .unwrap();
+            assert_eq!(allowed.servers().len(), 2);
+            HeartbeatConfig::builder("shop", "orders", &servers)
+                .protocol(protocol)
+                .build()
+                .unwrap();
+        }
+        // Loopback by name: the token arrives.
+        let (registry, _) = manual_registry();
+        let config = builder(&local_by_name).protocol(protocol).build().unwrap();
+        HeartbeatClient::new(config, registry).pull_now().unwrap();
+        let seen = peer.seen();
+        let last = seen.last().unwrap();
+        assert_eq!(
+            last.headers.get("authorization").map(String::as_str),
+            Some("Bearer app-token-0123456789")
+        );
+    }
+    assert_eq!(peer.seen().len(), 2);
 }

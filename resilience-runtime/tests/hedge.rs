@@ -148,11 +148,12 @@ async fn poor() -> Result<u32, AppError> {
 
 #[tokio::test(start_paused = true)]
 async fn an_exhausted_budget_refuses_the_hedge() {
-    let none = BudgetConfig {
-        percent: 0.0,
-        min_per_second: 0,
-        window: Duration::from_secs(10),
-    };
+    let none = BudgetConfig::builder()
+        .percent(0.0)
+        .min_per_second(0)
+        .window(Duration::from_secs(10))
+        .build()
+        .unwrap();
     registry().set_retry_budget("hedge.empty", none).unwrap();
     let t0 = Instant::now();
     assert_eq!(poor().await, Ok(1));
@@ -483,7 +484,7 @@ async fn stress_many_hedged_calls_under_max_concurrency() {
 
 // ---- metrics ----
 
-#[cfg(feature = "metrics")]
+#[cfg(feature = "prometheus")]
 #[tokio::test(start_paused = true)]
 async fn metrics_carry_hedges_and_cancelled() {
     static FIRST: AtomicBool = AtomicBool::new(true);

@@ -138,13 +138,7 @@ fn keys_refill_and_keep_their_state_across_policy_changes() {
     let section = |limit| {
         KeyPolicy::builder()
             .limit(limit, Duration::from_secs(1))
-            .override_rule(
-                "vip",
-                KeyOverride {
-                    limit: Some(10),
-                    ..KeyOverride::default()
-                },
-            )
+            .override_rule("vip", KeyOverride::builder().limit(10).build())
             .build()
             .unwrap()
     };

@@ -285,10 +285,10 @@ fn openmetrics_output_is_terminated_and_typed() {
 fn breaker_state_and_window_are_exported() {
     use resilience_runtime::breaker::ClassicConfig;
     use resilience_runtime::BreakerPolicy;
-    let config = ClassicConfig {
-        consecutive_failures: Some(2),
-        ..ClassicConfig::default()
-    };
+    let config = ClassicConfig::builder()
+        .consecutive_failures(2)
+        .build()
+        .unwrap();
     registry()
         .set_breaker("metrics.breaker", BreakerPolicy::Classic(config))
         .unwrap();
@@ -347,10 +347,10 @@ fn exported_points_are_capped_and_the_rest_summed() {
         }
     }
     // A quiet point whose breaker is open.
-    let config = ClassicConfig {
-        consecutive_failures: Some(1),
-        ..ClassicConfig::default()
-    };
+    let config = ClassicConfig::builder()
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
     r.set_breaker("cap.open", BreakerPolicy::Classic(config))
         .unwrap();
     r.point("cap.open").unwrap().enter().unwrap().finish(true);

@@ -108,11 +108,11 @@ fn a_full_queue_evicts_a_lower_tier_for_a_higher_one() {
 #[test]
 fn the_gradient_limit_keeps_a_share_for_critical_calls() {
     let (_manual, registry) = manual_registry();
-    let config = GradientConfig {
-        initial_limit: 10,
-        critical_reserve: 0.3,
-        ..GradientConfig::default()
-    };
+    let config = GradientConfig::builder()
+        .initial_limit(10)
+        .critical_reserve(0.3)
+        .build()
+        .unwrap();
     let policy = Policy::builder()
         .adaptive(AdaptiveLimit::Gradient(config))
         .build()

@@ -10,7 +10,7 @@
 mod redis_server;
 
 use redis_server::{free_port, query, raw, shared_url, unique_key, RedisServer};
-use resilience_runtime::bloom::{BloomConfig, BloomError, BloomFilter};
+use resilience_runtime::bloom::{BloomConfig, BloomError, BloomFilter, HashScheme};
 use resilience_runtime::redis::{Expiry, RedisBloom, RedisBloomError, RedisFailure, MAX_BITS};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -135,8 +135,16 @@ async fn go_zero_layout_is_byte_for_byte_the_in_memory_one() {
 
     // Many keys, an odd size (a partial last byte) and both hashing modes.
     for config in [
-        BloomConfig::go_zero(10_007).unwrap(),
-        BloomConfig::with_rate(500, 0.01).unwrap(),
+        BloomConfig::builder()
+            .bits(10_007)
+            .scheme(HashScheme::GoZero)
+            .build()
+            .unwrap(),
+        BloomConfig::builder()
+            .expected_items(500)
+            .false_positive_rate(0.01)
+            .build()
+            .unwrap(),
     ] {
         let key = unique_key("layout");
         let filter = RedisBloom::new(&url, key.as_str(), config).unwrap();
@@ -181,7 +189,7 @@ async fn ttl_after_second_insert(
 async fn expiry_is_set_on_insert() {
     let url = shared_url();
     let mut conn = raw(&url).await;
-    let config = BloomConfig::new(256, 3).unwrap();
+    let config = BloomConfig::builder().bits(256).hashes(3).build().unwrap();
 
     // Never: no time to live.
     let key = unique_key("expiry-never");
@@ -255,7 +263,11 @@ async fn zero_size_and_out_of_range_offsets_are_errors_before_any_write() {
         RedisBloom::with_rate(&url, key.as_str(), 0, 0.01).unwrap_err(),
         RedisBloomError::Bloom(BloomError::ZeroItems)
     );
-    let huge = BloomConfig::new(MAX_BITS + 8, 3).unwrap();
+    let huge = BloomConfig::builder()
+        .bits(MAX_BITS + 8)
+        .hashes(3)
+        .build()
+        .unwrap();
     assert!(matches!(
         RedisBloom::new(&url, key.as_str(), huge).unwrap_err(),
         RedisBloomError::TooManyBits { .. }
@@ -343,10 +355,18 @@ async fn unreachable_redis_is_an_error_within_the_timeout() {
     // Nobody listens on this port.
     let url = format!("redis://127.0.0.1:{}/", free_port());
     let timeout = Duration::from_millis(500);
-    let filter = RedisBloom::builder(&url, "k", BloomConfig::go_zero(64).unwrap())
-        .timeout(timeout)
-        .build()
-        .unwrap();
+    let filter = RedisBloom::builder(
+        &url,
+        "k",
+        BloomConfig::builder()
+            .bits(64)
+            .scheme(HashScheme::GoZero)
+            .build()
+            .unwrap(),
+    )
+    .timeout(timeout)
+    .build()
+    .unwrap();
     let start = Instant::now();
     let err = filter.contains("x").await.unwrap_err();
     assert!(err.is_redis_failure(), "{err:?}");
@@ -372,7 +392,11 @@ async fn redis_killed_mid_run_fails_fast_then_recovers_after_restart() {
     let filter = RedisBloom::builder(
         &server.url(),
         "bloom:outage",
-        BloomConfig::go_zero(1024).unwrap(),
+        BloomConfig::builder()
+            .bits(1024)
+            .scheme(HashScheme::GoZero)
+            .build()
+            .unwrap(),
     )
     .timeout(timeout)
     .build()
@@ -420,7 +444,7 @@ async fn paused_redis_times_out_then_recovers() {
     let filter = RedisBloom::builder(
         &server.url(),
         "bloom:paused",
-        BloomConfig::new(512, 4).unwrap(),
+        BloomConfig::builder().bits(512).hashes(4).build().unwrap(),
     )
     .timeout(timeout)
     .build()
@@ -464,7 +488,11 @@ async fn concurrent_tasks_share_one_connection_and_lose_no_bits() {
     let mut conn = raw(&server.url()).await;
     let accepted_before = accepted_connections(&mut conn).await;
 
-    let config = BloomConfig::with_rate(1_000, 0.01).unwrap();
+    let config = BloomConfig::builder()
+        .expected_items(1_000)
+        .false_positive_rate(0.01)
+        .build()
+        .unwrap();
     let filter = Arc::new(RedisBloom::new(&server.url(), "bloom:shared", config).unwrap());
     let start = Arc::new(tokio::sync::Barrier::new(8));
     let tasks: Vec<_> = (0..8)

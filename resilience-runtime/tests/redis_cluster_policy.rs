@@ -233,7 +233,7 @@ fn swapping_cluster_limits_under_calls() {
         .map(|i| match limit(i).cluster() {
             Some(ClusterLimit::Visits { quota, .. }) => *quota,
             Some(ClusterLimit::TokenBucket { burst, .. }) => *burst,
-            None => unreachable!(),
+            _ => unreachable!("every policy here has a visits or token-bucket limit"),
         })
         .sum();
     assert!(

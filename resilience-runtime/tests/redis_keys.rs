@@ -116,10 +116,12 @@ fn worker_keys(url: &str, prefix: &str) -> KeyPolicy {
     KeyPolicy::builder()
         .limit(LIMIT, PERIOD)
         .override_limit("vip", VIP)
-        .cluster(KeyCluster {
-            batch: BATCH,
-            ..KeyCluster::new(url, prefix)
-        })
+        .cluster(
+            KeyCluster::builder(url, prefix)
+                .batch(BATCH)
+                .build()
+                .unwrap(),
+        )
         .build()
         .unwrap()
 }
@@ -251,11 +253,13 @@ fn a_key_going_cold_drops_its_lease() {
     let cold = Duration::from_millis(400);
     let keys = KeyPolicy::builder()
         .limit(100, Duration::from_secs(60))
-        .cluster(KeyCluster {
-            batch: 2,
-            cold,
-            ..KeyCluster::new(url.as_str(), prefix.as_str())
-        })
+        .cluster(
+            KeyCluster::builder(url.as_str(), prefix.as_str())
+                .batch(2)
+                .cold(cold)
+                .build()
+                .unwrap(),
+        )
         .build()
         .unwrap();
     // Leases of the tests before may still be starting (on the chores' thread).
@@ -312,10 +316,11 @@ fn a_full_map_drops_its_least_recently_used_lease() {
     let keys = KeyPolicy::builder()
         .limit(10, Duration::from_secs(60))
         .max_keys(16)
-        .cluster(KeyCluster::new(
-            shared_url(),
-            format!("{}:", unique_key("keys-lru")),
-        ))
+        .cluster(
+            KeyCluster::builder(shared_url(), format!("{}:", unique_key("keys-lru")))
+                .build()
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let p = point(registry(), "keys.lru", keys);
@@ -354,10 +359,12 @@ fn unreachable_redis_leaves_the_local_rule_in_charge() {
     let url = format!("redis://127.0.0.1:{}/", free_port());
     let keys = KeyPolicy::builder()
         .limit(5, Duration::from_secs(600))
-        .cluster(KeyCluster {
-            batch: 2,
-            ..KeyCluster::new(url, "nowhere:")
-        })
+        .cluster(
+            KeyCluster::builder(url, "nowhere:")
+                .batch(2)
+                .build()
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let p = point(registry(), "keys.unreachable", keys);
@@ -384,10 +391,12 @@ fn a_redis_outage_falls_back_to_the_local_rule() {
     let mut server = RedisServer::start();
     let keys = KeyPolicy::builder()
         .limit(12, Duration::from_secs(600))
-        .cluster(KeyCluster {
-            batch: 2,
-            ..KeyCluster::new(server.url(), "outage:")
-        })
+        .cluster(
+            KeyCluster::builder(server.url(), "outage:")
+                .batch(2)
+                .build()
+                .unwrap(),
+        )
         .build()
         .unwrap();
     let p = point(registry(), "keys.outage", keys);
@@ -408,14 +417,32 @@ fn a_redis_outage_falls_back_to_the_local_rule() {
 /// The `keys.cluster.*` fields are checked with the section.
 #[test]
 fn bad_cluster_settings_are_named() {
+    let err = KeyCluster::builder("http://nope", "")
+        .batch(0)
+        .cold(Duration::ZERO)
+        .build()
+        .unwrap_err();
+    assert_eq!(
+        err.fields(),
+        [
+            "keys.cluster.url",
+            "keys.cluster.prefix",
+            "keys.cluster.batch",
+            "keys.cluster.cold"
+        ],
+        "{err}"
+    );
+    // The fields stay public: the section checks them again.
+    let mut cluster = KeyCluster::builder("redis://127.0.0.1/", "k:")
+        .build()
+        .unwrap();
+    cluster.url = "http://nope".into();
+    cluster.prefix = String::new();
+    cluster.batch = 0;
+    cluster.cold = Duration::ZERO;
     let err = KeyPolicy::builder()
         .max_concurrency(3)
-        .cluster(KeyCluster {
-            url: "http://nope".into(),
-            prefix: String::new(),
-            batch: 0,
-            cold: Duration::ZERO,
-        })
+        .cluster(cluster)
         .build()
         .unwrap_err();
     assert_eq!(
@@ -432,7 +459,11 @@ fn bad_cluster_settings_are_named() {
     // An override's limit is enough to share.
     assert!(KeyPolicy::builder()
         .override_limit("vip", 10)
-        .cluster(KeyCluster::new("redis://127.0.0.1/", "k:"))
+        .cluster(
+            KeyCluster::builder("redis://127.0.0.1/", "k:")
+                .build()
+                .unwrap()
+        )
         .build()
         .is_ok());
 }

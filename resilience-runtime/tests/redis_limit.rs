@@ -292,7 +292,7 @@ async fn token_limiter_bursts_then_refills_at_rate_on_a_manual_clock() {
     manual.advance(Duration::from_secs(60));
     assert_eq!(
         limiter.allow_n(6).await,
-        ClusterDecision::Rejected,
+        ClusterDecision::Refused,
         "n > burst"
     );
     assert_eq!(limiter.allow_n(5).await, ClusterDecision::Admitted);
@@ -351,7 +351,7 @@ async fn token_limiter_does_not_flap_when_two_bursts_are_less_than_the_rate() {
     }
     let s = limiter.status();
     assert_eq!(s.to_fallback, 0);
-    assert!(s.admitted >= 2 && s.rejected >= 1, "{s:?}");
+    assert!(s.admitted >= 2 && s.refused >= 1, "{s:?}");
     let pttl: i64 = query(
         &mut raw(&url).await,
         ::redis::cmd("PTTL").arg(format!("{{{key}}}.ts")),
@@ -393,8 +393,8 @@ fn token_limiter_falls_back_when_redis_stops_and_returns_when_it_is_back() {
             [
                 ClusterDecision::AdmittedLocally,
                 ClusterDecision::AdmittedLocally,
-                ClusterDecision::RejectedLocally,
-                ClusterDecision::RejectedLocally
+                ClusterDecision::RefusedLocally,
+                ClusterDecision::RefusedLocally
             ],
             "the fallback bucket holds the burst of 3"
         );
@@ -565,7 +565,7 @@ fn drain(lease: &ClusterLease, attempts: usize) -> u64 {
     for _ in 0..attempts {
         match lease.try_acquire() {
             ClusterDecision::Admitted => admitted += 1,
-            ClusterDecision::Rejected => thread::sleep(Duration::from_millis(1)),
+            ClusterDecision::Refused => thread::sleep(Duration::from_millis(1)),
             d => panic!("unexpected {d:?} with Redis up"),
         }
     }
@@ -634,7 +634,7 @@ fn leasing_over_admits_at_most_instances_times_max_held() {
         for l in &leases {
             match l.try_acquire() {
                 ClusterDecision::Admitted => admitted += 1,
-                ClusterDecision::Rejected => {}
+                ClusterDecision::Refused => {}
                 d => panic!("unexpected {d:?}"),
             }
         }
@@ -680,7 +680,7 @@ fn visits_lease_drops_its_tokens_when_the_window_ends() {
     assert_eq!(lease.status().held, 0, "the old window's tokens lapsed");
     // The next call finds nothing valid, asks for a batch in the new window and is
     // rejected rather than spending an old token.
-    assert_eq!(lease.try_acquire(), ClusterDecision::Rejected);
+    assert_eq!(lease.try_acquire(), ClusterDecision::Refused);
     wait_for("a batch of the new window", Duration::from_secs(1), || {
         lease.status().held == 10
     });
@@ -793,7 +793,7 @@ fn worker_per_call(url: &str) -> String {
             if i % 7 < 4 {
                 match tokens.allow().await {
                     ClusterDecision::Admitted => admitted += 1,
-                    ClusterDecision::Rejected => rejected += 1,
+                    ClusterDecision::Refused => rejected += 1,
                     d => panic!("fallback with Redis up: {d:?}"),
                 }
             } else {
@@ -887,9 +887,9 @@ fn worker_outage(url: &str) -> String {
         slowest = slowest.max(t0.elapsed());
         let name = match d {
             ClusterDecision::Admitted => "admitted",
-            ClusterDecision::Rejected => "rejected",
+            ClusterDecision::Refused => "rejected",
             ClusterDecision::AdmittedLocally => "admitted_locally",
-            ClusterDecision::RejectedLocally => "rejected_locally",
+            ClusterDecision::RefusedLocally => "refused_locally",
         };
         *counts.entry(name).or_default() += 1;
         let returned = switches
@@ -915,12 +915,12 @@ fn worker_outage(url: &str) -> String {
             .join(",")
     };
     format!(
-        "admitted={} rejected={} admitted_locally={} rejected_locally={} redis_after_return={redis_after_return} \
+        "admitted={} rejected={} admitted_locally={} refused_locally={} redis_after_return={redis_after_return} \
          to_fallback_at={} to_redis_at={} slowest_us={}",
         counts.get("admitted").unwrap_or(&0),
         counts.get("rejected").unwrap_or(&0),
         counts.get("admitted_locally").unwrap_or(&0),
-        counts.get("rejected_locally").unwrap_or(&0),
+        counts.get("refused_locally").unwrap_or(&0),
         when(ClusterMode::Fallback),
         when(ClusterMode::Redis),
         slowest.as_micros()

@@ -3,7 +3,7 @@
 //! loses a policy or frees a point in use.
 
 use resilience_runtime::config::{Format, PolicyFile};
-use resilience_runtime::layers::Source;
+use resilience_runtime::sources::Source;
 use resilience_runtime::{downgrade, Clock, Downgraded, Policy, Reason, Registry, RetireError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};

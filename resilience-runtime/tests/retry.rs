@@ -15,11 +15,14 @@ fn manual_registry() -> (ManualClock, &'static Registry) {
 }
 
 fn no_jitter(attempts: u64) -> Retry {
-    Retry::new(attempts).backoff(Backoff::exponential(
-        Duration::from_millis(50),
-        2.0,
-        Duration::from_millis(150),
-    ))
+    Retry::builder(attempts)
+        .backoff(Backoff::exponential(
+            Duration::from_millis(50),
+            2.0,
+            Duration::from_millis(150),
+        ))
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -109,11 +112,12 @@ fn a_budget_refuses_retries_past_its_allowance() {
     let budget = registry
         .set_retry_budget(
             "tight",
-            BudgetConfig {
-                percent: 0.0,
-                min_per_second: 0,
-                window: Duration::from_secs(10),
-            },
+            BudgetConfig::builder()
+                .percent(0.0)
+                .min_per_second(0)
+                .window(Duration::from_secs(10))
+                .build()
+                .unwrap(),
         )
         .unwrap();
     let point = registry.point("retry.budget").unwrap();
@@ -139,11 +143,12 @@ fn a_budget_refuses_retries_past_its_allowance() {
 fn a_shared_budget_holds_under_many_threads() {
     for threads in [1u64, 2, 8, 32, 64] {
         let (_manual, registry) = manual_registry();
-        let config = BudgetConfig {
-            percent: 10.0,
-            min_per_second: 1,
-            window: Duration::from_secs(10),
-        };
+        let config = BudgetConfig::builder()
+            .percent(10.0)
+            .min_per_second(1)
+            .window(Duration::from_secs(10))
+            .build()
+            .unwrap();
         let budget = registry.set_retry_budget("shared", config).unwrap();
         let points: [&'static Point; 2] = [
             registry.point("retry.shared.a").unwrap(),
@@ -156,7 +161,10 @@ fn a_shared_budget_holds_under_many_threads() {
                 std::thread::spawn(move || {
                     let point = points[(t % 2) as usize];
                     for _ in 0..200 {
-                        let retry = Retry::new(3).backoff(Backoff::fixed(Duration::from_nanos(1)));
+                        let retry = Retry::builder(3)
+                            .backoff(Backoff::fixed(Duration::from_nanos(1)))
+                            .build()
+                            .unwrap();
                         let out = point.call_retrying(
                             &retry,
                             Some(budget),
@@ -195,7 +203,10 @@ fn retries_on_the_system_clock_sleep_the_thread() {
     let registry = resilience_runtime::registry();
     let point = registry.point("retry.system").unwrap();
     let start = std::time::Instant::now();
-    let retry = Retry::new(3).backoff(Backoff::fixed(Duration::from_millis(20)));
+    let retry = Retry::builder(3)
+        .backoff(Backoff::fixed(Duration::from_millis(20)))
+        .build()
+        .unwrap();
     let mut n = 0;
     let out = point.call_retrying(
         &retry,
@@ -219,13 +230,16 @@ fn retries_on_the_system_clock_sleep_the_thread() {
     );
 }
 
-#[cfg(feature = "metrics")]
+#[cfg(feature = "prometheus")]
 #[test]
 fn metrics_carry_the_retry_counters() {
     let point = resilience_runtime::registry()
         .point("retry.metrics")
         .unwrap();
-    let retry = Retry::new(3).backoff(Backoff::fixed(Duration::from_millis(1)));
+    let retry = Retry::builder(3)
+        .backoff(Backoff::fixed(Duration::from_millis(1)))
+        .build()
+        .unwrap();
     let _ = point.call_retrying(&retry, None, || Err::<(), _>(()), |_| Ok(()), |_| true);
     let text = resilience_runtime::metrics::render();
     for (series, n) in [
@@ -249,11 +263,12 @@ fn metrics_carry_the_retry_counters() {
 fn set_retry_budget_reconfigures_in_place() {
     let (_manual, registry) = manual_registry();
     let held = registry.retry_budget("inplace");
-    let none = BudgetConfig {
-        percent: 0.0,
-        min_per_second: 0,
-        window: Duration::from_secs(10),
-    };
+    let none = BudgetConfig::builder()
+        .percent(0.0)
+        .min_per_second(0)
+        .window(Duration::from_secs(10))
+        .build()
+        .unwrap();
     let again = registry.set_retry_budget("inplace", none).unwrap();
     assert!(std::ptr::eq(held, again), "the same budget");
     assert_eq!(held.config(), none);
@@ -269,11 +284,10 @@ fn set_retry_budget_reconfigures_in_place() {
         (100, 101),
         "counted over both limits"
     );
-    // An invalid config changes nothing.
-    let bad = BudgetConfig {
-        percent: f64::NAN,
-        ..none
-    };
+    // An invalid config changes nothing (the fields stay public, so a config changed
+    // after `build` is checked again).
+    let mut bad = none;
+    bad.percent = f64::NAN;
     assert_eq!(
         registry.set_retry_budget("inplace", bad).unwrap_err().field,
         "percent"

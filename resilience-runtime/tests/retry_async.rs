@@ -10,7 +10,10 @@ use std::task::{Context, Waker};
 use std::time::Duration;
 
 fn fixed(attempts: u64, ms: u64) -> Retry {
-    Retry::new(attempts).backoff(Backoff::fixed(Duration::from_millis(ms)))
+    Retry::builder(attempts)
+        .backoff(Backoff::fixed(Duration::from_millis(ms)))
+        .build()
+        .unwrap()
 }
 
 fn fresh_registry(clock: Clock) -> &'static Registry {

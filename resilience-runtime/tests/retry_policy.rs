@@ -4,8 +4,8 @@
 //! many threads.
 
 use resilience_runtime::config::{Format, PolicyFile};
-use resilience_runtime::layers::{PointConfig, Section, Source};
 use resilience_runtime::retry::{Backoff, BudgetConfig, Retry, RetryPolicy};
+use resilience_runtime::sources::{PointConfig, Section, Source};
 use resilience_runtime::{registry, retry, BreakerError, Clock, ManualClock, Registry};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -18,7 +18,10 @@ fn manual_registry() -> (ManualClock, &'static Registry) {
 }
 
 fn fixed(attempts: u64) -> Retry {
-    Retry::new(attempts).backoff(Backoff::fixed(Duration::from_millis(10)))
+    Retry::builder(attempts)
+        .backoff(Backoff::fixed(Duration::from_millis(10)))
+        .build()
+        .unwrap()
 }
 
 /// Attempts made by one always-failing call of `point` whose code asks for `code`.
@@ -40,11 +43,18 @@ fn the_section_replaces_the_code_and_clearing_gives_it_back() {
     let (manual, registry) = manual_registry();
     let point = registry.point("rp.code").unwrap();
     assert_eq!(attempts_of(point, 2), 2);
-    let section = RetryPolicy::new(Retry::new(4).backoff(Backoff::exponential(
-        Duration::from_millis(100),
-        3.0,
-        Duration::from_millis(500),
-    )));
+    let section = RetryPolicy::builder(
+        Retry::builder(4)
+            .backoff(Backoff::exponential(
+                Duration::from_millis(100),
+                3.0,
+                Duration::from_millis(500),
+            ))
+            .build()
+            .unwrap(),
+    )
+    .build()
+    .unwrap();
     registry.set_retry("rp.code", section).unwrap();
     assert_eq!(registry.retry("rp.code").unwrap(), Some(section));
     let t0 = manual.now().as_nanos();
@@ -65,13 +75,17 @@ fn a_section_budget_replaces_the_named_one() {
     let (_manual, registry) = manual_registry();
     let named = registry.retry_budget("rp.named");
     let point = registry.point("rp.budget").unwrap();
-    let none = BudgetConfig {
-        percent: 0.0,
-        min_per_second: 0,
-        window: Duration::from_secs(10),
-    };
+    let none = BudgetConfig::builder()
+        .percent(0.0)
+        .min_per_second(0)
+        .window(Duration::from_secs(10))
+        .build()
+        .unwrap();
     registry
-        .set_retry("rp.budget", RetryPolicy::new(fixed(3)).with_budget(none))
+        .set_retry(
+            "rp.budget",
+            RetryPolicy::builder(fixed(3)).budget(none).build().unwrap(),
+        )
         .unwrap();
     let out: Result<(), &str> =
         point.call_retrying(&fixed(3), Some(named), || Err("x"), |_| Ok(()), |_| true);
@@ -86,7 +100,7 @@ fn a_section_budget_replaces_the_named_one() {
 
     // Without a budget in the section, the named one is used again.
     registry
-        .set_retry("rp.budget", RetryPolicy::new(fixed(3)))
+        .set_retry("rp.budget", RetryPolicy::builder(fixed(3)).build().unwrap())
         .unwrap();
     let _: Result<(), &str> =
         point.call_retrying(&fixed(3), Some(named), || Err("x"), |_| Ok(()), |_| true);
@@ -100,19 +114,32 @@ fn invalid_sections_are_refused_naming_the_field() {
         Err(retry::RetryError::Config(e)) => e.field,
         other => panic!("{other:?}"),
     };
-    assert_eq!(field(RetryPolicy::new(Retry::new(0))), "attempts");
-    assert_eq!(field(RetryPolicy::new(Retry::new(101))), "attempts");
-    let mut r = Retry::new(2);
-    r.backoff.multiplier = 0.5;
-    assert_eq!(field(RetryPolicy::new(r)), "multiplier");
-    r.backoff = Backoff::fixed(Duration::ZERO);
-    assert_eq!(field(RetryPolicy::new(r)), "base");
-    let bad_window = BudgetConfig {
-        window: Duration::from_millis(10),
-        ..BudgetConfig::default()
+    // The builders refuse invalid values...
+    assert_eq!(Retry::builder(0).build().unwrap_err().field, "attempts");
+    assert_eq!(Retry::builder(101).build().unwrap_err().field, "attempts");
+    // ...and the fields stay public, so the registry checks a section again.
+    let ok = RetryPolicy::builder(Retry::builder(2).build().unwrap())
+        .build()
+        .unwrap();
+    let with = |change: &dyn Fn(&mut RetryPolicy)| {
+        let mut p = ok;
+        change(&mut p);
+        p
     };
+    assert_eq!(field(with(&|p| p.retry.attempts = 0)), "attempts");
+    assert_eq!(field(with(&|p| p.retry.attempts = 101)), "attempts");
     assert_eq!(
-        field(RetryPolicy::new(Retry::new(2)).with_budget(bad_window)),
+        field(with(&|p| p.retry.backoff.multiplier = 0.5)),
+        "multiplier"
+    );
+    assert_eq!(
+        field(with(&|p| p.retry.backoff = Backoff::fixed(Duration::ZERO))),
+        "base"
+    );
+    let mut bad_window = BudgetConfig::default();
+    bad_window.window = Duration::from_millis(10);
+    assert_eq!(
+        field(with(&|p| p.budget = Some(bad_window))),
         "budget.window"
     );
     assert_eq!(registry().retry("rp.invalid").unwrap(), None, "nothing set");
@@ -121,7 +148,9 @@ fn invalid_sections_are_refused_naming_the_field() {
         .set_layer(
             "rp.invalid",
             Source::Console,
-            PointConfig::retry_only(RetryPolicy::new(Retry::new(0))),
+            PointConfig::builder()
+                .retry(with(&|p| p.retry.attempts = 0))
+                .build(),
         )
         .unwrap_err();
     assert!(
@@ -130,7 +159,12 @@ fn invalid_sections_are_refused_naming_the_field() {
     );
     assert!(err.to_string().contains("invalid retry section"), "{err}");
     assert!(matches!(
-        registry().set_retry("", RetryPolicy::new(Retry::new(2))),
+        registry().set_retry(
+            "",
+            RetryPolicy::builder(Retry::builder(2).build().unwrap())
+                .build()
+                .unwrap()
+        ),
         Err(retry::RetryError::Name(_))
     ));
 }
@@ -151,25 +185,31 @@ fn files_read_write_and_check_the_section() {
         retry = { attempts = 2 }
     "#;
     let file = PolicyFile::parse(text, Format::Toml).unwrap();
-    let want = RetryPolicy::new(Retry {
-        attempts: 5,
-        backoff: Backoff {
-            base: Duration::from_millis(20),
-            multiplier: 1.5,
-            max: Duration::from_secs(1),
-            jitter: 0.5,
-        },
-    })
-    .with_budget(BudgetConfig {
-        percent: 10.0,
-        min_per_second: 2,
-        window: Duration::from_secs(30),
-    });
+    let backoff = Backoff::exponential(Duration::from_millis(20), 1.5, Duration::from_secs(1))
+        .with_jitter(0.5);
+    let want = RetryPolicy::builder(Retry::builder(5).backoff(backoff).build().unwrap())
+        .budget(
+            BudgetConfig::builder()
+                .percent(10.0)
+                .min_per_second(2)
+                .window(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
     let config = &file.points["rp.file"];
     assert_eq!(config.retry, Some(want));
     assert!(config.sets(Section::Rules) && config.sets(Section::Retry));
     let only = &file.points["rp.file.only"];
-    assert_eq!(only.retry, Some(RetryPolicy::new(Retry::new(2))));
+    assert_eq!(
+        only.retry,
+        Some(
+            RetryPolicy::builder(Retry::builder(2).build().unwrap())
+                .build()
+                .unwrap()
+        )
+    );
     assert!(!only.sets(Section::Rules), "retry alone sets no rule");
     for format in [Format::Toml, Format::Json] {
         let written = file.to_text(format).unwrap();
@@ -237,7 +277,7 @@ fn layers_rank_the_section_and_report_its_origin() {
     let (_manual, registry) = manual_registry();
     let point = registry.point("rp.layers").unwrap();
     registry
-        .set_retry("rp.layers", RetryPolicy::new(fixed(2)))
+        .set_retry("rp.layers", RetryPolicy::builder(fixed(2)).build().unwrap())
         .unwrap();
     registry
         .load_policies_str(
@@ -250,7 +290,9 @@ fn layers_rank_the_section_and_report_its_origin() {
         .set_layer(
             "rp.layers",
             Source::Console,
-            PointConfig::retry_only(RetryPolicy::new(fixed(5))),
+            PointConfig::builder()
+                .retry(RetryPolicy::builder(fixed(5)).build().unwrap())
+                .build(),
         )
         .unwrap();
     assert_eq!(attempts_of(point, 9), 5, "the console ranks above the file");
@@ -281,17 +323,25 @@ fn the_macro_reads_the_section() {
     let stats = || registry().stats("rp.macro").unwrap().retry;
     assert_eq!(always_busy(1), Err("busy 1".to_owned()));
     assert_eq!(stats().attempts, 2);
-    let section = RetryPolicy::new(Retry::new(6).backoff(Backoff::fixed(Duration::from_nanos(1))));
+    let retry = Retry::builder(6)
+        .backoff(Backoff::fixed(Duration::from_nanos(1)))
+        .build()
+        .unwrap();
+    let section = RetryPolicy::builder(retry).build().unwrap();
     registry().set_retry("rp.macro", section).unwrap();
     assert_eq!(always_busy(2), Err("busy 2".to_owned()));
     assert_eq!(stats().attempts, 2 + 6);
-    let none = BudgetConfig {
-        percent: 0.0,
-        min_per_second: 0,
-        window: Duration::from_secs(1),
-    };
+    let none = BudgetConfig::builder()
+        .percent(0.0)
+        .min_per_second(0)
+        .window(Duration::from_secs(1))
+        .build()
+        .unwrap();
     registry()
-        .set_retry("rp.macro", section.with_budget(none))
+        .set_retry(
+            "rp.macro",
+            RetryPolicy::builder(retry).budget(none).build().unwrap(),
+        )
         .unwrap();
     assert_eq!(always_busy(3), Err("busy 3".to_owned()));
     let s = stats();
@@ -311,13 +361,17 @@ fn swaps_racing_many_threads_keep_every_bound() {
         let (_manual, registry) = manual_registry();
         let name = "rp.race";
         let point = registry.point(name).unwrap();
-        let tight = BudgetConfig {
-            percent: 10.0,
-            min_per_second: 0,
-            window: Duration::from_secs(10),
-        };
-        let wide = RetryPolicy::new(fixed(5)).with_budget(tight);
-        let narrow = RetryPolicy::new(fixed(2));
+        let tight = BudgetConfig::builder()
+            .percent(10.0)
+            .min_per_second(0)
+            .window(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        let wide = RetryPolicy::builder(fixed(5))
+            .budget(tight)
+            .build()
+            .unwrap();
+        let narrow = RetryPolicy::builder(fixed(2)).build().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let swapper = {
             let stop = stop.clone();

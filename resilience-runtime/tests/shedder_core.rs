@@ -26,12 +26,12 @@ const SECOND: u64 = 1_000 * MS;
 const BUCKET: u64 = 100 * MS;
 
 fn test_config(cpu_threshold: u64) -> AdaptiveConfig {
-    AdaptiveConfig {
-        window: Duration::from_secs(1),
-        buckets: 10,
-        cpu_threshold,
-        ..AdaptiveConfig::default()
-    }
+    AdaptiveConfig::builder()
+        .window(Duration::from_secs(1))
+        .buckets(10)
+        .cpu_threshold(cpu_threshold)
+        .build()
+        .unwrap()
 }
 
 /// A bucket of `count` latencies averaging `avg_ms`.
@@ -163,11 +163,13 @@ fn overload_factor_derived_vectors() {
         assert!((got - expect).abs() < 1e-12, "cpu {cpu}: {got} != {expect}");
     }
     // Another threshold and floor: (1000 - 700) / (1000 - 500) = 0.6; 0.02 -> 0.25.
-    let other = ShedderRules::new(&AdaptiveConfig {
-        cpu_threshold: 500,
-        min_overload_factor: 0.25,
-        ..AdaptiveConfig::default()
-    });
+    let other = ShedderRules::new(
+        &AdaptiveConfig::builder()
+            .cpu_threshold(500)
+            .min_overload_factor(0.25)
+            .build()
+            .unwrap(),
+    );
     assert!((other.overload_factor(700) - 0.6).abs() < 1e-12);
     assert_eq!(other.overload_factor(990), 0.25);
     assert!(other.is_overloaded(500) && !other.is_overloaded(499));
@@ -208,10 +210,12 @@ fn still_hot_rule() {
     assert_eq!(rules.cool_off(at(t - 5), true, Some(at(t))), CoolOff::Hot);
     assert!(CoolOff::Hot.is_hot() && !CoolOff::Cold.is_hot() && !CoolOff::Expired.is_hot());
     // A configured cool-off.
-    let short = ShedderRules::new(&AdaptiveConfig {
-        cool_off: Duration::from_millis(250),
-        ..AdaptiveConfig::default()
-    });
+    let short = ShedderRules::new(
+        &AdaptiveConfig::builder()
+            .cool_off(Duration::from_millis(250))
+            .build()
+            .unwrap(),
+    );
     assert_eq!(
         short.cool_off(at(t + 249 * MS), true, Some(at(t))),
         CoolOff::Hot

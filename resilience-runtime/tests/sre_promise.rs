@@ -195,10 +195,10 @@ fn stats_drop_ratio_matches_go_zero_vectors() {
 
 #[test]
 fn a_rejection_records_a_drop_and_says_when_to_retry() {
-    let config = SreConfig {
-        force_pass_interval: Duration::from_secs(3),
-        ..SreConfig::default()
-    };
+    let config = SreConfig::builder()
+        .force_pass_interval(Duration::from_secs(3))
+        .build()
+        .unwrap();
     let b = SreBreaker::new(config, at(0)).unwrap();
     for _ in 0..1_000 {
         b.mark_failure(at(0));

@@ -644,12 +644,12 @@ fn a_hung_call_counts_as_a_timeout_before_it_returns() {
 fn adaptive_limit_is_a_policy_option() {
     use resilience_runtime::adaptive::GradientConfig;
     use resilience_runtime::AdaptiveLimit;
-    let config = GradientConfig {
-        initial_limit: 2,
-        min_limit: 1,
-        max_limit: 2,
-        ..GradientConfig::default()
-    };
+    let config = GradientConfig::builder()
+        .initial_limit(2)
+        .min_limit(1)
+        .max_limit(2)
+        .build()
+        .unwrap();
     let (_, _, p) = setup(
         "adaptive",
         Policy::builder()
@@ -670,12 +670,12 @@ fn adaptive_limit_is_a_policy_option() {
             .get(Reason::Overloaded),
         1
     );
-    // invalid settings are named
+    // invalid settings are named (the fields stay public, so the policy checks them
+    // again)
+    let mut gradient = GradientConfig::default();
+    gradient.min_limit = 0;
     let bad = Policy::builder()
-        .adaptive(AdaptiveLimit::Gradient(GradientConfig {
-            min_limit: 0,
-            ..GradientConfig::default()
-        }))
+        .adaptive(AdaptiveLimit::Gradient(gradient))
         .build()
         .unwrap_err();
     assert_eq!(bad.fields(), ["adaptive"]);

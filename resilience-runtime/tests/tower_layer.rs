@@ -9,7 +9,7 @@ use http_body_util::{BodyExt, Empty};
 use resilience_runtime::adaptive::{
     AdaptiveConfig, AdaptiveLimiter, FixedCpu, Gate, GradientConfig, GradientLimiter,
 };
-use resilience_runtime::tower::{AdmissionLayer, GuardError, PointLayer, RejectReason, Rejected};
+use resilience_runtime::tower::{AdmissionLayer, GuardError, PointLayer, Refused};
 use resilience_runtime::{registry, Clock, ManualClock, Policy, Reason};
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
@@ -94,10 +94,10 @@ fn point_layer_clones_share_one_limit() {
     let held_b = b.call(2);
     let err = block_on(c.call(3)).unwrap_err();
     assert_eq!(
-        err.rejected().copied(),
-        Some(Rejected {
+        err.refused().copied(),
+        Some(Refused {
             point: name,
-            reason: RejectReason::Downgraded(Reason::Concurrency),
+            reason: Reason::Concurrency,
             retry_after: None,
         })
     );
@@ -182,7 +182,7 @@ fn http_mode_answers_429_with_retry_after_and_counts_5xx() {
     assert_eq!(res.headers()["content-type"], "text/plain; charset=utf-8");
     assert_eq!(
         res.body(),
-        "`test.tower.http` refused the request: downgraded (concurrency)"
+        "`test.tower.http` refused the request (concurrency)"
     );
     assert_eq!(block_on(held).unwrap().status(), StatusCode::OK);
 
@@ -193,9 +193,9 @@ fn http_mode_answers_429_with_retry_after_and_counts_5xx() {
     assert_eq!(after - before, 1, "5xx is a failure, 4xx is not");
 
     // Without a known wait there is no Retry-After.
-    let r = Rejected {
+    let r = Refused {
         point: "p",
-        reason: RejectReason::Overloaded,
+        reason: Reason::Overloaded,
         retry_after: None,
     };
     let res: Response<Body> = r.into();
@@ -205,26 +205,24 @@ fn http_mode_answers_429_with_retry_after_and_counts_5xx() {
 
 #[test]
 fn every_limit_maps_to_429_and_an_open_breaker_to_503() {
-    let open = Rejected {
+    let open = Refused {
         point: "p",
-        reason: RejectReason::Downgraded(Reason::BreakerOpen),
+        reason: Reason::BreakerOpen,
         retry_after: None,
     };
     assert_eq!(open.status(), StatusCode::SERVICE_UNAVAILABLE);
-    let cut = Rejected {
+    let cut = Refused {
         point: "p",
-        reason: RejectReason::Downgraded(Reason::Deadline),
+        reason: Reason::Deadline,
         retry_after: None,
     };
     assert_eq!(cut.status(), StatusCode::GATEWAY_TIMEOUT);
-    let mut reasons: Vec<RejectReason> = Reason::ALL
+    for reason in Reason::ALL
         .iter()
-        .filter(|r| **r != Reason::BreakerOpen)
-        .map(|r| RejectReason::Downgraded(*r))
-        .collect();
-    reasons.extend([RejectReason::CapacityExhausted, RejectReason::Overloaded]);
-    for reason in reasons {
-        let r = Rejected {
+        .copied()
+        .filter(|r| *r != Reason::BreakerOpen)
+    {
+        let r = Refused {
             point: "p",
             reason,
             retry_after: None,
@@ -244,17 +242,18 @@ fn manual_registry() -> (&'static resilience_runtime::Registry, ManualClock) {
 
 #[test]
 fn an_open_classic_breaker_answers_503_with_the_rest_of_its_open_wait() {
-    use resilience_runtime::breaker::{Backoff, ClassicConfig};
+    use resilience_runtime::breaker::ClassicConfig;
+    use resilience_runtime::retry::Backoff;
     use resilience_runtime::BreakerPolicy;
 
     let (r, clock) = manual_registry();
     let name = "test.tower.retry.classic";
-    let config = ClassicConfig {
-        consecutive_failures: Some(1),
-        open_wait: Backoff::fixed(Duration::from_secs(5)),
-        half_open_probes: 1,
-        ..ClassicConfig::default()
-    };
+    let config = ClassicConfig::builder()
+        .consecutive_failures(1)
+        .open_wait(Backoff::fixed(Duration::from_secs(5)))
+        .half_open_probes(1)
+        .build()
+        .unwrap();
     r.set_breaker(name, BreakerPolicy::Classic(config)).unwrap();
     let point = r.point(name).unwrap();
     // The layer's own wait is only the fallback for a breaker without a known one.
@@ -280,10 +279,10 @@ fn an_open_classic_breaker_answers_503_with_the_rest_of_its_open_wait() {
     );
     let err = block_on(plain.call(1)).unwrap_err();
     assert_eq!(
-        err.rejected().copied(),
-        Some(Rejected {
+        err.refused().copied(),
+        Some(Refused {
             point: name,
-            reason: RejectReason::Downgraded(Reason::BreakerOpen),
+            reason: Reason::BreakerOpen,
             retry_after: Some(Duration::from_millis(3_800)),
         }),
         "the exact wait, before rounding"
@@ -315,10 +314,10 @@ fn a_dropping_sre_breaker_answers_503_with_its_force_pass_interval() {
 
     let (r, _clock) = manual_registry();
     let name = "test.tower.retry.sre";
-    let config = SreConfig {
-        force_pass_interval: Duration::from_millis(2_500),
-        ..SreConfig::default()
-    };
+    let config = SreConfig::builder()
+        .force_pass_interval(Duration::from_millis(2_500))
+        .build()
+        .unwrap();
     let policy = BreakerPolicy::Sre {
         config,
         slow_call: None,
@@ -350,15 +349,12 @@ fn a_dropping_sre_breaker_answers_503_with_its_force_pass_interval() {
     let mut plain = PointLayer::from_point(point).layer(Double);
     let rejected = (0..100)
         .find_map(|_| match block_on(plain.call(0)) {
-            Err(GuardError::Rejected(r)) => Some(r),
+            Err(GuardError::Refused(r)) => Some(r),
             Err(GuardError::Inner(_)) => None,
             Ok(v) => panic!("Double(0) is an error, got {v}"),
         })
         .expect("a dropping breaker refuses within 100 calls");
-    assert_eq!(
-        rejected.reason,
-        RejectReason::Downgraded(Reason::BreakerOpen)
-    );
+    assert_eq!(rejected.reason, Reason::BreakerOpen);
     assert_eq!(rejected.retry_after, Some(Duration::from_millis(2_500)));
 }
 
@@ -372,11 +368,8 @@ fn admission_layer_shares_a_gate_across_clones() {
     let h2 = b.clone().call(1);
     assert_eq!(gate.active(), 2);
     let err = block_on(b.call(1)).unwrap_err();
-    assert_eq!(
-        err.rejected().unwrap().reason,
-        RejectReason::CapacityExhausted
-    );
-    assert_eq!(err.rejected().unwrap().point, "gate");
+    assert_eq!(err.refused().unwrap().reason, Reason::Concurrency);
+    assert_eq!(err.refused().unwrap().point, "gate");
     assert_eq!(block_on(h1).unwrap(), 2);
     drop(h2);
     assert_eq!(gate.active(), 0);
@@ -403,10 +396,7 @@ fn admission_layer_reports_outcomes_to_the_adaptive_limits() {
 
     let gradient = Arc::new(
         GradientLimiter::with_clock(
-            GradientConfig {
-                initial_limit: 1,
-                ..GradientConfig::default()
-            },
+            GradientConfig::builder().initial_limit(1).build().unwrap(),
             Clock::manual(&clock),
         )
         .unwrap(),
@@ -417,10 +407,10 @@ fn admission_layer_reports_outcomes_to_the_adaptive_limits() {
     let held = svc.call(1);
     let err = block_on(svc.call(1)).unwrap_err();
     assert_eq!(
-        err.rejected().copied(),
-        Some(Rejected {
+        err.refused().copied(),
+        Some(Refused {
             point: "gradient",
-            reason: RejectReason::Overloaded,
+            reason: Reason::Overloaded,
             retry_after: Some(Duration::from_secs(1)),
         })
     );
@@ -593,11 +583,12 @@ async fn axum_app_sheds_excess_with_429_and_keeps_admitted_latency() {
     server.abort();
 }
 
-/// A keyed layer: each request's key has its own limit, a request whose key has a
-/// wait coming is refused at once (the layer never waits, on the manual clock it
-/// does not move), and a request without a key is limited by the point alone.
+/// A keyed layer: each request's key has its own limit; a request whose key's next
+/// call is due within the key's `max_wait` waits for it in the response future (on
+/// the manual clock the wait moves the clock), one due later is refused at once, and
+/// a request without a key is limited by the point alone.
 #[test]
-fn a_keyed_layer_limits_each_key_and_never_waits() {
+fn a_keyed_layer_limits_each_key_and_waits_within_max_wait() {
     use resilience_runtime::keys::KeyPolicy;
     use resilience_runtime::Registry;
     let clock = ManualClock::new();
@@ -605,7 +596,7 @@ fn a_keyed_layer_limits_each_key_and_never_waits() {
     let keys = KeyPolicy::builder()
         .limit(10, Duration::from_secs(1))
         .burst(1)
-        .max_wait(Duration::from_secs(1))
+        .max_wait(Duration::from_millis(50))
         .build()
         .unwrap();
     r.set_policy("tower.keyed", Policy::builder().keys(keys).build().unwrap())
@@ -629,12 +620,18 @@ fn a_keyed_layer_limits_each_key_and_never_waits() {
     };
     let t0 = clock.now().as_nanos();
     assert!(call(Some("a")).is_ok());
+    // The key's next call is due in 100 ms, past its 50 ms `max_wait`: refused at once.
     let refused = call(Some("a")).unwrap_err();
+    assert_eq!(refused.refused().unwrap().reason, Reason::HotKey);
+    assert_eq!(clock.now().as_nanos(), t0, "a refused call does not wait");
+    clock.advance(Duration::from_millis(60));
+    // Due in 40 ms now: the call waits for it (the manual clock is moved by the wait).
+    assert!(call(Some("a")).is_ok());
     assert_eq!(
-        refused.rejected().unwrap().reason,
-        RejectReason::Downgraded(Reason::HotKey)
+        clock.now().as_nanos() - t0,
+        100_000_000,
+        "waited until the key's next call was due"
     );
-    assert_eq!(clock.now().as_nanos(), t0, "the layer never waits");
     assert!(call(Some("b")).is_ok());
     for _ in 0..5 {
         assert!(call(None).is_ok(), "no key, no key limit");
@@ -645,6 +642,187 @@ fn a_keyed_layer_limits_each_key_and_never_waits() {
         .into_iter()
         .map(|k| (k.key, k.passes, k.refused))
         .collect();
-    assert_eq!(keys, [("a".to_owned(), 1, 1), ("b".to_owned(), 1, 0)]);
-    assert_eq!(p.stats().totals.passes, 7);
+    assert_eq!(keys, [("a".to_owned(), 2, 1), ("b".to_owned(), 1, 0)]);
+    assert_eq!(p.stats().totals.passes, 8);
+}
+
+// ---------------------------------------------------------------- the whole policy over TCP
+
+/// An axum app whose routes wait in a point's queue, are paced by its token bucket and
+/// cut at its `call_timeout`, driven by real HTTP/1 clients over loopback TCP: queued
+/// requests are all answered (never more than the limit inside the handler), paced
+/// ones spaced, and a handler past its deadline answered 504.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn axum_app_queues_paces_and_cuts_over_tcp() {
+    const HANDLER: Duration = Duration::from_millis(20);
+    let r = registry();
+    r.set_policy(
+        "test.tower.axum.queued",
+        Policy::builder()
+            .max_concurrency(2)
+            .queue(64, Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    r.set_policy(
+        "test.tower.axum.paced",
+        Policy::builder()
+            .pacing(50.0, Duration::from_secs(10))
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    r.set_policy(
+        "test.tower.axum.cut",
+        Policy::builder()
+            .call_timeout(Duration::from_millis(50))
+            .build()
+            .unwrap(),
+    )
+    .unwrap();
+    let inside = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let queued = {
+        let (inside, most) = (inside.clone(), most.clone());
+        move || {
+            let (inside, most) = (inside.clone(), most.clone());
+            async move {
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(HANDLER).await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                "done"
+            }
+        }
+    };
+    let guard = |name: &str| PointLayer::new(name).unwrap().respond();
+    let app = Router::new()
+        .route(
+            "/queued",
+            get(queued).route_layer(guard("test.tower.axum.queued")),
+        )
+        .route(
+            "/paced",
+            get(|| async { "paced" }).route_layer(guard("test.tower.axum.paced")),
+        )
+        .route(
+            "/cut",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                "too late"
+            })
+            .route_layer(guard("test.tower.axum.cut")),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let started = Instant::now();
+    let samples = drive(addr, "/queued", 40, 16, Duration::ZERO).await;
+    assert!(
+        samples.iter().all(|s| s.status == StatusCode::OK),
+        "every queued request is answered"
+    );
+    assert!(most.load(Ordering::SeqCst) <= 2, "{most:?} inside at once");
+    assert!(
+        started.elapsed() >= 20 * HANDLER,
+        "40 requests, 2 at a time"
+    );
+    let s = r.stats("test.tower.axum.queued").unwrap();
+    let q = s.queue.unwrap();
+    assert!(q.admitted > 0 && q.timed_out == 0 && q.full == 0, "{q:?}");
+    assert_eq!((s.concurrency, q.waiting, s.totals.downgrades), (0, 0, 0));
+
+    let started = Instant::now();
+    let samples = drive(addr, "/paced", 10, 5, Duration::ZERO).await;
+    assert!(samples.iter().all(|s| s.status == StatusCode::OK));
+    // Ten calls at 50/s with a bucket of one: the last starts 180 ms after the first.
+    assert!(
+        started.elapsed() >= Duration::from_millis(170),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let started = Instant::now();
+    let samples = drive(addr, "/cut", 4, 2, Duration::ZERO).await;
+    assert!(samples
+        .iter()
+        .all(|s| s.status == StatusCode::GATEWAY_TIMEOUT));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "cut, not waited"
+    );
+    let t = r.stats("test.tower.axum.cut").unwrap().totals;
+    assert_eq!((t.passes, t.timeouts, t.downgrades), (4, 4, 0));
+    server.abort();
+}
+
+/// A `RetryLayer` with `RetryHttp` around an HTTP client (a hyper connection per
+/// request, over loopback TCP, to an axum app that answers 503 twice, then 200): the
+/// client retries the `GET` and gets the 200; a `POST` is sent once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_layer_retries_an_http_client_over_tcp() {
+    use resilience_runtime::retry::{Backoff, Retry};
+    use resilience_runtime::tower::{RetryHttp, RetryLayer};
+
+    let hits = Arc::new(AtomicU64::new(0));
+    let flaky = {
+        let hits = hits.clone();
+        move || {
+            let n = hits.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if n < 2 {
+                    StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    StatusCode::OK
+                }
+            }
+        }
+    };
+    let app = Router::new().route("/flaky", get(flaky.clone()).post(flaky));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let client = tower::service_fn(move |req: Request<String>| async move {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let io = hyper_util::rt::TokioIo::new(stream);
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(io).await?;
+        tokio::spawn(conn);
+        sender.send_request(req).await
+    });
+    let name = "test.tower.client.flaky";
+    let retry = Retry::builder(3)
+        .backoff(Backoff::fixed(Duration::from_millis(1)))
+        .build()
+        .unwrap();
+    let mut svc = RetryLayer::new(name)
+        .unwrap()
+        .retry(retry)
+        .policy(RetryHttp)
+        .layer(PointLayer::new(name).unwrap().layer(client));
+    let req = |method: &str| {
+        Request::builder()
+            .method(method)
+            .uri(format!("http://{addr}/flaky"))
+            .header("host", addr.to_string())
+            .body(String::new())
+            .unwrap()
+    };
+    let res = svc.call(req("GET")).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    assert_eq!(hits.load(Ordering::SeqCst), 3);
+    let rs = registry().stats(name).unwrap().retry;
+    assert_eq!((rs.calls, rs.attempts, rs.retries), (1, 3, 2));
+
+    hits.store(0, Ordering::SeqCst);
+    let res = svc.call(req("POST")).await.unwrap();
+    assert_eq!(
+        res.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not idempotent"
+    );
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+    server.abort();
 }

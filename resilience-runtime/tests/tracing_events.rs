@@ -52,10 +52,10 @@ fn downgrades_and_breaker_changes_are_traced() {
         reg.set_policy("traced", Policy::builder().max_visits(0).build().unwrap())
             .unwrap();
         let _ = reg.point("traced").unwrap().enter();
-        let config = ClassicConfig {
-            consecutive_failures: Some(1),
-            ..ClassicConfig::default()
-        };
+        let config = ClassicConfig::builder()
+            .consecutive_failures(1)
+            .build()
+            .unwrap();
         reg.set_breaker("traced.breaker", BreakerPolicy::Classic(config))
             .unwrap();
         reg.point("traced.breaker")
@@ -95,7 +95,9 @@ fn a_failing_heartbeat_is_logged_once_with_its_cause() {
     let events = Arc::clone(&capture.0);
     let client = tracing::subscriber::with_default(capture, || {
         let reg: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
-        let config = HeartbeatConfig::new("group", "logged-app", &addr.to_string()).unwrap();
+        let config = HeartbeatConfig::builder("group", "logged-app", &addr.to_string())
+            .build()
+            .unwrap();
         let client = HeartbeatClient::new(config, reg);
         for _ in 0..3 {
             assert!(client.pull_now().is_err());

@@ -31,7 +31,7 @@ fn traced(f: impl FnOnce()) -> Vec<String> {
         .with_span_events(FmtSpan::CLOSE)
         .with_ansi(false)
         .without_time()
-        .with_max_level(tracing::Level::INFO)
+        .with_max_level(tracing::Level::DEBUG)
         .finish();
     tracing::subscriber::with_default(subscriber, f);
     let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
@@ -262,7 +262,7 @@ fn a_filtered_out_target_has_no_call_spans_and_its_callers_span_no_outcome() {
         .with(
             Targets::new()
                 .with_target("resilience", tracing::Level::WARN)
-                .with_default(tracing::Level::INFO),
+                .with_default(tracing::Level::DEBUG),
         );
     tracing::subscriber::with_default(subscriber, || {
         let request = request_span();

@@ -508,6 +508,41 @@ fn thread_ticker_fires_in_real_time_and_survives_a_panic() {
     );
 }
 
+/// With few timers the ticker sleeps until one is due, and parks while there is none:
+/// a timer set meanwhile wakes it and still fires after its own delay, neither at the
+/// sleeping ticker's next wake-up nor early by the ticks it slept through.
+#[test]
+fn a_sleeping_ticker_wakes_for_a_timer_set_while_it_sleeps() {
+    let (tx, rx) = mpsc::channel();
+    let wheel = TimingWheel::new(Duration::from_millis(10), 8, move |k: u32, _: u32| {
+        let _ = tx.send((k, std::time::Instant::now()));
+    })
+    .unwrap();
+    let timeout = Duration::from_secs(10);
+    // Parked with nothing pending, then woken by a set: fires after its delay.
+    std::thread::sleep(Duration::from_millis(100));
+    let set = std::time::Instant::now();
+    wheel.set_timer(1, 0, Duration::from_millis(50)).unwrap();
+    let (key, at) = rx.recv_timeout(timeout).unwrap();
+    assert_eq!(key, 1);
+    assert!(at - set >= Duration::from_millis(40), "{:?}", at - set);
+    // Asleep until a timer 3 s away: a shorter one set later fires on its own delay.
+    wheel.set_timer(2, 0, Duration::from_secs(3)).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let set = std::time::Instant::now();
+    wheel.set_timer(3, 0, Duration::from_millis(100)).unwrap();
+    let (key, at) = rx.recv_timeout(timeout).unwrap();
+    assert_eq!(key, 3, "the sooner timer first");
+    let after = at - set;
+    assert!(after >= Duration::from_millis(90), "fired early: {after:?}");
+    assert!(
+        after < Duration::from_millis(2_000),
+        "waited for the sleeping ticker: {after:?}"
+    );
+    assert_eq!(rx.recv_timeout(timeout).unwrap().0, 2);
+    wheel.stop();
+}
+
 #[test]
 fn dropping_the_wheel_stops_it() {
     let (wheel, ticker, log) = manual_wheel(4);

@@ -27,6 +27,35 @@ const REASON_COLORS = {
   hot_key: "#0284c7",
 };
 const EXTRA_COLORS = ["#9333ea", "#0d9488", "#b45309", "#1d4ed8"];
+// How the lines of a chart are drawn, by their order: the first wide and solid, each
+// later one thinner and dashed over those before it, so that lines that coincide
+// (passes equal to visits, two series at zero) are both seen: the wider one shows
+// beside and between the dashes of the other. The legend's swatches show the same.
+const LINE_STYLES = [
+  { width: 4.5, dash: "" },
+  { width: 2.5, dash: "8 5" },
+  { width: 2, dash: "2 3" },
+  { width: 2, dash: "10 3 2 3" },
+];
+
+function lineStyle(i) {
+  return LINE_STYLES[Math.min(i, LINE_STYLES.length - 1)];
+}
+
+// The legend key of a line: its swatch drawn like the line, and its text.
+function legendKey(series, i, text) {
+  const swatch = el("span", { class: "swatch line-" + Math.min(i, LINE_STYLES.length - 1), color: series.color });
+  return el("span", { class: "key", "data-series": series.name }, [swatch, text]);
+}
+
+// The line drawn before `i` whose values are all equal to line `i`'s, if any.
+function sameAs(series, i) {
+  const v = series[i].values;
+  for (let j = 0; j < i; j++) {
+    if (series[j].values.every((x, k) => x === v[k])) return series[j];
+  }
+  return null;
+}
 
 const state = {
   app: null, // {group, name}
@@ -101,6 +130,173 @@ function ago(ms, now) {
   if (ms === null || ms === undefined) return "never";
   const s = Math.max(0, Math.round((now - ms) / 1000));
   return s < 120 ? s + " s ago" : Math.round(s / 60) + " min ago";
+}
+
+// ---- tables that fit their box ----
+//
+// No table scrolls sideways. Cells wrap first (dashboard.css: names, keys and
+// messages anywhere, other text at spaces, figures never); a table still wider than
+// its box then folds its least important columns away, the highest `data-priority`
+// of their header first (a header without one is never folded), until it fits. A
+// row with folded cells gets a button in its first cell that shows them in a row
+// below it, each under its column's name: every figure stays one click away. The
+// folds are undone and made again whenever the table is drawn or its box changes
+// width, so a wider window shows the columns again.
+
+const fitView = {
+  open: new Map(), // table key -> keys of the rows whose folded cells are shown
+  widths: new WeakMap(), // panel -> its width when its tables were last fitted
+};
+
+// Refits a panel's tables when its width changes (the window's, or a scroll bar's).
+function watchPanels() {
+  const observer = new ResizeObserver((entries) => {
+    for (const e of entries) {
+      if (fitView.widths.get(e.target) === e.target.clientWidth) continue;
+      fitView.widths.set(e.target, e.target.clientWidth);
+      for (const t of e.target.querySelectorAll("table.fit")) fitTable(t);
+    }
+  });
+  for (const panel of document.querySelectorAll(".panel")) observer.observe(panel);
+}
+
+function tableKey(table) {
+  return table.id || "hot-keys:" + table.dataset.point;
+}
+
+// A row's key among the redraws: the point, instance, key or version it shows.
+function rowKey(row) {
+  const d = row.dataset;
+  return d.point ?? d.instance ?? d.key ?? d.version ?? null;
+}
+
+// A name that may wrap after its separators (`order.create` -> `order.` `create`).
+function breakable(text) {
+  const parts = [];
+  for (const piece of String(text).split(/(?<=[./_:-])/)) {
+    if (parts.length) parts.push(el("wbr"));
+    parts.push(piece);
+  }
+  return parts;
+}
+
+// The columns each cell of a row covers: [cell, first, end]. The colspan a cell was
+// drawn with is kept in `data-span`, as folding changes its `colSpan`.
+function columnsOf(row) {
+  let col = 0;
+  return [...row.cells].map((cell) => {
+    if (cell.dataset.span === undefined) cell.dataset.span = String(cell.colSpan);
+    const span = Number(cell.dataset.span);
+    col += span;
+    return [cell, col - span, col];
+  });
+}
+
+function tooWide(table, box) {
+  return box.scrollWidth > box.clientWidth || table.offsetWidth > box.clientWidth;
+}
+
+// Fits `table` (a `table.fit`) into its parent, as above.
+function fitTable(table) {
+  const box = table.parentElement;
+  if (!box || !table.tHead) return;
+  for (const r of table.querySelectorAll("tr.fold-details")) r.remove();
+  const heads = [...table.tHead.rows[0].cells];
+  const rows = [...table.tBodies].flatMap((b) => [...b.rows]).map((row) => [row, columnsOf(row)]);
+  // A cell of one column wraps as its header says.
+  for (const [, cells] of rows) {
+    for (const [cell, first, end] of cells) {
+      const head = heads[first];
+      cell.classList.toggle("num", end - first === 1 && !!head && head.hasAttribute("data-num"));
+      cell.classList.toggle("any", end - first === 1 && !!head && head.hasAttribute("data-any"));
+    }
+  }
+  const order = heads
+    .map((h, i) => [Number(h.dataset.priority || 0), i])
+    .filter(([p]) => p > 0)
+    .sort((a, b) => b[0] - a[0] || b[1] - a[1])
+    .map(([, i]) => i);
+  const folded = new Set();
+  const open = fitView.open.get(tableKey(table)) || new Set();
+  fitView.open.set(tableKey(table), open);
+  const names = (first, end) => heads.slice(first, end).map((h) => h.textContent).join(", ");
+  const apply = () => {
+    heads.forEach((h, i) => h.toggleAttribute("data-folded", folded.has(i)));
+    for (const [row, cells] of rows) {
+      const hidden = [];
+      for (const [cell, first, end] of cells) {
+        let shown = 0;
+        for (let i = first; i < end; i++) if (!folded.has(i)) shown++;
+        cell.toggleAttribute("data-folded", shown === 0);
+        if (shown > 0) cell.colSpan = shown;
+        else hidden.push(names(first, end));
+      }
+      foldButton(table, row, hidden, open);
+    }
+  };
+  apply();
+  while (folded.size < order.length && tooWide(table, box)) {
+    folded.add(order[folded.size]);
+    apply();
+  }
+  for (const [row, cells] of rows) {
+    const key = rowKey(row);
+    if (key !== null && open.has(key) && cells.some(([cell]) => cell.hasAttribute("data-folded"))) {
+      row.after(foldDetails(table, row, cells, heads, names, heads.length - folded.size));
+    }
+  }
+  table.dataset.folded = [...folded].sort((a, b) => a - b).map((i) => heads[i].textContent).join(",");
+}
+
+// The button of a row with folded cells (`hidden`: their columns' names), in its
+// first cell; none for a row without.
+function foldButton(table, row, hidden, open) {
+  const key = rowKey(row);
+  let button = row.cells[0] && row.cells[0].querySelector(":scope > button.fold");
+  if (hidden.length === 0 || key === null) {
+    if (button) button.remove();
+    return;
+  }
+  if (!button) {
+    button = el("button", { type: "button", class: "fold" });
+    button.addEventListener("click", (e) => {
+      // Showing a row's figures does not select its point.
+      e.stopPropagation();
+      if (!open.delete(key)) open.add(key);
+      fitTable(table);
+    });
+    row.cells[0].prepend(button);
+  }
+  const shown = open.has(key);
+  button.setAttribute("aria-expanded", String(shown));
+  const label = (shown ? "hide " : "show ") + hidden.join(", ");
+  button.setAttribute("aria-label", label);
+  button.title = label;
+}
+
+// The row below `row` that shows its folded cells: each under its column's name, as
+// drawn (a copy; its buttons click the cell's own).
+function foldDetails(table, row, cells, heads, names, span) {
+  const list = el("dl", { class: "folded" });
+  for (const [cell, first, end] of cells) {
+    if (!cell.hasAttribute("data-folded")) continue;
+    const name = el("dt", { text: names(first, end) });
+    if (heads[first].title) name.title = heads[first].title;
+    const value = el("dd", { class: cell.className });
+    for (const [k, v] of Object.entries(cell.dataset)) if (k !== "span" && k !== "folded") value.dataset[k] = v;
+    value.dataset.col = heads[first].textContent;
+    value.append(...[...cell.childNodes].map((n) => n.cloneNode(true)));
+    const own = cell.querySelectorAll("button");
+    value.querySelectorAll("button").forEach((b, i) => {
+      b.addEventListener("click", (e) => {
+        e.stopPropagation();
+        own[i].click();
+        fitTable(table);
+      });
+    });
+    list.append(el("div", { class: "folded-cell" }, [name, value]));
+  }
+  return el("tr", { class: "fold-details", "data-of": rowKey(row) }, [el("td", { colspan: String(span) }, [list])]);
 }
 
 // ---- apps ----
@@ -184,6 +380,7 @@ async function loadPoints() {
     row.addEventListener("click", () => selectPoint(p.name));
     body.append(row);
   }
+  fitTable($("#points"));
   drawRetries(r.data.points);
   drawQueues(r.data.points);
   drawHotKeys(r.data.points);
@@ -204,7 +401,7 @@ function drawRetries(points) {
   const shown = points.filter((p) => !p.idle && hasRetries(p.last_cycle));
   for (const p of shown) {
     const c = p.last_cycle;
-    const cells = [el("td", { text: p.name })];
+    const cells = [el("td", {}, breakable(p.name))];
     for (const k of RETRY_COUNTERS) cells.push(el("td", { class: "r-" + k, text: String(c.retry[k] || 0) }));
     cells.push(el("td", { class: "asof", "data-cycle-start-ms": String(c.cycle_start_ms), text: time(c.cycle_start_ms) }));
     const row = el("tr", { "data-point": p.name, class: state.point === p.name ? "selected" : "" }, cells);
@@ -212,6 +409,7 @@ function drawRetries(points) {
     body.append(row);
   }
   $("#retries-none").hidden = shown.length > 0;
+  fitTable($("#retries"));
 }
 
 // The queue's figures, as the API names them, each its cell's class (`q-` + name).
@@ -233,7 +431,7 @@ function drawQueues(points) {
   for (const p of shown) {
     const c = p.last_cycle;
     const q = c.queue;
-    const cells = [el("td", { text: p.name })];
+    const cells = [el("td", {}, breakable(p.name))];
     for (const k of QUEUE_COUNTERS) cells.push(el("td", { class: "q-" + k, text: String(q[k] || 0) }));
     const ended = (q.admitted || 0) + (q.timed_out || 0) + (q.cancelled || 0) + (q.refused || 0) + (q.evicted || 0);
     const mean = ended > 0 ? Math.floor((q.wait_ns || 0) / ended) : null;
@@ -246,6 +444,7 @@ function drawQueues(points) {
     body.append(row);
   }
   $("#queues-none").hidden = shown.length > 0;
+  fitTable($("#queues"));
 }
 
 // The key table's totals, as the API names them, with what the line says of each.
@@ -267,19 +466,26 @@ function drawHotKeys(points) {
   for (const p of shown) {
     const rows = (p.hot_keys || []).map((k) =>
       el("tr", { "data-key": k.key, class: k.overridden ? "overridden" : "" }, [
-        el("td", { class: "k-key", text: k.key }),
+        el("td", { class: "k-key" }, breakable(k.key)),
         el("td", { class: "k-passes", text: String(k.passes) }),
         el("td", { class: "k-refused", text: String(k.refused) }),
         el("td", { class: "k-overridden", text: k.overridden ? "yes" : "" }),
       ]),
     );
     if (rows.length === 0) rows.push(el("tr", { class: "no-keys" }, [el("td", { colspan: "4", text: "no key tracked" })]));
-    const table = el("table", { class: "hot-keys", "data-point": p.name }, [
+    const table = el("table", { class: "hot-keys fit", "data-point": p.name }, [
       el("caption", {}, [
-        el("span", { class: "point", text: p.name }),
+        el("span", { class: "point" }, breakable(p.name)),
         el("span", { class: "asof hint", "data-cycle-start-ms": String(p.hot_keys_cycle_start_ms || ""), text: " as of " + time(p.hot_keys_cycle_start_ms) + (p.hot_keys_instances > 1 ? ", " + plural(p.hot_keys_instances, "instance") : "") }),
       ]),
-      el("thead", {}, [el("tr", {}, [el("th", { text: "key" }), el("th", { text: "passes" }), el("th", { text: "refused" }), el("th", { text: "override" })])]),
+      el("thead", {}, [
+        el("tr", {}, [
+          el("th", { "data-any": "", text: "key" }),
+          el("th", { "data-num": "", "data-priority": "1", text: "passes" }),
+          el("th", { "data-num": "", "data-priority": "2", text: "refused" }),
+          el("th", { "data-priority": "3", text: "override" }),
+        ]),
+      ]),
       el("tbody", {}, rows),
     ]);
     const wrap = el("div", { class: "hot-keys-point table-scroll", "data-point": p.name, tabindex: "0" }, [table]);
@@ -292,6 +498,7 @@ function drawHotKeys(points) {
     wrap.classList.toggle("selected", state.point === p.name);
     wrap.addEventListener("click", () => selectPoint(p.name));
     box.append(wrap);
+    fitTable(table);
   }
   $("#hot-keys-none").hidden = shown.length > 0;
 }
@@ -304,8 +511,8 @@ async function loadInstances() {
   for (const i of r.data.instances) {
     body.append(
       el("tr", { "data-instance": i.instance, class: i.live ? "" : "silent" }, [
-        el("td", { text: i.instance }),
-        el("td", { text: i.host }),
+        el("td", {}, breakable(i.instance)),
+        el("td", {}, breakable(i.host)),
         el("td", { text: i.protocol }),
         el("td", { class: "hb-age", title: time(i.last_heartbeat_ms), text: ago(i.last_heartbeat_ms, r.data.now_ms) }),
         el("td", { class: "instance-version", text: i.policy_version === null ? "-" : "v" + i.policy_version }),
@@ -313,12 +520,13 @@ async function loadInstances() {
       ]),
     );
   }
+  fitTable($("#instances"));
 }
 
 function selectPoint(name) {
   state.point = name;
   state.formDirty = false;
-  for (const row of document.querySelectorAll("#points tbody tr, #retries tbody tr, #queues tbody tr, #hot-keys .hot-keys-point")) {
+  for (const row of document.querySelectorAll("#points tbody tr[data-point], #retries tbody tr[data-point], #queues tbody tr[data-point], #hot-keys .hot-keys-point")) {
     row.classList.toggle("selected", (row.dataset.point || null) === name);
   }
   $("#chart-subject").textContent = name === null ? "all points" : name;
@@ -375,7 +583,7 @@ function breakerText(b) {
 
 function pointRow(p, consoleVersion) {
   const c = p.last_cycle;
-  const name = el("td", {}, [p.name]);
+  const name = el("td", {}, breakable(p.name));
   if (p.declared) name.append(el("span", { class: "badge", text: "declared" }));
   const drift = p.drift
     ? el("td", { class: "drift", "data-drift": "true" }, [el("span", { class: "badge alert", text: "drift" }), " " + plural(p.drift_instances, "instance")])
@@ -427,6 +635,7 @@ async function loadEnforcement() {
     body.textContent = "";
     $("#enforcement-subject").textContent = "";
     $("#enforcement-hint").textContent = "Select a point to see what each instance enforces for it.";
+    fitTable($("#enforcement"));
     return;
   }
   const r = await api("GET", appPath("/points/" + encodeURIComponent(name) + "/instances"));
@@ -440,11 +649,12 @@ async function loadEnforcement() {
     (d.instances.length ? "" : " No instance reports settings or a breaker for it.");
   body.textContent = "";
   for (const i of d.instances) body.append(...enforcementRows(name, i));
+  fitTable($("#enforcement"));
 }
 
 // The instance's row, and below it a full-width row for its local settings text.
 function enforcementRows(point, i) {
-  const who = el("td", {}, [i.instance]);
+  const who = el("td", {}, breakable(i.instance));
   if (!i.live) who.append(el("span", { class: "badge quiet", text: "silent" }));
   let version = i.console_version === null ? "-" : "v" + i.console_version;
   if (i.policy_version !== null && i.policy_version !== i.console_version) version += " (holds v" + i.policy_version + ")";
@@ -501,6 +711,7 @@ async function showLocal(point, instance, slot) {
   if (r.ok) enforcementView.texts.set(instance, text);
   slot.textContent = text;
   slot.dataset.loaded = "true";
+  fitTable($("#enforcement"));
 }
 
 // ---- charts ----
@@ -642,7 +853,8 @@ function drawDurations(xs, values, meta) {
     none.textContent = "no measured call in this range";
     chart.append(none);
   }
-  for (const s of series) {
+  series.forEach((s, n) => {
+    const style = lineStyle(n);
     // One segment per run of seconds with a value.
     let path = "";
     let open = false;
@@ -654,26 +866,34 @@ function drawDurations(xs, values, meta) {
       path += (open ? " L" : " M") + x(i).toFixed(1) + "," + y(v).toFixed(1);
       open = true;
     });
-    chart.append(svg("path", { d: path.trim(), fill: "none", stroke: s.color, "stroke-width": "2", "data-series": s.name, "data-values": s.values.map((v) => (v === null ? "" : String(v))).join(",") }));
+    const line = svg("path", { d: path.trim(), fill: "none", stroke: s.color, "stroke-width": String(style.width - 1), "stroke-linejoin": "round", "data-series": s.name, "data-values": s.values.map((v) => (v === null ? "" : String(v))).join(",") });
+    if (style.dash) line.setAttribute("stroke-dasharray", style.dash);
+    const same = measured ? sameAs(series, n) : null;
+    if (same) line.dataset.sameAs = same.name;
+    chart.append(line);
     s.values.forEach((v, i) => {
       if (v === null) return;
       const c = values[i];
-      const dot = svg("circle", { cx: x(i).toFixed(1), cy: y(v).toFixed(1), r: "2.5", fill: s.color, class: "duration", "data-series": s.name, "data-second-ms": String(xs[i]), "data-value": String(v), "data-measured": String(c.measured) });
+      // A later series' dots are smaller: a max equal to its mean sits inside it.
+      const dot = svg("circle", { cx: x(i).toFixed(1), cy: y(v).toFixed(1), r: n === 0 ? "3.5" : "2", fill: s.color, class: "duration", "data-series": s.name, "data-second-ms": String(xs[i]), "data-value": String(v), "data-measured": String(c.measured) });
       const tip = svg("title");
       tip.textContent = time(xs[i]) + ": " + s.name + " " + formatMs(v) + " ms of " + plural(c.measured, "call");
       dot.append(tip);
       chart.append(dot);
     });
-  }
+  });
   const sumUs = values.reduce((n, c) => n + c.sum_us, 0);
   const longest = values.reduce((n, c) => (c.measured ? Math.max(n, c.max_us) : n), 0);
   const summary = {
     mean: measured ? "overall " + formatMs(ms(sumUs / measured)) + " ms" : "none",
     max: measured ? "longest " + formatMs(ms(longest)) + " ms" : "none",
   };
-  for (const s of series) {
-    legend.append(el("span", { class: "key", "data-series": s.name }, [el("span", { class: "swatch", color: s.color }), s.name + " (" + summary[s.name] + ")"]));
-  }
+  series.forEach((s, n) => {
+    const same = measured ? sameAs(series, n) : null;
+    const key = legendKey(s, n, s.name + " (" + summary[s.name] + ")" + (same ? ", the same line as " + same.name : ""));
+    if (same) key.dataset.sameAs = same.name;
+    legend.append(key);
+  });
   chart.dataset.top = String(top);
   chart.dataset.unit = "ms";
   chart.dataset.resolution = meta.resolution;
@@ -728,17 +948,21 @@ function drawChart(id, xs, series, meta) {
     none.textContent = "none in this range";
     chart.append(none);
   }
-  for (const s of series) {
+  series.forEach((s, n) => {
     const points = s.values.map((v, i) => x(i).toFixed(1) + "," + y(v).toFixed(1)).join(" ");
-    chart.append(svg("polyline", { points, fill: "none", stroke: s.color, "stroke-width": "2.5", "data-series": s.name, "data-values": s.values.join(",") }));
+    const style = lineStyle(n);
+    const line = svg("polyline", { points, fill: "none", stroke: s.color, "stroke-width": String(style.width), "stroke-linejoin": "round", "data-series": s.name, "data-values": s.values.join(",") });
+    if (style.dash) line.setAttribute("stroke-dasharray", style.dash);
+    chart.append(line);
     const total = s.values.reduce((a, b) => a + b, 0);
-    legend.append(
-      el("span", { class: "key", "data-series": s.name }, [
-        el("span", { class: "swatch", color: s.color }),
-        s.name + " (" + formatCount(total) + ")",
-      ]),
-    );
-  }
+    const same = sameAs(series, n);
+    const key = legendKey(s, n, s.name + " (" + formatCount(total) + ")" + (same ? ", the same line as " + same.name : ""));
+    if (same) {
+      line.dataset.sameAs = same.name;
+      key.dataset.sameAs = same.name;
+    }
+    legend.append(key);
+  });
   chart.dataset.max = String(max);
   chart.dataset.top = String(top);
   chart.dataset.resolution = meta.resolution;
@@ -836,6 +1060,7 @@ async function loadHistory() {
       ]),
     );
   }
+  fitTable($("#history"));
 }
 
 function describeChange(d) {
@@ -884,6 +1109,7 @@ function start() {
   });
   $("#app").addEventListener("change", (e) => selectApp(e.target.value));
   $("#range").addEventListener("change", () => loadStats());
+  watchPanels();
   startEditor();
   fillForm();
   loadApps();

@@ -13,11 +13,11 @@ mod sqlite;
 pub use self::postgres::PostgresStore;
 pub use sqlite::SqliteStore;
 
+use crate::lock::Recover;
 use crate::model::{
     AppKey, AppSummary, BreakerReport, CycleRow, EnforcementRow, Enforcing, Heartbeat, HotKeysRow,
     Ingested, InstanceInfo, NewPolicyVersion, PointInfo, PolicyVersion, Protocol, SecondRow,
 };
-use resilience_runtime::lock::Recover;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::{Deref, DerefMut};

@@ -4,12 +4,12 @@ use super::{
     is_max_column, parse_json, queue_from, queue_values, to_i64, to_json, to_u64, Forgotten, Pool,
     Pooled, Pull, Store, StoreError, StoredEnforcing, StoredHotKeys, QUEUE_COLUMNS,
 };
+use crate::lock::Recover;
 use crate::model::{
     AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, HotKeysRow, Ingested,
     InstanceInfo, NewPolicyVersion, PointCycle, PointInfo, PolicyVersion, QueueCounts, RetryCounts,
     SecondCounts, SecondRow, CYCLE_MS, SECOND_MS,
 };
-use resilience_runtime::lock::Recover;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;

@@ -116,10 +116,23 @@ pub fn request(
     token: Option<&str>,
     body: Body<'_>,
 ) -> Response {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
+    let stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
+    request_over(stream, addr, method, path, token, body)
+}
+
+/// One HTTP/1.1 request over `stream`, already connected to `addr` (a TLS stream in
+/// the https tests).
+pub fn request_over(
+    mut stream: impl Read + Write,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Body<'_>,
+) -> Response {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     if let Some(t) = token {
         head.push_str(&format!("Authorization: Bearer {t}\r\n"));
@@ -167,6 +180,7 @@ pub fn request(
     } else {
         let _ = stream.write_all(bytes);
     }
+    let _ = stream.flush();
     // Read until the answer is complete: some servers (ChromeDriver) keep the
     // connection open despite `Connection: close`.
     let mut raw = Vec::new();

@@ -1740,10 +1740,10 @@ fn the_form_edits_a_keys_section_with_overrides_that_reach_a_client() {
         "bystander": {"keys": {"max_concurrency": 1, "overrides": {"a.b": 7}}}}});
     let mut version = put_policy(addr, 0, &doc);
     let registry: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::system())));
-    let hb = HeartbeatConfig::new("shop", "orders", &server.url())
-        .unwrap()
+    let hb = HeartbeatConfig::builder("shop", "orders", &server.url())
         .token(APP)
         .instance("keys-1")
+        .build()
         .unwrap();
     let client = HeartbeatClient::new(hb, registry);
     client.pull_now().unwrap();
@@ -1867,20 +1867,14 @@ fn the_form_edits_a_keys_section_with_overrides_that_reach_a_client() {
         .max_keys(1024)
         .override_rule(
             "old",
-            KeyOverride {
-                limit: Some(2),
-                burst: Some(5),
-                max_concurrency: Some(4),
-            },
+            KeyOverride::builder()
+                .limit(2)
+                .burst(5)
+                .max_concurrency(4)
+                .build(),
         )
         .override_limit("vip-42", 1000)
-        .override_rule(
-            "slow",
-            KeyOverride {
-                max_concurrency: Some(1),
-                ..KeyOverride::default()
-            },
-        )
+        .override_rule("slow", KeyOverride::builder().max_concurrency(1).build())
         .build()
         .unwrap();
     assert_eq!(enforced, expected);

@@ -31,10 +31,10 @@ fn the_dashboard_shows_the_hot_keys_of_the_points() {
     let registry: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(
         &instance_clock,
     ))));
-    let hb = HeartbeatConfig::new("shop", "orders", &server.url())
-        .unwrap()
+    let hb = HeartbeatConfig::builder("shop", "orders", &server.url())
         .token(APP)
         .instance("rt-1")
+        .build()
         .unwrap();
     let client = HeartbeatClient::new(hb, registry);
     let keys = KeyPolicy::builder()

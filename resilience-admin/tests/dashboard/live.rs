@@ -268,10 +268,10 @@ fn the_charts_show_the_seconds_a_real_client_sent() {
         .unwrap();
     let checkout = registry.point("live.checkout").unwrap();
     let search = registry.point("live.search").unwrap(); // no policy
-    let hb = HeartbeatConfig::new("shop", "live", &server.url())
-        .unwrap()
+    let hb = HeartbeatConfig::builder("shop", "live", &server.url())
         .token(APP)
         .instance("live-1")
+        .build()
         .unwrap();
     let client = HeartbeatClient::new(hb, registry);
     let t0 = wall_ms_of(&clock);

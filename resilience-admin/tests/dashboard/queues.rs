@@ -46,10 +46,10 @@ fn the_dashboard_shows_the_queues_of_the_points() {
     let registry: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(
         &instance_clock,
     ))));
-    let hb = HeartbeatConfig::new("shop", "orders", &server.url())
-        .unwrap()
+    let hb = HeartbeatConfig::builder("shop", "orders", &server.url())
         .token(APP)
         .instance("rt-1")
+        .build()
         .unwrap();
     let client = HeartbeatClient::new(hb, registry);
     registry

@@ -30,10 +30,10 @@ fn the_dashboard_shows_cancelled_calls_and_retry_counters() {
     let registry: &'static Registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(
         &instance_clock,
     ))));
-    let hb = HeartbeatConfig::new("shop", "orders", &server.url())
-        .unwrap()
+    let hb = HeartbeatConfig::builder("shop", "orders", &server.url())
         .token(APP)
         .instance("rt-1")
+        .build()
         .unwrap();
     let client = HeartbeatClient::new(hb, registry);
 
@@ -43,7 +43,7 @@ fn the_dashboard_shows_cancelled_calls_and_retry_counters() {
     for failures in [0, 1, 3, 0] {
         let mut left = failures;
         let _ = point.call_retrying(
-            &Retry::new(3),
+            &Retry::builder(3).build().unwrap(),
             None,
             || {
                 if left > 0 {

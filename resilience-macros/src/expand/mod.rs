@@ -23,7 +23,7 @@ use syn::{
 };
 
 use crate::args::{Args, DefaultValue, Kind};
-use crate::errors::Errors;
+use crate::errors::{Errors, NeedsTokio};
 use crate::item::{Body, ItemFn, SplitBody};
 use crate::paths::Runtime;
 use crate::shape::Shape;
@@ -119,7 +119,7 @@ fn ident(name: &str) -> Ident {
 //             #[allow(unreachable_code, clippy::diverging_sub_expression)]          // for `-> !`
 //             let () = match ENTER(__resilience_point, &mut __resilience_permit) {   // acquire_permit
 //                 Ok(()) => (),
-//                 Err(..) => return FALLBACK | DEFAULT | DowngradeReturn,            // on_downgrade
+//                 Err(..) => return FALLBACK | DEFAULT | FromDowngraded,             // on_downgrade
 //             };
 //             match CAUGHT_BODY {                                                    // caught_body
 //                 Ok(__resilience_out) => { finish(point, &mut permit, CLASSIFY); __resilience_out } // record_outcome
@@ -592,7 +592,7 @@ struct OnDowngrade {
 //     bare default:          _ => ::core::default::Default::default()
 //     default = expr:        _ => expr
 //     neither:               __resilience_downgraded =>
-//                                RT::DowngradeReturn::from_downgraded(__resilience_downgraded)
+//                                RT::FromDowngraded::from_downgraded(__resilience_downgraded)
 // (a fallback of an async fn is awaited: `Self::fb(self, id).await`)
 fn on_downgrade(
     runtime: &Runtime,
@@ -632,7 +632,7 @@ fn on_downgrade(
             (_, ReturnType::Default) => sig.ident.span(),
         };
         let private = runtime.private_at(span);
-        let value = quote_spanned!(span=> #private::DowngradeReturn::from_downgraded(#downgraded));
+        let value = quote_spanned!(span=> #private::FromDowngraded::from_downgraded(#downgraded));
         (downgraded.to_token_stream(), value)
     };
     OnDowngrade { binding, value }
@@ -807,7 +807,7 @@ fn marked(runtime: &Runtime, args: &Args) -> TokenStream {
 // `__resilience_caught`:
 //        let __resilience_body = RT::CatchUnwind::new(async move { PIN LETS { BODY } });
 //        #[allow(unreachable_code, clippy::diverging_sub_expression)]
-//        let __resilience_caught = match RT::deadline!(__resilience_point,
+//        let __resilience_caught = match RT::deadline!({ NEEDS_TOKIO } __resilience_point,
 //                &mut __resilience_permit, ::core::time::Duration::from_nanos(200000000u64),
 //                __resilience_body).await {
 //            Ok(__resilience_caught) => __resilience_caught,
@@ -815,9 +815,9 @@ fn marked(runtime: &Runtime, args: &Args) -> TokenStream {
 //        };
 //        (`async` without `move` when a fallback takes the arguments after a cut;
 //        `deadline!` is `run_with_deadline(..)`, or without the runtime's `tokio`
-//        feature a compile error at the `timeout` key). The body is a statement of
-//        its own so that the `allow` (for a diverging fallback's `return`) does not
-//        reach the user's code.
+//        feature NEEDS_TOKIO, our `compile_error!` at the `timeout` key: see
+//        `NeedsTokio`). The body is a statement of its own so that the `allow` (for a
+//        diverging fallback's `return`) does not reach the user's code.
 //
 // Both evaluate to `Result<Output, Box<dyn Any + Send>>`. The body keeps its
 // own braces, so a `use` or `let` in it cannot shadow anything of ours, and
@@ -888,9 +888,11 @@ fn caught_body(
             // so that the missing-feature error points there.
             let deadline = {
                 let private = runtime.private_at(timed.key_span);
+                let needs_tokio = NeedsTokio::Timeout.error_at(timed.key_span);
                 let mut call = Group::new(
                     Delimiter::Parenthesis,
                     quote!(
+                        #needs_tokio
                         #point,
                         &mut #permit,
                         ::core::time::Duration::from_nanos(#nanos),
@@ -1260,9 +1262,17 @@ mod tests {
             ),
             "{out}"
         );
+        // The error without the `tokio` feature is the macro's, handed to `deadline!`
+        // first; the runtime's macro expands it only without the feature.
         assert!(
             out.contains(
-                ":: resilience_runtime :: __private :: deadline ! (__resilience_point , & mut __resilience_pending . slot , :: core :: time :: Duration :: from_nanos (200000000u64) , __resilience_body) . await"
+                ":: resilience_runtime :: __private :: deadline ! ({ :: core :: compile_error ! { \"`timeout = \\\"...\\\"` needs the `tokio` feature"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains(
+                "} } __resilience_point , & mut __resilience_pending . slot , :: core :: time :: Duration :: from_nanos (200000000u64) , __resilience_body) . await"
             ),
             "{out}"
         );

@@ -8,13 +8,13 @@
 //! is expanded by that attribute first (see [`absorb_below`]): the point sees one
 //! call, the retries happen inside it.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::TokenStream;
 use quote::{quote, quote_spanned, ToTokens};
 use syn::{FnArg, LitStr, Pat, ReturnType, Type};
 
 use super::{at_user_token, ident, rebind_patterns, ReturnKind, Shape};
 use crate::args::{Args, Hedge, Kind, RetryArgs};
-use crate::errors::Errors;
+use crate::errors::{Errors, NeedsTokio};
 use crate::item::ItemFn;
 use crate::paths::Runtime;
 use crate::validate;
@@ -159,16 +159,64 @@ fn validate_retry(item: &ItemFn, errors: &mut Errors) {
             }
         }
     }
-    let cannot_be_result = match &sig.output {
-        ReturnType::Default => true,
-        ReturnType::Type(_, ty) => matches!(&**ty, Type::Never(_) | Type::Tuple(_)),
-    };
-    if cannot_be_result {
-        errors.push(syn::Error::new(
-            sig.ident.span(),
-            "`#[retry]` needs a function that returns a `Result`: only an `Err` is retried",
-        ));
+    if let Some(err) = not_a_result(sig) {
+        errors.push(err);
     }
+}
+
+/// The return types that cannot be a `Result` whatever they name: none, `()`, a
+/// tuple, `!`, and the `impl Future` of a sync fn. Any other type is rustc's to judge
+/// through `Fallible` (an alias such as `io::Result<T>` is a `Result`).
+fn not_a_result(sig: &syn::Signature) -> Option<syn::Error> {
+    const NEEDS: &str = "`#[retry]` needs a function that returns `Result<T, E>`";
+    let ty = match &sig.output {
+        ReturnType::Default => {
+            return Some(syn::Error::new(
+                sig.ident.span(),
+                format!(
+                    "{NEEDS}: only an `Err` is retried, and `{}` returns nothing; return \
+                     `Result<(), E>` where `E` is the error to retry, or remove `#[retry]`",
+                    sig.ident
+                ),
+            ));
+        }
+        ReturnType::Type(_, ty) => &**ty,
+    };
+    let message = match ty {
+        Type::Tuple(tuple) => {
+            let (not, ok) = match tuple.elems.is_empty() {
+                true => ("`()`", "()"),
+                false => ("a tuple", "(..)"),
+            };
+            format!(
+                "{NEEDS}, not {not}: only an `Err` is retried; return `Result<{ok}, E>` \
+                 where `E` is the error to retry, or remove `#[retry]`"
+            )
+        }
+        Type::Never(_) => format!(
+            "{NEEDS}, not `!`: a function that never returns has no `Err` to retry; remove \
+             `#[retry]`"
+        ),
+        Type::ImplTrait(bounds) if sig.asyncness.is_none() && names_future(bounds) => format!(
+            "`#[retry]` cannot retry the future that a sync fn returns: each attempt must \
+             run the call again; write `async fn {}(..) -> Result<T, E>` instead",
+            sig.ident
+        ),
+        _ => return None,
+    };
+    Some(syn::Error::new_spanned(ty, message))
+}
+
+/// Whether `impl ..` names `Future` among its bounds (`impl Future<Output = R> + Send`).
+fn names_future(bounds: &syn::TypeImplTrait) -> bool {
+    bounds.bounds.iter().any(|bound| match bound {
+        syn::TypeParamBound::Trait(bound) => bound
+            .path
+            .segments
+            .last()
+            .is_some_and(|segment| segment.ident == "Future"),
+        _ => false,
+    })
 }
 
 /// What `hedge` needs: an `async fn` (attempts at once), no `&mut` argument (they
@@ -232,13 +280,14 @@ fn validate_hedge(args: &RetryArgs, item: &ItemFn, errors: &mut Errors) {
 //             static __RESILIENCE_RETRY: RT::RetrySpec = RT::RetrySpec { .. };
 //             let mut __resilience_retrying = RT::Retrying::begin(point, budget);
 //             loop {
-//                 let id = RT::clone_argument(&id);          // at `id`: "not Clone" there
+//                 let id = RT::RetryArgument::clone_for_attempt(&id);   // at `id`: "not Clone" there
 //                 let (__resilience_out, __resilience_refused) =
 //                     RT::attempt(|| { PIN LETS BODY });     // async: RT::attempt_async(async { .. }).await
-//                 let __resilience_again: bool = !refused && match &out { Ok(_) => false, Err(e) => pred(e) };
+//                 let __resilience_again: bool = !refused && DECIDE;         // see `decide`
 //                 if !__resilience_again { return __resilience_out; }
 //                 match RT::Retrying::failed(&mut retrying, &__RESILIENCE_RETRY) {
-//                     Some(wait) => RT::Retrying::sleep(&retrying, wait),   // async: RT::retry_sleep!(..).await
+//                     Some(wait) => RT::Retrying::sleep(&retrying, wait),
+//                                   // async: RT::retry_sleep!({ NEEDS_TOKIO } &retrying, wait).await
 //                     None => return __resilience_out,
 //                 }
 //             }
@@ -288,7 +337,7 @@ fn wrap(
             }
             _ => {
                 let at = runtime.private_at(span);
-                let call = quote_spanned!(span=> #at::clone_argument(&#name));
+                let call = quote_spanned!(span=> #at::RetryArgument::clone_for_attempt(&#name));
                 copies.push(quote!(let #mutability #name = #call;));
             }
         }
@@ -343,31 +392,7 @@ fn wrap(
     let again = ident("__resilience_again");
     let wait = ident("__resilience_wait");
 
-    let decide = match &args.retry_if {
-        Some(predicate) => {
-            let path = &predicate.value;
-            let span = at_user_token(super::path_span(path));
-            let err = proc_macro2::Ident::new("__resilience_e", span);
-            quote_spanned! {span=>
-                match &#out {
-                    ::core::result::Result::Ok(_) => false,
-                    ::core::result::Result::Err(#err) => #path(#err),
-                }
-            }
-        }
-        None => {
-            let span = match &item.sig.output {
-                ReturnType::Type(_, ty) => at_user_token(super::type_span(ty)),
-                ReturnType::Default => Span::mixed_site(),
-            };
-            quote_spanned! {span=>
-                match &#out {
-                    ::core::result::Result::Ok(_) => false,
-                    ::core::result::Result::Err(_) => true,
-                }
-            }
-        }
-    };
+    let decide = decide(&runtime, args, &item.sig);
     // Only an attribute stacked below marks an attempt downgraded; without one the
     // attempt needs no scope for the mark (a retrying fn called in the body keeps its
     // own).
@@ -389,7 +414,12 @@ fn wrap(
                 } else {
                     quote!((async { #pin #(#lets)* #block } #awaited, false))
                 },
-                quote_spanned!(await_span=> #at::retry_sleep!(&#retrying, #wait) #awaited),
+                {
+                    let needs_tokio = NeedsTokio::RetryAsync.error_at(await_span);
+                    quote_spanned!(await_span=>
+                        #at::retry_sleep!(#needs_tokio &#retrying, #wait) #awaited
+                    )
+                },
             )
         }
     };
@@ -429,8 +459,9 @@ fn wrap(
             quote!((async move { #pin #(#lets)* #block } #awaited, false))
         };
         // At `async`, where the error without the `tokio` feature belongs.
+        let needs_tokio = NeedsTokio::Hedge.error_at(await_span);
         let run = quote_spanned!(await_span=>
-            #at::retry_hedge!(#retrying, &#spec, &#hedge_spec, #make) #awaited
+            #at::retry_hedge!(#needs_tokio #retrying, &#spec, &#hedge_spec, #make) #awaited
         );
         let body = quote! {
             #inner_attrs
@@ -475,6 +506,51 @@ fn wrap(
     super::emit(&item, Some(body))
 }
 
+// Output, at the return type (`Result` in `io::Result<T>`), without `retry_if`:
+//     ::core::option::Option::is_some(&RT::Fallible::retry_error(&__resilience_out))
+// with `retry_if = pred`, the predicate's call at `pred`:
+//     match RT::Fallible::retry_error(&__resilience_out) {
+//         Some(__resilience_e) => RT::RetryPredicate::<_, _>::should_retry(__resilience_e, &pred),
+//         None => false,
+//     }
+//
+// Whether the output is a `Result` is for rustc to say (an alias such as
+// `io::Result<T>` is one; the macro cannot tell): through `Fallible`, whose message
+// says what to write, at the return type. The predicate goes through
+// `RetryPredicate` for the same reason, at `pred`; the error comes first so that
+// rustc knows `E` when it weighs the predicate, and names it in the message.
+fn decide(runtime: &Runtime, args: &RetryArgs, sig: &syn::Signature) -> TokenStream {
+    let returned = at_user_token(match &sig.output {
+        ReturnType::Type(_, ty) => super::type_span(ty),
+        // `validate_retry` refused it; any span will do.
+        ReturnType::Default => sig.ident.span(),
+    });
+    // Every token of the call at the return type with the same hygiene, ours: with
+    // the argument in another context than the path, rustc would report the call
+    // twice, once at the whole attribute.
+    let out = proc_macro2::Ident::new("__resilience_out", returned);
+    let at = runtime.private_at(returned);
+    let error = quote_spanned!(returned=> #at::Fallible::retry_error(&#out));
+    match &args.retry_if {
+        None => quote_spanned!(returned=> ::core::option::Option::is_some(&#error)),
+        Some(predicate) => {
+            let path = &predicate.value;
+            let span = at_user_token(super::path_span(path));
+            let err = proc_macro2::Ident::new("__resilience_e", span);
+            let at = runtime.private_at(span);
+            let call = quote_spanned!(span=>
+                #at::RetryPredicate::<_, _>::should_retry(#err, &#path)
+            );
+            quote! {
+                match #error {
+                    ::core::option::Option::Some(#err) => #call,
+                    ::core::option::Option::None => false,
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use quote::quote;
@@ -503,7 +579,9 @@ mod tests {
         // The stacked point's name counts the retries.
         assert!(out.contains("StaticPoint :: new (\"p\")"), "{out}");
         assert!(
-            out.contains("let id = :: resilience_runtime :: __private :: clone_argument (& id) ;"),
+            out.contains(
+                "let id = :: resilience_runtime :: __private :: RetryArgument :: clone_for_attempt (& id) ;"
+            ),
             "{out}"
         );
         assert!(out.contains("use downgrade as _ ;"), "{out}");
@@ -523,7 +601,7 @@ mod tests {
         assert!(out.contains("attempt_unmarked"), "{out}");
         assert!(!out.contains("mark_downgraded"), "{out}");
         assert!(out.contains("let out = & mut * out ;"), "{out}");
-        assert!(!out.contains("clone_argument (& name)"), "{out}");
+        assert!(!out.contains("clone_for_attempt (& name)"), "{out}");
     }
 
     #[test]
@@ -552,13 +630,137 @@ mod tests {
         assert!(!hedged.contains("loop {"), "{hedged}");
         assert!(hedged.contains("let __resilience_make = || {"), "{hedged}");
         assert!(
-            hedged
-                .contains("let id = :: resilience_runtime :: __private :: clone_argument (& id) ;"),
+            hedged.contains(
+                "let id = :: resilience_runtime :: __private :: RetryArgument :: clone_for_attempt (& id) ;"
+            ),
             "{hedged}"
         );
         assert!(hedged.contains("attempt_async (async move {"), "{hedged}");
         assert!(hedged.contains("tenths : 950u32"), "{hedged}");
         assert!(hedged.contains("retry_hedge ! ("), "{hedged}");
+    }
+
+    #[test]
+    fn the_output_is_judged_through_fallible_and_the_predicate_through_retry_predicate() {
+        let out = super::expand(
+            quote!(),
+            quote!(
+                fn f() -> io::Result<u8> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        assert!(
+            out.contains(
+                "let __resilience_again : bool = ! __resilience_refused && :: core :: option :: \
+                 Option :: is_some (& :: resilience_runtime :: __private :: Fallible :: \
+                 retry_error (& __resilience_out)) ;"
+            ),
+            "{out}"
+        );
+        let out = super::expand(
+            quote!(retry_if = Error::is_transient),
+            quote!(
+                async fn f() -> Result<u8, Error> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        assert!(
+            out.contains(
+                "match :: resilience_runtime :: __private :: Fallible :: retry_error \
+                 (& __resilience_out) { :: core :: option :: Option :: Some (__resilience_e) \
+                 => :: resilience_runtime :: __private :: RetryPredicate :: < _ , _ > :: \
+                 should_retry (__resilience_e , & Error :: is_transient) , :: core :: option \
+                 :: Option :: None => false , }"
+            ),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn a_return_type_that_cannot_be_a_result_is_refused_at_it() {
+        for (item, expected) in [
+            (
+                quote!(
+                    fn f() {}
+                ),
+                "and `f` returns nothing; return `Result<(), E>`",
+            ),
+            (
+                quote!(
+                    fn f() -> () {}
+                ),
+                "not `()`: only an `Err` is retried; return `Result<(), E>`",
+            ),
+            (
+                quote!(
+                    fn f() -> (u8, u8) {
+                        (1, 2)
+                    }
+                ),
+                "not a tuple: only an `Err` is retried; return `Result<(..), E>`",
+            ),
+            (
+                quote!(
+                    fn f() -> ! {
+                        loop {}
+                    }
+                ),
+                "not `!`: a function that never returns",
+            ),
+            (
+                quote!(
+                    fn f() -> impl Future<Output = Result<u8, E>> + Send {
+                        async { Ok(1) }
+                    }
+                ),
+                "cannot retry the future that a sync fn returns",
+            ),
+        ] {
+            let out = super::expand(quote!(), item.clone()).to_string();
+            assert!(out.contains("compile_error"), "{out}");
+            assert!(out.contains(expected), "{out}");
+            // The item is kept.
+            assert!(out.starts_with(&item.to_string()), "{out}");
+        }
+        // Anything else is rustc's to judge: an alias of `Result` is one.
+        let out = super::expand(
+            quote!(),
+            quote!(
+                fn f() -> anyhow::Result<u8> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        assert!(!out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn an_async_fn_hands_the_missing_feature_error_to_retry_sleep() {
+        let out = super::expand(
+            quote!(),
+            quote!(
+                async fn f() -> Result<u8, E> {
+                    Ok(1)
+                }
+            ),
+        )
+        .to_string();
+        assert!(
+            out.contains(
+                "retry_sleep ! ({ :: core :: compile_error ! { \"`#[retry]` on an `async fn` \
+                 needs the `tokio` feature"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("} } & __resilience_retrying , __resilience_wait) . await"),
+            "{out}"
+        );
     }
 
     #[test]

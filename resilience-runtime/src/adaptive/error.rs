@@ -7,20 +7,20 @@ use std::fmt;
 /// # Examples
 ///
 /// ```
-/// use resilience_runtime::adaptive::{CapacityExhausted, Gate};
+/// use resilience_runtime::adaptive::{GateRefused, Gate};
 ///
 /// let gate = Gate::new(1)?;
 /// let _held = gate.try_acquire()?;
-/// assert_eq!(gate.try_acquire().unwrap_err(), CapacityExhausted { capacity: 1 });
+/// assert_eq!(gate.try_acquire().unwrap_err(), GateRefused { capacity: 1 });
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CapacityExhausted {
+pub struct GateRefused {
     /// The gate's capacity when the call was refused.
     pub capacity: u64,
 }
 
-impl fmt::Display for CapacityExhausted {
+impl fmt::Display for GateRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -30,7 +30,7 @@ impl fmt::Display for CapacityExhausted {
     }
 }
 
-impl std::error::Error for CapacityExhausted {}
+impl std::error::Error for GateRefused {}
 
 /// An adaptive limit ([`AdaptiveLimiter`](super::AdaptiveLimiter) or
 /// [`GradientLimiter`](super::GradientLimiter)) refused a call because the service is
@@ -39,13 +39,13 @@ impl std::error::Error for CapacityExhausted {}
 /// # Examples
 ///
 /// ```
-/// use resilience_runtime::adaptive::Overloaded;
+/// use resilience_runtime::adaptive::LimitRefused;
 ///
-/// let o = Overloaded { in_flight: 12, limit: 10.0, cpu: Some(950) };
+/// let o = LimitRefused { in_flight: 12, limit: 10.0, cpu: Some(950) };
 /// assert_eq!(o.to_string(), "service overloaded: 12 calls in flight, limit 10.0, cpu 95.0%");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Overloaded {
+pub struct LimitRefused {
     /// Calls in flight when the call was refused.
     pub in_flight: u64,
     /// The limit they exceeded (for the shedder: the sustainable flight times the
@@ -55,7 +55,7 @@ pub struct Overloaded {
     pub cpu: Option<u64>,
 }
 
-impl fmt::Display for Overloaded {
+impl fmt::Display for LimitRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -69,4 +69,4 @@ impl fmt::Display for Overloaded {
     }
 }
 
-impl std::error::Error for Overloaded {}
+impl std::error::Error for LimitRefused {}

@@ -1,6 +1,6 @@
 //! The backpressure gate: a fail-fast semaphore of capacity `L` with a latency average.
 
-use super::error::CapacityExhausted;
+use super::error::GateRefused;
 use super::ewma::LatencyEwma;
 use super::{littles_law, Timer};
 use crate::clock::Clock;
@@ -14,7 +14,7 @@ use std::ops::Deref;
 use std::time::Duration;
 
 /// A non-blocking semaphore of `capacity` slots: a call either takes a slot at once or
-/// is refused with [`CapacityExhausted`] (HTTP 429), never queued.
+/// is refused with [`GateRefused`] (HTTP 429), never queued.
 ///
 /// The gate counts the calls in flight and keeps a [`LatencyEwma`] of the time each
 /// admitted call held its slot. Size it with Little's law
@@ -41,7 +41,7 @@ pub struct Gate {
     active: CachePadded<AtomicU64>,
     capacity: AtomicU64,
     latency: LatencyEwma,
-    rejected: AtomicU64,
+    refused: AtomicU64,
     timer: Timer,
 }
 
@@ -51,7 +51,7 @@ impl fmt::Debug for Gate {
             .field("capacity", &self.capacity())
             .field("active", &self.active())
             .field("average_latency", &self.average_latency())
-            .field("rejected", &self.rejected())
+            .field("refused", &self.refused())
             .finish_non_exhaustive()
     }
 }
@@ -118,7 +118,7 @@ impl Gate {
             active: CachePadded::new(AtomicU64::new(0)),
             capacity: AtomicU64::new(capacity),
             latency: LatencyEwma::new(),
-            rejected: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             timer,
         })
     }
@@ -131,9 +131,9 @@ impl Gate {
     ///
     /// # Errors
     ///
-    /// [`CapacityExhausted`] when `capacity` calls are in flight.
+    /// [`GateRefused`] when `capacity` calls are in flight.
     #[inline]
-    pub fn try_acquire(&self) -> Result<GatePermit<&Gate>, CapacityExhausted> {
+    pub fn try_acquire(&self) -> Result<GatePermit<&Gate>, GateRefused> {
         self.take()?;
         Ok(GatePermit {
             start: self.timer.now(),
@@ -161,7 +161,7 @@ impl Gate {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[inline]
-    pub fn try_acquire_owned(self: &Arc<Self>) -> Result<GatePermit<Arc<Gate>>, CapacityExhausted> {
+    pub fn try_acquire_owned(self: &Arc<Self>) -> Result<GatePermit<Arc<Gate>>, GateRefused> {
         self.take()?;
         Ok(GatePermit {
             start: self.timer.now(),
@@ -170,13 +170,13 @@ impl Gate {
     }
 
     #[inline]
-    fn take(&self) -> Result<(), CapacityExhausted> {
+    fn take(&self) -> Result<(), GateRefused> {
         let capacity = self.capacity.load(Ordering::Relaxed);
         let mut current = self.active.load(Ordering::Relaxed);
         loop {
             if current >= capacity {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
-                return Err(CapacityExhausted { capacity });
+                self.refused.fetch_add(1, Ordering::Relaxed);
+                return Err(GateRefused { capacity });
             }
             match self.active.compare_exchange_weak(
                 current,
@@ -235,8 +235,8 @@ impl Gate {
     }
 
     /// How many calls were refused since the gate was created.
-    pub fn rejected(&self) -> u64 {
-        self.rejected.load(Ordering::Relaxed)
+    pub fn refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// The current time on the gate's clock, in nanoseconds.
@@ -307,9 +307,9 @@ mod tests {
         assert!(peak.load(Ordering::Relaxed) <= 3);
         assert_eq!(gate.active(), 0);
         assert_eq!(
-            admitted.load(Ordering::Relaxed) + gate.rejected(),
+            admitted.load(Ordering::Relaxed) + gate.refused(),
             80_000,
-            "every attempt is either admitted or counted as rejected"
+            "every attempt is either admitted or counted as refused"
         );
     }
 

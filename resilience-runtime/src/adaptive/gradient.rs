@@ -17,9 +17,10 @@
 //! (the service is not the bottleneck), and when the long-term latency is more than
 //! twice the short-term one (load just went away) it decays by 5% per window.
 
-use super::error::Overloaded;
+use super::error::LimitRefused;
 use super::permit::{LatencyLimiter, LatencyPermit};
 use super::{nanos, Timer};
+use crate::builder::builder;
 use crate::clock::Clock;
 use crate::clock::Instant;
 use crate::error::FieldError;
@@ -33,16 +34,21 @@ use std::time::Duration;
 /// The constants of a [`GradientLimiter`]; [`Default`] follows Netflix's
 /// `Gradient2Limit` (with a larger `max_limit` and a shorter sampling window).
 ///
+/// Build one with [`GradientConfig::builder`]; the fields are public for reading.
+///
 /// # Examples
 ///
 /// ```
 /// use resilience_runtime::adaptive::GradientConfig;
 ///
-/// assert!(GradientConfig::default().validate().is_ok());
-/// let bad = GradientConfig { min_limit: 0, ..GradientConfig::default() };
-/// assert_eq!(bad.validate().unwrap_err().field, "min_limit");
+/// let config = GradientConfig::builder().initial_limit(50).max_limit(200).build()?;
+/// assert_eq!(config.min_limit, 1);
+/// let bad = GradientConfig::builder().min_limit(0).build();
+/// assert_eq!(bad.unwrap_err().field, "min_limit");
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct GradientConfig {
     /// The limit before the first window closes (`min_limit ..= max_limit`).
     pub initial_limit: u64,
@@ -89,12 +95,16 @@ impl Default for GradientConfig {
 }
 
 impl GradientConfig {
-    /// Checks every field.
-    ///
-    /// # Errors
-    ///
-    /// A [`FieldError`] naming the first invalid field.
-    pub fn validate(&self) -> Result<(), FieldError> {
+    /// Starts a configuration with the defaults (the [`Default`], Netflix's
+    /// `Gradient2Limit` with a larger `max_limit` and a shorter sampling window).
+    pub fn builder() -> GradientConfigBuilder {
+        GradientConfigBuilder {
+            config: GradientConfig::default(),
+        }
+    }
+
+    /// Checks every field: a [`FieldError`] naming the first invalid one.
+    pub(crate) fn validate(&self) -> Result<(), FieldError> {
         if self.min_limit == 0 {
             return Err(FieldError::new("min_limit", "must be at least 1"));
         }
@@ -150,6 +160,43 @@ impl GradientConfig {
     }
 }
 
+builder! {
+    /// Builds a [`GradientConfig`]; start from [`GradientConfig::builder`]. Each
+    /// setter is named after the field it sets; [`build`](Self::build) checks them all.
+    pub struct GradientConfigBuilder => GradientConfig;
+
+    /// Checks every setting and returns the configuration.
+    ///
+    /// # Errors
+    ///
+    /// A [`FieldError`] naming the first invalid field.
+    build -> Result<FieldError> = GradientConfig::validate;
+
+    /// The limit before the first window closes (`min_limit ..= max_limit`;
+    /// default 20).
+    initial_limit: u64,
+    /// The smallest limit (>= 1; default 1).
+    min_limit: u64,
+    /// The largest limit (>= `min_limit`; default 1000).
+    max_limit: u64,
+    /// Weight of each new limit (`0 < x <= 1`; default 0.2).
+    smoothing: f64,
+    /// How much the short-term latency may exceed the long-term one before the limit
+    /// shrinks (>= 1; default 1.5).
+    rtt_tolerance: f64,
+    /// Calls the limit allows over its estimate, the growth step (>= 0; default 4).
+    queue_size: f64,
+    /// Windows in the long-term latency average (>= 1; default 600).
+    long_window: u64,
+    /// Shortest sampling window (default 100 ms).
+    sample_window: Duration,
+    /// Fewest completed calls in a sampling window (>= 1; default 10).
+    min_samples: u64,
+    /// The share of the limit kept for critical calls (`0 <= x < 1`; default 0; see
+    /// [`GradientConfig::critical_reserve`]).
+    critical_reserve: f64,
+}
+
 /// The estimator, updated once per sampling window by whichever call closes it.
 #[derive(Debug)]
 struct Estimator {
@@ -182,7 +229,7 @@ struct Estimator {
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();
-/// let config = GradientConfig { initial_limit: 2, ..GradientConfig::default() };
+/// let config = GradientConfig::builder().initial_limit(2).build()?;
 /// let limiter = GradientLimiter::with_clock(config, Clock::manual(&clock))?;
 /// let now = limiter.now();
 /// let a = limiter.try_acquire(now)?;
@@ -281,9 +328,9 @@ impl GradientLimiter {
     ///
     /// # Errors
     ///
-    /// [`Overloaded`] when the limit is reached.
+    /// [`LimitRefused`] when the limit is reached.
     #[inline]
-    pub fn try_acquire(&self, now: Instant) -> Result<GradientPermit<&Self>, Overloaded> {
+    pub fn try_acquire(&self, now: Instant) -> Result<LatencyPermit<&Self>, LimitRefused> {
         let now = now.as_nanos();
         self.admit(1.0)?;
         Ok(LatencyPermit::new(self, now))
@@ -298,13 +345,13 @@ impl GradientLimiter {
     ///
     /// # Errors
     ///
-    /// [`Overloaded`] when the call's share of the limit is used up.
+    /// [`LimitRefused`] when the call's share of the limit is used up.
     ///
     /// ```
     /// use resilience_runtime::adaptive::{GradientConfig, GradientLimiter};
     /// use resilience_runtime::priority::Priority;
     ///
-    /// let config = GradientConfig { initial_limit: 10, critical_reserve: 0.3, ..GradientConfig::default() };
+    /// let config = GradientConfig::builder().initial_limit(10).critical_reserve(0.3).build()?;
     /// let limiter = GradientLimiter::new(config)?;
     /// let now = limiter.now();
     /// let default: Vec<_> = (0..10).filter_map(|_| limiter.try_acquire_for(now, || Priority::Default).ok()).collect();
@@ -318,7 +365,7 @@ impl GradientLimiter {
         &self,
         now: Instant,
         priority: impl FnOnce() -> crate::priority::Priority,
-    ) -> Result<GradientPermit<&Self>, Overloaded> {
+    ) -> Result<LatencyPermit<&Self>, LimitRefused> {
         let now = now.as_nanos();
         let share = if self.config.critical_reserve > 0.0
             && priority() < crate::priority::Priority::Critical
@@ -341,7 +388,7 @@ impl GradientLimiter {
     pub fn try_acquire_owned(
         self: &Arc<Self>,
         now: Instant,
-    ) -> Result<GradientPermit<Arc<Self>>, Overloaded> {
+    ) -> Result<LatencyPermit<Arc<Self>>, LimitRefused> {
         let now = now.as_nanos();
         self.admit(1.0)?;
         Ok(LatencyPermit::new(Arc::clone(self), now))
@@ -349,7 +396,7 @@ impl GradientLimiter {
 
     /// Admits while fewer than `share` of the limit are in flight (`share` 1: the
     /// limit, at least 1; below 1: its floor, possibly 0).
-    fn admit(&self, share: f64) -> Result<(), Overloaded> {
+    fn admit(&self, share: f64) -> Result<(), LimitRefused> {
         let limit = self.limit();
         let max = if share >= 1.0 {
             (limit as u64).max(1)
@@ -360,7 +407,7 @@ impl GradientLimiter {
         loop {
             if current >= max {
                 self.drops.fetch_add(1, Ordering::Relaxed);
-                return Err(Overloaded {
+                return Err(LimitRefused {
                     in_flight: current,
                     limit,
                     cpu: None,
@@ -443,10 +490,6 @@ impl Estimator {
         self.limit
     }
 }
-
-/// A call admitted by a [`GradientLimiter`]; dropping it without
-/// [`pass`](LatencyPermit::pass) ends the call without a latency sample.
-pub type GradientPermit<L> = LatencyPermit<L>;
 
 impl LatencyLimiter for GradientLimiter {
     fn now(&self) -> Instant {

@@ -18,7 +18,7 @@
 //!   `Gradient2`: the limit grows while the short-term latency stays close to the
 //!   long-term one and shrinks as queueing inflates it. It needs no CPU signal.
 //!
-//! Each decision is a value: [`CapacityExhausted`] or [`Overloaded`], which the tower
+//! Each decision is a value: [`GateRefused`] or [`LimitRefused`], which the tower
 //! layer (feature `tower`) maps to HTTP 429. Permits are RAII guards: dropping one
 //! (early return, panic, cancelled future) releases its slot.
 //!
@@ -28,12 +28,13 @@
 //! itself. With [`Clock::manual`](crate::Clock::manual) every reading is the manual
 //! clock's.
 //!
-//! [`sim`] is a deterministic discrete-event simulation of an overloaded service, used
-//! by the tests and the `adaptive_sim` example to compare these limits.
+//! The workspace's `examples` crate holds a deterministic discrete-event simulation
+//! of an overloaded service (`examples::sim`, run by the `adaptive_sim` example) that
+//! compares these limits.
 //!
 //! Files: `gate.rs` (the gate), `ewma.rs` (averages), `shedder.rs` (the go-zero
-//! limiter), `cpu.rs` (CPU sources and the sampler), `gradient.rs`, `sim.rs`,
-//! `error.rs` (configuration errors and rejections).
+//! limiter), `cpu.rs` (CPU sources and the sampler), `gradient.rs`, `error.rs`
+//! (configuration errors and refusals).
 
 mod cpu;
 mod error;
@@ -42,17 +43,16 @@ mod gate;
 mod gradient;
 mod permit;
 mod shedder;
-pub mod sim;
 
 use crate::error::FieldError;
 pub use cpu::{CpuError, CpuSampler, CpuSampling, CpuSource, FixedCpu, SystemCpu, CPU_MAX};
-pub use error::{CapacityExhausted, Overloaded};
+pub use error::{GateRefused, LimitRefused};
 pub use ewma::LatencyEwma;
 pub use gate::{Gate, GatePermit};
-pub use gradient::{GradientConfig, GradientLimiter, GradientPermit};
+pub use gradient::{GradientConfig, GradientConfigBuilder, GradientLimiter};
 pub use permit::{LatencyLimiter, LatencyPermit};
 pub use shedder::{
-    AdaptiveConfig, AdaptiveLimiter, AdaptivePermit, AdaptiveStats, CoolOff, ShedderRules,
+    AdaptiveConfig, AdaptiveConfigBuilder, AdaptiveLimiter, AdaptiveStats, CoolOff, ShedderRules,
     ShedderWindow,
 };
 

@@ -21,10 +21,11 @@
 //! [`AdaptiveLimiter`] evaluates exactly these on its live state.
 
 use super::cpu::{CpuSource, SystemCpu, CPU_MAX};
-use super::error::Overloaded;
+use super::error::LimitRefused;
 use super::ewma::AtomicEwma;
 use super::permit::{LatencyLimiter, LatencyPermit};
 use super::{nanos, Timer};
+use crate::builder::builder;
 use crate::clock::Clock;
 use crate::clock::Instant;
 use crate::error::FieldError;
@@ -47,20 +48,23 @@ use std::time::Duration;
 /// | `flying_beta` | 0.9 | weight of the old value in the average of calls in flight |
 /// | `min_overload_factor` | 0.1 | the smallest share of the sustainable flight admitted at full CPU |
 ///
+/// Build one with [`AdaptiveConfig::builder`]; the fields are public for reading.
+///
 /// # Examples
 ///
 /// ```
 /// use resilience_runtime::adaptive::AdaptiveConfig;
 /// use std::time::Duration;
 ///
-/// let config = AdaptiveConfig { window: Duration::from_secs(1), buckets: 10, ..AdaptiveConfig::default() };
-/// assert!(config.validate().is_ok());
+/// let config = AdaptiveConfig::builder().window(Duration::from_secs(1)).buckets(10).build()?;
 /// assert_eq!(config.window_scale(), 0.01);
 ///
-/// let bad = AdaptiveConfig { cpu_threshold: 1000, ..AdaptiveConfig::default() };
-/// assert_eq!(bad.validate().unwrap_err().field, "cpu_threshold");
+/// let bad = AdaptiveConfig::builder().cpu_threshold(1000).build();
+/// assert_eq!(bad.unwrap_err().field, "cpu_threshold");
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct AdaptiveConfig {
     /// Length of the statistics window (at least one nanosecond per bucket).
     pub window: Duration,
@@ -97,12 +101,15 @@ impl Default for AdaptiveConfig {
 }
 
 impl AdaptiveConfig {
-    /// Checks every field.
-    ///
-    /// # Errors
-    ///
-    /// A [`FieldError`] naming the first invalid field.
-    pub fn validate(&self) -> Result<(), FieldError> {
+    /// Starts a configuration with go-zero's constants (the [`Default`]).
+    pub fn builder() -> AdaptiveConfigBuilder {
+        AdaptiveConfigBuilder {
+            config: AdaptiveConfig::default(),
+        }
+    }
+
+    /// Checks every field: a [`FieldError`] naming the first invalid one.
+    pub(crate) fn validate(&self) -> Result<(), FieldError> {
         if self.buckets == 0 || self.buckets > MAX_BUCKETS {
             return Err(FieldError::new(
                 "buckets",
@@ -152,6 +159,38 @@ impl AdaptiveConfig {
     pub fn window_scale(&self) -> f64 {
         1e9 / nanos(self.bucket_width()).max(1) as f64 / 1000.0
     }
+}
+
+builder! {
+    /// Builds an [`AdaptiveConfig`]; start from [`AdaptiveConfig::builder`]. Each
+    /// setter is named after the field it sets; [`build`](Self::build) checks them all.
+    pub struct AdaptiveConfigBuilder => AdaptiveConfig;
+
+    /// Checks every setting and returns the configuration.
+    ///
+    /// # Errors
+    ///
+    /// A [`FieldError`] naming the first invalid field.
+    build -> Result<FieldError> = AdaptiveConfig::validate;
+
+    /// Length of the statistics window (at least one nanosecond per bucket;
+    /// default 5 s).
+    window: Duration,
+    /// Number of buckets of the window (1 ..= [`MAX_BUCKETS`]; default 50).
+    buckets: u64,
+    /// CPU usage in millicores of the quota (0 ..= 999) at or above which the system
+    /// is overloaded (default 900).
+    cpu_threshold: u64,
+    /// How long drops continue after the CPU fell below the threshold (default 1 s).
+    cool_off: Duration,
+    /// The minimum latency assumed when no bucket of the window has a completed call
+    /// (> 0; default 1 s).
+    default_min_rt: Duration,
+    /// Weight of the old value in the average of calls in flight (`0 ..< 1`;
+    /// default 0.9).
+    flying_beta: f64,
+    /// Lower bound of the overload factor (`0 < x <= 1`; default 0.1).
+    min_overload_factor: f64,
 }
 
 /// go-zero's window statistics (`maxPass`, `minRt`, `maxFlight`) folded from the
@@ -357,8 +396,8 @@ pub struct ShedderRules {
 }
 
 impl ShedderRules {
-    /// The rules with the constants of `config` (assumed valid, see
-    /// [`AdaptiveConfig::validate`]).
+    /// The rules with the constants of `config` (assumed valid, as
+    /// [`AdaptiveConfigBuilder::build`] makes them).
     ///
     /// # Examples
     ///
@@ -385,8 +424,9 @@ impl ShedderRules {
     /// # use resilience_runtime::adaptive::{AdaptiveConfig, ShedderRules};
     /// use std::time::Duration;
     ///
-    /// let config = AdaptiveConfig { window: Duration::from_secs(1), buckets: 40, ..AdaptiveConfig::default() };
+    /// let config = AdaptiveConfig::builder().window(Duration::from_secs(1)).buckets(40).build()?;
     /// assert_eq!(ShedderRules::new(&config).window_scale(), 0.04); // 40 buckets per second
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn window_scale(&self) -> f64 {
         self.window_scale
@@ -542,6 +582,7 @@ impl ShedderRules {
 
 /// What an [`AdaptiveLimiter`] currently sees; [`AdaptiveLimiter::stats`].
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct AdaptiveStats {
     /// Calls in flight (admitted by [`AdaptiveLimiter::try_acquire`] and not finished).
     pub in_flight: u64,
@@ -691,15 +732,15 @@ impl AdaptiveLimiter {
 
     /// Admits a call at `now`, or refuses it when the service is overloaded.
     ///
-    /// Report the end of the call with [`AdaptivePermit::pass`] (it completed: its
-    /// latency is a sample) or [`AdaptivePermit::fail`]; dropping the permit counts as
+    /// Report the end of the call with [`LatencyPermit::pass`] (it completed: its
+    /// latency is a sample) or [`LatencyPermit::fail`]; dropping the permit counts as
     /// a failure (go-zero's `Fail`: the call leaves the flight, no latency sample).
     ///
     /// # Errors
     ///
-    /// [`Overloaded`] when the call is dropped.
+    /// [`LimitRefused`] when the call is dropped.
     #[inline]
-    pub fn try_acquire(&self, now: Instant) -> Result<AdaptivePermit<&Self>, Overloaded> {
+    pub fn try_acquire(&self, now: Instant) -> Result<LatencyPermit<&Self>, LimitRefused> {
         let now = now.as_nanos();
         self.admit(now)?;
         Ok(LatencyPermit::new(self, now))
@@ -715,7 +756,7 @@ impl AdaptiveLimiter {
     pub fn try_acquire_owned(
         self: &Arc<Self>,
         now: Instant,
-    ) -> Result<AdaptivePermit<Arc<Self>>, Overloaded> {
+    ) -> Result<LatencyPermit<Arc<Self>>, LimitRefused> {
         let now = now.as_nanos();
         self.admit(now)?;
         Ok(LatencyPermit::new(Arc::clone(self), now))
@@ -730,13 +771,13 @@ impl AdaptiveLimiter {
     ///
     /// # Errors
     ///
-    /// [`Overloaded`] when the call is dropped.
+    /// [`LimitRefused`] when the call is dropped.
     #[inline]
     pub fn try_acquire_for(
         &self,
         now: Instant,
         priority: impl FnOnce() -> crate::priority::Priority,
-    ) -> Result<AdaptivePermit<&Self>, Overloaded> {
+    ) -> Result<LatencyPermit<&Self>, LimitRefused> {
         let now = now.as_nanos();
         self.check_scaled(now, self.flying.load(Ordering::Relaxed), || {
             priority().shedder_scale()
@@ -746,7 +787,7 @@ impl AdaptiveLimiter {
     }
 
     #[inline]
-    fn admit(&self, now: u64) -> Result<(), Overloaded> {
+    fn admit(&self, now: u64) -> Result<(), LimitRefused> {
         self.check_scaled(now, self.flying.load(Ordering::Relaxed), || 1.0)?;
         self.flying.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -759,7 +800,7 @@ impl AdaptiveLimiter {
     ///
     /// # Errors
     ///
-    /// [`Overloaded`] when the call must be dropped.
+    /// [`LimitRefused`] when the call must be dropped.
     ///
     /// # Examples
     ///
@@ -774,7 +815,7 @@ impl AdaptiveLimiter {
     /// assert!(limiter.check(limiter.now(), 0).is_ok());
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn check(&self, now: Instant, in_flight: u64) -> Result<(), Overloaded> {
+    pub fn check(&self, now: Instant, in_flight: u64) -> Result<(), LimitRefused> {
         self.check_scaled(now.as_nanos(), in_flight, || 1.0)
     }
 
@@ -785,7 +826,7 @@ impl AdaptiveLimiter {
         now: u64,
         in_flight: u64,
         scale: impl FnOnce() -> f64,
-    ) -> Result<(), Overloaded> {
+    ) -> Result<(), LimitRefused> {
         let cpu = self.cpu.usage().min(CPU_MAX);
         // go-zero's `systemOverloaded() || stillHot()`, the overload check first (it
         // records the overload time); neither: admit without reading the window.
@@ -801,7 +842,7 @@ impl AdaptiveLimiter {
         {
             self.dropped_recently.store(true, Ordering::Relaxed);
             self.drops.fetch_add(1, Ordering::Relaxed);
-            return Err(Overloaded {
+            return Err(LimitRefused {
                 in_flight,
                 limit,
                 cpu: Some(cpu),
@@ -902,7 +943,7 @@ impl AdaptiveLimiter {
     /// use std::time::Duration;
     ///
     /// let clock = ManualClock::new();
-    /// let config = AdaptiveConfig { window: Duration::from_secs(1), buckets: 10, ..AdaptiveConfig::default() };
+    /// let config = AdaptiveConfig::builder().window(Duration::from_secs(1)).buckets(10).build()?;
     /// let limiter = AdaptiveLimiter::with_parts(config, Arc::new(FixedCpu::new(0)), Clock::manual(&clock))?;
     /// for _ in 0..200 {
     ///     limiter.try_acquire(limiter.now())?.pass(limiter.now() + Duration::from_millis(5));
@@ -929,10 +970,6 @@ impl AdaptiveLimiter {
         }
     }
 }
-
-/// A call admitted by an [`AdaptiveLimiter`]; dropping it without
-/// [`pass`](LatencyPermit::pass) counts as a failure.
-pub type AdaptivePermit<L> = LatencyPermit<L>;
 
 impl LatencyLimiter for AdaptiveLimiter {
     fn now(&self) -> Instant {
@@ -1051,7 +1088,7 @@ mod tests {
         let err = l.check(at(now), 80).unwrap_err();
         assert_eq!(
             err,
-            Overloaded {
+            LimitRefused {
                 in_flight: 80,
                 limit: 54.0,
                 cpu: Some(500)

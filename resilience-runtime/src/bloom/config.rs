@@ -21,8 +21,10 @@ pub const GO_ZERO_HASHES: u32 = 14;
 /// ```
 /// use resilience_runtime::bloom::{BloomConfig, HashScheme};
 ///
-/// assert_eq!(BloomConfig::new(1024, 7)?.scheme(), HashScheme::DoubleHashing);
-/// assert_eq!(BloomConfig::go_zero(1024)?.scheme(), HashScheme::GoZero);
+/// let config = BloomConfig::builder().bits(1024).hashes(7).build()?;
+/// assert_eq!(config.scheme(), HashScheme::DoubleHashing);
+/// let go_zero = BloomConfig::builder().bits(1024).scheme(HashScheme::GoZero).build()?;
+/// assert_eq!(go_zero.hashes(), 14);
 /// # Ok::<(), resilience_runtime::bloom::BloomError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -49,10 +51,12 @@ pub enum HashScheme {
 
 /// A validated bloom filter shape: number of bits, number of hashes and hash scheme.
 ///
-/// Build one with [`BloomConfig::new`] (explicit bits and hashes),
-/// [`BloomConfig::with_rate`] (from expected items and a target false-positive rate)
-/// or [`BloomConfig::go_zero`] (go-zero compatible); all of them reject invalid
-/// values with a [`BloomError`] and never panic.
+/// Build one with [`BloomConfig::builder`]: explicit [`bits`](BloomConfigBuilder::bits)
+/// and [`hashes`](BloomConfigBuilder::hashes), or
+/// [`expected_items`](BloomConfigBuilder::expected_items) and a target
+/// [`false_positive_rate`](BloomConfigBuilder::false_positive_rate), or
+/// [`HashScheme::GoZero`] and `bits` (go-zero compatible); invalid values are a
+/// [`BloomError`], never a panic.
 ///
 /// # Examples
 ///
@@ -60,12 +64,13 @@ pub enum HashScheme {
 /// use resilience_runtime::bloom::BloomConfig;
 ///
 /// // 1% false positives for 1 000 keys: 9 586 bits and 7 hashes.
-/// let config = BloomConfig::with_rate(1_000, 0.01)?;
+/// let config = BloomConfig::builder().expected_items(1_000).false_positive_rate(0.01).build()?;
 /// assert_eq!((config.bits(), config.hashes()), (9_586, 7));
 /// assert!((config.expected_fpr(1_000) - 0.01).abs() < 0.001);
 /// # Ok::<(), resilience_runtime::bloom::BloomError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct BloomConfig {
     bits: u64,
     hashes: u32,
@@ -73,13 +78,39 @@ pub struct BloomConfig {
 }
 
 impl BloomConfig {
+    /// Starts a filter shape: set `bits` and `hashes`, or `expected_items` and
+    /// `false_positive_rate`; the scheme is [`HashScheme::DoubleHashing`] unless set.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::bloom::{BloomConfig, BloomError, HashScheme};
+    ///
+    /// let explicit = BloomConfig::builder().bits(1 << 20).hashes(7).build()?;
+    /// assert_eq!(explicit.bits(), 1 << 20);
+    /// // go-zero's own sizing advice is 20 bits per expected item.
+    /// let go_zero = BloomConfig::builder().bits(20 * 1_000).scheme(HashScheme::GoZero).build()?;
+    /// assert_eq!(go_zero.hashes(), 14);
+    ///
+    /// assert_eq!(BloomConfig::builder().bits(0).hashes(7).build(), Err(BloomError::ZeroBits));
+    /// let both = BloomConfig::builder().bits(1024).expected_items(10).false_positive_rate(0.01).build();
+    /// assert!(both.unwrap_err().to_string().starts_with("`bits`"));
+    /// # Ok::<(), BloomError>(())
+    /// ```
+    pub fn builder() -> BloomConfigBuilder {
+        BloomConfigBuilder {
+            bits: None,
+            hashes: None,
+            scheme: HashScheme::DoubleHashing,
+            expected_items: None,
+            false_positive_rate: None,
+        }
+    }
+
     /// A filter of `bits` bits and `hashes` positions per key, with
-    /// [`HashScheme::DoubleHashing`].
-    ///
-    /// # Errors
-    ///
-    /// [`BloomError::ZeroBits`] or [`BloomError::ZeroHashes`].
-    pub fn new(bits: u64, hashes: u32) -> Result<Self, BloomError> {
+    /// [`HashScheme::DoubleHashing`]: [`BloomError::ZeroBits`] or
+    /// [`BloomError::ZeroHashes`].
+    pub(crate) fn new(bits: u64, hashes: u32) -> Result<Self, BloomError> {
         if bits == 0 {
             return Err(BloomError::ZeroBits);
         }
@@ -100,12 +131,13 @@ impl BloomConfig {
     /// (at least one of each), which gives a false-positive rate of about `p` once `n`
     /// keys are in.
     ///
-    /// # Errors
-    ///
-    /// [`BloomError::ZeroItems`] if `expected_items` is 0,
+    /// Errors: [`BloomError::ZeroItems`] if `expected_items` is 0,
     /// [`BloomError::InvalidRate`] unless `0 < false_positive_rate < 1`, and
     /// [`BloomError::TooLarge`] if the bit count overflows a `u64`.
-    pub fn with_rate(expected_items: u64, false_positive_rate: f64) -> Result<Self, BloomError> {
+    pub(crate) fn with_rate(
+        expected_items: u64,
+        false_positive_rate: f64,
+    ) -> Result<Self, BloomError> {
         if expected_items == 0 {
             return Err(BloomError::ZeroItems);
         }
@@ -132,15 +164,9 @@ impl BloomConfig {
     }
 
     /// A go-zero compatible filter of `bits` bits: [`HashScheme::GoZero`] with
-    /// [`GO_ZERO_HASHES`] positions per key.
-    ///
-    /// go-zero's own sizing advice is `bits = 20 * expected_items`, which with 14
-    /// hashes gives a false-positive rate under 1e-4.
-    ///
-    /// # Errors
-    ///
-    /// [`BloomError::ZeroBits`] (where go-zero would panic on a modulo by zero).
-    pub fn go_zero(bits: u64) -> Result<Self, BloomError> {
+    /// [`GO_ZERO_HASHES`] positions per key; [`BloomError::ZeroBits`] (where go-zero
+    /// would panic on a modulo by zero).
+    pub(crate) fn go_zero(bits: u64) -> Result<Self, BloomError> {
         if bits == 0 {
             return Err(BloomError::ZeroBits);
         }
@@ -185,9 +211,9 @@ impl BloomConfig {
     /// # Examples
     ///
     /// ```
-    /// use resilience_runtime::bloom::BloomConfig;
+    /// use resilience_runtime::bloom::{BloomConfig, HashScheme};
     ///
-    /// let config = BloomConfig::go_zero(64)?;
+    /// let config = BloomConfig::builder().bits(64).scheme(HashScheme::GoZero).build()?;
     /// let positions: Vec<u64> = config.positions(b"hello").collect();
     /// assert_eq!(positions, [51, 34, 34, 19, 23, 2, 10, 0, 20, 32, 13, 25, 51, 53]);
     /// # Ok::<(), resilience_runtime::bloom::BloomError>(())
@@ -206,6 +232,131 @@ impl BloomConfig {
             bits: self.bits,
             next: 0,
             hashes: self.hashes,
+        }
+    }
+}
+
+/// Builds a [`BloomConfig`]; start from [`BloomConfig::builder`].
+///
+/// A filter is sized one of two ways, never both:
+///
+/// * explicitly: [`bits`](Self::bits) and [`hashes`](Self::hashes);
+/// * from its load: [`expected_items`](Self::expected_items) and
+///   [`false_positive_rate`](Self::false_positive_rate) give the optimal bits and
+///   hashes, `m = ceil(-n ln p / (ln 2)^2)` and `k = round(m / n * ln 2)` (at least
+///   one of each), for a false-positive rate of about `p` once `n` keys are in.
+///
+/// With [`HashScheme::GoZero`] (see [`scheme`](Self::scheme)) only `bits` is set: a
+/// go-zero filter always has [`GO_ZERO_HASHES`] positions per key.
+#[derive(Clone, Copy, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct BloomConfigBuilder {
+    bits: Option<u64>,
+    hashes: Option<u32>,
+    scheme: HashScheme,
+    expected_items: Option<u64>,
+    false_positive_rate: Option<f64>,
+}
+
+impl BloomConfigBuilder {
+    /// The number of bits (at least 1; at most 2^32 for a
+    /// [`RedisBloom`](crate::redis::RedisBloom)).
+    #[must_use = "a setter returns the changed builder"]
+    pub fn bits(mut self, bits: u64) -> Self {
+        self.bits = Some(bits);
+        self
+    }
+
+    /// The number of positions per key (at least 1), with [`bits`](Self::bits).
+    #[must_use = "a setter returns the changed builder"]
+    pub fn hashes(mut self, hashes: u32) -> Self {
+        self.hashes = Some(hashes);
+        self
+    }
+
+    /// How a key is turned into bit positions (default
+    /// [`HashScheme::DoubleHashing`]).
+    #[must_use = "a setter returns the changed builder"]
+    pub fn scheme(mut self, scheme: HashScheme) -> Self {
+        self.scheme = scheme;
+        self
+    }
+
+    /// The number of keys the filter is sized for (at least 1), with
+    /// [`false_positive_rate`](Self::false_positive_rate).
+    #[must_use = "a setter returns the changed builder"]
+    pub fn expected_items(mut self, expected_items: u64) -> Self {
+        self.expected_items = Some(expected_items);
+        self
+    }
+
+    /// The false-positive rate once [`expected_items`](Self::expected_items) keys are
+    /// in (strictly between 0 and 1).
+    #[must_use = "a setter returns the changed builder"]
+    pub fn false_positive_rate(mut self, false_positive_rate: f64) -> Self {
+        self.false_positive_rate = Some(false_positive_rate);
+        self
+    }
+
+    /// Checks the settings and sizes the filter.
+    ///
+    /// # Errors
+    ///
+    /// [`BloomError::ZeroBits`], [`BloomError::ZeroHashes`],
+    /// [`BloomError::ZeroItems`], [`BloomError::InvalidRate`] (not strictly between 0
+    /// and 1, or NaN), [`BloomError::TooLarge`] (the bit count overflows a `u64`), or
+    /// [`BloomError::Setting`] naming a setting that is missing or that does not go
+    /// with the others.
+    pub fn build(self) -> Result<BloomConfig, BloomError> {
+        let setting = |field, message| Err(BloomError::Setting { field, message });
+        let by_load = self.expected_items.is_some() || self.false_positive_rate.is_some();
+        if self.scheme == HashScheme::GoZero {
+            if self.expected_items.is_some() {
+                return setting(
+                    "expected_items",
+                    "cannot size a go-zero filter: set `bits` (go-zero advises 20 per item)",
+                );
+            }
+            if self.false_positive_rate.is_some() {
+                return setting(
+                    "false_positive_rate",
+                    "cannot size a go-zero filter: set `bits` (go-zero advises 20 per item)",
+                );
+            }
+            if self.hashes.is_some_and(|k| k != GO_ZERO_HASHES) {
+                return setting("hashes", "of a go-zero filter is always 14");
+            }
+            return match self.bits {
+                Some(bits) => BloomConfig::go_zero(bits),
+                None => setting("bits", "is needed to size a go-zero filter"),
+            };
+        }
+        if by_load {
+            const BY_LOAD: &str =
+                "cannot be set with `expected_items` and `false_positive_rate`, which size \
+                 the filter";
+            if self.bits.is_some() {
+                return setting("bits", BY_LOAD);
+            }
+            if self.hashes.is_some() {
+                return setting("hashes", BY_LOAD);
+            }
+            let Some(items) = self.expected_items else {
+                return setting("expected_items", "is needed with `false_positive_rate`");
+            };
+            let Some(rate) = self.false_positive_rate else {
+                return setting("false_positive_rate", "is needed with `expected_items`");
+            };
+            return BloomConfig::with_rate(items, rate);
+        }
+        match (self.bits, self.hashes) {
+            (Some(bits), Some(hashes)) => BloomConfig::new(bits, hashes),
+            (None, _) => setting(
+                "bits",
+                "is needed: size the filter with `bits` and `hashes`, or with \
+                 `expected_items` and `false_positive_rate`",
+            ),
+            (Some(_), None) => setting("hashes", "is needed with `bits`"),
         }
     }
 }
@@ -269,6 +420,59 @@ impl FusedIterator for Positions<'_> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_builder_sizes_one_way_and_names_the_setting_at_fault() {
+        let b = BloomConfig::builder;
+        assert_eq!(b().bits(64).hashes(3).build(), BloomConfig::new(64, 3));
+        assert_eq!(
+            b().expected_items(1000).false_positive_rate(0.01).build(),
+            BloomConfig::with_rate(1000, 0.01)
+        );
+        let go_zero = BloomConfig::go_zero(64);
+        assert_eq!(b().bits(64).scheme(HashScheme::GoZero).build(), go_zero);
+        assert_eq!(
+            b().bits(64).hashes(14).scheme(HashScheme::GoZero).build(),
+            go_zero
+        );
+        // Out-of-range values keep their own errors.
+        assert_eq!(b().bits(0).hashes(3).build(), Err(BloomError::ZeroBits));
+        assert_eq!(b().bits(8).hashes(0).build(), Err(BloomError::ZeroHashes));
+        let zero_items = b().expected_items(0).false_positive_rate(0.1).build();
+        assert_eq!(zero_items, Err(BloomError::ZeroItems));
+        let rate = b().expected_items(10).false_positive_rate(1.0).build();
+        assert_eq!(rate, Err(BloomError::InvalidRate(1.0)));
+        // A missing setting, or one that does not go with the others.
+        let field = |r: Result<BloomConfig, BloomError>| match r {
+            Err(BloomError::Setting { field, .. }) => field,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(field(b().build()), "bits");
+        assert_eq!(field(b().bits(64).build()), "hashes");
+        assert_eq!(field(b().hashes(3).build()), "bits");
+        assert_eq!(field(b().expected_items(10).build()), "false_positive_rate");
+        assert_eq!(
+            field(b().false_positive_rate(0.1).build()),
+            "expected_items"
+        );
+        let both = b().bits(64).expected_items(10).false_positive_rate(0.1);
+        assert_eq!(field(both.build()), "bits");
+        assert_eq!(field(both.hashes(2).bits(0).build()), "bits");
+        let by_load = b().hashes(2).expected_items(10).false_positive_rate(0.1);
+        assert_eq!(field(by_load.build()), "hashes");
+        let go = b().scheme(HashScheme::GoZero);
+        assert_eq!(field(go.build()), "bits");
+        assert_eq!(field(go.bits(64).hashes(7).build()), "hashes");
+        assert_eq!(
+            field(go.bits(64).expected_items(10).build()),
+            "expected_items"
+        );
+        let e = go.bits(64).false_positive_rate(0.1).build().unwrap_err();
+        assert_eq!(field(Err(e.clone())), "false_positive_rate");
+        assert!(e
+            .to_string()
+            .starts_with("`false_positive_rate` cannot size a go-zero filter"));
+    }
 
     #[test]
     fn optimal_sizes() {

@@ -35,6 +35,14 @@ pub enum BloomError {
         /// The number of bytes that could not be allocated.
         bytes: u64,
     },
+    /// A [`BloomConfigBuilder`](super::BloomConfigBuilder) setting is missing or
+    /// does not go with the others (such as `bits` beside `expected_items`).
+    Setting {
+        /// The setting at fault.
+        field: &'static str,
+        /// What is wrong with it.
+        message: &'static str,
+    },
     /// An imported bitmap is longer than the filter.
     BitmapTooLong {
         /// Length of the bitmap given, in bytes.
@@ -65,6 +73,7 @@ impl fmt::Display for BloomError {
             BloomError::TooLarge => {
                 f.write_str("`bits` is too large for this platform's address space")
             }
+            BloomError::Setting { field, message } => write!(f, "`{field}` {message}"),
             BloomError::OutOfMemory { bytes } => {
                 write!(f, "could not allocate {bytes} bytes for the bloom filter")
             }

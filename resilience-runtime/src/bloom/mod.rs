@@ -37,7 +37,7 @@ mod error;
 mod guard;
 mod murmur3;
 
-pub use config::{BloomConfig, HashScheme, Positions, GO_ZERO_HASHES};
+pub use config::{BloomConfig, BloomConfigBuilder, HashScheme, Positions, GO_ZERO_HASHES};
 pub use error::BloomError;
 pub use guard::{GuardStats, PenetrationGuard};
 pub use murmur3::murmur3_x64_128;
@@ -129,30 +129,32 @@ impl BloomFilter {
     }
 
     /// An empty filter of `bits` bits and `hashes` positions per key
-    /// ([`HashScheme::DoubleHashing`]); see [`BloomConfig::new`].
+    /// ([`HashScheme::DoubleHashing`]): a [`BloomConfig::builder`] with `bits` and `hashes`.
     ///
     /// # Errors
     ///
-    /// As [`BloomConfig::new`] and [`BloomFilter::new`].
+    /// As [`BloomConfigBuilder::build`] and [`BloomFilter::new`].
     pub fn with_bits(bits: u64, hashes: u32) -> Result<Self, BloomError> {
         Self::new(BloomConfig::new(bits, hashes)?)
     }
 
     /// An empty filter sized for `expected_items` keys at `false_positive_rate`
-    /// ([`HashScheme::DoubleHashing`]); see [`BloomConfig::with_rate`].
+    /// ([`HashScheme::DoubleHashing`]): a [`BloomConfig::builder`] with `expected_items` and
+    /// `false_positive_rate`.
     ///
     /// # Errors
     ///
-    /// As [`BloomConfig::with_rate`] and [`BloomFilter::new`].
+    /// As [`BloomConfigBuilder::build`] and [`BloomFilter::new`].
     pub fn with_rate(expected_items: u64, false_positive_rate: f64) -> Result<Self, BloomError> {
         Self::new(BloomConfig::with_rate(expected_items, false_positive_rate)?)
     }
 
-    /// An empty go-zero compatible filter of `bits` bits; see [`BloomConfig::go_zero`].
+    /// An empty go-zero compatible filter of `bits` bits: a [`BloomConfig::builder`]
+    /// with `bits` and [`HashScheme::GoZero`].
     ///
     /// # Errors
     ///
-    /// As [`BloomConfig::go_zero`] and [`BloomFilter::new`].
+    /// As [`BloomConfigBuilder::build`] and [`BloomFilter::new`].
     pub fn go_zero(bits: u64) -> Result<Self, BloomError> {
         Self::new(BloomConfig::go_zero(bits)?)
     }

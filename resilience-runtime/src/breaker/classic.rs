@@ -1,7 +1,7 @@
 //! The classic three-state breaker: closed, open, half-open.
 
 use super::config::ClassicConfig;
-use super::error::ClassicRejected;
+use super::state::{ClassicRefused, ClassicState, ClassicStats, Transition, TransitionReason};
 use super::{nanos, roll};
 use crate::clock::Instant;
 use crate::error::FieldError;
@@ -11,118 +11,6 @@ use crate::sync::Mutex;
 use crate::sync::Recover;
 use std::fmt;
 use std::time::Duration;
-
-/// The state of a [`ClassicBreaker`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ClassicState {
-    /// Calls run; their outcomes are counted.
-    Closed,
-    /// Calls are rejected until the open wait has elapsed.
-    Open,
-    /// A limited number of probe calls run; the others are rejected.
-    HalfOpen,
-}
-
-/// Why a [`ClassicBreaker`] changed state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum TransitionReason {
-    /// Closed → open: the failure rate reached the threshold.
-    FailureRate,
-    /// Closed → open: the slow-call rate reached the threshold.
-    SlowCallRate,
-    /// Closed → open: too many failures in a row.
-    ConsecutiveFailures,
-    /// Half-open → open: a probe failed.
-    ProbeFailed,
-    /// Half-open → open: a probe succeeded too slowly.
-    ProbeSlow,
-    /// Open → half-open: the open wait elapsed (reported by the call that became the
-    /// first probe).
-    WaitElapsed,
-    /// Half-open → closed: every probe succeeded.
-    ProbesSucceeded,
-}
-
-/// A state change of a [`ClassicBreaker`], returned by the call that caused it so the
-/// integrator can emit an event.
-///
-/// # Examples
-///
-/// ```
-/// # use resilience_runtime::Instant;
-/// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState, TransitionReason};
-///
-/// let config = ClassicConfig { consecutive_failures: Some(2), ..ClassicConfig::default() };
-/// let breaker = ClassicBreaker::new(config, Instant::from_nanos(0))?;
-/// assert_eq!(breaker.allow(Instant::from_nanos(0)).unwrap().failure(Instant::from_nanos(1)), None);
-/// let t = breaker.allow(Instant::from_nanos(2)).unwrap().failure(Instant::from_nanos(3)).expect("tripped");
-/// assert_eq!((t.from, t.to), (ClassicState::Closed, ClassicState::Open));
-/// assert_eq!(t.reason, TransitionReason::ConsecutiveFailures);
-/// assert_eq!(t.at, Instant::from_nanos(3));
-/// assert_eq!(t.open_until, Some(t.at + std::time::Duration::from_secs(5)));
-/// # Ok::<(), resilience_runtime::FieldError>(())
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Transition {
-    /// The state left.
-    pub from: ClassicState,
-    /// The state entered.
-    pub to: ClassicState,
-    /// Why.
-    pub reason: TransitionReason,
-    /// The `now` of the call that caused it.
-    pub at: Instant,
-    /// When entering [`ClassicState::Open`]: when probes will be admitted.
-    pub open_until: Option<Instant>,
-}
-
-/// A snapshot of a [`ClassicBreaker`] for statistics.
-///
-/// # Examples
-///
-/// ```
-/// # use resilience_runtime::Instant;
-/// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState};
-///
-/// let breaker = ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0))?;
-/// breaker.allow(Instant::from_nanos(0)).unwrap().success(Instant::from_nanos(1));
-/// breaker.allow(Instant::from_nanos(2)).unwrap().failure(Instant::from_nanos(3));
-/// let s = breaker.stats(Instant::from_nanos(4));
-/// assert_eq!(s.state, ClassicState::Closed);
-/// assert_eq!((s.calls, s.failures, s.consecutive_failures), (2, 1, 1));
-/// # Ok::<(), resilience_runtime::FieldError>(())
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClassicStats {
-    /// The current state (an open breaker whose wait elapsed stays
-    /// [`Open`](ClassicState::Open) until a call arrives).
-    pub state: ClassicState,
-    /// Calls completed in the window (closed state only; cleared when closing).
-    pub calls: u64,
-    /// Failed calls in the window.
-    pub failures: u64,
-    /// Slow calls in the window (0 unless slow calls are tracked).
-    pub slow_calls: u64,
-    /// Failures in a row while closed.
-    pub consecutive_failures: u64,
-    /// When open: when probes will be admitted.
-    pub open_until: Option<Instant>,
-    /// When half-open: probe slots taken (running or succeeded probes).
-    pub probes_admitted: u64,
-    /// When half-open: probes that succeeded.
-    pub probes_succeeded: u64,
-    /// State changes since creation.
-    pub transitions: u64,
-}
-
-// ---- the packed state -------------------------------------------------------------
-//
-// bits 0..2    kind: closed, open, half-open
-// bits 2..18   half-open: probe slots taken (running + succeeded probes)
-// bits 18..34  half-open: probes that succeeded
-// bits 34..64  epoch: incremented by every transition, so that a ticket of an earlier
-//              closed or half-open period cannot touch the current one
 
 const CLOSED: u64 = 0;
 const OPEN: u64 = 1;
@@ -229,8 +117,8 @@ impl BucketCells for CallCells {
 ///   [`minimum_calls`](ClassicConfig::minimum_calls) calls, or after
 ///   [`consecutive_failures`](ClassicConfig::consecutive_failures) failures in a row
 ///   (see [`ClassicConfig`]).
-/// * **Open**: calls are rejected with [`ClassicRejected`] until the open wait
-///   ([`Backoff`](super::Backoff)) has elapsed; the first call after that moves the
+/// * **Open**: calls are rejected with [`ClassicRefused`] until the open wait
+///   ([`Backoff`](crate::retry::Backoff)) has elapsed; the first call after that moves the
 ///   breaker to half-open and becomes a probe.
 /// * **Half-open**: exactly [`half_open_probes`](ClassicConfig::half_open_probes)
 ///   probe slots; other calls are rejected. When all probes succeed the breaker closes
@@ -238,7 +126,7 @@ impl BucketCells for CallCells {
 ///   breaker opens again with the next, longer, wait. A probe whose ticket is dropped
 ///   without an outcome frees its slot for another call.
 ///
-/// [`allow`](Self::allow) returns a [`CallTicket`]; the caller reports the outcome on
+/// [`allow`](Self::allow) returns a [`ClassicPermit`]; the caller reports the outcome on
 /// it. Every call that changes the state returns the [`Transition`]; the state and a
 /// transition counter can also be read at any time.
 ///
@@ -256,16 +144,16 @@ impl BucketCells for CallCells {
 ///
 /// ```
 /// # use resilience_runtime::Instant;
-/// use resilience_runtime::breaker::{Backoff, ClassicBreaker, ClassicConfig, ClassicState};
+/// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState};
+/// use resilience_runtime::retry::Backoff;
 /// use std::time::Duration;
 ///
-/// let config = ClassicConfig {
-///     failure_rate: 0.5,
-///     minimum_calls: 4,
-///     open_wait: Backoff::fixed(Duration::from_secs(1)),
-///     half_open_probes: 1,
-///     ..ClassicConfig::default()
-/// };
+/// let config = ClassicConfig::builder()
+///     .failure_rate(0.5)
+///     .minimum_calls(4)
+///     .open_wait(Backoff::fixed(Duration::from_secs(1)))
+///     .half_open_probes(1)
+///     .build()?;
 /// let breaker = ClassicBreaker::new(config, Instant::from_nanos(0))?;
 /// for ok in [true, false, true, false] {
 ///     let ticket = breaker.allow(Instant::from_nanos(0)).expect("closed");
@@ -302,7 +190,8 @@ impl ClassicBreaker {
     ///
     /// # Errors
     ///
-    /// The [`FieldError`] of [`ClassicConfig::validate`].
+    /// The [`FieldError`] [`ClassicConfigBuilder::build`](super::ClassicConfigBuilder::build) would give: the fields are
+    /// public, so `config` is checked again.
     ///
     /// # Examples
     ///
@@ -311,7 +200,9 @@ impl ClassicBreaker {
     /// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     ///
     /// assert!(ClassicBreaker::new(ClassicConfig::default(), Instant::from_nanos(0)).is_ok());
-    /// let bad = ClassicConfig { minimum_calls: 0, ..ClassicConfig::default() };
+    /// // The fields are public, so a configuration may have changed since it was built.
+    /// let mut bad = ClassicConfig::default();
+    /// bad.minimum_calls = 0;
     /// assert_eq!(ClassicBreaker::new(bad, Instant::from_nanos(0)).unwrap_err().field, "minimum_calls");
     /// ```
     pub fn new(config: ClassicConfig, now: Instant) -> Result<Self, FieldError> {
@@ -352,12 +243,12 @@ impl ClassicBreaker {
     ///
     /// Closed: always admitted. Open: rejected until the wait has elapsed, then the
     /// breaker turns half-open and this call is its first probe (the ticket's
-    /// [`transition`](CallTicket::transition) says so). Half-open: admitted while a
+    /// [`transition`](ClassicPermit::transition) says so). Half-open: admitted while a
     /// probe slot is free.
     ///
     /// # Errors
     ///
-    /// [`ClassicRejected`] when the breaker is open or every probe slot is taken.
+    /// [`ClassicRefused`] when the breaker is open or every probe slot is taken.
     ///
     /// # Examples
     ///
@@ -374,7 +265,7 @@ impl ClassicBreaker {
     /// }
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn allow(&self, now: Instant) -> Result<CallTicket<'_>, ClassicRejected> {
+    pub fn allow(&self, now: Instant) -> Result<ClassicPermit<'_>, ClassicRefused> {
         let now = now.as_nanos();
         let mut cur = self.state.load(Ordering::Acquire);
         loop {
@@ -384,7 +275,7 @@ impl ClassicBreaker {
                 OPEN => {
                     let until = self.open_until.load(Ordering::Relaxed);
                     if now < until {
-                        return Err(ClassicRejected {
+                        return Err(ClassicRefused {
                             state: ClassicState::Open,
                             retry_at: Some(Instant::from_nanos(until)),
                         });
@@ -413,7 +304,7 @@ impl ClassicBreaker {
                 }
                 _ => {
                     if p.admitted() >= self.probes {
-                        return Err(ClassicRejected {
+                        return Err(ClassicRefused {
                             state: ClassicState::HalfOpen,
                             retry_at: None,
                         });
@@ -438,8 +329,8 @@ impl ClassicBreaker {
         epoch: u64,
         now: u64,
         transition: Option<Transition>,
-    ) -> CallTicket<'_> {
-        CallTicket {
+    ) -> ClassicPermit<'_> {
+        ClassicPermit {
             breaker: self,
             probe,
             epoch,
@@ -623,6 +514,60 @@ impl ClassicBreaker {
         })
     }
 
+    /// Moves the breaker to `to` now, from any state (feature `testing`): `Open` as if
+    /// it tripped from closed (it waits its first open wait, then probes), `HalfOpen`
+    /// with every probe slot free, `Closed` with an empty window (a reset). The state
+    /// word takes a new epoch, so the tickets of calls admitted before no longer move
+    /// the breaker (their outcomes still count in the window). Serialised with the
+    /// other transitions into open and closed by the same lock.
+    #[cfg(feature = "testing")]
+    pub(crate) fn force(&self, to: ClassicState, now: Instant) -> Transition {
+        let now = now.as_nanos();
+        let mut step = self.rare.lock().recover();
+        let kind = match to {
+            ClassicState::Closed => CLOSED,
+            ClassicState::Open => OPEN,
+            ClassicState::HalfOpen => HALF_OPEN,
+        };
+        let mut open_until = None;
+        match to {
+            ClassicState::Open => {
+                let wait = &self.config.open_wait;
+                let jitter = if wait.jitter > 0.0 { roll() } else { 0.0 };
+                let until = now.saturating_add(nanos(wait.wait(0, jitter)));
+                // Published by the compare-and-swap below, as in `trip`.
+                self.open_until.store(until, Ordering::Relaxed);
+                open_until = Some(Instant::from_nanos(until));
+                *step = 0;
+            }
+            ClassicState::Closed => {
+                self.window.clear();
+                self.consecutive.store(0, Ordering::Relaxed);
+                *step = 0;
+            }
+            ClassicState::HalfOpen => {}
+        }
+        let mut cur = self.state.load(Ordering::Acquire);
+        loop {
+            let next = Packed::new(kind, 0, 0, Packed(cur).next_epoch());
+            match self
+                .state
+                .compare_exchange_weak(cur, next.0, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(actual) => cur = actual,
+            }
+        }
+        self.transitions.fetch_add(1, Ordering::Relaxed);
+        Transition {
+            from: Packed(cur).state(),
+            to,
+            reason: TransitionReason::Forced,
+            at: Instant::from_nanos(now),
+            open_until,
+        }
+    }
+
     fn probe_succeeded(&self, epoch: u64, now: u64) -> Option<Transition> {
         let mut cur = self.state.load(Ordering::Acquire);
         let succeeded = loop {
@@ -644,7 +589,8 @@ impl ClassicBreaker {
             return None;
         }
         // This call completed the last probe: every slot is taken and succeeded, so no
-        // other call can change the state until we close it.
+        // other call can change the state until we close it (only a forced transition,
+        // `testing`, can: then the swap below fails and the forced state stands).
         let mut step = self.rare.lock().recover();
         self.window.clear();
         self.consecutive.store(0, Ordering::Relaxed);
@@ -655,7 +601,7 @@ impl ClassicBreaker {
             self.state
                 .compare_exchange(done.0, closed.0, Ordering::AcqRel, Ordering::Acquire);
         debug_assert!(
-            swapped.is_ok(),
+            swapped.is_ok() || cfg!(feature = "testing"),
             "half-open state moved after the last probe"
         );
         if swapped.is_err() {
@@ -706,15 +652,15 @@ impl ClassicBreaker {
 ///
 /// ```
 /// # use resilience_runtime::Instant;
-/// use resilience_runtime::breaker::{Backoff, ClassicBreaker, ClassicConfig, ClassicState};
+/// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig, ClassicState};
+/// use resilience_runtime::retry::Backoff;
 /// use std::time::Duration;
 ///
-/// let config = ClassicConfig {
-///     consecutive_failures: Some(1),
-///     open_wait: Backoff::fixed(Duration::from_nanos(100)),
-///     half_open_probes: 1,
-///     ..ClassicConfig::default()
-/// };
+/// let config = ClassicConfig::builder()
+///     .consecutive_failures(1)
+///     .open_wait(Backoff::fixed(Duration::from_nanos(100)))
+///     .half_open_probes(1)
+///     .build()?;
 /// let breaker = ClassicBreaker::new(config, Instant::from_nanos(0))?;
 /// breaker.allow(Instant::from_nanos(0)).unwrap().failure(Instant::from_nanos(0));
 ///
@@ -726,7 +672,7 @@ impl ClassicBreaker {
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[must_use = "dropping the ticket at once records nothing; report the call's outcome on it"]
-pub struct CallTicket<'a> {
+pub struct ClassicPermit<'a> {
     breaker: &'a ClassicBreaker,
     probe: bool,
     epoch: u64,
@@ -735,9 +681,9 @@ pub struct CallTicket<'a> {
     finished: bool,
 }
 
-impl fmt::Debug for CallTicket<'_> {
+impl fmt::Debug for ClassicPermit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CallTicket")
+        f.debug_struct("ClassicPermit")
             .field("probe", &self.probe)
             .field("epoch", &self.epoch)
             .field("started", &self.started)
@@ -746,7 +692,7 @@ impl fmt::Debug for CallTicket<'_> {
     }
 }
 
-impl CallTicket<'_> {
+impl ClassicPermit<'_> {
     /// The call succeeded at `now`; its duration is `now` minus the `now` of
     /// [`allow`](ClassicBreaker::allow).
     ///
@@ -796,12 +742,11 @@ impl CallTicket<'_> {
     /// use resilience_runtime::breaker::{ClassicBreaker, ClassicConfig};
     /// use std::time::Duration;
     ///
-    /// let config = ClassicConfig {
-    ///     slow_call_rate: Some(1.0),
-    ///     slow_call_duration: Duration::from_millis(100),
-    ///     minimum_calls: 1,
-    ///     ..ClassicConfig::default()
-    /// };
+    /// let config = ClassicConfig::builder()
+    ///     .slow_call_rate(1.0)
+    ///     .slow_call_duration(Duration::from_millis(100))
+    ///     .minimum_calls(1)
+    ///     .build()?;
     /// let b = ClassicBreaker::new(config, Instant::from_nanos(0))?;
     /// let t = b.allow(Instant::from_nanos(0)).unwrap().finish(Instant::from_nanos(1), false, Duration::from_millis(150));
     /// assert!(t.is_some()); // 100% slow calls
@@ -862,7 +807,7 @@ impl CallTicket<'_> {
     }
 }
 
-impl<'a> CallTicket<'a> {
+impl<'a> ClassicPermit<'a> {
     /// Splits the ticket into `(epoch, started, probe)` without releasing anything;
     /// [`ClassicBreaker::ticket_from_raw`] puts it back together. Lets a caller keep a
     /// running call in a few words.
@@ -873,13 +818,18 @@ impl<'a> CallTicket<'a> {
 }
 
 impl ClassicBreaker {
-    /// The ticket [`CallTicket::into_raw`] split.
-    pub(crate) fn ticket_from_raw(&self, epoch: u64, started: u64, probe: bool) -> CallTicket<'_> {
+    /// The ticket [`ClassicPermit::into_raw`] split.
+    pub(crate) fn ticket_from_raw(
+        &self,
+        epoch: u64,
+        started: u64,
+        probe: bool,
+    ) -> ClassicPermit<'_> {
         self.ticket(probe, epoch, started, None)
     }
 }
 
-impl Drop for CallTicket<'_> {
+impl Drop for ClassicPermit<'_> {
     fn drop(&mut self) {
         if !self.finished && self.probe {
             self.breaker.release_probe(self.epoch);
@@ -895,7 +845,7 @@ mod tests {
     fn at(ns: u64) -> Instant {
         Instant::from_nanos(ns)
     }
-    use crate::breaker::Backoff;
+    use crate::retry::Backoff;
 
     const SECOND: u64 = 1_000_000_000;
 

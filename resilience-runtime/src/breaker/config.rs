@@ -1,7 +1,9 @@
 //! Configuration of the breakers and its validation.
 
 use super::nanos;
+use crate::builder::builder;
 use crate::error::FieldError;
+use crate::retry::Backoff;
 use crate::rolling::MAX_BUCKETS;
 use std::time::Duration;
 
@@ -26,19 +28,22 @@ pub const MAX_HALF_OPEN_PROBES: u64 = (1 << 16) - 1;
 /// [`drop_ratio`](super::drop_ratio); here they use `buckets`, which is the same thing
 /// with the default configuration.
 ///
+/// Build one with [`SreConfig::builder`]; the fields are public for reading.
+///
 /// # Examples
 ///
 /// ```
 /// use resilience_runtime::breaker::SreConfig;
-/// use std::time::Duration;
 ///
-/// let config = SreConfig { k: 2.0, ..SreConfig::default() };
-/// assert!(config.validate().is_ok());
+/// let config = SreConfig::builder().k(2.0).build()?;
+/// assert_eq!(config.k, 2.0);
 ///
-/// let bad = SreConfig { k: 1.0, ..SreConfig::default() };
-/// assert_eq!(bad.validate().unwrap_err().field, "k");
+/// let bad = SreConfig::builder().k(1.0).build();
+/// assert_eq!(bad.unwrap_err().field, "k");
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct SreConfig {
     /// Length of the statistics window (> 0, at least one nanosecond per bucket).
     pub window: Duration,
@@ -76,11 +81,7 @@ impl Default for SreConfig {
 }
 
 impl SreConfig {
-    /// Checks every field.
-    ///
-    /// # Errors
-    ///
-    /// A [`FieldError`] naming the first invalid field.
+    /// Starts a configuration with go-zero's constants (the [`Default`]).
     ///
     /// # Examples
     ///
@@ -88,12 +89,27 @@ impl SreConfig {
     /// use resilience_runtime::breaker::SreConfig;
     /// use std::time::Duration;
     ///
-    /// let zero = SreConfig { window: Duration::ZERO, ..SreConfig::default() };
-    /// assert_eq!(zero.validate().unwrap_err().field, "window");
-    /// let nan = SreConfig { k: f64::NAN, ..SreConfig::default() };
-    /// assert_eq!(nan.validate().unwrap_err().field, "k");
+    /// let config = SreConfig::builder()
+    ///     .window(Duration::from_secs(5))
+    ///     .buckets(20)
+    ///     .protection(10)
+    ///     .build()?;
+    /// assert_eq!(config.k, 1.5);
+    ///
+    /// let zero = SreConfig::builder().window(Duration::ZERO).build();
+    /// assert_eq!(zero.unwrap_err().field, "window");
+    /// let nan = SreConfig::builder().k(f64::NAN).build();
+    /// assert_eq!(nan.unwrap_err().field, "k");
+    /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn validate(&self) -> Result<(), FieldError> {
+    pub fn builder() -> SreConfigBuilder {
+        SreConfigBuilder {
+            config: SreConfig::default(),
+        }
+    }
+
+    /// Checks every field: a [`FieldError`] naming the first invalid one.
+    pub(crate) fn validate(&self) -> Result<(), FieldError> {
         validate_window(self.window, self.buckets, "window", "buckets")?;
         if !self.k.is_finite() || self.k < MIN_K {
             return Err(FieldError::new(
@@ -113,145 +129,35 @@ impl SreConfig {
     }
 }
 
-/// How long a [`ClassicBreaker`](super::ClassicBreaker) stays open: `base`, multiplied
-/// by `multiplier` for each half-open attempt that failed since the breaker last
-/// closed, capped at `max`, then shortened by a random fraction of at most `jitter`.
-///
-/// The `n`-th consecutive opening (`n = 0` when tripped from closed) waits
-/// `min(base * multiplier^n, max) * (1 - jitter * u)` with `u` uniform in `[0, 1)`:
-/// the jitter only shortens the wait, so `max` is a true cap.
-///
-/// # Examples
-///
-/// ```
-/// use resilience_runtime::breaker::Backoff;
-/// use std::time::Duration;
-///
-/// let b = Backoff::exponential(Duration::from_secs(1), 2.0, Duration::from_secs(5));
-/// assert_eq!(b.wait(0, 0.0), Duration::from_secs(1));
-/// assert_eq!(b.wait(2, 0.0), Duration::from_secs(4));
-/// assert_eq!(b.wait(3, 0.0), Duration::from_secs(5));
-/// let jittered = b.with_jitter(0.5);
-/// assert_eq!(jittered.wait(1, 0.5), Duration::from_millis(1500));
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Backoff {
-    /// The first wait (> 0).
-    pub base: Duration,
-    /// Growth per failed half-open attempt (finite, >= 1; 1 is a fixed wait).
-    pub multiplier: f64,
-    /// The longest wait (>= `base`).
-    pub max: Duration,
-    /// The largest fraction removed at random from a wait (0 ..= 1).
-    pub jitter: f64,
-}
+builder! {
+    /// Builds an [`SreConfig`]; start from [`SreConfig::builder`]. Each setter is
+    /// named after the field it sets; [`build`](Self::build) checks them all.
+    pub struct SreConfigBuilder => SreConfig;
 
-impl Backoff {
-    /// Always the same wait.
+    /// Checks every setting and returns the configuration.
     ///
-    /// # Examples
+    /// # Errors
     ///
-    /// ```
-    /// # use resilience_runtime::breaker::Backoff;
-    /// # use std::time::Duration;
-    /// let b = Backoff::fixed(Duration::from_secs(5));
-    /// assert_eq!(b.wait(7, 0.3), Duration::from_secs(5));
-    /// ```
-    pub fn fixed(wait: Duration) -> Self {
-        Backoff {
-            base: wait,
-            multiplier: 1.0,
-            max: wait,
-            jitter: 0.0,
-        }
-    }
+    /// A [`FieldError`] naming the first invalid field.
+    build -> Result<FieldError> = SreConfig::validate;
 
-    /// `base`, multiplied by `multiplier` after each failed half-open attempt, at most
-    /// `max`, without jitter.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use resilience_runtime::breaker::Backoff;
-    /// # use std::time::Duration;
-    /// let b = Backoff::exponential(Duration::from_millis(100), 3.0, Duration::from_secs(1));
-    /// assert_eq!(b.wait(1, 0.0), Duration::from_millis(300));
-    /// ```
-    pub fn exponential(base: Duration, multiplier: f64, max: Duration) -> Self {
-        Backoff {
-            base,
-            multiplier,
-            max,
-            jitter: 0.0,
-        }
-    }
-
-    /// The same backoff with `jitter` (0 ..= 1).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use resilience_runtime::breaker::Backoff;
-    /// # use std::time::Duration;
-    /// let b = Backoff::fixed(Duration::from_secs(10)).with_jitter(0.2);
-    /// assert_eq!(b.wait(0, 0.5), Duration::from_secs(9));
-    /// ```
-    #[must_use]
-    pub fn with_jitter(mut self, jitter: f64) -> Self {
-        self.jitter = jitter;
-        self
-    }
-
-    /// The wait of the `attempt`-th consecutive opening (0 = tripped from closed),
-    /// given `roll` uniform in `[0, 1)`. Pure; assumes a valid backoff.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use resilience_runtime::breaker::Backoff;
-    /// # use std::time::Duration;
-    /// let b = Backoff::exponential(Duration::from_secs(1), 2.0, Duration::from_secs(60));
-    /// assert_eq!(b.wait(1, 0.0), Duration::from_secs(2));
-    /// assert_eq!(b.wait(1_000, 0.0), Duration::from_secs(60));
-    /// ```
-    pub fn wait(&self, attempt: u64, roll: f64) -> Duration {
-        let base = nanos(self.base) as f64;
-        let max = nanos(self.max) as f64;
-        let exponent = i32::try_from(attempt).unwrap_or(i32::MAX);
-        let grown = (base * self.multiplier.powi(exponent)).min(max);
-        let factor = 1.0 - self.jitter * roll.clamp(0.0, 1.0);
-        // `as` saturates; a NaN (invalid backoff) becomes 0.
-        Duration::from_nanos((grown * factor) as u64)
-    }
-
-    fn validate(&self) -> Result<(), FieldError> {
-        self.check_as(OPEN_WAIT_FIELDS)
-    }
-
-    /// Checks every field, naming them `fields` (`base`, `multiplier`, `max`,
-    /// `jitter`, in this order) in errors.
-    pub(crate) fn check_as(&self, fields: [&'static str; 4]) -> Result<(), FieldError> {
-        let [base, multiplier, max, jitter] = fields;
-        if self.base.is_zero() {
-            return Err(FieldError::new(base, "must be non-zero"));
-        }
-        if !self.multiplier.is_finite() || self.multiplier < 1.0 {
-            return Err(FieldError::new(
-                multiplier,
-                format!("must be a finite number >= 1, got {}", self.multiplier),
-            ));
-        }
-        if self.max < self.base {
-            return Err(FieldError::new(
-                max,
-                format!(
-                    "must be at least `base` ({:?}), got {:?}",
-                    self.base, self.max
-                ),
-            ));
-        }
-        check_fraction(jitter, self.jitter)
-    }
+    /// Length of the statistics window (> 0, at least one nanosecond per bucket;
+    /// default 10 s).
+    window: Duration,
+    /// Number of buckets of the window (1 ..= [`MAX_BUCKETS`]; default 40).
+    buckets: u64,
+    /// Tolerance: rejection starts when the calls exceed `k` times the successes
+    /// (finite, at least [`MIN_K`]; default 1.5).
+    k: f64,
+    /// Calls in the window that are always tolerated on top of `k * successes`
+    /// (default 5).
+    protection: u64,
+    /// While dropping, a call is forced through when the last admitted one is older
+    /// than this (> 0; default 1 s).
+    force_pass_interval: Duration,
+    /// Whether a call cancelled before any threshold counts as a failure (default
+    /// `false`; see [`SreConfig::cancellations_are_failures`]).
+    cancellations_are_failures: bool,
 }
 
 /// The field names of a breaker's open wait.
@@ -277,26 +183,32 @@ const OPEN_WAIT_FIELDS: [&str; 4] = [
 /// `half_open_probes` probe calls, and closes when all of them succeed (a slow probe
 /// counts as a failed one when slow calls are tracked).
 ///
+/// Build one with [`ClassicConfig::builder`]; the fields are public for reading.
+///
 /// # Examples
 ///
 /// ```
-/// use resilience_runtime::breaker::{Backoff, ClassicConfig};
+/// use resilience_runtime::breaker::ClassicConfig;
+/// use resilience_runtime::retry::Backoff;
 /// use std::time::Duration;
 ///
-/// let config = ClassicConfig {
-///     failure_rate: 0.5,
-///     minimum_calls: 20,
-///     consecutive_failures: Some(5),
-///     open_wait: Backoff::exponential(Duration::from_secs(1), 2.0, Duration::from_secs(30))
-///         .with_jitter(0.1),
-///     ..ClassicConfig::default()
-/// };
-/// assert!(config.validate().is_ok());
+/// let config = ClassicConfig::builder()
+///     .failure_rate(0.5)
+///     .minimum_calls(20)
+///     .consecutive_failures(5)
+///     .open_wait(
+///         Backoff::exponential(Duration::from_secs(1), 2.0, Duration::from_secs(30))
+///             .with_jitter(0.1),
+///     )
+///     .build()?;
+/// assert_eq!(config.consecutive_failures, Some(5));
 ///
-/// let bad = ClassicConfig { failure_rate: 1.5, ..ClassicConfig::default() };
-/// assert_eq!(bad.validate().unwrap_err().field, "failure_rate");
+/// let bad = ClassicConfig::builder().failure_rate(1.5).build();
+/// assert_eq!(bad.unwrap_err().field, "failure_rate");
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ClassicConfig {
     /// Failure rate that trips the breaker (0 ..= 1). Default 0.5.
     pub failure_rate: f64,
@@ -348,24 +260,29 @@ impl Default for ClassicConfig {
 }
 
 impl ClassicConfig {
-    /// Checks every field.
-    ///
-    /// # Errors
-    ///
-    /// A [`FieldError`] naming the first invalid field (`open_wait.base` and so on for
-    /// the backoff).
+    /// Starts a configuration with the defaults (the [`Default`]): trips at a 50%
+    /// failure rate over at least 10 calls of a 10-s window, stays open 5 s, then
+    /// admits 3 probes.
     ///
     /// # Examples
     ///
     /// ```
     /// use resilience_runtime::breaker::ClassicConfig;
     ///
-    /// let bad = ClassicConfig { half_open_probes: 0, ..ClassicConfig::default() };
-    /// assert_eq!(bad.validate().unwrap_err().field, "half_open_probes");
-    /// let bad = ClassicConfig { slow_call_rate: Some(f64::NAN), ..ClassicConfig::default() };
-    /// assert_eq!(bad.validate().unwrap_err().field, "slow_call_rate");
+    /// let bad = ClassicConfig::builder().half_open_probes(0).build();
+    /// assert_eq!(bad.unwrap_err().field, "half_open_probes");
+    /// let bad = ClassicConfig::builder().slow_call_rate(f64::NAN).build();
+    /// assert_eq!(bad.unwrap_err().field, "slow_call_rate");
     /// ```
-    pub fn validate(&self) -> Result<(), FieldError> {
+    pub fn builder() -> ClassicConfigBuilder {
+        ClassicConfigBuilder {
+            config: ClassicConfig::default(),
+        }
+    }
+
+    /// Checks every field: a [`FieldError`] naming the first invalid one
+    /// (`open_wait.base` and so on for the backoff).
+    pub(crate) fn validate(&self) -> Result<(), FieldError> {
         check_fraction("failure_rate", self.failure_rate)?;
         if let Some(rate) = self.slow_call_rate {
             check_fraction("slow_call_rate", rate)?;
@@ -386,7 +303,7 @@ impl ClassicConfig {
             ));
         }
         validate_window(self.window, self.buckets, "window", "buckets")?;
-        self.open_wait.validate()?;
+        self.open_wait.check_as(OPEN_WAIT_FIELDS)?;
         if self.half_open_probes == 0 || self.half_open_probes > MAX_HALF_OPEN_PROBES {
             return Err(FieldError::new(
                 "half_open_probes",
@@ -403,6 +320,45 @@ impl ClassicConfig {
     pub(crate) fn bucket_width(&self) -> Duration {
         Duration::from_nanos(nanos(self.window) / self.buckets)
     }
+}
+
+builder! {
+    /// Builds a [`ClassicConfig`]; start from [`ClassicConfig::builder`]. Each setter
+    /// is named after the field it sets; [`build`](Self::build) checks them all.
+    pub struct ClassicConfigBuilder => ClassicConfig;
+
+    /// Checks every setting and returns the configuration.
+    ///
+    /// # Errors
+    ///
+    /// A [`FieldError`] naming the first invalid field (`open_wait.base` and so on
+    /// for the backoff).
+    build -> Result<FieldError> = ClassicConfig::validate;
+
+    /// Failure rate that trips the breaker (0 ..= 1; default 0.5).
+    failure_rate: f64,
+    /// Slow-call rate that trips the breaker (0 ..= 1); unset, durations are ignored.
+    slow_call_rate: Option<f64>,
+    /// A call taking this long or longer is slow (> 0 when `slow_call_rate` is set;
+    /// default 1 s).
+    slow_call_duration: Duration,
+    /// Calls needed in the window before the rates are considered (>= 1; default 10).
+    minimum_calls: u64,
+    /// Failures in a row that trip the breaker whatever the rate (>= 1); unset, only
+    /// the rates trip it.
+    consecutive_failures: Option<u64>,
+    /// Length of the statistics window (> 0; default 10 s).
+    window: Duration,
+    /// Buckets of the window (1 ..= [`MAX_BUCKETS`]; default 10).
+    buckets: u64,
+    /// How long the breaker stays open (default a fixed 5 s).
+    open_wait: Backoff,
+    /// Probe calls admitted while half-open (1 ..= [`MAX_HALF_OPEN_PROBES`];
+    /// default 3).
+    half_open_probes: u64,
+    /// Whether a call cancelled before any threshold counts as a failure (default
+    /// `false`; see [`ClassicConfig::cancellations_are_failures`]).
+    cancellations_are_failures: bool,
 }
 
 fn check_fraction(field: &'static str, value: f64) -> Result<(), FieldError> {
@@ -449,6 +405,47 @@ mod tests {
             Ok(_) => "ok",
             Err(e) => e.field,
         }
+    }
+
+    #[test]
+    fn builders_set_each_field_and_run_the_checks() {
+        let s = Duration::from_secs;
+        let c = ClassicConfig::builder()
+            .failure_rate(0.3)
+            .slow_call_rate(0.4)
+            .slow_call_duration(s(2))
+            .minimum_calls(7)
+            .consecutive_failures(3)
+            .window(s(20))
+            .buckets(20)
+            .open_wait(Backoff::fixed(s(9)))
+            .half_open_probes(2)
+            .cancellations_are_failures(true)
+            .build();
+        let want = ClassicConfig {
+            failure_rate: 0.3,
+            slow_call_rate: Some(0.4),
+            slow_call_duration: s(2),
+            minimum_calls: 7,
+            consecutive_failures: Some(3),
+            window: s(20),
+            buckets: 20,
+            open_wait: Backoff::fixed(s(9)),
+            half_open_probes: 2,
+            cancellations_are_failures: true,
+        };
+        assert_eq!(c, Ok(want));
+        assert_eq!(
+            ClassicConfig::builder().build(),
+            Ok(ClassicConfig::default())
+        );
+        assert_eq!(SreConfig::builder().build(), Ok(SreConfig::default()));
+        let zero = ClassicConfig::builder().consecutive_failures(0).build();
+        assert_eq!(field(zero), "consecutive_failures");
+        let jitter = ClassicConfig::builder().open_wait(Backoff::fixed(s(1)).with_jitter(2.0));
+        assert_eq!(field(jitter.build()), "open_wait.jitter");
+        assert_eq!(field(SreConfig::builder().protection(0).build()), "ok");
+        assert_eq!(field(SreConfig::builder().buckets(0).build()), "buckets");
     }
 
     #[test]

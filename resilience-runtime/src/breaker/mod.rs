@@ -11,9 +11,9 @@
 //!   10 seconds ([`drop_ratio`]). [`SreConfig`] holds its constants.
 //! * [`ClassicBreaker`]: the three-state breaker (closed, open, half-open) of
 //!   Hystrix/Resilience4j/Sentinel, tripped by a failure rate, a slow-call rate or
-//!   consecutive failures, with a fixed or exponential open time ([`Backoff`]) and a
+//!   consecutive failures, with a fixed or exponential open time ([`Backoff`](crate::retry::Backoff)) and a
 //!   fixed number of half-open probes. [`ClassicConfig`] holds its policy. A call is
-//!   represented by a [`CallTicket`], which releases its probe slot if dropped.
+//!   represented by a [`ClassicPermit`], which releases its probe slot if dropped.
 //!
 //! The classic breaker keeps its statistics in a
 //! [`RollingWindow`](crate::rolling::RollingWindow). The SRE breaker keeps cumulative
@@ -23,22 +23,22 @@
 //! your own.
 //!
 //! Files: `sre.rs` and `classic.rs` hold the breakers, `config.rs` their configuration
-//! and validation, `error.rs` the configuration error and the rejection.
+//! and validation, `state.rs` the classic breaker's states, transitions, statistics and refusal.
 
 mod classic;
 mod config;
-mod error;
 mod sre;
+mod state;
 
-pub use classic::{
-    CallTicket, ClassicBreaker, ClassicState, ClassicStats, Transition, TransitionReason,
+pub use classic::{ClassicBreaker, ClassicPermit};
+pub use config::{
+    ClassicConfig, ClassicConfigBuilder, SreConfig, SreConfigBuilder, MAX_HALF_OPEN_PROBES, MIN_K,
 };
-pub use config::{Backoff, ClassicConfig, SreConfig, MAX_HALF_OPEN_PROBES, MIN_K};
-pub use error::ClassicRejected;
 pub use sre::{
-    drop_ratio, DroppingTransition, SreBreaker, SreDecision, SreHistory, SrePromise, SreRejected,
+    drop_ratio, DroppingTransition, SreBreaker, SreDecision, SreHistory, SrePermit, SreRefused,
     SreStats, SreVerdict,
 };
+pub use state::{ClassicRefused, ClassicState, ClassicStats, Transition, TransitionReason};
 
 use crate::rolling::BucketCells;
 use crate::sync::atomic::{AtomicU64, Ordering};

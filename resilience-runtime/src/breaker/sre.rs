@@ -1,8 +1,8 @@
 //! The adaptive (Google SRE) breaker, as go-zero's current `googlebreaker.go`.
 //!
 //! Used two ways: the engine asks [`SreBreaker::allow`] and records outcomes itself;
-//! standalone, go-zero style, [`SreBreaker::try_allow`] returns an [`SrePromise`] to
-//! mark [`accept`](SrePromise::accept)ed or [`reject`](SrePromise::reject)ed, and
+//! standalone, go-zero style, [`SreBreaker::try_allow`] returns an [`SrePermit`] to
+//! mark [`accept`](SrePermit::accept)ed or [`reject`](SrePermit::reject)ed, and
 //! [`mark_success`](SreBreaker::mark_success) / [`mark_failure`](SreBreaker::mark_failure)
 //! record an outcome without asking first.
 
@@ -44,11 +44,12 @@ use crate::window::Ring;
 /// use resilience_runtime::breaker::{drop_ratio, SreConfig, SreHistory};
 ///
 /// // go-zero's constants: k 1.5, protection 5, 40 buckets.
-/// let config = SreConfig { buckets: 40, ..SreConfig::default() };
+/// let config = SreConfig::builder().buckets(40).build()?;
 /// let h = SreHistory { total: 100, accepts: 50, ..SreHistory::default() };
 /// assert!((drop_ratio(&h, &config) - 0.19802).abs() < 1e-5);
 /// let h = SreHistory { total: 80, accepts: 80, ..SreHistory::default() };
 /// assert_eq!(drop_ratio(&h, &config), 0.0);
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 pub fn drop_ratio(history: &SreHistory, config: &SreConfig) -> f64 {
     let raw = raw_drop_ratio(history, config);
@@ -93,7 +94,7 @@ pub struct SreHistory {
     pub accepts: u64,
     /// Failures in the window.
     pub failures: u64,
-    /// Rejected calls in the window.
+    /// Refused calls in the window.
     pub drops: u64,
     /// Every call in the window: successes, failures and drops.
     pub total: u64,
@@ -169,7 +170,7 @@ pub enum SreVerdict {
     /// older than [`SreConfig::force_pass_interval`].
     ForcedProbe,
     /// The call must not run; a drop was recorded.
-    Rejected,
+    Refused,
 }
 
 /// A change of the SRE breaker's "dropping" condition (the drop ratio went above
@@ -224,7 +225,7 @@ impl SreDecision {
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn is_admitted(&self) -> bool {
-        self.verdict != SreVerdict::Rejected
+        self.verdict != SreVerdict::Refused
     }
 }
 
@@ -293,7 +294,8 @@ impl SreBreaker {
     ///
     /// # Errors
     ///
-    /// The [`FieldError`] of [`SreConfig::validate`].
+    /// The [`FieldError`] [`SreConfigBuilder::build`](super::SreConfigBuilder::build) would give: the fields are
+    /// public, so `config` is checked again.
     ///
     /// # Examples
     ///
@@ -302,7 +304,10 @@ impl SreBreaker {
     /// use resilience_runtime::breaker::{SreBreaker, SreConfig};
     ///
     /// assert!(SreBreaker::new(SreConfig::default(), Instant::from_nanos(0)).is_ok());
-    /// let err = SreBreaker::new(SreConfig { k: 0.5, ..SreConfig::default() }, Instant::from_nanos(0)).unwrap_err();
+    /// // The fields are public, so a configuration may have changed since it was built.
+    /// let mut config = SreConfig::default();
+    /// config.k = 0.5;
+    /// let err = SreBreaker::new(config, Instant::from_nanos(0)).unwrap_err();
     /// assert_eq!(err.field, "k");
     /// ```
     pub fn new(config: SreConfig, now: Instant) -> Result<Self, FieldError> {
@@ -380,7 +385,7 @@ impl SreBreaker {
     /// }
     /// // ratio = (6 - 5) / 7
     /// assert_eq!(b.allow_with_roll(Instant::from_nanos(0), 0.2).verdict, SreVerdict::Accepted);
-    /// assert_eq!(b.allow_with_roll(Instant::from_nanos(0), 0.1).verdict, SreVerdict::Rejected);
+    /// assert_eq!(b.allow_with_roll(Instant::from_nanos(0), 0.1).verdict, SreVerdict::Refused);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
     pub fn allow_with_roll(&self, now: Instant, roll: f64) -> SreDecision {
@@ -421,10 +426,10 @@ impl SreBreaker {
     /// }
     /// // Every call fails: the ratio is high, but a critical call is dropped less often.
     /// let critical = (0..1000)
-    ///     .filter(|_| b.allow_priority(Instant::from_nanos(0), Priority::Critical).verdict == SreVerdict::Rejected)
+    ///     .filter(|_| b.allow_priority(Instant::from_nanos(0), Priority::Critical).verdict == SreVerdict::Refused)
     ///     .count();
     /// let sheddable = (0..1000)
-    ///     .filter(|_| b.allow_priority(Instant::from_nanos(0), Priority::Sheddable).verdict == SreVerdict::Rejected)
+    ///     .filter(|_| b.allow_priority(Instant::from_nanos(0), Priority::Sheddable).verdict == SreVerdict::Refused)
     ///     .count();
     /// assert!(critical < sheddable, "{critical} {sheddable}");
     /// ```
@@ -485,7 +490,7 @@ impl SreBreaker {
         if roll() < tier(drop_ratio) {
             self.record_ns(now, Outcome::Drop);
             return SreDecision {
-                verdict: SreVerdict::Rejected,
+                verdict: SreVerdict::Refused,
                 drop_ratio,
                 transition,
             };
@@ -625,6 +630,27 @@ impl SreBreaker {
         self.counts.each_ref().map(|c| c.load(Ordering::Relaxed))
     }
 
+    /// Forces the breaker to drop (feature `testing`), as if every call of its window
+    /// had failed: `trip` failures are recorded now, so it drops nearly every call
+    /// (ratio `trip / (trip + 1)`) and recovers by its own rules, through its forced
+    /// passes and the successes that follow, as that bucket leaves the window. Returns
+    /// whether this started the dropping.
+    #[cfg(feature = "testing")]
+    pub(crate) fn force_drop(&self, now: u64, trip: u64) -> bool {
+        let _ = self.ring.base(now, || self.current());
+        self.counts[FAILURE].fetch_add(trip, Ordering::Relaxed);
+        self.note_dropping(true).is_some()
+    }
+
+    /// Empties the window and stops dropping (feature `testing`): the breaker is as
+    /// new. Returns whether it was dropping.
+    #[cfg(feature = "testing")]
+    pub(crate) fn reset(&self, now: u64) -> bool {
+        self.ring.reset(now, self.current());
+        self.last_pass.store(0, Ordering::Relaxed);
+        self.note_dropping(false).is_some()
+    }
+
     /// Approximate heap size in bytes.
     pub(crate) fn heap_bytes(&self) -> usize {
         self.ring.heap_bytes()
@@ -670,7 +696,7 @@ impl SreBreaker {
     ///
     /// # Errors
     ///
-    /// [`SreRejected`] when the call must not run; the drop is already recorded.
+    /// [`SreRefused`] when the call must not run; the drop is already recorded.
     ///
     /// # Examples
     ///
@@ -686,7 +712,7 @@ impl SreBreaker {
     /// assert_eq!(b.history(Instant::from_nanos(1_000)).accepts, 1);
     /// # Ok::<(), resilience_runtime::FieldError>(())
     /// ```
-    pub fn try_allow(&self, now: Instant) -> Result<SrePromise<&Self>, SreRejected> {
+    pub fn try_allow(&self, now: Instant) -> Result<SrePermit<&Self>, SreRefused> {
         let decision = self.allow(now);
         self.promise(self, decision)
     }
@@ -696,7 +722,7 @@ impl SreBreaker {
     ///
     /// # Errors
     ///
-    /// [`SreRejected`] when `roll` is below the drop ratio.
+    /// [`SreRefused`] when `roll` is below the drop ratio.
     ///
     /// # Examples
     ///
@@ -718,7 +744,7 @@ impl SreBreaker {
         &self,
         now: Instant,
         roll: f64,
-    ) -> Result<SrePromise<&Self>, SreRejected> {
+    ) -> Result<SrePermit<&Self>, SreRefused> {
         let decision = self.allow_with_roll(now, roll);
         self.promise(self, decision)
     }
@@ -746,7 +772,7 @@ impl SreBreaker {
     pub fn try_allow_owned(
         self: &crate::sync::Arc<Self>,
         now: Instant,
-    ) -> Result<SrePromise<crate::sync::Arc<Self>>, SreRejected> {
+    ) -> Result<SrePermit<crate::sync::Arc<Self>>, SreRefused> {
         let decision = self.allow(now);
         self.promise(crate::sync::Arc::clone(self), decision)
     }
@@ -755,11 +781,11 @@ impl SreBreaker {
         &self,
         breaker: B,
         decision: SreDecision,
-    ) -> Result<SrePromise<B>, SreRejected> {
+    ) -> Result<SrePermit<B>, SreRefused> {
         if decision.is_admitted() {
-            Ok(SrePromise { breaker, decision })
+            Ok(SrePermit { breaker, decision })
         } else {
-            Err(SreRejected {
+            Err(SreRefused {
                 drop_ratio: decision.drop_ratio,
                 transition: decision.transition,
                 retry_after: self.config.force_pass_interval,
@@ -892,7 +918,7 @@ pub struct SreStats {
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
-pub struct SreRejected {
+pub struct SreRefused {
     /// The rejection probability the call faced ([`SreDecision::drop_ratio`]).
     pub drop_ratio: f64,
     /// Set when this decision started (or stopped) the dropping condition.
@@ -903,13 +929,13 @@ pub struct SreRejected {
     pub retry_after: Duration,
 }
 
-impl fmt::Display for SreRejected {
+impl fmt::Display for SreRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("circuit breaker is open")
     }
 }
 
-impl std::error::Error for SreRejected {}
+impl std::error::Error for SreRefused {}
 
 /// A call an [`SreBreaker`] admitted (go-zero's `Promise`): mark it with
 /// [`accept`](Self::accept) (the call succeeded) or [`reject`](Self::reject) (it
@@ -936,20 +962,20 @@ impl std::error::Error for SreRejected {}
 /// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[must_use = "mark the call's outcome with accept() or reject()"]
-pub struct SrePromise<B: Borrow<SreBreaker>> {
+pub struct SrePermit<B: Borrow<SreBreaker>> {
     breaker: B,
     decision: SreDecision,
 }
 
-impl<B: Borrow<SreBreaker>> fmt::Debug for SrePromise<B> {
+impl<B: Borrow<SreBreaker>> fmt::Debug for SrePermit<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SrePromise")
+        f.debug_struct("SrePermit")
             .field("decision", &self.decision)
             .finish_non_exhaustive()
     }
 }
 
-impl<B: Borrow<SreBreaker>> SrePromise<B> {
+impl<B: Borrow<SreBreaker>> SrePermit<B> {
     /// The decision that admitted the call (a forced probe or an accepted roll, the
     /// drop ratio it faced, a dropping transition it caused).
     pub fn decision(&self) -> &SreDecision {
@@ -1165,7 +1191,7 @@ mod tests {
             b.on_failure(at(0));
         }
         let d = b.allow_with_roll(at(7), 0.0);
-        assert_eq!(d.verdict, SreVerdict::Rejected);
+        assert_eq!(d.verdict, SreVerdict::Refused);
         assert!(close(d.drop_ratio, 5.0 / 11.0));
         assert_eq!(b.history(at(7)).drops, 1);
         assert_eq!(b.last_pass(), None);
@@ -1187,7 +1213,7 @@ mod tests {
         // No pass yet: no forced probe, however long we wait inside the window.
         assert_eq!(
             b.allow_with_roll(at(5 * SECOND), 0.0).verdict,
-            SreVerdict::Rejected
+            SreVerdict::Refused
         );
         assert_eq!(
             b.allow_with_roll(at(5 * SECOND), 0.999_999).verdict,
@@ -1196,7 +1222,7 @@ mod tests {
         // Exactly one interval later: not yet ("more than").
         assert_eq!(
             b.allow_with_roll(at(6 * SECOND), 0.0).verdict,
-            SreVerdict::Rejected
+            SreVerdict::Refused
         );
         assert_eq!(
             b.allow_with_roll(at(6 * SECOND + 1), 0.0).verdict,
@@ -1204,7 +1230,7 @@ mod tests {
         );
         assert_eq!(
             b.allow_with_roll(at(6 * SECOND + 2), 0.0).verdict,
-            SreVerdict::Rejected
+            SreVerdict::Refused
         );
         assert_eq!(b.last_pass(), Some(at(6 * SECOND + 1)));
     }

@@ -7,8 +7,8 @@ use super::node::Node;
 use super::report::{unknown_key_message, Reporter};
 use super::{keys, retry, sections, PointConfig, PolicyFile};
 use crate::error::check_point_name;
-use crate::layers::{Section, Sections};
 use crate::policy::{Policy, PolicyBuilder, WindowConfig};
+use crate::sources::{Section, Sections};
 use std::collections::HashSet;
 
 /// Top-level keys.
@@ -48,7 +48,7 @@ pub(crate) struct Checked {
 }
 
 /// Checks a whole document.
-pub(crate) fn check(root: &Node) -> Checked {
+pub(crate) fn check(root: &Node, every_feature: bool) -> Checked {
     let mut out = Checked::default();
     let Node::Map(entries) = root else {
         out.problems.push(Problem::new(
@@ -80,7 +80,7 @@ pub(crate) fn check(root: &Node) -> Checked {
                     format!("expected a boolean, got {}", other.describe()),
                 )),
             },
-            "points" => check_points(value, &mut out),
+            "points" => check_points(value, &mut out, every_feature),
             _ => out.problems.push(Problem::new(
                 None,
                 Some(key),
@@ -92,7 +92,7 @@ pub(crate) fn check(root: &Node) -> Checked {
     out
 }
 
-fn check_points(value: &Node, out: &mut Checked) {
+fn check_points(value: &Node, out: &mut Checked, every_feature: bool) {
     let Node::Map(points) = value else {
         out.problems.push(Problem::new(
             None,
@@ -126,15 +126,20 @@ fn check_points(value: &Node, out: &mut Checked) {
             ));
             continue;
         }
-        if let Some(config) = check_point(name, fields, &mut out.problems) {
+        if let Some(config) = check_point(name, fields, &mut out.problems, every_feature) {
             out.file.points.insert(name.clone(), config);
         }
     }
 }
 
 /// Checks one point's table and builds its policy; `None` if anything was wrong.
-fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option<PointConfig> {
-    let mut r = Reporter::new(point, problems);
+fn check_point(
+    point: &str,
+    value: &Node,
+    problems: &mut Vec<Problem>,
+    every_feature: bool,
+) -> Option<PointConfig> {
+    let mut r = Reporter::new(point, problems, every_feature);
     let Node::Map(entries) = value else {
         r.push_point(value);
         return None;
@@ -209,13 +214,11 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
                 sections::check_adaptive(&mut r, v),
                 PolicyBuilder::adaptive,
             ),
-            #[cfg(feature = "redis")]
-            "cluster" => apply(
+            "cluster" if r.reads_redis_sections() => apply(
                 b,
                 sections::check_cluster(&mut r, v),
-                PolicyBuilder::cluster,
+                PolicyBuilder::cluster_section,
             ),
-            #[cfg(not(feature = "redis"))]
             "cluster" => {
                 r.push(
                     key,
@@ -244,7 +247,7 @@ fn check_point(point: &str, value: &Node, problems: &mut Vec<Problem>) -> Option
     // load reports everything.
     match b.build() {
         Ok(policy) if !r.failed() => {
-            let mut config = PointConfig::new(policy).with_sections(set);
+            let mut config = PointConfig::builder().policy(policy).sections(set).build();
             config.breaker = breaker;
             config.retry = retry;
             Some(config)

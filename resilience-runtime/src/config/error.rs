@@ -156,8 +156,9 @@ impl ConfigError {
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ConfigError::Io { path, error } => {
-                write!(f, "cannot read policy file {}: {error}", path.display())
+            // The I/O and watch errors are the sources, not repeated here.
+            ConfigError::Io { path, .. } => {
+                write!(f, "cannot read policy file {}", path.display())
             }
             ConfigError::UnknownFormat { path } => write!(
                 f,
@@ -180,8 +181,8 @@ impl fmt::Display for ConfigError {
                 }
                 Ok(())
             }
-            ConfigError::Watch { path, error } => {
-                write!(f, "cannot watch policy file {}: {error}", path.display())
+            ConfigError::Watch { path, .. } => {
+                write!(f, "cannot watch policy file {}", path.display())
             }
         }
     }

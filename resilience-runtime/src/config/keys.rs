@@ -29,8 +29,7 @@ pub(crate) const KEYS_FIELDS: [&str; 8] = [
     "cluster",
 ];
 
-/// The fields of `keys.cluster` (`redis` feature).
-#[cfg(feature = "redis")]
+/// The fields of `keys.cluster` (enforced with the `redis` feature).
 pub(crate) const CLUSTER_FIELDS: [&str; 4] = ["url", "prefix", "batch", "cold"];
 
 /// The fields of one override's table.
@@ -61,18 +60,13 @@ pub(super) fn check_keys(r: &mut Reporter<'_>, value: &Node) -> Option<KeyPolicy
         },
         overrides: Vec::new(),
         max_wait: None,
-        #[cfg(feature = "redis")]
         cluster: None,
     };
     policy.max_wait = max_wait.and_then(|v| r.duration("keys.max_wait", v));
     if let Some(v) = cluster {
-        #[cfg(feature = "redis")]
-        {
+        if r.reads_redis_sections() {
             policy.cluster = check_cluster(r, v);
-        }
-        #[cfg(not(feature = "redis"))]
-        {
-            let _ = v;
+        } else {
             r.push(
                 "keys.cluster",
                 ProblemKind::UnknownField,
@@ -149,7 +143,6 @@ pub(super) fn check_keys(r: &mut Reporter<'_>, value: &Node) -> Option<KeyPolicy
 
 /// `keys.cluster = { url, prefix, batch, cold }` (`url` and `prefix` required); the
 /// ranges are `KeyPolicy`'s own check's.
-#[cfg(feature = "redis")]
 fn check_cluster(r: &mut Reporter<'_>, value: &Node) -> Option<crate::keys::KeyCluster> {
     let [url, prefix, batch, cold] = r.section("keys.cluster", value, CLUSTER_FIELDS)?;
     let url = r
@@ -209,7 +202,7 @@ fn check_overrides(r: &mut Reporter<'_>, value: &Node) -> BTreeMap<String, KeyOv
                 }
             }
             Node::Int(_) => match r.u64(&field, v) {
-                Some(limit) => KeyOverride::limit(limit),
+                Some(limit) => KeyOverride::of_limit(limit),
                 None => continue,
             },
             other => {
@@ -245,13 +238,11 @@ pub(super) struct KeysOut {
     max_keys: Option<u64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     overrides: BTreeMap<String, OverrideOut>,
-    #[cfg(feature = "redis")]
     #[serde(skip_serializing_if = "Option::is_none")]
     cluster: Option<ClusterOut>,
 }
 
 /// `keys.cluster` as written: `batch` and `cold` left out at their defaults.
-#[cfg(feature = "redis")]
 #[derive(Serialize)]
 struct ClusterOut {
     url: String,
@@ -310,11 +301,10 @@ impl KeysOut {
                     (value.clone(), out)
                 })
                 .collect(),
-            #[cfg(feature = "redis")]
             cluster: p.cluster().map(|c| ClusterOut {
                 url: c.url.clone(),
                 prefix: c.prefix.clone(),
-                batch: (c.batch != crate::redis::DEFAULT_BATCH).then_some(c.batch),
+                batch: (c.batch != crate::policy::DEFAULT_BATCH).then_some(c.batch),
                 cold: (c.cold != crate::keys::DEFAULT_KEY_COLD).then(|| format_duration(c.cold)),
             }),
         }

@@ -1,6 +1,9 @@
 //! Policy files: every point's policy in one TOML or JSON file, checked as a whole and
 //! applied all or nothing, with optional hot reload.
 //!
+//! This module is the reference of the file's format; the guide's
+//! [policy files](crate::guide::policy_files) chapter is the short way in.
+//!
 //! ```toml
 //! strict = true                      # unknown point names are errors
 //!
@@ -52,25 +55,144 @@
 //! "slow" = { max_concurrency = 1 }   # a table: any of limit, burst, max_concurrency
 //! ```
 //!
-//! Every field of `keys` may be left out (a section without `limit` counts calls per
-//! key but limits none, unless `max_concurrency` or an override does); an override's
-//! fields replace the section's, the others are inherited (an override setting `limit`
-//! and no `burst` has a burst of its own limit). `keys = "off"` sets "no per-key
-//! limits" over lower layers, like `adaptive = "off"`. A problem of an override names
-//! its value, quoted: `keys.overrides."vip-42".limit`.
-//!
 //! The same file in JSON is `{"strict": true, "points": {"order.create": {...}}}`
 //! (overrides: `"keys": {"limit": 100, "overrides": {"vip-42": 1000, "slow":
-//! {"max_concurrency": 1}}}`).
-//! Durations are strings with a unit (`"250ms"`, `"10s"`, `"1m30s"`; units `ns`, `us`,
-//! `ms`, `s`, `m`, `h`). The README's "Policy files" section describes every field.
+//! {"max_concurrency": 1}}}`). In the repository, `examples/policies.toml` documents
+//! every field.
+//!
+//! # Loading, all or nothing
 //!
 //! [`Registry::load_policies`] reads a file, checks everything (syntax, unknown fields,
 //! types, ranges with [`PolicyBuilder::build`](crate::PolicyBuilder::build), duplicate
 //! points, and in strict mode unknown points) and applies it only if there is no
-//! problem at all; otherwise nothing changes and [`ConfigError::Invalid`] lists every
-//! problem with its point and field. [`Registry::watch_policies`] keeps doing that
-//! whenever the file changes.
+//! problem at all; otherwise no policy changes and [`ConfigError::Invalid`] lists every
+//! problem with its point and field:
+//!
+//! ```text
+//! policy file policies.toml rejected, nothing applied (3 problems):
+//!   - point `order.create`, field `max_visit`: unknown field `max_visit`, did you mean `max_visits`? (expected one of ...) (unknown_field)
+//!   - point `order.create`, field `timeouts.threshold`: missing unit after `250` in duration "250" (one of ns, us, ms, s, m, h) (wrong_type)
+//!   - point `serch`: no `#[downgrade]` or `#[breaker]` function declares point `serch` and it does not exist yet (strict mode) (unknown_point)
+//! ```
+//!
+//! [`Registry::load_policies_str`] does the same for text in memory, and
+//! [`PolicyFile::parse`] checks a file without applying it.
+//!
+//! # Hot reload
+//!
+//! [`Registry::watch_policies`] loads the file and then follows it: each burst of
+//! writes is read once, after 200 ms of quiet, and applied with the same
+//! all-or-nothing rule. A broken edit keeps the last good policies in force;
+//! [`PolicyWatcher::status`] gives the version in force and the last error, and
+//! [`WatchOptionsBuilder::on_reload`] a callback ([`Registry::watch_policies_with`]). The
+//! watcher watches the file's directory, so editors that save by renaming and
+//! Kubernetes ConfigMap symlink swaps are seen. An empty file is never applied by the
+//! watcher (a half-written save looks like that): write an empty `[points]` table to
+//! remove every policy. With the `tracing` feature each applied file is an `info`
+//! event (file, version, points, cleared) and each rejected reload a `warn` event with
+//! the whole error.
+//!
+//! # A file is a layer
+//!
+//! A file applies to the points it names, as its own layer (a
+//! [`Source::File`], see [`sources`](crate::sources)
+//! for how layers combine and which wins). A point that the previous load of the same
+//! file configured and the new one leaves out loses that file's layer: it falls back
+//! to what other sources set, or passes every call again. Other files, the console
+//! and the program's `set_policy` are never touched by a file. Counters, in-flight
+//! calls and delay state are kept across loads.
+//!
+//! A point table sets the sections it mentions: the rules if it has any rule key (or
+//! no key at all: an empty table sets "no rule"), and `window`, `shadow`, `adaptive`,
+//! `cluster`, `keys`, `breaker` and `retry` if present. `adaptive = "off"`,
+//! `cluster = "off"` and `keys = "off"` set "none" over lower layers.
+//!
+//! # The keys of a point: its rules
+//!
+//! The [`policy`](crate::policy) module's table says what each rule does and which
+//! bounds it keeps.
+//!
+//! | key | type | meaning |
+//! |---|---|---|
+//! | `strict` | bool, default `false` | (top level) a point name must be declared by an annotated function or already exist in the registry |
+//! | `[points."NAME"]` | table | one per point; a point given twice is an error (JSON too) |
+//! | `shadow` | bool, default `false` | dry run: rules are evaluated and counted (`shadow_downgrades`), calls are never downgraded |
+//! | `max_visits` | integer ≥ 0 | downgrade when admitted visits in the window exceed it; `0` is a kill switch |
+//! | `max_concurrency` | integer 0..=4194304 | at most this many calls in flight; never waits |
+//! | `queue.max_waiting` | integer 1..=1000000, required | with `max_concurrency`: calls that may wait for a slot at once |
+//! | `queue.max_wait` | duration, 0 < it <= `"1h"`, required | the longest a call waits for a slot |
+//! | `max_exceptions` | integer ≥ 0 | downgrade once the window holds this many exceptions |
+//! | `downgrade_percentage` | integer 0..=100, default 100 | probability that a tripped rule really downgrades |
+//! | `exception_rate.rate` | number 0.0..=1.0, required | downgrade when exceptions / admitted visits ≥ rate |
+//! | `exception_rate.min_visits` | integer ≥ 0, default 0 | the rate rule applies once visits exceed this |
+//! | `timeouts.threshold` | duration > 0, required | a call slower than this is a timeout |
+//! | `timeouts.max_count` | integer ≥ 0, required | downgrade once the window holds this many timeouts |
+//! | `call_timeout` | duration, 0 < it ≤ `"24h"` | deadline of each call of an `async fn` with `timeout = "..."`, overriding the attribute's; the call is cut then |
+//! | `token_bucket.rate` | number 0.0..=1e9, required | tokens added per second (`0` admits nothing) |
+//! | `token_bucket.capacity` | integer 1..=1e9, required | bucket size, full at start |
+//! | `token_bucket.max_wait` | duration, 0 < it <= `"1h"`, optional | a call finding no token waits for it if it is due within this; `capacity = 1` is pacing |
+//! | `warm_up.period` | duration 1s..=1h, required | with `token_bucket`: the warm-up (Sentinel's); a cold point starts at `rate / cold_factor` |
+//! | `warm_up.cold_factor` | number in (1, 100], default 3 | how much slower a cold point starts |
+//! | `delay.duration` | duration > 0, required | after a trip, stay downgraded this long |
+//! | `delay.retry_interval` | duration, 0 < it ≤ `duration`, optional | let one probe call through this often |
+//! | `window.buckets` | integer 1..=3600, default 10 | number of buckets of the sliding window |
+//! | `window.bucket_width` | duration > 0, default `"1s"` | width of one bucket |
+//!
+//! Sections can be written as sub-tables (`[points."x".timeouts]`) or inline
+//! (`timeouts = { threshold = "250ms", max_count = 5 }`).
+//!
+//! # The sections of a point: breaker, retry, adaptive, cluster, keys
+//!
+//! A point's table may also hold a `breaker`, a `retry`, an `adaptive`, a `keys` and
+//! (with the `redis` feature) a `cluster` section, applied with the same
+//! all-or-nothing rule:
+//!
+//! | section / field | type | default | notes |
+//! |---|---|---|---|
+//! | `[points."x".breaker]` `algorithm` | `"sre"` \| `"classic"` \| `"disabled"` | required | `disabled` takes no other field |
+//! | sre `k`, `protection` | number, integer | 1.5, 5 | `k` finite, >= 1.1 |
+//! | sre `window`, `buckets` | duration, integer | `"10s"`, 40 | >= 1 ns per bucket |
+//! | sre `force_pass_interval` | duration | `"1s"` | > 0 |
+//! | sre `slow_call` | duration | none | a slower call counts as a failure |
+//! | classic `failure_rate`, `slow_call_rate` | number | 0.5, none | 0..=1 |
+//! | classic `slow_call_duration` | duration | `"1s"` | > 0 when `slow_call_rate` is set |
+//! | classic `minimum_calls`, `consecutive_failures` | integer | 10, none | >= 1 |
+//! | classic `window`, `buckets`, `half_open_probes` | duration, integer, integer | `"10s"`, 10, 3 | |
+//! | sre and classic `cancellations_are_failures` | boolean | `false` | a call its caller cancelled in time counts as a failure (see the guide's [cancelled calls](crate::guide::timeouts#cancelled-calls)) |
+//! | `[points."x".breaker.open_wait]` `base`, `multiplier`, `max`, `jitter` | duration, number, duration, number | `"5s"`, 1.0, max(`"5s"`, base), 0.0 | multiplier >= 1, jitter 0..=1 |
+//! | `[points."x".retry]` `attempts` | integer | required | 1..=100 attempts in all, replacing the code's `#[retry]` / `call_retrying` arguments (see the guide's [retry settings at runtime](crate::guide::retries#retry-settings-at-runtime)) |
+//! | retry `base`, `multiplier`, `max`, `jitter` | duration, number, duration, number | `"50ms"`, 2.0, max(`"2s"`, base), 1.0 | the backoff between attempts: base > 0, multiplier >= 1 (1 is a fixed wait), max >= base, jitter 0..=1 |
+//! | `[points."x".retry.budget]` `percent`, `min_per_second`, `window` | number, integer, duration | 20.0, 10, `"10s"` | a budget of the point's own, replacing the one the code names: 0..=1000, <= 1000000, 1 s..=1 h |
+//! | `[points."x".adaptive]` `algorithm` | `"gradient"` \| `"shedder"` | required | |
+//! | gradient `initial_limit`, `min_limit`, `max_limit` | integer | 20, 1, 1000 | min <= initial <= max |
+//! | gradient `smoothing`, `rtt_tolerance`, `queue_size` | number | 0.2, 1.5, 4.0 | |
+//! | gradient `long_window`, `sample_window`, `min_samples` | integer, duration, integer | 600, `"100ms"`, 10 | |
+//! | shedder `window`, `buckets` | duration, integer | `"5s"`, 50 | |
+//! | shedder `cpu_threshold` | integer (millicores) | 900 | 0..=999 |
+//! | shedder `cool_off`, `default_min_rt` | duration | `"1s"`, `"1s"` | |
+//! | shedder `flying_beta`, `min_overload_factor` | number | 0.9, 0.1 | |
+//! | `[points."x".cluster]` `algorithm` | `"visits"` \| `"token_bucket"` | required | needs the `redis` feature |
+//! | cluster `url`, `key` | string | required | a Redis URL: `redis://host:port/` for one server, `redis+cluster://host:port,host:port/` for a Redis Cluster, `rediss` for TLS (`redis-tls`); a non-empty key (a token bucket's not starting with `}`) |
+//! | visits `period`, `quota` | duration, integer | required | 1 ms..=10 years, >= 1 |
+//! | token_bucket `rate`, `burst` | number, integer | required | finite > 0, >= 1 |
+//! | cluster `batch` | integer | 10 (token_bucket: `burst` if smaller) | tokens leased per round trip, >= 1; token_bucket: <= `burst` |
+//! | `[points."x".keys]` `limit`, `period` | integer, duration | none, `"1s"` | per-key limits (hot keys): calls of each key per period, 0..=1e9 (0 refuses every call of a key), period 1 ms..=1 day, at most 1e9 calls a second; `keys = "off"` sets none over lower layers |
+//! | keys `burst`, `max_concurrency` | integer, integer | `limit`, none | burst 1..=1e9 (needs `limit`); calls of one key in flight, 0..=4194304 |
+//! | keys `max_keys` | integer | 4096 | keys tracked exactly, 16..=1048576 |
+//! | keys `max_wait` | duration | none | a call whose key used its burst waits for the key's next call if it comes within this (pacing per key) instead of being refused; up to `"1h"`; needs `limit`; not with `cluster`; a call that waited in the queue, a dry run and the tower layer never wait for a key |
+//! | keys `cluster = { url, prefix, batch, cold }` | table | none | (`redis` feature) every key's limit shared by the fleet: one bucket per value in Redis at `prefix` + the key's text, spent through a lease per hot key of `batch` tokens (default 10) dropped after `cold` without a call (default `"60s"`, 100 ms..=1 day); `url` and `prefix` required |
+//! | `[points."x".keys.overrides]` `"VALUE" = N` or `{ limit, burst, max_concurrency }` | integer or table | none | one value's limit (a number), or any of the three fields (a table; the others are the section's); at most 10000 values of 1..=256 bytes; a problem names the value: `keys.overrides."vip-42".limit` |
+//!
+//! Every field of `keys` may be left out (a section without `limit` counts calls per
+//! key but limits none, unless `max_concurrency` or an override does); an override's
+//! fields replace the section's, the others are inherited (an override setting `limit`
+//! and no `burst` has a burst of its own limit).
+//!
+//! # Durations
+//!
+//! Durations are strings with a unit: `"250ms"`, `"10s"`, `"1m30s"`, `"1.5s"` (units
+//! `ns`, `us`, `ms`, `s`, `m`, `h`); a bare number is an error, so `250` can never
+//! mean seconds in one place and milliseconds in another.
 //!
 //! # Examples
 //!
@@ -116,14 +238,14 @@ mod sections;
 mod watch;
 
 pub use error::{ConfigError, Problem, ProblemKind};
-pub use watch::{PolicyWatcher, WatchOptions, WatchStatus};
+pub use watch::{PolicyWatcher, WatchOptions, WatchOptionsBuilder, WatchStatus};
 
 use crate::adaptive::{AdaptiveConfig, GradientConfig};
 use crate::breaker::{ClassicConfig, SreConfig};
 use crate::error::PointNameError;
-use crate::layers::{Section, Source};
 use crate::policy::{AdaptiveLimit, BreakerPolicy};
 use crate::registry::Registry;
+use crate::sources::{Section, Source};
 use crate::sync::Arc;
 use node::Node;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -179,7 +301,7 @@ impl Format {
 /// let mut file = PolicyFile::default();
 /// file.strict = true;
 /// let policy = Policy::builder().max_visits(10).delay(Duration::from_secs(5), None).build()?;
-/// file.points.insert("search".into(), PointConfig::new(policy));
+/// file.points.insert("search".into(), PointConfig::builder().policy(policy).build());
 /// let text = file.to_text(Format::Toml)?;
 /// assert!(text.contains("[points.search]"));
 /// assert!(text.contains(r#"duration = "5s""#));
@@ -196,7 +318,7 @@ pub struct PolicyFile {
     pub points: BTreeMap<String, PointConfig>,
 }
 
-pub use crate::layers::PointConfig;
+pub use crate::sources::PointConfig;
 
 impl PolicyFile {
     /// Parses and checks a file's text, without applying it.
@@ -207,7 +329,46 @@ impl PolicyFile {
     ///
     /// [`ConfigError::Invalid`] listing every problem.
     pub fn parse(text: &str, format: Format) -> Result<PolicyFile, ConfigError> {
-        let checked = parse_checked(text, format);
+        PolicyFile::parse_checked(text, format, false)
+    }
+
+    /// [`parse`](Self::parse) as a runtime built with every feature would: sections
+    /// this build cannot enforce (a `cluster` section or a key's `cluster` without the
+    /// `redis` feature) are read and checked like the others instead of refused. For
+    /// tools that check policies for a fleet, as the admin console does; applying such
+    /// a file to this build's registry refuses those sections.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError::Invalid`] listing every problem.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::config::{Format, PolicyFile};
+    ///
+    /// let text = r#"
+    ///     [points."orders.create"]
+    ///     cluster = { algorithm = "visits", url = "redis://cache:6379/", key = "orders", period = "1s", quota = 500 }
+    /// "#;
+    /// let file = PolicyFile::parse_with_every_feature(text, Format::Toml)?;
+    /// assert!(file.points["orders.create"].policy.cluster().is_some());
+    /// // An invalid one is refused either way, naming the field.
+    /// let bad = text.replace("redis://cache:6379/", "http://cache/");
+    /// let err = PolicyFile::parse_with_every_feature(&bad, Format::Toml).unwrap_err();
+    /// assert_eq!(err.problems()[0].field.as_deref(), Some("cluster.url"));
+    /// # Ok::<(), resilience_runtime::config::ConfigError>(())
+    /// ```
+    pub fn parse_with_every_feature(text: &str, format: Format) -> Result<PolicyFile, ConfigError> {
+        PolicyFile::parse_checked(text, format, true)
+    }
+
+    fn parse_checked(
+        text: &str,
+        format: Format,
+        every_feature: bool,
+    ) -> Result<PolicyFile, ConfigError> {
+        let checked = parse_checked(text, format, every_feature);
         if checked.problems.is_empty() {
             Ok(checked.file)
         } else {
@@ -219,7 +380,7 @@ impl PolicyFile {
     }
 
     /// What every point of a registry enforces, as a file: each point's sections that
-    /// some layer sets ([`EffectivePolicy::to_config`](crate::layers::EffectivePolicy::to_config)).
+    /// some layer sets ([`EffectivePolicy::to_config`](crate::sources::EffectivePolicy::to_config)).
     /// Loading it as the only source enforces the same.
     pub fn from_registry(registry: &Registry) -> PolicyFile {
         let points = registry
@@ -256,7 +417,7 @@ impl PolicyFile {
 }
 
 /// Parses the text into a tree, then checks it; syntax errors become one problem.
-fn parse_checked(text: &str, format: Format) -> check::Checked {
+fn parse_checked(text: &str, format: Format, every_feature: bool) -> check::Checked {
     // Some editors start UTF-8 files with a byte-order mark; neither parser wants it.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let root: Result<Node, Problem> = match format {
@@ -271,7 +432,7 @@ fn parse_checked(text: &str, format: Format) -> check::Checked {
         }),
     };
     match root {
-        Ok(root) => check::check(&root),
+        Ok(root) => check::check(&root, every_feature),
         Err(problem) => check::Checked {
             problems: vec![problem],
             ..check::Checked::default()
@@ -427,7 +588,7 @@ impl Registry {
     /// Reads a TOML (`.toml`) or JSON (`.json`) policy file and applies it, all or
     /// nothing, as the layer of [`Source::File`] named by the path.
     ///
-    /// Every point in the file gets the file's layer (see [`crate::layers`] for what a
+    /// Every point in the file gets the file's layer (see [`crate::sources`] for what a
     /// point table sets); points that the file's previous load configured but it no
     /// longer mentions lose the file's layer and fall back to other sources (code, the
     /// console, other files); such a point that nothing else holds, declares or
@@ -471,7 +632,7 @@ impl Registry {
     /// # Errors
     ///
     /// [`ConfigError::Invalid`] if `strict` is set and a point is unknown, or if a
-    /// breaker is invalid ([`BreakerPolicy::validate`]).
+    /// breaker is invalid (a field the configuration's builder rejects).
     pub fn apply_source(
         &self,
         source: Source,
@@ -509,7 +670,12 @@ impl Registry {
         format: Format,
         path: Option<&Path>,
     ) -> Result<LoadReport, ConfigError> {
-        self.apply_checked(file_source(path), None, parse_checked(text, format), path)
+        self.apply_checked(
+            file_source(path),
+            None,
+            parse_checked(text, format, false),
+            path,
+        )
     }
 
     /// The strict check, then the apply if nothing at all is wrong.
@@ -551,6 +717,30 @@ impl Registry {
             }
             if let Err(e) = crate::error::check_point_name(name) {
                 checked.problems.push(name_problem(name, &e));
+            }
+            // A fleet's document can hold sections this build cannot enforce: refuse
+            // them rather than leave them silently unenforced.
+            if !cfg!(feature = "redis") {
+                let policy = Some(&config.policy);
+                let needs_redis = [
+                    ("cluster", policy.is_some_and(|p| p.cluster().is_some())),
+                    (
+                        "keys.cluster",
+                        policy
+                            .and_then(|p| p.keys())
+                            .is_some_and(|k| k.cluster().is_some()),
+                    ),
+                ];
+                for (field, set) in needs_redis {
+                    if set {
+                        checked.problems.push(Problem::new(
+                            Some(name),
+                            Some(field),
+                            ProblemKind::UnknownField,
+                            format!("`{field}` needs the `redis` feature of resilience-runtime"),
+                        ));
+                    }
+                }
             }
         }
         if !checked.problems.is_empty() {
@@ -724,12 +914,8 @@ struct PointOut {
     window: Option<WindowOut>,
     #[serde(skip_serializing_if = "Option::is_none")]
     adaptive: Option<OrOff<AdaptiveOut>>,
-    #[cfg(feature = "redis")]
     #[serde(skip_serializing_if = "Option::is_none")]
     cluster: Option<OrOff<ClusterOut>>,
-    #[cfg(not(feature = "redis"))]
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cluster: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     keys: Option<OrOff<keys::KeysOut>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -745,7 +931,6 @@ struct QueueOut {
 }
 
 /// A cluster-wide limit: `algorithm`, its fields, and `batch` unless it is the default.
-#[cfg(feature = "redis")]
 #[derive(Serialize, Default)]
 struct ClusterOut {
     algorithm: &'static str,
@@ -763,7 +948,6 @@ struct ClusterOut {
     batch: Option<u64>,
 }
 
-#[cfg(feature = "redis")]
 impl ClusterOut {
     fn of(limit: &crate::policy::ClusterLimit) -> ClusterOut {
         use crate::policy::ClusterLimit;
@@ -1088,13 +1272,10 @@ impl PointOut {
                     .as_ref()
                     .map_or(AdaptiveOut::off(), AdaptiveOut::of)
             }),
-            #[cfg(feature = "redis")]
             cluster: sets(Section::Cluster).then(|| {
                 p.cluster()
                     .map_or(OrOff::Off("off"), |c| OrOff::On(ClusterOut::of(c)))
             }),
-            #[cfg(not(feature = "redis"))]
-            cluster: sets(Section::Cluster).then_some("off"),
             keys: sets(Section::Keys).then(|| {
                 p.keys()
                     .map_or(OrOff::Off("off"), |k| OrOff::On(keys::KeysOut::of(k)))
@@ -1161,7 +1342,7 @@ impl Serialize for PointConfig {
 impl<'de> Deserialize<'de> for PolicyFile {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<PolicyFile, D::Error> {
         let root = Node::deserialize(deserializer)?;
-        let checked = check::check(&root);
+        let checked = check::check(&root, false);
         if checked.problems.is_empty() {
             Ok(checked.file)
         } else {
@@ -1178,7 +1359,7 @@ impl<'de> Deserialize<'de> for PointConfig {
             "points".to_owned(),
             Node::Map(vec![(NAME.to_owned(), node)]),
         )]);
-        let mut checked = check::check(&root);
+        let mut checked = check::check(&root, false);
         match checked.file.points.remove(NAME) {
             Some(config) if checked.problems.is_empty() => Ok(config),
             _ => Err(serde::de::Error::custom(problem_list(&checked.problems))),

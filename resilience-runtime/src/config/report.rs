@@ -12,16 +12,30 @@ pub(super) struct Reporter<'a> {
     point: &'a str,
     problems: &'a mut Vec<Problem>,
     failed: bool,
+    /// Whether sections this build cannot enforce are read and checked (a fleet's
+    /// document) rather than refused.
+    every_feature: bool,
 }
 
 impl<'a> Reporter<'a> {
     /// A reporter of the problems of `point` into `problems`.
-    pub(super) fn new(point: &'a str, problems: &'a mut Vec<Problem>) -> Reporter<'a> {
+    pub(super) fn new(
+        point: &'a str,
+        problems: &'a mut Vec<Problem>,
+        every_feature: bool,
+    ) -> Reporter<'a> {
         Reporter {
             point,
             problems,
             failed: false,
+            every_feature,
         }
+    }
+
+    /// Whether a section that needs `redis` is read here: with the feature, or for a
+    /// fleet's document; otherwise it is refused with a problem naming the feature.
+    pub(super) fn reads_redis_sections(&self) -> bool {
+        cfg!(feature = "redis") || self.every_feature
     }
 
     /// Whether any problem was reported.
@@ -154,7 +168,6 @@ impl Reporter<'_> {
         }
     }
 
-    #[cfg(feature = "redis")]
     pub(super) fn string(&mut self, field: &str, value: &Node) -> Option<String> {
         match value {
             Node::Str(text) => Some(text.clone()),

@@ -2,7 +2,7 @@
 //! `[points."x".retry.budget]` (see [`RetryPolicy`]).
 //!
 //! Every field but `attempts` may be left out: the backoff then is
-//! [`Retry::new`]'s (50 ms doubling up to 2 s, full jitter; a `max` left out is raised
+//! [`Retry::builder`]'s (50 ms doubling up to 2 s, full jitter; a `max` left out is raised
 //! to `base` if that is longer), the budget [`BudgetConfig::default`]'s.
 
 use super::duration::format_duration;
@@ -61,14 +61,19 @@ pub(super) fn check_retry(r: &mut Reporter<'_>, value: &Node) -> Option<RetryPol
     if let Err(e) = attempts_only.validate() {
         report(e);
     }
-    if let Err(e) = RetryPolicy::new(Retry::new(1).backoff(policy.retry.backoff)).validate() {
+    let backoff_only = RetryPolicy::new(Retry {
+        attempts: 1,
+        backoff: policy.retry.backoff,
+    });
+    if let Err(e) = backoff_only.validate() {
         report(e);
     }
     if let Some(config) = policy.budget {
-        if let Err(e) = RetryPolicy::new(Retry::new(1))
-            .with_budget(config)
-            .validate()
-        {
+        let budget_only = RetryPolicy {
+            budget: Some(config),
+            ..RetryPolicy::new(Retry::new(1))
+        };
+        if let Err(e) = budget_only.validate() {
             report(e);
         }
     }

@@ -423,14 +423,11 @@ fn reset_breaker(p: &mut BreakerPolicy, field: &str) -> bool {
 }
 
 /// The fields of the `cluster` section's `algorithm = "visits"`.
-#[cfg(feature = "redis")]
 pub(crate) const CLUSTER_VISITS_FIELDS: &[&str] = &["url", "key", "period", "quota", "batch"];
 
 /// The fields of the `cluster` section's `algorithm = "token_bucket"`.
-#[cfg(feature = "redis")]
 pub(crate) const CLUSTER_TOKEN_FIELDS: &[&str] = &["url", "key", "rate", "burst", "batch"];
 
-#[cfg(feature = "redis")]
 const CLUSTERS: [Algorithm; 2] = [
     Algorithm {
         name: "visits",
@@ -445,7 +442,6 @@ const CLUSTERS: [Algorithm; 2] = [
 /// Checks `[points."x".cluster]`; `None` once reported. The ranges (`quota`, `rate`,
 /// `burst`, `batch`, the URL and the key) are the policy's own validation, reported
 /// with the other range problems of the point.
-#[cfg(feature = "redis")]
 pub(super) fn check_cluster(
     r: &mut Reporter<'_>,
     value: &Node,

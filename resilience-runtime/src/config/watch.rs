@@ -2,6 +2,7 @@
 //! each burst of changes.
 
 use super::{ConfigError, Format, LoadReport, Problem, ProblemKind};
+use crate::builder::builder;
 use crate::registry::Registry;
 use crate::sync::mpsc::{self, RecvTimeoutError};
 use crate::sync::Recover;
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime};
 /// Called after every reload attempt with what it did.
 type Callback = Arc<dyn Fn(Result<&LoadReport, &ConfigError>) + Send + Sync>;
 
-/// How a [`PolicyWatcher`] behaves.
+/// How a [`PolicyWatcher`] behaves; build it with [`WatchOptions::builder`].
 ///
 /// # Examples
 ///
@@ -23,15 +24,17 @@ type Callback = Arc<dyn Fn(Result<&LoadReport, &ConfigError>) + Send + Sync>;
 /// use resilience_runtime::config::WatchOptions;
 /// use std::time::Duration;
 ///
-/// let options = WatchOptions::new()
+/// let options = WatchOptions::builder()
 ///     .debounce(Duration::from_millis(100))
 ///     .on_reload(|result| match result {
 ///         Ok(report) => println!("policies v{} applied", report.version),
 ///         Err(e) => eprintln!("policy file kept at its last good version: {e}"),
-///     });
+///     })
+///     .build();
 /// # let _ = options;
 /// ```
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct WatchOptions {
     debounce: Duration,
     settle: Duration,
@@ -49,51 +52,61 @@ impl fmt::Debug for WatchOptions {
 }
 
 impl Default for WatchOptions {
+    /// A 200 ms debounce, a 500 ms settle period and no callback.
     fn default() -> Self {
-        WatchOptions::new()
-    }
-}
-
-impl WatchOptions {
-    /// Default options: a 200 ms debounce, a 500 ms settle period and no callback.
-    pub fn new() -> WatchOptions {
         WatchOptions {
             debounce: Duration::from_millis(200),
             settle: Duration::from_millis(500),
             on_reload: None,
         }
     }
+}
 
-    /// How long the file must stay quiet after a change before it is read: editors
-    /// often write a file in several steps (truncate, write, rename), and reading in
-    /// between would see a half-written file. A file that keeps changing is still
-    /// read at least every ten debounce periods.
-    pub fn debounce(mut self, quiet: Duration) -> WatchOptions {
-        self.debounce = quiet;
-        self
+impl WatchOptions {
+    /// Starts from the defaults: a 200 ms debounce, a 500 ms settle period and no
+    /// callback.
+    pub fn builder() -> WatchOptionsBuilder {
+        WatchOptionsBuilder {
+            config: WatchOptions::default(),
+        }
     }
+}
 
-    /// How long apart two reads of the file must agree before it is applied: a writer
-    /// that pauses longer than the debounce half-way through would otherwise have its
-    /// half-written file applied. Content still changing is never applied; a writer
-    /// that pauses longer than debounce plus settle cannot be told from a finished one,
-    /// so writing a new file and renaming it over the old stays the safe way.
-    pub fn settle(mut self, period: Duration) -> WatchOptions {
-        self.settle = period;
-        self
-    }
+builder! {
+    /// Builds [`WatchOptions`]; start from [`WatchOptions::builder`]. Each setter is
+    /// named after the option it sets.
+    pub struct WatchOptionsBuilder => WatchOptions;
 
+    /// Returns the options (every value is accepted).
+    build -> Infallible;
+
+    /// How long the file must stay quiet after a change before it is read (default
+    /// 200 ms): editors often write a file in several steps (truncate, write,
+    /// rename), and reading in between would see a half-written file. A file that
+    /// keeps changing is still read at least every ten debounce periods.
+    debounce: Duration,
+    /// How long apart two reads of the file must agree before it is applied (default
+    /// 500 ms): a writer that pauses longer than the debounce half-way through would
+    /// otherwise have its half-written file applied. Content still changing is never
+    /// applied; a writer that pauses longer than debounce plus settle cannot be told
+    /// from a finished one, so writing a new file and renaming it over the old stays
+    /// the safe way.
+    settle: Duration,
+}
+
+impl WatchOptionsBuilder {
     /// A function called on the watcher's thread after every reload attempt: with the
     /// report of an applied file, or with the error of a rejected one (the last good
     /// policies stay in force); and when a rejected file is restored to the content in
     /// force, with the report of the policies in force (the file is good again, and
     /// nothing new was applied). It is not called for the initial load, whose result
     /// [`Registry::watch_policies`] returns. It must not drop the watcher itself.
-    pub fn on_reload<F>(mut self, f: F) -> WatchOptions
+    #[must_use = "a setter returns the changed builder"]
+    pub fn on_reload<F>(mut self, on_reload: F) -> Self
     where
         F: Fn(Result<&LoadReport, &ConfigError>) + Send + Sync + 'static,
     {
-        self.on_reload = Some(Arc::new(f));
+        self.config.on_reload = Some(Arc::new(on_reload));
         self
     }
 }
@@ -123,7 +136,7 @@ pub struct WatchStatus {
 /// Created by [`Registry::watch_policies`]. A change is applied with the same rule as
 /// [`Registry::load_policies`]: all of it or, if anything is wrong, none of it, and
 /// then the last good policies stay in force while [`status`](PolicyWatcher::status)
-/// (and the [`on_reload`](WatchOptions::on_reload) callback) says why.
+/// (and the [`on_reload`](WatchOptionsBuilder::on_reload) callback) says why.
 ///
 /// The watcher watches the file's directory, so files replaced by a rename (most
 /// editors) or through a symlink swap (Kubernetes ConfigMaps) are seen; any change in
@@ -197,7 +210,7 @@ impl Registry {
         &'static self,
         path: impl AsRef<Path>,
     ) -> Result<PolicyWatcher, ConfigError> {
-        self.watch_policies_with(path, WatchOptions::new())
+        self.watch_policies_with(path, WatchOptions::default())
     }
 
     /// Like [`watch_policies`](Registry::watch_policies), with options.
@@ -442,7 +455,7 @@ impl Worker {
                 #[cfg(feature = "tracing")]
                 tracing::warn!(
                     file = %self.path.display(),
-                    error = %_e,
+                    error = %crate::util::error_chain(_e),
                     "policy file change rejected; the last good policies stay in force"
                 );
             }

@@ -94,7 +94,10 @@ mod tests {
         let policy = Policy::builder().max_visits(7).build().unwrap();
         file.points.insert(
             "p".into(),
-            PointConfig::new(policy).with_breaker(BreakerPolicy::default()),
+            PointConfig::builder()
+                .policy(policy)
+                .breaker(BreakerPolicy::default())
+                .build(),
         );
         write(&path, "g/a", 9, &file).unwrap();
         assert_eq!(read(&path, "g/a"), Ok(Some((9, file.clone()))));

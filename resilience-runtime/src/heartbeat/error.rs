@@ -67,10 +67,11 @@ impl fmt::Display for HeartbeatError {
             HeartbeatError::Protocol { server, message } => {
                 write!(f, "unreadable answer from {server}: {message}")
             }
-            HeartbeatError::Rejected { version, error } => {
+            HeartbeatError::Rejected { version, .. } => {
+                // The loader's problems are the source.
                 write!(
                     f,
-                    "policy version {version} refused, keeping the current policies: {error}"
+                    "policy version {version} refused, keeping the current policies"
                 )
             }
         }

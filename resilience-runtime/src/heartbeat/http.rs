@@ -1,13 +1,16 @@
-//! A minimal HTTP/1.1 client over `std::net::TcpStream`: one POST per connection
-//! (`Connection: close`), bounded in time and in response size.
+//! A minimal HTTP/1.1 client over `std::net::TcpStream`, in TLS for `https://`
+//! servers (feature `heartbeat-tls`): one POST per connection (`Connection: close`),
+//! bounded in time and in response size.
 //!
 //! The heartbeat client needs nothing more, and an HTTP stack with a runtime of its
 //! own would be a heavy dependency for two requests every 5 seconds.
 
-use super::config::ServerAddr;
+use super::config::{is_loopback_ip, ServerAddr};
 use super::error::HeartbeatError;
+#[cfg(feature = "heartbeat-tls")]
+use super::tls::{self, TlsClient};
 use std::io::{Read, Write};
-use std::net::{IpAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 /// The largest response accepted (a policy document of thousands of points).
@@ -20,6 +23,57 @@ pub(crate) struct Request<'a> {
     pub(crate) token: Option<&'a str>,
     pub(crate) connect_timeout: Duration,
     pub(crate) io_timeout: Duration,
+    /// A token is sent and plain http was not allowed: a plain-http server must
+    /// resolve to loopback addresses (`localhost` might not).
+    pub(crate) plain_only_to_loopback: bool,
+    /// The TLS set-up for `https://` servers.
+    #[cfg(feature = "heartbeat-tls")]
+    pub(crate) tls: Option<&'a TlsClient>,
+}
+
+/// A connection: plain, or TLS over the socket.
+enum Conn {
+    Plain(TcpStream),
+    #[cfg(feature = "heartbeat-tls")]
+    Tls(Box<tls::TlsStream>),
+}
+
+impl Conn {
+    fn socket(&self) -> &TcpStream {
+        match self {
+            Conn::Plain(s) => s,
+            #[cfg(feature = "heartbeat-tls")]
+            Conn::Tls(s) => &s.sock,
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(buf),
+            #[cfg(feature = "heartbeat-tls")]
+            Conn::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(buf),
+            #[cfg(feature = "heartbeat-tls")]
+            Conn::Tls(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            #[cfg(feature = "heartbeat-tls")]
+            Conn::Tls(s) => s.flush(),
+        }
+    }
 }
 
 /// A response: status and body.
@@ -40,9 +94,13 @@ pub(crate) fn post(
         server: server.to_string(),
         message,
     };
-    let addrs = (server.host.as_str(), server.port)
+    let mut addrs: Vec<SocketAddr> = (server.host.as_str(), server.port)
         .to_socket_addrs()
-        .map_err(|e| net(format!("cannot resolve {}: {e}", server.host)))?;
+        .map_err(|e| net(format!("cannot resolve {}: {e}", server.host)))?
+        .collect();
+    if req.plain_only_to_loopback && !server.tls {
+        addrs = loopback_only(server, addrs)?;
+    }
     let mut last = None;
     let mut stream = None;
     for addr in addrs {
@@ -54,7 +112,7 @@ pub(crate) fn post(
             Err(e) => last = Some(e),
         }
     }
-    let mut stream = stream.ok_or_else(|| {
+    let stream = stream.ok_or_else(|| {
         net(last.map_or_else(|| "no address".into(), |e| format!("connect: {e}")))
     })?;
     stream
@@ -64,6 +122,7 @@ pub(crate) fn post(
     let local_ip = stream
         .local_addr()
         .map_or(IpAddr::from([127, 0, 0, 1]), |a| a.ip());
+    let mut stream = connect(server, req, stream).map_err(net)?;
     let body = body(local_ip);
     let mut head = format!(
         "POST {}{} HTTP/1.1\r\nHost: {}\r\nUser-Agent: resilience-runtime/{}\r\n\
@@ -84,6 +143,7 @@ pub(crate) fn post(
     stream
         .write_all(head.as_bytes())
         .and_then(|()| stream.write_all(&body))
+        .and_then(|()| stream.flush())
         .map_err(|e| net(format!("send: {e}")))?;
     // The whole answer must arrive within a few I/O timeouts, so a server that trickles
     // bytes cannot hold the client thread for long.
@@ -96,8 +156,59 @@ pub(crate) fn post(
     })
 }
 
+/// The loopback addresses among those `server`'s name resolved to: `build` let a
+/// plain-http server with a token through as loopback by its name (`localhost`), and
+/// what that name resolves to must be loopback too, or the token would leave the host.
+fn loopback_only(
+    server: &ServerAddr,
+    resolved: Vec<SocketAddr>,
+) -> Result<Vec<SocketAddr>, HeartbeatError> {
+    let loopback: Vec<SocketAddr> = resolved
+        .iter()
+        .copied()
+        .filter(|a| is_loopback_ip(a.ip()))
+        .collect();
+    if loopback.is_empty() && !resolved.is_empty() {
+        let list: Vec<String> = resolved.iter().map(|a| a.ip().to_string()).collect();
+        return Err(HeartbeatError::Config {
+            field: "servers",
+            message: format!(
+                "{server} resolves to {}, not loopback: the app token is not sent over \
+                 plain http there (use https://, or set `allow_plain_http(true)`)",
+                list.join(", ")
+            ),
+        });
+    }
+    Ok(loopback)
+}
+
+/// The connection to speak HTTP over: the socket itself, or TLS over it for an
+/// `https://` server.
+fn connect(server: &ServerAddr, req: &Request<'_>, socket: TcpStream) -> Result<Conn, String> {
+    if !server.tls {
+        return Ok(Conn::Plain(socket));
+    }
+    #[cfg(feature = "heartbeat-tls")]
+    {
+        let tls = req
+            .tls
+            .ok_or("no TLS set-up for an https server (a bug: `build` makes it)")?;
+        // The same budget as the answer's: a server that trickles its handshake
+        // cannot hold the client thread for long either.
+        let deadline = Instant::now() + req.io_timeout * 3;
+        tls::connect(tls, &server.host, socket, req.io_timeout, deadline)
+            .map(|s| Conn::Tls(Box::new(s)))
+    }
+    #[cfg(not(feature = "heartbeat-tls"))]
+    {
+        // `ServerAddr::parse` refuses https without the feature.
+        let _ = req;
+        Err("https needs the runtime's `heartbeat-tls` feature".into())
+    }
+}
+
 fn read_all(
-    stream: &mut TcpStream,
+    stream: &mut Conn,
     io_timeout: Duration,
     deadline: Instant,
 ) -> std::io::Result<Vec<u8>> {
@@ -111,7 +222,9 @@ fn read_all(
                 "answer too slow",
             ));
         }
-        stream.set_read_timeout(Some(left.min(io_timeout)))?;
+        stream
+            .socket()
+            .set_read_timeout(Some(left.min(io_timeout)))?;
         match stream.read(&mut buf) {
             Ok(0) => return Ok(raw),
             Ok(n) => {
@@ -129,14 +242,23 @@ fn read_all(
     }
 }
 
-/// Whether a response with a Content-Length has fully arrived (then there is no need
-/// to wait for the server to close).
+/// Whether a response with a Content-Length, or a chunked one, has fully arrived
+/// (then there is no need to wait for the server to close: a TLS server that closes
+/// without `close_notify` would make that an error).
 fn complete(raw: &[u8]) -> bool {
     let Some(end) = find(raw, b"\r\n\r\n") else {
         return false;
     };
     let head = String::from_utf8_lossy(&raw[..end]);
+    if is_chunked(&head) {
+        // Decoded only when it may have ended, so reading stays linear.
+        return raw.ends_with(b"0\r\n\r\n") && dechunk(&raw[end + 4..]).is_ok();
+    }
     content_length(&head).is_some_and(|n| raw.len() >= end + 4 + n)
+}
+
+fn is_chunked(head: &str) -> bool {
+    header(head, "transfer-encoding").is_some_and(|v| v.to_ascii_lowercase().contains("chunked"))
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -156,6 +278,16 @@ fn content_length(head: &str) -> Option<usize> {
 
 /// Parses a whole HTTP/1.1 response.
 pub(crate) fn parse(raw: &[u8]) -> Result<Response, String> {
+    // A TLS record (an alert, a handshake) where an HTTP head should be: the server
+    // serves https and refused our plain request.
+    if matches!(raw, [0x15 | 0x16, 0x03, ..]) {
+        return Err(
+            "the server answered in TLS: it serves https, so use an https:// address".into(),
+        );
+    }
+    if raw.is_empty() {
+        return Err("the server closed the connection without answering".into());
+    }
     let end = find(raw, b"\r\n\r\n").ok_or("the answer has no complete HTTP head")?;
     let head = String::from_utf8_lossy(&raw[..end]);
     let status_line = head.split("\r\n").next().unwrap_or("");
@@ -169,9 +301,7 @@ pub(crate) fn parse(raw: &[u8]) -> Result<Response, String> {
         .and_then(|s| s.parse::<u16>().ok())
         .ok_or_else(|| format!("no status code in {status_line:?}"))?;
     let rest = &raw[end + 4..];
-    let chunked = header(&head, "transfer-encoding")
-        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
-    let body = if chunked {
+    let body = if is_chunked(&head) {
         dechunk(rest)?
     } else if let Some(n) = content_length(&head) {
         rest.get(..n)
@@ -239,6 +369,39 @@ mod tests {
         assert!(parse(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_err());
         assert!(complete(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi"));
         assert!(!complete(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nhi"));
+    }
+
+    #[test]
+    fn a_tls_answer_to_plain_http_says_to_use_https() {
+        // A TLS alert record (decode_error), as a TLS server answers an HTTP request.
+        let e = parse(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32]).unwrap_err();
+        assert!(e.contains("use an https:// address"), "{e}");
+        let e = parse(b"").unwrap_err();
+        assert!(e.contains("without answering"), "{e}");
+    }
+
+    #[test]
+    fn a_localhost_that_resolves_elsewhere_gets_no_token() {
+        let server = ServerAddr::parse("http://localhost:7070").unwrap();
+        let at = |ip: [u8; 4]| SocketAddr::from((ip, 7070));
+        let e = loopback_only(&server, vec![at([10, 0, 0, 5])]).unwrap_err();
+        assert!(
+            e.to_string().contains("resolves to 10.0.0.5, not loopback"),
+            "{e}"
+        );
+        // Only the loopback addresses are tried.
+        let kept = loopback_only(&server, vec![at([10, 0, 0, 5]), at([127, 0, 0, 1])]).unwrap();
+        assert_eq!(kept, [at([127, 0, 0, 1])]);
+    }
+
+    #[test]
+    fn a_chunked_answer_is_complete_at_its_last_chunk() {
+        let head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n";
+        let whole = [&head[..], b"2\r\nhi\r\n0\r\n\r\n"].concat();
+        assert!(complete(&whole));
+        assert!(!complete(&whole[..whole.len() - 1]));
+        // A chunk whose data ends like the last chunk is not the end.
+        assert!(!complete(&[&head[..], b"9\r\nxx0\r\n\r\n"].concat()));
     }
 
     #[test]

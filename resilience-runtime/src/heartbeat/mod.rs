@@ -23,7 +23,7 @@
 //!   through the policy-file loader ([`Registry::apply_source`]): all or nothing, and
 //!   points the previous version configured but the new one does not lose the
 //!   console's layer. Files and code keep their own layers: the console overrides
-//!   them section by section (by the registry's [`Precedence`](crate::layers::Precedence))
+//!   them section by section (by the registry's [`Precedence`](crate::sources::Precedence))
 //!   and never clears them. A set the loader refuses is not applied; the client keeps
 //!   its version and policies.
 //! - **Failover**: the server list is tried in order; an error moves the client to
@@ -44,8 +44,21 @@
 //! `client` holding the JSON request; answer `changed`, `version`, `strategies`,
 //! `errorMsg`), which resilience-admin also serves, so the client can report to an
 //! existing sds-admin. The app token goes in an `Authorization: Bearer` header in
-//! both (SDS's admin ignores it). Only plain `http://` is supported; use a local TLS
-//! proxy to reach a server over https.
+//! both (SDS's admin ignores it).
+//!
+//! # https
+//!
+//! With the `heartbeat-tls` feature, a server may be `https://host:port`: the
+//! client speaks TLS (rustls) and trusts Mozilla's roots, or only the CAs given to
+//! `HeartbeatConfigBuilder::ca_file` / `ca_pem` (items of that feature).
+//! A server whose certificate is not trusted is refused like one that is down (the
+//! error says so, and what is trusted). Without the feature, an `https://` address
+//! is a configuration error that names it.
+//!
+//! A token is never sent over plain `http://` to a host that is not loopback
+//! (127.0.0.0/8, `::1`, `localhost`) unless
+//! [`allow_plain_http(true)`](HeartbeatConfigBuilder::allow_plain_http) says so:
+//! [`build`](HeartbeatConfigBuilder::build) refuses it, in both protocols.
 //!
 //! SDS strategies are translated into policies as follows (SDS's "-1 / null = rule
 //! off" is kept). resilience-admin adds the full point settings under
@@ -67,8 +80,9 @@
 //! ```no_run
 //! use resilience_runtime::heartbeat::{self, HeartbeatConfig};
 //!
-//! let config = HeartbeatConfig::new("shop", "orders", "http://127.0.0.1:7070")?
-//!     .token("app-token-0123456789");
+//! let config = HeartbeatConfig::builder("shop", "orders", "http://127.0.0.1:7070")
+//!     .token("app-token-0123456789")
+//!     .build()?;
 //! // Reports and pulls until the handle is dropped.
 //! let handle = heartbeat::start(config)?;
 //! println!("holding policy version {}", handle.client().status().policy_version);
@@ -79,14 +93,19 @@ mod cache;
 mod config;
 mod error;
 mod failures;
+mod fields;
 mod http;
+#[cfg(feature = "heartbeat-tls")]
+mod tls;
 mod wire;
 
-pub use config::{HeartbeatConfig, Protocol, ServerAddr, DEFAULT_MAX_BODY_BYTES};
+pub use config::{
+    HeartbeatConfig, HeartbeatConfigBuilder, Protocol, ServerAddr, DEFAULT_MAX_BODY_BYTES,
+};
 pub use error::HeartbeatError;
 
-use crate::layers::Source;
 use crate::registry::{registry, Registry};
+use crate::sources::Source;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::Recover;
 use crate::sync::{mpsc, Arc, Mutex};
@@ -122,7 +141,7 @@ pub struct HeartbeatStatus {
     /// The error of the last pull, if it failed.
     pub last_pull_error: Option<String>,
     /// The policies held came from the cache file
-    /// ([`HeartbeatConfig::cache_file`]) and no pull has succeeded since.
+    /// ([`HeartbeatConfigBuilder::cache_file`]) and no pull has succeeded since.
     pub from_cache: bool,
     /// The last error reading or writing the cache file, if any.
     pub cache_error: Option<String>,
@@ -138,7 +157,7 @@ pub enum UploadOutcome {
         cycle_start_ms: u64,
         /// Points with activity in it.
         points: usize,
-        /// How many bodies it took ([`HeartbeatConfig::max_body_bytes`]).
+        /// How many bodies it took ([`HeartbeatConfigBuilder::max_body_bytes`]).
         parts: usize,
         /// The server that took it.
         server: String,
@@ -227,11 +246,7 @@ fn live_clients() -> &'static Mutex<Vec<std::sync::Weak<Inner>>> {
 }
 
 /// The `group/app` and status of every live client of `registry` (for metrics).
-#[cfg(any(
-    feature = "metrics",
-    feature = "metrics-facade",
-    feature = "opentelemetry"
-))]
+#[cfg(any(feature = "prometheus", feature = "metrics", feature = "opentelemetry"))]
 pub(crate) fn statuses_of(registry: &Registry) -> Vec<(String, HeartbeatStatus)> {
     let mut clients = live_clients().lock().recover();
     clients.retain(|w| w.strong_count() > 0);
@@ -262,7 +277,7 @@ fn server_message(body: &[u8]) -> String {
 
 impl HeartbeatClient {
     /// A client for `registry`. Its first upload counts the totals of points without
-    /// a policy from now. With a [cache file](HeartbeatConfig::cache_file), the
+    /// a policy from now. With a [cache file](HeartbeatConfigBuilder::cache_file), the
     /// console's last policies are read from it and applied now, unless the registry
     /// already holds a console layer.
     pub fn new(config: HeartbeatConfig, registry: &'static Registry) -> HeartbeatClient {
@@ -395,6 +410,9 @@ impl HeartbeatClient {
             token: c.token.as_deref(),
             connect_timeout: c.connect_timeout,
             io_timeout: c.io_timeout,
+            plain_only_to_loopback: c.token.is_some() && !c.allow_plain_http,
+            #[cfg(feature = "heartbeat-tls")]
+            tls: c.tls.as_ref(),
         }
     }
 
@@ -425,7 +443,9 @@ impl HeartbeatClient {
         #[cfg(feature = "tracing")]
         {
             let app = self.inner.config.app.as_str();
-            let cause = error.map(ToString::to_string).unwrap_or_default();
+            let cause = error
+                .map(|e| crate::util::error_chain(e))
+                .unwrap_or_default();
             match say {
                 Say::Nothing => {}
                 Say::Failing => {
@@ -537,7 +557,7 @@ impl HeartbeatClient {
             Err(e) => {
                 inner.uploads_dropped.fetch_add(1, Ordering::Relaxed);
                 state.cursor = (state.cursor + 1) % servers.len();
-                *inner.last_upload_error.lock().recover() = Some(e.to_string());
+                *inner.last_upload_error.lock().recover() = Some(crate::util::error_chain(&e));
                 let say = inner.upload_log.lock().recover().failed(self.wall_ms());
                 self.say("upload", say, Some(&e));
                 Err(e)
@@ -576,7 +596,7 @@ impl HeartbeatClient {
             Err(e) => {
                 inner.pull_failures.fetch_add(1, Ordering::Relaxed);
                 *cursor = (*cursor + 1) % inner.config.servers.len();
-                *inner.last_pull_error.lock().recover() = Some(e.to_string());
+                *inner.last_pull_error.lock().recover() = Some(crate::util::error_chain(&e));
                 let say = inner.pull_log.lock().recover().failed(self.wall_ms());
                 self.say("pull", say, Some(&e));
                 return Err(e);
@@ -623,7 +643,8 @@ impl HeartbeatClient {
                 }
             }
         };
-        *inner.last_pull_error.lock().recover() = outcome.as_ref().err().map(ToString::to_string);
+        *inner.last_pull_error.lock().recover() =
+            outcome.as_ref().err().map(|e| crate::util::error_chain(e));
         outcome
     }
 

@@ -2,13 +2,13 @@
 //! bodies of both protocols, and the policies read back from a pull answer.
 
 use super::config::{HeartbeatConfig, Protocol};
+use super::fields::{PointFields, JSON_POINT, SDS_POINT};
 use super::HeartbeatStatus;
 use crate::config::{ConfigError, Format, PointConfig, PolicyFile, Problem, ProblemKind};
-use crate::layers::{EffectivePolicy, Section, Sections, Source};
 use crate::registry::Registry;
+use crate::sources::{EffectivePolicy, Section, Sections, Source};
 use crate::stats::BreakerStats;
 use crate::stats::Totals;
-use crate::wire_fields::{PointFields, JSON_POINT, SDS_POINT};
 use crate::Reason;
 use serde_json::{json, Map, Value};
 use std::collections::HashMap;
@@ -110,7 +110,8 @@ fn enforcing(name: &str, effective: &EffectivePolicy, breaker: Option<&BreakerSt
         };
         let (breaker_local, retry_local) = (is_local(Section::Breaker), is_local(Section::Retry));
         if !local.is_empty() || breaker_local || retry_local {
-            let mut local_config = config.with_sections(local);
+            let mut local_config = config;
+            local_config.sections = local;
             if !breaker_local {
                 local_config.breaker = None;
             }
@@ -965,7 +966,9 @@ mod tests {
         };
         let health = HeartbeatStatus::default();
         let ip: IpAddr = "127.0.0.1".parse().unwrap();
-        let config = HeartbeatConfig::new("g", "a", "http://127.0.0.1:1").unwrap();
+        let config = HeartbeatConfig::builder("g", "a", "http://127.0.0.1:1")
+            .build()
+            .unwrap();
         let json_body = &upload_body(&config, &report, 1, &health, ip)[0];
         let body: Value = serde_json::from_slice(json_body).unwrap();
         let point = body["points"][0].as_object().unwrap();
@@ -975,7 +978,10 @@ mod tests {
         all.sort_unstable();
         assert_eq!(sent, all, "every JSON field, each under its shared name");
 
-        let sds = config.protocol(Protocol::Sds);
+        let sds = HeartbeatConfig {
+            protocol: Protocol::Sds,
+            ..config
+        };
         let form = upload_body(&sds, &report, 1, &health, ip).remove(0);
         let (_, client) = form_urlencoded::parse(&form)
             .find(|(k, _)| k == "client")
@@ -1061,10 +1067,11 @@ mod tests {
 
     fn sds_config() -> (HeartbeatConfig, usize) {
         let limit = 64 * 1024;
-        let config = HeartbeatConfig::new("g", "a", "http://127.0.0.1:1")
-            .unwrap()
+        let config = HeartbeatConfig::builder("g", "a", "http://127.0.0.1:1")
             .protocol(Protocol::Sds)
-            .max_body_bytes(limit);
+            .max_body_bytes(limit)
+            .build()
+            .unwrap();
         (config, limit)
     }
 
@@ -1148,10 +1155,11 @@ mod tests {
         let long: IpAddr = "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff".parse().unwrap();
         let limit = 4096;
         for protocol in [Protocol::Json, Protocol::Sds] {
-            let config = HeartbeatConfig::new("g", "a", "http://127.0.0.1:1")
-                .unwrap()
+            let config = HeartbeatConfig::builder("g", "a", "http://127.0.0.1:1")
                 .protocol(protocol)
-                .max_body_bytes(limit);
+                .max_body_bytes(limit)
+                .build()
+                .unwrap();
             for n in 0..names.len() {
                 let report = Report {
                     cycle_start_ms: 10_000,

@@ -1,8 +1,9 @@
-//! The cluster-wide side of a `keys` section (feature `redis`): where every key's
+//! The cluster-wide side of a `keys` section (enforced with the `redis` feature): where every key's
 //! shared bucket lives in Redis, and the stable Redis name of a key.
 
 use crate::bloom::murmur3_x64_128;
-use crate::error::FieldError;
+use crate::builder::builder;
+use crate::error::{FieldError, PolicyError};
 use std::fmt::{self, Write};
 use std::time::Duration;
 
@@ -60,22 +61,22 @@ pub const KEY_NAME_TEXT_MAX: usize = 128;
 /// // 100 calls a minute per tenant across the fleet, 5 tokens per Redis round trip.
 /// let keys = KeyPolicy::builder()
 ///     .limit(100, Duration::from_secs(60))
-///     .cluster(KeyCluster {
-///         batch: 5,
-///         ..KeyCluster::new("redis://127.0.0.1:6379/", "tenants:")
-///     })
+///     .cluster(KeyCluster::builder("redis://127.0.0.1:6379/", "tenants:").batch(5).build()?)
 ///     .build()?;
 /// assert_eq!(keys.cluster().unwrap().cold, Duration::from_secs(60));
 /// # Ok::<(), resilience_runtime::PolicyError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct KeyCluster {
-    /// Redis URL, such as `redis://127.0.0.1:6379/`.
+    /// Redis URL, such as `redis://127.0.0.1:6379/`, or a Redis Cluster's, such as
+    /// `redis+cluster://10.0.0.1:6379,10.0.0.2:6379/`.
     pub url: String,
-    /// Prefix of every key's Redis name (not empty), such as `"tenants:"`.
+    /// Prefix of every key's Redis name (not empty, not starting with `}`), such as
+    /// `"tenants:"`.
     pub prefix: String,
     /// Tokens leased per Redis round trip, at least 1 (default
-    /// [`DEFAULT_BATCH`](crate::redis::DEFAULT_BATCH)). A key whose burst is smaller
+    /// [`DEFAULT_BATCH`](crate::policy::DEFAULT_BATCH)). A key whose burst is smaller
     /// leases its burst.
     pub batch: u64,
     /// How long a key goes without a call before its lease is dropped, from 100 ms
@@ -84,13 +85,33 @@ pub struct KeyCluster {
 }
 
 impl KeyCluster {
-    /// Buckets at Redis `url` under `prefix`, with the default batch and cold time.
-    pub fn new(url: impl Into<String>, prefix: impl Into<String>) -> KeyCluster {
+    /// Starts a setting of buckets at Redis `url` under `prefix`, with the default
+    /// batch and cold time.
+    pub fn builder(url: impl Into<String>, prefix: impl Into<String>) -> KeyClusterBuilder {
+        KeyClusterBuilder {
+            config: KeyCluster::new(url, prefix),
+        }
+    }
+
+    /// Buckets at Redis `url` under `prefix`, with the default batch and cold time;
+    /// unchecked.
+    pub(crate) fn new(url: impl Into<String>, prefix: impl Into<String>) -> KeyCluster {
         KeyCluster {
             url: url.into(),
             prefix: prefix.into(),
-            batch: crate::redis::DEFAULT_BATCH,
+            batch: crate::policy::DEFAULT_BATCH,
             cold: DEFAULT_KEY_COLD,
+        }
+    }
+
+    /// Every invalid field, as one error.
+    fn validate(&self) -> Result<(), PolicyError> {
+        let mut errors = Vec::new();
+        self.check(&mut errors);
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(PolicyError { errors })
         }
     }
 
@@ -100,11 +121,12 @@ impl KeyCluster {
     /// ```
     /// use resilience_runtime::keys::KeyCluster;
     ///
-    /// let c = KeyCluster::new("redis://127.0.0.1/", "tenants:");
+    /// let c = KeyCluster::builder("redis://127.0.0.1/", "tenants:").build()?;
     /// assert_eq!(c.name_of(&"acme"), "tenants:acme");
     /// assert_eq!(c.name_of(&42u64), "tenants:42");
     /// let long = c.name_of(&"x".repeat(1000));
     /// assert_eq!(long.len(), "tenants:".len() + 128 + 1 + 32);
+    /// # Ok::<(), resilience_runtime::PolicyError>(())
     /// ```
     pub fn name_of(&self, text: &(impl fmt::Display + ?Sized)) -> String {
         redis_name(&self.prefix, &text)
@@ -115,11 +137,13 @@ impl KeyCluster {
         let mut fail = |field: &'static str, message: String| {
             errors.push(FieldError { field, message });
         };
-        if ::redis::Client::open(self.url.as_str()).is_err() {
-            fail("keys.cluster.url", "is not a valid Redis URL".into());
+        if let Err(reason) = crate::policy::check_redis_url(&self.url) {
+            fail("keys.cluster.url", reason);
         }
         if self.prefix.is_empty() {
             fail("keys.cluster.prefix", "must not be empty".into());
+        } else if let Err(reason) = crate::policy::check_bucket_name(&self.prefix) {
+            fail("keys.cluster.prefix", reason);
         }
         if self.batch == 0 {
             fail("keys.cluster.batch", "must be at least 1".into());
@@ -131,6 +155,30 @@ impl KeyCluster {
             );
         }
     }
+}
+
+builder! {
+    /// Builds a [`KeyCluster`]; start from [`KeyCluster::builder`]. Each setter is
+    /// named after the field it sets; [`build`](Self::build) checks them all.
+    pub struct KeyClusterBuilder => KeyCluster;
+
+    /// Checks every setting and returns the setting.
+    ///
+    /// # Errors
+    ///
+    /// A [`PolicyError`] naming each invalid field, as
+    /// [`KeyPolicyBuilder::build`](super::KeyPolicyBuilder::build) does:
+    /// `keys.cluster.url`, `keys.cluster.prefix`, `keys.cluster.batch`,
+    /// `keys.cluster.cold`.
+    build -> Result<PolicyError> = KeyCluster::validate;
+
+    /// Tokens leased per Redis round trip, at least 1 (default
+    /// [`DEFAULT_BATCH`](crate::policy::DEFAULT_BATCH)). A key whose burst is smaller
+    /// leases its burst.
+    batch: u64,
+    /// How long a key goes without a call before its lease is dropped, from 100 ms
+    /// to 1 day (default [`DEFAULT_KEY_COLD`]).
+    cold: Duration,
 }
 
 /// `prefix` + the key's text, or its first [`KEY_NAME_TEXT_MAX`] bytes (at most, cut

@@ -82,7 +82,7 @@ pub struct KeyLimiter {
 /// given back when dropped.
 #[derive(Debug)]
 #[must_use = "dropping the guard ends the call at once"]
-pub struct KeyGuard<'a> {
+pub struct KeyPermit<'a> {
     _hold: Option<KeyHold<'a>>,
 }
 
@@ -130,7 +130,7 @@ impl KeyLimiter {
     /// A call of `key` that lasts until the guard is dropped: takes one of its calls
     /// per period and, under a concurrency rule, one of its slots.
     #[inline]
-    pub fn acquire<K: HotKey + ?Sized>(&self, key: &K) -> Result<KeyGuard<'_>, KeyRefused> {
+    pub fn acquire<K: HotKey + ?Sized>(&self, key: &K) -> Result<KeyPermit<'_>, KeyRefused> {
         let fp = fingerprint(key);
         let over = self
             .index
@@ -138,7 +138,7 @@ impl KeyLimiter {
             .map(|n| (&self.overrides[n].0, &self.overrides[n].1));
         let now = self.clock.now_ns();
         let hold = admit_key(&self.table, over, &self.rule, fp, now, || KeyText::of(key))?;
-        Ok(KeyGuard { _hold: hold })
+        Ok(KeyPermit { _hold: hold })
     }
 
     /// The `n` tracked keys (overridden values included) with the most calls, most

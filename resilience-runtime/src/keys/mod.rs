@@ -57,12 +57,12 @@
 //!
 //! `policy` (the section), `fingerprint` (key identity), `text` (a key's text in
 //! reports), `rule` (a rule's decision on one key, pure), `shard` (the table and the
-//! sketch, pure), `table` (the locks around them), then `crate::point::keys` (a
+//! sketch, pure), `table` (the locks around them), then `crate::point::form::keys` (a
 //! point's forms of the section, the hot path). With `redis`: `cluster` (the
-//! cluster setting and a key's Redis name), then `crate::point::key_leases` (the
+//! cluster setting and a key's Redis name), then `crate::point::form::key_leases` (the
 //! leases of hot keys and their chores).
 
-#[cfg(feature = "redis")]
+mod arg;
 mod cluster;
 mod fingerprint;
 mod limiter;
@@ -73,20 +73,22 @@ mod shard;
 mod table;
 mod text;
 
+pub use arg::KeyArg;
+pub(crate) use arg::WaitingKey;
 #[cfg(feature = "redis")]
 pub(crate) use cluster::redis_name;
-#[cfg(feature = "redis")]
-pub use cluster::{KeyCluster, DEFAULT_KEY_COLD, KEY_NAME_TEXT_MAX};
+pub use cluster::{KeyCluster, KeyClusterBuilder, DEFAULT_KEY_COLD, KEY_NAME_TEXT_MAX};
 pub(crate) use fingerprint::fingerprint;
-pub use limiter::{KeyGuard, KeyLimiter, KeyRefused};
+pub use limiter::{KeyLimiter, KeyPermit, KeyRefused};
 pub(crate) use overrides::OverrideIndex;
 pub use policy::{
-    KeyOverride, KeyPolicy, KeyPolicyBuilder, KeyRule, DEFAULT_MAX_KEYS, MAX_KEYS,
-    MAX_KEY_OVERRIDES, MAX_OVERRIDE_LEN,
+    KeyOverride, KeyOverrideBuilder, KeyPolicy, KeyPolicyBuilder, KeyRule, DEFAULT_MAX_KEYS,
+    MAX_KEYS, MAX_KEY_OVERRIDES, MAX_OVERRIDE_LEN,
 };
 pub(crate) use rule::{Refusal, Rule};
+pub(crate) use table::KeyHold;
 pub(crate) use table::{admit_key, KeyTable, OverrideCell};
-pub use table::{HotKeyStats, KeyClusterStats, KeyHold, KeyTableStats};
+pub use table::{HotKeyStats, KeyClusterStats, KeyTableStats};
 pub(crate) use text::KeyText;
 pub use text::KEY_TEXT_MAX;
 

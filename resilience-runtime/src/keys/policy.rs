@@ -2,6 +2,7 @@
 //! a point tracks.
 
 use super::rule::{Rule, NO_INFLIGHT_LIMIT};
+use crate::builder::builder;
 use crate::error::FieldError;
 use crate::error::PolicyError;
 use crate::limit::Gcra;
@@ -22,7 +23,11 @@ pub const MAX_OVERRIDE_LEN: usize = 256;
 
 /// The limits of one key: at most `limit` calls per `period` (a token bucket holding
 /// `burst`) and at most `max_concurrency` in flight. Each is optional.
+///
+/// A view of a section ([`KeyPolicy::rule`], [`KeyPolicy::rule_of`]); the section is
+/// set with [`KeyPolicy::builder`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KeyRule {
     /// Calls per `period`; 0 refuses every call of the key.
     pub limit: Option<u64>,
@@ -33,8 +38,26 @@ pub struct KeyRule {
 }
 
 /// What an override changes for one key value: each field given replaces the
-/// section's own, the others are kept.
+/// section's own, the others are kept. Build one with [`KeyOverride::builder`] and
+/// give it to [`KeyPolicyBuilder::override_rule`].
+///
+/// # Examples
+///
+/// ```
+/// use resilience_runtime::keys::{KeyOverride, KeyPolicy};
+/// use std::time::Duration;
+///
+/// let slow = KeyOverride::builder().max_concurrency(1).build();
+/// let keys = KeyPolicy::builder()
+///     .limit(10, Duration::from_secs(1))
+///     .override_rule("slow-tenant", slow)
+///     .build()?;
+/// assert_eq!(keys.rule_of("slow-tenant").max_concurrency, Some(1));
+/// assert_eq!(keys.rule_of("slow-tenant").limit, Some(10));
+/// # Ok::<(), resilience_runtime::PolicyError>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KeyOverride {
     /// Calls per period (the section's period).
     pub limit: Option<u64>,
@@ -45,13 +68,37 @@ pub struct KeyOverride {
 }
 
 impl KeyOverride {
+    /// Starts an override that changes nothing.
+    pub fn builder() -> KeyOverrideBuilder {
+        KeyOverrideBuilder {
+            config: KeyOverride::default(),
+        }
+    }
+
     /// An override of the limit alone (a policy file's `"vip-42" = 1000`).
-    pub fn limit(limit: u64) -> KeyOverride {
+    pub(crate) fn of_limit(limit: u64) -> KeyOverride {
         KeyOverride {
             limit: Some(limit),
             ..KeyOverride::default()
         }
     }
+}
+
+builder! {
+    /// Builds a [`KeyOverride`]; start from [`KeyOverride::builder`]. A setting left
+    /// out keeps the section's. The override is checked with its section, by
+    /// [`KeyPolicyBuilder::build`].
+    pub struct KeyOverrideBuilder => KeyOverride;
+
+    /// Returns the override.
+    build -> Infallible;
+
+    /// Calls per period (the section's period); 0 blocks the value.
+    limit: Option<u64>,
+    /// The key's burst (unset with `limit` set: the override's own limit).
+    burst: Option<u64>,
+    /// The key's calls in flight.
+    max_concurrency: Option<u64>,
 }
 
 /// Per-key limits of a point (Sentinel's hot-parameter rule): calls are counted per
@@ -153,7 +200,6 @@ pub struct KeyPolicy {
     /// How long a call may wait for its key's next call (pacing per key).
     pub(crate) max_wait: Option<Duration>,
     /// The keys' buckets in Redis, if their limits are cluster-wide.
-    #[cfg(feature = "redis")]
     pub(crate) cluster: Option<super::KeyCluster>,
 }
 
@@ -172,7 +218,6 @@ impl KeyPolicy {
                 },
                 overrides: Vec::new(),
                 max_wait: None,
-                #[cfg(feature = "redis")]
                 cluster: None,
             },
             duplicates: Vec::new(),
@@ -205,8 +250,8 @@ impl KeyPolicy {
         &self.overrides
     }
 
-    /// Where the keys' limits are shared, if they are cluster-wide (`redis` feature).
-    #[cfg(feature = "redis")]
+    /// Where the keys' limits are shared, if they are cluster-wide (only a runtime
+    /// built with the `redis` feature accepts such a section).
     pub fn cluster(&self) -> Option<&super::KeyCluster> {
         self.cluster.as_ref()
     }
@@ -258,6 +303,7 @@ impl KeyPolicy {
 
 /// Builds a [`KeyPolicy`]; see there.
 #[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct KeyPolicyBuilder {
     policy: KeyPolicy,
     duplicates: Vec<String>,
@@ -266,6 +312,7 @@ pub struct KeyPolicyBuilder {
 impl KeyPolicyBuilder {
     /// At most `limit` calls of each key per `period` (a token bucket of `limit` per
     /// `period`, holding [`burst`](Self::burst) = `limit` unless set).
+    #[must_use = "a setter returns the changed builder"]
     pub fn limit(mut self, limit: u64, period: Duration) -> Self {
         self.policy.rule.limit = Some(limit);
         self.policy.period = period;
@@ -273,6 +320,7 @@ impl KeyPolicyBuilder {
     }
 
     /// Calls a key may make at once after a quiet time (default: its limit).
+    #[must_use = "a setter returns the changed builder"]
     pub fn burst(mut self, burst: u64) -> Self {
         self.policy.rule.burst = Some(burst);
         self
@@ -310,18 +358,21 @@ impl KeyPolicyBuilder {
     /// assert!(point.enter_key("b").is_ok(), "another key does not wait");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[must_use = "a setter returns the changed builder"]
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.policy.max_wait = Some(max_wait);
         self
     }
 
     /// At most `max` calls of each key in flight.
+    #[must_use = "a setter returns the changed builder"]
     pub fn max_concurrency(mut self, max: u64) -> Self {
         self.policy.rule.max_concurrency = Some(max);
         self
     }
 
     /// Keys tracked exactly (default [`DEFAULT_MAX_KEYS`], at most [`MAX_KEYS`]).
+    #[must_use = "a setter returns the changed builder"]
     pub fn max_keys(mut self, max: u64) -> Self {
         self.policy.max_keys = max;
         self
@@ -330,6 +381,7 @@ impl KeyPolicyBuilder {
     /// Makes every key's limit (and each override's) cluster-wide through Redis
     /// (`redis` feature): see [`KeyCluster`](super::KeyCluster) and the bound in
     /// [`KeyPolicy`]. Needs a `limit`, on the section or on some override.
+    #[must_use = "a setter returns the changed builder"]
     #[cfg(feature = "redis")]
     pub fn cluster(mut self, cluster: super::KeyCluster) -> Self {
         self.policy.cluster = Some(cluster);
@@ -338,12 +390,14 @@ impl KeyPolicyBuilder {
 
     /// The limit of one value (`0` blocks it). A string key matches its text, an
     /// integer key its decimal text, a `bool` `true` or `false`.
+    #[must_use = "a setter returns the changed builder"]
     pub fn override_limit(self, value: impl Into<String>, limit: u64) -> Self {
-        self.override_rule(value, KeyOverride::limit(limit))
+        self.override_rule(value, KeyOverride::of_limit(limit))
     }
 
     /// The rule of one value: the fields of `o` replace the section's (an override
     /// that sets `limit` and no `burst` has a burst of its own limit).
+    #[must_use = "a setter returns the changed builder"]
     pub fn override_rule(mut self, value: impl Into<String>, o: KeyOverride) -> Self {
         let value = value.into();
         match self
@@ -503,7 +557,6 @@ impl KeyPolicy {
                     message: "needs `limit`: calls wait for their key's next call".into(),
                 });
             }
-            #[cfg(feature = "redis")]
             if self.cluster.is_some() {
                 errors.push(FieldError {
                     field: "keys.max_wait",
@@ -513,7 +566,6 @@ impl KeyPolicy {
                 });
             }
         }
-        #[cfg(feature = "redis")]
         if let Some(c) = &self.cluster {
             let limited = |r: &KeyRule| r.limit.is_some_and(|l| l > 0);
             if !limited(&self.rule) && !self.overrides.iter().any(|(_, o)| limited(&self.merged(o)))
@@ -584,13 +636,7 @@ mod tests {
             .burst(20)
             .max_concurrency(3)
             .override_limit("vip", 1000)
-            .override_rule(
-                "slow",
-                KeyOverride {
-                    max_concurrency: Some(1),
-                    ..KeyOverride::default()
-                },
-            )
+            .override_rule("slow", KeyOverride::builder().max_concurrency(1).build())
             .build()
             .unwrap();
         let vip = p.rule_of("vip");

@@ -26,6 +26,7 @@ pub(crate) struct KeyTable {
 /// One key's traffic, as statistics report it (see
 /// [`Point::hot_keys`](crate::Point::hot_keys)).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HotKeyStats {
     /// The key's text (its `Display`), cut at
     /// [`KEY_TEXT_MAX`](super::KEY_TEXT_MAX) bytes.
@@ -41,6 +42,7 @@ pub struct HotKeyStats {
 
 /// A table's totals (see [`Point::key_stats`](crate::Point::key_stats)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KeyTableStats {
     /// Keys tracked exactly now.
     pub tracked: u64,
@@ -61,6 +63,7 @@ pub struct KeyTableStats {
 /// [`KeyTableStats::cluster`]). Counts are since the leases' map was made (it is kept
 /// across policy changes that keep the section's `max_keys` and cluster setting).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct KeyClusterStats {
     /// Keys with a lease now (started or being started).
     pub leases: u64,
@@ -296,7 +299,7 @@ enum HoldAt<'a> {
 
 /// A call's slot under its key's concurrency limit, given back when dropped.
 #[derive(Debug)]
-pub struct KeyHold<'a> {
+pub(crate) struct KeyHold<'a> {
     fp: u64,
     at: HoldAt<'a>,
 }

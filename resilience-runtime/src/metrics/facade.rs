@@ -1,4 +1,4 @@
-//! The `metrics` facade exporter (feature `metrics-facade`): the shared walk set on a
+//! The `metrics` facade exporter (feature `metrics`): the shared walk set on a
 //! `metrics::Recorder`.
 //!
 //! The registry is read when asked, so this is pull turned push: [`publish`] (or
@@ -46,12 +46,12 @@ static METADATA: Metadata<'static> =
 /// assert!(matches!(downgraded, Some((_, _, _, DebugValue::Counter(1)))));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics-facade")))]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn publish() {
     PointsCollector::global().publish();
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics-facade")))]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 impl PointsCollector {
     /// Sets every series of this collector's points on the recorder in force (the
     /// thread's local recorder, else the global one; nothing if none is installed).
@@ -127,7 +127,7 @@ impl PointsCollector {
 /// A thread publishing a [`PointsCollector`] to the global `metrics` recorder at a
 /// fixed interval ([`PointsCollector::spawn_publisher`]). Stopped by
 /// [`stop`](Publisher::stop) or when dropped (which waits for a publish under way).
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics-facade")))]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 #[derive(Debug)]
 pub struct Publisher {
     stop: Option<mpsc::Sender<()>>,

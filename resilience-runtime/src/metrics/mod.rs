@@ -1,9 +1,9 @@
 //! Every point's statistics as metrics, read from the registry when they are asked
 //! for, through three exporters over one walk of the points:
 //!
-//! - **Prometheus** (feature `metrics`): `render`, `render_openmetrics` and the
+//! - **Prometheus** (feature `prometheus`): `render`, `render_openmetrics` and the
 //!   `prometheus-client` collector [`PointsCollector`];
-//! - **the `metrics` facade** (feature `metrics-facade`): `publish`,
+//! - **the `metrics` facade** (feature `metrics`): `publish`,
 //!   `PointsCollector::publish` and the periodic `Publisher` set every series on
 //!   the installed `metrics::Recorder` (counters with `Counter::absolute`, gauges with
 //!   `Gauge::set`);
@@ -59,7 +59,7 @@
 //! # Examples
 //!
 //! ```
-//! # #[cfg(feature = "metrics")] {
+//! # #[cfg(feature = "prometheus")] {
 //! use resilience_runtime::{metrics, registry, Policy};
 //!
 //! registry().set_policy("docs.metrics", Policy::builder().max_visits(0).build()?)?;
@@ -72,23 +72,23 @@
 
 use crate::registry::{registry, Registry};
 
-#[cfg(feature = "metrics-facade")]
+#[cfg(feature = "metrics")]
 mod facade;
 #[cfg(feature = "opentelemetry")]
 mod otel;
-#[cfg(feature = "metrics")]
+#[cfg(feature = "prometheus")]
 mod prometheus;
 mod select;
 mod series;
 
-#[cfg(feature = "metrics-facade")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics-facade")))]
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use facade::{publish, Publisher};
 #[cfg(feature = "opentelemetry")]
 #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
 pub use otel::OtelInstruments;
-#[cfg(feature = "metrics")]
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+#[cfg(feature = "prometheus")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 pub use prometheus::{
     encode_into, render, render_openmetrics, CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE,
 };
@@ -97,9 +97,9 @@ pub use prometheus::{
 /// at export time, at most [`max_points`](PointsCollector::max_points) of them one by
 /// one.
 ///
-/// With feature `metrics` it is a `prometheus-client` collector (`render` uses it
+/// With feature `prometheus` it is a `prometheus-client` collector (`render` uses it
 /// with the global registry; register it in an application's own `prometheus_client`
-/// registry to serve the points next to other metrics); with `metrics-facade` it
+/// registry to serve the points next to other metrics); with `metrics` it
 /// publishes to a `metrics` recorder (`PointsCollector::publish`); with
 /// `opentelemetry` it registers instruments on a meter
 /// (`PointsCollector::register_otel`).
@@ -107,7 +107,7 @@ pub use prometheus::{
 /// # Examples
 ///
 /// ```
-/// # #[cfg(feature = "metrics")] {
+/// # #[cfg(feature = "prometheus")] {
 /// use resilience_runtime::metrics::PointsCollector;
 ///
 /// let mut app_metrics = prometheus_client::registry::Registry::default();
@@ -148,7 +148,7 @@ impl PointsCollector {
     /// # Examples
     ///
     /// ```
-    /// # #[cfg(feature = "metrics")] {
+    /// # #[cfg(feature = "prometheus")] {
     /// use resilience_runtime::metrics::PointsCollector;
     /// use resilience_runtime::{Clock, Registry};
     ///

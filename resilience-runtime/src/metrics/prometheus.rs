@@ -1,4 +1,4 @@
-//! The Prometheus exposition (feature `metrics`): the shared walk encoded with
+//! The Prometheus exposition (feature `prometheus`): the shared walk encoded with
 //! `prometheus-client`.
 
 use super::series::{self, Emit, Family, Kind, Sink, Value};
@@ -47,7 +47,7 @@ pub fn render_openmetrics() -> String {
     out
 }
 
-#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+#[cfg_attr(docsrs, doc(cfg(feature = "prometheus")))]
 impl Collector for PointsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
         series::collect(self, &mut Encoder(&mut encoder))

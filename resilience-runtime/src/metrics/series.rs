@@ -32,7 +32,7 @@ pub(super) struct Family {
 
 impl Family {
     /// The name of its samples in the Prometheus text format (`_total` for counters).
-    #[cfg(feature = "metrics-facade")]
+    #[cfg(feature = "metrics")]
     pub(super) fn sample_name(&self) -> String {
         match self.kind {
             Kind::Counter | Kind::Seconds => format!("{}_total", self.name),
@@ -66,7 +66,7 @@ pub(super) enum Value {
 
 impl Value {
     /// Gauges as Prometheus holds them (`i64`, saturated).
-    #[cfg(feature = "metrics")]
+    #[cfg(feature = "prometheus")]
     pub(super) fn as_i64(self) -> i64 {
         match self {
             Value::Int(v) => i64::try_from(v).unwrap_or(i64::MAX),
@@ -74,7 +74,7 @@ impl Value {
         }
     }
 
-    #[cfg(any(feature = "metrics-facade", feature = "opentelemetry"))]
+    #[cfg(any(feature = "metrics", feature = "opentelemetry"))]
     #[allow(clippy::cast_precision_loss)] // counts past 2^53 lose their last digits
     pub(super) fn as_f64(self) -> f64 {
         match self {
@@ -83,7 +83,7 @@ impl Value {
         }
     }
 
-    #[cfg(any(feature = "metrics-facade", feature = "opentelemetry"))]
+    #[cfg(any(feature = "metrics", feature = "opentelemetry"))]
     pub(super) fn as_u64(self) -> u64 {
         match self {
             Value::Int(v) => v,
@@ -122,7 +122,7 @@ pub(super) fn collect(source: &PointsCollector, sink: &mut dyn Sink) -> fmt::Res
     source.registry.for_each_point(|p| {
         if batch == 0 {
             tally = None;
-            tally = Some(crate::point::tally::Reader::new());
+            tally = Some(crate::point::state::tally::Reader::new());
             batch = 4096;
         }
         batch -= 1;

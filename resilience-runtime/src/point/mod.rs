@@ -5,29 +5,36 @@
 //! is compiled into an immutable form behind one pointer, so reading it costs one load
 //! and a policy change never resets any of the state next to it.
 //!
-//! # Reading order
+//! # Folders
 //!
-//! - The state and its decisions, each a pure function beside a thin atomic shell:
-//!   `flow` (passes and calls in flight in one word: the visits and concurrency
-//!   limits), `delay` (the delay's end and its probe), `health` (the timeouts,
-//!   exceptions and exception-rate rules), `hang` (hung-call detection), `tally` (the
-//!   per-thread counts of calls without a policy), and the token bucket in
-//!   [`crate::limit`] and the window in `crate::window`.
-//! - The configuration: `slots` (breakers, adaptive limiters, cluster limits, token
-//!   buckets), `compiled` (a policy compiled for the hot path), `cell` (its
-//!   publication), `configure` (turning a setting into slots and a form, cold).
-//! - Hot keys: `keys` (the `keys` section's forms, tables and override cells, and a
-//!   call's key step, see [`crate::keys`]) and `key_leases` (their cluster-wide
-//!   leases, `redis` feature).
-//! - The call: `enter` (admission, hot), `permit` (the permit and completion), `report`
-//!   (downgrades and breaker changes to the counters and listeners), `call`
-//!   (`Point::call` and friends), `retry_settings` (the point's retry section),
-//!   `retrying` (`Point::call_retrying`), `retrying_async` (its async form).
-//! - Around it: `cycle` (the 10 s statistics cycle, the hung-call sweep), `seconds`
-//!   (the per-second series of every point, sampled), `snapshot` (statistics and
-//!   memory), `chores` (the background timers), `tests`.
+//! - [`state`]: the atomic words and the pure decisions beside them, each a small
+//!   protocol with its guarantee stated: `flow` (passes and calls in flight in one
+//!   word: the visits and concurrency limits), `delay` (the delay's end and its
+//!   probe), `hang` (hung-call slots), `arming`, `chunks`, `durations`, `cell` (a
+//!   compiled form's publication) and `tally` (per-thread counts). `resilience-loom`
+//!   model-checks these files; the token bucket is in [`crate::limit`], the window in
+//!   `crate::window`.
+//! - [`form`]: a policy compiled for the hot path and the slots it names (`compiled`,
+//!   `slots`, `configure`), the `keys` section's forms (`keys`) and the limits shared
+//!   beyond the process (`shared`, `key_leases`), plugged in through a trait the
+//!   engine owns.
+//! - [`admit`]: admission and completion. `enter` runs the stages a policy on the flow
+//!   word has, `lean` those of a policy without it; both answer with an
+//!   `attempt::Entry` (admitted, refused, or wait for a token or in the `queue`), and
+//!   `taken` gives back what a call took when a later stage stops it. `health` decides
+//!   the health rules, `permit` and `pending` complete a call, `report` counts and
+//!   tells refusals and breaker changes; `call`, `key_entry` and `breaker_wait` are the
+//!   manual entries, `force` the states forced by tests.
+//! - [`observe`]: the 10 s cycle and the hung-call sweep (`cycle`), the per-second
+//!   series (`seconds`), statistics and memory (`snapshot`), the background timers
+//!   (`chores`) and the freeing of idle histories (`expiry`). A point's background work
+//!   stops once it has nothing left to do: an idle point holds no timer.
+//! - [`retry`]: the point's retry section (`retry_settings`), `Point::call_retrying`
+//!   (`retrying`, `retrying_async`) and hedged attempts (`hedging`).
 //!
-//! Files import only from those before them (and `mod.rs`, which defines [`Point`]).
+//! No file is part of an import circle, and none names a feature folder (`redis`,
+//! `tower`, `heartbeat`, `config`, `metrics`, `testing`): the workspace's `checks`
+//! crate tests both.
 //!
 //! # Slots and their lifetimes
 //!
@@ -50,52 +57,24 @@
 //! the engine is the pointer load of [`cell`] and the per-thread cells of [`tally`],
 //! each with its SAFETY comment.
 
-mod arming;
-mod attempt;
-#[cfg(feature = "tower")]
-mod breaker_wait;
-pub(crate) mod chores;
-mod chunks;
-mod delay;
-pub(crate) mod durations;
-mod flow;
-mod hang;
-#[cfg(feature = "tokio")]
-mod hedging;
-pub(crate) mod tally;
+pub(crate) mod admit;
+pub(crate) mod form;
+pub(crate) mod observe;
+pub(crate) mod retry;
+pub(crate) mod state;
 
-mod call;
-mod cell;
-mod compiled;
-mod configure;
-mod cycle;
-mod enter;
-mod health;
-mod key_entry;
-#[cfg(feature = "redis")]
-mod key_leases;
-pub(crate) mod keys;
-pub(crate) mod pending;
-pub(crate) mod permit;
-pub(crate) mod queue;
-mod report;
-mod retry_settings;
-mod retrying;
-#[cfg(feature = "tokio")]
-mod retrying_async;
-mod seconds;
-mod slots;
-mod snapshot;
+#[cfg(feature = "testing")]
+pub use admit::force::ForceError;
 #[cfg(test)]
 mod tests;
 
 use crate::sync::Recover;
-use cell::PolicyCell;
-use compiled::{Compiled, EMPTY};
-use delay::Delay;
+use form::compiled::{Compiled, EMPTY};
 #[cfg(feature = "redis")]
-use slots::Clusters;
-use slots::{AdaptiveSlot, BreakerSlot, Buckets};
+use form::slots::Clusters;
+use form::slots::{AdaptiveSlot, BreakerSlot, Buckets};
+use state::cell::PolicyCell;
+use state::delay::Delay;
 
 use crate::clock::Clock;
 use crate::error::Reason;
@@ -105,10 +84,10 @@ use crate::stats::ReasonCounts;
 use crate::sync::{Arc, Mutex};
 use crate::sync::{AtomicU64, Ordering};
 use crate::window::{self, Ring, TRACKED};
-use flow::Flow;
-use hang::HangTable;
 #[cfg(feature = "tokio")]
-pub(crate) use hedging::run_hedged;
+pub(crate) use retry::hedging::run_hedged;
+use state::flow::Flow;
+use state::hang::HangTable;
 use std::fmt;
 
 const REASONS: usize = Reason::ALL.len();
@@ -203,11 +182,13 @@ struct Settings {
     /// reader may still hold a replaced one.
     rings: Vec<&'static Ring>,
     /// The retry sections this point has had (see `retry_settings`).
-    retry_forms: retry_settings::RetryForms,
+    retry_forms: retry::retry_settings::RetryForms,
     /// The `keys` sections this point has had, their tables and override cells.
-    keys: keys::KeyForms,
+    keys: form::keys::KeyForms,
     /// Every compiled form `cfg` has published.
-    forms: cell::Kept<Compiled>,
+    forms: state::cell::Kept<Compiled>,
+    /// A refusal forced on every call (the `testing` module's), over the policy.
+    forced: Option<Reason>,
 }
 
 impl Drop for Settings {
@@ -271,16 +252,16 @@ pub struct Point {
     clock: Clock,
     events: Arc<Dispatcher>,
     cfg: PolicyCell<Compiled>,
-    /// Calls without a policy are counted per thread under this key (`tally::key`).
+    /// Calls without a policy are counted per thread under this key (`state::tally::key`).
     id: u32,
     /// Whether a call ever entered the point (set by the first, with the sampler).
     entered: crate::sync::atomic::AtomicBool,
     /// Whether a breaker setting exists (possibly `Disabled`).
     breaker_set: crate::sync::atomic::AtomicBool,
     /// The state of the hung-call sweep.
-    sweeping: arming::Arming,
+    sweeping: state::arming::Arming,
     /// The state of the per-second sampler.
-    sampling: arming::Arming,
+    sampling: state::arming::Arming,
     peak: AtomicU64,
     cycle_peak: AtomicU64,
     cycle_id: AtomicU64,
@@ -290,11 +271,11 @@ pub struct Point {
     /// The delay rule's state.
     delay: Delay,
     /// The retry section in force (see `retry_settings`).
-    retry: retry_settings::RetryCell,
+    retry: retry::retry_settings::RetryCell,
     /// In-flight timed calls, created by the first timed call.
     hang: crate::sync::OnceLock<HangTable>,
     /// Durations of the calls, created by the first measured one that ends.
-    durations: crate::sync::OnceLock<durations::Durations>,
+    durations: crate::sync::OnceLock<state::durations::Durations>,
     // Written by failed calls only: ahead of the flow word.
     counters: Counters,
     /// Visits and calls in flight of calls under a policy.
@@ -305,29 +286,32 @@ pub struct Point {
     settings: Mutex<Option<Box<Settings>>>,
     cycle: Mutex<Option<Box<CycleState>>>,
     /// The per-second series, made by the first sample.
-    seconds: Mutex<Option<Box<seconds::Series>>>,
+    seconds: Mutex<Option<Box<observe::seconds::Series>>>,
     /// The concurrency rule's waiters, made by the first call that waits.
-    queue: crate::sync::OnceLock<Box<queue::WaitQueue>>,
+    queue: crate::sync::OnceLock<Box<admit::queue::WaitQueue>>,
     /// The point itself, for the chores it arms (they hold it weakly).
     me: crate::sync::Weak<Point>,
     /// Whether the registry handed out a borrow of the point (`Registry::point`):
     /// such a point is never retired. Written under its map entry's lock.
     pub(crate) pinned: crate::sync::atomic::AtomicBool,
-    /// Whether the sampler's hook is registered with a manual clock.
+    /// Whether the sampler's hook is registered with a manual clock (it leaves when
+    /// the sampler stops).
     sampler_hooked: crate::sync::atomic::AtomicBool,
 }
 
 impl Drop for Point {
-    /// Removes the point's timers from the wheel at once (they would skip a dropped
-    /// point anyway); its settings then free its slots.
+    /// Removes the point's timers from the wheel and its entry from the `expiry`
+    /// queue at once (they would skip a dropped point anyway, but keep its memory
+    /// until then); its settings then free its slots.
     fn drop(&mut self) {
-        chores::cancel(
+        self.leave_expiry();
+        observe::chores::cancel(
             self,
             &[
-                chores::Chore::SweepHungCalls,
-                chores::Chore::SampleSeconds,
+                observe::chores::Chore::SweepHungCalls,
+                observe::chores::Chore::SampleSeconds,
                 #[cfg(feature = "redis")]
-                chores::Chore::StopRetiredLeases,
+                observe::chores::Chore::StopRetiredLeases,
             ],
         );
     }
@@ -361,7 +345,7 @@ impl Point {
             id: {
                 static NEXT_ID: crate::sync::atomic::AtomicU32 =
                     crate::sync::atomic::AtomicU32::new(0);
-                tally::key(NEXT_ID.fetch_add(1, Ordering::Relaxed))
+                state::tally::key(NEXT_ID.fetch_add(1, Ordering::Relaxed))
             },
             counters: Counters {
                 downgrades: AtomicU64::new(0),
@@ -380,12 +364,12 @@ impl Point {
             delay: Delay::new(),
             settings: Mutex::new(None),
             breaker_set: crate::sync::atomic::AtomicBool::new(false),
-            sweeping: arming::Arming::new(),
-            sampling: arming::Arming::new(),
+            sweeping: state::arming::Arming::new(),
+            sampling: state::arming::Arming::new(),
             entered: crate::sync::atomic::AtomicBool::new(false),
             sampler_hooked: crate::sync::atomic::AtomicBool::new(false),
             seconds: Mutex::new(None),
-            retry: retry_settings::RetryCell::new(std::ptr::null_mut()),
+            retry: retry::retry_settings::RetryCell::new(std::ptr::null_mut()),
             queue: crate::sync::OnceLock::new(),
             hang: crate::sync::OnceLock::new(),
             durations: crate::sync::OnceLock::new(),
@@ -393,7 +377,7 @@ impl Point {
     }
 
     /// The point as the owner of a chore: chores hold it weakly.
-    fn owner(&self) -> chores::Owner {
+    fn owner(&self) -> observe::chores::Owner {
         self.me.clone()
     }
 
@@ -466,9 +450,10 @@ static NO_SETTINGS: Settings = Settings {
         replaced: Vec::new(),
     },
     rings: Vec::new(),
-    retry_forms: retry_settings::RetryForms::EMPTY,
-    keys: keys::KeyForms::EMPTY,
-    forms: cell::Kept::new(),
+    retry_forms: retry::retry_settings::RetryForms::EMPTY,
+    keys: form::keys::KeyForms::EMPTY,
+    forms: state::cell::Kept::new(),
+    forced: None,
 };
 
 impl std::ops::Deref for SettingsGuard<'_> {

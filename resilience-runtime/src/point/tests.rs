@@ -1,11 +1,11 @@
 //! Unit tests of the point engine.
 
-use super::compiled::{Compiled, Leaked, Parts, ACTIVE, R_VISITS};
-use super::flow::Slot;
-use super::permit::{Meta, Permit, NO_HANG};
+use super::admit::permit::{Meta, Permit, NO_HANG};
+use super::form::compiled::{Compiled, Leaked, Parts, ACTIVE, R_VISITS};
 #[cfg(feature = "redis")]
-use super::slots::CLUSTER_GRACE;
-use super::slots::{BreakerImpl, BreakerSlot};
+use super::form::slots::CLUSTER_GRACE;
+use super::form::slots::{BreakerImpl, BreakerSlot};
+use super::state::flow::Slot;
 use super::*;
 use crate::breaker::SreBreaker;
 use crate::clock::nanos;
@@ -351,7 +351,7 @@ fn replaced_cluster_slots_stay_allocated_and_their_leases_stop_after_the_grace()
 #[test]
 fn the_policy_cell_publishes_kept_forms_and_reuses_equal_ones() {
     let cell = PolicyCell::<Compiled>::new();
-    let mut kept = cell::Kept::new();
+    let mut kept = state::cell::Kept::new();
     assert!(cell.get().is_none(), "a new point has no rules");
     let ring: &'static Ring = Box::leak(Box::new(Ring::new(1, 1, 0, [0; TRACKED])));
     let form = |visits: u64| Compiled {
@@ -390,7 +390,7 @@ fn the_policy_cell_publishes_kept_forms_and_reuses_equal_ones() {
     assert_eq!(kept.len(), 2);
     assert!(
         std::mem::size_of::<Compiled>() <= 160,
-        "README: a kept form is about 160 bytes"
+        "the guide (how it works): a kept form is about 160 bytes"
     );
 }
 
@@ -409,7 +409,7 @@ fn permit_meta_round_trips_every_field() {
     assert_eq!(Meta::new(Slot::None, false).hang(), NO_HANG);
 }
 
-/// README: thresholds of 200 ms and more are measured on the timeline, shorter
+/// The guide (how it works): thresholds of 200 ms and more are measured on the timeline, shorter
 /// ones (or a short burst span, or a short slow-call limit) on the tick counter.
 #[test]
 fn the_duration_unit_follows_the_shortest_threshold() {
@@ -483,49 +483,53 @@ fn the_hung_call_sweep_runs_only_while_timed_calls_come() {
     let point = registry.point("sweep.idle").unwrap();
     let state = || point.sweeping.state();
     assert!(point.hang.get().is_none(), "no table before a timed call");
-    assert_eq!(state(), super::arming::IDLE, "no sweep without traffic");
+    assert_eq!(
+        state(),
+        super::state::arming::IDLE,
+        "no sweep without traffic"
+    );
     let idle_bytes = point.memory_bytes();
 
     let permit = point.enter().unwrap();
     assert!(point.hang.get().is_some());
-    assert_eq!(state(), super::arming::ARMED);
+    assert_eq!(state(), super::state::arming::ARMED);
     assert!(
         point.memory_bytes() >= idle_bytes + 256,
         "the table and its first chunk are counted"
     );
     // A call in flight keeps it going; a hung one is counted once.
     assert_eq!(point.sweep_hung_calls(), Some(Duration::from_secs(1)));
-    assert_eq!(state(), super::arming::ARMED);
+    assert_eq!(state(), super::state::arming::ARMED);
     manual.advance(Duration::from_secs(5));
     // The sweep that marks the last call in flight finds none left: draining.
     assert!(point.sweep_hung_calls().is_some());
     assert_eq!(point.stats().totals.timeouts, 1);
-    assert_eq!(state(), super::arming::DRAINING);
+    assert_eq!(state(), super::state::arming::DRAINING);
     permit.finish(false);
     assert_eq!(point.stats().totals.timeouts, 1, "not counted twice");
     // A timed call while draining keeps the sweep.
     let permit = point.enter().unwrap();
-    assert_eq!(state(), super::arming::ARMED);
+    assert_eq!(state(), super::state::arming::ARMED);
     assert!(point.sweep_hung_calls().is_some());
     permit.finish(false);
     assert!(point.sweep_hung_calls().is_some());
-    assert_eq!(state(), super::arming::DRAINING);
+    assert_eq!(state(), super::state::arming::DRAINING);
     assert_eq!(point.sweep_hung_calls(), None);
-    assert_eq!(state(), super::arming::IDLE);
+    assert_eq!(state(), super::state::arming::IDLE);
     // The next timed call arms it from idle.
     point.enter().unwrap().finish(false);
-    assert_eq!(state(), super::arming::ARMED);
+    assert_eq!(state(), super::state::arming::ARMED);
     // Without a timeout rule the sweep ends at once.
     registry.clear_policy("sweep.idle").unwrap();
     assert_eq!(point.sweep_hung_calls(), None);
-    assert_eq!(state(), super::arming::IDLE);
+    assert_eq!(state(), super::state::arming::IDLE);
 }
 
 /// The sampler runs while calls come and stops after two empty samples; the next
 /// call starts it again, and the calls made while it was stopped are not lost.
 #[test]
 fn the_sampler_stops_when_idle_and_loses_no_call() {
-    use super::arming as state;
+    use super::state::arming as state;
     let (manual, r) = manual_registry();
     let p = r.point("t.sampler").unwrap();
     assert_eq!(p.sampling.state(), state::IDLE);
@@ -556,6 +560,151 @@ fn the_sampler_stops_when_idle_and_loses_no_call() {
     let last = p.seconds(1).pop().unwrap();
     assert_eq!((last.visits, last.passes, last.downgrades), (3, 2, 1));
     assert_eq!(last.downgrades_by_reason.get(crate::Reason::Visits), 1);
+}
+
+/// Issue of 2026-12-03 (100 000 points called once cost ~10% of a core, still 1.4%
+/// 18 s later): once a point's timed calls have ended, its sweep has found nothing
+/// twice and its sampler has closed its last second, the point holds no timer and no
+/// hook of the clock, so it does no work however long the clock runs; a point never
+/// called never arms anything. A hung call is still counted, and its sweep still
+/// stops. The chores go to this test's own wheel, ticked with the manual clock.
+#[test]
+fn idle_points_hold_no_timer_and_do_no_work() {
+    let (wheel, ticker) = observe::chores::capture();
+    let (manual, registry) = manual_registry();
+    let policy = Policy::builder()
+        .timeouts(Duration::from_secs(1), 100)
+        .build()
+        .unwrap();
+    let points = |prefix: &str| -> Vec<&'static Point> {
+        (0..100)
+            .map(|i| {
+                let name = format!("{prefix}.{i}");
+                registry.set_policy(&name, policy.clone()).unwrap();
+                registry.point(&name).unwrap()
+            })
+            .collect()
+    };
+    let (never, once) = (points("idle.never"), points("idle.once"));
+    let hooks = || once[0].clock.hooks_before_move();
+    // Runs the clock and the wheel together for `ms`, in ticks of 10 ms; returns how
+    // many timers fired.
+    let run = |ms: u64| -> usize {
+        (0..ms / 10)
+            .map(|_| {
+                manual.advance(Duration::from_millis(10));
+                ticker.tick().unwrap()
+            })
+            .sum()
+    };
+    let idle = |p: &Point| {
+        p.sampling.state() == super::state::arming::IDLE
+            && p.sweeping.state() == super::state::arming::IDLE
+    };
+
+    assert_eq!(run(40_000), 0, "points never called arm no timer");
+    assert_eq!((wheel.len(), hooks()), (0, 0));
+    for p in never.iter().chain(&once) {
+        assert!(idle(p) && p.hang.get().is_none(), "{}", p.name());
+    }
+
+    for p in &once {
+        p.enter().unwrap().finish(false);
+    }
+    assert_eq!(wheel.len(), 100, "a sweep each");
+    assert_eq!(hooks(), 100, "a sampler each, on the manual clock");
+    // Two sweeps each (250 ms apart) find nothing and stop; the sampler closes the
+    // call's second and stops after two empty samples.
+    assert_eq!(run(1_000), 200);
+    assert_eq!((wheel.len(), hooks()), (0, 0), "at {:?}", manual.now());
+    assert!(once.iter().all(|p| idle(p)));
+    for p in &once {
+        let visits: u64 = p
+            .seconds(Point::SECONDS_KEPT)
+            .iter()
+            .map(|s| s.visits)
+            .sum();
+        assert_eq!(visits, 1, "the call is in exactly one second");
+    }
+    assert_eq!(run(60_000), 0, "nothing runs for idle points");
+    assert_eq!((wheel.len(), hooks()), (0, 0));
+    assert!(never.iter().chain(&once).all(|p| idle(p)));
+
+    // A hung call is counted while in flight; then the sweep stops, call or not.
+    let p = once[0];
+    let held = p.enter().unwrap();
+    assert_eq!((wheel.len(), hooks()), (1, 1));
+    let sweeps = run(3_000);
+    assert!((2..=8).contains(&sweeps), "{sweeps} sweeps");
+    assert_eq!(p.stats().totals.timeouts, 1, "counted before it returns");
+    assert_eq!((wheel.len(), hooks()), (0, 0), "at {:?}", manual.now());
+    held.finish(false);
+    assert_eq!(p.stats().totals.timeouts, 1, "not counted twice");
+    assert_eq!(run(10_000), 0);
+    assert_eq!((wheel.len(), hooks()), (0, 0));
+    // The next call arms both again.
+    p.enter().unwrap().finish(false);
+    assert_eq!((wheel.len(), hooks()), (1, 1));
+}
+
+/// The same on the system clock, where the sampler runs on the wheel: once stopped,
+/// a point holds no timer of its own; the histories of all of them wait in one queue
+/// behind one timer, and a point dropped meanwhile leaves it.
+#[test]
+fn stopped_samplers_share_one_timer_to_free_their_histories() {
+    let (wheel, ticker) = observe::chores::capture();
+    let expiry = super::observe::expiry::capture();
+    let registry = crate::Registry::with_clock(Clock::system());
+    let policy = Policy::builder()
+        .timeouts(Duration::from_secs(1), 100)
+        .build()
+        .unwrap();
+    let points: Vec<_> = (0..100)
+        .map(|i| {
+            let name = format!("idle.system.{i}");
+            registry.set_policy(&name, policy.clone()).unwrap();
+            let point = registry.point_handle(&name).unwrap();
+            point.enter().unwrap().finish(false);
+            point
+        })
+        .collect();
+    assert_eq!(wheel.len(), 200, "a sweep and a sampler each");
+    // Wheel time, not the system clock's: two sweeps each, then three samples each
+    // (the call's, and two that see nothing).
+    let fired = ticker.advance(400).unwrap();
+    assert_eq!(fired, 500);
+    assert_eq!(wheel.len(), 1, "the queue's one timer, for all of them");
+    assert_eq!(expiry.0.lock().unwrap().live(), 100);
+    assert!(points
+        .iter()
+        .all(|p| p.sampling.state() == super::state::arming::IDLE));
+    // The queue's runs are due in 32 s of real time: here they find nothing due.
+    assert!(ticker.advance(6_000).unwrap() <= 2);
+    assert_eq!(wheel.len(), 1);
+    // A run for a point frees its history (every second of it is old by then).
+    let p = &points[0];
+    let kept = |p: &Point| {
+        let series = p.seconds.lock().unwrap();
+        series.as_ref().map_or(0, |s| s.seconds_kept())
+    };
+    assert_eq!(kept(p), 1, "the call's second");
+    let held = p.memory_bytes();
+    p.expire_history();
+    assert_eq!(kept(p), 0);
+    assert!(
+        p.memory_bytes() < held,
+        "{} -> {} bytes",
+        held,
+        p.memory_bytes()
+    );
+    // Dropped points take their entries out.
+    drop(points);
+    drop(registry);
+    assert_eq!(
+        expiry.0.lock().unwrap().live(),
+        1,
+        "the one already run stays"
+    );
 }
 
 /// Issue bound: an idle point (made by `registry.point(name)`, never configured or
@@ -611,7 +760,7 @@ fn flow_word_has_only_cold_neighbours() {
     use std::mem::{offset_of, size_of};
     let word = offset_of!(Point, flow);
     let hot_end = offset_of!(Point, durations)
-        + size_of::<crate::sync::OnceLock<super::durations::Durations>>();
+        + size_of::<crate::sync::OnceLock<super::state::durations::Durations>>();
     assert_eq!(
         offset_of!(Point, counters),
         hot_end,

@@ -25,15 +25,16 @@ use std::time::Duration;
 ///
 /// // go-zero's breaker with a more tolerant k and latency awareness
 /// let sre = BreakerPolicy::Sre {
-///     config: SreConfig { k: 2.0, ..SreConfig::default() },
+///     config: SreConfig::builder().k(2.0).build()?,
 ///     slow_call: Some(Duration::from_millis(500)),
 /// };
 /// registry().set_breaker("docs.breaker.sre", sre)?;
 /// // a three-state breaker
 /// registry().set_breaker("docs.breaker.classic", BreakerPolicy::Classic(ClassicConfig::default()))?;
-/// # Ok::<(), resilience_runtime::BreakerError>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum BreakerPolicy {
     /// go-zero's Google-SRE adaptive breaker.
     Sre {
@@ -58,12 +59,9 @@ impl Default for BreakerPolicy {
 }
 
 impl BreakerPolicy {
-    /// Checks every setting.
-    ///
-    /// # Errors
-    ///
-    /// A [`FieldError`] naming the invalid field.
-    pub fn validate(&self) -> Result<(), FieldError> {
+    /// Checks every setting (the configurations' fields are public, so they may have
+    /// changed since they were built): a [`FieldError`] naming the invalid field.
+    pub(crate) fn validate(&self) -> Result<(), FieldError> {
         match self {
             BreakerPolicy::Sre { config, slow_call } => {
                 config.validate()?;
@@ -96,9 +94,11 @@ pub enum BreakerError {
 impl fmt::Display for BreakerError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // Transparent: the name error's own text (and its source below is its
+            // source), so an error chain never prints it twice.
             BreakerError::Name(e) => e.fmt(f),
-            BreakerError::Config(e) => write!(f, "invalid breaker: {e}"),
-            BreakerError::Retry(e) => write!(f, "invalid retry section: {e}"),
+            BreakerError::Config(_) => f.write_str("invalid breaker"),
+            BreakerError::Retry(_) => f.write_str("invalid retry section"),
         }
     }
 }
@@ -106,7 +106,7 @@ impl fmt::Display for BreakerError {
 impl std::error::Error for BreakerError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            BreakerError::Name(e) => Some(e),
+            BreakerError::Name(e) => std::error::Error::source(e),
             BreakerError::Config(e) | BreakerError::Retry(e) => Some(e),
         }
     }

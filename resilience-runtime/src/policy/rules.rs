@@ -5,6 +5,7 @@ use std::time::Duration;
 /// The exception-rate rule: downgrade when `exceptions / (visits - downgrades) >= rate`
 /// in the window, evaluated only once `visits > min_visits`.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct ExceptionRate {
     /// The rate in `0.0..=1.0` (SDS uses a percentage; 0.5 here is SDS's 50).
     pub rate: f64,
@@ -16,6 +17,7 @@ pub struct ExceptionRate {
 /// `max_waiting` calls wait, first in first out, at most `max_wait` each, for a slot
 /// (see [`PolicyBuilder::queue`](super::PolicyBuilder::queue)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QueueConfig {
     /// Calls that may wait at once (1 ..= 1 000 000); one more is refused at once
     /// ([`Reason::QueueFull`](crate::Reason::QueueFull)).
@@ -27,6 +29,7 @@ pub struct QueueConfig {
 
 /// Sentinel's warm-up for the token bucket (see [`PolicyBuilder::warm_up`](super::PolicyBuilder::warm_up)).
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct WarmUpConfig {
     /// How long sustained traffic takes to bring a cold point to the full rate
     /// (1 s ..= 1 h).
@@ -42,6 +45,7 @@ pub const MAX_QUEUE: u64 = 1_000_000;
 /// The timeout rule: a call slower than `threshold` is a timeout; the point is
 /// downgraded once the window holds `max_count` timeouts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Timeouts {
     /// A call taking longer than this is counted as a timeout.
     pub threshold: Duration,
@@ -56,6 +60,7 @@ pub struct Timeouts {
 /// through each second and never carries unused tokens over; this one is a real bucket:
 /// an idle point saves up to `capacity` tokens for a burst, and refill is smooth.
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct TokenBucketConfig {
     /// Tokens added per second; `0.0` admits nothing (a kill switch, as in SDS).
     pub rate: f64,
@@ -67,6 +72,7 @@ pub struct TokenBucketConfig {
 /// letting one probe call through every `retry_interval`. A failing probe schedules the
 /// next one; a succeeding probe ends the delay early.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Delay {
     /// How long the point stays downgraded after a trip.
     pub duration: Duration,
@@ -76,6 +82,7 @@ pub struct Delay {
 
 /// The sliding window: `buckets` buckets of `bucket_width` each (SDS: 10 x 1 s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct WindowConfig {
     /// Number of buckets, 1..=[`MAX_WINDOW_BUCKETS`](super::MAX_WINDOW_BUCKETS).
     pub buckets: u64,

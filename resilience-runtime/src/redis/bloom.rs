@@ -1,14 +1,14 @@
 //! [`RedisBloom`]: a bloom filter kept in a Redis string, with the in-memory filter's
 //! bit layout.
 
-use super::conn::Connector;
+use super::conn::{Connector, Target};
 use super::error::{RedisBloomError, RedisFailure};
 use crate::bloom::{BloomConfig, BloomFilter};
 use crate::sync::LazyLock;
 use std::fmt;
 use std::time::Duration;
 
-use ::redis::{Client, Script, Value};
+use ::redis::{Script, Value};
 
 /// The largest filter a Redis bitmap can hold: 2^32 bits (512 MiB), since `SETBIT`
 /// takes offsets below 2^32.
@@ -109,6 +109,7 @@ impl Expiry {
 ///
 /// Nothing is checked or sent until [`build`](Self::build), which does no I/O either:
 /// the connection is opened by the first call.
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisBloomBuilder {
     url: String,
     key: Vec<u8>,
@@ -119,6 +120,7 @@ pub struct RedisBloomBuilder {
 
 impl RedisBloomBuilder {
     /// When the key expires (default [`Expiry::Never`]).
+    #[must_use = "a setter returns the changed builder"]
     pub fn expiry(mut self, expiry: Expiry) -> Self {
         self.expiry = expiry;
         self
@@ -127,6 +129,7 @@ impl RedisBloomBuilder {
     /// The longest any call may take, connecting included (default
     /// [`DEFAULT_TIMEOUT`]). A call that takes longer returns
     /// [`RedisBloomError::Redis`] with [`RedisFailure::Timeout`].
+    #[must_use = "a setter returns the changed builder"]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
@@ -151,11 +154,10 @@ impl RedisBloomBuilder {
         if self.timeout.is_zero() {
             return Err(RedisBloomError::ZeroTimeout);
         }
-        let client = Client::open(self.url.as_str()).map_err(|e| RedisBloomError::InvalidUrl {
-            message: e.to_string(),
-        })?;
+        let target = Target::open(&self.url, self.timeout)
+            .map_err(|message| RedisBloomError::InvalidUrl { message })?;
         Ok(RedisBloom {
-            connector: Connector::new(client, self.timeout),
+            connector: Connector::new(target, self.timeout),
             key: self.key,
             config: self.config,
             expiry: self.expiry,
@@ -184,7 +186,8 @@ impl fmt::Debug for RedisBloomBuilder {
 /// [`BloomConfig`]: bit `j` of the filter is Redis bit offset `j` (`SETBIT key j 1`),
 /// so `GET key` returns what [`BloomFilter::to_bitmap_bytes`] returns for the same
 /// items, [`snapshot`](Self::snapshot) loads the Redis filter into memory, and with
-/// [`BloomConfig::go_zero`] the key can be shared with go-zero services.
+/// [`HashScheme::GoZero`](crate::bloom::HashScheme::GoZero) the key can be shared with
+/// go-zero services.
 ///
 /// # Calls
 ///
@@ -216,7 +219,7 @@ impl fmt::Debug for RedisBloomBuilder {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let config = BloomConfig::with_rate(1_000_000, 0.01)?;
+/// let config = BloomConfig::builder().expected_items(1_000_000).false_positive_rate(0.01).build()?;
 /// let seen = RedisBloom::builder("redis://127.0.0.1:6379/", "bloom:orders", config)
 ///     .expiry(Expiry::AfterFirstInsert(Duration::from_secs(24 * 3600)))
 ///     .timeout(Duration::from_millis(200))
@@ -248,11 +251,12 @@ impl RedisBloom {
     /// # Examples
     ///
     /// ```
-    /// use resilience_runtime::bloom::BloomConfig;
+    /// use resilience_runtime::bloom::{BloomConfig, HashScheme};
     /// use resilience_runtime::redis::{Expiry, RedisBloom};
     /// use std::time::Duration;
     ///
-    /// let filter = RedisBloom::builder("redis://127.0.0.1/", "bloom:users", BloomConfig::go_zero(1 << 20)?)
+    /// let config = BloomConfig::builder().bits(1 << 20).scheme(HashScheme::GoZero).build()?;
+    /// let filter = RedisBloom::builder("redis://127.0.0.1/", "bloom:users", config)
     ///     .expiry(Expiry::AfterLastInsert(Duration::from_secs(3600)))
     ///     .timeout(Duration::from_millis(250))
     ///     .build()?; // no I/O yet
@@ -284,7 +288,7 @@ impl RedisBloom {
     }
 
     /// A filter at `key` sized for `expected_items` at `false_positive_rate`; see
-    /// [`BloomConfig::with_rate`].
+    /// [`BloomConfigBuilder::expected_items`](crate::bloom::BloomConfigBuilder::expected_items).
     ///
     /// # Errors
     ///
@@ -300,7 +304,8 @@ impl RedisBloom {
         Self::new(url, key, config)
     }
 
-    /// A go-zero compatible filter of `bits` bits at `key`; see [`BloomConfig::go_zero`].
+    /// A go-zero compatible filter of `bits` bits at `key`; see
+    /// [`HashScheme::GoZero`](crate::bloom::HashScheme::GoZero).
     ///
     /// # Errors
     ///
@@ -481,10 +486,7 @@ impl RedisBloom {
 }
 
 fn unexpected(operation: &'static str, reply: &Value) -> RedisBloomError {
-    RedisBloomError::Redis(RedisFailure::UnexpectedReply {
-        operation,
-        message: format!("{reply:?}"),
-    })
+    RedisBloomError::Redis(RedisFailure::unexpected(operation, format!("{reply:?}")))
 }
 
 impl fmt::Debug for RedisBloom {

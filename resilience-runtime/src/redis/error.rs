@@ -4,6 +4,7 @@
 use crate::bloom::BloomError;
 use ::redis::RedisError;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Why a call through a [`Connector`](super::conn::Connector) failed, before it is given the caller's error type.
@@ -15,12 +16,18 @@ pub(crate) enum CallError {
     Redis(RedisError),
 }
 
+impl From<RedisError> for CallError {
+    fn from(err: RedisError) -> Self {
+        CallError::Redis(err)
+    }
+}
+
 impl CallError {
     /// Sorts the failure of `operation`.
     pub(crate) fn failure(self, operation: &'static str) -> RedisFailure {
         match self {
             CallError::Timeout(after) => RedisFailure::Timeout { operation, after },
-            CallError::Redis(err) => RedisFailure::of(operation, &err),
+            CallError::Redis(err) => RedisFailure::of(operation, err),
         }
     }
 }
@@ -29,7 +36,9 @@ impl CallError {
 /// (inside [`RedisBloomError::Redis`] and [`RedisLimitError::Redis`]).
 ///
 /// Each variant names the method that failed (`operation`, such as `"insert"` or
-/// `"take"`).
+/// `"take"`). Where the client library reported the failure, its error is kept with
+/// its type and is this one's [`source`](std::error::Error::source); the text of
+/// this error never repeats it, so an error chain (anyhow, eyre) prints each once.
 ///
 /// # Examples
 ///
@@ -41,7 +50,7 @@ impl CallError {
 /// assert_eq!(failure.operation(), "take");
 /// assert_eq!(failure.to_string(), "`take`: no answer from Redis within 100ms");
 /// ```
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum RedisFailure {
     /// Redis did not answer within the timeout (connecting included). The call may or
@@ -56,8 +65,8 @@ pub enum RedisFailure {
     Connection {
         /// The method that failed.
         operation: &'static str,
-        /// The client library's description.
-        message: String,
+        /// The client library's error.
+        error: Arc<RedisError>,
     },
     /// Redis answered with an error, such as `WRONGTYPE` when the key holds a value of
     /// another type.
@@ -66,15 +75,18 @@ pub enum RedisFailure {
         operation: &'static str,
         /// The error code Redis sent (`WRONGTYPE`, `ERR`, ...), if any.
         code: Option<String>,
-        /// The full description.
-        message: String,
+        /// The client library's error, with Redis's description.
+        error: Arc<RedisError>,
     },
     /// Redis answered with a reply of a shape the caller does not expect.
     UnexpectedReply {
         /// The method that received it.
         operation: &'static str,
-        /// What was received.
-        message: String,
+        /// What was received, when this crate found it wrong (`None` when the client
+        /// library did: its error is then in `error`).
+        message: Option<String>,
+        /// The client library's error, when it found the reply wrong.
+        error: Option<Arc<RedisError>>,
     },
 }
 
@@ -89,26 +101,43 @@ impl RedisFailure {
         }
     }
 
+    /// The client library's error behind this failure, if it reported one.
+    pub fn redis_error(&self) -> Option<&RedisError> {
+        match self {
+            RedisFailure::Connection { error, .. } | RedisFailure::Server { error, .. } => {
+                Some(error)
+            }
+            RedisFailure::UnexpectedReply { error, .. } => error.as_deref(),
+            RedisFailure::Timeout { .. } => None,
+        }
+    }
+
+    /// A reply of the wrong shape, found by this crate: `message` says what came.
+    pub(crate) fn unexpected(operation: &'static str, message: String) -> RedisFailure {
+        RedisFailure::UnexpectedReply {
+            operation,
+            message: Some(message),
+            error: None,
+        }
+    }
+
     /// Sorts an error of the client library met by `operation`.
-    pub(crate) fn of(operation: &'static str, err: &RedisError) -> RedisFailure {
+    pub(crate) fn of(operation: &'static str, err: RedisError) -> RedisFailure {
         use ::redis::ErrorKind;
         match err.kind() {
             ErrorKind::Server(_) | ErrorKind::Extension => RedisFailure::Server {
                 operation,
                 code: err.code().map(str::to_owned),
-                message: err.to_string(),
+                error: Arc::new(err),
             },
             ErrorKind::Parse | ErrorKind::UnexpectedReturnType => RedisFailure::UnexpectedReply {
                 operation,
-                message: err.to_string(),
-            },
-            _ if err.is_timeout() => RedisFailure::Connection {
-                operation,
-                message: format!("timed out: {err}"),
+                message: None,
+                error: Some(Arc::new(err)),
             },
             _ => RedisFailure::Connection {
                 operation,
-                message: err.to_string(),
+                error: Arc::new(err),
             },
         }
     }
@@ -120,20 +149,60 @@ impl fmt::Display for RedisFailure {
             RedisFailure::Timeout { operation, after } => {
                 write!(f, "`{operation}`: no answer from Redis within {after:?}")
             }
-            RedisFailure::Connection { operation, message } => {
-                write!(f, "`{operation}`: connection to Redis failed: {message}")
+            RedisFailure::Connection { operation, .. } => {
+                write!(f, "`{operation}`: connection to Redis failed")
             }
-            RedisFailure::Server {
+            RedisFailure::Server { operation, .. } => {
+                write!(f, "`{operation}`: Redis answered with an error")
+            }
+            RedisFailure::UnexpectedReply {
                 operation, message, ..
-            } => write!(f, "`{operation}`: Redis error: {message}"),
-            RedisFailure::UnexpectedReply { operation, message } => {
-                write!(f, "`{operation}`: unexpected reply from Redis: {message}")
+            } => {
+                write!(f, "`{operation}`: unexpected reply from Redis")?;
+                match message {
+                    Some(message) => write!(f, ": {message}"),
+                    None => Ok(()),
+                }
             }
         }
     }
 }
 
-impl std::error::Error for RedisFailure {}
+impl std::error::Error for RedisFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.redis_error()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// Failures are equal when they are of the same kind, for the same operation, and
+/// the client library's errors (if any) have the same kind and text.
+impl PartialEq for RedisFailure {
+    fn eq(&self, other: &Self) -> bool {
+        fn same(a: Option<&RedisError>, b: Option<&RedisError>) -> bool {
+            match (a, b) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.kind() == b.kind() && a.to_string() == b.to_string(),
+                _ => false,
+            }
+        }
+        let fields = match (self, other) {
+            (RedisFailure::Timeout { after: a, .. }, RedisFailure::Timeout { after: b, .. }) => {
+                a == b
+            }
+            (RedisFailure::Connection { .. }, RedisFailure::Connection { .. }) => true,
+            (RedisFailure::Server { code: a, .. }, RedisFailure::Server { code: b, .. }) => a == b,
+            (
+                RedisFailure::UnexpectedReply { message: a, .. },
+                RedisFailure::UnexpectedReply { message: b, .. },
+            ) => a == b,
+            _ => false,
+        };
+        fields
+            && self.operation() == other.operation()
+            && same(self.redis_error(), other.redis_error())
+    }
+}
 
 /// Why a [`RedisBloom`](super::RedisBloom) could not be built or a call on it failed.
 ///
@@ -145,14 +214,15 @@ impl std::error::Error for RedisFailure {}
 /// # Examples
 ///
 /// ```
-/// use resilience_runtime::bloom::{BloomConfig, BloomError};
+/// use resilience_runtime::bloom::{BloomConfig, BloomError, HashScheme};
 /// use resilience_runtime::redis::{RedisBloom, RedisBloomError};
 ///
 /// // A zero-bit filter is refused when the configuration is built...
-/// assert_eq!(BloomConfig::go_zero(0).unwrap_err(), BloomError::ZeroBits);
+/// let zero = BloomConfig::builder().bits(0).scheme(HashScheme::GoZero).build();
+/// assert_eq!(zero.unwrap_err(), BloomError::ZeroBits);
 ///
 /// // ...and a filter larger than a Redis string is refused when the handle is built.
-/// let config = BloomConfig::new(1 << 40, 7)?;
+/// let config = BloomConfig::builder().bits(1 << 40).hashes(7).build()?;
 /// let err = RedisBloom::builder("redis://127.0.0.1/", "k", config).build().unwrap_err();
 /// assert!(matches!(err, RedisBloomError::TooManyBits { .. }));
 /// assert!(err.to_string().contains("`bits`"));
@@ -227,6 +297,7 @@ impl From<BloomError> for RedisBloomError {
 impl fmt::Display for RedisBloomError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // Transparent, as `Redis` below.
             RedisBloomError::Bloom(err) => err.fmt(f),
             RedisBloomError::TooManyBits { bits, max } => write!(
                 f,
@@ -243,7 +314,8 @@ impl fmt::Display for RedisBloomError {
             ),
             RedisBloomError::ZeroTimeout => f.write_str("`timeout` must be greater than zero"),
             RedisBloomError::InvalidUrl { message } => write!(f, "invalid `url`: {message}"),
-            RedisBloomError::Redis(failure) => write!(f, "redis bloom {failure}"),
+            // Transparent: the failure's own text, and its source is this one's.
+            RedisBloomError::Redis(failure) => failure.fmt(f),
         }
     }
 }
@@ -251,8 +323,8 @@ impl fmt::Display for RedisBloomError {
 impl std::error::Error for RedisBloomError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            RedisBloomError::Bloom(err) => Some(err),
-            RedisBloomError::Redis(failure) => Some(failure),
+            RedisBloomError::Bloom(err) => std::error::Error::source(err),
+            RedisBloomError::Redis(failure) => std::error::Error::source(failure),
             _ => None,
         }
     }
@@ -324,10 +396,6 @@ impl RedisLimitError {
     pub(crate) fn from_call(operation: &'static str, err: CallError) -> Self {
         RedisLimitError::Redis(err.failure(operation))
     }
-
-    pub(crate) fn from_redis(operation: &'static str, err: &RedisError) -> Self {
-        RedisLimitError::Redis(RedisFailure::of(operation, err))
-    }
 }
 
 impl fmt::Display for RedisLimitError {
@@ -337,7 +405,8 @@ impl fmt::Display for RedisLimitError {
                 write!(f, "invalid `{field}`: {reason}")
             }
             RedisLimitError::InvalidUrl { message } => write!(f, "invalid `url`: {message}"),
-            RedisLimitError::Redis(failure) => write!(f, "redis limiter {failure}"),
+            // Transparent: the failure's own text, and its source is this one's.
+            RedisLimitError::Redis(failure) => failure.fmt(f),
             RedisLimitError::Thread { message } => {
                 write!(f, "cannot start the lease refill thread: {message}")
             }
@@ -348,7 +417,7 @@ impl fmt::Display for RedisLimitError {
 impl std::error::Error for RedisLimitError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            RedisLimitError::Redis(failure) => Some(failure),
+            RedisLimitError::Redis(failure) => std::error::Error::source(failure),
             _ => None,
         }
     }
@@ -365,46 +434,53 @@ mod tests {
                 operation: "insert",
                 after: Duration::from_millis(250),
             },
-            RedisFailure::Connection {
-                operation: "contains",
-                message: "refused".into(),
-            },
-            RedisFailure::Server {
-                operation: "take",
-                code: Some("WRONGTYPE".into()),
-                message: "WRONGTYPE: wrong kind of value".into(),
-            },
-            RedisFailure::UnexpectedReply {
-                operation: "allow",
-                message: "nil".into(),
-            },
+            RedisFailure::of(
+                "contains",
+                RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused)),
+            ),
+            RedisFailure::of(
+                "take",
+                RedisError::from((
+                    ::redis::ErrorKind::Server(::redis::ServerErrorKind::ResponseError),
+                    "WRONGTYPE",
+                    "wrong kind of value".to_owned(),
+                )),
+            ),
+            RedisFailure::unexpected("allow", "nil".into()),
         ]
     }
 
     #[test]
     fn both_errors_report_a_failure_of_redis_the_same_way() {
         let expected = [
-            "`insert`: no answer from Redis within 250ms",
-            "`contains`: connection to Redis failed: refused",
-            "`take`: Redis error: WRONGTYPE: wrong kind of value",
-            "`allow`: unexpected reply from Redis: nil",
+            ("`insert`: no answer from Redis within 250ms", false),
+            ("`contains`: connection to Redis failed", true),
+            ("`take`: Redis answered with an error", true),
+            ("`allow`: unexpected reply from Redis: nil", false),
         ];
-        for (failure, text) in failures().into_iter().zip(expected) {
+        for (failure, (text, has_source)) in failures().into_iter().zip(expected) {
             assert_eq!(failure.to_string(), text);
             let op = failure.operation();
             assert!(text.starts_with(&format!("`{op}`")));
+            // The client's error is the source, with its type, and is not repeated.
+            let source = failure.source();
+            assert_eq!(source.is_some(), has_source, "{failure:?}");
+            if let Some(source) = source {
+                assert!(source.downcast_ref::<RedisError>().is_some());
+                assert!(!text.contains(&source.to_string()));
+            }
 
             let bloom = RedisBloomError::Redis(failure.clone());
             assert!(bloom.is_redis_failure());
             assert_eq!(bloom.redis_failure(), Some(&failure));
-            assert_eq!(bloom.to_string(), format!("redis bloom {text}"));
-            assert_eq!(bloom.source().unwrap().to_string(), text);
+            assert_eq!(bloom.to_string(), text);
+            assert_eq!(bloom.source().is_some(), has_source);
 
             let limit = RedisLimitError::Redis(failure.clone());
             assert!(limit.is_redis_failure());
             assert_eq!(limit.redis_failure(), Some(&failure));
-            assert_eq!(limit.to_string(), format!("redis limiter {text}"));
-            assert_eq!(limit.source().unwrap().to_string(), text);
+            assert_eq!(limit.to_string(), text);
+            assert_eq!(limit.source().is_some(), has_source);
         }
     }
 

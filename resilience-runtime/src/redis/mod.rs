@@ -4,7 +4,7 @@
 //! [`RedisBloom`] keeps a bloom filter in one Redis string with the same bit layout as
 //! the in-memory [`BloomFilter`](crate::bloom::BloomFilter): the bit positions come
 //! from [`BloomConfig::positions`](crate::bloom::BloomConfig::positions) and bit `j` is
-//! Redis offset `j`. With [`BloomConfig::go_zero`](crate::bloom::BloomConfig::go_zero)
+//! Redis offset `j`. With [`HashScheme::GoZero`](crate::bloom::HashScheme::GoZero)
 //! the stored bits are exactly those go-zero's `core/bloom` writes, so Rust and Go
 //! services can share one filter.
 //!
@@ -17,6 +17,15 @@
 //!
 //! The client is the `redis` crate's multiplexed tokio connection, opened on first use
 //! and reopened after it fails, so a filter recovers by itself when Redis comes back.
+//!
+//! # URLs: one server or a cluster
+//!
+//! Every type here takes a URL: `redis://[user:password@]host[:port][/db]` for one
+//! server, `redis+cluster://[user:password@]host:port[,host:port...]/` for a Redis
+//! Cluster (its hosts are seeds; slots that move and failovers are followed by the
+//! client), and the same with `rediss` for TLS (feature `redis-tls`). The keys a
+//! script touches always share a cluster slot. See the guide's
+//! [Redis Cluster, ACL users and TLS](crate::guide::fleet#redis-cluster-acl-users-and-tls).
 //!
 //! # Examples
 //!

@@ -2,7 +2,7 @@
 //! one Redis key (go-zero's `PeriodLimit`), and the window arithmetic the visits
 //! [`ClusterLease`](super::ClusterLease) shares with it.
 
-use super::conn::{Connector, DEFAULT_LIMIT_TIMEOUT, MAX_TTL_MS};
+use super::conn::{Connector, Target, DEFAULT_LIMIT_TIMEOUT};
 use super::error::{RedisFailure, RedisLimitError};
 use crate::sync::LazyLock;
 use crate::sync::{AtomicU64, Ordering};
@@ -10,7 +10,7 @@ use crate::Clock;
 use std::fmt;
 use std::time::Duration;
 
-use ::redis::{Client, Script};
+use ::redis::Script;
 
 /// Counts `n` takes and makes sure the counter expires.
 ///
@@ -121,15 +121,8 @@ fn local_offset_secs(_unix_secs: u64) -> i32 {
 
 /// The period in whole milliseconds, checked: at least 1 ms, at most 10 years.
 pub(crate) fn check_period(period: Duration) -> Result<u64, RedisLimitError> {
-    let ms = period.as_millis();
-    if ms == 0 || ms > u128::from(MAX_TTL_MS) {
-        return Err(RedisLimitError::config(
-            "period",
-            format!("must be between 1 ms and 10 years, got {period:?}"),
-        ));
-    }
-    // Checked just above.
-    Ok(ms as u64)
+    crate::policy::cluster_period(period)
+        .map_err(|reason| RedisLimitError::config("period", reason))
 }
 
 /// A fixed-window counter for the local fallback of a visits lease: at most `quota`
@@ -228,6 +221,7 @@ impl PeriodDecision {
 
 /// Configures and builds a [`RedisPeriodLimiter`]; start from
 /// [`RedisPeriodLimiter::builder`]. [`build`](Self::build) does no I/O.
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisPeriodLimiterBuilder {
     url: String,
     key: String,
@@ -240,6 +234,7 @@ pub struct RedisPeriodLimiterBuilder {
 
 impl RedisPeriodLimiterBuilder {
     /// Where windows start (default [`Alignment::FirstTake`]).
+    #[must_use = "a setter returns the changed builder"]
     pub fn alignment(mut self, alignment: Alignment) -> Self {
         self.alignment = alignment;
         self
@@ -247,12 +242,14 @@ impl RedisPeriodLimiterBuilder {
 
     /// The longest a take may take, connecting included (default
     /// [`DEFAULT_LIMIT_TIMEOUT`]).
+    #[must_use = "a setter returns the changed builder"]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
     }
 
     /// The clock whose wall time aligns windows (default [`Clock::system`]).
+    #[must_use = "a setter returns the changed builder"]
     pub fn clock(mut self, clock: Clock) -> Self {
         self.clock = Some(clock);
         self
@@ -275,11 +272,10 @@ impl RedisPeriodLimiterBuilder {
                 "must be greater than zero",
             ));
         }
-        let client = Client::open(self.url.as_str()).map_err(|e| RedisLimitError::InvalidUrl {
-            message: e.to_string(),
-        })?;
+        let target = Target::open(&self.url, self.timeout)
+            .map_err(|message| RedisLimitError::InvalidUrl { message })?;
         Ok(RedisPeriodLimiter {
-            connector: Connector::new(client, self.timeout),
+            connector: Connector::new(target, self.timeout),
             key: self.key,
             period_ms,
             quota: self.quota,
@@ -434,10 +430,10 @@ impl RedisPeriodLimiter {
             .await
             .map_err(|e| RedisLimitError::from_call("take", e))?;
         let count = u64::try_from(count).map_err(|_| {
-            RedisLimitError::Redis(RedisFailure::UnexpectedReply {
-                operation: "take",
-                message: format!("negative count {count}"),
-            })
+            RedisLimitError::Redis(RedisFailure::unexpected(
+                "take",
+                format!("negative count {count}"),
+            ))
         })?;
         Ok(PeriodDecision::from_count(count, self.quota))
     }

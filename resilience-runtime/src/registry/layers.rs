@@ -4,11 +4,11 @@
 
 use super::Registry;
 use crate::error::{check_point_name, PointNameError};
-use crate::layers::table::Table;
-use crate::layers::{EffectivePolicy, Layer, PointConfig, PolicyChange, Precedence, Source};
 use crate::listener::ListenerId;
 use crate::point::Point;
 use crate::policy::BreakerError;
+use crate::sources::table::Table;
+use crate::sources::{EffectivePolicy, PointConfig, PolicyChange, Precedence, Source, SourceLayer};
 use crate::sync::Recover;
 use crate::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::fmt;
@@ -161,7 +161,7 @@ impl Registry {
 
     /// Sets one source's layer of a point (creating the point if needed), replacing
     /// that source's previous layer of the point; other sources' layers are kept. The
-    /// point then enforces the composition of its layers ([`layers`](crate::layers)).
+    /// point then enforces the composition of its layers ([`layers`](crate::sources)).
     ///
     /// # Errors
     ///
@@ -213,7 +213,7 @@ impl Registry {
     /// # Errors
     ///
     /// [`PointNameError`] for an invalid name.
-    pub fn layers(&self, name: &str) -> Result<Vec<Layer>, PointNameError> {
+    pub fn layers(&self, name: &str) -> Result<Vec<SourceLayer>, PointNameError> {
         check_point_name(name)?;
         Ok(self.layers_state().lock().layers(name))
     }
@@ -270,7 +270,7 @@ impl Registry {
     /// # Examples
     ///
     /// ```
-    /// use resilience_runtime::layers::Source;
+    /// use resilience_runtime::sources::Source;
     /// use resilience_runtime::{registry, Policy};
     /// use std::sync::{Arc, Mutex};
     ///

@@ -2,13 +2,13 @@
 
 use crate::clock::Clock;
 use crate::error::{check_point_name, AlreadyInitialized, PointNameError};
-use crate::layers::PointConfig;
 use crate::listener::{
     BreakerEvent, Dispatcher, DowngradeEvent, Event, EventKind, Listener, ListenerId,
 };
 use crate::point::Point;
 use crate::policy::{BreakerError, BreakerPolicy, Policy};
 use crate::retry::RetryBudget;
+use crate::sources::PointConfig;
 use crate::stats::PointStats;
 use crate::sync::Recover;
 use crate::sync::{Arc, AtomicU64, OnceLock, Ordering};
@@ -20,12 +20,18 @@ use std::time::Duration;
 mod layers;
 mod retire;
 mod retry;
+#[cfg(feature = "testing")]
+pub(crate) mod scoped;
 pub use retire::RetireError;
 
 static GLOBAL: OnceLock<Registry> = OnceLock::new();
 
 /// The process-wide registry used by `#[downgrade]`, created on first use with the
 /// system clock.
+///
+/// With the `testing` feature, a thread (or future) that has a
+/// [`TestRegistry`](crate::testing::TestRegistry) in scope gets that one instead, as
+/// the guarded calls there do.
 ///
 /// # Examples
 ///
@@ -37,6 +43,16 @@ static GLOBAL: OnceLock<Registry> = OnceLock::new();
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn registry() -> &'static Registry {
+    #[cfg(feature = "testing")]
+    if let Some(scoped) = scoped::scoped() {
+        return scoped;
+    }
+    global()
+}
+
+/// The process-wide registry, whatever is in scope: what the call sites cache.
+#[inline]
+pub(crate) fn global() -> &'static Registry {
     GLOBAL.get_or_init(|| Registry::with_clock(Clock::system()))
 }
 
@@ -295,10 +311,10 @@ impl Registry {
         Some(unsafe { &*Arc::as_ptr(&entry) })
     }
 
-    /// Sets the policy of a point in the code layer ([`Source::Code`](crate::layers::Source::Code)),
+    /// Sets the policy of a point in the code layer ([`Source::Code`](crate::sources::Source::Code)),
     /// creating the point if needed. The next call on every thread sees it, unless a
     /// file or the console sets the same sections (they rank above code by default,
-    /// see [`layers`](crate::layers)). Counters, in-flight calls, the token bucket and
+    /// see [`sources`](crate::sources)). Counters, in-flight calls, the token bucket and
     /// the delay state are kept; a different window geometry restarts the window only.
     ///
     /// # Errors
@@ -307,7 +323,7 @@ impl Registry {
     pub fn set_policy(&self, name: &str, policy: Policy) -> Result<(), PointNameError> {
         let point = self.point_handle(name)?;
         self.edit_code_layer(point, |current| {
-            let mut config = PointConfig::new(policy);
+            let mut config = PointConfig::builder().policy(policy).build();
             if let Some(c) = current {
                 config.breaker = c.breaker;
                 config.retry = c.retry;
@@ -327,7 +343,10 @@ impl Registry {
         check_point_name(name)?;
         if let Some(point) = self.find(name) {
             self.edit_code_layer(point, |current| {
-                current.map(|c| c.with_sections(crate::layers::Sections::NONE))
+                current.map(|mut c| {
+                    c.sections = crate::sources::Sections::NONE;
+                    c
+                })
             });
         }
         Ok(())
@@ -359,7 +378,7 @@ impl Registry {
     /// use resilience_runtime::{registry, BreakerPolicy, Reason};
     /// use resilience_runtime::breaker::ClassicConfig;
     ///
-    /// let config = ClassicConfig { consecutive_failures: Some(2), ..ClassicConfig::default() };
+    /// let config = ClassicConfig::builder().consecutive_failures(2).build()?;
     /// registry().set_breaker("docs.set_breaker", BreakerPolicy::Classic(config))?;
     /// let point = registry().point("docs.set_breaker")?;
     /// point.enter().unwrap().finish(true);
@@ -372,8 +391,11 @@ impl Registry {
         let point = self.point_handle(name)?;
         self.edit_code_layer(point, |current| {
             Some(match current {
-                Some(c) => c.with_breaker(breaker),
-                None => PointConfig::breaker_only(breaker),
+                Some(mut c) => {
+                    c.breaker = Some(breaker);
+                    c
+                }
+                None => PointConfig::builder().breaker(breaker).build(),
             })
         });
         Ok(())
@@ -416,11 +438,7 @@ impl Registry {
 
     /// Every point, in no particular order (cheaper than [`point_names`](Self::point_names)
     /// for a pass over all of them).
-    #[cfg(any(
-        feature = "metrics",
-        feature = "metrics-facade",
-        feature = "opentelemetry"
-    ))]
+    #[cfg(any(feature = "prometheus", feature = "metrics", feature = "opentelemetry"))]
     pub(crate) fn for_each_point(&self, mut f: impl FnMut(&Point)) {
         for entry in &self.points {
             f(entry.value());
@@ -555,7 +573,7 @@ impl Registry {
 
     /// Queues an [`Event::Policy`] per change for the typed listeners; never blocks.
     /// Without listeners nothing is copied (a reload may change many points).
-    pub(crate) fn emit_policy_events(&self, changes: &[crate::layers::PolicyChange]) {
+    pub(crate) fn emit_policy_events(&self, changes: &[crate::sources::PolicyChange]) {
         if !self.events.has_listeners() {
             return;
         }

@@ -3,9 +3,9 @@
 
 use super::Registry;
 use crate::error::{check_point_name, PointNameError};
-use crate::layers::table::Table;
-use crate::layers::Source;
 use crate::point::Point;
+use crate::sources::table::Table;
+use crate::sources::Source;
 use crate::sync::{Arc, Ordering};
 use std::fmt;
 
@@ -124,7 +124,7 @@ impl Registry {
     /// assert!(matches!(registry().retire(name), Err(RetireError::InUse(_))));
     /// drop(tenant);
     /// assert!(matches!(registry().retire(name), Err(RetireError::Configured { .. })));
-    /// registry().clear_layer(name, resilience_runtime::layers::Source::Code)?;
+    /// registry().clear_layer(name, resilience_runtime::sources::Source::Code)?;
     /// registry().retire(name)?;
     /// assert!(registry().point_names().iter().all(|n| *n != name));
     /// # Ok::<(), Box<dyn std::error::Error>>(())

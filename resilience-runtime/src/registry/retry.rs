@@ -1,8 +1,8 @@
 //! The registry's retry settings: named budgets and each point's `retry` section.
 
 use crate::error::{check_point_name, PointNameError};
-use crate::layers::PointConfig;
 use crate::retry::{BudgetConfig, RetryBudget, RetryError, RetryPolicy};
+use crate::sources::PointConfig;
 use crate::sync::Recover;
 use crate::Registry;
 
@@ -79,14 +79,17 @@ impl Registry {
     /// use std::time::Duration;
     ///
     /// let point = registry().point("docs.set_retry")?;
-    /// let retry = Retry::new(5).backoff(Backoff::fixed(Duration::from_nanos(1)));
-    /// registry().set_retry("docs.set_retry", RetryPolicy::new(retry))?;
+    /// let retry = Retry::builder(5).backoff(Backoff::fixed(Duration::from_nanos(1))).build()?;
+    /// registry().set_retry("docs.set_retry", RetryPolicy::builder(retry).build()?)?;
     /// // The code asks for 2 attempts; the section in force says 5.
+    /// let code = Retry::builder(2).build()?;
     /// let out: Result<(), &str> =
-    ///     point.call_retrying(&Retry::new(2), None, || Err("busy"), |_| Ok(()), |_| true);
+    ///     point.call_retrying(&code, None, || Err("busy"), |_| Ok(()), |_| true);
     /// assert_eq!(out, Err("busy"));
     /// assert_eq!(point.retry_stats().attempts, 5);
-    /// let bad = RetryPolicy::new(Retry::new(0));
+    /// // The fields stay public, so a policy changed after `build` is checked again.
+    /// let mut bad = RetryPolicy::builder(code).build()?;
+    /// bad.retry.attempts = 0;
     /// assert!(registry().set_retry("docs.set_retry", bad).is_err());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -95,8 +98,11 @@ impl Registry {
         let point = self.point_handle(name)?;
         self.edit_code_layer(point, |current| {
             Some(match current {
-                Some(c) => c.with_retry(retry),
-                None => PointConfig::retry_only(retry),
+                Some(mut c) => {
+                    c.retry = Some(retry);
+                    c
+                }
+                None => PointConfig::builder().retry(retry).build(),
             })
         });
         Ok(())

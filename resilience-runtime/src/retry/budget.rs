@@ -15,6 +15,7 @@
 //! nanosecond, made for every first attempt.
 
 use super::take::take_below;
+use crate::builder::builder;
 use crate::clock::Clock;
 use crate::error::FieldError;
 use crate::sync::Recover;
@@ -22,7 +23,7 @@ use crate::sync::{AtomicPtr, AtomicU64, Mutex, Ordering};
 use crate::window::Ring;
 use std::time::Duration;
 
-/// The limits of a [`RetryBudget`].
+/// The limits of a [`RetryBudget`]; build them with [`BudgetConfig::builder`].
 ///
 /// # Examples
 ///
@@ -30,13 +31,18 @@ use std::time::Duration;
 /// use resilience_runtime::retry::BudgetConfig;
 /// use std::time::Duration;
 ///
-/// let config = BudgetConfig { percent: 20.0, min_per_second: 10, window: Duration::from_secs(10) };
-/// assert!(config.validate().is_ok());
+/// let config = BudgetConfig::builder()
+///     .percent(20.0)
+///     .min_per_second(10)
+///     .window(Duration::from_secs(10))
+///     .build()?;
 /// assert_eq!(config.allowance(1_000), 10 * 10 + 200);
-/// let bad = BudgetConfig { percent: -1.0, ..config };
-/// assert_eq!(bad.validate().unwrap_err().field, "percent");
+/// let bad = BudgetConfig::builder().percent(-1.0).build();
+/// assert_eq!(bad.unwrap_err().field, "percent");
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct BudgetConfig {
     /// Retries allowed per hundred calls of the window (0 ..= 1000; tower's default
     /// is 20).
@@ -66,12 +72,16 @@ const BUCKETS: u64 = 10;
 const MAX_WINDOW: Duration = Duration::from_secs(3600);
 
 impl BudgetConfig {
-    /// Checks every field.
-    ///
-    /// # Errors
-    ///
-    /// A [`FieldError`] naming the first invalid field.
-    pub fn validate(&self) -> Result<(), FieldError> {
+    /// Starts from the defaults (the [`Default`]: 20% of the calls of the last 10 s
+    /// plus 10 retries a second).
+    pub fn builder() -> BudgetConfigBuilder {
+        BudgetConfigBuilder {
+            config: BudgetConfig::default(),
+        }
+    }
+
+    /// Checks every field: a [`FieldError`] naming the first invalid one.
+    pub(crate) fn validate(&self) -> Result<(), FieldError> {
         if !self.percent.is_finite() || !(0.0..=1000.0).contains(&self.percent) {
             return Err(FieldError::new(
                 "percent",
@@ -101,6 +111,27 @@ impl BudgetConfig {
             .saturating_mul(seconds)
             .saturating_add(share)
     }
+}
+
+builder! {
+    /// Builds a [`BudgetConfig`]; start from [`BudgetConfig::builder`]. Each setter
+    /// is named after the field it sets; [`build`](Self::build) checks them all.
+    pub struct BudgetConfigBuilder => BudgetConfig;
+
+    /// Checks every setting and returns the limits.
+    ///
+    /// # Errors
+    ///
+    /// A [`FieldError`] naming the first invalid field.
+    build -> Result<FieldError> = BudgetConfig::validate;
+
+    /// Retries allowed per hundred calls of the window (0 ..= 1000; default 20).
+    percent: f64,
+    /// Retries allowed for every second of the window whatever the traffic
+    /// (at most 1 000 000; default 10).
+    min_per_second: u64,
+    /// How far back calls and retries count (1 s ..= 1 hour; default 10 s).
+    window: Duration,
 }
 
 /// Whether one more retry fits a window that holds `retries` retries and `calls`
@@ -133,7 +164,11 @@ struct Cell(AtomicU64);
 /// use std::time::Duration;
 ///
 /// let manual = ManualClock::new();
-/// let config = BudgetConfig { percent: 10.0, min_per_second: 0, window: Duration::from_secs(10) };
+/// let config = BudgetConfig::builder()
+///     .percent(10.0)
+///     .min_per_second(0)
+///     .window(Duration::from_secs(10))
+///     .build()?;
 /// let budget = RetryBudget::new(config, Clock::manual(&manual))?;
 /// for _ in 0..100 {
 ///     budget.deposit();
@@ -188,6 +223,7 @@ impl Counts {
 
 /// What a budget has counted since it was made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BudgetStats {
     /// First attempts counted.
     pub calls: u64,

@@ -15,8 +15,9 @@ pub enum RetryError {
 impl fmt::Display for RetryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            // Transparent (see `source`): the name error's own text.
             RetryError::Name(e) => e.fmt(f),
-            RetryError::Config(e) => write!(f, "invalid retry section: {e}"),
+            RetryError::Config(_) => f.write_str("invalid retry section"),
         }
     }
 }
@@ -24,7 +25,7 @@ impl fmt::Display for RetryError {
 impl std::error::Error for RetryError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            RetryError::Name(e) => Some(e),
+            RetryError::Name(e) => std::error::Error::source(e),
             RetryError::Config(e) => Some(e),
         }
     }

@@ -70,19 +70,24 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod backoff;
 mod budget;
 mod error;
 pub(crate) mod hedge;
+mod signature;
 mod take;
 
-pub use crate::breaker::Backoff;
-pub use budget::{BudgetConfig, BudgetStats, RetryBudget};
+pub use backoff::Backoff;
+pub use budget::{BudgetConfig, BudgetConfigBuilder, BudgetStats, RetryBudget};
 pub use error::RetryError;
+pub use signature::{Fallible, RetryArgument, RetryPredicate};
 
+use crate::builder::builder;
 use crate::error::FieldError;
 use std::time::Duration;
 
-/// How a call is retried.
+/// How a call is retried: attempts and the backoff between them; build one with
+/// [`Retry::builder`].
 ///
 /// # Examples
 ///
@@ -90,12 +95,15 @@ use std::time::Duration;
 /// use resilience_runtime::retry::{Backoff, Retry};
 /// use std::time::Duration;
 ///
-/// let retry = Retry::new(3)
-///     .backoff(Backoff::exponential(Duration::from_millis(50), 2.0, Duration::from_secs(2)).with_jitter(1.0));
-/// assert!(retry.validate().is_ok());
-/// assert_eq!(Retry::new(0).validate().unwrap_err().field, "attempts");
+/// let retry = Retry::builder(3)
+///     .backoff(Backoff::exponential(Duration::from_millis(50), 2.0, Duration::from_secs(2)).with_jitter(1.0))
+///     .build()?;
+/// assert_eq!(retry.attempts, 3);
+/// assert_eq!(Retry::builder(0).build().unwrap_err().field, "attempts");
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Retry {
     /// Attempts in all, the first included (1 ..= 100; 1 never retries).
     pub attempts: u64,
@@ -107,8 +115,16 @@ pub struct Retry {
 pub const MAX_ATTEMPTS: u64 = 100;
 
 impl Retry {
-    /// `attempts` in all, 50 ms doubling up to 2 s with full jitter between them.
-    pub fn new(attempts: u64) -> Retry {
+    /// Starts a retry of `attempts` in all (the first included; 1 ..= 100), 50 ms
+    /// doubling up to 2 s with full jitter between them.
+    pub fn builder(attempts: u64) -> RetryBuilder {
+        RetryBuilder {
+            config: Retry::new(attempts),
+        }
+    }
+
+    /// `attempts` with the default backoff, unchecked.
+    pub(crate) fn new(attempts: u64) -> Retry {
         Retry {
             attempts,
             backoff: Backoff::exponential(Duration::from_millis(50), 2.0, Duration::from_secs(2))
@@ -116,20 +132,10 @@ impl Retry {
         }
     }
 
-    /// The same with another backoff.
-    #[must_use]
-    pub fn backoff(mut self, backoff: Backoff) -> Retry {
-        self.backoff = backoff;
-        self
-    }
-
-    /// Checks every field.
-    ///
-    /// # Errors
-    ///
-    /// A [`FieldError`] naming the first invalid field (`attempts`, `backoff.base`,
-    /// `backoff.multiplier`, `backoff.max`, `backoff.jitter`).
-    pub fn validate(&self) -> Result<(), FieldError> {
+    /// Checks every field: a [`FieldError`] naming the first invalid one
+    /// (`attempts`, `backoff.base`, `backoff.multiplier`, `backoff.max`,
+    /// `backoff.jitter`).
+    pub(crate) fn validate(&self) -> Result<(), FieldError> {
         if !(1..=MAX_ATTEMPTS).contains(&self.attempts) {
             return Err(FieldError::new(
                 "attempts",
@@ -145,6 +151,23 @@ impl Retry {
     }
 }
 
+builder! {
+    /// Builds a [`Retry`]; start from [`Retry::builder`]. [`build`](Self::build)
+    /// checks every setting.
+    pub struct RetryBuilder => Retry;
+
+    /// Checks every setting and returns the retry.
+    ///
+    /// # Errors
+    ///
+    /// A [`FieldError`] naming the first invalid field (`attempts`, `backoff.base`,
+    /// `backoff.multiplier`, `backoff.max`, `backoff.jitter`).
+    build -> Result<FieldError> = Retry::validate;
+
+    /// The wait before each retry (default 50 ms doubling up to 2 s, full jitter).
+    backoff: Backoff,
+}
+
 /// A point's `retry` section: how its retrying calls retry, set at runtime (code,
 /// policy files, the console), over what the code says.
 ///
@@ -157,20 +180,23 @@ impl Retry {
 /// [`Registry::set_retry`](crate::Registry::set_retry) or a policy file's
 /// `[points."name".retry]`.
 ///
+/// Build one with [`RetryPolicy::builder`]; the fields are public for reading.
+///
 /// # Examples
 ///
 /// ```
 /// use resilience_runtime::retry::{BudgetConfig, Retry, RetryPolicy};
 ///
-/// let policy = RetryPolicy::new(Retry::new(5)).with_budget(BudgetConfig::default());
-/// assert!(policy.validate().is_ok());
-/// let bad = RetryPolicy::new(Retry::new(101));
-/// assert_eq!(bad.validate().unwrap_err().field, "attempts");
-/// let bad = RetryPolicy::new(Retry::new(2))
-///     .with_budget(BudgetConfig { percent: -1.0, ..BudgetConfig::default() });
-/// assert_eq!(bad.validate().unwrap_err().field, "budget.percent");
+/// let policy = RetryPolicy::builder(Retry::builder(5).build()?)
+///     .budget(BudgetConfig::default())
+///     .build()?;
+/// assert!(policy.budget.is_some());
+/// let bad = BudgetConfig::builder().percent(-1.0).build();
+/// assert_eq!(bad.unwrap_err().field, "percent");
+/// # Ok::<(), resilience_runtime::FieldError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Attempts and backoff.
     pub retry: Retry,
@@ -179,29 +205,25 @@ pub struct RetryPolicy {
 }
 
 impl RetryPolicy {
-    /// `retry`, keeping the code's budget.
-    pub fn new(retry: Retry) -> RetryPolicy {
+    /// Starts a policy retrying as `retry`, keeping the code's budget.
+    pub fn builder(retry: Retry) -> RetryPolicyBuilder {
+        RetryPolicyBuilder {
+            config: RetryPolicy::new(retry),
+        }
+    }
+
+    /// `retry`, keeping the code's budget; unchecked.
+    pub(crate) fn new(retry: Retry) -> RetryPolicy {
         RetryPolicy {
             retry,
             budget: None,
         }
     }
 
-    /// The same with a budget of the point's own.
-    #[must_use]
-    pub fn with_budget(mut self, budget: BudgetConfig) -> RetryPolicy {
-        self.budget = Some(budget);
-        self
-    }
-
-    /// Checks every field.
-    ///
-    /// # Errors
-    ///
-    /// A [`FieldError`] naming the first invalid field as a policy file does:
-    /// `attempts`, `base`, `multiplier`, `max`, `jitter`, `budget.percent`,
-    /// `budget.min_per_second`, `budget.window`.
-    pub fn validate(&self) -> Result<(), FieldError> {
+    /// Checks every field: a [`FieldError`] naming the first invalid one as a policy
+    /// file does: `attempts`, `base`, `multiplier`, `max`, `jitter`,
+    /// `budget.percent`, `budget.min_per_second`, `budget.window`.
+    pub(crate) fn validate(&self) -> Result<(), FieldError> {
         if !(1..=MAX_ATTEMPTS).contains(&self.retry.attempts) {
             return Err(FieldError::new(
                 "attempts",
@@ -225,8 +247,27 @@ impl RetryPolicy {
     }
 }
 
+builder! {
+    /// Builds a [`RetryPolicy`]; start from [`RetryPolicy::builder`].
+    /// [`build`](Self::build) checks every setting.
+    pub struct RetryPolicyBuilder => RetryPolicy;
+
+    /// Checks every setting and returns the policy.
+    ///
+    /// # Errors
+    ///
+    /// A [`FieldError`] naming the first invalid field as a policy file does:
+    /// `attempts`, `base`, `multiplier`, `max`, `jitter`, `budget.percent`,
+    /// `budget.min_per_second`, `budget.window`.
+    build -> Result<FieldError> = RetryPolicy::validate;
+
+    /// A budget of the point's own, instead of the budget the code names.
+    budget: Option<BudgetConfig>,
+}
+
 /// What a point's retries did, since it was made.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryStats {
     /// Calls made through [`Point::call_retrying`](crate::Point::call_retrying).
     pub calls: u64,

@@ -1,13 +1,12 @@
 //! [`AdmissionLayer`]: a service guarded by an adaptive limit, and the [`Admission`]
 //! trait of the limits it takes.
 
-use super::error::{RejectReason, Rejected};
-use super::future::{CallGuard, ResponseFuture};
-use super::respond::{AsError, AsResponse, RejectMode};
-use crate::adaptive::{
-    AdaptiveLimiter, AdaptivePermit, Gate, GatePermit, GradientLimiter, GradientPermit,
-};
+use super::error::Refused;
+use super::future::{Finish, ResponseFuture};
+use super::respond::{AsError, AsResponse, RefusalMode};
+use crate::adaptive::{AdaptiveLimiter, Gate, GatePermit, GradientLimiter, LatencyPermit};
 use crate::sync::Arc;
+use crate::Reason;
 use std::fmt;
 use std::marker::PhantomData;
 use std::task::{Context, Poll};
@@ -18,36 +17,35 @@ use tower::{Layer, Service};
 /// [`AdaptiveLimiter`] and [`GradientLimiter`].
 pub trait Admission: Send + Sync + 'static {
     /// The guard of an admitted call.
-    type Guard: CallGuard;
+    type Guard: Finish;
 
     /// Admits a call now, or says why not.
-    fn admit(this: &Arc<Self>) -> Result<Self::Guard, RejectReason>;
+    fn admit(this: &Arc<Self>) -> Result<Self::Guard, Reason>;
 }
 
 impl Admission for Gate {
     type Guard = GatePermit<Arc<Gate>>;
 
-    fn admit(this: &Arc<Self>) -> Result<Self::Guard, RejectReason> {
-        this.try_acquire_owned()
-            .map_err(|_| RejectReason::CapacityExhausted)
+    fn admit(this: &Arc<Self>) -> Result<Self::Guard, Reason> {
+        this.try_acquire_owned().map_err(|_| Reason::Concurrency)
     }
 }
 
 impl Admission for AdaptiveLimiter {
-    type Guard = AdaptivePermit<Arc<AdaptiveLimiter>>;
+    type Guard = LatencyPermit<Arc<AdaptiveLimiter>>;
 
-    fn admit(this: &Arc<Self>) -> Result<Self::Guard, RejectReason> {
+    fn admit(this: &Arc<Self>) -> Result<Self::Guard, Reason> {
         this.try_acquire_owned(this.now())
-            .map_err(|_| RejectReason::Overloaded)
+            .map_err(|_| Reason::Overloaded)
     }
 }
 
 impl Admission for GradientLimiter {
-    type Guard = GradientPermit<Arc<GradientLimiter>>;
+    type Guard = LatencyPermit<Arc<GradientLimiter>>;
 
-    fn admit(this: &Arc<Self>) -> Result<Self::Guard, RejectReason> {
+    fn admit(this: &Arc<Self>) -> Result<Self::Guard, Reason> {
         this.try_acquire_owned(this.now())
-            .map_err(|_| RejectReason::Overloaded)
+            .map_err(|_| Reason::Overloaded)
     }
 }
 
@@ -58,7 +56,8 @@ impl Admission for GradientLimiter {
 ///
 /// ```
 /// use resilience_runtime::adaptive::Gate;
-/// use resilience_runtime::tower::{AdmissionLayer, RejectReason};
+/// use resilience_runtime::tower::AdmissionLayer;
+/// use resilience_runtime::Reason;
 /// use std::sync::Arc;
 /// use tower::{Layer, Service};
 ///
@@ -68,7 +67,7 @@ impl Admission for GradientLimiter {
 /// let held = svc.call(1);
 /// assert_eq!(gate.active(), 1);
 /// let err = futures_executor::block_on(svc.clone().call(2)).unwrap_err();
-/// assert_eq!(err.rejected().unwrap().reason, RejectReason::CapacityExhausted);
+/// assert_eq!(err.refused().unwrap().reason, Reason::Concurrency);
 /// drop(held); // a cancelled call releases its slot
 /// assert_eq!(gate.active(), 0);
 /// ```
@@ -101,7 +100,7 @@ impl<A: fmt::Debug, M> fmt::Debug for AdmissionLayer<A, M> {
 }
 
 impl<A: Admission> AdmissionLayer<A> {
-    /// A layer guarding with `admission`; `name` identifies it in [`Rejected`].
+    /// A layer guarding with `admission`; `name` identifies it in [`Refused`].
     pub fn new(name: &'static str, admission: Arc<A>) -> Self {
         AdmissionLayer {
             name,
@@ -128,6 +127,20 @@ impl<A, M> AdmissionLayer<A, M> {
     /// Answers refused HTTP requests with a response instead of an error
     /// ([`AsResponse`]).
     pub fn respond(self) -> AdmissionLayer<A, AsResponse> {
+        AdmissionLayer {
+            name: self.name,
+            admission: self.admission,
+            retry_after: self.retry_after,
+            mode: PhantomData,
+        }
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl<A, M> AdmissionLayer<A, M> {
+    /// Answers refused gRPC calls with their status (see
+    /// [`PointLayer::grpc`](super::PointLayer::grpc)).
+    pub fn grpc(self) -> AdmissionLayer<A, super::AsStatus> {
         AdmissionLayer {
             name: self.name,
             admission: self.admission,
@@ -186,7 +199,7 @@ impl<S, A, Req, M> Service<Req> for AdmissionService<S, A, M>
 where
     S: Service<Req>,
     A: Admission,
-    M: RejectMode<S::Response, S::Error>,
+    M: RefusalMode<S::Response, S::Error>,
 {
     type Response = S::Response;
     type Error = M::Error;
@@ -201,7 +214,7 @@ where
     fn call(&mut self, req: Req) -> Self::Future {
         match A::admit(&self.admission) {
             Ok(guard) => ResponseFuture::admitted(self.inner.call(req), guard),
-            Err(reason) => ResponseFuture::refused(Rejected {
+            Err(reason) => ResponseFuture::refused(Refused {
                 point: self.name,
                 reason,
                 retry_after: self.retry_after,

@@ -1,20 +1,26 @@
-//! The response future of every guarded service: the inner future with the call's
-//! [`CallGuard`], ended by the outcome, a panic or a drop.
+//! The response futures of the guarded services: [`PointFuture`] (a point's call:
+//! admission, deadline, outcome) and [`ResponseFuture`] (the inner future with the
+//! call's [`Finish`], ended by the outcome, a panic or a drop).
 
-use super::error::Rejected;
-use super::respond::RejectMode;
+use super::error::{refusal, Refused};
+use super::respond::RefusalMode;
 use crate::adaptive::{Gate, GatePermit, LatencyLimiter, LatencyPermit};
+use crate::keys::KeyArg;
+use crate::point::admit::permit::Outcome;
+use crate::point::admit::queue::{Admission, WaitFuture};
 use crate::sync::Arc;
-use crate::Permit;
+use crate::{Permit, Point, Reason};
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::Duration;
+use tower::Service;
 
 /// The guard of one admitted call, held by the response future until the call ends.
-pub trait CallGuard: Send + 'static {
+pub trait Finish: Send + 'static {
     /// The call ended; `failed` says whether it failed.
     fn finish(self, failed: bool);
 
@@ -27,7 +33,7 @@ pub trait CallGuard: Send + 'static {
     }
 }
 
-impl CallGuard for Permit<'static> {
+impl Finish for Permit<'static> {
     fn finish(self, failed: bool) {
         Permit::finish(self, failed);
     }
@@ -37,13 +43,13 @@ impl CallGuard for Permit<'static> {
     }
 }
 
-impl CallGuard for GatePermit<Arc<Gate>> {
+impl Finish for GatePermit<Arc<Gate>> {
     fn finish(self, _failed: bool) {
         // The gate only times the call; dropping releases the slot.
     }
 }
 
-impl<T: LatencyLimiter + Send + Sync + 'static> CallGuard for LatencyPermit<Arc<T>> {
+impl<T: LatencyLimiter + Send + Sync + 'static> Finish for LatencyPermit<Arc<T>> {
     fn finish(self, failed: bool) {
         if failed {
             self.fail();
@@ -61,7 +67,7 @@ pin_project! {
         #[pin]
         inner: Option<F>,
         guard: Option<G>,
-        refused: Option<Rejected>,
+        refused: Option<Refused>,
         mode: PhantomData<fn() -> M>,
     }
 }
@@ -76,7 +82,7 @@ impl<F, G, M> ResponseFuture<F, G, M> {
         }
     }
 
-    pub(super) fn refused(rejected: Rejected) -> Self {
+    pub(super) fn refused(rejected: Refused) -> Self {
         ResponseFuture {
             inner: None,
             guard: None,
@@ -97,9 +103,9 @@ impl<F, G, M> fmt::Debug for ResponseFuture<F, G, M> {
 
 /// Reports a panic of the inner future to the guard while the panic unwinds through
 /// `poll` (an executor may drop the future later, outside the unwinding).
-struct OnUnwind<'a, G: CallGuard>(&'a mut Option<G>);
+struct OnUnwind<'a, G: Finish>(&'a mut Option<G>);
 
-impl<G: CallGuard> Drop for OnUnwind<'_, G> {
+impl<G: Finish> Drop for OnUnwind<'_, G> {
     fn drop(&mut self) {
         if std::thread::panicking() {
             if let Some(guard) = self.0.take() {
@@ -112,15 +118,15 @@ impl<G: CallGuard> Drop for OnUnwind<'_, G> {
 impl<F, G, M, Res, E> Future for ResponseFuture<F, G, M>
 where
     F: Future<Output = Result<Res, E>>,
-    G: CallGuard,
-    M: RejectMode<Res, E>,
+    G: Finish,
+    M: RefusalMode<Res, E>,
 {
     type Output = Result<Res, M::Error>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         if let Some(rejected) = this.refused.take() {
-            return Poll::Ready(M::rejected(rejected));
+            return Poll::Ready(M::refused(rejected));
         }
         let inner = this
             .inner
@@ -132,5 +138,254 @@ where
             guard.finish(M::is_failure(&result));
         }
         Poll::Ready(result.map_err(M::inner_error))
+    }
+}
+
+/// A call waiting for admission, with what it needs to start once admitted: the
+/// inner service (made ready by `poll_ready`) and the request.
+struct Waiting<S, Req> {
+    wait: WaitFuture<'static, 'static>,
+    service: S,
+    request: Req,
+}
+
+/// Where a [`PointFuture`] is. Only a call that waits pays for its service and
+/// request being carried (boxed), and only one under a `call_timeout` for a timer
+/// (boxed too, armed at its first poll).
+enum Stage<S, Req> {
+    /// Waiting for its token or in the queue.
+    Waiting(Box<Waiting<S, Req>>),
+    /// Admitted and running, without a deadline.
+    Running,
+    /// Admitted and running, with a deadline not yet armed.
+    Timed(Duration),
+    /// Admitted and running until the deadline.
+    Deadline(Pin<Box<tokio::time::Sleep>>),
+    /// Refused: the answer at the first poll.
+    Refused(Refused),
+    /// Answered (or cut).
+    Done,
+}
+
+impl<S, Req> Stage<S, Req> {
+    /// The stage of a call admitted on `point`.
+    #[inline]
+    fn running(point: &Point) -> Self {
+        match point.call_timeout() {
+            None => Stage::Running,
+            Some(d) => Stage::Timed(d),
+        }
+    }
+
+    fn is_running(&self) -> bool {
+        matches!(self, Stage::Running | Stage::Timed(_) | Stage::Deadline(_))
+    }
+}
+
+pin_project! {
+    /// The response future of a [`PointService`](super::PointService) (and of a keyed
+    /// one): a call waiting for admission (the policy's queue or token wait), running
+    /// under the policy's `call_timeout`, or refused.
+    ///
+    /// Dropping it gives back whatever the call holds: a waiting call leaves the
+    /// queue (never having begun), a running one releases its slot and counts as
+    /// cancelled.
+    pub struct PointFuture<S, Req, M>
+    where
+        S: Service<Req>,
+    {
+        #[pin]
+        inner: Option<S::Future>,
+        // The call's permit while it runs (none for a call on a point without policy
+        // or breaker, whose end is counted without one).
+        permit: Option<Permit<'static>>,
+        stage: Stage<S, Req>,
+        point: &'static Point,
+        retry_after: Option<Duration>,
+        mode: PhantomData<fn() -> M>,
+    }
+
+    impl<S, Req, M> PinnedDrop for PointFuture<S, Req, M>
+    where
+        S: Service<Req>,
+    {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if this.stage.is_running() {
+                // The inner future first (its own drops run before the slot is
+                // released), then the call counts as cancelled.
+                let mut inner = this.inner;
+                inner.set(None);
+                Permit::end_in(this.point, this.permit, Outcome::Cancelled);
+            }
+        }
+    }
+}
+
+impl<S: Service<Req>, Req, M> PointFuture<S, Req, M> {
+    /// Enters `point` for a call (with `key`, if any) as an async `#[downgrade]` call
+    /// does, without blocking, and returns its future: `service` (made ready) is
+    /// called at once if the call is admitted; if it must wait, the wait is detached
+    /// from this stack frame into the future, which takes the ready `service` with it
+    /// and leaves `clone(service)` in its place for the next `poll_ready`.
+    #[inline]
+    pub(super) fn start(
+        point: &'static Point,
+        retry_after: Option<Duration>,
+        key: Option<KeyArg<'_>>,
+        service: &mut S,
+        clone: impl FnOnce(&S) -> S,
+        request: Req,
+    ) -> Self {
+        let mut permit = None;
+        let (inner, stage) = match point.enter_async_keyed_in(&mut permit, None, key) {
+            Admission::Ready(Ok(())) => (Some(service.call(request)), Stage::running(point)),
+            Admission::Ready(Err(d)) => (None, Stage::Refused(refusal(point, d, retry_after))),
+            Admission::Wait(wait) => {
+                // The service made ready goes with the call; a clone takes its place
+                // (tower's advice for a service called from its future).
+                let fresh = clone(service);
+                let service = std::mem::replace(service, fresh);
+                let waiting = Waiting {
+                    wait: wait.detach(),
+                    service,
+                    request,
+                };
+                (None, Stage::Waiting(Box::new(waiting)))
+            }
+        };
+        PointFuture {
+            inner,
+            permit,
+            stage,
+            point,
+            retry_after,
+            mode: PhantomData,
+        }
+    }
+}
+
+impl<S: Service<Req>, Req, M> fmt::Debug for PointFuture<S, Req, M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let refused = match &self.stage {
+            Stage::Refused(r) => Some(r),
+            _ => None,
+        };
+        f.debug_struct("PointFuture")
+            .field("point", &self.point.name())
+            .field("waiting", &matches!(self.stage, Stage::Waiting(_)))
+            .field("running", &self.stage.is_running())
+            .field("refused", &refused)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Records a panic of the inner future on the call while the panic unwinds through
+/// `poll` (as [`OnUnwind`] does for the other guards).
+struct CallOnUnwind<'a, S, Req> {
+    point: &'static Point,
+    permit: &'a mut Option<Permit<'static>>,
+    stage: &'a mut Stage<S, Req>,
+}
+
+impl<S, Req> Drop for CallOnUnwind<'_, S, Req> {
+    fn drop(&mut self) {
+        if std::thread::panicking() && self.stage.is_running() {
+            *self.stage = Stage::Done;
+            Permit::end_in(self.point, self.permit, Outcome::Exception);
+        }
+    }
+}
+
+impl<S, Req, M> Future for PointFuture<S, Req, M>
+where
+    S: Service<Req>,
+    M: RefusalMode<S::Response, S::Error>,
+{
+    type Output = Result<S::Response, M::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let point = *this.point;
+        match this.stage {
+            Stage::Running | Stage::Deadline(_) => {}
+            Stage::Timed(d) => {
+                let d = *d;
+                *this.stage = Stage::Deadline(Box::pin(tokio::time::sleep(d)));
+            }
+            Stage::Waiting(waiting) => match Pin::new(&mut waiting.wait).poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(d)) => {
+                    *this.stage = Stage::Refused(refusal(point, d, *this.retry_after));
+                }
+                Poll::Ready(Ok(())) => {
+                    let Stage::Waiting(waiting) = std::mem::replace(this.stage, Stage::Done) else {
+                        unreachable!("matched above");
+                    };
+                    let Waiting {
+                        mut wait,
+                        mut service,
+                        request,
+                    } = *waiting;
+                    *this.permit = wait.take_permit();
+                    this.inner.set(Some(service.call(request)));
+                    *this.stage = match point.call_timeout() {
+                        None => Stage::Running,
+                        Some(d) => Stage::Deadline(Box::pin(tokio::time::sleep(d))),
+                    };
+                }
+            },
+            Stage::Refused(_) | Stage::Done => {}
+        }
+        if let Stage::Refused(_) = this.stage {
+            let Stage::Refused(refused) = std::mem::replace(this.stage, Stage::Done) else {
+                unreachable!("matched above");
+            };
+            // For a `RetryLayer` above: a refused attempt is not retried.
+            crate::__private::mark_downgraded();
+            return Poll::Ready(M::refused(refused));
+        }
+        let inner = this
+            .inner
+            .as_mut()
+            .as_pin_mut()
+            .expect("PointFuture polled after completion");
+        let on_unwind = CallOnUnwind {
+            point,
+            permit: this.permit,
+            stage: this.stage,
+        };
+        if let Poll::Ready(result) = inner.poll(cx) {
+            let outcome = if M::is_failure(&result) {
+                Outcome::Exception
+            } else {
+                Outcome::Ok
+            };
+            *on_unwind.stage = Stage::Done;
+            Permit::end_in(point, on_unwind.permit, outcome);
+            drop(on_unwind);
+            this.inner.set(None);
+            return Poll::Ready(result.map_err(M::inner_error));
+        }
+        drop(on_unwind);
+        let cut = match this.stage {
+            Stage::Deadline(deadline) => deadline.as_mut().poll(cx).is_ready(),
+            _ => false,
+        };
+        if !cut {
+            return Poll::Pending;
+        }
+        // As `__private::run_with_deadline`: the inner future is dropped first (its own
+        // drops run before the slot is released), then the call is a timeout and a
+        // failure for the breaker, never a refusal.
+        this.inner.set(None);
+        *this.stage = Stage::Done;
+        Permit::end_in(point, this.permit, Outcome::TimedOut);
+        crate::__private::mark_downgraded();
+        Poll::Ready(M::refused(Refused {
+            point: point.name(),
+            reason: Reason::Deadline,
+            retry_after: *this.retry_after,
+        }))
     }
 }

@@ -2,10 +2,10 @@
 //! key taken from each request (a tenant header, a user id), limited per key by the
 //! point's `keys` section (see [`crate::keys`]).
 
-use super::error::rejection;
-use super::{AsError, AsResponse, RejectMode, ResponseFuture};
-use crate::keys::HotKey;
-use crate::{Permit, Point};
+use super::future::PointFuture;
+use super::{AsError, AsResponse, RefusalMode};
+use crate::keys::{HotKey, KeyArg};
+use crate::Point;
 use std::fmt;
 use std::marker::PhantomData;
 use std::task::{Context, Poll};
@@ -39,6 +39,15 @@ impl<F, M> KeyedPointLayer<F, M> {
     /// Answers refused HTTP requests with a response instead of an error (see
     /// [`PointLayer::respond`](super::PointLayer::respond)).
     pub fn respond(self) -> KeyedPointLayer<F, AsResponse> {
+        KeyedPointLayer::new(self.point, self.retry_after, self.key)
+    }
+}
+
+#[cfg(feature = "tonic")]
+impl<F, M> KeyedPointLayer<F, M> {
+    /// Answers refused gRPC calls with their status (see
+    /// [`PointLayer::grpc`](super::PointLayer::grpc)).
+    pub fn grpc(self) -> KeyedPointLayer<F, super::AsStatus> {
         KeyedPointLayer::new(self.point, self.retry_after, self.key)
     }
 }
@@ -104,27 +113,41 @@ impl<S: fmt::Debug, F, M> fmt::Debug for KeyedPointService<S, F, M> {
 
 impl<S, F, K, Req, M> Service<Req> for KeyedPointService<S, F, M>
 where
-    S: Service<Req>,
+    S: Service<Req> + Clone,
     F: Fn(&Req) -> Option<K>,
     K: HotKey,
-    M: RejectMode<S::Response, S::Error>,
+    M: RefusalMode<S::Response, S::Error>,
 {
     type Response = S::Response;
     type Error = M::Error;
-    type Future = ResponseFuture<S::Future, Permit<'static>, M>;
+    type Future = PointFuture<S, Req, M>;
 
+    /// Forwards to the inner service (see [`PointService`](super::PointService)).
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(M::inner_error)
     }
 
+    /// As [`PointService`](super::PointService)'s, with the request's key: a call
+    /// whose key has its next call due within the `keys` section's `max_wait` waits
+    /// for it in the returned future.
     fn call(&mut self, req: Req) -> Self::Future {
-        let entered = match (self.key)(&req) {
-            Some(key) => self.point.try_enter_key(&key),
-            None => self.point.try_enter(),
-        };
-        match entered {
-            Ok(permit) => ResponseFuture::admitted(self.inner.call(req), permit),
-            Err(d) => ResponseFuture::refused(rejection(self.point, d, self.retry_after)),
+        match (self.key)(&req) {
+            Some(key) => PointFuture::start(
+                self.point,
+                self.retry_after,
+                Some(KeyArg::new(&&key)),
+                &mut self.inner,
+                S::clone,
+                req,
+            ),
+            None => PointFuture::start(
+                self.point,
+                self.retry_after,
+                None,
+                &mut self.inner,
+                S::clone,
+                req,
+            ),
         }
     }
 }

@@ -1,10 +1,9 @@
 //! [`PointLayer`]: a service guarded by a point of the registry.
 
-use super::error::rejection;
-use super::future::ResponseFuture;
+use super::future::PointFuture;
 use super::keyed::KeyedPointLayer;
-use super::respond::{AsError, AsResponse, RejectMode};
-use crate::{Permit, Point, PointNameError};
+use super::respond::{AsError, AsResponse, RefusalMode};
+use crate::{Point, PointNameError};
 use std::fmt;
 use std::marker::PhantomData;
 use std::task::{Context, Poll};
@@ -12,15 +11,21 @@ use std::time::Duration;
 use tower::{Layer, Service};
 
 /// A [`Layer`] that guards a service with a point of the registry: each call enters
-/// the point ([`Point::enter`]) and holds its [`Permit`] until the response is ready.
+/// the point as an async `#[downgrade]` call does ([`Point::enter_async`]), under every
+/// rule of its policy, and holds its [`Permit`](crate::Permit) until the response is
+/// ready.
 ///
 /// Clones and the services they make share the point, and with it every limit of its
-/// policy.
+/// policy. A call that must wait (the queue, a token wait) waits in the response
+/// future ([`PointFuture`](super::PointFuture)) and calls the inner service once
+/// admitted; the policy's `call_timeout` cuts the inner future; `poll_ready` takes
+/// nothing of the point (see the [module docs](super#readiness)). The inner service
+/// must be `Clone`: a call that waits takes the one made ready into its future.
 ///
 /// # Examples
 ///
 /// ```
-/// use resilience_runtime::tower::{GuardError, PointLayer, RejectReason};
+/// use resilience_runtime::tower::{GuardError, PointLayer};
 /// use resilience_runtime::{registry, Policy, Reason};
 /// use tower::{Layer, Service};
 ///
@@ -31,7 +36,7 @@ use tower::{Layer, Service};
 /// let mut b = a.clone();
 /// let first = a.call(1); // holds the only slot until it completes
 /// let err = futures_executor::block_on(b.call(2)).unwrap_err();
-/// assert_eq!(err.rejected().unwrap().reason, RejectReason::Downgraded(Reason::Concurrency));
+/// assert_eq!(err.refused().unwrap().reason, Reason::Concurrency);
 /// assert_eq!(futures_executor::block_on(first).unwrap(), 2);
 /// assert_eq!(futures_executor::block_on(b.call(3)).unwrap(), 6);
 /// # Ok(()) }
@@ -89,9 +94,9 @@ impl<M> PointLayer<M> {
         self.point
     }
 
-    /// Sets the wait reported with each rejection (HTTP `Retry-After`).
+    /// Sets the wait reported with each refusal (HTTP `Retry-After`).
     ///
-    /// A rejection for an open breaker ([`Reason::BreakerOpen`](crate::Reason::BreakerOpen)) reports the
+    /// A refusal for an open breaker ([`Reason::BreakerOpen`](crate::Reason::BreakerOpen)) reports the
     /// breaker's own wait instead whenever it is known, set or not: the time until
     /// the breaker may admit a probe (classic: until its open wait ends; SRE while
     /// dropping: its `force_pass_interval`). This wait is the fallback for a breaker
@@ -101,7 +106,8 @@ impl<M> PointLayer<M> {
     /// # Examples
     ///
     /// ```
-    /// use resilience_runtime::breaker::{Backoff, ClassicConfig};
+    /// use resilience_runtime::breaker::ClassicConfig;
+    /// use resilience_runtime::retry::Backoff;
     /// use resilience_runtime::tower::PointLayer;
     /// use resilience_runtime::{registry, BreakerPolicy};
     /// use std::convert::Infallible;
@@ -109,11 +115,10 @@ impl<M> PointLayer<M> {
     /// use tower::{Layer, Service};
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let config = ClassicConfig {
-    ///     consecutive_failures: Some(1),
-    ///     open_wait: Backoff::fixed(Duration::from_secs(30)),
-    ///     ..ClassicConfig::default()
-    /// };
+    /// let config = ClassicConfig::builder()
+    ///     .consecutive_failures(1)
+    ///     .open_wait(Backoff::fixed(Duration::from_secs(30)))
+    ///     .build()?;
     /// registry().set_breaker("docs.tower.retry_after", BreakerPolicy::Classic(config))?;
     /// let layer = PointLayer::new("docs.tower.retry_after")?
     ///     .retry_after(Duration::from_secs(2)) // for the other rejections
@@ -182,6 +187,41 @@ impl<M> PointLayer<M> {
     }
 }
 
+#[cfg(feature = "tonic")]
+impl<M> PointLayer<M> {
+    /// Answers refused gRPC calls with their status (feature `tonic`,
+    /// [`AsStatus`](super::AsStatus)): `RESOURCE_EXHAUSTED` for limits, `UNAVAILABLE`
+    /// for an open breaker, `DEADLINE_EXCEEDED` for a call cut at its `call_timeout`,
+    /// with `grpc-retry-pushback-ms` when the wait is known. For tonic's
+    /// `Server::builder().layer(..)`, or around a client's `Channel`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use resilience_runtime::tower::PointLayer;
+    /// use resilience_runtime::{registry, Policy};
+    /// use std::convert::Infallible;
+    /// use tower::{Layer, Service};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// registry().set_policy("docs.tower.grpc", Policy::builder().max_visits(0).build()?)?;
+    /// let mut svc = PointLayer::new("docs.tower.grpc")?.grpc().layer(tower::service_fn(
+    ///     |_req: http::Request<()>| async { Ok::<_, Infallible>(http::Response::new(())) },
+    /// ));
+    /// let res = futures_executor::block_on(svc.call(http::Request::new(())))?;
+    /// let status = tonic::Status::from_header_map(res.headers()).unwrap();
+    /// assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+    /// # Ok(()) }
+    /// ```
+    pub fn grpc(self) -> PointLayer<super::AsStatus> {
+        PointLayer {
+            point: self.point,
+            retry_after: self.retry_after,
+            mode: PhantomData,
+        }
+    }
+}
+
 impl<S, M> Layer<S> for PointLayer<M> {
     type Service = PointService<S, M>;
 
@@ -225,24 +265,31 @@ impl<S: fmt::Debug, M> fmt::Debug for PointService<S, M> {
 
 impl<S, Req, M> Service<Req> for PointService<S, M>
 where
-    S: Service<Req>,
-    M: RejectMode<S::Response, S::Error>,
+    S: Service<Req> + Clone,
+    M: RefusalMode<S::Response, S::Error>,
 {
     type Response = S::Response;
     type Error = M::Error;
-    type Future = ResponseFuture<S::Future, Permit<'static>, M>;
+    type Future = PointFuture<S, Req, M>;
 
-    /// Forwards to the inner service; no slot is reserved here (see the
-    /// [module docs](super)).
+    /// Forwards to the inner service; nothing of the point is taken here, so a
+    /// service made ready and dropped without a call holds nothing (see the
+    /// [module docs](super#readiness)).
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx).map_err(M::inner_error)
     }
 
+    /// Enters the point: an admitted call calls the inner service at once; a call
+    /// that must wait (queue, token wait) waits in the returned future and calls the
+    /// inner service once admitted; a refused call is answered by the future.
     fn call(&mut self, req: Req) -> Self::Future {
-        // Never waits (a queue or a waiting token bucket refuses at once here).
-        match self.point.try_enter() {
-            Ok(permit) => ResponseFuture::admitted(self.inner.call(req), permit),
-            Err(d) => ResponseFuture::refused(rejection(self.point, d, self.retry_after)),
-        }
+        PointFuture::start(
+            self.point,
+            self.retry_after,
+            None,
+            &mut self.inner,
+            S::clone,
+            req,
+        )
     }
 }

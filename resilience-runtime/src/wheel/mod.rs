@@ -37,7 +37,7 @@
 //! ```
 //! use resilience_runtime::wheel::TimingWheel;
 //! use std::sync::mpsc;
-//! use std::time::Duration;
+//! use std::time::{Duration, Instant};
 //!
 //! let (tx, rx) = mpsc::channel();
 //! let wheel = TimingWheel::new(Duration::from_millis(10), 16, move |key: &'static str, value: u32| {
@@ -58,12 +58,12 @@ pub use raw::RawWheel;
 
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::Recover;
-use crate::sync::{mpsc, Arc, Mutex, MutexGuard};
+use crate::sync::{mpsc, Arc, Mutex, MutexGuard, OnceLock};
 use std::borrow::Borrow;
 use std::fmt;
 use std::hash::Hash;
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 type Execute<K, V> = dyn Fn(K, V) + Send + Sync;
 
@@ -72,9 +72,18 @@ struct Shared<K, V> {
     interval: Duration,
     slots: usize,
     /// `None` once stopped.
-    state: Mutex<Option<RawWheel<K, V>>>,
+    state: Mutex<Option<State<K, V>>>,
     /// Set by `stop`, so the ticker thread can notice without taking the lock.
     closed: AtomicBool,
+    /// The ticker thread, set by itself before it first looks at the wheel: a timer
+    /// set while it sleeps wakes it if it is due sooner than the ticker would wake.
+    ticker: OnceLock<thread::Thread>,
+}
+
+/// The wheel and, for the thread ticker, when it ticks next.
+struct State<K, V> {
+    wheel: RawWheel<K, V>,
+    pace: driver::Pace,
 }
 
 impl<K, V> Shared<K, V> {
@@ -83,8 +92,15 @@ impl<K, V> Shared<K, V> {
     /// A panic under this lock can only come from the key's `Hash`, `Eq` or `Clone`,
     /// and `RawWheel` makes those calls before changing its own links, so the state is
     /// still consistent and poisoning is ignored.
-    fn lock(&self) -> MutexGuard<'_, Option<RawWheel<K, V>>> {
+    fn lock(&self) -> MutexGuard<'_, Option<State<K, V>>> {
         self.state.lock().recover()
+    }
+
+    /// Wakes the ticker thread (a timer is due before it would wake).
+    fn wake_ticker(&self) {
+        if let Some(ticker) = self.ticker.get() {
+            ticker.unpark();
+        }
     }
 
     /// Marks the wheel closed and drops its pending timers (outside the lock, since
@@ -131,6 +147,12 @@ impl<K, V> Shared<K, V> {
 /// the number of timers. A tick holds it while walking one slot, which also visits the
 /// slot's timers for later turns: choose `slots` so that `slots * interval` covers the
 /// usual delay.
+///
+/// The ticker thread wakes every interval only while the wheel holds many timers (more
+/// than 64). With fewer, it sleeps through the ticks where none is due (they are still
+/// counted, so delays keep their exact tick), and with none it sleeps until a timer is
+/// set: an idle wheel costs no wake-up. Setting or moving a timer due before the
+/// sleeping ticker would wake unparks it.
 ///
 /// # Examples
 ///
@@ -252,8 +274,12 @@ where
         Ok(Arc::new(Shared {
             interval,
             slots,
-            state: Mutex::new(Some(RawWheel::new(slots)?)),
+            state: Mutex::new(Some(State {
+                wheel: RawWheel::new(slots)?,
+                pace: driver::Pace::new(),
+            })),
             closed: AtomicBool::new(false),
+            ticker: OnceLock::new(),
         }))
     }
 
@@ -272,10 +298,22 @@ where
     /// [`WheelError::Closed`] after [`stop`](Self::stop).
     pub fn set_timer(&self, key: K, value: V, delay: Duration) -> Result<Option<V>, WheelError> {
         let ticks = self.ticks(delay);
-        match self.shared.lock().as_mut() {
-            Some(wheel) => Ok(wheel.set(key, value, ticks)),
-            None => Err(WheelError::Closed),
+        let (old, wake) = match self.shared.lock().as_mut() {
+            Some(state) => {
+                // While the ticker sleeps, the ticks it sleeps through are counted
+                // when it wakes: count those past now, so the delay starts here.
+                state
+                    .pace
+                    .catch_up(&mut state.wheel, Instant::now, self.shared.interval);
+                let old = state.wheel.set(key, value, ticks);
+                (old, state.pace.armed(&state.wheel, ticks))
+            }
+            None => return Err(WheelError::Closed),
+        };
+        if wake {
+            self.shared.wake_ticker();
         }
+        Ok(old)
     }
 
     /// Reschedules the timer of `key` to fire after `delay` from now, keeping its
@@ -293,10 +331,20 @@ where
         Q: Hash + Eq + ?Sized,
     {
         let ticks = self.ticks(delay);
-        match self.shared.lock().as_mut() {
-            Some(wheel) => Ok(wheel.move_to(key, ticks)),
-            None => Err(WheelError::Closed),
+        let (moved, wake) = match self.shared.lock().as_mut() {
+            Some(state) => {
+                state
+                    .pace
+                    .catch_up(&mut state.wheel, Instant::now, self.shared.interval);
+                let moved = state.wheel.move_to(key, ticks);
+                (moved, moved && state.pace.armed(&state.wheel, ticks))
+            }
+            None => return Err(WheelError::Closed),
+        };
+        if wake {
+            self.shared.wake_ticker();
         }
+        Ok(moved)
     }
 
     /// Cancels the timer of `key` and returns its value (`None` if it had no timer).
@@ -310,7 +358,7 @@ where
         Q: Hash + Eq + ?Sized,
     {
         match self.shared.lock().as_mut() {
-            Some(wheel) => Ok(wheel.remove(key)),
+            Some(state) => Ok(state.wheel.remove(key)),
             None => Err(WheelError::Closed),
         }
     }
@@ -331,7 +379,7 @@ where
         F: FnMut(K, V),
     {
         let drained = match self.shared.lock().as_mut() {
-            Some(wheel) => wheel.drain(),
+            Some(state) => state.wheel.drain(),
             None => return Err(WheelError::Closed),
         };
         let n = drained.len();
@@ -355,7 +403,7 @@ impl<K, V> TimingWheel<K, V> {
 
     /// The number of pending timers (0 once stopped).
     pub fn len(&self) -> usize {
-        self.shared.lock().as_ref().map_or(0, RawWheel::len)
+        self.shared.lock().as_ref().map_or(0, |s| s.wheel.len())
     }
 
     /// Whether no timer is pending (`true` once stopped).
@@ -421,7 +469,7 @@ where
     /// [`WheelError::Closed`] after [`TimingWheel::stop`].
     pub fn tick(&self) -> Result<usize, WheelError> {
         let due = match self.shared.lock().as_mut() {
-            Some(wheel) => wheel.tick(),
+            Some(state) => state.wheel.tick(),
             None => return Err(WheelError::Closed),
         };
         let n = due.len();
@@ -451,7 +499,7 @@ where
     /// [`WheelError::Closed`] after [`TimingWheel::stop`].
     pub fn now(&self) -> Result<u64, WheelError> {
         match self.shared.lock().as_ref() {
-            Some(wheel) => Ok(wheel.now()),
+            Some(state) => Ok(state.wheel.now()),
             None => Err(WheelError::Closed),
         }
     }
@@ -459,7 +507,7 @@ where
 
 impl<K, V> fmt::Debug for ManualTicker<K, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let now = self.shared.lock().as_ref().map(RawWheel::now);
+        let now = self.shared.lock().as_ref().map(|s| s.wheel.now());
         f.debug_struct("ManualTicker")
             .field("now", &now)
             .finish_non_exhaustive()

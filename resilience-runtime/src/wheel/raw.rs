@@ -220,6 +220,33 @@ impl<K, V> RawWheel<K, V> {
         self.now.saturating_add(ticks.max(1))
     }
 
+    /// The earliest tick a pending timer is due on, if any. Walks every slot and
+    /// every timer: O(slots + timers), for a wheel that holds few (the real-time
+    /// ticker asks it to know how long it may sleep).
+    pub(crate) fn next_due(&self) -> Option<u64> {
+        let mut earliest = None;
+        for slot in self.slots.iter() {
+            let mut idx = slot.head;
+            while idx != NIL {
+                let e = self.entry(idx);
+                earliest = Some(earliest.map_or(e.due, |d: u64| d.min(e.due)));
+                idx = e.next;
+            }
+        }
+        earliest
+    }
+
+    /// Moves time forward to tick `to` without walking a slot: the ticks skipped
+    /// must have nothing due (`to` is before [`next_due`](Self::next_due)), as when
+    /// the real-time ticker slept through them.
+    pub(crate) fn skip_to(&mut self, to: u64) {
+        debug_assert!(
+            self.next_due().is_none_or(|due| due > to),
+            "skipped a due timer"
+        );
+        self.now = self.now.max(to);
+    }
+
     /// Takes every pending timer out of the wheel and forgets it; the wheel is then
     /// empty (its tick count is kept). The timers come out in no particular order.
     pub fn drain(&mut self) -> Vec<(K, V)> {

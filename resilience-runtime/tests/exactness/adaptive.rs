@@ -64,10 +64,10 @@ fn gate_case(v: &Verdicts, threads: usize, capacity: u64, toggle: bool) {
             seen.admitted()
         )
     });
-    v.check(gate.rejected() == refused, || {
+    v.check(gate.refused() == refused, || {
         format!(
             "{case}: the callers saw {refused} refusals, the gate counted {}",
-            gate.rejected()
+            gate.refused()
         )
     });
     v.check(gate.active() == 0, || {
@@ -105,16 +105,16 @@ const GRADIENT_LIMIT: u64 = 3;
 
 #[test]
 fn a_pinned_gradient_limit_is_never_exceeded_through_a_point() {
-    let config = GradientConfig {
-        initial_limit: GRADIENT_LIMIT,
-        min_limit: GRADIENT_LIMIT,
-        max_limit: GRADIENT_LIMIT,
+    let config = GradientConfig::builder()
+        .initial_limit(GRADIENT_LIMIT)
+        .min_limit(GRADIENT_LIMIT)
+        .max_limit(GRADIENT_LIMIT)
         // Windows close as often as possible: the estimator runs all along, and must
         // keep the limit where min and max pin it.
-        sample_window: Duration::from_millis(1),
-        min_samples: 1,
-        ..GradientConfig::default()
-    };
+        .sample_window(Duration::from_millis(1))
+        .min_samples(1)
+        .build()
+        .unwrap();
     let policy = Policy::builder()
         .adaptive(AdaptiveLimit::Gradient(config))
         .build()

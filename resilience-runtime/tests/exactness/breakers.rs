@@ -11,9 +11,8 @@
 //!   sees the window's failures (a positive drop ratio).
 
 use crate::support::*;
-use resilience_runtime::breaker::{
-    Backoff, ClassicConfig, SreBreaker, SreConfig, SreDecision, SreVerdict,
-};
+use resilience_runtime::breaker::{ClassicConfig, SreBreaker, SreConfig, SreDecision, SreVerdict};
+use resilience_runtime::retry::Backoff;
 use resilience_runtime::{BreakerPolicy, Policy, Reason};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Barrier, Mutex};
@@ -62,12 +61,14 @@ fn classic_case(v: &Verdicts, threads: usize, mode: ClassicMode, round: usize) {
     let case = Case::new(rule, Shape::Enter, threads, swapped);
     reg.set_breaker(
         &name,
-        BreakerPolicy::Classic(ClassicConfig {
-            consecutive_failures: Some(FAILURES),
-            open_wait: Backoff::fixed(OPEN_WAIT),
-            half_open_probes: PROBES,
-            ..ClassicConfig::default()
-        }),
+        BreakerPolicy::Classic(
+            ClassicConfig::builder()
+                .consecutive_failures(FAILURES)
+                .open_wait(Backoff::fixed(OPEN_WAIT))
+                .half_open_probes(PROBES)
+                .build()
+                .unwrap(),
+        ),
     )
     .unwrap();
     if mode != ClassicMode::Alone {
@@ -241,7 +242,7 @@ impl SreSeen {
             SreVerdict::Accepted => {
                 self.accepted.fetch_add(1, Ordering::Relaxed);
             }
-            SreVerdict::Rejected => {
+            SreVerdict::Refused => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
             }
             SreVerdict::ForcedProbe => {
@@ -323,14 +324,14 @@ fn check_sre_books(v: &Verdicts, case: &str, seen: &SreSeen, calls: u64, drops: 
 #[test]
 fn a_dropping_sre_breaker_forces_at_most_one_probe_per_interval() {
     let interval = nanos(INTERVAL);
-    let config = SreConfig {
+    let config = SreConfig::builder()
         // Long enough that the failures stay in the window for the whole case, in
         // buckets short enough that the sweep crosses ten bucket boundaries.
-        window: SRE_BUCKET * SRE_BUCKETS as u32,
-        buckets: SRE_BUCKETS,
-        force_pass_interval: INTERVAL,
-        ..SreConfig::default()
-    };
+        .window(SRE_BUCKET * SRE_BUCKETS as u32)
+        .buckets(SRE_BUCKETS)
+        .force_pass_interval(INTERVAL)
+        .build()
+        .unwrap();
     let v = Verdicts::default();
     for threads in THREADS {
         let case = |what: &str| {
@@ -343,7 +344,7 @@ fn a_dropping_sre_breaker_forces_at_most_one_probe_per_interval() {
         // go-zero forces no probe before the first call admitted while dropping.
         let pass_at = SECOND / 1000;
         let no_pass = b.allow_with_roll(instant(pass_at), 0.0).verdict;
-        v.check(no_pass == SreVerdict::Rejected, || {
+        v.check(no_pass == SreVerdict::Refused, || {
             case(&format!(
                 "with no pass yet a roll of 0 must be rejected, got {no_pass:?}"
             ))

@@ -53,7 +53,7 @@ struct Decisions {
     admitted: AtomicU64,
     rejected: AtomicU64,
     admitted_locally: AtomicU64,
-    rejected_locally: AtomicU64,
+    refused_locally: AtomicU64,
     calls: AtomicU64,
 }
 
@@ -90,7 +90,7 @@ fn visits_lease_case(v: &Verdicts, url: &str, threads: usize) {
                                 let _ = full_at.set(Instant::now());
                             }
                         }
-                        ClusterDecision::Rejected => {
+                        ClusterDecision::Refused => {
                             seen.rejected.fetch_add(1, Ordering::SeqCst);
                             if let Some(full) = full_at.get() {
                                 after_full += 1;
@@ -103,8 +103,8 @@ fn visits_lease_case(v: &Verdicts, url: &str, threads: usize) {
                         ClusterDecision::AdmittedLocally => {
                             seen.admitted_locally.fetch_add(1, Ordering::SeqCst);
                         }
-                        ClusterDecision::RejectedLocally => {
-                            seen.rejected_locally.fetch_add(1, Ordering::SeqCst);
+                        ClusterDecision::RefusedLocally => {
+                            seen.refused_locally.fetch_add(1, Ordering::SeqCst);
                             std::thread::sleep(PAUSE);
                         }
                     }
@@ -116,8 +116,8 @@ fn visits_lease_case(v: &Verdicts, url: &str, threads: usize) {
     let took = began.elapsed();
     let load = |c: &AtomicU64| c.load(Ordering::SeqCst);
     let (admitted, rejected) = (load(&seen.admitted), load(&seen.rejected));
-    let (admitted_locally, rejected_locally) =
-        (load(&seen.admitted_locally), load(&seen.rejected_locally));
+    let (admitted_locally, refused_locally) =
+        (load(&seen.admitted_locally), load(&seen.refused_locally));
     v.check(admitted <= QUOTA, || {
         format!("{case}: {admitted} calls admitted in one Redis window, at most {QUOTA} may be")
     });
@@ -129,28 +129,28 @@ fn visits_lease_case(v: &Verdicts, url: &str, threads: usize) {
     });
     let status = lease.status();
     v.check(
-        status.to_fallback == 0 && admitted_locally == 0 && rejected_locally == 0,
+        status.to_fallback == 0 && admitted_locally == 0 && refused_locally == 0,
         || {
             format!(
                 "{case}: the lease fell back {} time(s) ({admitted_locally} admitted and \
-                 {rejected_locally} rejected locally): Redis did not answer within \
+                 {refused_locally} rejected locally): Redis did not answer within \
                  {REDIS_TIMEOUT:?}, so the case says nothing about the bound",
                 status.to_fallback
             )
         },
     );
     v.check(
-        status.admitted == admitted && status.rejected == rejected,
+        status.admitted == admitted && status.refused == rejected,
         || {
             format!(
                 "{case}: the callers saw {admitted} admitted and {rejected} rejected, the \
                  lease counted {} and {}",
-                status.admitted, status.rejected
+                status.admitted, status.refused
             )
         },
     );
     v.check(
-        admitted + rejected + admitted_locally + rejected_locally == load(&seen.calls),
+        admitted + rejected + admitted_locally + refused_locally == load(&seen.calls),
         || {
             format!(
                 "{case}: {} calls, not every one decided once",

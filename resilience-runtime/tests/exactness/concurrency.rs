@@ -12,7 +12,8 @@
 //! the breaker).
 
 use crate::support::*;
-use resilience_runtime::breaker::{Backoff, ClassicConfig};
+use resilience_runtime::breaker::ClassicConfig;
+use resilience_runtime::retry::Backoff;
 use resilience_runtime::{downgrade, registry, BreakerPolicy, BreakerState, Point, Policy, Reason};
 use std::sync::Arc;
 use std::time::Duration;
@@ -288,12 +289,14 @@ fn half_open_case(v: &Verdicts, threads: usize) {
     .unwrap();
     reg.set_breaker(
         &name,
-        BreakerPolicy::Classic(ClassicConfig {
-            consecutive_failures: Some(FAILURES),
-            open_wait: Backoff::fixed(OPEN_WAIT),
-            half_open_probes: PROBES,
-            ..ClassicConfig::default()
-        }),
+        BreakerPolicy::Classic(
+            ClassicConfig::builder()
+                .consecutive_failures(FAILURES)
+                .open_wait(Backoff::fixed(OPEN_WAIT))
+                .half_open_probes(PROBES)
+                .build()
+                .unwrap(),
+        ),
     )
     .unwrap();
     let p = reg.point(&name).unwrap();

@@ -303,13 +303,7 @@ fn concurrency(swap: bool, max_keys: u64, keys: usize, rounds: usize) {
             KeyPolicy::builder()
                 .max_concurrency(2)
                 .max_keys(max_keys)
-                .override_rule(
-                    "vip",
-                    KeyOverride {
-                        max_concurrency: Some(3),
-                        ..KeyOverride::default()
-                    },
-                )
+                .override_rule("vip", KeyOverride::builder().max_concurrency(3).build())
                 .build()
                 .unwrap()
         };

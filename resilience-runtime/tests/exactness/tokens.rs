@@ -347,3 +347,90 @@ fn a_larger_token_bucket_admits_the_very_next_call() {
         "rate change [enter/finish, 1 thread]: books"
     );
 }
+
+/// `token_bucket(50_000, 20_000)` on the system clock, driven through `enter` for
+/// about 200 ms at 1 to 16 threads, several rounds each, alone and beside threads
+/// that keep every core busy: it never admits more than `capacity + rate * t`, with
+/// `t` measured on the OS clock from just before the policy is set (the bucket
+/// starts full then) to just after the last call. The bound is the `policy` module's, on real
+/// time: the engine's cached millisecond timeline must never credit the bucket with
+/// time that has not passed.
+#[test]
+fn a_refilling_token_bucket_on_the_system_clock_admits_at_most_capacity_plus_refill() {
+    const ROUNDS: usize = 3;
+    let (rate, capacity) = (50_000u64, 20_000u64);
+    let v = Verdicts::default();
+    for hungry in [0usize, 2] {
+        // CPU-hungry neighbours: they spin until the cases are done.
+        let busy = AtomicBool::new(true);
+        std::thread::scope(|s| {
+            for _ in 0..hungry {
+                let busy = &busy;
+                s.spawn(move || {
+                    let mut x = 0u64;
+                    while busy.load(Ordering::Relaxed) {
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
+                    }
+                });
+            }
+            for threads in [1usize, 2, 4, 8, 16] {
+                for round in 0..ROUNDS {
+                    let reg = system_registry();
+                    let name = format!("tokens.system.{hungry}.{threads}.{round}");
+                    let p = reg.point(&name).unwrap();
+                    let admitted = AtomicU64::new(0);
+                    let t0 = std::time::Instant::now();
+                    reg.set_policy(
+                        &name,
+                        Policy::builder()
+                            .token_bucket(rate as f64, capacity)
+                            .build()
+                            .unwrap(),
+                    )
+                    .unwrap();
+                    // At least 200 ms, and on until the bucket has refused a call (it
+                    // was emptied): on a loaded machine the threads may get too little
+                    // of the CPU in 200 ms to empty it.
+                    let until = t0 + Duration::from_millis(200);
+                    let refused = AtomicBool::new(false);
+                    std::thread::scope(|s| {
+                        for _ in 0..threads {
+                            let (admitted, refused) = (&admitted, &refused);
+                            s.spawn(move || {
+                                while std::time::Instant::now() < until
+                                    || !refused.load(Ordering::Relaxed)
+                                {
+                                    if take(p) {
+                                        admitted.fetch_add(1, Ordering::Relaxed);
+                                    } else {
+                                        refused.store(true, Ordering::Relaxed);
+                                    }
+                                }
+                            });
+                        }
+                    });
+                    let t = t0.elapsed();
+                    let refill =
+                        u64::try_from(u128::from(rate) * t.as_nanos() / 1_000_000_000).unwrap();
+                    let bound = capacity + refill;
+                    let admitted = admitted.load(Ordering::Relaxed);
+                    v.check(admitted <= bound, || {
+                        format!(
+                            "token_bucket({rate}, {capacity}) [enter, {threads} threads, {hungry} \
+                             hungry neighbours, round {round}]: {admitted} admitted over {t:?}, \
+                             at most {capacity} + {refill} = {bound} may be ({} over)",
+                            admitted - bound
+                        )
+                    });
+                    v.check(admitted >= capacity, || {
+                        format!("{threads} threads: only {admitted} admitted, the full bucket holds {capacity}")
+                    });
+                }
+            }
+            busy.store(false, Ordering::Relaxed);
+        });
+    }
+    v.conclude();
+}

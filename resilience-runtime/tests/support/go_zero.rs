@@ -28,11 +28,11 @@ pub(crate) fn go_zero(w: Window) -> f64 {
         working_buckets: w.working_buckets,
         ..SreHistory::default()
     };
-    let config = SreConfig {
-        k: 1.5,
-        protection: 5,
-        buckets: 40,
-        ..SreConfig::default()
-    };
+    let config = SreConfig::builder()
+        .k(1.5)
+        .protection(5)
+        .buckets(40)
+        .build()
+        .unwrap();
     drop_ratio(&history, &config)
 }

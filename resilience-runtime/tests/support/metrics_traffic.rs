@@ -53,10 +53,10 @@ pub(crate) fn capped_traffic(r: &'static Registry) {
 
 /// A point whose classic breaker opened on its one call, a failure.
 pub(crate) fn open_breaker(r: &'static Registry, name: &str) {
-    let config = ClassicConfig {
-        consecutive_failures: Some(1),
-        ..ClassicConfig::default()
-    };
+    let config = ClassicConfig::builder()
+        .consecutive_failures(1)
+        .build()
+        .unwrap();
     r.set_breaker(name, BreakerPolicy::Classic(config)).unwrap();
     r.point(name).unwrap().enter().unwrap().finish(true);
 }

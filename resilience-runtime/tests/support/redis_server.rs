@@ -160,6 +160,8 @@ pub(crate) struct RedisServer {
     child: Option<Child>,
     port: u16,
     log: PathBuf,
+    /// More arguments for `redis-server` (TLS settings, say).
+    extra: Vec<String>,
 }
 
 impl RedisServer {
@@ -169,6 +171,12 @@ impl RedisServer {
     ///
     /// If `redis-server` is missing or does not come up within 10 s.
     pub(crate) fn start() -> Self {
+        Self::start_with(Vec::new())
+    }
+
+    /// [`start`](Self::start) with `extra` arguments for `redis-server` (the plain
+    /// port stays, for the readiness check).
+    pub(crate) fn start_with(extra: Vec<String>) -> Self {
         let mut last = String::new();
         // Another process may grab the free port between our check and Redis binding
         // it; try a few ports before giving up.
@@ -178,6 +186,7 @@ impl RedisServer {
                 child: None,
                 port,
                 log: std::env::temp_dir().join(format!("resilience-redis-{port}.log")),
+                extra: extra.clone(),
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -278,6 +287,7 @@ impl RedisServer {
             .arg(&self.log)
             .arg("--dir")
             .arg(std::env::temp_dir())
+            .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

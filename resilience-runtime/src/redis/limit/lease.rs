@@ -2,6 +2,8 @@
 //! over-admission bound.
 
 use super::*;
+use crate::point::form::shared::{KeyBucket, Shared, SharedLimit, SharedLimits};
+use crate::policy::ClusterLimit;
 use crate::sync::Recover;
 
 // ---------------------------------------------------------------------------------
@@ -44,7 +46,15 @@ struct Grant {
 }
 
 impl LeaseSource {
-    fn take(&self, redis: &mut SyncRedis, want: u64, clock: &Clock) -> Result<Grant, RedisError> {
+    /// The key whose server answers for this lease (a probe pings it).
+    fn probe_key(&self) -> &str {
+        match self {
+            LeaseSource::Tokens { tokens_key, .. } => tokens_key,
+            LeaseSource::Visits { key, .. } => key,
+        }
+    }
+
+    fn take(&self, redis: &mut SyncRedis, want: u64, clock: &Clock) -> Result<Grant, CallError> {
         match self {
             LeaseSource::Tokens {
                 tokens_key,
@@ -56,18 +66,16 @@ impl LeaseSource {
                 refill_clock,
             } => {
                 let now = time_arg(*refill_clock, clock);
-                let (granted, wait): (u64, u64) = redis.run(|conn| {
-                    TOKEN_SCRIPT
-                        .key(tokens_key.as_str())
-                        .key(ts_key.as_str())
-                        .arg(*rate)
-                        .arg(*burst)
-                        .arg(want)
-                        .arg(*max_wait_us)
-                        .arg(*ttl_ms)
-                        .arg(now)
-                        .invoke(conn)
-                })?;
+                let mut invocation = TOKEN_SCRIPT.key(tokens_key.as_str());
+                invocation
+                    .key(ts_key.as_str())
+                    .arg(*rate)
+                    .arg(*burst)
+                    .arg(want)
+                    .arg(*max_wait_us)
+                    .arg(*ttl_ms)
+                    .arg(now);
+                let (granted, wait): (u64, u64) = redis.script(&invocation)?;
                 let wait = Duration::from_micros(wait);
                 Ok(Grant {
                     granted,
@@ -84,13 +92,9 @@ impl LeaseSource {
             } => {
                 let wall_ms = clock.wall_nanos(clock.now_ns()) / 1_000_000;
                 let window = alignment.window_ms(*period_ms, wall_ms);
-                let (count, pttl): (i64, i64) = redis.run(|conn| {
-                    PERIOD_SCRIPT
-                        .key(key.as_str())
-                        .arg(want)
-                        .arg(window)
-                        .invoke(conn)
-                })?;
+                let mut invocation = PERIOD_SCRIPT.key(key.as_str());
+                invocation.arg(want).arg(window);
+                let (count, pttl): (i64, i64) = redis.script(&invocation)?;
                 // Visits counted before this batch; the batch gets what is left.
                 let before = u64::try_from(count).unwrap_or(0).saturating_sub(want);
                 let granted = quota.saturating_sub(before).min(want);
@@ -108,6 +112,7 @@ impl LeaseSource {
 
 /// Configures and builds a [`ClusterLease`]; start from [`ClusterLease::token_bucket`]
 /// or [`ClusterLease::visits`].
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct ClusterLeaseBuilder {
     url: String,
     key: String,
@@ -132,6 +137,7 @@ impl ClusterLeaseBuilder {
 
     /// How many tokens one round trip asks for (default [`DEFAULT_BATCH`]). For a
     /// token bucket it must not exceed `burst`.
+    #[must_use = "a setter returns the changed builder"]
     pub fn batch(mut self, batch: u64) -> Self {
         self.batch = batch;
         self
@@ -140,6 +146,7 @@ impl ClusterLeaseBuilder {
     /// Ask for the next batch once this many leased tokens are left (default
     /// `batch / 4`), so that the batch usually arrives before the lease runs dry.
     /// Must be below `batch`.
+    #[must_use = "a setter returns the changed builder"]
     pub fn refill_at(mut self, left: u64) -> Self {
         self.refill_at = Some(left);
         self
@@ -147,6 +154,7 @@ impl ClusterLeaseBuilder {
 
     /// Whose clock times the Redis bucket's refill (token bucket leases only;
     /// default [`RefillClock::Server`]).
+    #[must_use = "a setter returns the changed builder"]
     pub fn refill_clock(mut self, refill: RefillClock) -> Self {
         self.refill_clock = Some(refill);
         self
@@ -154,6 +162,7 @@ impl ClusterLeaseBuilder {
 
     /// Where windows start (visits leases only; default
     /// [`Alignment::FirstTake`]).
+    #[must_use = "a setter returns the changed builder"]
     pub fn alignment(mut self, alignment: Alignment) -> Self {
         self.alignment = Some(alignment);
         self
@@ -180,7 +189,10 @@ impl ClusterLeaseBuilder {
     /// lease), `timeout`, `probe_interval`, `fallback_share`;
     /// [`RedisLimitError::InvalidUrl`]; [`RedisLimitError::Thread`].
     pub fn build(self) -> Result<ClusterLease, RedisLimitError> {
-        check_key(&self.key)?;
+        match self.kind {
+            LeaseKind::Tokens { .. } => check_bucket_key(&self.key)?,
+            LeaseKind::Visits { .. } => check_key(&self.key)?,
+        }
         self.common.check()?;
         if self.batch == 0 {
             return Err(RedisLimitError::config("batch", "must be at least 1"));
@@ -243,7 +255,8 @@ impl ClusterLeaseBuilder {
                 (source, fallback)
             }
         };
-        let client = open_client(&self.url)?;
+        let target = open_target(&self.url, self.common.timeout)?;
+        let probe_key = source.probe_key().to_owned();
         let shared = Arc::new(LeaseShared {
             held: AtomicU64::new(0),
             valid_until: AtomicU64::new(match source {
@@ -265,7 +278,7 @@ impl ClusterLeaseBuilder {
         let (first_tx, first_rx) = mpsc::sync_channel(1);
         let refiller = Refiller {
             shared: Arc::clone(&shared),
-            redis: SyncRedis::new(client, self.common.timeout),
+            redis: SyncRedis::new(target, self.common.timeout, probe_key),
             source: source.clone(),
             probe_interval: self.common.probe_interval,
             first: Some(first_tx),
@@ -327,7 +340,7 @@ impl fmt::Debug for ClusterLeaseBuilder {
 ///    spends it: [`ClusterDecision::Admitted`]. When `refill_at` or fewer are left,
 ///    it wakes the refill thread.
 /// 2. Otherwise it wakes the refill thread and, in [`ClusterMode::Redis`], answers
-///    [`ClusterDecision::Rejected`]: either Redis has said the limit is used up, or a
+///    [`ClusterDecision::Refused`]: either Redis has said the limit is used up, or a
 ///    batch is on its way and this call does not wait for it (at start-up
 ///    [`build`](ClusterLeaseBuilder::build) waits for the first batch, so this only
 ///    happens when the lease runs dry faster than one round trip; pick a larger
@@ -398,7 +411,7 @@ impl fmt::Debug for ClusterLeaseBuilder {
 ///     .build()?;
 /// match lease.try_acquire() {
 ///     d if d.is_admitted() => { /* serve */ }
-///     ClusterDecision::Rejected => { /* the cluster-wide limit is used up */ }
+///     ClusterDecision::Refused => { /* the cluster-wide limit is used up */ }
 ///     _ => { /* rejected by the local fallback while Redis is down */ }
 /// }
 ///
@@ -493,12 +506,12 @@ impl ClusterLease {
             let decision = if s.fallback.try_take(1, &s.clock, s.clock.now_ns()) {
                 ClusterDecision::AdmittedLocally
             } else {
-                ClusterDecision::RejectedLocally
+                ClusterDecision::RefusedLocally
             };
             return s.counters.count(decision);
         }
         s.want_refill();
-        s.counters.count(ClusterDecision::Rejected)
+        s.counters.count(ClusterDecision::Refused)
     }
 
     /// The current mode.
@@ -727,8 +740,8 @@ impl Refiller {
                     }
                 }
                 Err(err) => {
-                    let err = RedisLimitError::from_redis("refill", &err);
-                    s.switch.to_fallback(err.to_string());
+                    let err = RedisLimitError::from_call("refill", err);
+                    s.switch.to_fallback(crate::util::error_chain(&err));
                 }
             }
             if let Some(first) = self.first.take() {
@@ -782,3 +795,81 @@ impl fmt::Debug for ClusterLease {
             .finish_non_exhaustive()
     }
 }
+
+/// The engine's side of a shared limit: a lease is what a point (its `cluster`
+/// section) or a hot key (its `keys` section's) asks (see `point::shared`).
+impl SharedLimit for ClusterLease {
+    #[inline]
+    fn decide(&self) -> Shared {
+        match self.try_acquire() {
+            ClusterDecision::Admitted => Shared::Admitted,
+            ClusterDecision::Refused => Shared::Refused,
+            ClusterDecision::AdmittedLocally => Shared::Local(true),
+            ClusterDecision::RefusedLocally => Shared::Local(false),
+        }
+    }
+
+    fn answered(&self) -> bool {
+        ClusterLease::answered(self)
+    }
+
+    fn take_up_to(&self, n: u64) -> u64 {
+        ClusterLease::take_up_to(self, n)
+    }
+
+    fn in_fallback(&self) -> bool {
+        self.mode() == ClusterMode::Fallback
+    }
+
+    fn stop(&self) {
+        ClusterLease::stop(self);
+    }
+
+    fn is_stopped(&self) -> bool {
+        ClusterLease::is_stopped(self)
+    }
+}
+
+/// Makes the lease of a policy's `cluster` section.
+fn lease_of_cluster(limit: &ClusterLimit) -> Result<Box<dyn SharedLimit>, String> {
+    let builder = match limit {
+        ClusterLimit::Visits {
+            url,
+            key,
+            period,
+            quota,
+            batch,
+        } => ClusterLease::visits(url, key, *period, *quota).batch(*batch),
+        ClusterLimit::TokenBucket {
+            url,
+            key,
+            rate,
+            burst,
+            batch,
+        } => ClusterLease::token_bucket(url, key, *rate, *burst).batch(*batch),
+    };
+    started(builder)
+}
+
+/// Makes the lease of one hot key, started without waiting for Redis.
+fn lease_of_key(b: &KeyBucket<'_>) -> Result<Box<dyn SharedLimit>, String> {
+    started(
+        ClusterLease::token_bucket(b.url, b.name, b.rate, b.burst)
+            .batch(b.batch)
+            .no_wait(),
+    )
+}
+
+fn started(builder: ClusterLeaseBuilder) -> Result<Box<dyn SharedLimit>, String> {
+    match builder.build() {
+        Ok(lease) => Ok(Box::new(lease)),
+        Err(e) => Err(crate::util::error_chain(&e)),
+    }
+}
+
+/// The `redis` feature's shared limits, found by the engine at link time.
+#[linkme::distributed_slice(crate::point::form::shared::SHARED_LIMITS)]
+static REDIS_LEASES: SharedLimits = SharedLimits {
+    of_cluster: lease_of_cluster,
+    of_key: lease_of_key,
+};

@@ -13,8 +13,8 @@
 //! threads. Then `token` (the per-call limiter) and `lease` (leasing, its refill
 //! thread and its bound), each importing only from here; `tests`.
 
-use super::conn::{Connector, DEFAULT_LIMIT_TIMEOUT, MAX_TTL_MS};
-use super::error::RedisLimitError;
+use super::conn::{Conn, Connector, Target, DEFAULT_LIMIT_TIMEOUT, MAX_TTL_MS};
+use super::error::{CallError, RedisLimitError};
 use super::period::{Alignment, LocalWindow, PERIOD_SCRIPT};
 use crate::limit::{Gcra, GcraCell};
 use crate::sync::mpsc;
@@ -25,14 +25,12 @@ use std::fmt;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ::redis::{Client, ErrorKind, RedisError, Script};
+use ::redis::{ErrorKind, FromRedisValue, RedisError, Script, ScriptInvocation};
 
 /// How often a limiter in fallback mode pings Redis, unless set: every 100 ms.
 pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The batch size of a [`ClusterLease`] built without [`ClusterLeaseBuilder::batch`]:
-/// 10 tokens per round trip.
-pub const DEFAULT_BATCH: u64 = 10;
+pub use crate::policy::DEFAULT_BATCH;
 
 /// Refills a token bucket and takes `n` tokens from it, all or none, now or reserved.
 ///
@@ -131,19 +129,19 @@ pub enum ClusterMode {
 /// let d = ClusterDecision::AdmittedLocally;
 /// assert!(d.is_admitted());
 /// assert_eq!(d.mode(), ClusterMode::Fallback);
-/// assert!(!ClusterDecision::Rejected.is_admitted());
+/// assert!(!ClusterDecision::Refused.is_admitted());
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ClusterDecision {
     /// Admitted by the cluster-wide limit: a token taken from Redis by this call, or
     /// one leased from Redis earlier.
     Admitted,
-    /// Rejected: the cluster-wide limit is used up.
-    Rejected,
+    /// Refused: the cluster-wide limit is used up.
+    Refused,
     /// Admitted by the local fallback limiter while Redis is unavailable.
     AdmittedLocally,
-    /// Rejected by the local fallback limiter while Redis is unavailable.
-    RejectedLocally,
+    /// Refused by the local fallback limiter while Redis is unavailable.
+    RefusedLocally,
 }
 
 impl ClusterDecision {
@@ -158,8 +156,8 @@ impl ClusterDecision {
     /// Which limiter decided: Redis (or a lease from it) or the local fallback.
     pub fn mode(self) -> ClusterMode {
         match self {
-            ClusterDecision::Admitted | ClusterDecision::Rejected => ClusterMode::Redis,
-            ClusterDecision::AdmittedLocally | ClusterDecision::RejectedLocally => {
+            ClusterDecision::Admitted | ClusterDecision::Refused => ClusterMode::Redis,
+            ClusterDecision::AdmittedLocally | ClusterDecision::RefusedLocally => {
                 ClusterMode::Fallback
             }
         }
@@ -194,12 +192,12 @@ pub struct ClusterStatus {
     pub redis_calls: u64,
     /// Calls answered [`ClusterDecision::Admitted`].
     pub admitted: u64,
-    /// Calls answered [`ClusterDecision::Rejected`].
-    pub rejected: u64,
+    /// Calls answered [`ClusterDecision::Refused`].
+    pub refused: u64,
     /// Calls answered [`ClusterDecision::AdmittedLocally`].
     pub admitted_locally: u64,
-    /// Calls answered [`ClusterDecision::RejectedLocally`].
-    pub rejected_locally: u64,
+    /// Calls answered [`ClusterDecision::RefusedLocally`].
+    pub refused_locally: u64,
     /// Tokens leased from Redis and not yet spent (always 0 for a
     /// [`RedisTokenLimiter`]).
     pub held: u64,
@@ -271,18 +269,18 @@ impl Switch {
 struct Counters {
     redis_calls: AtomicU64,
     admitted: AtomicU64,
-    rejected: AtomicU64,
+    refused: AtomicU64,
     admitted_locally: AtomicU64,
-    rejected_locally: AtomicU64,
+    refused_locally: AtomicU64,
 }
 
 impl Counters {
     fn count(&self, decision: ClusterDecision) -> ClusterDecision {
         let counter = match decision {
             ClusterDecision::Admitted => &self.admitted,
-            ClusterDecision::Rejected => &self.rejected,
+            ClusterDecision::Refused => &self.refused,
             ClusterDecision::AdmittedLocally => &self.admitted_locally,
-            ClusterDecision::RejectedLocally => &self.rejected_locally,
+            ClusterDecision::RefusedLocally => &self.refused_locally,
         };
         counter.fetch_add(1, Ordering::Relaxed);
         decision
@@ -295,9 +293,9 @@ impl Counters {
             to_redis: switch.to_redis.load(Ordering::Relaxed),
             redis_calls: self.redis_calls.load(Ordering::Relaxed),
             admitted: self.admitted.load(Ordering::Relaxed),
-            rejected: self.rejected.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
             admitted_locally: self.admitted_locally.load(Ordering::Relaxed),
-            rejected_locally: self.rejected_locally.load(Ordering::Relaxed),
+            refused_locally: self.refused_locally.load(Ordering::Relaxed),
             held,
         }
     }
@@ -447,6 +445,13 @@ fn check_key(key: &str) -> Result<(), RedisLimitError> {
     Ok(())
 }
 
+/// [`check_key`] for a token bucket, whose keys `{key}.tokens` and `{key}.ts` must
+/// share a Redis Cluster slot: no leading `}`.
+fn check_bucket_key(key: &str) -> Result<(), RedisLimitError> {
+    check_key(key)?;
+    crate::policy::check_bucket_name(key).map_err(|reason| RedisLimitError::config("key", reason))
+}
+
 fn check_rate_burst(rate: f64, burst: u64) -> Result<(), RedisLimitError> {
     if !(rate.is_finite() && rate > 0.0) {
         return Err(RedisLimitError::config(
@@ -460,10 +465,8 @@ fn check_rate_burst(rate: f64, burst: u64) -> Result<(), RedisLimitError> {
     Ok(())
 }
 
-fn open_client(url: &str) -> Result<Client, RedisLimitError> {
-    Client::open(url).map_err(|e| RedisLimitError::InvalidUrl {
-        message: e.to_string(),
-    })
+fn open_target(url: &str, timeout: Duration) -> Result<Target, RedisLimitError> {
+    Target::open(url, timeout).map_err(|message| RedisLimitError::InvalidUrl { message })
 }
 
 /// The longest a lease's batch may be reserved ahead, µs: `burst / rate`, at most
@@ -474,7 +477,8 @@ fn reservation_us(rate: f64, burst: u64) -> u64 {
     (burst as f64 / rate * 1e6).min(1e6) as u64
 }
 
-/// `{key}.tokens` and `{key}.ts`, as go-zero names them.
+/// `{key}.tokens` and `{key}.ts`, as go-zero names them: the braces make `key` their
+/// hash tag, so a Redis Cluster keeps both in one slot (see [`check_bucket_key`]).
 fn token_keys(key: &str) -> (String, String) {
     (format!("{{{key}}}.tokens"), format!("{{{key}}}.ts"))
 }
@@ -492,6 +496,7 @@ macro_rules! common_setters {
     () => {
         /// The longest a call to Redis may take, connecting included (default
         /// [`DEFAULT_LIMIT_TIMEOUT`]). Past it, the limiter switches to its fallback.
+        #[must_use = "a setter returns the changed builder"]
         pub fn timeout(mut self, timeout: Duration) -> Self {
             self.common.timeout = timeout;
             self
@@ -499,6 +504,7 @@ macro_rules! common_setters {
 
         /// How often Redis is pinged while in fallback mode (default
         /// [`DEFAULT_PROBE_INTERVAL`]).
+        #[must_use = "a setter returns the changed builder"]
         pub fn probe_interval(mut self, interval: Duration) -> Self {
             self.common.probe_interval = interval;
             self
@@ -508,6 +514,7 @@ macro_rules! common_setters {
         /// instance, in `0.0..=1.0` (default 1: the full limit, as go-zero does).
         /// With `n` instances, `1.0 / n` keeps the cluster near its limit during an
         /// outage; `0.0` rejects every call while Redis is down (fail closed).
+        #[must_use = "a setter returns the changed builder"]
         pub fn fallback_share(mut self, share: f64) -> Self {
             self.common.fallback_share = share;
             self
@@ -515,6 +522,7 @@ macro_rules! common_setters {
 
         /// The clock of local decisions (the fallback limiter, lease expiry, window
         /// alignment). Default: [`Clock::system`].
+        #[must_use = "a setter returns the changed builder"]
         pub fn clock(mut self, clock: Clock) -> Self {
             self.common.clock = Some(clock);
             self
@@ -523,6 +531,7 @@ macro_rules! common_setters {
         /// Calls `hook` on every switch between Redis and the fallback. It runs on
         /// the thread that noticed the switch (a caller or the background thread):
         /// keep it short and do not block in it.
+        #[must_use = "a setter returns the changed builder"]
         pub fn on_switch(mut self, hook: impl Fn(&ModeSwitch) + Send + Sync + 'static) -> Self {
             self.common.hook = Some(Arc::new(hook));
             self
@@ -531,34 +540,66 @@ macro_rules! common_setters {
 }
 
 // ---------------------------------------------------------------------------------
-// Background Redis access (probes and lease refills), on the sync client
+// Background Redis access (probes and lease refills)
 // ---------------------------------------------------------------------------------
 
-/// A blocking connection for background threads, reopened after it fails. Each read
-/// and write is bounded by `timeout`.
+/// Redis access for a background thread, each call bounded by `timeout`: a blocking
+/// connection to one server, reopened after it fails; for a Redis Cluster, the async
+/// cluster client (blocking cluster calls would retry far past the timeout) driven by
+/// a single-threaded runtime of the thread's own.
 struct SyncRedis {
-    client: Client,
+    target: Target,
     timeout: Duration,
+    /// The key whose server a probe asks (for a cluster, the master of its slot).
+    probe_key: String,
     conn: Option<::redis::Connection>,
+    cluster: Option<(tokio::runtime::Runtime, Connector)>,
 }
 
 impl SyncRedis {
-    fn new(client: Client, timeout: Duration) -> Self {
+    fn new(target: Target, timeout: Duration, probe_key: String) -> Self {
         SyncRedis {
-            client,
+            target,
             timeout,
+            probe_key,
             conn: None,
+            cluster: None,
         }
     }
 
-    fn run<T>(
+    /// Runs a script (loading it first if the server does not have it).
+    fn script<T: FromRedisValue>(
+        &mut self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, CallError> {
+        if self.target.is_cluster() {
+            self.on_cluster(|mut conn| async move { invocation.invoke_async(&mut conn).await })
+        } else {
+            self.on_node(|conn| invocation.invoke(conn))
+        }
+    }
+
+    /// Whether the server holding the probe key answers (see [`Conn::probe`]).
+    fn ping(&mut self) -> Result<(), CallError> {
+        if self.target.is_cluster() {
+            let key = self.probe_key.clone();
+            self.on_cluster(|mut conn| async move { conn.probe(key.as_bytes()).await })
+        } else {
+            self.on_node(|conn| ::redis::cmd("PING").query::<String>(conn).map(drop))
+        }
+    }
+
+    fn on_node<T>(
         &mut self,
         call: impl FnOnce(&mut ::redis::Connection) -> Result<T, RedisError>,
-    ) -> Result<T, RedisError> {
+    ) -> Result<T, CallError> {
+        let Target::Node(client) = &self.target else {
+            unreachable!("a cluster's calls go through `on_cluster`")
+        };
         let conn = match self.conn.take() {
             Some(conn) => conn,
             None => {
-                let conn = self.client.get_connection_with_timeout(self.timeout)?;
+                let conn = client.get_connection_with_timeout(self.timeout)?;
                 conn.set_read_timeout(Some(self.timeout))?;
                 conn.set_write_timeout(Some(self.timeout))?;
                 conn
@@ -573,11 +614,27 @@ impl SyncRedis {
                 self.conn = None;
             }
         }
-        result
+        Ok(result?)
     }
 
-    fn ping(&mut self) -> Result<(), RedisError> {
-        self.run(|conn| ::redis::cmd("PING").query::<String>(conn).map(drop))
+    fn on_cluster<T, F, Fut>(&mut self, call: F) -> Result<T, CallError>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RedisError>>,
+    {
+        if self.cluster.is_none() {
+            // I/O and time only: the connection's driver tasks run while a call does.
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| CallError::Redis(RedisError::from(e)))?;
+            let connector = Connector::new(self.target.clone(), self.timeout);
+            self.cluster = Some((runtime, connector));
+        }
+        let Some((runtime, connector)) = &self.cluster else {
+            unreachable!("set just above")
+        };
+        runtime.block_on(connector.run(call))
     }
 }
 

@@ -116,7 +116,7 @@ fn handles_can_be_shared_between_threads() {
 fn decisions_report_admission_and_mode() {
     use ClusterDecision::*;
     assert_eq!(
-        [Admitted, Rejected, AdmittedLocally, RejectedLocally].map(|d| (d.is_admitted(), d.mode())),
+        [Admitted, Refused, AdmittedLocally, RefusedLocally].map(|d| (d.is_admitted(), d.mode())),
         [
             (true, ClusterMode::Redis),
             (false, ClusterMode::Redis),

@@ -8,6 +8,7 @@ use super::*;
 
 /// Configures and builds a [`RedisTokenLimiter`]; start from
 /// [`RedisTokenLimiter::builder`]. [`build`](Self::build) does no I/O.
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct RedisTokenLimiterBuilder {
     url: String,
     key: String,
@@ -21,6 +22,7 @@ impl RedisTokenLimiterBuilder {
     common_setters!();
 
     /// Whose clock times the refill (default [`RefillClock::Server`]).
+    #[must_use = "a setter returns the changed builder"]
     pub fn refill_clock(mut self, refill: RefillClock) -> Self {
         self.refill_clock = refill;
         self
@@ -34,17 +36,17 @@ impl RedisTokenLimiterBuilder {
     /// and positive), `burst` (0), `timeout` or `probe_interval` (zero) or
     /// `fallback_share` (outside `0..=1`); [`RedisLimitError::InvalidUrl`].
     pub fn build(self) -> Result<RedisTokenLimiter, RedisLimitError> {
-        check_key(&self.key)?;
+        check_bucket_key(&self.key)?;
         check_rate_burst(self.rate, self.burst)?;
         self.common.check()?;
-        let client = open_client(&self.url)?;
+        let target = open_target(&self.url, self.common.timeout)?;
         let (tokens_key, ts_key) = token_keys(&self.key);
         let now = self.common.clock.clone().unwrap_or_default().now_ns();
         let fallback = Fallback::bucket(self.rate, self.burst, self.common.fallback_share, now);
         Ok(RedisTokenLimiter {
             inner: Arc::new(TokenInner {
-                connector: Connector::new(client.clone(), self.common.timeout),
-                client,
+                connector: Connector::new(target.clone(), self.common.timeout),
+                target,
                 key: self.key,
                 tokens_key,
                 ts_key,
@@ -85,8 +87,9 @@ impl fmt::Debug for RedisTokenLimiterBuilder {
 ///
 /// # In Redis
 ///
-/// Two keys, `{key}.tokens` and `{key}.ts` (one hash tag, so both live on one cluster
-/// slot, as in go-zero), hold the tokens left and the time of the last refill.
+/// Two keys, `{key}.tokens` and `{key}.ts` (one hash tag, so both live on one Redis
+/// Cluster slot, as in go-zero; hence no `key` starting with `}`), hold the tokens
+/// left and the time of the last refill.
 /// [`allow`](Self::allow) runs one Lua script that refills the bucket for the time
 /// elapsed since then (to the microsecond, on the Redis server's clock unless
 /// [`RefillClock::Local`] is chosen; go-zero refills in whole seconds on the caller's
@@ -118,7 +121,7 @@ impl fmt::Debug for RedisTokenLimiterBuilder {
 /// probe runs on its own thread. Share the limiter with an `Arc`, or clone it (clones
 /// share the bucket, the mode and the counters).
 ///
-/// [`RejectedLocally`]: ClusterDecision::RejectedLocally
+/// [`RejectedLocally`]: ClusterDecision::RefusedLocally
 ///
 /// # Examples
 ///
@@ -147,7 +150,7 @@ pub struct RedisTokenLimiter {
 
 struct TokenInner {
     connector: Connector,
-    client: Client,
+    target: Target,
     key: String,
     tokens_key: String,
     ts_key: String,
@@ -236,10 +239,10 @@ impl RedisTokenLimiter {
             .await;
         match result {
             Ok((granted, _wait)) if granted == n => inner.counters.count(ClusterDecision::Admitted),
-            Ok(_) => inner.counters.count(ClusterDecision::Rejected),
+            Ok(_) => inner.counters.count(ClusterDecision::Refused),
             Err(err) => {
                 let err = RedisLimitError::from_call("allow", err);
-                inner.switch.to_fallback(err.to_string());
+                inner.switch.to_fallback(crate::util::error_chain(&err));
                 if inner.switch.mode() == ClusterMode::Fallback {
                     self.ensure_probe();
                 }
@@ -258,7 +261,11 @@ impl RedisTokenLimiter {
             return;
         }
         let weak: Weak<TokenInner> = Arc::downgrade(inner);
-        let mut redis = SyncRedis::new(inner.client.clone(), inner.connector.timeout());
+        let mut redis = SyncRedis::new(
+            inner.target.clone(),
+            inner.connector.timeout(),
+            inner.tokens_key.clone(),
+        );
         let interval = inner.probe_interval;
         let spawned = thread::Builder::new()
             .name("resilience-redis-probe".into())
@@ -322,7 +329,7 @@ impl TokenInner {
         let decision = if self.fallback.try_take(n, &self.clock, self.clock.now_ns()) {
             ClusterDecision::AdmittedLocally
         } else {
-            ClusterDecision::RejectedLocally
+            ClusterDecision::RefusedLocally
         };
         self.counters.count(decision)
     }

@@ -35,9 +35,4 @@ fn g() -> Result<u32, ()> {
     Ok(1)
 }
 
-#[retry]
-fn h() -> u32 {
-    1
-}
-
 fn main() {}

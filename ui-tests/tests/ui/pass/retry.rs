@@ -104,6 +104,58 @@ async fn fallback(_id: u32) -> Result<u32, E> {
     Err(E::Down)
 }
 
+// Aliases of `Result` are `Result`s: the macro cannot see through them, rustc can.
+mod aliases {
+    /// A crate's own `Result`, as `anyhow::Result<T>` is.
+    pub type Result<T, E = super::E> = std::result::Result<T, E>;
+}
+
+impl E {
+    fn is_busy(&self) -> bool {
+        *self == E::Busy
+    }
+}
+
+trait Transient {
+    fn transient(&self) -> bool;
+}
+
+impl Transient for E {
+    fn transient(&self) -> bool {
+        self.is_busy()
+    }
+}
+
+/// A generic predicate: `E` inferred from the fn's error type.
+fn any_error<T: std::fmt::Debug>(_: &T) -> bool {
+    true
+}
+
+#[retry(attempts = 2, base = "1ms")]
+fn io_alias(path: &str) -> std::io::Result<usize> {
+    Ok(path.len())
+}
+
+#[retry(attempts = 2, base = "1ms", retry_if = E::is_busy)]
+fn local_alias() -> aliases::Result<u32> {
+    Ok(1)
+}
+
+#[retry(attempts = 2, base = "1ms", retry_if = <E as Transient>::transient)]
+fn core_result() -> core::result::Result<u32, E> {
+    Ok(1)
+}
+
+#[retry(attempts = 2, base = "1ms", retry_if = any_error)]
+async fn async_alias() -> std::io::Result<u32> {
+    Ok(1)
+}
+
+#[retry(attempts = 2, base = "1ms", retry_if = Transient::transient)]
+fn impl_ok() -> Result<impl std::fmt::Display, E> {
+    Ok(1)
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     assert_eq!(plain(), Ok(1));
@@ -119,4 +171,9 @@ async fn main() {
     assert_eq!(above_both(), Ok(1));
     assert_eq!(below(), Ok(1));
     assert_eq!(above_async(7).await, Ok(7));
+    assert_eq!(io_alias("ab").unwrap(), 2);
+    assert_eq!(local_alias(), Ok(1));
+    assert_eq!(core_result(), Ok(1));
+    assert_eq!(async_alias().await.unwrap(), 1);
+    assert_eq!(impl_ok().map(|v| v.to_string()), Ok("1".to_owned()));
 }

@@ -1,0 +1,45 @@
+//! What one attempt at entering a point carries and answers: the flags of
+//! `Point::enter_once` and its [`Entry`].
+
+/// [`Point::enter_once`] flag: a queue waiter asking again.
+pub(in crate::point) const WAITER: u8 = 1;
+/// [`Point::enter_once`] flag: the call holds its token already.
+pub(in crate::point) const TOKEN_HELD: u8 = 2;
+/// [`Point::enter_once`] flag: the call may not wait (a queue or a waiting token
+/// bucket refuses it at once, as without them).
+pub(in crate::point) const NO_WAIT: u8 = 4;
+/// [`Point::enter_once`] flag: the call holds its key's token already (it waited for
+/// it: the `keys` section's `max_wait`).
+pub(in crate::point) const KEY_HELD: u8 = 8;
+
+/// What one look at the rules decided ([`Point::enter_once`]): a value, never a side
+/// channel, and a refusal only when it is one.
+///
+/// [`Point::enter_once`]: crate::point::Point::enter_once
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Entry {
+    /// Admitted: its permit, if it has one, is in the caller's slot.
+    Admitted,
+    /// Refused for this reason (counted and reported already).
+    Refused(crate::Reason),
+    /// The point's token is reserved for the call: it may run after this many
+    /// nanoseconds, holding it ([`TOKEN_HELD`]).
+    WaitToken(u64),
+    /// The call's key's token is reserved (the point's token is held): it may run
+    /// after this many nanoseconds ([`TOKEN_HELD`] and [`KEY_HELD`]).
+    WaitKey(u64),
+    /// Every slot is taken (or, for a new call, others wait) under a policy with a
+    /// queue: the call may wait in it.
+    WaitQueue,
+}
+
+impl Entry {
+    /// The entry of a step that admits (its permit in the slot) or refuses.
+    #[inline(always)]
+    pub(in crate::point) fn of(entered: Result<(), crate::Downgraded>) -> Entry {
+        match entered {
+            Ok(()) => Entry::Admitted,
+            Err(d) => Entry::Refused(d.reason()),
+        }
+    }
+}

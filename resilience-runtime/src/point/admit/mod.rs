@@ -1,0 +1,23 @@
+//! Admission and completion: every call asks here whether it may run, and reports
+//! how it ended. `enter` (the policy's stages on the flow word) and `lean` (a policy
+//! without it) answer with an `attempt::Entry`; `taken` gives back what a refused call
+//! took; `queue` is the concurrency rule's waiting room; `health` decides the health
+//! rules; `permit` and `pending` complete a call; `report` counts and tells refusals and
+//! breaker changes; `call`, `key_entry` and `breaker_wait` are the manual entries; `force`
+//! forces states for tests.
+
+pub(in crate::point) mod attempt;
+#[cfg(feature = "tower")]
+pub(in crate::point) mod breaker_wait;
+pub(in crate::point) mod call;
+pub(in crate::point) mod enter;
+#[cfg(feature = "testing")]
+pub(in crate::point) mod force;
+pub(in crate::point) mod health;
+pub(in crate::point) mod key_entry;
+pub(in crate::point) mod lean;
+pub(crate) mod pending;
+pub(crate) mod permit;
+pub(crate) mod queue;
+pub(in crate::point) mod report;
+pub(in crate::point) mod taken;

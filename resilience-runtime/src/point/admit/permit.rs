@@ -1,0 +1,516 @@
+//! The permit of an admitted call and its completion: the outcome counted, the
+//! duration measured, the slot given back, the breaker, adaptive limiter and delay
+//! told. A permit is written once in the caller's slot and completed there.
+
+use crate::clock::Instant;
+use crate::point::form::compiled::Compiled;
+use crate::point::form::slots::{sre_outcome, AdaptiveCall, BreakerCall, BreakerImpl};
+use crate::point::state::delay::ProbeEnd;
+use crate::point::state::flow::Slot;
+use crate::point::Point;
+use crate::sync::Ordering;
+use crate::Downgraded;
+use std::fmt;
+use std::mem::ManuallyDrop;
+use std::time::Duration;
+
+/// Permission to run one call, returned by [`Point::enter`].
+///
+/// Report the outcome with [`finish`](Permit::finish) or [`panicked`](Permit::panicked).
+/// Dropping it without either means the call was cancelled (an async future dropped
+/// mid-flight): it is counted in [`Totals::cancelled`](crate::Totals::cancelled), its
+/// concurrency slot is released, and if it ran past the timeout rule's threshold (or
+/// the breaker's slow-call threshold) it counts as a timeout (a slow call) and a
+/// breaker failure, as if it had returned then; otherwise the breaker does not see
+/// it. Either way the slot can never leak, which SDS's `downgradeFinally` could.
+#[must_use = "dropping a permit records the call as cancelled; call `finish`"]
+pub struct Permit<'a> {
+    pub(in crate::point) point: &'a Point,
+    /// Start of a timed call (ticks or timeline, see `meta`), else 0.
+    pub(in crate::point) start: u64,
+    /// The timeout rule's threshold in the unit of `start`, or 0 without one.
+    pub(in crate::point) timeout: u64,
+    /// The end of the delay this call probes, else 0.
+    pub(in crate::point) probe_of: u64,
+    /// The in-flight slot, the unit of `start` and the hung-call slot, in one word.
+    pub(in crate::point) meta: Meta,
+    /// The breaker's record of this call, if the point has a breaker.
+    pub(in crate::point) breaker: Option<BreakerCall>,
+    /// The adaptive limiter's record of this call.
+    pub(in crate::point) adaptive: Option<AdaptiveCall>,
+    /// The call's slot under its key's concurrency limit, given back at the end.
+    pub(in crate::point) key: Option<crate::keys::KeyHold<'a>>,
+}
+
+pub(in crate::point) const NO_HANG: u32 = u32::MAX;
+
+/// Writes `permit` into the caller's empty slot and returns it there, to be
+/// completed in place.
+#[inline(always)]
+pub(in crate::point) fn fill<'s, 'a>(
+    slot: &'s mut Option<Permit<'a>>,
+    permit: Permit<'a>,
+) -> &'s mut Permit<'a> {
+    debug_assert!(slot.is_none(), "a permit slot is filled once");
+    // The old value is `None`: forgetting it skips the check a drop would make.
+    std::mem::forget(slot.replace(permit));
+    match slot {
+        Some(permit) => permit,
+        None => unreachable!("just filled"),
+    }
+}
+
+/// Writes the permit of an entry that returns one into the caller's empty slot (see
+/// [`Point::enter_in`]).
+#[inline(always)]
+pub(in crate::point) fn place<'a>(
+    entered: Result<Permit<'a>, Downgraded>,
+    slot: &mut Option<Permit<'a>>,
+) -> Result<(), Downgraded> {
+    fill(slot, entered?);
+    Ok(())
+}
+
+/// The small fields of a [`Permit`] packed in one word, so that a permit is always
+/// written and read in whole words (a byte written next to a word that is then read
+/// whole stalls the CPU's store forwarding): the hung-call slot in the low 32 bits, the
+/// in-flight slot in bits 32-33, the unit of `start` in bit 34, whether the permit has
+/// a breaker call, an adaptive flight or a probe in bit 35 (so that completion tells
+/// the common calls from one word), and bit 63 always set.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(in crate::point) struct Meta(std::num::NonZeroU64);
+
+impl Meta {
+    pub(in crate::point) const SET: u64 = 1 << 63;
+    pub(in crate::point) const SLOT_SHIFT: u32 = 32;
+    pub(in crate::point) const SLOT_MASK: u64 = 0b11 << Self::SLOT_SHIFT;
+    pub(in crate::point) const FINE: u64 = 1 << 34;
+    pub(in crate::point) const EXTRA: u64 = 1 << 35;
+
+    #[inline]
+    pub(in crate::point) fn extra(self) -> bool {
+        self.bits() & Self::EXTRA != 0
+    }
+
+    #[inline]
+    pub(in crate::point) fn with_extra(self, extra: bool) -> Meta {
+        Meta::from_bits(self.bits() & !Self::EXTRA | if extra { Self::EXTRA } else { 0 })
+    }
+
+    #[inline]
+    pub(in crate::point) fn from_bits(bits: u64) -> Meta {
+        match std::num::NonZeroU64::new(bits | Self::SET) {
+            Some(n) => Meta(n),
+            None => unreachable!("bit 63 is set"),
+        }
+    }
+
+    #[inline]
+    pub(in crate::point) fn new(slot: Slot, fine: bool) -> Meta {
+        Meta::from_bits(u64::from(NO_HANG))
+            .with_slot(slot)
+            .with_fine(fine)
+    }
+
+    #[inline]
+    pub(in crate::point) fn bits(self) -> u64 {
+        self.0.get()
+    }
+
+    #[inline]
+    pub(in crate::point) fn hang(self) -> u32 {
+        self.bits() as u32
+    }
+
+    #[inline]
+    pub(in crate::point) fn with_hang(self, hang: u32) -> Meta {
+        Meta::from_bits(self.bits() & !u64::from(u32::MAX) | u64::from(hang))
+    }
+
+    #[inline]
+    pub(in crate::point) fn slot(self) -> Slot {
+        match (self.bits() & Self::SLOT_MASK) >> Self::SLOT_SHIFT {
+            0 => Slot::None,
+            1 => Slot::Word,
+            _ => Slot::Spill,
+        }
+    }
+
+    #[inline]
+    pub(in crate::point) fn with_slot(self, slot: Slot) -> Meta {
+        let code: u64 = match slot {
+            Slot::None => 0,
+            Slot::Word => 1,
+            Slot::Spill => 2,
+        };
+        Meta::from_bits(self.bits() & !Self::SLOT_MASK | code << Self::SLOT_SHIFT)
+    }
+
+    #[inline]
+    pub(in crate::point) fn fine(self) -> bool {
+        self.bits() & Self::FINE != 0
+    }
+
+    #[inline]
+    pub(in crate::point) fn with_fine(self, fine: bool) -> Meta {
+        Meta::from_bits(if fine {
+            self.bits() | Self::FINE
+        } else {
+            self.bits() & !Self::FINE
+        })
+    }
+}
+
+impl fmt::Debug for Permit<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Permit")
+            .field("point", &self.point.name)
+            .field("probe", &(self.probe_of != 0))
+            .field("breaker", &self.breaker.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How an admitted call ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Outcome {
+    /// Returned, not an exception.
+    Ok,
+    /// Returned a counted `Err`, or panicked.
+    Exception,
+    /// Never reported: its future or permit was dropped. Counted as cancelled, and as
+    /// a timeout (and a breaker failure) if it ran past the timeout threshold, or as a
+    /// slow call past the breaker's slow-call threshold, as if it had returned then.
+    Cancelled,
+    /// Cut at its deadline (`timeout = "..."`, `call_timeout`): a timeout, and a
+    /// failure for the breaker.
+    TimedOut,
+}
+
+impl Outcome {
+    #[inline(always)]
+    pub(in crate::point) fn of(exception: bool) -> Outcome {
+        if exception {
+            Outcome::Exception
+        } else {
+            Outcome::Ok
+        }
+    }
+}
+
+impl<'a> Permit<'a> {
+    /// The permit of a call admitted under the policy `c`, holding `slot`, with
+    /// every field known (written once, in the caller's slot).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(in crate::point) fn governed(
+        point: &'a Point,
+        c: &Compiled,
+        start: u64,
+        fine: bool,
+        slot: Slot,
+        hang: u32,
+        adaptive: Option<AdaptiveCall>,
+        breaker: Option<BreakerCall>,
+    ) -> Permit<'a> {
+        Permit {
+            point,
+            start,
+            timeout: c.timeout,
+            probe_of: 0,
+            meta: Meta::new(slot, fine)
+                .with_hang(hang)
+                .with_extra(adaptive.is_some() || breaker.is_some()),
+            breaker,
+            adaptive,
+            key: None,
+        }
+    }
+
+    /// Gives the permit its breaker call. With [`attach_probe`](Self::attach_probe)
+    /// and the governed entry's constructor, the only writers of the fields that
+    /// [`Meta::EXTRA`] stands for, so the bit always follows them.
+    #[inline]
+    pub(in crate::point) fn attach_breaker(&mut self, call: BreakerCall) {
+        self.breaker = Some(call);
+        self.meta = self.meta.with_extra(true);
+    }
+
+    /// Gives the permit its key's slot, given back when the call ends.
+    #[inline]
+    pub(in crate::point) fn attach_key(&mut self, hold: crate::keys::KeyHold<'a>) {
+        self.key = Some(hold);
+        self.meta = self.meta.with_extra(true);
+    }
+
+    /// Makes the permit the probe of the delay period ending at `until`.
+    #[inline]
+    pub(in crate::point) fn attach_probe(&mut self, until: u64) {
+        self.probe_of = until;
+        self.meta = self.meta.with_extra(true);
+    }
+
+    #[inline]
+    pub(in crate::point) fn untracked(point: &'a Point) -> Permit<'a> {
+        Permit {
+            point,
+            start: 0,
+            timeout: 0,
+            probe_of: 0,
+            meta: Meta::new(Slot::None, false),
+            breaker: None,
+            adaptive: None,
+            key: None,
+        }
+    }
+
+    /// The point this permit belongs to.
+    pub fn point(&self) -> &'a Point {
+        self.point
+    }
+
+    /// Records that the call finished; `exception` says whether it failed.
+    #[inline(always)]
+    pub fn finish(self, exception: bool) {
+        let mut this = ManuallyDrop::new(self);
+        this.complete(Outcome::of(exception));
+    }
+
+    /// Records that the call panicked (counted as an exception).
+    pub fn panicked(self) {
+        self.finish(true);
+    }
+
+    /// [`finish`](Self::finish) for a call that [`Point::enter_in`] admitted on `point`,
+    /// its permit completed where it is; the slot is left empty. An empty slot is an
+    /// untracked call: only an exception is counted.
+    #[inline(always)]
+    pub(crate) fn finish_in(point: &'a Point, slot: &mut Option<Permit<'a>>, exception: bool) {
+        Permit::end_in(point, slot, Outcome::of(exception));
+    }
+
+    /// Records how a call that [`Point::enter_in`] admitted on `point` ended, its
+    /// permit completed where it is; the slot is left empty. An empty slot is an
+    /// untracked call: only exceptions, cancellations and timeouts are counted.
+    #[inline(always)]
+    pub(crate) fn end_in(point: &'a Point, slot: &mut Option<Permit<'a>>, outcome: Outcome) {
+        match slot {
+            Some(permit) => permit.complete(outcome),
+            None => point.count_untracked_end(outcome),
+        }
+        std::mem::forget(slot.take());
+    }
+
+    /// Records the outcome. Calls without policy or breaker, and calls under a policy
+    /// alone (no breaker, adaptive limit or delay probe), are settled here, in line at
+    /// every call site; the others in [`complete_tracked`](Self::complete_tracked).
+    #[inline(always)]
+    pub(in crate::point) fn complete(&mut self, outcome: Outcome) {
+        debug_assert_eq!(
+            self.meta.extra(),
+            self.breaker.is_some()
+                || self.adaptive.is_some()
+                || self.probe_of != 0
+                || self.key.is_some(),
+            "the extra bit follows the permit's fields"
+        );
+        let meta = self.meta.bits();
+        if meta & (Meta::SLOT_MASK | Meta::EXTRA) == 0 {
+            // Without policy or breaker only exceptions, cancellations and timeouts
+            // are counted, and a duration if the call was timed for the series.
+            if self.start != 0 {
+                return self.end_timed_untracked(outcome);
+            }
+            self.point.count_untracked_end(outcome);
+            return;
+        }
+        if meta & Meta::EXTRA == 0 {
+            let _ = self.settle(outcome);
+            if self.point.flow.release(self.meta.slot()) {
+                self.point.wake_waiter();
+            }
+            return;
+        }
+        self.complete_tracked(outcome);
+    }
+
+    /// The end of a call without policy or breaker timed for the per-second durations
+    /// (see [`Point::time_untracked`]).
+    #[inline(never)]
+    fn end_timed_untracked(&mut self, outcome: Outcome) {
+        let p = self.point;
+        if outcome == Outcome::Cancelled || !crate::point::state::durations::measuring_durations() {
+            return p.count_untracked_end(outcome);
+        }
+        let now = p.clock.now_ns();
+        let ns = now.saturating_sub(self.start);
+        // Not closing the second: without a policy, the sampler attributes calls.
+        p.end_measured(now, ns, NO_HANG, outcome == Outcome::Exception, false);
+        if outcome == Outcome::TimedOut {
+            p.count_untracked_end(outcome);
+        }
+    }
+
+    /// The rest of [`complete`](Self::complete), out of line.
+    #[inline(never)]
+    pub(in crate::point) fn complete_tracked(&mut self, outcome: Outcome) {
+        if self.meta.slot() != Slot::None || self.adaptive.is_some() || self.key.is_some() {
+            return self.complete_slow(outcome);
+        }
+        match self.breaker {
+            None => {}
+            // An untimed call of a breaker-only point: one counter of the breaker.
+            Some(BreakerCall { slot, word: 0 }) if outcome != Outcome::Cancelled => {
+                match &slot.imp {
+                    BreakerImpl::Sre(b) => {
+                        b.record_admitted(sre_outcome(outcome == Outcome::Exception))
+                    }
+                    BreakerImpl::Classic(_) => return self.complete_slow(outcome),
+                }
+            }
+            Some(_) => return self.complete_slow(outcome),
+        }
+        self.point.count_untracked_end(outcome);
+    }
+
+    /// Counts the exception, measures the call, frees its hung-call slot and counts a
+    /// timeout; returns whether the call failed (exception or timeout) and how long it
+    /// took (in the unit of `start`; 0 when not measured).
+    #[inline]
+    pub(in crate::point) fn settle(&self, outcome: Outcome) -> (bool, u64) {
+        let p = self.point;
+        let mut failed = outcome == Outcome::Exception;
+        let mut elapsed = 0;
+        let mut counted = false;
+        if self.start != 0 {
+            // The duration, in the unit of `start`, and in nanoseconds for the series.
+            let (now, ns) = if self.meta.fine() {
+                elapsed = p.clock.ticks().saturating_sub(self.start);
+                (p.clock.now_ns(), p.clock.ticks_to_ns(elapsed))
+            } else {
+                let now = p.clock.now_ns();
+                elapsed = now.saturating_sub(self.start);
+                (now, elapsed)
+            };
+            if outcome != Outcome::Cancelled
+                && crate::point::state::durations::measuring_durations()
+            {
+                // Only a call on the flow word closes its second (see `observe_cycle`):
+                // the others' seconds are the sampler's.
+                let close = self.meta.slot() != Slot::None;
+                p.end_measured(now, ns, self.meta.hang(), failed, close);
+                counted = true;
+            }
+        }
+        if failed && !counted {
+            p.counters.exceptions.fetch_add(1, Ordering::Relaxed);
+        }
+        if outcome == Outcome::Cancelled {
+            p.count_cancelled();
+        }
+        let late = outcome == Outcome::TimedOut || (self.timeout != 0 && elapsed > self.timeout);
+        let hang = self.meta.hang();
+        let swept = hang != NO_HANG
+            && p.hang
+                .get()
+                .is_some_and(|t| t.unregister(hang, late || outcome == Outcome::Cancelled));
+        if swept {
+            // A sweep saw it hang and counted the timeout already.
+            failed = true;
+        } else if late {
+            p.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+            failed = true;
+        }
+        (failed, elapsed)
+    }
+
+    pub(in crate::point) fn complete_slow(&mut self, outcome: Outcome) {
+        // The key's slot first: the call is over for its key whatever follows.
+        drop(self.key.take());
+        let p = self.point;
+        let (failed, elapsed) = self.settle(outcome);
+        if let Some(call) = self.breaker.take() {
+            p.breaker_outcome(call, outcome, failed, elapsed, self.meta.fine());
+        }
+        // A latency sample only from calls that completed well; failures and
+        // cancellations just leave the flight.
+        if let Some(a) = self.adaptive.take() {
+            a.end(outcome == Outcome::Ok && !failed);
+        }
+        if self.meta.slot() == Slot::None {
+            return;
+        }
+        if self.probe_of != 0 {
+            let end = match outcome {
+                Outcome::Ok if !failed => ProbeEnd::Succeeded,
+                Outcome::Cancelled => ProbeEnd::Cancelled,
+                _ => ProbeEnd::Failed,
+            };
+            let retry_ns = p.compiled().retry_ns;
+            p.delay
+                .probe_ended(self.probe_of, p.clock.now_ns(), end, retry_ns);
+        }
+        if p.flow.release(self.meta.slot()) {
+            p.wake_waiter();
+        }
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        // Dropped without `finish`: a cancelled call.
+        self.complete(Outcome::Cancelled);
+    }
+}
+
+impl Point {
+    /// Reports a finished call to the breaker that admitted it. A call cancelled
+    /// before any threshold is not an outcome: the SRE breaker records nothing and a
+    /// classic ticket is dropped, which frees its half-open probe slot; one cancelled
+    /// past the timeout or slow-call threshold counts as if it had returned then.
+    pub(in crate::point) fn breaker_outcome(
+        &self,
+        call: BreakerCall,
+        outcome: Outcome,
+        failed: bool,
+        elapsed: u64,
+        fine: bool,
+    ) {
+        match &call.slot.imp {
+            BreakerImpl::Sre(b) => {
+                // Into the bucket the window reached when the call was admitted (or
+                // later): no clock read on the way out.
+                let slow = call.word;
+                let failed = failed
+                    || (slow != 0 && elapsed > slow)
+                    || (outcome == Outcome::Cancelled && call.slot.cancel_fails);
+                if outcome == Outcome::Cancelled && !failed {
+                    // Cancelled in time: not an outcome.
+                    return;
+                }
+                b.record_admitted(sre_outcome(failed));
+            }
+            BreakerImpl::Classic(b) => {
+                // The start is not needed: the duration comes from the permit.
+                let ticket = b.ticket_from_raw(call.word >> 1, 0, call.word & 1 == 1);
+                let slow = call.slot.slow(fine).is_some_and(|t| elapsed > t);
+                let failed = failed || (outcome == Outcome::Cancelled && call.slot.cancel_fails);
+                if outcome == Outcome::Cancelled && !failed && !slow {
+                    // Cancelled in time: not an outcome. Dropping the rebuilt ticket
+                    // frees a half-open probe slot.
+                    drop(ticket);
+                    return;
+                }
+                let now = self.clock.now_ns();
+                let elapsed = match call.slot.slow(fine) {
+                    None => Duration::ZERO,
+                    Some(_) if fine => Duration::from_nanos(self.clock.ticks_to_ns(elapsed)),
+                    Some(_) => Duration::from_nanos(elapsed),
+                };
+                if let Some(t) = ticket.finish(Instant::from_nanos(now), failed, elapsed) {
+                    self.classic_changed(t);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! What a call takes on its way in, given back in one place: a delay's probe, an
+//! adaptive limiter's flight, a breaker's call. A later rule that refuses the call,
+//! or tells it to wait, hands the guard to [`Taken::give_back`]; an admitted call
+//! keeps what it took ([`Taken::keep`]) and gives it back through its permit. (A key's
+//! slot needs no guard: its hold gives it back when dropped.)
+//!
+//! Not a `Drop`: a guard that runs on unwinding keeps the entry's locals in memory
+//! across every call that may unwind, which the hot path pays for on every call. A
+//! debug build checks instead that every guard is kept or given back.
+
+use crate::point::admit::permit::Outcome;
+use crate::point::form::slots::{AdaptiveCall, BreakerCall};
+use crate::point::Point;
+
+/// The guard (see the module docs).
+pub(in crate::point) struct Taken<'p> {
+    point: &'p Point,
+    /// The unit of the breaker call's start (ticks or timeline).
+    fine: bool,
+    /// The probe of the delay ending at `.0`, claimed as `.1`.
+    pub(in crate::point) probe: Option<(u64, u64)>,
+    pub(in crate::point) adaptive: Option<AdaptiveCall>,
+    pub(in crate::point) breaker: Option<BreakerCall>,
+}
+
+/// What an admitted call keeps, for its permit.
+pub(in crate::point) struct Kept {
+    pub(in crate::point) probe: Option<(u64, u64)>,
+    pub(in crate::point) adaptive: Option<AdaptiveCall>,
+    pub(in crate::point) breaker: Option<BreakerCall>,
+}
+
+impl<'p> Taken<'p> {
+    /// Nothing taken yet.
+    #[inline(always)]
+    pub(in crate::point) fn new(point: &'p Point, fine: bool) -> Taken<'p> {
+        Taken {
+            point,
+            fine,
+            probe: None,
+            adaptive: None,
+            breaker: None,
+        }
+    }
+
+    /// Whether anything was taken.
+    #[inline(always)]
+    pub(in crate::point) fn is_empty(&self) -> bool {
+        self.probe.is_none() && self.adaptive.is_none() && self.breaker.is_none()
+    }
+
+    /// The call is admitted: it keeps what it took.
+    #[inline(always)]
+    pub(in crate::point) fn keep(mut self) -> Kept {
+        Kept {
+            probe: self.probe.take(),
+            adaptive: self.adaptive.take(),
+            breaker: self.breaker.take(),
+        }
+    }
+
+    /// The call goes no further: the probe goes back for the next call, the
+    /// adaptive flight ends without a sample, the breaker forgets the call (as one
+    /// cancelled in time).
+    #[inline]
+    pub(in crate::point) fn give_back(mut self) {
+        if let Some((_, claimed)) = self.probe.take() {
+            self.point.delay.unclaim(claimed);
+        }
+        if let Some(a) = self.adaptive.take() {
+            a.end(false);
+        }
+        if let Some(b) = self.breaker.take() {
+            self.point
+                .breaker_outcome(b, Outcome::Cancelled, false, 0, self.fine);
+        }
+    }
+}
+
+/// A debug build's check that no exit of an entry forgets what the call took.
+#[cfg(debug_assertions)]
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            debug_assert!(
+                self.is_empty(),
+                "an entry's exit neither kept nor gave back what the call took"
+            );
+        }
+    }
+}
