@@ -144,7 +144,9 @@ pub fn parse(
         Some(t) => Token::new(t).map_err(|e| format!("--admin-token: {e}"))?,
         None => random()?,
     };
-    let mut config = AdminConfig::new(storage, admin_token);
+    let mut config = AdminConfig::builder(storage, admin_token)
+        .build()
+        .map_err(|e| e.to_string())?;
     if let Some(b) = bind {
         config.bind = b
             .parse::<SocketAddr>()
@@ -201,6 +203,8 @@ pub fn parse(
         (Some(_), None) => return Err("--tls-cert needs --tls-key (its private key)".into()),
         (None, Some(_)) => return Err("--tls-key needs --tls-cert (its certificate)".into()),
     };
+    // Each option was checked above, naming it; this is the fields' own bounds.
+    config.check().map_err(|e| e.to_string())?;
     Ok(Cli {
         config,
         generated_admin_token,

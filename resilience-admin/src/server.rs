@@ -58,6 +58,28 @@ pub enum StorageConfig {
 }
 
 /// Everything the server needs to start.
+///
+/// Build one with [`AdminConfig::builder`]; the fields are public for reading.
+///
+/// # Examples
+///
+/// ```
+/// use resilience_admin::auth::Token;
+/// use resilience_admin::server::{AdminConfig, StorageConfig, DEFAULT_MAX_CONNECTIONS};
+/// use std::time::Duration;
+///
+/// let config = AdminConfig::builder(StorageConfig::Memory, Token::new("admin-token-0123456789")?)
+///     .bind("127.0.0.1:0".parse()?)
+///     .retention(Duration::from_secs(24 * 3600))
+///     .build()?;
+/// assert_eq!(config.max_connections, DEFAULT_MAX_CONNECTIONS);
+///
+/// let bad = AdminConfig::builder(StorageConfig::Memory, Token::new("admin-token-0123456789")?)
+///     .max_connections(0)
+///     .build();
+/// assert!(bad.unwrap_err().to_string().contains("max_connections"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct AdminConfig {
@@ -71,21 +93,22 @@ pub struct AdminConfig {
     pub read_token: Option<Token>,
     /// Tokens accepted for heartbeats and pulls.
     pub app_tokens: Vec<AppToken>,
-    /// Largest request body accepted; larger ones get 413.
+    /// Largest request body accepted (at least 1 KiB); larger ones get 413.
     pub max_body_bytes: usize,
-    /// How long statistics are kept.
+    /// How long statistics are kept (at least a second).
     pub retention: Duration,
-    /// How long the 1-second buckets are kept (at most [`retention`](Self::retention)).
+    /// How long the 1-second buckets are kept (at least a second; beyond
+    /// [`retention`](Self::retention) they are kept for the retention).
     pub seconds_retention: Duration,
     /// How often old statistics, and the instances, points and apps silent for the
-    /// whole retention, are deleted.
+    /// whole retention, are deleted (at least 10 ms).
     pub prune_interval: Duration,
     /// Most connections served at once (at least 1); a connection beyond them is
     /// answered 503 with `Retry-After` and closed.
     pub max_connections: usize,
     /// How long a client may take to send a request head (after connecting, or
     /// after its previous answer on a kept-alive connection) before it is
-    /// disconnected.
+    /// disconnected (at least 10 ms).
     pub header_read_timeout: Duration,
     /// The server's clock (a manual one in tests).
     pub clock: Clock,
@@ -96,24 +119,130 @@ pub struct AdminConfig {
 }
 
 impl AdminConfig {
-    /// A configuration with defaults: loopback, 256 KiB bodies, 7 days of
-    /// statistics and 20 minutes of 1-second buckets, pruned every minute, the system clock, no app token yet.
-    pub fn new(storage: StorageConfig, admin_token: Token) -> AdminConfig {
-        AdminConfig {
-            bind: DEFAULT_BIND,
-            storage,
-            admin_token,
-            read_token: None,
-            app_tokens: Vec::new(),
-            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
-            retention: DEFAULT_RETENTION,
-            seconds_retention: DEFAULT_SECONDS_RETENTION,
-            prune_interval: Duration::from_secs(60),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
-            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
-            clock: Clock::system(),
-            tls: None,
+    /// A builder with defaults: loopback ([`DEFAULT_BIND`]), 256 KiB bodies, 7 days
+    /// of statistics and 20 minutes of 1-second buckets, pruned every minute, 1024
+    /// connections, a 10 s header timeout, the system clock, plain http, no app
+    /// token yet.
+    pub fn builder(storage: StorageConfig, admin_token: Token) -> AdminConfigBuilder {
+        AdminConfigBuilder {
+            config: AdminConfig {
+                bind: DEFAULT_BIND,
+                storage,
+                admin_token,
+                read_token: None,
+                app_tokens: Vec::new(),
+                max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+                retention: DEFAULT_RETENTION,
+                seconds_retention: DEFAULT_SECONDS_RETENTION,
+                prune_interval: Duration::from_secs(60),
+                max_connections: DEFAULT_MAX_CONNECTIONS,
+                header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+                clock: Clock::system(),
+                tls: None,
+            },
         }
+    }
+
+    /// Checks every field's bound (the ones the fields' docs state).
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Config`] naming the first field out of its bounds.
+    pub(crate) fn check(&self) -> Result<(), AdminError> {
+        let bad = |field: &str, why: &str| Err(AdminError::Config(format!("{field}: {why}")));
+        if self.max_body_bytes < 1024 {
+            return bad("max_body_bytes", "must be at least 1024 bytes");
+        }
+        if self.retention < Duration::from_secs(1) {
+            return bad("retention", "must be at least 1 s");
+        }
+        if self.seconds_retention < Duration::from_secs(1) {
+            return bad("seconds_retention", "must be at least 1 s");
+        }
+        if self.prune_interval < Duration::from_millis(10) {
+            return bad("prune_interval", "must be at least 10 ms");
+        }
+        if self.max_connections == 0 {
+            return bad("max_connections", "must be at least 1");
+        }
+        if self.header_read_timeout < Duration::from_millis(10) {
+            return bad("header_read_timeout", "must be at least 10 ms");
+        }
+        Ok(())
+    }
+}
+
+/// Builds an [`AdminConfig`]: start from [`AdminConfig::builder`], change what
+/// differs from the defaults, then [`build`](Self::build).
+#[derive(Clone, Debug)]
+#[must_use = "a builder does nothing until `build` is called"]
+pub struct AdminConfigBuilder {
+    config: AdminConfig,
+}
+
+macro_rules! setters {
+    ($($(#[$m:meta])* $field:ident: $t:ty),* $(,)?) => {
+        $(
+            $(#[$m])*
+            #[must_use = "a setter returns the changed builder"]
+            pub fn $field(mut self, $field: $t) -> Self {
+                self.config.$field = $field;
+                self
+            }
+        )*
+    };
+}
+
+impl AdminConfigBuilder {
+    setters! {
+        /// The address to listen on ([`AdminConfig::bind`]).
+        bind: SocketAddr,
+        /// Largest request body accepted ([`AdminConfig::max_body_bytes`]).
+        max_body_bytes: usize,
+        /// How long statistics are kept ([`AdminConfig::retention`]).
+        retention: Duration,
+        /// How long the 1-second buckets are kept ([`AdminConfig::seconds_retention`]).
+        seconds_retention: Duration,
+        /// How often old data is deleted ([`AdminConfig::prune_interval`]).
+        prune_interval: Duration,
+        /// Most connections served at once ([`AdminConfig::max_connections`]).
+        max_connections: usize,
+        /// The request head deadline ([`AdminConfig::header_read_timeout`]).
+        header_read_timeout: Duration,
+        /// The server's clock ([`AdminConfig::clock`]).
+        clock: Clock,
+    }
+
+    /// Reads need this token (or the admin token) ([`AdminConfig::read_token`]).
+    #[must_use = "a setter returns the changed builder"]
+    pub fn read_token(mut self, token: Token) -> Self {
+        self.config.read_token = Some(token);
+        self
+    }
+
+    /// Accepts this token for heartbeats and pulls, beside those added before
+    /// ([`AdminConfig::app_tokens`]).
+    #[must_use = "a setter returns the changed builder"]
+    pub fn app_token(mut self, token: AppToken) -> Self {
+        self.config.app_tokens.push(token);
+        self
+    }
+
+    /// Serves https only, with this certificate ([`AdminConfig::tls`]).
+    #[must_use = "a setter returns the changed builder"]
+    pub fn tls(mut self, tls: TlsConfig) -> Self {
+        self.config.tls = Some(tls);
+        self
+    }
+
+    /// The configuration, once every field is within the bounds its docs state.
+    ///
+    /// # Errors
+    ///
+    /// [`AdminError::Config`] naming the first field out of its bounds.
+    pub fn build(self) -> Result<AdminConfig, AdminError> {
+        self.config.check()?;
+        Ok(self.config)
     }
 }
 
@@ -190,8 +319,9 @@ impl Server {
     ///
     /// # Errors
     ///
-    /// [`AdminError`] if the store cannot be opened.
+    /// [`AdminError`] if a field is out of its bounds or the store cannot be opened.
     pub fn new(config: &AdminConfig) -> Result<Server, AdminError> {
+        config.check()?;
         let store = open_store(&config.storage)?;
         Ok(Server::with_store(config, store))
     }
@@ -442,9 +572,10 @@ async fn prune_loop(state: AdminState, every: Duration) {
 /// use resilience_admin::auth::{AppToken, Token};
 /// use resilience_admin::server::{AdminConfig, RunningServer, StorageConfig};
 ///
-/// let mut config = AdminConfig::new(StorageConfig::Memory, Token::new("admin-token-0123456789")?);
-/// config.bind = "127.0.0.1:0".parse()?;
-/// config.app_tokens.push(AppToken::parse("app-token-0123456789")?);
+/// let config = AdminConfig::builder(StorageConfig::Memory, Token::new("admin-token-0123456789")?)
+///     .bind("127.0.0.1:0".parse()?)
+///     .app_token(AppToken::parse("app-token-0123456789")?)
+///     .build()?;
 /// let server = RunningServer::start(config)?;
 /// assert!(server.addr().ip().is_loopback());
 /// server.stop();
@@ -536,5 +667,67 @@ impl RunningServer {
 impl Drop for RunningServer {
     fn drop(&mut self) {
         self.shutdown_and_join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn builder() -> AdminConfigBuilder {
+        AdminConfig::builder(
+            StorageConfig::Memory,
+            Token::new("admin-token-0123456789").unwrap(),
+        )
+    }
+
+    fn refused(b: AdminConfigBuilder) -> String {
+        match b.build() {
+            Err(AdminError::Config(m)) => m,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_bound_is_refused_naming_its_field() {
+        let ms = Duration::from_millis;
+        let cases = [
+            (builder().max_body_bytes(1023), "max_body_bytes"),
+            (builder().retention(ms(999)), "retention"),
+            (builder().seconds_retention(ms(999)), "seconds_retention"),
+            (builder().prune_interval(ms(9)), "prune_interval"),
+            (builder().max_connections(0), "max_connections"),
+            (builder().header_read_timeout(ms(9)), "header_read_timeout"),
+        ];
+        for (b, field) in cases {
+            let m = refused(b);
+            assert!(m.starts_with(&format!("{field}: ")), "{m}");
+        }
+    }
+
+    #[test]
+    fn the_bounds_themselves_are_accepted_and_setters_stick() {
+        let ms = Duration::from_millis;
+        let c = builder()
+            .max_body_bytes(1024)
+            .retention(ms(1000))
+            .seconds_retention(Duration::from_secs(3600))
+            .prune_interval(ms(10))
+            .max_connections(1)
+            .header_read_timeout(ms(10))
+            .read_token(Token::new("read-token-0123456789").unwrap())
+            .app_token(AppToken::parse("app-token-0123456789").unwrap())
+            .app_token(AppToken::parse("shop/orders=orders-token-0123456789").unwrap())
+            .build()
+            .unwrap();
+        assert_eq!(c.max_body_bytes, 1024);
+        assert_eq!(c.max_connections, 1);
+        assert_eq!(c.app_tokens.len(), 2);
+        assert!(c.read_token.is_some());
+        // A field changed after `build` is checked again when the server starts.
+        let mut c = c;
+        c.max_connections = 0;
+        let err = Server::new(&c).unwrap_err();
+        assert!(err.to_string().contains("max_connections"), "{err}");
     }
 }

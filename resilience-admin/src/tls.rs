@@ -22,11 +22,13 @@ use tokio_rustls::rustls::ServerConfig;
 /// use resilience_admin::server::{AdminConfig, StorageConfig};
 /// use resilience_admin::tls::TlsConfig;
 ///
-/// let mut config = AdminConfig::new(StorageConfig::Memory, Token::new("admin-token-0123456789")?);
-/// config.tls = Some(TlsConfig::from_pem_files(
+/// let tls = TlsConfig::from_pem_files(
 ///     "/etc/resilience-admin/cert.pem".as_ref(),
 ///     "/etc/resilience-admin/key.pem".as_ref(),
-/// )?);
+/// )?;
+/// let config = AdminConfig::builder(StorageConfig::Memory, Token::new("admin-token-0123456789")?)
+///     .tls(tls)
+///     .build()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone)]

@@ -24,12 +24,12 @@ pub const ORDERS_ONLY: &str = "orders-only-token-0123456789";
 /// A configuration on an ephemeral loopback port with the test tokens: `APP` for
 /// every app, `ORDERS_ONLY` for shop/orders only.
 pub fn config(storage: StorageConfig) -> AdminConfig {
-    let mut c = AdminConfig::new(storage, Token::new(ADMIN).unwrap());
-    c.bind = "127.0.0.1:0".parse().unwrap();
-    c.app_tokens.push(AppToken::parse(APP).unwrap());
-    c.app_tokens
-        .push(AppToken::parse(&format!("shop/orders={ORDERS_ONLY}")).unwrap());
-    c
+    AdminConfig::builder(storage, Token::new(ADMIN).unwrap())
+        .bind("127.0.0.1:0".parse().unwrap())
+        .app_token(AppToken::parse(APP).unwrap())
+        .app_token(AppToken::parse(&format!("shop/orders={ORDERS_ONLY}")).unwrap())
+        .build()
+        .unwrap()
 }
 
 pub fn start(config: AdminConfig) -> RunningServer {
