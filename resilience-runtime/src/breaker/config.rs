@@ -1,6 +1,6 @@
 //! Configuration of the breakers and its validation.
 
-use super::nanos;
+use super::{nanos, Quorum};
 use crate::builder::builder;
 use crate::error::FieldError;
 use crate::retry::Backoff;
@@ -240,6 +240,11 @@ pub struct ClassicConfig {
     /// dependency was too slow. Calls cancelled past the timeout rule's or the
     /// slow-call threshold count as failures either way.
     pub cancellations_are_failures: bool,
+    /// The fleet quorum: when that many live instances of the app have this point's
+    /// breaker open, a closed breaker opens or goes half-open at the next pull of the
+    /// heartbeat client (see [`Quorum`]). Default `None`: the breaker knows only its
+    /// own calls.
+    pub quorum: Option<Quorum>,
 }
 
 impl Default for ClassicConfig {
@@ -255,6 +260,7 @@ impl Default for ClassicConfig {
             open_wait: Backoff::fixed(Duration::from_secs(5)),
             half_open_probes: 3,
             cancellations_are_failures: false,
+            quorum: None,
         }
     }
 }
@@ -313,6 +319,9 @@ impl ClassicConfig {
                 ),
             ));
         }
+        if let Some(q) = &self.quorum {
+            q.validate()?;
+        }
         Ok(())
     }
 
@@ -359,6 +368,9 @@ builder! {
     /// Whether a call cancelled before any threshold counts as a failure (default
     /// `false`; see [`ClassicConfig::cancellations_are_failures`]).
     cancellations_are_failures: bool,
+    /// The fleet quorum (see [`ClassicConfig::quorum`]); unset, the breaker knows
+    /// only its own calls.
+    quorum: Option<Quorum>,
 }
 
 fn check_fraction(field: &'static str, value: f64) -> Result<(), FieldError> {
