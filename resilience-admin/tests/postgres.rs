@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{hot_keys, scenarios};
+use common::{hot_keys, peers, scenarios};
 use resilience_admin::server::StorageConfig;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -71,6 +71,12 @@ impl Drop for Database {
             ));
         }
     }
+}
+
+#[test]
+fn postgres_breakers_know_their_peers() {
+    let db = Database::create();
+    peers::breakers_know_their_peers(StorageConfig::Postgres(db.url()));
 }
 
 #[test]
