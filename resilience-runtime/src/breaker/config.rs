@@ -433,6 +433,7 @@ mod tests {
             .open_wait(Backoff::fixed(s(9)))
             .half_open_probes(2)
             .cancellations_are_failures(true)
+            .quorum(Quorum::new(3, crate::breaker::QuorumAction::HalfOpen).unwrap())
             .build();
         let want = ClassicConfig {
             failure_rate: 0.3,
@@ -445,8 +446,17 @@ mod tests {
             open_wait: Backoff::fixed(s(9)),
             half_open_probes: 2,
             cancellations_are_failures: true,
+            quorum: Some(Quorum {
+                open_at: 3,
+                action: crate::breaker::QuorumAction::HalfOpen,
+            }),
         };
         assert_eq!(c, Ok(want));
+        // A quorum whose public field was changed after it was built is still checked.
+        let mut lonely = Quorum::new(2, crate::breaker::QuorumAction::Open).unwrap();
+        lonely.open_at = 1;
+        let lonely = ClassicConfig::builder().quorum(lonely).build();
+        assert_eq!(field(lonely), "quorum.open_at");
         assert_eq!(
             ClassicConfig::builder().build(),
             Ok(ClassicConfig::default())

@@ -224,6 +224,46 @@ mod tests {
         assert_eq!(QuorumAction::parse("Open"), None);
     }
 
+    /// The policy file reads `quorum` in a classic breaker, writes it back the same,
+    /// and names the field of a bad one.
+    #[cfg(feature = "config")]
+    #[test]
+    fn the_policy_file_reads_and_writes_the_quorum() {
+        use crate::config::{Format, PolicyFile};
+        use crate::policy::BreakerPolicy;
+        let text = r#"{"points": {"p": {"breaker": {"algorithm": "classic",
+                       "quorum": {"open_at": 3, "action": "half_open"}}},
+                       "q": {"breaker": {"algorithm": "classic", "quorum": {"open_at": 2}}}}}"#;
+        let file = PolicyFile::parse(text, Format::Json).unwrap();
+        let quorum = |name: &str| match file.points[name].breaker {
+            Some(BreakerPolicy::Classic(c)) => c.quorum,
+            ref other => panic!("{other:?}"),
+        };
+        assert_eq!(quorum("p"), Some(Quorum::new(3, QuorumAction::HalfOpen).unwrap()));
+        assert_eq!(quorum("q"), Some(Quorum::new(2, QuorumAction::Open).unwrap()));
+        let written = serde_json::to_value(&file.points["p"]).unwrap();
+        assert_eq!(
+            written["breaker"]["quorum"],
+            serde_json::json!({"open_at": 3, "action": "half_open"})
+        );
+        for (bad, field) in [
+            (r#"{"open_at": 1}"#, "breaker.quorum.open_at"),
+            (r#"{"action": "open"}"#, "breaker.quorum.open_at"),
+            (r#"{"open_at": 2, "action": "ajar"}"#, "breaker.quorum.action"),
+            (r#"{"open_at": 2, "when": 1}"#, "breaker.quorum.when"),
+        ] {
+            let text = format!(
+                r#"{{"points": {{"p": {{"breaker": {{"algorithm": "classic", "quorum": {bad}}}}}}}}}"#
+            );
+            let e = PolicyFile::parse(&text, Format::Json).unwrap_err();
+            let fields: Vec<_> = e.problems().iter().filter_map(|p| p.field.clone()).collect();
+            assert_eq!(fields, [field], "{bad}: {e:?}");
+        }
+        // The SRE breaker has no quorum.
+        let sre = r#"{"points": {"p": {"breaker": {"algorithm": "sre", "quorum": {"open_at": 2}}}}}"#;
+        assert!(PolicyFile::parse(sre, Format::Json).is_err());
+    }
+
     proptest! {
         /// The decision moves only a closed breaker, only with a fresh count at or
         /// over the quorum, only to the configured state; it never closes anything,
