@@ -26,6 +26,13 @@
 //!   them section by section (by the registry's [`Precedence`](crate::sources::Precedence))
 //!   and never clears them. A set the loader refuses is not applied; the client keeps
 //!   its version and policies.
+//! - **Peers**: in our JSON protocol a pull also carries the state of every classic
+//!   breaker, and the answer the console's count of open breakers per point across
+//!   the app's fresh instances ([`HeartbeatClient::fleet`]). A breaker with a
+//!   [`Quorum`](crate::breaker::Quorum) opens or goes half-open when the count reaches
+//!   it, from this thread, right after the pull; a failed pull forgets the counts
+//!   (local rules only). See the guide's
+//!   [fleet chapter](crate::guide::fleet#breakers-that-know-their-peers).
 //! - **Failover**: the server list is tried in order; an error moves the client to
 //!   the next address. A failed upload is retried once on the next server, then
 //!   dropped and counted ([`HeartbeatStatus::uploads_dropped`]). Every request has a
