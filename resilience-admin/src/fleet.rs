@@ -111,7 +111,10 @@ impl Reported {
             Some(v) => match v.as_u64() {
                 Some(ms) => Some(ms),
                 None => {
-                    errors.push(bad("pull_period_ms", "expected milliseconds (an integer >= 0)"));
+                    errors.push(bad(
+                        "pull_period_ms",
+                        "expected milliseconds (an integer >= 0)",
+                    ));
                     None
                 }
             },
@@ -249,7 +252,12 @@ mod tests {
     fn counts_leave_out_stale_instances_and_tell_quorum_states_apart() {
         let now = 100_000;
         let reports = [
-            stored("a", now - 1_000, Some(1_000), json!({"p": {"state": "open"}})),
+            stored(
+                "a",
+                now - 1_000,
+                Some(1_000),
+                json!({"p": {"state": "open"}}),
+            ),
             stored(
                 "b",
                 now - 2_000,
@@ -258,7 +266,12 @@ mod tests {
             ),
             stored("c", now - 500, None, json!({"p": {"state": "closed"}})),
             // Three periods and more: stale.
-            stored("d", now - 3_001, Some(1_000), json!({"p": {"state": "open"}})),
+            stored(
+                "d",
+                now - 3_001,
+                Some(1_000),
+                json!({"p": {"state": "open"}}),
+            ),
         ];
         let c = count(&reports, now);
         assert_eq!(

@@ -92,8 +92,7 @@ pub(super) async fn points(
             fleet::count(&s.breaker_reports(&key, fleet::oldest_fresh(at))?, at),
         ))
     });
-    let (mut points, (rows, instances, hot, version, mut fleet)) =
-        tokio::try_join!(list, others)?;
+    let (mut points, (rows, instances, hot, version, mut fleet)) = tokio::try_join!(list, others)?;
     let doc = match &version {
         None => Document::empty(),
         Some(v) => stored_document(v)?,

@@ -1,8 +1,9 @@
 //! The embedded SQLite store: one database file, no server to run.
 
 use super::{
-    is_max_column, parse_json, queue_from, queue_values, to_i64, to_json, to_u64, Forgotten, Pool,
-    BreakerReports, Pooled, Pull, Store, StoreError, StoredEnforcing, StoredHotKeys, QUEUE_COLUMNS,
+    is_max_column, parse_json, queue_from, queue_values, to_i64, to_json, to_u64, BreakerReports,
+    Forgotten, Pool, Pooled, Pull, Store, StoreError, StoredEnforcing, StoredHotKeys,
+    QUEUE_COLUMNS,
 };
 use crate::lock::Recover;
 use crate::model::{

@@ -139,7 +139,10 @@ pub fn breakers_know_their_peers(storage: StorageConfig) {
     assert_eq!(fleet[2].state("pay"), BreakerState::Open);
     assert_eq!(fleet[2].state("stock"), BreakerState::HalfOpen);
     assert_eq!(fleet[2].client.status().quorum_moves, 2);
-    assert!(!fleet[2].succeed("pay"), "opened by the quorum: calls are refused");
+    assert!(
+        !fleet[2].succeed("pay"),
+        "opened by the quorum: calls are refused"
+    );
     // The instances that opened by themselves were not moved.
     assert_eq!(fleet[0].client.status().quorum_moves, 0);
 
@@ -175,7 +178,10 @@ pub fn breakers_know_their_peers(storage: StorageConfig) {
     fleet[2].pull();
     assert_eq!(fleet[2].count("pay"), Some(FleetCount::new(0, 3)));
     assert_eq!(fleet[2].state("pay"), BreakerState::Open);
-    assert!(fleet[2].succeed("pay"), "its open wait elapsed: the probe runs");
+    assert!(
+        fleet[2].succeed("pay"),
+        "its open wait elapsed: the probe runs"
+    );
     assert_eq!(fleet[2].state("pay"), BreakerState::Closed);
     fleet[2].pull();
     assert_eq!(fleet[2].state("pay"), BreakerState::Closed);

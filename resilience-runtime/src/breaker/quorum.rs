@@ -239,8 +239,14 @@ mod tests {
             Some(BreakerPolicy::Classic(c)) => c.quorum,
             ref other => panic!("{other:?}"),
         };
-        assert_eq!(quorum("p"), Some(Quorum::new(3, QuorumAction::HalfOpen).unwrap()));
-        assert_eq!(quorum("q"), Some(Quorum::new(2, QuorumAction::Open).unwrap()));
+        assert_eq!(
+            quorum("p"),
+            Some(Quorum::new(3, QuorumAction::HalfOpen).unwrap())
+        );
+        assert_eq!(
+            quorum("q"),
+            Some(Quorum::new(2, QuorumAction::Open).unwrap())
+        );
         let written = serde_json::to_value(&file.points["p"]).unwrap();
         assert_eq!(
             written["breaker"]["quorum"],
@@ -249,18 +255,26 @@ mod tests {
         for (bad, field) in [
             (r#"{"open_at": 1}"#, "breaker.quorum.open_at"),
             (r#"{"action": "open"}"#, "breaker.quorum.open_at"),
-            (r#"{"open_at": 2, "action": "ajar"}"#, "breaker.quorum.action"),
+            (
+                r#"{"open_at": 2, "action": "ajar"}"#,
+                "breaker.quorum.action",
+            ),
             (r#"{"open_at": 2, "when": 1}"#, "breaker.quorum.when"),
         ] {
             let text = format!(
                 r#"{{"points": {{"p": {{"breaker": {{"algorithm": "classic", "quorum": {bad}}}}}}}}}"#
             );
             let e = PolicyFile::parse(&text, Format::Json).unwrap_err();
-            let fields: Vec<_> = e.problems().iter().filter_map(|p| p.field.clone()).collect();
+            let fields: Vec<_> = e
+                .problems()
+                .iter()
+                .filter_map(|p| p.field.clone())
+                .collect();
             assert_eq!(fields, [field], "{bad}: {e:?}");
         }
         // The SRE breaker has no quorum.
-        let sre = r#"{"points": {"p": {"breaker": {"algorithm": "sre", "quorum": {"open_at": 2}}}}}"#;
+        let sre =
+            r#"{"points": {"p": {"breaker": {"algorithm": "sre", "quorum": {"open_at": 2}}}}}"#;
         assert!(PolicyFile::parse(sre, Format::Json).is_err());
     }
 

@@ -141,12 +141,16 @@ mod tests {
 
     #[test]
     fn fleet_counts_are_read_and_a_malformed_answer_applies_nothing() {
-        let v = json!({"fleet": {"a": {"open": 2, "instances": 3}, "b": {"open": 0, "instances": 1}}});
+        let v =
+            json!({"fleet": {"a": {"open": 2, "instances": 3}, "b": {"open": 0, "instances": 1}}});
         let f = read_fleet(&v).unwrap();
         assert_eq!(f["a"], FleetCount::new(2, 3));
         assert_eq!(f["b"], FleetCount::new(0, 1));
         assert_eq!(read_fleet(&json!({"version": 1})), None);
-        assert_eq!(read_fleet(&json!({"fleet": {"a": {"open": -1, "instances": 3}}})), None);
+        assert_eq!(
+            read_fleet(&json!({"fleet": {"a": {"open": -1, "instances": 3}}})),
+            None
+        );
         assert_eq!(read_fleet(&json!({"fleet": {"a": {"open": 1}}})), None);
         assert_eq!(read_fleet(&json!({"fleet": [1]})), None);
     }
