@@ -11,7 +11,8 @@
 //! `state` is `closed`, `open` or `half_open`; `by_quorum` says a fleet quorum moved
 //! the breaker there and it has not changed by its own rules since. The console keeps
 //! the latest per instance (the `breakers` column of the instances table) and answers
-//! every pull with the counts of the app's fresh instances:
+//! every pull that carried `breakers` with the counts of the app's fresh instances (a
+//! pull without them is answered as before):
 //!
 //! ```json
 //! {"fleet": {"order.create": {"open": 2, "half_open": 0, "by_quorum": 1, "instances": 3}}}

@@ -134,13 +134,14 @@ pub(super) async fn sds_heartbeat(
 
 /// A pull's answer: the current version, the document if the instance holds another
 /// one, and the fleet's breaker counts.
-type Pulled = (u64, Option<Document>, BTreeMap<String, FleetCount>);
+type Pulled = (u64, Option<Document>, Option<BTreeMap<String, FleetCount>>);
 
 /// Records the pull and returns the app's current version and, if the instance
 /// holds another one, the document.
 ///
 /// With `breakers` (our JSON protocol, see [`crate::fleet`]) the instance's breaker
-/// states are kept, and the fleet's counts returned (after this pull's states).
+/// states are kept, and the fleet's counts returned (this pull's states included);
+/// without, none are (an instance with no classic breaker has no quorum to apply).
 async fn pull(
     state: &AdminState,
     req: PullRequest,
@@ -148,7 +149,6 @@ async fn pull(
     breakers: Option<Reported>,
 ) -> Result<Pulled, ApiError> {
     let now = state.now_ms();
-    let counting = protocol == Protocol::Json;
     state
         .store_op(move |s| {
             let stored = breakers.as_ref().map(Reported::to_stored);
@@ -164,11 +164,12 @@ async fn pull(
                 },
                 now,
             )?;
-            let fleet = if counting {
-                let reports = s.breaker_reports(&req.app, fleet::oldest_fresh(now))?;
-                fleet::count(&reports, now)
-            } else {
-                BTreeMap::new()
+            let fleet = match stored {
+                Some(_) => {
+                    let reports = s.breaker_reports(&req.app, fleet::oldest_fresh(now))?;
+                    Some(fleet::count(&reports, now))
+                }
+                None => None,
             };
             let current = s.current_version(&req.app)?;
             if current == req.version {
@@ -208,10 +209,14 @@ pub(super) async fn json_pull(
     let breakers = Reported::read(&value).map_err(malformed)?;
     require_app(&state, &headers, &req.app)?;
     let (version, doc, fleet) = pull(&state, req, Protocol::Json, breakers).await?;
-    Ok(Json(match doc {
-        None => json!({"changed": false, "version": version, "policy": null, "fleet": fleet}),
-        Some(d) => json!({"changed": true, "version": version, "policy": d.json, "fleet": fleet}),
-    }))
+    let mut answer = match doc {
+        None => json!({"changed": false, "version": version, "policy": null}),
+        Some(d) => json!({"changed": true, "version": version, "policy": d.json}),
+    };
+    if let Some(fleet) = fleet {
+        answer["fleet"] = json!(fleet);
+    }
+    Ok(Json(answer))
 }
 
 /// `POST /sds/heartbeat/pullstrategy`: SDS's `HeartBeatResponse`.

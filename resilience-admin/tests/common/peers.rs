@@ -18,13 +18,13 @@ const POLICY: &str = "/api/v1/apps/shop/orders/policy";
 const POINTS: &str = "/api/v1/apps/shop/orders/points";
 
 /// One instance: its registry and its heartbeat client.
-struct Instance {
+pub struct Instance {
     registry: &'static Registry,
     client: HeartbeatClient,
 }
 
 impl Instance {
-    fn new(url: &str, id: &str, manual: &ManualClock) -> Instance {
+    pub fn new(url: &str, id: &str, manual: &ManualClock) -> Instance {
         let registry = Box::leak(Box::new(Registry::with_clock(Clock::manual(manual))));
         let config = HeartbeatConfig::builder("shop", "orders", url)
             .token(APP)
@@ -38,13 +38,13 @@ impl Instance {
         }
     }
 
-    fn state(&self, point: &str) -> BreakerState {
+    pub fn state(&self, point: &str) -> BreakerState {
         let stats = self.registry.point(point).unwrap().stats();
         stats.breaker.expect("the point has a breaker").state
     }
 
     /// Calls that fail until the point's own breaker opens (two in a row).
-    fn trip(&self, point: &str) {
+    pub fn trip(&self, point: &str) {
         let p = self.registry.point(point).unwrap();
         for _ in 0..2 {
             p.enter().expect("closed: the call runs").finish(true);
@@ -53,23 +53,23 @@ impl Instance {
     }
 
     /// One call that succeeds, if the breaker admits it.
-    fn succeed(&self, point: &str) -> bool {
+    pub fn succeed(&self, point: &str) -> bool {
         let p = self.registry.point(point).unwrap();
         p.enter().map(|permit| permit.finish(false)).is_ok()
     }
 
-    fn pull(&self) {
+    pub fn pull(&self) {
         self.client.pull_now().expect("the console answers");
     }
 
-    fn count(&self, point: &str) -> Option<FleetCount> {
+    pub fn count(&self, point: &str) -> Option<FleetCount> {
         self.client.fleet().get(point).copied()
     }
 }
 
 /// A classic breaker that opens after two failures in a row, waits 2 s, and closes
 /// after one good probe; with a quorum of two.
-fn breaker(action: &str) -> serde_json::Value {
+pub fn breaker(action: &str) -> serde_json::Value {
     json!({"algorithm": "classic", "consecutive_failures": 2, "half_open_probes": 1,
            "open_wait": {"base": "2s"}, "quorum": {"open_at": 2, "action": action}})
 }
