@@ -603,7 +603,11 @@ impl HeartbeatClient {
         let version = self.policy_version();
         let points = inner.registry.point_names();
         let json = inner.config.protocol == Protocol::Json;
-        let breakers = json.then(|| inner.peers.report(inner.registry)).flatten();
+        // Half the body limit at most: the rest of the pull is small.
+        let room = inner.config.max_body_bytes / 2;
+        let breakers = json
+            .then(|| inner.peers.report(inner.registry, &points, room))
+            .flatten();
         let result = self
             .send(server, inner.config.protocol.pull_path(), |ip| {
                 wire::pull_body(&inner.config, version, &points, breakers.as_ref(), ip)
@@ -620,7 +624,7 @@ impl HeartbeatClient {
             Ok((answer, body)) => {
                 if json {
                     // The counts are as fresh as this answer: applied now, once.
-                    inner.peers.pulled(inner.registry, &body);
+                    inner.peers.pulled(inner.registry, &points, &body);
                 }
                 answer
             }

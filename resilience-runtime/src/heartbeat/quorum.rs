@@ -45,12 +45,20 @@ fn state_str(s: ClassicState) -> &'static str {
 }
 
 impl Peers {
-    /// The `breakers` object of a pull body: every point with a classic breaker;
-    /// `None` when there is none.
-    pub(crate) fn report(&self, registry: &Registry) -> Option<Value> {
+    /// The `breakers` object of a pull body: every point of `names` with a classic
+    /// breaker, in at most `room` bytes (about): the breakers with a quorum or not
+    /// closed first, so that a body never outgrows the console's limit and the
+    /// states that matter are never the ones left out. `None` when there is none.
+    pub(crate) fn report(
+        &self,
+        registry: &Registry,
+        names: &[&'static str],
+        room: usize,
+    ) -> Option<Value> {
         let mut moved = self.moved.lock().recover();
-        let mut out = Map::new();
-        for name in registry.point_names() {
+        let mut first = Vec::new();
+        let mut rest = Vec::new();
+        for &name in names {
             let Some(view) = registry.point(name).ok().and_then(|p| p.quorum_view()) else {
                 continue;
             };
@@ -59,9 +67,24 @@ impl Peers {
                 // The breaker changed by its own rules since: its state is its own.
                 moved.remove(name);
             }
+            let entry = (name, state_str(view.state), by_quorum);
+            if view.quorum.is_some() || view.state != ClassicState::Closed {
+                first.push(entry);
+            } else {
+                rest.push(entry);
+            }
+        }
+        let mut out = Map::new();
+        let mut used = 0;
+        for (name, state, by_quorum) in first.into_iter().chain(rest) {
+            // `"name":{"state":"half_open","by_quorum":false},` and JSON escapes.
+            used += name.len() + 48;
+            if used > room {
+                break;
+            }
             out.insert(
                 name.to_owned(),
-                json!({"state": state_str(view.state), "by_quorum": by_quorum}),
+                json!({"state": state, "by_quorum": by_quorum}),
             );
         }
         (!out.is_empty()).then_some(Value::Object(out))
@@ -78,9 +101,14 @@ impl Peers {
     }
 
     /// A pull answered `answer`: keeps its counts and applies the quorum of every
-    /// point that has one. An answer without `fleet` (an older console) applies none.
-    /// Returns the points moved.
-    pub(crate) fn pulled(&self, registry: &Registry, answer: &[u8]) -> Vec<&'static str> {
+    /// point of `names` that has one. An answer without `fleet` (an older console)
+    /// applies none. Returns the points moved.
+    pub(crate) fn pulled(
+        &self,
+        registry: &Registry,
+        names: &[&'static str],
+        answer: &[u8],
+    ) -> Vec<&'static str> {
         let fleet = serde_json::from_slice::<Value>(answer)
             .ok()
             .and_then(|v| read_fleet(&v));
@@ -89,7 +117,7 @@ impl Peers {
             return Vec::new();
         };
         let mut moved = Vec::new();
-        for name in registry.point_names() {
+        for &name in names {
             let Some(point) = registry.point(name).ok() else {
                 continue;
             };
@@ -138,6 +166,44 @@ pub(crate) fn read_fleet(answer: &Value) -> Option<BTreeMap<String, FleetCount>>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::breaker::{ClassicConfig, Quorum, QuorumAction};
+    use crate::policy::BreakerPolicy;
+
+    /// The report fits its room, the breakers with a quorum first; SRE breakers and
+    /// points without a breaker are left out.
+    #[test]
+    fn the_report_fits_its_room_quorum_breakers_first() {
+        let registry: &'static Registry = Box::leak(Box::new(Registry::with_clock(
+            crate::Clock::manual(&crate::ManualClock::new()),
+        )));
+        let plain = BreakerPolicy::Classic(ClassicConfig::default());
+        let quorum = BreakerPolicy::Classic(
+            ClassicConfig::builder()
+                .quorum(Quorum::new(2, QuorumAction::Open).unwrap())
+                .build()
+                .unwrap(),
+        );
+        registry.set_breaker("a.plain", plain).unwrap();
+        registry.set_breaker("b.plain", plain).unwrap();
+        registry.set_breaker("z.quorum", quorum).unwrap();
+        registry
+            .set_breaker("sre", BreakerPolicy::default())
+            .unwrap();
+        registry.point("none").unwrap();
+        let names = registry.point_names();
+        let peers = Peers::default();
+        let all = peers.report(registry, &names, usize::MAX).unwrap();
+        let keys: Vec<&String> = all.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["a.plain", "b.plain", "z.quorum"]);
+        assert_eq!(
+            all["z.quorum"],
+            json!({"state": "closed", "by_quorum": false})
+        );
+        let one = peers.report(registry, &names, 60).unwrap();
+        let keys: Vec<&String> = one.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["z.quorum"]);
+        assert_eq!(peers.report(registry, &names, 10), None);
+    }
 
     #[test]
     fn fleet_counts_are_read_and_a_malformed_answer_applies_nothing() {
