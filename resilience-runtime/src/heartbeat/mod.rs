@@ -620,14 +620,8 @@ impl HeartbeatClient {
                         message,
                     })
             });
-        let answer = match result {
-            Ok((answer, body)) => {
-                if json {
-                    // The counts are as fresh as this answer: applied now, once.
-                    inner.peers.pulled(inner.registry, &points, &body);
-                }
-                answer
-            }
+        let (answer, body) = match result {
+            Ok(answered) => answered,
             Err(e) => {
                 // No fresh count: local rules only until a pull succeeds.
                 inner.peers.forget();
@@ -680,6 +674,16 @@ impl HeartbeatClient {
                 }
             }
         };
+        if json {
+            // The counts are as fresh as this answer: applied now, once, after the
+            // policies it brought (a quorum the new version sets counts already).
+            let names = match &outcome {
+                // The new version may have made points.
+                Ok(PullOutcome::Applied { .. }) => inner.registry.point_names(),
+                _ => points,
+            };
+            inner.peers.pulled(inner.registry, &names, &body);
+        }
         *inner.last_pull_error.lock().recover() =
             outcome.as_ref().err().map(|e| crate::util::error_chain(e));
         outcome
