@@ -12,6 +12,7 @@ pub mod cli;
 mod dashboard;
 pub mod enforcement;
 mod fields;
+pub mod fleet;
 mod lock;
 pub mod model;
 pub mod policy;

@@ -25,6 +25,9 @@ mod layout;
 /// The live view: charts at 1-second resolution.
 #[path = "dashboard/live.rs"]
 mod live;
+/// Breakers across the fleet, and the quorum's.
+#[path = "dashboard/peers.rs"]
+mod peers;
 /// Concurrency queues.
 #[path = "dashboard/queues.rs"]
 mod queues;

@@ -7,17 +7,18 @@
 
 mod common;
 
-use common::{hot_keys, scenarios};
+use common::{hot_keys, peers, scenarios};
 use resilience_admin::server::StorageConfig;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 const URL_VAR: &str = "RESILIENCE_ADMIN_PG_URL";
 
 /// Takes a database of this version back to schema version 9 (but for the number):
-/// without the points' index by `last_seen_ms` and the instances' `keys_cycle_ms`,
-/// with the hot keys' index by point.
+/// without the points' index by `last_seen_ms`, the instances' `keys_cycle_ms` and
+/// (version 11) `breakers`, with the hot keys' index by point.
 const WITHOUT_V10: &str = "DROP INDEX ra_points_last_seen;
     ALTER TABLE ra_instances DROP COLUMN keys_cycle_ms;
+    ALTER TABLE ra_instances DROP COLUMN breakers;
     CREATE INDEX ra_hot_keys_point ON ra_hot_keys (app_id, point);";
 
 /// A database of its own, dropped when the guard is.
@@ -71,6 +72,12 @@ impl Drop for Database {
             ));
         }
     }
+}
+
+#[test]
+fn postgres_breakers_know_their_peers() {
+    let db = Database::create();
+    peers::breakers_know_their_peers(StorageConfig::Postgres(db.url()));
 }
 
 #[test]
@@ -154,7 +161,7 @@ fn a_version_1_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 #[test]
@@ -186,7 +193,7 @@ fn a_version_2_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 /// A database of schema version 4 (before the seconds' call durations: this
@@ -213,7 +220,7 @@ fn a_version_4_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 #[test]
@@ -247,7 +254,7 @@ fn a_version_5_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 #[test]
@@ -285,7 +292,7 @@ fn a_version_6_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 #[test]
@@ -327,7 +334,7 @@ fn a_version_7_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 #[test]
@@ -361,7 +368,7 @@ fn a_version_8_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 /// A database of schema version 9 (before the points' index by `last_seen_ms`: this
@@ -391,7 +398,7 @@ fn a_version_9_database_is_migrated() {
         .query_one("SELECT MAX(version) FROM ra_schema", &[])
         .unwrap()
         .get(0);
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
     let indexes: Vec<String> = c
         .query(
             "SELECT indexname FROM pg_indexes WHERE tablename IN ('ra_points', 'ra_hot_keys')

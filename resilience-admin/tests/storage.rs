@@ -11,11 +11,12 @@ fn file(dir: &TempDir) -> StorageConfig {
 }
 
 /// Takes a file of this version back to schema version 9: without the points' index
-/// by `last_seen_ms` and the instances' `keys_cycle_ms`, with the hot keys' index by
-/// point.
+/// by `last_seen_ms`, the instances' `keys_cycle_ms` and (version 11) `breakers`,
+/// with the hot keys' index by point.
 fn without_v10() -> String {
     "DROP INDEX points_last_seen;
      ALTER TABLE instances DROP COLUMN keys_cycle_ms;
+     ALTER TABLE instances DROP COLUMN breakers;
      CREATE INDEX hot_keys_point ON hot_keys (app_id, point);"
         .to_owned()
 }
@@ -144,7 +145,7 @@ fn a_version_1_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 #[test]
@@ -179,7 +180,7 @@ fn a_version_2_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 /// A file of schema version 4 (before the seconds' call durations: this version's
@@ -210,7 +211,7 @@ fn a_version_4_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 #[test]
@@ -243,7 +244,7 @@ fn a_version_5_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 #[test]
@@ -277,7 +278,7 @@ fn a_version_6_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 /// A file of schema version 7 (before the queues' evicted waiters: this version's file
@@ -306,7 +307,7 @@ fn a_version_7_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 #[test]
@@ -341,7 +342,7 @@ fn a_version_8_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
 }
 
 /// A file of schema version 9 (before the points' index by `last_seen_ms`: this
@@ -372,7 +373,7 @@ fn a_version_9_file_is_migrated() {
     let v: i64 = conn
         .query_row("PRAGMA user_version", [], |r| r.get(0))
         .unwrap();
-    assert_eq!(v, 10);
+    assert_eq!(v, 11);
     let mut indexes = conn
         .prepare(
             "SELECT name FROM sqlite_master WHERE type = 'index'

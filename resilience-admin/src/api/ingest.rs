@@ -1,6 +1,7 @@
 //! Heartbeats and policy pulls, in our JSON protocol and in SDS's form protocol.
 
 use super::{bearer, body, json_body, AdminState, ApiError};
+use crate::fleet::{self, FleetCount, Reported};
 use crate::model::{AppKey, Heartbeat, Ingested, Protocol};
 use crate::policy::Document;
 use crate::store::Pull;
@@ -11,6 +12,7 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::Json;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 fn malformed(errors: Vec<InputError>) -> ApiError {
@@ -130,16 +132,26 @@ pub(super) async fn sds_heartbeat(
     result.map_err(ApiError::sds)
 }
 
+/// A pull's answer: the current version, the document if the instance holds another
+/// one, and the fleet's breaker counts.
+type Pulled = (u64, Option<Document>, Option<BTreeMap<String, FleetCount>>);
+
 /// Records the pull and returns the app's current version and, if the instance
 /// holds another one, the document.
+///
+/// With `breakers` (our JSON protocol, see [`crate::fleet`]) the instance's breaker
+/// states are kept, and the fleet's counts returned (this pull's states included);
+/// without, none are (an instance with no classic breaker has no quorum to apply).
 async fn pull(
     state: &AdminState,
     req: PullRequest,
     protocol: Protocol,
-) -> Result<(u64, Option<Document>), ApiError> {
+    breakers: Option<Reported>,
+) -> Result<Pulled, ApiError> {
     let now = state.now_ms();
     state
         .store_op(move |s| {
+            let stored = breakers.as_ref().map(Reported::to_stored);
             s.record_pull(
                 &Pull {
                     app: &req.app,
@@ -148,26 +160,34 @@ async fn pull(
                     ip: &req.ip,
                     protocol,
                     version: req.version,
+                    breakers: stored.as_deref(),
                 },
                 now,
             )?;
+            let fleet = match stored {
+                Some(_) => {
+                    let reports = s.breaker_reports(&req.app, fleet::oldest_fresh(now))?;
+                    Some(fleet::count(&reports, now))
+                }
+                None => None,
+            };
             let current = s.current_version(&req.app)?;
             if current == req.version {
-                return Ok((current, None));
+                return Ok((current, None, fleet));
             }
             let doc = match s.policy_version(&req.app, current)? {
                 Some(v) => Some(v.document),
                 None => None,
             };
-            Ok((current, Some(doc)))
+            Ok((current, Some(doc), fleet))
         })
         .await
-        .and_then(|(current, doc)| match doc {
-            None => Ok((current, None)),
+        .and_then(|(current, doc, fleet)| match doc {
+            None => Ok((current, None, fleet)),
             // Version 0: no policy at all, so the instance clears what it had.
-            Some(None) => Ok((current, Some(Document::empty()))),
+            Some(None) => Ok((current, Some(Document::empty()), fleet)),
             Some(Some(stored)) => Document::from_stored(&stored)
-                .map(|d| (current, Some(d)))
+                .map(|d| (current, Some(d), fleet))
                 .map_err(|problems| {
                     ApiError::internal(format!(
                         "stored policy version {current} does not validate: {problems:?}"
@@ -186,12 +206,17 @@ pub(super) async fn json_pull(
     require_some_token(&headers)?;
     let value = json_body(&body(raw)?)?;
     let req = wire::json_pull(&value, &peer.ip().to_string()).map_err(malformed)?;
+    let breakers = Reported::read(&value).map_err(malformed)?;
     require_app(&state, &headers, &req.app)?;
-    let (version, doc) = pull(&state, req, Protocol::Json).await?;
-    Ok(Json(match doc {
+    let (version, doc, fleet) = pull(&state, req, Protocol::Json, breakers).await?;
+    let mut answer = match doc {
         None => json!({"changed": false, "version": version, "policy": null}),
         Some(d) => json!({"changed": true, "version": version, "policy": d.json}),
-    }))
+    };
+    if let Some(fleet) = fleet {
+        answer["fleet"] = json!(fleet);
+    }
+    Ok(Json(answer))
 }
 
 /// `POST /sds/heartbeat/pullstrategy`: SDS's `HeartBeatResponse`.
@@ -206,7 +231,7 @@ pub(super) async fn sds_pull(
         let client = sds_client(&body(raw)?)?;
         let req = wire::sds_pull(&client, &peer.ip().to_string()).map_err(malformed)?;
         require_app(&state, &headers, &req.app)?;
-        let (version, doc) = pull(&state, req, Protocol::Sds).await?;
+        let (version, doc, _) = pull(&state, req, Protocol::Sds, None).await?;
         Ok(Json(match doc {
             None => json!({"sdsSchemeName": null, "changed": false, "version": version,
                            "strategies": null, "errorMsg": null}),

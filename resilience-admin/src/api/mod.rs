@@ -3,12 +3,12 @@
 //! | method and path | token | what |
 //! |---|---|---|
 //! | `POST /api/v1/heartbeat` | app | one instance's closed cycle (our JSON) |
-//! | `POST /api/v1/pull` | app | policies if the version changed (our JSON) |
+//! | `POST /api/v1/pull` | app | policies if the version changed (our JSON); with `breakers`, the fleet's breaker counts ([`crate::fleet`]) |
 //! | `POST /sds/heartbeat/add` | app | the same in SDS's form protocol |
 //! | `POST /sds/heartbeat/pullstrategy` | app | the same in SDS's form protocol |
 //! | `GET /api/v1/health` | none | `{"ok": true}` |
 //! | `GET /api/v1/apps` | read | every app with its version and instances |
-//! | `GET /api/v1/apps/{group}/{app}/points` | read | points, declared ones included, with enforcement, drift, breakers |
+//! | `GET /api/v1/apps/{group}/{app}/points` | read | points, declared ones included, with enforcement, drift, breakers, breakers across the fleet (`fleet`) |
 //! | `GET /api/v1/apps/{group}/{app}/points/{point}/instances` | read | what each instance enforces for the point |
 //! | `GET /api/v1/apps/{group}/{app}/points/{point}/instances/{instance}/local` | read | the instance's local (non-console) settings of the point |
 //! | `GET /api/v1/apps/{group}/{app}/instances` | read | instances, the versions they hold, heartbeat health |

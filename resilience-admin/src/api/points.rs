@@ -6,6 +6,7 @@ use super::admin::{app_key, console_view, last_closed_cycle, stored_document, ID
 use super::{require, AdminState, ApiError};
 use crate::auth::Right;
 use crate::enforcement::{self, PointEnforcement};
+use crate::fleet::{self, FleetCount};
 use crate::model::{
     EnforcementRow, HotKey, HotKeysRow, InstanceInfo, KeyTableCounts, PointInfo, PointKeys,
     CYCLE_MS,
@@ -45,6 +46,10 @@ struct PointView<'a> {
     hot_keys_cycle_start_ms: Option<i64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hot_keys_instances: Option<u64>,
+    /// Its classic breakers across the fleet, as the last pulls reported them (see
+    /// [`crate::fleet`]); absent when no fresh instance has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fleet: Option<FleetCount>,
 }
 
 /// The body of `GET .../points`.
@@ -73,6 +78,7 @@ pub(super) async fn points(
     let key = app.clone();
     let list = state.store_op(move |s| s.points(&key));
     let key = app.clone();
+    let at = state.now_ms();
     let others = state.store_op(move |s| {
         let current = match s.current_version(&key)? {
             0 => None,
@@ -83,9 +89,10 @@ pub(super) async fn points(
             s.instances(&key)?,
             s.hot_keys(&key)?,
             current,
+            fleet::count(&s.breaker_reports(&key, fleet::oldest_fresh(at))?, at),
         ))
     });
-    let (mut points, (rows, instances, hot, version)) = tokio::try_join!(list, others)?;
+    let (mut points, (rows, instances, hot, version, mut fleet)) = tokio::try_join!(list, others)?;
     let doc = match &version {
         None => Document::empty(),
         Some(v) => stored_document(v)?,
@@ -167,6 +174,7 @@ pub(super) async fn points(
                 hot_keys_instances: reports.map(|r| r.len() as u64),
                 key_table: keys.as_ref().and_then(|k| k.key_table),
                 hot_keys: keys.map_or_else(Vec::new, |k| k.hot_keys),
+                fleet: fleet.remove(info.name.as_str()),
             }
         })
         .collect();

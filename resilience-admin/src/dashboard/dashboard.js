@@ -581,6 +581,20 @@ function breakerText(b) {
   return text;
 }
 
+// The classic breakers across the fleet, as the last pulls reported them: "open on
+// 2 of 3 instances", plus those a quorum opened (they do not count towards it).
+function fleetLine(f) {
+  const parts = ["open on " + f.open + " of " + plural(f.instances, "instance")];
+  if (f.half_open) parts.push(f.half_open + " half-open");
+  if (f.by_quorum) parts.push(f.by_quorum + " by quorum");
+  const line = el("span", { class: "fleet", text: parts.join(", ") });
+  line.dataset.open = String(f.open);
+  line.dataset.halfOpen = String(f.half_open);
+  line.dataset.byQuorum = String(f.by_quorum);
+  line.dataset.instances = String(f.instances);
+  return line;
+}
+
 function pointRow(p, consoleVersion) {
   const c = p.last_cycle;
   const name = el("td", {}, breakable(p.name));
@@ -593,6 +607,7 @@ function pointRow(p, consoleVersion) {
     breaker.dataset.state = p.breaker.state;
     if (p.breaker.since_ms !== null) breaker.dataset.sinceMs = String(p.breaker.since_ms);
   }
+  if (p.fleet) breaker.append(fleetLine(p.fleet));
   const cells = [name, el("td", { class: "policy-source", text: policySource(p, consoleVersion) }), drift, breaker];
   if (c && !p.idle) {
     // `cancelled` is 0 from older servers' answers and clients that do not say.

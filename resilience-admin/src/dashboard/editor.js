@@ -131,6 +131,9 @@ const ALGORITHM_SECTIONS = [
         ["open_wait.max", "dur", "max(5s, base)"],
         ["open_wait.jitter", "num", "0"],
         ["cancellations_are_failures", "bool3", "false"],
+        // Breakers that know their peers: `open_at` >= 2 instances, then `action`.
+        ["quorum.open_at", "int"],
+        ["quorum.action", "str", "open"],
       ],
       disabled: [],
     },

@@ -38,6 +38,20 @@ pub struct Pull<'a> {
     pub protocol: Protocol,
     /// The policy version it holds.
     pub version: u64,
+    /// The breaker states it sent ([`crate::fleet::Reported::to_stored`]); `None`
+    /// when it sent none.
+    pub breakers: Option<&'a str>,
+}
+
+/// The breaker states one instance's last pull carried (see [`crate::fleet`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BreakerReports {
+    /// The instance id.
+    pub instance: String,
+    /// When it pulled, ms since the Unix epoch.
+    pub pulled_ms: i64,
+    /// The states, as [`crate::fleet::Reported::to_stored`] wrote them.
+    pub breakers: String,
 }
 
 /// Where the server keeps apps, statistics, instances and policy versions.
@@ -78,6 +92,18 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///
     /// [`StoreError::Backend`] if the database fails.
     fn record_pull(&self, pull: &Pull<'_>, now_ms: i64) -> Result<(), StoreError>;
+
+    /// The breaker states of the app's instances whose last pull, at `since_ms` or
+    /// later, carried some, sorted by instance.
+    ///
+    /// # Errors
+    ///
+    /// [`StoreError::Backend`] if the database fails.
+    fn breaker_reports(
+        &self,
+        app: &AppKey,
+        since_ms: i64,
+    ) -> Result<Vec<BreakerReports>, StoreError>;
 
     /// Every known app, sorted by group and name.
     ///

@@ -4,8 +4,9 @@
 //! other applications.
 
 use super::{
-    is_max_column, parse_json, queue_from, queue_values, to_i64, to_json, to_u64, Forgotten, Pool,
-    Pooled, Pull, Store, StoreError, StoredEnforcing, StoredHotKeys, QUEUE_COLUMNS,
+    is_max_column, parse_json, queue_from, queue_values, to_i64, to_json, to_u64, BreakerReports,
+    Forgotten, Pool, Pooled, Pull, Store, StoreError, StoredEnforcing, StoredHotKeys,
+    QUEUE_COLUMNS,
 };
 use crate::model::{
     AppKey, AppSummary, ClientHealth, CycleRow, EnforcementRow, Heartbeat, HotKeysRow, Ingested,
@@ -18,7 +19,7 @@ use postgres::{Client, GenericClient, NoTls, Row};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-const SCHEMA_VERSION: i32 = 10;
+const SCHEMA_VERSION: i32 = 11;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS ra_schema (version INTEGER NOT NULL);
@@ -205,6 +206,9 @@ CREATE INDEX IF NOT EXISTS ra_hot_keys_received ON ra_hot_keys (received_ms);
 CREATE INDEX IF NOT EXISTS ra_points_last_seen ON ra_points (last_seen_ms);
 ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS keys_cycle_ms BIGINT;
 DROP INDEX IF EXISTS ra_hot_keys_point;
+-- Version 11: per instance the breaker states its last pull carried (JSON, see
+-- `fleet`), for the fleet counts of breakers that know their peers.
+ALTER TABLE ra_instances ADD COLUMN IF NOT EXISTS breakers TEXT;
 -- The reads of one app over a time range (every point's cycles or seconds of the last
 -- minutes, summed or not). Indexes only: a database with them still opens in an
 -- older server, which keeps them up to date.
@@ -1162,12 +1166,12 @@ impl Store for PostgresStore {
         let app = app_id(&mut tx, pull.app, now_ms).map_err(backend)?;
         tx.execute(
             "INSERT INTO ra_instances (app_id, instance, host, ip, protocol, last_pull_ms,
-                                       policy_version)
-             VALUES ($1, $2, $3, $4, $5, $6, $7)
+                                       policy_version, breakers)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (app_id, instance) DO UPDATE SET
                 host = excluded.host, ip = excluded.ip, protocol = excluded.protocol,
                 last_pull_ms = excluded.last_pull_ms,
-                policy_version = excluded.policy_version",
+                policy_version = excluded.policy_version, breakers = excluded.breakers",
             &[
                 &app,
                 &pull.instance,
@@ -1176,10 +1180,37 @@ impl Store for PostgresStore {
                 &pull.protocol.as_str(),
                 &now_ms,
                 &to_i64(pull.version),
+                &pull.breakers,
             ],
         )
         .map_err(backend)?;
         tx.commit().map_err(backend)
+    }
+
+    fn breaker_reports(
+        &self,
+        app: &AppKey,
+        since_ms: i64,
+    ) -> Result<Vec<BreakerReports>, StoreError> {
+        let mut client = self.client()?;
+        let rows = client
+            .query(
+                "SELECT i.instance, i.last_pull_ms, i.breakers
+                 FROM ra_instances i JOIN ra_apps a ON a.id = i.app_id
+                 WHERE a.app_group = $1 AND a.app_name = $2 AND i.breakers IS NOT NULL
+                   AND i.last_pull_ms >= $3
+                 ORDER BY i.instance",
+                &[&app.group, &app.name, &since_ms],
+            )
+            .map_err(backend)?;
+        Ok(rows
+            .iter()
+            .map(|r| BreakerReports {
+                instance: r.get(0),
+                pulled_ms: r.get(1),
+                breakers: r.get(2),
+            })
+            .collect())
     }
 
     fn apps(&self) -> Result<Vec<AppSummary>, StoreError> {

@@ -1,8 +1,9 @@
 //! The embedded SQLite store: one database file, no server to run.
 
 use super::{
-    is_max_column, parse_json, queue_from, queue_values, to_i64, to_json, to_u64, Forgotten, Pool,
-    Pooled, Pull, Store, StoreError, StoredEnforcing, StoredHotKeys, QUEUE_COLUMNS,
+    is_max_column, parse_json, queue_from, queue_values, to_i64, to_json, to_u64, BreakerReports,
+    Forgotten, Pool, Pooled, Pull, Store, StoreError, StoredEnforcing, StoredHotKeys,
+    QUEUE_COLUMNS,
 };
 use crate::lock::Recover;
 use crate::model::{
@@ -17,11 +18,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 /// The schema; `PRAGMA user_version` tells which one a file has.
-const SCHEMA_VERSION: i64 = 10;
+const SCHEMA_VERSION: i64 = 11;
 
 /// What each schema version adds to the one before ([`SCHEMA`] is version 1). Only
 /// additions: a file of an older version opens and is brought up to date.
-const MIGRATIONS: [(i64, &str); 9] = [
+const MIGRATIONS: [(i64, &str); 10] = [
     (
         2,
         "
@@ -180,6 +181,14 @@ CREATE INDEX IF NOT EXISTS hot_keys_received ON hot_keys (received_ms);
 CREATE INDEX IF NOT EXISTS points_last_seen ON points (last_seen_ms);
 ALTER TABLE instances ADD COLUMN keys_cycle_ms INTEGER;
 DROP INDEX IF EXISTS hot_keys_point;
+",
+    ),
+    // Version 11: per instance the breaker states its last pull carried (JSON, see
+    // `fleet`), for the fleet counts of breakers that know their peers.
+    (
+        11,
+        "
+ALTER TABLE instances ADD COLUMN breakers TEXT;
 ",
     ),
 ];
@@ -1253,12 +1262,12 @@ impl Store for SqliteStore {
         let app = app_id(&tx, pull.app, now_ms).map_err(backend)?;
         tx.execute(
             "INSERT INTO instances (app_id, instance, host, ip, protocol, last_pull_ms,
-                                    policy_version)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                                    policy_version, breakers)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
              ON CONFLICT (app_id, instance) DO UPDATE SET
                 host = excluded.host, ip = excluded.ip, protocol = excluded.protocol,
                 last_pull_ms = excluded.last_pull_ms,
-                policy_version = excluded.policy_version",
+                policy_version = excluded.policy_version, breakers = excluded.breakers",
             params![
                 app,
                 pull.instance,
@@ -1266,11 +1275,41 @@ impl Store for SqliteStore {
                 pull.ip,
                 pull.protocol.as_str(),
                 now_ms,
-                to_i64(pull.version)
+                to_i64(pull.version),
+                pull.breakers
             ],
         )
         .map_err(backend)?;
         tx.commit().map_err(backend)
+    }
+
+    fn breaker_reports(
+        &self,
+        app: &AppKey,
+        since_ms: i64,
+    ) -> Result<Vec<BreakerReports>, StoreError> {
+        self.read(|conn| {
+            let Some(app_id) = find_app(conn, app).map_err(backend)? else {
+                return Ok(Vec::new());
+            };
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT instance, last_pull_ms, breakers FROM instances
+                     WHERE app_id = ?1 AND breakers IS NOT NULL AND last_pull_ms >= ?2
+                     ORDER BY instance",
+                )
+                .map_err(backend)?;
+            let rows = stmt
+                .query_map(params![app_id, since_ms], |r| {
+                    Ok(BreakerReports {
+                        instance: r.get(0)?,
+                        pulled_ms: r.get(1)?,
+                        breakers: r.get(2)?,
+                    })
+                })
+                .map_err(backend)?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(backend)
+        })
     }
 
     fn apps(&self) -> Result<Vec<AppSummary>, StoreError> {

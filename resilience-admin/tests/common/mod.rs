@@ -6,6 +6,7 @@
 
 pub mod hardening;
 pub mod hot_keys;
+pub mod peers;
 pub mod scenarios;
 
 use resilience_admin::auth::{AppToken, Token};

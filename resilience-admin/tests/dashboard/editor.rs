@@ -124,6 +124,8 @@ fn algorithm_fields(section: &str, algorithm: &str) -> &'static [&'static str] {
             "open_wait.max",
             "open_wait.jitter",
             "cancellations_are_failures",
+            "quorum.open_at",
+            "quorum.action",
         ],
         ("adaptive", "gradient") => &[
             "initial_limit",
@@ -210,6 +212,10 @@ fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value
         ("breaker", "classic", "open_wait.multiplier") => rng.tenths(10, 40),
         ("breaker", "classic", "open_wait.max") => rng.secs(10, 59),
         ("breaker", "classic", "open_wait.jitter") => rng.hundredths(0, 100),
+        ("breaker", "classic", "quorum.open_at") => rng.int(2, 9),
+        ("breaker", "classic", "quorum.action") => {
+            json!(["open", "half_open"][rng.range(0, 1) as usize])
+        }
         ("adaptive", "gradient", "initial_limit") => rng.int(10, 99),
         ("adaptive", "gradient", "min_limit") => rng.int(1, 9),
         ("adaptive", "gradient", "max_limit") => rng.int(100, 5000),
@@ -387,6 +393,11 @@ fn random_point(rng: &mut Rng, i: usize) -> Value {
                         let v = value_of(rng, section, algorithm, field);
                         set_path(&mut s, field, Some(v));
                     }
+                }
+                // A quorum needs its `open_at`.
+                if s.get("quorum").is_some() && s["quorum"].get("open_at").is_none() {
+                    let v = value_of(rng, section, algorithm, "quorum.open_at");
+                    set_path(&mut s, "quorum.open_at", Some(v));
                 }
                 p[section] = s;
             }
@@ -741,8 +752,8 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
 }
 
 /// The fields added with the runtime's token wait, warm-up and critical reserve: some
-/// case of the random round trip has each.
-const NEWER_FIELDS: [&str; 7] = [
+/// case of the random round trip has each (and the breaker's fleet quorum).
+const NEWER_FIELDS: [&str; 9] = [
     "token_bucket.max_wait",
     "warm_up.period",
     "warm_up.cold_factor",
@@ -750,6 +761,8 @@ const NEWER_FIELDS: [&str; 7] = [
     "keys.limit",
     "keys.max_wait",
     "keys.overrides",
+    "breaker.quorum.open_at",
+    "breaker.quorum.action",
 ];
 
 #[test]

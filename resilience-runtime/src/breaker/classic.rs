@@ -522,8 +522,36 @@ impl ClassicBreaker {
     /// other transitions into open and closed by the same lock.
     #[cfg(feature = "testing")]
     pub(crate) fn force(&self, to: ClassicState, now: Instant) -> Transition {
+        let step = self.rare.lock().recover();
+        self.force_locked(step, to, TransitionReason::Forced, now)
+    }
+
+    /// Moves the breaker from `from` to `to` for a fleet quorum (feature `heartbeat`),
+    /// as [`force`](Self::force) does, if it is still in `from` under the transition
+    /// lock: a breaker that tripped or closed by its own rules meanwhile is left alone.
+    #[cfg(feature = "heartbeat")]
+    pub(crate) fn quorum_move(
+        &self,
+        from: ClassicState,
+        to: ClassicState,
+        now: Instant,
+    ) -> Option<Transition> {
+        let step = self.rare.lock().recover();
+        // Out of closed, only transitions under this lock move the state word; a
+        // breaker in another state is left to its own rules anyway.
+        (Packed(self.state.load(Ordering::Acquire)).state() == from)
+            .then(|| self.force_locked(step, to, TransitionReason::Quorum, now))
+    }
+
+    #[cfg(any(feature = "testing", feature = "heartbeat"))]
+    fn force_locked(
+        &self,
+        mut step: crate::sync::MutexGuard<'_, u32>,
+        to: ClassicState,
+        reason: TransitionReason,
+        now: Instant,
+    ) -> Transition {
         let now = now.as_nanos();
-        let mut step = self.rare.lock().recover();
         let kind = match to {
             ClassicState::Closed => CLOSED,
             ClassicState::Open => OPEN,
@@ -558,11 +586,12 @@ impl ClassicBreaker {
                 Err(actual) => cur = actual,
             }
         }
+        drop(step);
         self.transitions.fetch_add(1, Ordering::Relaxed);
         Transition {
             from: Packed(cur).state(),
             to,
-            reason: TransitionReason::Forced,
+            reason,
             at: Instant::from_nanos(now),
             open_until,
         }

@@ -1,6 +1,6 @@
 //! Configuration of the breakers and its validation.
 
-use super::nanos;
+use super::{nanos, Quorum};
 use crate::builder::builder;
 use crate::error::FieldError;
 use crate::retry::Backoff;
@@ -240,6 +240,11 @@ pub struct ClassicConfig {
     /// dependency was too slow. Calls cancelled past the timeout rule's or the
     /// slow-call threshold count as failures either way.
     pub cancellations_are_failures: bool,
+    /// The fleet quorum: when that many live instances of the app have this point's
+    /// breaker open, a closed breaker opens or goes half-open at the next pull of the
+    /// heartbeat client (see [`Quorum`]). Default `None`: the breaker knows only its
+    /// own calls.
+    pub quorum: Option<Quorum>,
 }
 
 impl Default for ClassicConfig {
@@ -255,6 +260,7 @@ impl Default for ClassicConfig {
             open_wait: Backoff::fixed(Duration::from_secs(5)),
             half_open_probes: 3,
             cancellations_are_failures: false,
+            quorum: None,
         }
     }
 }
@@ -313,6 +319,9 @@ impl ClassicConfig {
                 ),
             ));
         }
+        if let Some(q) = &self.quorum {
+            q.validate()?;
+        }
         Ok(())
     }
 
@@ -359,6 +368,9 @@ builder! {
     /// Whether a call cancelled before any threshold counts as a failure (default
     /// `false`; see [`ClassicConfig::cancellations_are_failures`]).
     cancellations_are_failures: bool,
+    /// The fleet quorum (see [`ClassicConfig::quorum`]); unset, the breaker knows
+    /// only its own calls.
+    quorum: Option<Quorum>,
 }
 
 fn check_fraction(field: &'static str, value: f64) -> Result<(), FieldError> {
@@ -421,6 +433,7 @@ mod tests {
             .open_wait(Backoff::fixed(s(9)))
             .half_open_probes(2)
             .cancellations_are_failures(true)
+            .quorum(Quorum::new(3, crate::breaker::QuorumAction::HalfOpen).unwrap())
             .build();
         let want = ClassicConfig {
             failure_rate: 0.3,
@@ -433,8 +446,17 @@ mod tests {
             open_wait: Backoff::fixed(s(9)),
             half_open_probes: 2,
             cancellations_are_failures: true,
+            quorum: Some(Quorum {
+                open_at: 3,
+                action: crate::breaker::QuorumAction::HalfOpen,
+            }),
         };
         assert_eq!(c, Ok(want));
+        // A quorum whose public field was changed after it was built is still checked.
+        let mut lonely = Quorum::new(2, crate::breaker::QuorumAction::Open).unwrap();
+        lonely.open_at = 1;
+        let lonely = ClassicConfig::builder().quorum(lonely).build();
+        assert_eq!(field(lonely), "quorum.open_at");
         assert_eq!(
             ClassicConfig::builder().build(),
             Ok(ClassicConfig::default())

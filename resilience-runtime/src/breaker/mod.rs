@@ -23,10 +23,12 @@
 //! your own.
 //!
 //! Files: `sre.rs` and `classic.rs` hold the breakers, `config.rs` their configuration
-//! and validation, `state.rs` the classic breaker's states, transitions, statistics and refusal.
+//! and validation, `state.rs` the classic breaker's states, transitions, statistics and refusal,
+//! `quorum.rs` the fleet quorum of a classic breaker and its pure decision.
 
 mod classic;
 mod config;
+mod quorum;
 mod sre;
 mod state;
 
@@ -34,6 +36,7 @@ pub use classic::{ClassicBreaker, ClassicPermit};
 pub use config::{
     ClassicConfig, ClassicConfigBuilder, SreConfig, SreConfigBuilder, MAX_HALF_OPEN_PROBES, MIN_K,
 };
+pub use quorum::{quorum_step, FleetCount, Quorum, QuorumAction};
 pub use sre::{
     drop_ratio, DroppingTransition, SreBreaker, SreDecision, SreHistory, SrePermit, SreRefused,
     SreStats, SreVerdict,

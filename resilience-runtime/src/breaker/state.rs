@@ -38,6 +38,9 @@ pub enum TransitionReason {
     /// Any state → any state: moved by hand (the `testing` module's
     /// `force_breaker`).
     Forced,
+    /// Closed → open or half-open: enough instances of the fleet had the point's
+    /// breaker open ([`Quorum`](super::Quorum)).
+    Quorum,
 }
 
 /// A state change of a [`ClassicBreaker`](super::ClassicBreaker), returned by the call that caused it so the

@@ -159,6 +159,7 @@
 //! | classic `minimum_calls`, `consecutive_failures` | integer | 10, none | >= 1 |
 //! | classic `window`, `buckets`, `half_open_probes` | duration, integer, integer | `"10s"`, 10, 3 | |
 //! | sre and classic `cancellations_are_failures` | boolean | `false` | a call its caller cancelled in time counts as a failure (see the guide's [cancelled calls](crate::guide::timeouts#cancelled-calls)) |
+//! | `[points."x".breaker.quorum]` `open_at`, `action` | integer, `"open"` \| `"half_open"` | none, `"open"` | classic only; `open_at` >= 2: a closed breaker takes `action` when that many live instances have it open (heartbeat client; see the guide's [peers section](crate::guide::fleet#breakers-that-know-their-peers)) |
 //! | `[points."x".breaker.open_wait]` `base`, `multiplier`, `max`, `jitter` | duration, number, duration, number | `"5s"`, 1.0, max(`"5s"`, base), 0.0 | multiplier >= 1, jitter 0..=1 |
 //! | `[points."x".retry]` `attempts` | integer | required | 1..=100 attempts in all, replacing the code's `#[retry]` / `call_retrying` arguments (see the guide's [retry settings at runtime](crate::guide::retries#retry-settings-at-runtime)) |
 //! | retry `base`, `multiplier`, `max`, `jitter` | duration, number, duration, number | `"50ms"`, 2.0, max(`"2s"`, base), 1.0 | the backoff between attempts: base > 0, multiplier >= 1 (1 is a fixed wait), max >= base, jitter 0..=1 |
@@ -1052,6 +1053,14 @@ struct BreakerOut {
     open_wait: Option<OpenWaitOut>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     cancellations_are_failures: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    quorum: Option<QuorumOut>,
+}
+
+#[derive(Serialize)]
+struct QuorumOut {
+    open_at: u32,
+    action: &'static str,
 }
 
 #[derive(Serialize)]
@@ -1155,6 +1164,10 @@ impl BreakerOut {
                         jitter: w.jitter,
                     }),
                     cancellations_are_failures: c.cancellations_are_failures,
+                    quorum: c.quorum.map(|q| QuorumOut {
+                        open_at: q.open_at,
+                        action: q.action.as_str(),
+                    }),
                     ..BreakerOut::default()
                 }
             }

@@ -10,7 +10,7 @@ use super::error::ProblemKind;
 use super::node::Node;
 use super::report::{unknown_name_message, Reporter};
 use crate::adaptive::{AdaptiveConfig, GradientConfig};
-use crate::breaker::{ClassicConfig, SreConfig};
+use crate::breaker::{ClassicConfig, Quorum, QuorumAction, SreConfig};
 use crate::policy::{AdaptiveLimit, BreakerPolicy};
 use std::time::Duration;
 
@@ -51,10 +51,14 @@ pub(crate) const CLASSIC_FIELDS: &[&str] = &[
     "half_open_probes",
     "open_wait",
     "cancellations_are_failures",
+    "quorum",
 ];
 
 /// The fields of `[points."x".breaker.open_wait]`.
 const OPEN_WAIT_FIELDS: [&str; 4] = ["base", "multiplier", "max", "jitter"];
+
+/// The fields of `[points."x".breaker.quorum]`.
+const QUORUM_FIELDS: [&str; 2] = ["open_at", "action"];
 
 /// The fields of `algorithm = "gradient"`.
 pub(crate) const GRADIENT_FIELDS: &[&str] = &[
@@ -333,6 +337,9 @@ pub(super) fn check_breaker(r: &mut Reporter<'_>, value: &Node) -> Option<Breake
             }
             let cancels = &mut c.cancellations_are_failures;
             f.set(r, "cancellations_are_failures", cancels, Reporter::bool);
+            if let Some(v) = f.get("quorum") {
+                c.quorum = check_quorum(r, v);
+            }
             BreakerPolicy::Classic(c)
         }
         _ => BreakerPolicy::Disabled,
@@ -375,6 +382,33 @@ fn check_open_wait(r: &mut Reporter<'_>, value: &Node, c: &mut ClassicConfig) {
     }
 }
 
+/// `[points."x".breaker.quorum]`: `open_at` (required) and `action` (`"open"`, the
+/// default, or `"half_open"`). Its range (`open_at >= 2`) is the breaker's validation.
+fn check_quorum(r: &mut Reporter<'_>, value: &Node) -> Option<Quorum> {
+    let section = "breaker.quorum";
+    let [open_at, action] = r.section(section, value, QUORUM_FIELDS)?;
+    let open_at = r.required("breaker.quorum.open_at", open_at)?;
+    let open_at = r.u64("breaker.quorum.open_at", open_at)?;
+    let open_at = u32::try_from(open_at).unwrap_or(u32::MAX);
+    let action = match action {
+        None => QuorumAction::Open,
+        Some(v) => {
+            let field = "breaker.quorum.action";
+            let text = r.string(field, v)?;
+            let Some(a) = QuorumAction::parse(&text) else {
+                r.push(
+                    field,
+                    ProblemKind::OutOfRange,
+                    format!("expected `open` or `half_open`, got `{text}`"),
+                );
+                return None;
+            };
+            a
+        }
+    };
+    Some(Quorum { open_at, action })
+}
+
 /// Puts a bad breaker field back to its default; `false` for a field it does not know.
 fn reset_breaker(p: &mut BreakerPolicy, field: &str) -> bool {
     match p {
@@ -414,6 +448,7 @@ fn reset_breaker(p: &mut BreakerPolicy, field: &str) -> bool {
                 "open_wait.max" => c.open_wait.max = c.open_wait.base.max(d.open_wait.max),
                 "open_wait.multiplier" => c.open_wait.multiplier = d.open_wait.multiplier,
                 "open_wait.jitter" => c.open_wait.jitter = d.open_wait.jitter,
+                "quorum.open_at" => c.quorum = d.quorum,
                 _ => return false,
             }
         }

@@ -46,7 +46,7 @@
 //! 13. [Statistics and listeners](statistics): counts, windows, per-second series,
 //!     call durations, events.
 //! 14. [A fleet with the console](fleet): the heartbeat, the admin console, https
-//!     and tokens, cluster-wide limits on Redis.
+//!     and tokens, breakers that know their peers, cluster-wide limits on Redis.
 //! 15. [Testing your own code](testing): a registry per test, forced breaker states
 //!     and refusals, one clock for every rule.
 //!

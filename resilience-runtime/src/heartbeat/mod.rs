@@ -26,6 +26,13 @@
 //!   them section by section (by the registry's [`Precedence`](crate::sources::Precedence))
 //!   and never clears them. A set the loader refuses is not applied; the client keeps
 //!   its version and policies.
+//! - **Peers**: in our JSON protocol a pull also carries the state of every classic
+//!   breaker, and the answer the console's count of open breakers per point across
+//!   the app's fresh instances ([`HeartbeatClient::fleet`]). A breaker with a
+//!   [`Quorum`](crate::breaker::Quorum) opens or goes half-open when the count reaches
+//!   it, from this thread, right after the pull; a failed pull forgets the counts
+//!   (local rules only). See the guide's
+//!   [fleet chapter](crate::guide::fleet#breakers-that-know-their-peers).
 //! - **Failover**: the server list is tried in order; an error moves the client to
 //!   the next address. A failed upload is retried once on the next server, then
 //!   dropped and counted ([`HeartbeatStatus::uploads_dropped`]). Every request has a
@@ -95,6 +102,7 @@ mod error;
 mod failures;
 mod fields;
 mod http;
+mod quorum;
 #[cfg(feature = "heartbeat-tls")]
 mod tls;
 mod wire;
@@ -145,6 +153,9 @@ pub struct HeartbeatStatus {
     pub from_cache: bool,
     /// The last error reading or writing the cache file, if any.
     pub cache_error: Option<String>,
+    /// Breakers a fleet quorum opened or moved to half-open
+    /// ([`ClassicConfig::quorum`](crate::breaker::ClassicConfig::quorum)).
+    pub quorum_moves: u64,
 }
 
 /// What [`HeartbeatClient::upload_now`] did.
@@ -221,6 +232,8 @@ struct Inner {
     /// What was logged of failing uploads and pulls (see `failures`).
     upload_log: Mutex<FailureLog>,
     pull_log: Mutex<FailureLog>,
+    /// The breakers' fleet quorum (see `quorum`).
+    peers: quorum::Peers,
 }
 
 struct UploadState {
@@ -307,6 +320,7 @@ impl HeartbeatClient {
                 cache_error: Mutex::new(None),
                 upload_log: Mutex::new(FailureLog::default()),
                 pull_log: Mutex::new(FailureLog::default()),
+                peers: quorum::Peers::default(),
             }),
         };
         client.restore_cache();
@@ -393,7 +407,16 @@ impl HeartbeatClient {
             last_pull_error: i.last_pull_error.lock().recover().clone(),
             from_cache: i.from_cache.load(Ordering::Acquire),
             cache_error: i.cache_error.lock().recover().clone(),
+            quorum_moves: get(&i.peers.moves),
         }
+    }
+
+    /// What the console counted in the last pull, per point with a classic breaker
+    /// on some live instance: how many instances have it open by their own rules, out
+    /// of how many have one. Empty when the last pull failed, or the console does not
+    /// count (an older one, or SDS's protocol): then no quorum applies.
+    pub fn fleet(&self) -> std::collections::BTreeMap<String, crate::breaker::FleetCount> {
+        self.inner.peers.fleet()
     }
 
     /// The registry's wall clock, ms since the Unix epoch.
@@ -579,21 +602,29 @@ impl HeartbeatClient {
         let server = &inner.config.servers[*cursor % inner.config.servers.len()];
         let version = self.policy_version();
         let points = inner.registry.point_names();
+        let json = inner.config.protocol == Protocol::Json;
+        // Half the body limit at most: the rest of the pull is small.
+        let room = inner.config.max_body_bytes / 2;
+        let breakers = json
+            .then(|| inner.peers.report(inner.registry, &points, room))
+            .flatten();
         let result = self
             .send(server, inner.config.protocol.pull_path(), |ip| {
-                wire::pull_body(&inner.config, version, &points, ip)
+                wire::pull_body(&inner.config, version, &points, breakers.as_ref(), ip)
             })
             .and_then(|body| {
-                wire::read_pull_answer(inner.config.protocol, &body).map_err(|message| {
-                    HeartbeatError::Protocol {
+                wire::read_pull_answer(inner.config.protocol, &body)
+                    .map(|answer| (answer, body))
+                    .map_err(|message| HeartbeatError::Protocol {
                         server: server.to_string(),
                         message,
-                    }
-                })
+                    })
             });
-        let answer = match result {
-            Ok(a) => a,
+        let (answer, body) = match result {
+            Ok(answered) => answered,
             Err(e) => {
+                // No fresh count: local rules only until a pull succeeds.
+                inner.peers.forget();
                 inner.pull_failures.fetch_add(1, Ordering::Relaxed);
                 *cursor = (*cursor + 1) % inner.config.servers.len();
                 *inner.last_pull_error.lock().recover() = Some(crate::util::error_chain(&e));
@@ -643,6 +674,16 @@ impl HeartbeatClient {
                 }
             }
         };
+        if json {
+            // The counts are as fresh as this answer: applied now, once, after the
+            // policies it brought (a quorum the new version sets counts already).
+            let names = match &outcome {
+                // The new version may have made points.
+                Ok(PullOutcome::Applied { .. }) => inner.registry.point_names(),
+                _ => points,
+            };
+            inner.peers.pulled(inner.registry, &names, &body);
+        }
         *inner.last_pull_error.lock().recover() =
             outcome.as_ref().err().map(|e| crate::util::error_chain(e));
         outcome

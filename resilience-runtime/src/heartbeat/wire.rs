@@ -670,21 +670,29 @@ pub(crate) fn pack(
         .collect()
 }
 
-/// The body of a pull.
+/// The body of a pull; in our JSON protocol, with the classic breakers' states
+/// (`breakers`, see `quorum`) when there are some.
 pub(crate) fn pull_body(
     config: &HeartbeatConfig,
     version: u64,
     points: &[&'static str],
+    breakers: Option<&Value>,
     ip: IpAddr,
 ) -> Vec<u8> {
     match config.protocol {
         // The points are in the heartbeats: a pull stays small however many there are.
-        Protocol::Json => json!({"app_group": config.app_group, "app": config.app,
-                                 "instance": config.instance, "host": config.host,
-                                 "ip": ip.to_string(), "version": version,
-                                 "points_count": points.len()})
-        .to_string()
-        .into_bytes(),
+        Protocol::Json => {
+            let mut body = json!({"app_group": config.app_group, "app": config.app,
+                                  "instance": config.instance, "host": config.host,
+                                  "ip": ip.to_string(), "version": version,
+                                  "points_count": points.len()});
+            if let Some(b) = breakers {
+                body["breakers"] = b.clone();
+                // The console counts these states for three periods.
+                body["pull_period_ms"] = json!(config.pull_period.as_millis() as u64);
+            }
+            body.to_string().into_bytes()
+        }
         Protocol::Sds => {
             let mut client = json!({"appGroupName": config.app_group,
                                     "appName": config.app, "ip": ip.to_string(),
@@ -1190,7 +1198,7 @@ mod tests {
             .map(|i| &*Box::leak(format!("sds.pull-point-{i:05}").into_boxed_str()))
             .collect();
         let (config, limit) = sds_config();
-        let body = pull_body(&config, 3, &names, IP);
+        let body = pull_body(&config, 3, &names, None, IP);
         assert!(body.len() <= limit, "{} bytes", body.len());
         let client = sds_client(&body);
         assert_eq!(client["pointsCount"], 12_000);
@@ -1200,7 +1208,7 @@ mod tests {
         // Nearly full: another name would not have fit.
         assert!(body.len() + form_len(&json!(names[sent.len()]).to_string()) + 3 > limit - 64);
 
-        let body = pull_body(&config, 3, &names[..3], IP);
+        let body = pull_body(&config, 3, &names[..3], None, IP);
         let client = sds_client(&body);
         assert_eq!(client["pointList"], json!(names[..3]));
         assert!(client.get("pointsCount").is_none());

@@ -4,7 +4,7 @@
 //! took; `queue` is the concurrency rule's waiting room; `health` decides the health
 //! rules; `permit` and `pending` complete a call; `report` counts and tells refusals and
 //! breaker changes; `call`, `key_entry` and `breaker_wait` are the manual entries; `force`
-//! forces states for tests.
+//! forces states for tests; `quorum` moves a breaker for its fleet quorum.
 
 pub(in crate::point) mod attempt;
 #[cfg(feature = "tower")]
@@ -19,5 +19,7 @@ pub(in crate::point) mod lean;
 pub(crate) mod pending;
 pub(crate) mod permit;
 pub(crate) mod queue;
+#[cfg(feature = "heartbeat")]
+pub(crate) mod quorum;
 pub(in crate::point) mod report;
 pub(in crate::point) mod taken;
