@@ -409,7 +409,8 @@ fn random_point(rng: &mut Rng, i: usize) -> Value {
 /// The document as the runtime writes it back (what the server stores), or the
 /// runtime's problems.
 fn canonical(doc: &Value) -> Result<Value, String> {
-    let file = PolicyFile::parse(&doc.to_string(), Format::Json).map_err(|e| e.to_string())?;
+    let file = PolicyFile::parse_with_every_feature(&doc.to_string(), Format::Json)
+        .map_err(|e| e.to_string())?;
     let text = file.to_text(Format::Json).map_err(|e| e.to_string())?;
     Ok(serde_json::from_str(&text).unwrap())
 }
@@ -882,7 +883,7 @@ fn the_raw_point_editor_shows_problems_at_their_line_and_stores_nothing() {
         "the point's text",
     );
     let only_point = json!({"points": {"order.create": doc["points"]["order.create"]}});
-    let written = PolicyFile::parse(&only_point.to_string(), Format::Json)
+    let written = PolicyFile::parse_with_every_feature(&only_point.to_string(), Format::Json)
         .unwrap()
         .to_text(Format::Toml)
         .unwrap();
@@ -1094,7 +1095,7 @@ fn the_raw_app_editor_saves_the_whole_policy_in_toml_and_json() {
     );
     let want = canonical(
         &serde_json::from_str::<Value>(
-            &PolicyFile::parse(toml_text, Format::Toml)
+            &PolicyFile::parse_with_every_feature(toml_text, Format::Toml)
                 .unwrap()
                 .to_text(Format::Json)
                 .unwrap(),
