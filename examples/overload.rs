@@ -32,8 +32,9 @@
 //! Options: `--warmup SECS` and `--secs SECS` (default 2 and 3 per row), `--svg PATH`
 //! (write the chart), `--smoke` (4x only, 0.5 s + 1 s per row, then checks that every
 //! protection beats none on goodput and that the priority row serves most critical
-//! requests; exits with an error otherwise). Loopback only; `scripts/overload.sh` runs
-//! the full version.
+//! requests; exits with an error otherwise). `OVERLOAD_ONLY=ROW` (`none`, `tower`,
+//! `queue`, `adaptive`, `gradient`) runs one protection only. Loopback only;
+//! `scripts/overload.sh` runs the full version.
 
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::State;
@@ -302,7 +303,8 @@ fn run_row(
         .enable_all()
         .build()?;
     let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
-    let busy_at_measure = client.block_on(async {
+    // The backend's handler time accumulated when the measure began and at its end.
+    let busy = client.block_on(async {
         let pool = Arc::new(Pool::default());
         let mut rng = Rng(seed);
         let start = tokio::time::Instant::now();
@@ -389,7 +391,7 @@ fn run_row(
         other_success: share(false),
         // Handler time accumulated while measuring (calls straddling the edges are
         // counted when they end), over the measured time: the mean flight.
-        mean_flight: (busy_at_measure.1 - busy_at_measure.0) as f64 / 1e9 / secs,
+        mean_flight: busy.1.saturating_sub(busy.0) as f64 / 1e9 / secs,
     })
 }
 
