@@ -106,6 +106,7 @@ pub mod axum_and_tower {}
 #[doc = include_str!("overload.md")]
 // The chart, made by the example with the table (an inline SVG, so it shows on docs.rs).
 #[doc = include_str!("overload.svg")]
+#[cfg_attr(not(feature = "tower"), allow(rustdoc::broken_intra_doc_links))]
 pub mod overload {}
 
 #[doc = include_str!("per_key_limits.md")]
