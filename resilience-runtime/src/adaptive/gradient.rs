@@ -13,8 +13,8 @@
 //! `long_window` windows, or after 5 windows while a probe finds a latency more than
 //! 10% away from the one before (a cold start above the service's capacity, where each
 //! probe at least halves the flight; a service that got slower; a noisy window).
-//! Between probes a
-//! window quieter than the reference lowers it (by `smoothing` of the gap). Then
+//! Between probes a window quieter than the reference lowers it (by `smoothing` of
+//! the gap). Then
 //!
 //! ```text
 //! gradient  = clamp(rtt_tolerance x no_load / short, 0.5, 1)
@@ -33,9 +33,10 @@
 //! once) has a latency of `no_load x flight / C` once the flight passes `C`, so the
 //! limit settles in `[C, rtt_tolerance x C + smoothing x queue_size + 1]` (with the
 //! defaults, `1.25 C + 1.8`) and the latency of admitted calls near `rtt_tolerance x
-//! no_load`, whatever the start: a reference that learned the queued latency (as
-//! `Gradient2`'s long-term average does, which follows the latency it tolerates) lets
-//! the limit drift up with the queue instead. Probes cost a dip of the flight to
+//! no_load`, whatever the start (the property tests check this on a model of such a
+//! service, `settles_within_the_bound`): a reference that learned the queued latency
+//! (as `Gradient2`'s long-term average does, which follows the latency it tolerates)
+//! lets the limit drift up with the queue instead. Probes cost a dip of the flight to
 //! `limit / (2 x rtt_tolerance)` (about half the real concurrency) for two or three
 //! windows every `long_window` windows.
 
@@ -303,8 +304,8 @@ impl Estimator {
 /// ```
 ///
 /// unless fewer than half of the limit were in flight and none was refused (the limit
-/// then stays). Against
-/// a saturated service that serves `C` calls at once the limit settles in
+/// then stays). Against a saturated service that serves `C` calls at once the limit
+/// settles in
 /// `[C, rtt_tolerance x C + smoothing x queue_size + 1]` (`1.25 C + 1.8` with the
 /// defaults), so admitted calls wait about `rtt_tolerance - 1` of the no-load latency
 /// in its queue, whatever the start (a cold start above `C` included).
