@@ -55,6 +55,30 @@ fn sim_gradient_limit_keeps_goodput_and_bounds_p99() {
     );
 }
 
+/// The gradient limit finds the workers' real concurrency: the flight stays within
+/// 1.5x of the workers and admitted calls queue little (median within 1.5x of the
+/// service time), with the fixed gate's goodput, with no number to choose; and from a
+/// cold start straight into the overload (no warm-up) too, where the first probes
+/// (about 2 s of the 9.5 s measured) cost a few percent.
+#[test]
+fn sim_gradient_limit_settles_near_the_real_concurrency() {
+    let cold = Scenario {
+        warmup_rate: 0.0,
+        warmup: Duration::from_millis(500),
+        ..small()
+    };
+    for (s, share) in [(small(), 0.97), (cold, 0.93)] {
+        let fixed = run(&s, &SimLimit::Fixed(s.workers)).unwrap();
+        let o = run(&s, &SimLimit::Gradient(GradientConfig::default())).unwrap();
+        assert!(o.max_in_flight as f64 <= 1.5 * s.workers as f64, "{o:?}");
+        assert!(
+            o.p50.as_secs_f64() <= 1.5 * s.base_latency.as_secs_f64(),
+            "{o:?}"
+        );
+        assert!(o.goodput >= share * fixed.goodput, "{o:?} vs {fixed:?}");
+    }
+}
+
 #[test]
 fn sim_shedder_with_a_fast_cpu_meter_sheds_and_recovers() {
     // go-zero's rule acts on the CPU reading: with a meter of the last 250 ms it

@@ -316,7 +316,9 @@ fn gradient_limit_grows_with_steady_latency_and_shrinks_when_it_climbs() {
             p.pass(at(now + latency_ms * MS));
         }
     };
-    for _ in 0..20 {
+    // The first windows probe the no-load latency (the limit drops to 4 while it
+    // is measured), then the limit grows by 0.8 a window.
+    for _ in 0..25 {
         window(10);
     }
     let grown = l.limit();
@@ -327,6 +329,35 @@ fn gradient_limit_grows_with_steady_latency_and_shrinks_when_it_climbs() {
     }
     assert!(l.limit() < grown * 0.75, "{} after {grown}", l.limit());
     assert!(l.drops() > 0);
+}
+
+/// The service on a manual clock: it serves 8 calls at once in 20 ms, so a
+/// window at a flight of `n` has a latency of `20 ms x max(1, n / 8)`; the load keeps
+/// the limit full (an overload). Started at 20, the limit settles within
+/// `[8, 1.25 x 8 + 2]` and stays there, probes aside.
+#[test]
+fn gradient_limit_settles_near_the_real_concurrency_of_a_saturated_service() {
+    let clock = ManualClock::new();
+    let l = GradientLimiter::with_clock(GradientConfig::default(), Clock::manual(&clock)).unwrap();
+    let mut limits = Vec::new();
+    for _ in 0..300 {
+        let now = l.now().as_nanos();
+        let permits: Vec<_> = std::iter::from_fn(|| l.try_acquire(at(now)).ok()).collect();
+        let n = permits.len() as u64;
+        let latency = 20 * MS * n.max(8) / 8;
+        clock.advance(Duration::from_millis(100));
+        for p in permits {
+            p.pass(at(now + latency));
+        }
+        limits.push(l.limit());
+    }
+    let settled = &limits[60..];
+    let high = settled.iter().cloned().fold(0.0, f64::max);
+    assert!(high <= 12.0, "{high}: {settled:?}");
+    let mut sorted = settled.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    assert!((8.0..=12.0).contains(&median), "{median}: {settled:?}");
 }
 
 // ---------------------------------------------------------------- CPU sampling

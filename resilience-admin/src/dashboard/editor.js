@@ -147,7 +147,7 @@ const ALGORITHM_SECTIONS = [
         ["min_limit", "int", "1"],
         ["max_limit", "int", "1000"],
         ["smoothing", "num", "0.2"],
-        ["rtt_tolerance", "num", "1.5"],
+        ["rtt_tolerance", "num", "1.25"],
         ["queue_size", "num", "4"],
         ["long_window", "int", "600"],
         ["sample_window", "dur", "100ms"],

@@ -15,8 +15,10 @@
 //!   samples the process's cgroup (v2, then v1) or `/proc/stat` every 250 ms in a
 //!   background thread started on first use.
 //! * [`GradientLimiter`]: a latency-gradient limit in the style of Netflix's
-//!   `Gradient2`: the limit grows while the short-term latency stays close to the
-//!   long-term one and shrinks as queueing inflates it. It needs no CPU signal.
+//!   `Gradient2`: the limit grows while the short-term latency stays within
+//!   `rtt_tolerance` of the no-load latency (measured by short probes, as Envoy's
+//!   adaptive concurrency measures `minRTT`) and shrinks as queueing inflates it, so
+//!   it settles near the service's real concurrency. It needs no CPU signal.
 //!
 //! Each decision is a value: [`GateRefused`] or [`LimitRefused`], which the tower
 //! layer (feature `tower`) maps to HTTP 429. Permits are RAII guards: dropping one

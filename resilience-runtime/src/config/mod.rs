@@ -166,8 +166,8 @@
 //! | `[points."x".retry.budget]` `percent`, `min_per_second`, `window` | number, integer, duration | 20.0, 10, `"10s"` | a budget of the point's own, replacing the one the code names: 0..=1000, <= 1000000, 1 s..=1 h |
 //! | `[points."x".adaptive]` `algorithm` | `"gradient"` \| `"shedder"` | required | |
 //! | gradient `initial_limit`, `min_limit`, `max_limit` | integer | 20, 1, 1000 | min <= initial <= max |
-//! | gradient `smoothing`, `rtt_tolerance`, `queue_size` | number | 0.2, 1.5, 4.0 | |
-//! | gradient `long_window`, `sample_window`, `min_samples` | integer, duration, integer | 600, `"100ms"`, 10 | |
+//! | gradient `smoothing`, `rtt_tolerance`, `queue_size` | number | 0.2, 1.25, 4.0 | |
+//! | gradient `long_window`, `sample_window`, `min_samples` | integer, duration, integer | 600, `"100ms"`, 10 | `long_window`: windows between two probes of the no-load latency |
 //! | shedder `window`, `buckets` | duration, integer | `"5s"`, 50 | |
 //! | shedder `cpu_threshold` | integer (millicores) | 900 | 0..=999 |
 //! | shedder `cool_off`, `default_min_rt` | duration | `"1s"`, `"1s"` | |

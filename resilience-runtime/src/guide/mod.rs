@@ -34,25 +34,28 @@
 //!    its policy, retries and hedging, gRPC statuses, adaptive concurrency limits,
 //!    priorities from a header.
 //! 9. [Limits per user or tenant](per_key_limits): hot keys.
+//! 10. [A real overload, measured](overload): an axum service over loopback HTTP at
+//!     1x, 2x and 4x its capacity, with no protection, tower's limit, a bulkhead with
+//!     a queue and the gradient limit with priorities.
 //!
 //! Operating it:
 //!
-//! 10. [Policies at runtime](runtime_policies): where settings come from and which
+//! 11. [Policies at runtime](runtime_policies): where settings come from and which
 //!     wins, dry runs, numeric types, points named from data.
-//! 11. [Policy files with hot reload](policy_files): TOML or JSON, checked whole,
+//! 12. [Policy files with hot reload](policy_files): TOML or JSON, checked whole,
 //!     reloaded on change.
-//! 12. [Metrics, logs and traces](observability): Prometheus, the `metrics` facade,
+//! 13. [Metrics, logs and traces](observability): Prometheus, the `metrics` facade,
 //!     OpenTelemetry, `tracing`.
-//! 13. [Statistics and listeners](statistics): counts, windows, per-second series,
+//! 14. [Statistics and listeners](statistics): counts, windows, per-second series,
 //!     call durations, events.
-//! 14. [A fleet with the console](fleet): the heartbeat, the admin console, https
+//! 15. [A fleet with the console](fleet): the heartbeat, the admin console, https
 //!     and tokens, breakers that know their peers, cluster-wide limits on Redis.
-//! 15. [Testing your own code](testing): a registry per test, forced breaker states
+//! 16. [Testing your own code](testing): a registry per test, forced breaker states
 //!     and refusals, one clock for every rule.
 //!
 //! And underneath:
 //!
-//! 16. [How it works](how_it_works): exactness under concurrency, time and cost,
+//! 17. [How it works](how_it_works): exactness under concurrency, time and cost,
 //!     where it differs from SDS, bloom filters, the timing wheel.
 
 // Doc-only modules: each chapter is the Markdown file of its name. A chapter links
@@ -99,6 +102,12 @@ pub mod timeouts {}
     allow(rustdoc::broken_intra_doc_links)
 )]
 pub mod axum_and_tower {}
+
+#[doc = include_str!("overload.md")]
+// The chart, made by the example with the table (an inline SVG, so it shows on docs.rs).
+#[doc = include_str!("overload.svg")]
+#[cfg_attr(not(feature = "tower"), allow(rustdoc::broken_intra_doc_links))]
+pub mod overload {}
 
 #[doc = include_str!("per_key_limits.md")]
 #[cfg_attr(

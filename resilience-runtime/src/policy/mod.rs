@@ -163,14 +163,15 @@ pub struct Policy {
 /// service instead of a fixed number. Checked after SDS's rules; a rejection is
 /// [`Reason::Overloaded`](crate::Reason::Overloaded).
 ///
-/// The gradient limiter (Netflix `Gradient2` style) held goodput near capacity with a
-/// bounded p99 in our overload simulation (`examples/adaptive_sim.rs`) and is the
-/// recommended choice; go-zero's shedder acts only while the CPU is hot, so it fits
+/// The gradient limiter (Netflix `Gradient2` style, against the no-load latency)
+/// held goodput near capacity with a bounded p99 in our overload simulation
+/// (`examples/adaptive_sim.rs`) and over real HTTP (the guide's
+/// [real overload](crate::guide::overload)), and is the recommended choice; go-zero's shedder acts only while the CPU is hot, so it fits
 /// CPU-bound services under gradual overload.
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum AdaptiveLimit {
-    /// Limit from the gradient of short- over long-term latency.
+    /// Limit from the gradient of the no-load over the short-term latency.
     Gradient(GradientConfig),
     /// go-zero's shedder: max passes per bucket x min latency, while CPU is hot.
     Shedder(AdaptiveConfig),

@@ -1,0 +1,665 @@
+//! A real overload, measured: an axum service on loopback whose backend serves 8
+//! requests at a time for 20 ms each (400 requests/s), driven over TCP by an open-loop
+//! client at 1x, 2x and 4x that rate, 20% of the requests critical, under four
+//! protections:
+//!
+//! * `none`: every request reaches the backend and waits for it;
+//! * `tower`: tower's `ConcurrencyLimitLayer(8)` under a `LoadShedLayer` (503 when full);
+//! * `queue`: a [`PointLayer`] of `max_concurrency(8)` with a bounded queue (8 waiting,
+//!   at most 100 ms);
+//! * `adaptive`: a [`PointLayer`] of the gradient limit (the defaults);
+//! * `gradient`: a [`PointLayer`] of the gradient limit with `critical_reserve(0.7)`,
+//!   under a [`PriorityLayer`] that reads the `x-priority` header.
+//!
+//! The client is open loop: arrivals are a seeded Poisson process at the row's rate,
+//! whatever the answers; each request's latency counts from its scheduled arrival (so
+//! a slow client cannot hide queueing), and a request unanswered after 1 s is given up
+//! (counted at 1 s). Each row starts a fresh server and point, runs a warm-up at the
+//! row's rate (cold start under overload), then measures.
+//!
+//! For each row: goodput (200 answers within the 200 ms objective, per second), p50 and
+//! p99 latency of the 200 answers, the share of requests refused, the critical tier's
+//! success (critical requests answered 200 within the objective, of those sent) and
+//! the mean number of requests in the handler (the backend's flight: served plus
+//! waiting for it).
+//!
+//! ```sh
+//! cargo run --release -p examples --example overload            # the full table
+//! cargo run --release -p examples --example overload -- --svg resilience-runtime/src/guide/overload.svg
+//! cargo run -p examples --example overload -- --smoke           # 4x only, short, with checks
+//! ```
+//!
+//! Options: `--warmup SECS` and `--secs SECS` (default 2 and 3 per row), `--svg PATH`
+//! (write the chart), `--smoke` (4x only, 0.5 s + 1 s per row, a backend of 4 slots
+//! so that a debug build on a busy host keeps up with its 800 requests/s, then checks
+//! that every protection beats none on goodput and that the priority row serves most
+//! critical requests; exits with an error otherwise). `OVERLOAD_ONLY=ROW` (`none`, `tower`,
+//! `queue`, `adaptive`, `gradient`) runs one protection only. Loopback only;
+//! `scripts/overload.sh` runs the full version.
+
+use axum::error_handling::HandleErrorLayer;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::{BoxError, Router};
+use resilience_runtime::adaptive::GradientConfig;
+use resilience_runtime::tower::{PointLayer, PriorityLayer};
+use resilience_runtime::{registry, AdaptiveLimit, Policy};
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tower::ServiceBuilder;
+
+/// Requests the backend serves at once: 8 (4 in the smoke, so that a debug build on
+/// a busy host drives 4x its capacity without the client falling behind).
+static SLOTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(8);
+
+fn slots() -> usize {
+    SLOTS.load(Ordering::Relaxed)
+}
+
+/// The backend's capacity, requests per second (`slots / SERVICE`).
+fn capacity() -> f64 {
+    slots() as f64 / SERVICE.as_secs_f64()
+}
+/// Each request's service time.
+const SERVICE: Duration = Duration::from_millis(20);
+/// A 200 answer within this counts as goodput.
+const OBJECTIVE: Duration = Duration::from_millis(200);
+/// The client gives a request up after this.
+const GIVE_UP: Duration = Duration::from_secs(1);
+/// The share of critical requests.
+const CRITICAL_SHARE: f64 = 0.2;
+/// The gradient row's share of the limit kept for critical requests.
+const CRITICAL_RESERVE: f64 = 0.7;
+
+/// The protections compared, in table order.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Protection {
+    None,
+    Tower,
+    Queue,
+    Adaptive,
+    Gradient,
+}
+
+impl Protection {
+    const ALL: [Protection; 5] = [
+        Protection::None,
+        Protection::Tower,
+        Protection::Queue,
+        Protection::Adaptive,
+        Protection::Gradient,
+    ];
+
+    fn label(self) -> String {
+        let n = slots();
+        match self {
+            Protection::None => "none".into(),
+            Protection::Tower => format!("tower ConcurrencyLimit({n}) + LoadShed"),
+            Protection::Queue => format!("PointLayer max_concurrency({n}) + queue({n}, 100 ms)"),
+            Protection::Adaptive => "PointLayer gradient".into(),
+            Protection::Gradient => "PointLayer gradient + priorities".into(),
+        }
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Protection::None => "none",
+            Protection::Tower => "tower",
+            Protection::Queue => "queue",
+            Protection::Adaptive => "adaptive",
+            Protection::Gradient => "gradient",
+        }
+    }
+}
+
+/// The backend: a semaphore of 8 slots held 20 ms per request, and the time requests
+/// spent in the handler (for the mean flight).
+struct Backend {
+    slots: Semaphore,
+    busy_ns: AtomicU64,
+}
+
+async fn work(State(backend): State<Arc<Backend>>) -> &'static str {
+    let start = Instant::now();
+    // Measured however the handler ends (a client that gave up drops it).
+    struct Account<'a>(&'a Backend, Instant);
+    impl Drop for Account<'_> {
+        fn drop(&mut self) {
+            let ns = self.1.elapsed().as_nanos() as u64;
+            self.0.busy_ns.fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+    let _account = Account(&backend, start);
+    let _slot = backend.slots.acquire().await;
+    tokio::time::sleep(SERVICE).await;
+    "ok"
+}
+
+fn router(
+    protection: Protection,
+    backend: Arc<Backend>,
+    row: &str,
+) -> Result<Router, Box<dyn std::error::Error>> {
+    let route = get(work);
+    let route = match protection {
+        Protection::None => route,
+        Protection::Tower => route.route_layer(
+            ServiceBuilder::new()
+                .layer(HandleErrorLayer::new(|_: BoxError| async {
+                    StatusCode::SERVICE_UNAVAILABLE
+                }))
+                .layer(tower::load_shed::LoadShedLayer::new())
+                .layer(tower::limit::ConcurrencyLimitLayer::new(slots())),
+        ),
+        Protection::Queue => {
+            let policy = Policy::builder()
+                .max_concurrency(slots() as u64)
+                .queue(slots() as u64, Duration::from_millis(100))
+                .build()?;
+            registry().set_policy(row, policy)?;
+            route.route_layer(PointLayer::new(row)?.respond())
+        }
+        Protection::Adaptive => {
+            let policy = Policy::builder()
+                .adaptive(AdaptiveLimit::Gradient(GradientConfig::default()))
+                .build()?;
+            registry().set_policy(row, policy)?;
+            route.route_layer(PointLayer::new(row)?.respond())
+        }
+        Protection::Gradient => {
+            let gradient = GradientConfig::builder()
+                .critical_reserve(CRITICAL_RESERVE)
+                .build()?;
+            let policy = Policy::builder()
+                .adaptive(AdaptiveLimit::Gradient(gradient))
+                .build()?;
+            registry().set_policy(row, policy)?;
+            route.route_layer(
+                ServiceBuilder::new()
+                    .layer(PriorityLayer::header("x-priority"))
+                    .layer(PointLayer::new(row)?.respond()),
+            )
+        }
+    };
+    Ok(Router::new().route("/work", route).with_state(backend))
+}
+
+/// How one request ended.
+#[derive(Clone, Copy, Debug)]
+struct Outcome {
+    critical: bool,
+    /// The status, `None` for a request given up or failed on the wire.
+    status: Option<u16>,
+    latency: Duration,
+}
+
+/// Keep-alive connections to the server, one request at a time each.
+#[derive(Default)]
+struct Pool(Mutex<Vec<TcpStream>>);
+
+/// One `GET /work` over a pooled connection (or a new one); the status.
+async fn request(pool: &Pool, addr: SocketAddr, critical: bool) -> std::io::Result<u16> {
+    let popped = pool.0.lock().unwrap_or_else(|p| p.into_inner()).pop();
+    let mut s = match popped {
+        Some(s) => s,
+        None => {
+            let s = TcpStream::connect(addr).await?;
+            s.set_nodelay(true)?;
+            s
+        }
+    };
+    let priority = if critical { "critical" } else { "default" };
+    let req = format!("GET /work HTTP/1.1\r\nhost: {addr}\r\nx-priority: {priority}\r\n\r\n");
+    s.write_all(req.as_bytes()).await?;
+    let mut buf = Vec::with_capacity(256);
+    let mut chunk = [0u8; 512];
+    let (head_end, status, length, close) = loop {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+            let status = head
+                .split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .ok_or(std::io::ErrorKind::InvalidData)?;
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            let close = head.contains("connection: close");
+            break (i + 4, status, length, close);
+        }
+    };
+    while buf.len() < head_end + length {
+        let n = s.read(&mut chunk).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    if !close {
+        pool.0.lock().unwrap_or_else(|p| p.into_inner()).push(s);
+    }
+    Ok(status)
+}
+
+/// SplitMix64, for seeded arrivals and tiers.
+struct Rng(u64);
+
+impl Rng {
+    fn next_f64(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        ((z >> 11) + 1) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// What a row measured.
+#[derive(Clone, Copy, Debug, Default)]
+struct Row {
+    rate: f64,
+    goodput: f64,
+    p50: Duration,
+    p99: Duration,
+    refused_share: f64,
+    critical_success: f64,
+    other_success: f64,
+    mean_flight: f64,
+}
+
+/// Drives `protection` at `rate` requests per second: a fresh server, `warmup` of
+/// load, then `measure` of load measured.
+fn run_row(
+    protection: Protection,
+    rate: f64,
+    warmup: Duration,
+    measure: Duration,
+    seed: u64,
+) -> Result<Row, Box<dyn std::error::Error>> {
+    let backend = Arc::new(Backend {
+        slots: Semaphore::new(slots()),
+        busy_ns: AtomicU64::new(0),
+    });
+    let row_name = format!(
+        "overload.{}.{}x.{seed}",
+        protection.short(),
+        (rate / capacity()).round()
+    );
+    let app = router(protection, backend.clone(), &row_name)?;
+    let server = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let listener = server.block_on(tokio::net::TcpListener::bind(("127.0.0.1", 0)))?;
+    let addr = listener.local_addr()?;
+    server.spawn(async move { axum::serve(listener, app).await });
+
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let outcomes: Arc<Mutex<Vec<Outcome>>> = Arc::default();
+    // The backend's handler time accumulated when the measure began and at its end.
+    let busy = client.block_on(async {
+        let pool = Arc::new(Pool::default());
+        let mut rng = Rng(seed);
+        let start = tokio::time::Instant::now();
+        let measure_from = start + warmup;
+        let end = measure_from + measure;
+        let mut next = start;
+        let mut busy_at_measure = None;
+        let mut tasks = Vec::new();
+        while next < end {
+            tokio::time::sleep_until(next).await;
+            let now = tokio::time::Instant::now();
+            if busy_at_measure.is_none() && now >= measure_from {
+                busy_at_measure = Some(backend.busy_ns.load(Ordering::Relaxed));
+            }
+            // Every arrival due by now (the timer ticks by the millisecond).
+            while next <= now && next < end {
+                let scheduled = next;
+                let critical = rng.next_f64() < CRITICAL_SHARE;
+                let (pool, outcomes) = (pool.clone(), outcomes.clone());
+                tasks.push(tokio::spawn(async move {
+                    let answer =
+                        tokio::time::timeout(GIVE_UP, request(&pool, addr, critical)).await;
+                    if scheduled < measure_from {
+                        return;
+                    }
+                    let latency = scheduled.elapsed().min(GIVE_UP);
+                    let status = answer.ok().and_then(Result::ok);
+                    outcomes
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(Outcome {
+                            critical,
+                            status,
+                            latency,
+                        });
+                }));
+                let gap = -rng.next_f64().ln() / rate;
+                next += Duration::from_secs_f64(gap);
+            }
+        }
+        let busy_end = backend.busy_ns.load(Ordering::Relaxed);
+        for t in tasks {
+            let _ = t.await;
+        }
+        (busy_at_measure.unwrap_or(0), busy_end)
+    });
+    drop(client);
+    server.shutdown_timeout(Duration::from_millis(100));
+
+    let outcomes = std::mem::take(&mut *outcomes.lock().unwrap_or_else(|p| p.into_inner()));
+    let secs = measure.as_secs_f64();
+    let good = |o: &Outcome| o.status == Some(200) && o.latency <= OBJECTIVE;
+    let share = |critical: bool| {
+        let tier: Vec<_> = outcomes.iter().filter(|o| o.critical == critical).collect();
+        if tier.is_empty() {
+            return 1.0;
+        }
+        tier.iter().filter(|o| good(o)).count() as f64 / tier.len() as f64
+    };
+    let mut ok: Vec<Duration> = outcomes
+        .iter()
+        .filter(|o| o.status.is_none_or(|s| s == 200))
+        .map(|o| o.latency)
+        .collect();
+    ok.sort_unstable();
+    let pct = |q: f64| {
+        if ok.is_empty() {
+            return Duration::ZERO;
+        }
+        ok[((ok.len() as f64 * q).ceil() as usize).clamp(1, ok.len()) - 1]
+    };
+    let refused = outcomes
+        .iter()
+        .filter(|o| matches!(o.status, Some(s) if s != 200))
+        .count();
+    let sent = outcomes.len().max(1);
+    Ok(Row {
+        rate,
+        goodput: outcomes.iter().filter(|o| good(o)).count() as f64 / secs,
+        p50: pct(0.5),
+        p99: pct(0.99),
+        refused_share: refused as f64 / sent as f64,
+        critical_success: share(true),
+        other_success: share(false),
+        // Handler time accumulated while measuring (calls straddling the edges are
+        // counted when they end), over the measured time: the mean flight.
+        mean_flight: busy.1.saturating_sub(busy.0) as f64 / 1e9 / secs,
+    })
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1}", d.as_secs_f64() * 1e3)
+}
+
+/// The table, in Markdown.
+fn table(results: &[(Protection, Vec<Row>)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "| protection | load | goodput/s | p50 ms | p99 ms | refused | critical ok | other ok | in flight |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+    for (p, rows) in results {
+        for r in rows {
+            let _ = writeln!(
+                out,
+                "| {} | {:.0}x | {:.0} | {} | {} | {:.0}% | {:.0}% | {:.0}% | {:.1} |",
+                p.label(),
+                r.rate / capacity(),
+                r.goodput,
+                ms(r.p50),
+                ms(r.p99),
+                100.0 * r.refused_share,
+                100.0 * r.critical_success,
+                100.0 * r.other_success,
+                r.mean_flight,
+            );
+        }
+    }
+    out
+}
+
+/// A chart of goodput (left) and p50 latency (right) against the offered load, one
+/// line per protection, as a standalone SVG.
+fn svg(results: &[(Protection, Vec<Row>)]) -> String {
+    const COLORS: [&str; 5] = ["#9e9e9e", "#e69f00", "#0072b2", "#cc79a7", "#009e73"];
+    let (w, h) = (760.0, 350.0);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
+    );
+    let _ = writeln!(out, r##"<rect width="{w}" height="{h}" fill="#ffffff"/>"##);
+    // Two panels: goodput/s (0..capacity() x 1.1) and p50 ms (log scale 10..1000).
+    let panels: [(&str, f64); 2] = [
+        ("goodput/s (answers within 200 ms)", 40.0),
+        ("p50 latency, ms (log)", 420.0),
+    ];
+    let (pw, ph, top) = (300.0, 220.0, 40.0);
+    let loads = [1.0, 2.0, 4.0];
+    let x_of = |x0: f64, load: f64| x0 + 30.0 + (load.log2() / 2.0) * (pw - 60.0);
+    for (i, (title, x0)) in panels.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            r##"<text x="{}" y="24" font-weight="bold">{title}</text>"##,
+            x0
+        );
+        let _ = writeln!(
+            out,
+            r##"<rect x="{x0}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#cccccc"/>"##
+        );
+        for load in loads {
+            let x = x_of(*x0, load);
+            let _ = writeln!(
+                out,
+                r##"<text x="{x}" y="{}" text-anchor="middle">{load:.0}x</text>"##,
+                top + ph + 16.0
+            );
+        }
+        let ticks: Vec<(f64, String)> = if i == 0 {
+            [0.0, 100.0, 200.0, 300.0, 400.0]
+                .iter()
+                .map(|v| (top + ph - v / (capacity() * 1.1) * ph, format!("{v:.0}")))
+                .collect()
+        } else {
+            [10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0]
+                .iter()
+                .map(|v: &f64| (top + ph - (v.log10() - 1.0) / 2.0 * ph, format!("{v:.0}")))
+                .collect()
+        };
+        for (y, label) in ticks {
+            let _ = writeln!(
+                out,
+                r##"<line x1="{x0}" x2="{}" y1="{y:.1}" y2="{y:.1}" stroke="#eeeeee"/><text x="{}" y="{:.1}" text-anchor="end">{label}</text>"##,
+                x0 + pw,
+                x0 - 4.0,
+                y + 4.0
+            );
+        }
+        for (k, (p, rows)) in results.iter().enumerate() {
+            let color = COLORS[k % COLORS.len()];
+            let points: Vec<String> = rows
+                .iter()
+                .map(|r| {
+                    let load = r.rate / capacity();
+                    let y = if i == 0 {
+                        top + ph - r.goodput / (capacity() * 1.1) * ph
+                    } else {
+                        let v = (r.p50.as_secs_f64() * 1e3).clamp(10.0, 1000.0);
+                        top + ph - (v.log10() - 1.0) / 2.0 * ph
+                    };
+                    format!("{:.1},{:.1}", x_of(*x0, load), y)
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                r##"<polyline points="{}" fill="none" stroke="{color}" stroke-width="2.5"/>"##,
+                points.join(" ")
+            );
+            for pt in &points {
+                let (x, y) = pt.split_once(',').unwrap_or(("0", "0"));
+                let _ = writeln!(
+                    out,
+                    r##"<circle cx="{x}" cy="{y}" r="3.5" fill="{color}"><title>{}</title></circle>"##,
+                    p.label()
+                );
+            }
+        }
+    }
+    // Legend.
+    for (k, (p, _)) in results.iter().enumerate() {
+        let color = COLORS[k % COLORS.len()];
+        let (x, y) = (
+            40.0 + (k % 2) as f64 * 360.0,
+            top + ph + 40.0 + (k / 2) as f64 * 18.0,
+        );
+        let _ = writeln!(
+            out,
+            r##"<rect x="{x}" y="{}" width="14" height="4" fill="{color}"/><text x="{}" y="{}">{}</text>"##,
+            y - 6.0,
+            x + 20.0,
+            y,
+            p.label()
+        );
+    }
+    let _ = writeln!(out, "</svg>");
+    out
+}
+
+struct Args {
+    warmup: Duration,
+    secs: Duration,
+    svg: Option<String>,
+    smoke: bool,
+}
+
+fn args() -> Result<Args, String> {
+    let mut a = Args {
+        warmup: Duration::from_secs(2),
+        secs: Duration::from_secs(3),
+        svg: None,
+        smoke: false,
+    };
+    let mut it = std::env::args().skip(1);
+    let secs = |v: Option<String>, flag: &str| -> Result<Duration, String> {
+        v.and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| format!("{flag}: expected a positive number of seconds"))
+    };
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--warmup" => a.warmup = secs(it.next(), "--warmup")?,
+            "--secs" => a.secs = secs(it.next(), "--secs")?,
+            "--svg" => a.svg = Some(it.next().ok_or("--svg: missing path")?),
+            "--smoke" => a.smoke = true,
+            _ => {
+                return Err(format!(
+                    "unknown option {flag}; expected --warmup, --secs, --svg or --smoke"
+                ))
+            }
+        }
+    }
+    if a.smoke {
+        a.warmup = Duration::from_millis(500);
+        a.secs = Duration::from_secs(1);
+        SLOTS.store(4, Ordering::Relaxed);
+    }
+    Ok(a)
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args = args()?;
+    let loads: &[f64] = if args.smoke { &[4.0] } else { &[1.0, 2.0, 4.0] };
+    println!(
+        "backend: {} slots x {SERVICE:?} = {:.0} requests/s; open-loop Poisson arrivals, \
+         {:.0}% critical; warm-up {:?}, then {:?} measured per row; objective {OBJECTIVE:?}\n",
+        slots(),
+        capacity(),
+        CRITICAL_SHARE * 100.0,
+        args.warmup,
+        args.secs
+    );
+    let mut results = Vec::new();
+    let only = std::env::var("OVERLOAD_ONLY").ok();
+    for (k, p) in Protection::ALL.into_iter().enumerate() {
+        if only.as_deref().is_some_and(|o| o != p.short()) {
+            continue;
+        }
+        let mut rows = Vec::new();
+        for (j, load) in loads.iter().enumerate() {
+            let seed = 0x5eed + (k * 16 + j) as u64;
+            rows.push(run_row(p, load * capacity(), args.warmup, args.secs, seed)?);
+        }
+        results.push((p, rows));
+    }
+    print!("{}", table(&results));
+    println!(
+        "\ngoodput: 200 answers within {OBJECTIVE:?} per second; p50/p99: 200 answers (and requests given up, at {GIVE_UP:?});\n\
+         critical/other ok: the tier's requests answered 200 within the objective; in flight: mean requests in the handler."
+    );
+    if let Some(path) = &args.svg {
+        std::fs::write(path, svg(&results))?;
+        println!("chart written to {path}");
+    }
+    if args.smoke {
+        check(&results)?;
+    }
+    Ok(())
+}
+
+/// The smoke's checks, loose enough for a busy 2-core host and a debug build.
+fn check(results: &[(Protection, Vec<Row>)]) -> Result<(), String> {
+    let at = |p: Protection| {
+        results
+            .iter()
+            .find(|(q, _)| *q == p)
+            .and_then(|(_, rows)| rows.last().copied())
+            .unwrap_or_default()
+    };
+    let none = at(Protection::None);
+    for p in [
+        Protection::Tower,
+        Protection::Queue,
+        Protection::Adaptive,
+        Protection::Gradient,
+    ] {
+        let r = at(p);
+        if r.goodput < 2.0 * none.goodput + 0.25 * capacity() {
+            return Err(format!(
+                "{}: goodput {:.0}/s at 4x, not well above none's {:.0}/s",
+                p.label(),
+                r.goodput,
+                none.goodput
+            ));
+        }
+    }
+    let g = at(Protection::Gradient);
+    if g.critical_success < 0.6 || g.critical_success <= g.other_success {
+        return Err(format!(
+            "gradient + priorities: critical success {:.0}% (other {:.0}%) at 4x",
+            100.0 * g.critical_success,
+            100.0 * g.other_success
+        ));
+    }
+    println!("smoke: ok");
+    Ok(())
+}
