@@ -106,7 +106,10 @@ impl Registry {
     ///   removes its layer, and so lets it be retired).
     ///
     /// The decision is made under the layer lock and the point's map entry lock, so
-    /// no handle can be taken and no layer set while it is made. Only the name stays
+    /// no handle can be taken and no layer set while it is made. On the system clock
+    /// the registry's own sampler holds a point called in the last seconds for the
+    /// instant it samples it, once a second: a point met at that instant is kept
+    /// ([`RetireError::InUse`]) and retired by a later call. Only the name stays
     /// (one copy per distinct name, at most 256 bytes: events and errors carry it).
     ///
     /// # Errors
