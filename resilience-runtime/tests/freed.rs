@@ -112,8 +112,17 @@ fn a_dropped_registry_gives_back_every_byte_it_took() {
     for _ in 0..3 {
         peaks.push(one_life());
     }
-    std::thread::sleep(Duration::from_millis(100));
-    let grown = live() - start;
+    // What a dropped point's timers and queued sweeps still hold (a weak reference
+    // keeps its allocation) is given back when they fire: on a loaded host that can
+    // take longer than a moment, so wait for the heap to settle (a leak never does).
+    let mut grown = live() - start;
+    for _ in 0..50 {
+        if grown < 16 * 1024 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        grown = live() - start;
+    }
     eprintln!("peaks {peaks:?} bytes; grown over three lives: {grown} bytes");
     assert!(
         peaks.iter().all(|p| *p > 500_000),
