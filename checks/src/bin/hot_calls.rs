@@ -8,7 +8,8 @@
 //! the seconds closed), which valgrind stretches fifty-fold. Reading either clock is
 //! one load on the pass path.
 //!
-//! Paths: `no_policy`, `all_five`, `breaker`, `tower_no_policy`, `keyed`.
+//! Paths: `no_policy`, `all_five`, `concurrency_only`, `bucket_only`, `breaker`,
+//! `tower_no_policy`, `keyed`.
 
 use resilience_runtime::{breaker, downgrade, registry, Policy};
 use std::hint::black_box;
@@ -66,6 +67,21 @@ fn main() {
         }),
         "all_five" => {
             registry().set_policy("instr.all", all_five()).unwrap();
+            hot_loop(n, |i| {
+                black_box(all(black_box(i)));
+            });
+        }
+        // One rule each, on the same function as `all_five` (each path runs in a
+        // process of its own).
+        "concurrency_only" | "bucket_only" => {
+            let policy = if path == "concurrency_only" {
+                Policy::builder().max_concurrency(1_000_000)
+            } else {
+                Policy::builder().token_bucket(1e9, 1_000_000_000)
+            };
+            registry()
+                .set_policy("instr.all", policy.build().unwrap())
+                .unwrap();
             hot_loop(n, |i| {
                 black_box(all(black_box(i)));
             });

@@ -23,9 +23,9 @@ use crate::point::admit::health::{self, Health};
 use crate::point::admit::permit::{fill, place, Outcome, Permit, NO_HANG};
 use crate::point::admit::taken::Taken;
 use crate::point::form::compiled::{
-    Compiled, Leaked, ACTIVE, NOT_PLAIN, R_ADAPTIVE, R_BREAKER, R_BREAKER_TIMED, R_CONCURRENCY,
-    R_DELAY, R_EXCEPTIONS, R_FINE, R_FLOW, R_QUEUE, R_RATE, R_SHADOW, R_TIMEOUTS, R_TOKENS,
-    R_VISITS, R_WARM,
+    Compiled, Leaked, ACTIVE, COUNTED, NOT_PLAIN, R_ADAPTIVE, R_BREAKER, R_BREAKER_TIMED,
+    R_CONCURRENCY, R_DELAY, R_EXCEPTIONS, R_FINE, R_FLOW, R_QUEUE, R_RATE, R_SHADOW, R_TIMEOUTS,
+    R_TOKENS, R_VISITS, R_WARM,
 };
 use crate::point::form::keys::KeyArg;
 use crate::point::form::slots::{
@@ -48,7 +48,7 @@ impl Point {
         let c = self.compiled();
         if c.rules & (ACTIVE | R_BREAKER) == R_BREAKER {
             // The common case: a breaker and no policy.
-            return place(self.enter_breaker_only(c), slot);
+            return self.enter_breaker_only(c, slot);
         }
         // A live breaker shows in the rule bits; only without one can the setting be
         // missing (or `Disabled`).
@@ -68,10 +68,7 @@ impl Point {
     ) -> crate::point::admit::queue::Admission<'a, 'p> {
         let c = self.compiled();
         if c.rules & (ACTIVE | R_BREAKER) == R_BREAKER {
-            return crate::point::admit::queue::Admission::Ready(place(
-                self.enter_breaker_only(c),
-                slot,
-            ));
+            return crate::point::admit::queue::Admission::Ready(self.enter_breaker_only(c, slot));
         }
         if c.rules & R_BREAKER == 0 && !self.breaker_set.load(Ordering::Acquire) {
             self.ensure_breaker();
@@ -297,6 +294,9 @@ impl Point {
             self.enter_lean(c, slot, flags, key)
         } else if let (Some(key), Some(_)) = (key, c.keys) {
             self.enter_keyed(c, slot, flags, key)
+        } else if c.rules & !COUNTED == 0 && !crate::point::state::durations::measuring_durations()
+        {
+            self.enter_counted(c, slot)
         } else {
             self.enter_governed(c, slot, flags)
         }
@@ -332,6 +332,49 @@ impl Point {
             self.enter_policy::<true>(c, slot, flags, None)
         } else {
             self.enter_policy::<false>(c, slot, flags, None)
+        }
+    }
+
+    /// A policy of the visits and concurrency rules alone, its calls untimed: the
+    /// commit on the flow word is the whole decision ([`Flow::admit`] checks both
+    /// limits on the word it replaces, so they hold exactly, as in
+    /// [`enter_policy`](Self::enter_policy), which takes the same decisions with
+    /// every other rule's stage in between).
+    #[inline(never)]
+    pub(in crate::point) fn enter_counted<'p>(
+        &'p self,
+        c: &'static Compiled,
+        slot: &mut Option<Permit<'p>>,
+    ) -> Entry {
+        let now = self.clock.now_ns();
+        self.observe_cycle(now);
+        let base = c.ring().base(now, || self.counters.tracked(&self.flow));
+        let limits = Limits {
+            from: base[window::PASSES],
+            passes: if c.rules & R_VISITS != 0 {
+                c.max_visits
+            } else {
+                NO_LIMIT
+            },
+            inflight: if c.rules & R_CONCURRENCY != 0 {
+                c.max_concurrency
+            } else {
+                NO_LIMIT
+            },
+        };
+        match self.flow.admit(limits) {
+            Ok(entry) => {
+                self.note_peak(entry.inflight);
+                fill(slot, Permit::counted(self, entry.slot));
+                Entry::Admitted
+            }
+            Err(refused) => {
+                let reason = match refused {
+                    Refused::Visits => Reason::Visits,
+                    Refused::Concurrency => Reason::Concurrency,
+                };
+                Entry::of(place(self.refuse(c, reason, 0, false, now), slot))
+            }
         }
     }
 
@@ -600,30 +643,31 @@ impl Point {
         c: &'static Compiled,
         slot: &mut Option<Permit<'p>>,
     ) -> Entry {
-        Entry::of(place(self.enter_breaker_only(c), slot))
+        Entry::of(self.enter_breaker_only(c, slot))
     }
 
-    /// A point without policy but with a breaker. The closed path of an untimed SRE
-    /// breaker stays in this small function; everything else is out of line.
+    /// A point without policy but with a breaker: the permit is written in the
+    /// caller's `slot`. The closed path of an untimed SRE breaker stays in this small
+    /// function and writes the permit once, in place; everything else is out of line.
     #[inline]
     pub(in crate::point) fn enter_breaker_only<'p>(
         &'p self,
         c: &'static Compiled,
-    ) -> Result<Permit<'p>, Downgraded> {
-        if let (R_BREAKER, Some(slot)) = (c.rules & (R_BREAKER | R_BREAKER_TIMED), c.breaker) {
-            if let BreakerImpl::Sre(b) = &slot.imp {
-                if b.accepts_surely(self.clock.now_ns()) {
+        slot: &mut Option<Permit<'p>>,
+    ) -> Result<(), Downgraded> {
+        if let (R_BREAKER, Some(b)) = (c.rules & (R_BREAKER | R_BREAKER_TIMED), c.breaker) {
+            if let BreakerImpl::Sre(sre) = &b.imp {
+                if sre.accepts_surely(self.clock.now_ns()) {
                     self.pass_untracked();
-                    let mut permit = Permit::untracked(self);
-                    permit.attach_breaker(BreakerCall {
-                        slot: slot.0,
-                        word: 0,
-                    });
-                    return Ok(permit);
+                    fill(
+                        slot,
+                        Permit::with_breaker(self, BreakerCall { slot: b.0, word: 0 }),
+                    );
+                    return Ok(());
                 }
             }
         }
-        self.enter_breaker_slow(c)
+        place(self.enter_breaker_slow(c), slot)
     }
 
     /// The rest of [`enter_breaker_only`](Self::enter_breaker_only).

@@ -264,6 +264,37 @@ impl<'a> Permit<'a> {
         }
     }
 
+    /// The permit of an untimed call holding a slot of the flow word, and nothing
+    /// else (see [`Point::enter_counted`]).
+    #[inline(always)]
+    pub(in crate::point) fn counted(point: &'a Point, slot: Slot) -> Permit<'a> {
+        Permit {
+            point,
+            start: 0,
+            timeout: 0,
+            probe_of: 0,
+            meta: Meta::new(slot, false),
+            breaker: None,
+            adaptive: None,
+            key: None,
+        }
+    }
+
+    /// The permit of an untimed call that only its breaker judged.
+    #[inline(always)]
+    pub(in crate::point) fn with_breaker(point: &'a Point, call: BreakerCall) -> Permit<'a> {
+        Permit {
+            point,
+            start: 0,
+            timeout: 0,
+            probe_of: 0,
+            meta: Meta::new(Slot::None, false).with_extra(true),
+            breaker: Some(call),
+            adaptive: None,
+            key: None,
+        }
+    }
+
     /// The point this permit belongs to.
     pub fn point(&self) -> &'a Point {
         self.point
@@ -325,7 +356,12 @@ impl<'a> Permit<'a> {
             return;
         }
         if meta & Meta::EXTRA == 0 {
-            let _ = self.settle(outcome);
+            if self.start == 0 && meta as u32 == NO_HANG {
+                // Untimed and never registered as hung: only the outcome is counted.
+                self.point.count_untracked_end(outcome);
+            } else {
+                let _ = self.settle(outcome);
+            }
             if self.point.flow.release(self.meta.slot()) {
                 self.point.wake_waiter();
             }

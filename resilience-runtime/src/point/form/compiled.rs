@@ -73,6 +73,11 @@ pub(in crate::point) const R_FLOW: u64 = 1 << 17;
 const NEEDS_FLOW: u64 =
     R_VISITS | R_CONCURRENCY | R_QUEUE | R_TIMEOUTS | R_EXCEPTIONS | R_RATE | R_DELAY;
 
+/// The rule bits of a policy whose whole decision is the flow word's commit (the
+/// visits and concurrency rules alone): such a call, when untimed, takes
+/// [`Point::enter_counted`].
+pub(in crate::point) const COUNTED: u64 = ACTIVE | R_FLOW | R_VISITS | R_CONCURRENCY;
+
 /// Rule bits outside the plain rules (SDS's, with fixed thresholds on the timeline):
 /// a point without any of them takes the leaner [`Point::enter_policy`] instance.
 pub(in crate::point) const NOT_PLAIN: u64 =
