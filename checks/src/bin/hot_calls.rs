@@ -9,7 +9,7 @@
 //! one load on the pass path.
 //!
 //! Paths: `no_policy`, `all_five`, `concurrency_only`, `bucket_only`, `breaker`,
-//! `tower_no_policy`, `keyed`.
+//! `tower_no_policy`, `tower_all_five`, `keyed`.
 
 use resilience_runtime::{breaker, downgrade, registry, Policy};
 use std::hint::black_box;
@@ -102,6 +102,10 @@ fn main() {
             });
         }
         "tower_no_policy" => tower_calls(n),
+        "tower_all_five" => {
+            registry().set_policy("instr.tower", all_five()).unwrap();
+            tower_calls(n)
+        }
         other => panic!("unknown path {other:?}"),
     }
 }
@@ -116,8 +120,8 @@ fn hot_loop(n: u64, mut call: impl FnMut(u64)) {
     }
 }
 
-/// `n` calls through tower's `PointLayer` on a point without a policy, each ready at
-/// once: `poll_ready`, `call`, one poll of the response future.
+/// `n` calls through tower's `PointLayer` on its point (without a policy unless the
+/// path set one), each ready at once: `poll_ready`, `call`, one poll of the response future.
 fn tower_calls(n: u64) {
     use resilience_runtime::tower::PointLayer;
     use std::future::Future;
