@@ -403,6 +403,16 @@ impl SreBreaker {
             return false;
         }
         let base = self.ring.base(now, || self.current());
+        let bad = |i: usize| {
+            self.counts[i]
+                .load(Ordering::Relaxed)
+                .saturating_sub(base[i])
+        };
+        if bad(FAILURE) == 0 && bad(DROP) == 0 {
+            // Every call of the window accepted: `total = accepts`, and
+            // `10 x (accepts - protection) <= 11 x accepts` always holds.
+            return true;
+        }
         let current = self.current();
         let accepts = current[SUCCESS].saturating_sub(base[SUCCESS]);
         let total = current[SUCCESS].saturating_sub(base[SUCCESS])

@@ -86,6 +86,9 @@ impl Meta {
     pub(in crate::point) const SLOT_MASK: u64 = 0b11 << Self::SLOT_SHIFT;
     pub(in crate::point) const FINE: u64 = 1 << 34;
     pub(in crate::point) const EXTRA: u64 = 1 << 35;
+    /// Set with [`EXTRA`](Self::EXTRA) by [`Permit::with_breaker`] alone: an untimed
+    /// call that only an SRE breaker judged, completed by one counter of the breaker.
+    pub(in crate::point) const SRE_ONLY: u64 = 1 << 36;
 
     #[inline]
     pub(in crate::point) fn extra(self) -> bool {
@@ -288,7 +291,9 @@ impl<'a> Permit<'a> {
             start: 0,
             timeout: 0,
             probe_of: 0,
-            meta: Meta::new(Slot::None, false).with_extra(true),
+            meta: Meta::from_bits(
+                Meta::new(Slot::None, false).bits() | Meta::EXTRA | Meta::SRE_ONLY,
+            ),
             breaker: Some(call),
             adaptive: None,
             key: None,
@@ -367,6 +372,14 @@ impl<'a> Permit<'a> {
             }
             return;
         }
+        if meta & Meta::SRE_ONLY != 0 && outcome == Outcome::Ok {
+            // An untimed call only an SRE breaker judged, done well: its success.
+            if let Some(BreakerCall { slot, .. }) = self.breaker {
+                if let BreakerImpl::Sre(b) = &slot.imp {
+                    return b.record_admitted(crate::breaker::Outcome::Success);
+                }
+            }
+        }
         self.complete_tracked(outcome);
     }
 
@@ -390,6 +403,14 @@ impl<'a> Permit<'a> {
     /// The rest of [`complete`](Self::complete), out of line.
     #[inline(never)]
     pub(in crate::point) fn complete_tracked(&mut self, outcome: Outcome) {
+        if self.meta.bits() & Meta::SRE_ONLY != 0 && outcome != Outcome::Cancelled {
+            if let Some(BreakerCall { slot, .. }) = self.breaker {
+                if let BreakerImpl::Sre(b) = &slot.imp {
+                    b.record_admitted(sre_outcome(outcome != Outcome::Ok));
+                    return self.point.count_untracked_end(outcome);
+                }
+            }
+        }
         if self.meta.slot() != Slot::None || self.adaptive.is_some() || self.key.is_some() {
             return self.complete_slow(outcome);
         }
@@ -398,9 +419,7 @@ impl<'a> Permit<'a> {
             // An untimed call of a breaker-only point: one counter of the breaker.
             Some(BreakerCall { slot, word: 0 }) if outcome != Outcome::Cancelled => {
                 match &slot.imp {
-                    BreakerImpl::Sre(b) => {
-                        b.record_admitted(sre_outcome(outcome == Outcome::Exception))
-                    }
+                    BreakerImpl::Sre(b) => b.record_admitted(sre_outcome(outcome != Outcome::Ok)),
                     BreakerImpl::Classic(_) => return self.complete_slow(outcome),
                 }
             }
