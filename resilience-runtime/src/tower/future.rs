@@ -149,25 +149,27 @@ struct Waiting<S, Req> {
     request: Req,
 }
 
-/// Where a [`PointFuture`] is. Only a call that waits pays for its service and
-/// request being carried (boxed), and only one under a `call_timeout` for a timer
-/// (boxed too, armed at its first poll).
-enum Stage<S, Req> {
-    /// Waiting for its token or in the queue.
-    Waiting(Box<Waiting<S, Req>>),
+/// Where a [`PointFuture`] is. The stage owns nothing (dropping it is free): what a
+/// waiting call carries (its service and request) and a deadline's timer are boxed
+/// in fields of their own, so that only a call that waits or runs under a
+/// `call_timeout` pays for them.
+#[derive(Clone, Copy)]
+enum Stage {
+    /// Waiting for its token or in the queue (`PointFuture::waiting`).
+    Waiting,
     /// Admitted and running, without a deadline.
     Running,
     /// Admitted and running, with a deadline not yet armed.
     Timed(Duration),
-    /// Admitted and running until the deadline.
-    Deadline(Pin<Box<tokio::time::Sleep>>),
+    /// Admitted and running until the deadline (`PointFuture::deadline`).
+    Deadline,
     /// Refused: the answer at the first poll.
     Refused(Refused),
     /// Answered (or cut).
     Done,
 }
 
-impl<S, Req> Stage<S, Req> {
+impl Stage {
     /// The stage of a call admitted on `point`.
     #[inline]
     fn running(point: &Point) -> Self {
@@ -178,7 +180,7 @@ impl<S, Req> Stage<S, Req> {
     }
 
     fn is_running(&self) -> bool {
-        matches!(self, Stage::Running | Stage::Timed(_) | Stage::Deadline(_))
+        matches!(self, Stage::Running | Stage::Timed(_) | Stage::Deadline)
     }
 }
 
@@ -199,7 +201,11 @@ pin_project! {
         // The call's permit while it runs (none for a call on a point without policy
         // or breaker, whose end is counted without one).
         permit: Option<Permit<'static>>,
-        stage: Stage<S, Req>,
+        stage: Stage,
+        // What a waiting call carries (with `Stage::Waiting`).
+        waiting: Option<Box<Waiting<S, Req>>>,
+        // The timer of a call under a deadline (with `Stage::Deadline`).
+        deadline: Option<Pin<Box<tokio::time::Sleep>>>,
         point: &'static Point,
         retry_after: Option<Duration>,
         mode: PhantomData<fn() -> M>,
@@ -238,6 +244,7 @@ impl<S: Service<Req>, Req, M> PointFuture<S, Req, M> {
         request: Req,
     ) -> Self {
         let mut permit = None;
+        let mut waiting = None;
         let (inner, stage) = match point.enter_async_keyed_in(&mut permit, None, key) {
             Admission::Ready(Ok(())) => (Some(service.call(request)), Stage::running(point)),
             Admission::Ready(Err(d)) => (None, Stage::Refused(refusal(point, d, retry_after))),
@@ -246,18 +253,20 @@ impl<S: Service<Req>, Req, M> PointFuture<S, Req, M> {
                 // (tower's advice for a service called from its future).
                 let fresh = clone(service);
                 let service = std::mem::replace(service, fresh);
-                let waiting = Waiting {
+                waiting = Some(Box::new(Waiting {
                     wait: wait.detach(),
                     service,
                     request,
-                };
-                (None, Stage::Waiting(Box::new(waiting)))
+                }));
+                (None, Stage::Waiting)
             }
         };
         PointFuture {
             inner,
             permit,
             stage,
+            waiting,
+            deadline: None,
             point,
             retry_after,
             mode: PhantomData,
@@ -273,7 +282,7 @@ impl<S: Service<Req>, Req, M> fmt::Debug for PointFuture<S, Req, M> {
         };
         f.debug_struct("PointFuture")
             .field("point", &self.point.name())
-            .field("waiting", &matches!(self.stage, Stage::Waiting(_)))
+            .field("waiting", &matches!(self.stage, Stage::Waiting))
             .field("running", &self.stage.is_running())
             .field("refused", &refused)
             .finish_non_exhaustive()
@@ -282,13 +291,14 @@ impl<S: Service<Req>, Req, M> fmt::Debug for PointFuture<S, Req, M> {
 
 /// Records a panic of the inner future on the call while the panic unwinds through
 /// `poll` (as [`OnUnwind`] does for the other guards).
-struct CallOnUnwind<'a, S, Req> {
+struct CallOnUnwind<'a> {
     point: &'static Point,
     permit: &'a mut Option<Permit<'static>>,
-    stage: &'a mut Stage<S, Req>,
+    stage: &'a mut Stage,
 }
 
-impl<S, Req> Drop for CallOnUnwind<'_, S, Req> {
+impl Drop for CallOnUnwind<'_> {
+    #[inline(always)]
     fn drop(&mut self) {
         if std::thread::panicking() && self.stage.is_running() {
             *self.stage = Stage::Done;
@@ -307,40 +317,47 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let point = *this.point;
-        match this.stage {
-            Stage::Running | Stage::Deadline(_) => {}
+        match *this.stage {
+            Stage::Running | Stage::Deadline => {}
             Stage::Timed(d) => {
-                let d = *d;
-                *this.stage = Stage::Deadline(Box::pin(tokio::time::sleep(d)));
+                *this.deadline = Some(Box::pin(tokio::time::sleep(d)));
+                *this.stage = Stage::Deadline;
             }
-            Stage::Waiting(waiting) => match Pin::new(&mut waiting.wait).poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(Err(d)) => {
-                    *this.stage = Stage::Refused(refusal(point, d, *this.retry_after));
+            Stage::Waiting => {
+                let Some(waiting) = this.waiting.as_mut() else {
+                    unreachable!("a waiting call carries its wait");
+                };
+                match Pin::new(&mut waiting.wait).poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Err(d)) => {
+                        *this.waiting = None;
+                        *this.stage = Stage::Refused(refusal(point, d, *this.retry_after));
+                    }
+                    Poll::Ready(Ok(())) => {
+                        let Some(waiting) = this.waiting.take() else {
+                            unreachable!("matched above");
+                        };
+                        let Waiting {
+                            mut wait,
+                            mut service,
+                            request,
+                        } = *waiting;
+                        *this.permit = wait.take_permit();
+                        this.inner.set(Some(service.call(request)));
+                        *this.stage = match point.call_timeout() {
+                            None => Stage::Running,
+                            Some(d) => {
+                                *this.deadline = Some(Box::pin(tokio::time::sleep(d)));
+                                Stage::Deadline
+                            }
+                        };
+                    }
                 }
-                Poll::Ready(Ok(())) => {
-                    let Stage::Waiting(waiting) = std::mem::replace(this.stage, Stage::Done) else {
-                        unreachable!("matched above");
-                    };
-                    let Waiting {
-                        mut wait,
-                        mut service,
-                        request,
-                    } = *waiting;
-                    *this.permit = wait.take_permit();
-                    this.inner.set(Some(service.call(request)));
-                    *this.stage = match point.call_timeout() {
-                        None => Stage::Running,
-                        Some(d) => Stage::Deadline(Box::pin(tokio::time::sleep(d))),
-                    };
-                }
-            },
+            }
             Stage::Refused(_) | Stage::Done => {}
         }
-        if let Stage::Refused(_) = this.stage {
-            let Stage::Refused(refused) = std::mem::replace(this.stage, Stage::Done) else {
-                unreachable!("matched above");
-            };
+        if let Stage::Refused(refused) = *this.stage {
+            *this.stage = Stage::Done;
             // For a `RetryLayer` above: a refused attempt is not retried.
             crate::__private::mark_downgraded();
             return Poll::Ready(M::refused(refused));
@@ -365,12 +382,15 @@ where
             Permit::end_in(point, on_unwind.permit, outcome);
             drop(on_unwind);
             this.inner.set(None);
+            if this.deadline.is_some() {
+                *this.deadline = None;
+            }
             return Poll::Ready(result.map_err(M::inner_error));
         }
         drop(on_unwind);
-        let cut = match this.stage {
-            Stage::Deadline(deadline) => deadline.as_mut().poll(cx).is_ready(),
-            _ => false,
+        let cut = match this.deadline {
+            Some(deadline) => deadline.as_mut().poll(cx).is_ready(),
+            None => false,
         };
         if !cut {
             return Poll::Pending;
@@ -380,6 +400,7 @@ where
         // failure for the breaker, never a refusal.
         this.inner.set(None);
         *this.stage = Stage::Done;
+        *this.deadline = None;
         Permit::end_in(point, this.permit, Outcome::TimedOut);
         crate::__private::mark_downgraded();
         Poll::Ready(M::refused(Refused {
