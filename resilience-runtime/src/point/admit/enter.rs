@@ -349,18 +349,11 @@ impl Point {
         let now = self.clock.now_ns();
         self.observe_cycle(now);
         let base = c.ring().base(now, || self.counters.tracked(&self.flow));
+        // Without its rule, a threshold is `NO_LIMIT`.
         let limits = Limits {
             from: base[window::PASSES],
-            passes: if c.rules & R_VISITS != 0 {
-                c.max_visits
-            } else {
-                NO_LIMIT
-            },
-            inflight: if c.rules & R_CONCURRENCY != 0 {
-                c.max_concurrency
-            } else {
-                NO_LIMIT
-            },
+            passes: c.max_visits,
+            inflight: c.max_concurrency,
         };
         match self.flow.admit(limits) {
             Ok(entry) => {
@@ -407,18 +400,11 @@ impl Point {
         let stamp = self.stamp(fine, now);
         self.observe_cycle(now);
         let base = c.ring().base(now, || self.counters.tracked(&self.flow));
+        // Without its rule, a threshold is `NO_LIMIT`.
         let limits = Limits {
             from: base[window::PASSES],
-            passes: if c.rules & R_VISITS != 0 {
-                c.max_visits
-            } else {
-                NO_LIMIT
-            },
-            inflight: if c.rules & R_CONCURRENCY != 0 {
-                c.max_concurrency
-            } else {
-                NO_LIMIT
-            },
+            passes: c.max_visits,
+            inflight: c.max_concurrency,
         };
         // Timed for a rule, or for the per-second durations.
         let timed = c.rules & (R_TIMEOUTS | R_BREAKER_TIMED) != 0;
@@ -451,7 +437,7 @@ impl Point {
         // Passes in the window so far, and calls in flight.
         let (passes, inflight) = self.flow.peek(limits.from);
         let tripped = 'chain: {
-            if c.rules & R_VISITS != 0 && passes >= limits.passes {
+            if passes >= limits.passes {
                 break 'chain Some(Reason::Visits);
             }
             if c.rules & R_TOKENS != 0 && flags & TOKEN_HELD == 0 {
@@ -487,7 +473,7 @@ impl Point {
                 taken.give_back();
                 return Entry::WaitQueue;
             }
-            if c.rules & R_CONCURRENCY != 0 && inflight >= limits.inflight {
+            if inflight >= limits.inflight {
                 break 'chain Some(Reason::Concurrency);
             }
             // A probe asks whether the dependency recovered: it obeys every limit

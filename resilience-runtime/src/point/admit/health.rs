@@ -10,7 +10,7 @@
 //! time (the threads calling, or the concurrency limit), a window holds at most
 //! `threshold - 1 + n` exceptions (timeouts).
 
-use crate::point::form::compiled::{Compiled, R_EXCEPTIONS, R_RATE, R_TIMEOUTS};
+use crate::point::form::compiled::{Compiled, R_RATE};
 use crate::Reason;
 
 /// What the health rules look at: counts in the window before the asking call.
@@ -25,10 +25,11 @@ pub(in crate::point) struct Health {
 /// The first health rule of `c` that refuses a call seeing `h`, in SDS order.
 #[inline]
 pub(in crate::point) fn trips(h: Health, c: &Compiled) -> Option<Reason> {
-    if c.rules & R_TIMEOUTS != 0 && h.timeouts >= c.timeout_count {
+    // Without its rule, a threshold is `NO_LIMIT`, which no count reaches.
+    if h.timeouts >= c.timeout_count {
         return Some(Reason::Timeouts);
     }
-    if c.rules & R_EXCEPTIONS != 0 && h.exceptions >= c.max_exceptions {
+    if h.exceptions >= c.max_exceptions {
         return Some(Reason::Exceptions);
     }
     if c.rules & R_RATE != 0 {
@@ -46,7 +47,7 @@ pub(in crate::point) fn trips(h: Health, c: &Compiled) -> Option<Reason> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::point::form::compiled::ACTIVE;
+    use crate::point::form::compiled::{ACTIVE, R_EXCEPTIONS, R_TIMEOUTS};
     use proptest::prelude::*;
 
     /// The rules as the `policy` module's table states them, in its order.

@@ -6,6 +6,7 @@
 use crate::clock::{nanos, COARSE_ENOUGH_NS};
 use crate::point::form::keys::KeyForm;
 use crate::point::form::slots::{AdaptiveSlot, BreakerSlot, BucketSlot, ClusterSlot};
+use crate::point::state::flow::NO_LIMIT;
 use crate::window::Ring;
 use crate::{Clock, Policy};
 
@@ -123,8 +124,12 @@ impl<T> std::ops::Deref for Leaked<T> {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(in crate::point) struct Compiled {
     pub(in crate::point) rules: u64,
+    /// The visits rule's threshold; without the rule, `NO_LIMIT` (so that a check
+    /// against it needs no test of the rule bits).
     pub(in crate::point) max_visits: u64,
+    /// The concurrency rule's threshold; without the rule, `NO_LIMIT`.
     pub(in crate::point) max_concurrency: u64,
+    /// The exceptions rule's threshold; without the rule, `NO_LIMIT`.
     pub(in crate::point) max_exceptions: u64,
     pub(in crate::point) rate: f64,
     pub(in crate::point) rate_floor: u64,
@@ -159,13 +164,13 @@ pub(in crate::point) struct Compiled {
 /// default every compiled policy starts from.
 pub(in crate::point) const EMPTY: Compiled = Compiled {
     rules: 0,
-    max_visits: 0,
-    max_concurrency: 0,
-    max_exceptions: 0,
+    max_visits: NO_LIMIT,
+    max_concurrency: NO_LIMIT,
+    max_exceptions: NO_LIMIT,
     rate: 0.0,
     rate_floor: 0,
     timeout: 0,
-    timeout_count: 0,
+    timeout_count: NO_LIMIT,
     percentage: 0,
     delay_ns: 0,
     retry_ns: 0,
