@@ -778,3 +778,38 @@ fn flow_word_has_only_cold_neighbours() {
         cold_end - word - 8
     );
 }
+
+/// A call that only the default SRE breaker judged (no policy, untimed) takes the
+/// in-line closed path: its permit says so, and every way it can end reaches the
+/// breaker as on the other paths (a timeout and an exception are failures, a success
+/// is a success, a cancellation in time is not an outcome).
+#[test]
+fn a_breaker_only_call_reports_every_outcome_to_its_breaker() {
+    use super::admit::permit::Outcome;
+    let (_manual, registry) = manual_registry();
+    let p = registry.point("unit.breaker_only").unwrap();
+    let window = |p: &Point| {
+        let b = registry.stats(p.name()).unwrap().breaker.unwrap();
+        (b.window_successes, b.window_failures)
+    };
+    let mut expected = (0, 0);
+    for (outcome, success, failure) in [
+        (Outcome::Ok, 1, 0),
+        (Outcome::Exception, 0, 1),
+        (Outcome::TimedOut, 0, 1),
+        (Outcome::Cancelled, 0, 0),
+    ] {
+        let mut slot = None;
+        p.enter_breaker_in(&mut slot).unwrap();
+        let permit = slot.as_ref().expect("a breaker-only call holds a permit");
+        assert_ne!(
+            permit.meta.bits() & Meta::SRE_ONLY,
+            0,
+            "the closed path's permit"
+        );
+        Permit::end_in(p, &mut slot, outcome);
+        assert!(slot.is_none());
+        expected = (expected.0 + success, expected.1 + failure);
+        assert_eq!(window(p), expected, "after {outcome:?}");
+    }
+}
