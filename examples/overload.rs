@@ -8,7 +8,7 @@
 //! * `queue`: a [`PointLayer`] of `max_concurrency(8)` with a bounded queue (8 waiting,
 //!   at most 100 ms);
 //! * `adaptive`: a [`PointLayer`] of the gradient limit (the defaults);
-//! * `gradient`: a [`PointLayer`] of the gradient limit with `critical_reserve(0.7)`,
+//! * `gradient`: a [`PointLayer`] of the gradient limit with `critical_reserve(0.5)`,
 //!   under a [`PriorityLayer`] that reads the `x-priority` header.
 //!
 //! The client is open loop: arrivals are a seeded Poisson process at the row's rate,
@@ -76,7 +76,7 @@ const GIVE_UP: Duration = Duration::from_secs(1);
 /// The share of critical requests.
 const CRITICAL_SHARE: f64 = 0.2;
 /// The gradient row's share of the limit kept for critical requests.
-const CRITICAL_RESERVE: f64 = 0.7;
+const CRITICAL_RESERVE: f64 = 0.5;
 
 /// The protections compared, in table order.
 #[derive(Clone, Copy, Debug, PartialEq)]
