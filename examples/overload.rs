@@ -1,6 +1,6 @@
 //! A real overload, measured: an axum service on loopback whose backend serves 8
 //! requests at a time for 20 ms each (400 requests/s), driven over TCP by an open-loop
-//! client at 1x, 2x and 4x that rate, 20% of the requests critical, under four
+//! client at 1x, 2x and 4x that rate, 20% of the requests critical, under these
 //! protections:
 //!
 //! * `none`: every request reaches the backend and waits for it;
@@ -9,7 +9,10 @@
 //!   at most 100 ms);
 //! * `adaptive`: a [`PointLayer`] of the gradient limit (the defaults);
 //! * `gradient`: a [`PointLayer`] of the gradient limit with `critical_reserve(0.5)`,
-//!   under a [`PriorityLayer`] that reads the `x-priority` header.
+//!   under a [`PriorityLayer`] that reads the `x-priority` header;
+//! * `gradient-queue`: the same with a short queue (8 waiting, at most 20 ms) for the
+//!   calls the limit has no room for: they wait outside the backend, critical ones
+//!   first.
 //!
 //! The client is open loop: arrivals are a seeded Poisson process at the row's rate,
 //! whatever the answers; each request's latency counts from its scheduled arrival (so
@@ -34,7 +37,7 @@
 //! so that a debug build on a busy host keeps up with its 800 requests/s, then checks
 //! that every protection beats none on goodput and that the priority row serves most
 //! critical requests; exits with an error otherwise). `OVERLOAD_ONLY=ROW` (`none`, `tower`,
-//! `queue`, `adaptive`, `gradient`) runs one protection only. Loopback only;
+//! `queue`, `adaptive`, `gradient`, `gradient-queue`) runs one protection only. Loopback only;
 //! `scripts/overload.sh` runs the full version.
 
 use axum::error_handling::HandleErrorLayer;
@@ -75,8 +78,10 @@ const OBJECTIVE: Duration = Duration::from_millis(200);
 const GIVE_UP: Duration = Duration::from_secs(1);
 /// The share of critical requests.
 const CRITICAL_SHARE: f64 = 0.2;
-/// The gradient row's share of the limit kept for critical requests.
+/// The gradient rows' share of the limit kept for critical requests.
 const CRITICAL_RESERVE: f64 = 0.5;
+/// The longest a request waits in the `gradient-queue` row's queue.
+const GRADIENT_QUEUE_WAIT: Duration = Duration::from_millis(20);
 
 /// The protections compared, in table order.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -86,15 +91,17 @@ enum Protection {
     Queue,
     Adaptive,
     Gradient,
+    GradientQueue,
 }
 
 impl Protection {
-    const ALL: [Protection; 5] = [
+    const ALL: [Protection; 6] = [
         Protection::None,
         Protection::Tower,
         Protection::Queue,
         Protection::Adaptive,
         Protection::Gradient,
+        Protection::GradientQueue,
     ];
 
     fn label(self) -> String {
@@ -105,6 +112,10 @@ impl Protection {
             Protection::Queue => format!("PointLayer max_concurrency({n}) + queue({n}, 100 ms)"),
             Protection::Adaptive => "PointLayer gradient".into(),
             Protection::Gradient => "PointLayer gradient + priorities".into(),
+            Protection::GradientQueue => format!(
+                "PointLayer gradient + priorities + queue({n}, {} ms)",
+                GRADIENT_QUEUE_WAIT.as_millis()
+            ),
         }
     }
 
@@ -115,6 +126,7 @@ impl Protection {
             Protection::Queue => "queue",
             Protection::Adaptive => "adaptive",
             Protection::Gradient => "gradient",
+            Protection::GradientQueue => "gradient-queue",
         }
     }
 }
@@ -173,13 +185,15 @@ fn router(
             registry().set_policy(row, policy)?;
             route.route_layer(PointLayer::new(row)?.respond())
         }
-        Protection::Gradient => {
+        Protection::Gradient | Protection::GradientQueue => {
             let gradient = GradientConfig::builder()
                 .critical_reserve(CRITICAL_RESERVE)
                 .build()?;
-            let policy = Policy::builder()
-                .adaptive(AdaptiveLimit::Gradient(gradient))
-                .build()?;
+            let mut policy = Policy::builder().adaptive(AdaptiveLimit::Gradient(gradient));
+            if protection == Protection::GradientQueue {
+                policy = policy.queue(slots() as u64, GRADIENT_QUEUE_WAIT);
+            }
+            let policy = policy.build()?;
             registry().set_policy(row, policy)?;
             route.route_layer(
                 ServiceBuilder::new()
@@ -440,7 +454,9 @@ fn table(results: &[(Protection, Vec<Row>)]) -> String {
 /// A chart of goodput (left) and p50 latency (right) against the offered load, one
 /// line per protection, as a standalone SVG.
 fn svg(results: &[(Protection, Vec<Row>)]) -> String {
-    const COLORS: [&str; 5] = ["#9e9e9e", "#e69f00", "#0072b2", "#cc79a7", "#009e73"];
+    const COLORS: [&str; 6] = [
+        "#9e9e9e", "#e69f00", "#0072b2", "#cc79a7", "#009e73", "#d55e00",
+    ];
     let (w, h) = (760.0, 350.0);
     let mut out = String::new();
     let _ = writeln!(
@@ -641,6 +657,7 @@ fn check(results: &[(Protection, Vec<Row>)]) -> Result<(), String> {
         Protection::Queue,
         Protection::Adaptive,
         Protection::Gradient,
+        Protection::GradientQueue,
     ] {
         let r = at(p);
         if r.goodput < 2.0 * none.goodput + 0.25 * capacity() {
@@ -652,13 +669,16 @@ fn check(results: &[(Protection, Vec<Row>)]) -> Result<(), String> {
             ));
         }
     }
-    let g = at(Protection::Gradient);
-    if g.critical_success < 0.6 || g.critical_success <= g.other_success {
-        return Err(format!(
-            "gradient + priorities: critical success {:.0}% (other {:.0}%) at 4x",
-            100.0 * g.critical_success,
-            100.0 * g.other_success
-        ));
+    for p in [Protection::Gradient, Protection::GradientQueue] {
+        let g = at(p);
+        if g.critical_success < 0.6 || g.critical_success <= g.other_success {
+            return Err(format!(
+                "{}: critical success {:.0}% (other {:.0}%) at 4x",
+                p.label(),
+                100.0 * g.critical_success,
+                100.0 * g.other_success
+            ));
+        }
     }
     println!("smoke: ok");
     Ok(())

@@ -2,8 +2,9 @@
 # A real overload, measured (examples/overload.rs): an axum service on loopback whose
 # backend serves 8 requests of 20 ms at a time (400/s), driven by an open-loop client at
 # 1x, 2x and 4x that rate with no protection, tower's ConcurrencyLimit + LoadShed, a
-# PointLayer with a bounded queue, and a PointLayer with the gradient limit and
-# priorities (20% critical). About a minute; loopback only.
+# PointLayer with a bounded queue, and a PointLayer with the gradient limit (alone, with
+# priorities for the 20% critical requests, and with priorities and a short queue).
+# About a minute and a half; loopback only.
 #
 #   scripts/overload.sh                 the table (release build), and the chart in
 #                                       target/overload.svg

@@ -1,9 +1,12 @@
 //! The concurrency rule's queue (`PolicyBuilder::queue`): order, deadlines on the
 //! manual clock, a full queue, cancellation, policy changes while calls wait, and the
-//! bound under many threads and tasks.
+//! bound under many threads and tasks; and the same queue under an adaptive limit.
 
+use resilience_runtime::adaptive::GradientConfig;
 use resilience_runtime::config::Format;
-use resilience_runtime::{Clock, ManualClock, Permit, Point, Policy, QueueStats, Reason, Registry};
+use resilience_runtime::{
+    AdaptiveLimit, Clock, ManualClock, Permit, Point, Policy, QueueStats, Reason, Registry,
+};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +22,21 @@ fn manual_registry() -> (ManualClock, &'static Registry) {
 fn bulkhead(n: u64, waiting: u64, wait: Duration) -> Policy {
     Policy::builder()
         .max_concurrency(n)
+        .queue(waiting, wait)
+        .build()
+        .unwrap()
+}
+
+/// A gradient limit pinned at `limit` (min = max = initial) with a queue.
+fn gradient_queue(limit: u64, waiting: u64, wait: Duration) -> Policy {
+    let gradient = GradientConfig::builder()
+        .initial_limit(limit)
+        .min_limit(limit)
+        .max_limit(limit)
+        .build()
+        .unwrap();
+    Policy::builder()
+        .adaptive(AdaptiveLimit::Gradient(gradient))
         .queue(waiting, wait)
         .build()
         .unwrap()
@@ -417,4 +435,105 @@ fn try_enter_never_waits() {
     assert_eq!(queue(point).waiting, 0, "nobody queued");
     held.finish(false);
     point.try_enter().unwrap().finish(false);
+}
+
+/// Under an adaptive limit with a queue, a call the limit has no room for waits (a
+/// sync caller parked) and runs when a call ends; without a call ending its wait runs
+/// out; `try_enter` never waits.
+#[test]
+fn an_adaptive_limit_with_a_queue_makes_calls_wait_for_its_room() {
+    let (manual, registry) = manual_registry();
+    registry
+        .set_policy(
+            "q.adaptive",
+            gradient_queue(1, 8, Duration::from_millis(100)),
+        )
+        .unwrap();
+    let point = registry.point("q.adaptive").unwrap();
+    let held = point.enter().unwrap();
+    assert_eq!(
+        point.try_enter().unwrap_err().reason(),
+        Reason::Overloaded,
+        "try_enter is refused at once"
+    );
+    let waiter = std::thread::spawn(move || point.enter().map(Permit::finish_ok));
+    until_waiting(point, 1);
+    held.finish(false);
+    waiter.join().unwrap().unwrap();
+
+    // Nobody gives the room back: the wait runs out on the manual clock.
+    let held = point.enter().unwrap();
+    let waiter = std::thread::spawn(move || point.enter().map(Permit::finish_ok));
+    until_waiting(point, 1);
+    manual.advance(Duration::from_millis(99));
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(queue(point).waiting, 1, "not yet");
+    manual.advance(Duration::from_millis(1));
+    assert_eq!(
+        waiter.join().unwrap().unwrap_err().reason(),
+        Reason::QueueTimeout
+    );
+    held.finish(false);
+    let q = queue(point);
+    assert_eq!((q.admitted, q.timed_out, q.waiting), (1, 1, 0));
+    let s = point.stats();
+    assert_eq!(s.totals.passes, 3, "two holders and the woken waiter");
+    assert_eq!(s.totals.downgrades_by_reason.get(Reason::Overloaded), 1);
+    assert_eq!(s.totals.downgrades_by_reason.get(Reason::QueueTimeout), 1);
+    assert_eq!(s.concurrency, 0);
+}
+
+/// An async call waits for the adaptive limit's room in its future, never blocking,
+/// and a full queue refuses at once.
+#[test]
+fn an_async_call_waits_for_the_adaptive_limit_in_its_future() {
+    let (_manual, registry) = manual_registry();
+    registry
+        .set_policy(
+            "q.adaptive.async",
+            gradient_queue(1, 1, Duration::from_secs(60)),
+        )
+        .unwrap();
+    let point = registry.point("q.adaptive.async").unwrap();
+    let held = point.enter().unwrap();
+    let mut waiting = Box::pin(point.enter_async());
+    assert!(poll_once(&mut waiting).is_pending());
+    assert_eq!(queue(point).waiting, 1);
+    let mut full = Box::pin(point.enter_async());
+    match poll_once(&mut full) {
+        Poll::Ready(Err(d)) => assert_eq!(d.reason(), Reason::QueueFull),
+        other => panic!("a second waiter finds the queue of one full: {other:?}"),
+    }
+    held.finish(false);
+    match poll_once(&mut waiting) {
+        Poll::Ready(Ok(permit)) => permit.finish(false),
+        other => panic!("the waiter takes the room given back: {other:?}"),
+    }
+    let q = queue(point);
+    assert_eq!((q.admitted, q.full, q.waiting), (1, 1, 0));
+}
+
+/// A queue needs a limit to wait under: `max_concurrency` or an adaptive limit, in
+/// code and in policy files.
+#[test]
+fn a_queue_needs_max_concurrency_or_an_adaptive_limit() {
+    let err = Policy::builder()
+        .queue(4, Duration::from_millis(10))
+        .build()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("queue") && err.to_string().contains("adaptive"),
+        "{err}"
+    );
+    let (_manual, registry) = manual_registry();
+    registry
+        .load_policies_str(
+            "[points.\"q.file.adaptive\"]\nqueue = { max_waiting = 4, max_wait = \"20ms\" }\n\
+             [points.\"q.file.adaptive\".adaptive]\nalgorithm = \"gradient\"\n",
+            Format::Toml,
+        )
+        .unwrap();
+    let p = registry.policy("q.file.adaptive").unwrap().unwrap();
+    assert!(p.adaptive().is_some());
+    assert_eq!(p.queue().unwrap().max_waiting, 4);
 }

@@ -186,6 +186,42 @@ async fn the_queue_waits_in_order_and_times_out() {
     assert_eq!((s.concurrency, s.peak_concurrency), (0, 1));
 }
 
+/// A gradient limit pinned at 1 with `queue(2, 100ms)`: calls the limit has no room
+/// for wait their turn in the response future as under `max_concurrency(1)`, a fourth
+/// finds the queue full, and the inner service never has two calls at once.
+#[tokio::test(start_paused = true)]
+async fn an_adaptive_limit_with_a_queue_waits_in_the_response_future() {
+    let r = registry();
+    let gradient = resilience_runtime::adaptive::GradientConfig::builder()
+        .initial_limit(1)
+        .min_limit(1)
+        .max_limit(1)
+        .build()
+        .unwrap();
+    let policy = Policy::builder()
+        .adaptive(resilience_runtime::AdaptiveLimit::Gradient(gradient))
+        .queue(2, 100 * MS)
+        .build()
+        .unwrap();
+    let p = point(r, "queue.adaptive", policy);
+    let mock = Mock::new();
+    let svc = PointLayer::from_point(p).layer(mock.clone());
+    let t0 = Instant::now();
+    let a = tokio::spawn(svc.clone().call(job(40)));
+    let b = tokio::spawn(svc.clone().call(job(40)));
+    let c = tokio::spawn(svc.clone().call(job(40)));
+    tokio::task::yield_now().await;
+    assert_eq!(reason(svc.clone().call(job(40)).await), Reason::QueueFull);
+    assert_eq!(a.await.unwrap().unwrap(), 40);
+    assert_eq!(b.await.unwrap().unwrap(), 40);
+    assert_eq!(c.await.unwrap().unwrap(), 40);
+    assert_eq!(t0.elapsed(), 120 * MS, "one after the other");
+    assert_eq!(mock.starts(), [Duration::ZERO, 40 * MS, 80 * MS]);
+    assert_eq!(mock.most(), 1);
+    let q = p.stats().queue.unwrap();
+    assert_eq!((q.admitted, q.full, q.waiting), (2, 1, 0), "{q:?}");
+}
+
 /// Through `.respond()` the queue's refusals are 429s.
 #[tokio::test(start_paused = true)]
 async fn queue_refusals_answer_429() {

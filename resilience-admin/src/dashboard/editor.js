@@ -32,7 +32,7 @@ const FORM_SECTIONS = [
   },
   {
     legend: "queue",
-    hint: "with max_concurrency: a call that finds every slot taken waits for one, first in first out; at most max_waiting wait (beyond: queue_full), each for at most max_wait (then: queue_timeout)",
+    hint: "with max_concurrency or an adaptive limit: a call that finds every slot taken (or the adaptive limit reached) waits for one, first in first out; at most max_waiting wait (beyond: queue_full), each for at most max_wait (then: queue_timeout)",
     fields: [
       ["queue.max_waiting", "int"],
       ["queue.max_wait", "dur"],
@@ -557,8 +557,16 @@ function queueSummary(settings) {
     return { text, values: null };
   }
   const n = Number(q.max_waiting);
-  const when = limit === undefined || limit === null ? "every slot is" : Number(limit) === 1 ? "the only slot is" : "all " + limit + " slots are";
-  const text = "Stored: when " + when + " taken, up to " + q.max_waiting + (n === 1 ? " call waits" : " calls wait") + " for one, each for at most " + q.max_wait + ".";
+  const adaptive = settings.adaptive && typeof settings.adaptive === "object";
+  const unlimited = limit === undefined || limit === null;
+  const waits = q.max_waiting + (n === 1 ? " call waits" : " calls wait");
+  let text;
+  if (unlimited && adaptive) {
+    text = "Stored: when the adaptive limit is reached, up to " + waits + " for a call to end, each for at most " + q.max_wait + ".";
+  } else {
+    const when = unlimited ? "every slot is" : Number(limit) === 1 ? "the only slot is" : "all " + limit + " slots are";
+    text = "Stored: when " + when + " taken" + (adaptive ? " or the adaptive limit reached" : "") + ", up to " + waits + " for one, each for at most " + q.max_wait + ".";
+  }
   return { text, values: { max_waiting: q.max_waiting, max_wait: q.max_wait, max_concurrency: limit === undefined ? null : limit } };
 }
 

@@ -1510,11 +1510,15 @@ fn the_form_saves_a_queue_and_shows_the_runtimes_errors() {
     assert_eq!(
         browser.js(
             "return [queueSummary({max_concurrency: 1, queue: {max_waiting: 1, max_wait: '50ms'}}).text, \
-                     queueSummary({max_concurrency: 3}).text];"
+                     queueSummary({max_concurrency: 3}).text, \
+                     queueSummary({adaptive: {algorithm: 'gradient'}, queue: {max_waiting: 8, max_wait: '20ms'}}).text, \
+                     queueSummary({max_concurrency: 2, adaptive: {algorithm: 'gradient'}, queue: {max_waiting: 1, max_wait: '1s'}}).text];"
         ),
         json!([
             "Stored: when the only slot is taken, up to 1 call waits for one, each for at most 50ms.",
-            "Stored: no queue (calls beyond max_concurrency = 3 are downgraded at once)."
+            "Stored: no queue (calls beyond max_concurrency = 3 are downgraded at once).",
+            "Stored: when the adaptive limit is reached, up to 8 calls wait for a call to end, each for at most 20ms.",
+            "Stored: when all 2 slots are taken or the adaptive limit reached, up to 1 call waits for one, each for at most 1s."
         ])
     );
 }

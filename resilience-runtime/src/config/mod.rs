@@ -119,7 +119,7 @@
 //! | `shadow` | bool, default `false` | dry run: rules are evaluated and counted (`shadow_downgrades`), calls are never downgraded |
 //! | `max_visits` | integer ≥ 0 | downgrade when admitted visits in the window exceed it; `0` is a kill switch |
 //! | `max_concurrency` | integer 0..=4194304 | at most this many calls in flight; never waits |
-//! | `queue.max_waiting` | integer 1..=1000000, required | with `max_concurrency`: calls that may wait for a slot at once |
+//! | `queue.max_waiting` | integer 1..=1000000, required | with `max_concurrency` or `adaptive`: calls that may wait for a slot (or for the adaptive limit's room) at once |
 //! | `queue.max_wait` | duration, 0 < it <= `"1h"`, required | the longest a call waits for a slot |
 //! | `max_exceptions` | integer ≥ 0 | downgrade once the window holds this many exceptions |
 //! | `downgrade_percentage` | integer 0..=100, default 100 | probability that a tripped rule really downgrades |

@@ -23,7 +23,7 @@
 //! | [`pacing(rate, max_wait)`](PolicyBuilder::pacing) | `token_bucket` with `capacity = 1` and `max_wait` | `token_bucket(rate, 1).token_wait(max_wait)`: calls spaced uniformly at `1/rate` (Sentinel's rate limiter) | as those | none |
 //! | [`warm_up(period, cold_factor)`](PolicyBuilder::warm_up) | `warm_up.period`, `warm_up.cold_factor` | with `token_bucket`: a cold point admits `rate / cold_factor` calls a second at first, climbing to `rate` over about `period` of sustained traffic (Sentinel's `WarmUpController`); idle time makes it cold again; refused as `token_bucket`, never waits | `period` 1 s..=1 h; `cold_factor` in (1, 100] (files: default 3); needs `token_bucket` | none |
 //! | [`max_concurrency(n)`](PolicyBuilder::max_concurrency) | `max_concurrency` | `n` calls already in flight; never waits | 0..=[`MAX_CONCURRENCY`] (4 194 304); `0` = kill switch | `concurrentThreshold` |
-//! | [`queue(max_waiting, max_wait)`](PolicyBuilder::queue) | `queue.max_waiting`, `queue.max_wait` | with `max_concurrency`: a call finding every slot taken waits, first in first out, for at most `max_wait`; refused with `queue_full` when `max_waiting` already wait, `queue_timeout` when its wait runs out | `max_waiting` 1..=[`MAX_QUEUE`] (1 000 000); `max_wait` more than zero, at most 1 h; needs `max_concurrency` | none |
+//! | [`queue(max_waiting, max_wait)`](PolicyBuilder::queue) | `queue.max_waiting`, `queue.max_wait` | with `max_concurrency` or `adaptive`: a call finding every slot taken (or the adaptive limit reached) waits, first in first out, for at most `max_wait`; refused with `queue_full` when `max_waiting` already wait, `queue_timeout` when its wait runs out | `max_waiting` 1..=[`MAX_QUEUE`] (1 000 000); `max_wait` more than zero, at most 1 h; needs `max_concurrency` or `adaptive` | none |
 //! | [`timeouts(threshold, n)`](PolicyBuilder::timeouts) | `timeouts.threshold`, `timeouts.max_count` | the window holds `n` calls slower than `threshold` | `threshold` more than zero | `timeoutThreshold`, `timeoutCountThreshold` |
 //! | [`max_exceptions(n)`](PolicyBuilder::max_exceptions) | `max_exceptions` | the window holds `n` exceptions | any | `exceptionThreshold` |
 //! | [`exception_rate(rate, min_visits)`](PolicyBuilder::exception_rate) | `exception_rate.rate`, `exception_rate.min_visits` | `exceptions / (visits - downgrades) >= rate` once `visits > min_visits` (the asking call counted) | `rate` 0.0..=1.0; `min_visits` any (files: default 0) | `exceptionRateThreshold` (as a fraction), `exceptionRateStart` |
@@ -357,7 +357,18 @@ impl PolicyBuilder {
     /// in first out, for at most `max_wait`. A call that finds the queue full is
     /// downgraded at once ([`Reason::QueueFull`](crate::Reason::QueueFull)); one whose
     /// wait runs out is downgraded then ([`Reason::QueueTimeout`](crate::Reason::QueueTimeout)).
-    /// Needs [`max_concurrency`](Self::max_concurrency).
+    /// Needs [`max_concurrency`](Self::max_concurrency) or an
+    /// [`adaptive`](Self::adaptive) limit.
+    ///
+    /// With an adaptive limit, a call the limit has no room for waits in the same
+    /// queue instead of being refused
+    /// ([`Reason::Overloaded`](crate::Reason::Overloaded)), and asks the limit again
+    /// when a call ends (the limit's room is given back before the call's end wakes a
+    /// waiter, so a waiter never misses it). The waiting happens outside the guarded
+    /// code: the limit keeps the calls in the service near its capacity while a short
+    /// queue keeps it busy through bursts (see the guide's
+    /// [overload](crate::guide::overload) chapter). The bound is the limit's: never
+    /// more calls in flight than it admits.
     ///
     /// A sync caller waits on its thread (parked, woken by the call that frees a
     /// slot); the code an `async fn` gets from `#[downgrade]` / `#[breaker]` waits
@@ -674,17 +685,36 @@ impl PolicyBuilder {
         self
     }
 
-    /// Adaptive concurrency limit (see [`AdaptiveLimit`]).
+    /// Adaptive concurrency limit (see [`AdaptiveLimit`]). A call over the limit is
+    /// refused ([`Reason::Overloaded`](crate::Reason::Overloaded)), or waits for room
+    /// with a [`queue`](Self::queue).
     ///
     /// ```
     /// use resilience_runtime::adaptive::GradientConfig;
-    /// use resilience_runtime::{AdaptiveLimit, Policy};
+    /// use resilience_runtime::{registry, AdaptiveLimit, Policy, Reason};
+    /// use std::time::Duration;
     ///
+    /// // A limit of one call (pinned, for the example), and a queue of 4.
+    /// let gradient = GradientConfig::builder()
+    ///     .initial_limit(1)
+    ///     .min_limit(1)
+    ///     .max_limit(1)
+    ///     .build()?;
     /// let p = Policy::builder()
-    ///     .adaptive(AdaptiveLimit::Gradient(GradientConfig::default()))
+    ///     .adaptive(AdaptiveLimit::Gradient(gradient))
+    ///     .queue(4, Duration::from_millis(50))
     ///     .build()?;
     /// assert!(p.adaptive().is_some());
-    /// # Ok::<(), resilience_runtime::PolicyError>(())
+    /// registry().set_policy("docs.adaptive", p)?;
+    /// let point = registry().point("docs.adaptive")?;
+    /// let first = point.enter()?;
+    /// // `try_enter` never waits: the limit has no room.
+    /// assert_eq!(point.try_enter().unwrap_err().reason(), Reason::Overloaded);
+    /// let waiter = std::thread::spawn(move || point.enter().map(|p| p.finish(false)));
+    /// std::thread::sleep(Duration::from_millis(5));
+    /// first.finish(false); // gives the room back and wakes the waiter
+    /// assert!(waiter.join().unwrap().is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     #[must_use = "a setter returns the changed builder"]
     pub fn adaptive(mut self, limit: AdaptiveLimit) -> Self {
@@ -721,10 +751,12 @@ impl PolicyBuilder {
             }
         }
         if let Some(q) = p.queue {
-            if p.max_concurrency.is_none() {
+            if p.max_concurrency.is_none() && p.adaptive.is_none() {
                 fail(
                     "queue",
-                    "needs `max_concurrency`: the queue holds calls waiting for its slots".into(),
+                    "needs `max_concurrency` or an adaptive limit: the queue holds calls \
+                     waiting for room under one of them"
+                        .into(),
                 );
             }
             if !(1..=MAX_QUEUE).contains(&q.max_waiting) {

@@ -5,7 +5,9 @@
 //!   resizing the gate between 2 and 3.
 //! * The gradient limiter through a point: with `min_limit = max_limit =
 //!   initial_limit = 3` the limit cannot move (its windows close every millisecond,
-//!   so the estimator runs all along), and never more than 3 calls are in flight.
+//!   so the estimator runs all along), and never more than 3 calls are in flight; with
+//!   a queue whose waiters take the room given back while the policy is swapped, the
+//!   same bound, and every waiter admitted, timed out or refused for a full queue.
 
 use crate::support::*;
 use resilience_runtime::adaptive::{Gate, GradientConfig};
@@ -142,6 +144,66 @@ fn a_pinned_gradient_limit_is_never_exceeded_through_a_point() {
                 seen.max_inflight()
             )
         });
+        v.check(seen.admitted() > 0, || {
+            format!("{case}: no call admitted of {}", seen.calls())
+        });
+    }
+    v.conclude();
+}
+
+#[test]
+fn a_pinned_gradient_limit_with_a_queue_is_never_exceeded_while_the_policy_is_swapped() {
+    let config = GradientConfig::builder()
+        .initial_limit(GRADIENT_LIMIT)
+        .min_limit(GRADIENT_LIMIT)
+        .max_limit(GRADIENT_LIMIT)
+        .sample_window(Duration::from_millis(1))
+        .min_samples(1)
+        .build()
+        .unwrap();
+    let queued = Policy::builder()
+        .adaptive(AdaptiveLimit::Gradient(config))
+        .queue(16, Duration::from_millis(20));
+    let policy = queued.clone().build().unwrap();
+    let other = queued.max_visits(u64::MAX / 2).build().unwrap();
+    let n = GRADIENT_LIMIT;
+    let v = Verdicts::default();
+    for threads in THREADS {
+        let reg = system_registry();
+        let name = format!("gradient.queue.{threads}");
+        let case = Case::new(
+            format!("adaptive gradient pinned at {GRADIENT_LIMIT}, queue(16, 20ms)"),
+            Shape::Enter,
+            threads,
+            true,
+        );
+        reg.set_policy(&name, policy.clone()).unwrap();
+        let p = reg.point(&name).unwrap();
+        let swapper = || {
+            reg.set_policy(&name, other.clone()).unwrap();
+            reg.set_policy(&name, policy.clone()).unwrap();
+        };
+        let seen = drive(
+            Target::Enter(p),
+            threads,
+            Load::calls(threads, BRIEF),
+            Some(&swapper as &(dyn Fn() + Sync)),
+        );
+        let s = p.stats();
+        check_books(&v, &case, &s, &seen);
+        // A call that may wait never sees `Overloaded`: it waits.
+        check_reasons(&v, &case, &s, &[Reason::QueueFull, Reason::QueueTimeout]);
+        v.check(seen.max_inflight() <= n, || {
+            format!(
+                "{case}: the callers saw {} calls in flight at once, at most {n} may be",
+                seen.max_inflight()
+            )
+        });
+        if let Some(q) = s.queue {
+            v.check(q.waiting == 0, || {
+                format!("{case}: {} calls still waiting after the run", q.waiting)
+            });
+        }
         v.check(seen.admitted() > 0, || {
             format!("{case}: no call admitted of {}", seen.calls())
         });

@@ -13,6 +13,9 @@
 //! - exceptions, exception rate, timeouts: no call is admitted once the window holds the
 //!   threshold; calls already past the check may still finish and add their own.
 //! - delay: one probe at a time, none before its time (see `delay`).
+//! - queue: a call waits only under a policy with a queue, for a slot of the
+//!   concurrency rule or for room under the adaptive limit, and is admitted by the
+//!   same checks as any call once it looks again (see `queue`).
 
 use crate::adaptive::LatencyPermit;
 use crate::breaker::DroppingTransition;
@@ -510,6 +513,13 @@ impl Point {
             if !PLAIN && c.rules & R_ADAPTIVE != 0 {
                 match self.adaptive_admit(c) {
                     Some(call) => taken.adaptive = Some(call),
+                    // With a queue, a call the limit has no room for waits for a call
+                    // to end, as for a slot (the limit's room is freed before the
+                    // slot, so the release that wakes it comes after).
+                    None if c.rules & R_QUEUE != 0 && flags & NO_WAIT == 0 => {
+                        taken.give_back();
+                        return Entry::WaitQueue;
+                    }
                     None => break 'chain Some(Reason::Overloaded),
                 }
             }

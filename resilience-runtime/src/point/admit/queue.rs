@@ -1,5 +1,6 @@
 //! The concurrency rule's queue (a bulkhead that waits): when every slot is taken, a
-//! call waits, first in first out, for a slot or its deadline.
+//! call waits, first in first out, for a slot or its deadline. Under an adaptive limit
+//! the same queue holds the calls the limit has no room for.
 //!
 //! # Protocol
 //!
@@ -15,6 +16,13 @@
 //! rule) after being woken passes the wake on to the next one, so a wake is never
 //! lost with its waiter. A policy change, and a manual clock that moves, wake every
 //! waiter to look again.
+//!
+//! Under an adaptive limit the room a waiter needs is the limit's: an ending call
+//! gives it back (`AdaptiveCall::end`) before it releases its slot of the flow word
+//! (`Permit::complete_slow`), every call under a queue holds such a slot (a queue
+//! puts the point on the flow word), and the release is what sees the waiting count.
+//! So the argument above covers the limit's room as well: a waiter's look after the
+//! release sees the room, and a look before it is followed by the wake.
 //!
 //! While calls wait, a new call queues behind them (the entry checks the count), so a
 //! new call never passes a waiting one.

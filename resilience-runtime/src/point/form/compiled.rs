@@ -292,13 +292,17 @@ impl Compiled {
         if let Some(v) = p.max_concurrency {
             c.rules |= R_CONCURRENCY;
             c.max_concurrency = v;
-            // A dry run never makes a call wait: that would change what it observes.
-            if let (Some(q), false) = (p.queue, p.shadow) {
-                c.rules |= R_QUEUE;
-                // Validated: at most 10^6 waiting (20 bits) and an hour (42 bits).
-                c.queue =
-                    q.max_waiting << QUEUE_WAIT_BITS | nanos(q.max_wait).clamp(1, QUEUE_WAIT_MASK);
-            }
+        }
+        // The queue holds calls waiting for room under the concurrency rule or the
+        // adaptive limit (without either, as policies composed from layers may be,
+        // there is nothing to wait for). A dry run never makes a call wait: that would
+        // change what it observes.
+        let limited = p.max_concurrency.is_some() || p.adaptive.is_some();
+        if let (Some(q), false, true) = (p.queue, p.shadow, limited) {
+            c.rules |= R_QUEUE;
+            // Validated: at most 10^6 waiting (20 bits) and an hour (42 bits).
+            c.queue =
+                q.max_waiting << QUEUE_WAIT_BITS | nanos(q.max_wait).clamp(1, QUEUE_WAIT_MASK);
         }
         if let Some(v) = p.max_exceptions {
             c.rules |= R_EXCEPTIONS;
