@@ -27,19 +27,19 @@ fn bulkhead(n: u64, waiting: u64, wait: Duration) -> Policy {
         .unwrap()
 }
 
-/// A gradient limit pinned at `limit` (min = max = initial) with a queue.
-fn gradient_queue(limit: u64, waiting: u64, wait: Duration) -> Policy {
-    let gradient = GradientConfig::builder()
-        .initial_limit(limit)
-        .min_limit(limit)
-        .max_limit(limit)
-        .build()
-        .unwrap();
-    Policy::builder()
-        .adaptive(AdaptiveLimit::Gradient(gradient))
+/// A point of its own registry (on a manual clock) under a gradient limit pinned at 1
+/// (min = max = initial) with a queue.
+fn gradient_queue(name: &str, waiting: u64, wait: Duration) -> (ManualClock, &'static Point) {
+    let (manual, registry) = manual_registry();
+    // The least limit is 1 by default.
+    let gradient = GradientConfig::builder().initial_limit(1).max_limit(1);
+    let policy = Policy::builder()
+        .adaptive(AdaptiveLimit::Gradient(gradient.build().unwrap()))
         .queue(waiting, wait)
         .build()
-        .unwrap()
+        .unwrap();
+    registry.set_policy(name, policy).unwrap();
+    (manual, registry.point(name).unwrap())
 }
 
 fn queue(point: &Point) -> QueueStats {
@@ -89,14 +89,10 @@ fn waiters_are_served_first_in_first_out() {
     );
 }
 
-#[test]
-fn a_wait_runs_out_on_the_manual_clock() {
-    let (manual, registry) = manual_registry();
-    registry
-        .set_policy("q.timeout", bulkhead(1, 8, Duration::from_millis(100)))
-        .unwrap();
-    let point = registry.point("q.timeout").unwrap();
-    let held = point.enter().unwrap();
+/// A call on `point` (whose room is held, with a `max_wait` of 100 ms) waits on its
+/// thread: still waiting at 99 ms on the manual clock, refused for its timeout at
+/// 100 ms.
+fn waits_out_100ms(manual: &ManualClock, point: &'static Point) {
     let waiter = std::thread::spawn(move || point.enter().map(Permit::finish_ok));
     until_waiting(point, 1);
     manual.advance(Duration::from_millis(99));
@@ -105,6 +101,17 @@ fn a_wait_runs_out_on_the_manual_clock() {
     manual.advance(Duration::from_millis(1));
     let err = waiter.join().unwrap().unwrap_err();
     assert_eq!(err.reason(), Reason::QueueTimeout);
+}
+
+#[test]
+fn a_wait_runs_out_on_the_manual_clock() {
+    let (manual, registry) = manual_registry();
+    registry
+        .set_policy("q.timeout", bulkhead(1, 8, Duration::from_millis(100)))
+        .unwrap();
+    let point = registry.point("q.timeout").unwrap();
+    let held = point.enter().unwrap();
+    waits_out_100ms(&manual, point);
     let q = queue(point);
     assert_eq!((q.timed_out, q.waiting, q.admitted), (1, 0, 0));
     assert_eq!(
@@ -442,14 +449,7 @@ fn try_enter_never_waits() {
 /// out; `try_enter` never waits.
 #[test]
 fn an_adaptive_limit_with_a_queue_makes_calls_wait_for_its_room() {
-    let (manual, registry) = manual_registry();
-    registry
-        .set_policy(
-            "q.adaptive",
-            gradient_queue(1, 8, Duration::from_millis(100)),
-        )
-        .unwrap();
-    let point = registry.point("q.adaptive").unwrap();
+    let (manual, point) = gradient_queue("q.adaptive", 8, Duration::from_millis(100));
     let held = point.enter().unwrap();
     assert_eq!(
         point.try_enter().unwrap_err().reason(),
@@ -463,16 +463,7 @@ fn an_adaptive_limit_with_a_queue_makes_calls_wait_for_its_room() {
 
     // Nobody gives the room back: the wait runs out on the manual clock.
     let held = point.enter().unwrap();
-    let waiter = std::thread::spawn(move || point.enter().map(Permit::finish_ok));
-    until_waiting(point, 1);
-    manual.advance(Duration::from_millis(99));
-    std::thread::sleep(Duration::from_millis(20));
-    assert_eq!(queue(point).waiting, 1, "not yet");
-    manual.advance(Duration::from_millis(1));
-    assert_eq!(
-        waiter.join().unwrap().unwrap_err().reason(),
-        Reason::QueueTimeout
-    );
+    waits_out_100ms(&manual, point);
     held.finish(false);
     let q = queue(point);
     assert_eq!((q.admitted, q.timed_out, q.waiting), (1, 1, 0));
@@ -487,14 +478,7 @@ fn an_adaptive_limit_with_a_queue_makes_calls_wait_for_its_room() {
 /// and a full queue refuses at once.
 #[test]
 fn an_async_call_waits_for_the_adaptive_limit_in_its_future() {
-    let (_manual, registry) = manual_registry();
-    registry
-        .set_policy(
-            "q.adaptive.async",
-            gradient_queue(1, 1, Duration::from_secs(60)),
-        )
-        .unwrap();
-    let point = registry.point("q.adaptive.async").unwrap();
+    let (_manual, point) = gradient_queue("q.adaptive.async", 1, Duration::from_secs(60));
     let held = point.enter().unwrap();
     let mut waiting = Box::pin(point.enter_async());
     assert!(poll_once(&mut waiting).is_pending());

@@ -139,19 +139,13 @@ fn poll_once<F: Future>(f: Pin<&mut F>) -> Poll<F::Output> {
 
 // ---------------------------------------------------------------- queue
 
-/// `max_concurrency(1).queue(2, 100ms)`: the second and third calls wait their turn in
-/// the response future (first in, first out), a fourth finds the queue full, and a
-/// call that waits past 100 ms is refused for its timeout; the inner service never
-/// has two calls at once.
-#[tokio::test(start_paused = true)]
-async fn the_queue_waits_in_order_and_times_out() {
-    let r = registry();
-    let policy = Policy::builder()
-        .max_concurrency(1)
-        .queue(2, 100 * MS)
-        .build()
-        .unwrap();
-    let p = point(r, "queue", policy);
+/// Three calls of 40 ms at once through a `PointLayer` of `p`, whose policy admits
+/// one call at a time and queues two: the second and third wait their turn in the
+/// response future (first in, first out), a fourth finds the queue full, and the inner
+/// service never has two calls at once. Returns the service.
+async fn three_calls_one_after_the_other(
+    p: &'static Point,
+) -> resilience_runtime::tower::PointService<Mock> {
     let mock = Mock::new();
     let svc = PointLayer::from_point(p).layer(mock.clone());
     let t0 = Instant::now();
@@ -166,6 +160,23 @@ async fn the_queue_waits_in_order_and_times_out() {
     assert_eq!(t0.elapsed(), 120 * MS, "one after the other");
     assert_eq!(mock.starts(), [Duration::ZERO, 40 * MS, 80 * MS]);
     assert_eq!(mock.most(), 1);
+    svc
+}
+
+/// `max_concurrency(1).queue(2, 100ms)`: the second and third calls wait their turn in
+/// the response future (first in, first out), a fourth finds the queue full, and a
+/// call that waits past 100 ms is refused for its timeout; the inner service never
+/// has two calls at once.
+#[tokio::test(start_paused = true)]
+async fn the_queue_waits_in_order_and_times_out() {
+    let r = registry();
+    let policy = Policy::builder()
+        .max_concurrency(1)
+        .queue(2, 100 * MS)
+        .build()
+        .unwrap();
+    let p = point(r, "queue", policy);
+    let svc = three_calls_one_after_the_other(p).await;
 
     // A call of 500 ms holds the slot: the next one waits 100 ms and is refused.
     let long = tokio::spawn(svc.clone().call(job(500)));
@@ -192,32 +203,19 @@ async fn the_queue_waits_in_order_and_times_out() {
 #[tokio::test(start_paused = true)]
 async fn an_adaptive_limit_with_a_queue_waits_in_the_response_future() {
     let r = registry();
+    // At most one call (the least limit is 1 by default).
     let gradient = resilience_runtime::adaptive::GradientConfig::builder()
         .initial_limit(1)
-        .min_limit(1)
-        .max_limit(1)
-        .build()
-        .unwrap();
+        .max_limit(1);
     let policy = Policy::builder()
-        .adaptive(resilience_runtime::AdaptiveLimit::Gradient(gradient))
+        .adaptive(resilience_runtime::AdaptiveLimit::Gradient(
+            gradient.build().unwrap(),
+        ))
         .queue(2, 100 * MS)
         .build()
         .unwrap();
     let p = point(r, "queue.adaptive", policy);
-    let mock = Mock::new();
-    let svc = PointLayer::from_point(p).layer(mock.clone());
-    let t0 = Instant::now();
-    let a = tokio::spawn(svc.clone().call(job(40)));
-    let b = tokio::spawn(svc.clone().call(job(40)));
-    let c = tokio::spawn(svc.clone().call(job(40)));
-    tokio::task::yield_now().await;
-    assert_eq!(reason(svc.clone().call(job(40)).await), Reason::QueueFull);
-    assert_eq!(a.await.unwrap().unwrap(), 40);
-    assert_eq!(b.await.unwrap().unwrap(), 40);
-    assert_eq!(c.await.unwrap().unwrap(), 40);
-    assert_eq!(t0.elapsed(), 120 * MS, "one after the other");
-    assert_eq!(mock.starts(), [Duration::ZERO, 40 * MS, 80 * MS]);
-    assert_eq!(mock.most(), 1);
+    three_calls_one_after_the_other(p).await;
     let q = p.stats().queue.unwrap();
     assert_eq!((q.admitted, q.full, q.waiting), (2, 1, 0), "{q:?}");
 }

@@ -105,108 +105,92 @@ fn a_gate_resized_between_2_and_3_never_has_more_than_3_out() {
 /// The fixed limit of the gradient case.
 const GRADIENT_LIMIT: u64 = 3;
 
-#[test]
-fn a_pinned_gradient_limit_is_never_exceeded_through_a_point() {
-    let config = GradientConfig::builder()
+/// A gradient limit that cannot move: min = max = initial = [`GRADIENT_LIMIT`], its
+/// windows closing as often as possible, so that the estimator runs all along and
+/// must keep the limit where min and max pin it.
+fn pinned_gradient() -> GradientConfig {
+    GradientConfig::builder()
         .initial_limit(GRADIENT_LIMIT)
         .min_limit(GRADIENT_LIMIT)
         .max_limit(GRADIENT_LIMIT)
-        // Windows close as often as possible: the estimator runs all along, and must
-        // keep the limit where min and max pin it.
         .sample_window(Duration::from_millis(1))
         .min_samples(1)
         .build()
-        .unwrap();
-    let policy = Policy::builder()
-        .adaptive(AdaptiveLimit::Gradient(config))
-        .build()
-        .unwrap();
+        .unwrap()
+}
+
+/// `threads` callers of a point under the pinned gradient limit, alone (its refusals
+/// `Overloaded`) or with `queue(16, 20ms)` while the policy is swapped (a call that
+/// may wait is never refused `Overloaded`: it waits): never more than
+/// [`GRADIENT_LIMIT`] in flight, and the books add up.
+fn gradient_case(v: &Verdicts, threads: usize, queued: bool) {
+    let limited = Policy::builder().adaptive(AdaptiveLimit::Gradient(pinned_gradient()));
+    let (policy, other, rule, reasons) = if queued {
+        let q = limited.queue(16, Duration::from_millis(20));
+        (
+            q.clone().build().unwrap(),
+            q.max_visits(u64::MAX / 2).build().unwrap(),
+            format!("adaptive gradient pinned at {GRADIENT_LIMIT}, queue(16, 20ms)"),
+            &[Reason::QueueFull, Reason::QueueTimeout][..],
+        )
+    } else {
+        let p = limited.build().unwrap();
+        (
+            p.clone(),
+            p,
+            format!("adaptive gradient, min = max = initial limit {GRADIENT_LIMIT}"),
+            &[Reason::Overloaded][..],
+        )
+    };
     let n = GRADIENT_LIMIT;
+    let reg = system_registry();
+    let name = format!("gradient.{queued}.{threads}");
+    let case = Case::new(rule, Shape::Enter, threads, queued);
+    reg.set_policy(&name, policy.clone()).unwrap();
+    let p = reg.point(&name).unwrap();
+    let swapper = || {
+        reg.set_policy(&name, other.clone()).unwrap();
+        reg.set_policy(&name, policy.clone()).unwrap();
+    };
+    let seen = drive(
+        Target::Enter(p),
+        threads,
+        Load::calls(threads, BRIEF),
+        queued.then_some(&swapper as &(dyn Fn() + Sync)),
+    );
+    let s = p.stats();
+    check_books(v, &case, &s, &seen);
+    check_reasons(v, &case, &s, reasons);
+    v.check(seen.max_inflight() <= n, || {
+        format!(
+            "{case}: the callers saw {} calls in flight at once, at most {n} may be",
+            seen.max_inflight()
+        )
+    });
+    if let Some(q) = s.queue {
+        v.check(q.waiting == 0, || {
+            format!("{case}: {} calls still waiting after the run", q.waiting)
+        });
+    }
+    v.check(seen.admitted() > 0, || {
+        format!("{case}: no call admitted of {}", seen.calls())
+    });
+}
+
+#[test]
+fn a_pinned_gradient_limit_is_never_exceeded_through_a_point() {
     let v = Verdicts::default();
     for threads in THREADS {
-        let reg = system_registry();
-        let name = format!("gradient.{threads}");
-        let case = Case::new(
-            format!("adaptive gradient, min = max = initial limit {GRADIENT_LIMIT}"),
-            Shape::Enter,
-            threads,
-            false,
-        );
-        reg.set_policy(&name, policy.clone()).unwrap();
-        let p = reg.point(&name).unwrap();
-        let seen = drive(Target::Enter(p), threads, Load::calls(threads, BRIEF), None);
-        let s = p.stats();
-        check_books(&v, &case, &s, &seen);
-        check_reasons(&v, &case, &s, &[Reason::Overloaded]);
-        v.check(seen.max_inflight() <= n, || {
-            format!(
-                "{case}: the callers saw {} calls in flight at once, at most {n} may be",
-                seen.max_inflight()
-            )
-        });
-        v.check(seen.admitted() > 0, || {
-            format!("{case}: no call admitted of {}", seen.calls())
-        });
+        gradient_case(&v, threads, false);
     }
     v.conclude();
 }
 
 #[test]
 fn a_pinned_gradient_limit_with_a_queue_is_never_exceeded_while_the_policy_is_swapped() {
-    let config = GradientConfig::builder()
-        .initial_limit(GRADIENT_LIMIT)
-        .min_limit(GRADIENT_LIMIT)
-        .max_limit(GRADIENT_LIMIT)
-        .sample_window(Duration::from_millis(1))
-        .min_samples(1)
-        .build()
-        .unwrap();
-    let queued = Policy::builder()
-        .adaptive(AdaptiveLimit::Gradient(config))
-        .queue(16, Duration::from_millis(20));
-    let policy = queued.clone().build().unwrap();
-    let other = queued.max_visits(u64::MAX / 2).build().unwrap();
-    let n = GRADIENT_LIMIT;
     let v = Verdicts::default();
     for threads in THREADS {
-        let reg = system_registry();
-        let name = format!("gradient.queue.{threads}");
-        let case = Case::new(
-            format!("adaptive gradient pinned at {GRADIENT_LIMIT}, queue(16, 20ms)"),
-            Shape::Enter,
-            threads,
-            true,
-        );
-        reg.set_policy(&name, policy.clone()).unwrap();
-        let p = reg.point(&name).unwrap();
-        let swapper = || {
-            reg.set_policy(&name, other.clone()).unwrap();
-            reg.set_policy(&name, policy.clone()).unwrap();
-        };
-        let seen = drive(
-            Target::Enter(p),
-            threads,
-            Load::calls(threads, BRIEF),
-            Some(&swapper as &(dyn Fn() + Sync)),
-        );
-        let s = p.stats();
-        check_books(&v, &case, &s, &seen);
-        // A call that may wait never sees `Overloaded`: it waits.
-        check_reasons(&v, &case, &s, &[Reason::QueueFull, Reason::QueueTimeout]);
-        v.check(seen.max_inflight() <= n, || {
-            format!(
-                "{case}: the callers saw {} calls in flight at once, at most {n} may be",
-                seen.max_inflight()
-            )
-        });
-        if let Some(q) = s.queue {
-            v.check(q.waiting == 0, || {
-                format!("{case}: {} calls still waiting after the run", q.waiting)
-            });
-        }
-        v.check(seen.admitted() > 0, || {
-            format!("{case}: no call admitted of {}", seen.calls())
-        });
+        gradient_case(&v, threads, true);
     }
     v.conclude();
 }

@@ -350,14 +350,7 @@ impl Point {
         slot: &mut Option<Permit<'p>>,
     ) -> Entry {
         let now = self.clock.now_ns();
-        self.observe_cycle(now);
-        let base = c.ring().base(now, || self.counters.tracked(&self.flow));
-        // Without its rule, a threshold is `NO_LIMIT`.
-        let limits = Limits {
-            from: base[window::PASSES],
-            passes: c.max_visits,
-            inflight: c.max_concurrency,
-        };
+        let (_, limits) = self.window_limits(c, now);
         match self.flow.admit(limits) {
             Ok(entry) => {
                 self.note_peak(entry.inflight);
@@ -401,14 +394,7 @@ impl Point {
         }
         let fine = !PLAIN && c.rules & R_FINE != 0;
         let stamp = self.stamp(fine, now);
-        self.observe_cycle(now);
-        let base = c.ring().base(now, || self.counters.tracked(&self.flow));
-        // Without its rule, a threshold is `NO_LIMIT`.
-        let limits = Limits {
-            from: base[window::PASSES],
-            passes: c.max_visits,
-            inflight: c.max_concurrency,
-        };
+        let (base, limits) = self.window_limits(c, now);
         // Timed for a rule, or for the per-second durations.
         let timed = c.rules & (R_TIMEOUTS | R_BREAKER_TIMED) != 0;
         let start = if timed || crate::point::state::durations::measuring_durations() {
@@ -610,6 +596,20 @@ impl Point {
             permit.attach_key(hold);
         }
         Entry::Admitted
+    }
+
+    /// Observes the cycle at `now` and reads the window's base counts, with the
+    /// flow word's limits on them (without its rule, a threshold is `NO_LIMIT`).
+    #[inline(always)]
+    fn window_limits(&self, c: &'static Compiled, now: u64) -> ([u64; window::TRACKED], Limits) {
+        self.observe_cycle(now);
+        let base = c.ring().base(now, || self.counters.tracked(&self.flow));
+        let limits = Limits {
+            from: base[window::PASSES],
+            passes: c.max_visits,
+            inflight: c.max_concurrency,
+        };
+        (base, limits)
     }
 
     /// A rule refused a call (what it took is back already): the delay starts (if
