@@ -426,6 +426,12 @@ impl Point {
         }
     }
 
+    /// [`call_timeout`](Self::call_timeout) in nanoseconds, 0 without one.
+    #[inline]
+    pub(crate) fn call_timeout_ns(&self) -> u64 {
+        self.compiled().call_timeout_ns
+    }
+
     fn settings(&self) -> SettingsGuard<'_> {
         SettingsGuard(self.settings.lock().recover())
     }

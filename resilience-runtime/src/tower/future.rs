@@ -159,8 +159,8 @@ enum Stage {
     Waiting,
     /// Admitted and running, without a deadline.
     Running,
-    /// Admitted and running, with a deadline not yet armed.
-    Timed(Duration),
+    /// Admitted and running, with a deadline (in nanoseconds) not yet armed.
+    Timed(u64),
     /// Admitted and running until the deadline (`PointFuture::deadline`).
     Deadline,
     /// Refused: the answer at the first poll.
@@ -173,9 +173,9 @@ impl Stage {
     /// The stage of a call admitted on `point`.
     #[inline]
     fn running(point: &Point) -> Self {
-        match point.call_timeout() {
-            None => Stage::Running,
-            Some(d) => Stage::Timed(d),
+        match point.call_timeout_ns() {
+            0 => Stage::Running,
+            ns => Stage::Timed(ns),
         }
     }
 
@@ -319,7 +319,8 @@ where
         let point = *this.point;
         match *this.stage {
             Stage::Running | Stage::Deadline => {}
-            Stage::Timed(d) => {
+            Stage::Timed(ns) => {
+                let d = Duration::from_nanos(ns);
                 *this.deadline = Some(Box::pin(tokio::time::sleep(d)));
                 *this.stage = Stage::Deadline;
             }
@@ -380,14 +381,16 @@ where
             };
             *on_unwind.stage = Stage::Done;
             Permit::end_in(point, on_unwind.permit, outcome);
-            drop(on_unwind);
+            // Not panicking: its drop would do nothing.
+            std::mem::forget(on_unwind);
             this.inner.set(None);
             if this.deadline.is_some() {
                 *this.deadline = None;
             }
             return Poll::Ready(result.map_err(M::inner_error));
         }
-        drop(on_unwind);
+        // Not panicking: its drop would do nothing.
+        std::mem::forget(on_unwind);
         let cut = match this.deadline {
             Some(deadline) => deadline.as_mut().poll(cx).is_ready(),
             None => false,
