@@ -427,6 +427,7 @@ impl Point {
     }
 
     /// [`call_timeout`](Self::call_timeout) in nanoseconds, 0 without one.
+    #[cfg(feature = "tower")]
     #[inline]
     pub(crate) fn call_timeout_ns(&self) -> u64 {
         self.compiled().call_timeout_ns
