@@ -1,9 +1,10 @@
 //! The flow word (`point/flow.rs`): the visits rule and the concurrency limit are
 //! exact under every interleaving, because each admission is one compare-and-swap of
-//! the word it decided on.
+//! the word it decided on; a waiter of the queue never misses a freed slot, nor the
+//! room an adaptive limit gives back before the slot.
 
 use super::check;
-use crate::flow::{Flow, Limits, Refused, NO_LIMIT};
+use crate::flow::{Flow, Limits, Refused, Slot, NO_LIMIT};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
@@ -182,6 +183,49 @@ fn a_release_and_a_new_waiter_never_miss_each_other() {
         assert!(saw_free || saw_waiter, "a freed slot went unnoticed");
         flow.wait_end();
     });
+}
+
+/// Under an adaptive limit with a queue, the room a waiter needs is the limit's, given
+/// back (the limiter's in-flight count, here an atomic with the orderings of
+/// `GradientLimiter`: a `Release` decrement in `end_call`, a `Relaxed` first look in
+/// `admit`) by a call that then calls `tell`: either `tell` sees the waiter (and the
+/// call wakes it) or the waiter's look after `wait_begin` sees the room, in every
+/// interleaving. `held` is the flow word's slot of the call, if it took one.
+fn room_is_never_missed(took_slot: bool, tell: fn(&Flow, Option<Slot>) -> bool) {
+    check(move || {
+        let flow = Arc::new(Flow::new());
+        // One call in flight under a limit of one.
+        let in_flight = Arc::new(loom::sync::atomic::AtomicU64::new(1));
+        let held = took_slot.then(|| flow.admit_unlimited().slot);
+        let releaser = {
+            let (flow, in_flight) = (flow.clone(), in_flight.clone());
+            thread::spawn(move || {
+                in_flight.fetch_sub(1, Ordering::Release);
+                tell(&flow, held)
+            })
+        };
+        flow.wait_begin();
+        let saw_room = in_flight.load(Ordering::Relaxed) < 1;
+        let saw_waiter = releaser.join().unwrap();
+        assert!(saw_room || saw_waiter, "the limit's room went unnoticed");
+        flow.wait_end();
+    });
+}
+
+/// An ending call gives the limit's room back before it releases its slot of the flow
+/// word (`Permit::complete_slow`): the release tells.
+#[test]
+fn a_limits_room_given_back_before_the_release_is_never_missed() {
+    room_is_never_missed(true, |flow, slot| {
+        flow.release(slot.expect("the call holds a slot"))
+    });
+}
+
+/// A call that took the limit's room and goes no further (a later rule refused it)
+/// holds no slot of the flow word: `Flow::given_back` tells (`Taken::give_back`).
+#[test]
+fn a_limits_room_given_back_by_a_refused_call_is_never_missed() {
+    room_is_never_missed(false, |flow, _| flow.given_back());
 }
 
 /// Two waiters and one release: the release sees a waiter, or both waiters see the

@@ -22,7 +22,10 @@
 //! (`Permit::complete_slow`), every call under a queue holds such a slot (a queue
 //! puts the point on the flow word), and the release is what sees the waiting count.
 //! So the argument above covers the limit's room as well: a waiter's look after the
-//! release sees the room, and a look before it is followed by the wake.
+//! release sees the room, and a look before it is followed by the wake. A call that
+//! took the room and is then refused by a later rule holds no slot: it makes the same
+//! read-modify-write of the word without releasing anything (`Flow::given_back`) and
+//! wakes a waiter it sees (loom models `models/flow.rs`, both ways).
 //!
 //! While calls wait, a new call queues behind them (the entry checks the count), so a
 //! new call never passes a waiting one.

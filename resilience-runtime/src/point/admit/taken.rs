@@ -9,6 +9,7 @@
 //! debug build checks instead that every guard is kept or given back.
 
 use crate::point::admit::permit::Outcome;
+use crate::point::form::compiled::R_QUEUE;
 use crate::point::form::slots::{AdaptiveCall, BreakerCall};
 use crate::point::Point;
 
@@ -60,20 +61,33 @@ impl<'p> Taken<'p> {
     }
 
     /// The call goes no further: the probe goes back for the next call, the
-    /// adaptive flight ends without a sample, the breaker forgets the call (as one
-    /// cancelled in time).
+    /// adaptive flight ends without a sample (waking a waiter of the queue, if the
+    /// policy has one, as an ending call's release does), the breaker forgets the call
+    /// (as one cancelled in time).
     #[inline]
     pub(in crate::point) fn give_back(mut self) {
         if let Some((_, claimed)) = self.probe.take() {
             self.point.delay.unclaim(claimed);
         }
         if let Some(a) = self.adaptive.take() {
-            a.end(false);
+            end_unadmitted(self.point, a);
         }
         if let Some(b) = self.breaker.take() {
             self.point
                 .breaker_outcome(b, Outcome::Cancelled, false, 0, self.fine);
         }
+    }
+}
+
+/// The adaptive flight of a call that goes no further ends without a sample; under a
+/// policy with a queue, a waiter for the room it gives back is woken, as an ending
+/// call's release wakes one (see `queue`). Out of line: only refused calls come here.
+#[cold]
+#[inline(never)]
+fn end_unadmitted(point: &Point, a: AdaptiveCall) {
+    a.end(false);
+    if point.compiled().rules & R_QUEUE != 0 && point.flow.given_back() {
+        point.wake_waiter();
     }
 }
 

@@ -227,6 +227,17 @@ impl Flow {
         self.waiting.load(Ordering::Relaxed) != 0
     }
 
+    /// Room of another kind was given back (an adaptive limit's, by a call that goes
+    /// no further): `true` if calls are waiting, seen as [`release`](Self::release)
+    /// sees them, after a read-modify-write of the word, so that a waiter either sees
+    /// the room in its next look or is seen here (see [`wait_begin`](Self::wait_begin);
+    /// loom model `models/flow.rs`).
+    #[inline]
+    pub(crate) fn given_back(&self) -> bool {
+        self.word.fetch_add(0, Ordering::AcqRel);
+        self.waiting.load(Ordering::Relaxed) != 0
+    }
+
     /// A call starts waiting for a slot. After this, either the waiter's next look at
     /// the word sees every slot released before, or the releaser sees the waiter.
     ///
