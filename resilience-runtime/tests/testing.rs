@@ -11,7 +11,7 @@ use resilience_runtime::{
     breaker, downgrade, registry, retry, BreakerPolicy, BreakerState, Clock, Downgraded,
     ManualClock, Policy, Reason,
 };
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -373,6 +373,10 @@ fn forced_breaker_states_racing_calls() {
             AtomicU64::new(0),
             AtomicU64::new(0),
         );
+        // Set before the last reset: from then on calls only succeed, so that the
+        // breaker's own rule (5 failures in a row, which 64 threads failing one call
+        // in 7 can line up) cannot open it again after the reset.
+        let forced = AtomicBool::new(false);
         on_threads(threads + 1, |t| {
             if t == threads {
                 let states = [
@@ -385,6 +389,7 @@ fn forced_breaker_states_racing_calls() {
                     clock.advance(Duration::from_millis(7));
                     std::thread::yield_now();
                 }
+                forced.store(true, Ordering::SeqCst);
                 reset_breaker(&r, "testing.force_race").unwrap();
                 return;
             }
@@ -403,7 +408,7 @@ fn forced_breaker_states_racing_calls() {
                             let now = probing.fetch_add(1, Ordering::SeqCst) + 1;
                             max_probing.fetch_max(now, Ordering::SeqCst);
                         }
-                        permit.finish(i % 7 == 0);
+                        permit.finish(i % 7 == 0 && !forced.load(Ordering::SeqCst));
                         if half_open {
                             probing.fetch_sub(1, Ordering::SeqCst);
                         }
