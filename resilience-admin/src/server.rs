@@ -37,7 +37,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// kept-alive one) is closed.
 pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a connection beyond the cap is kept to deliver its 503.
+/// How long a connection beyond the cap is kept to deliver its 503, and one whose TLS
+/// handshake failed to deliver its alert.
 const OVERFLOW_LINGER: Duration = Duration::from_millis(500);
 
 /// Connections beyond the cap being answered 503 at once: as many as the cap, and
@@ -447,15 +448,28 @@ impl Server {
                     Some(acceptor) => {
                         // A client that never finishes its handshake holds a permit
                         // no longer than one that never sends a request head.
+                        let accept = acceptor.accept(stream).into_fallible();
                         let handshake = tokio::select! {
-                            done = tokio::time::timeout(handshake_timeout, acceptor.accept(stream)) => done,
+                            done = tokio::time::timeout(handshake_timeout, accept) => done,
                             _ = stop.wait_for(|s| *s) => {
                                 drop(permit);
                                 return;
                             }
                         };
-                        if let Ok(Ok(tls)) = handshake {
-                            serve_connection(&http, tls, service, &mut stop).await;
+                        match handshake {
+                            Ok(Ok(tls)) => serve_connection(&http, tls, service, &mut stop).await,
+                            // A failed handshake (a plain-http client, say) sent its
+                            // alert: closed with the request unread, the connection
+                            // would be reset and the client could lose the alert
+                            // that says why.
+                            Ok(Err((_, mut stream))) => {
+                                let _ = tokio::time::timeout(
+                                    OVERFLOW_LINGER,
+                                    linger_close(&mut stream),
+                                )
+                                .await;
+                            }
+                            Err(_) => {}
                         }
                     }
                 }
@@ -518,7 +532,7 @@ async fn answer_overloaded<S>(mut stream: S)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::io::AsyncWriteExt;
     const BODY: &str = "{\"error\":{\"code\":\"overloaded\",\"message\":\
         \"the server has too many connections open; retry shortly\"}}";
     let answer = format!(
@@ -529,14 +543,23 @@ where
     );
     let _ = tokio::time::timeout(OVERFLOW_LINGER, async {
         if stream.write_all(answer.as_bytes()).await.is_ok() {
-            let _ = stream.shutdown().await;
-            // Read what the client sent until it closes, so that closing does not
-            // reset the connection before it has read the answer.
-            let mut buf = [0u8; 4096];
-            while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+            linger_close(&mut stream).await;
         }
     })
     .await;
+}
+
+/// Shuts the write side of `stream` and reads what the client sent until it closes,
+/// so that closing does not reset the connection before the client has read what it
+/// was sent last. Callers bound it in time ([`OVERFLOW_LINGER`]).
+async fn linger_close<S>(stream: &mut S)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _ = stream.shutdown().await;
+    let mut buf = [0u8; 4096];
+    while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
 }
 
 async fn prune_loop(state: AdminState, every: Duration) {
