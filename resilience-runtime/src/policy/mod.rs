@@ -702,7 +702,7 @@ impl PolicyBuilder {
     ///     .build()?;
     /// let p = Policy::builder()
     ///     .adaptive(AdaptiveLimit::Gradient(gradient))
-    ///     .queue(4, Duration::from_millis(50))
+    ///     .queue(4, Duration::from_secs(5))
     ///     .build()?;
     /// assert!(p.adaptive().is_some());
     /// registry().set_policy("docs.adaptive", p)?;
