@@ -229,7 +229,8 @@ pub struct PointStats {
     pub breaker: Option<BreakerStats>,
     /// What [`Point::call_retrying`](crate::Point::call_retrying) did on this point.
     pub retry: crate::retry::RetryStats,
-    /// The concurrency rule's queue, once a call waited or found it full (see
+    /// The queue (of the concurrency rule or the adaptive limit), once a call waited
+    /// or found it full (see
     /// [`PolicyBuilder::queue`](crate::PolicyBuilder::queue)).
     pub queue: Option<QueueStats>,
     /// Under a policy with a [`keys`](crate::PolicyBuilder::keys) section, its busiest

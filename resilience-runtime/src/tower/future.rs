@@ -289,6 +289,11 @@ impl<S: Service<Req>, Req, M> fmt::Debug for PointFuture<S, Req, M> {
     }
 }
 
+/// The timer of a call's deadline, `ns` from now.
+fn deadline_in(ns: u64) -> Pin<Box<tokio::time::Sleep>> {
+    Box::pin(tokio::time::sleep(Duration::from_nanos(ns)))
+}
+
 /// Records a panic of the inner future on the call while the panic unwinds through
 /// `poll` (as [`OnUnwind`] does for the other guards).
 struct CallOnUnwind<'a> {
@@ -320,8 +325,7 @@ where
         match *this.stage {
             Stage::Running | Stage::Deadline => {}
             Stage::Timed(ns) => {
-                let d = Duration::from_nanos(ns);
-                *this.deadline = Some(Box::pin(tokio::time::sleep(d)));
+                *this.deadline = Some(deadline_in(ns));
                 *this.stage = Stage::Deadline;
             }
             Stage::Waiting => {
@@ -345,12 +349,12 @@ where
                         } = *waiting;
                         *this.permit = wait.take_permit();
                         this.inner.set(Some(service.call(request)));
-                        *this.stage = match point.call_timeout() {
-                            None => Stage::Running,
-                            Some(d) => {
-                                *this.deadline = Some(Box::pin(tokio::time::sleep(d)));
+                        *this.stage = match Stage::running(point) {
+                            Stage::Timed(ns) => {
+                                *this.deadline = Some(deadline_in(ns));
                                 Stage::Deadline
                             }
+                            running => running,
                         };
                     }
                 }
