@@ -163,8 +163,9 @@ enum Stage {
     Timed(u64),
     /// Admitted and running until the deadline (`PointFuture::deadline`).
     Deadline,
-    /// Refused: the answer at the first poll.
-    Refused(Refused),
+    /// Refused for this reason: the answer at the first poll (with
+    /// `PointFuture::retry_after`, set to the refusal's own).
+    Refused(Reason),
     /// Answered (or cut).
     Done,
 }
@@ -207,6 +208,7 @@ pin_project! {
         // The timer of a call under a deadline (with `Stage::Deadline`).
         deadline: Option<Pin<Box<tokio::time::Sleep>>>,
         point: &'static Point,
+        // The layer's `Retry-After`; with `Stage::Refused`, the refusal's own.
         retry_after: Option<Duration>,
         mode: PhantomData<fn() -> M>,
     }
@@ -215,6 +217,7 @@ pin_project! {
     where
         S: Service<Req>,
     {
+        #[inline]
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if this.stage.is_running() {
@@ -237,7 +240,7 @@ impl<S: Service<Req>, Req, M> PointFuture<S, Req, M> {
     #[inline]
     pub(super) fn start(
         point: &'static Point,
-        retry_after: Option<Duration>,
+        mut retry_after: Option<Duration>,
         key: Option<KeyArg<'_>>,
         service: &mut S,
         clone: impl FnOnce(&S) -> S,
@@ -247,7 +250,11 @@ impl<S: Service<Req>, Req, M> PointFuture<S, Req, M> {
         let mut waiting = None;
         let (inner, stage) = match point.enter_async_keyed_in(&mut permit, None, key) {
             Admission::Ready(Ok(())) => (Some(service.call(request)), Stage::running(point)),
-            Admission::Ready(Err(d)) => (None, Stage::Refused(refusal(point, d, retry_after))),
+            Admission::Ready(Err(d)) => {
+                let refused = refusal(point, d, retry_after);
+                retry_after = refused.retry_after;
+                (None, Stage::Refused(refused.reason))
+            }
             Admission::Wait(wait) => {
                 // The service made ready goes with the call; a clone takes its place
                 // (tower's advice for a service called from its future).
@@ -276,8 +283,8 @@ impl<S: Service<Req>, Req, M> PointFuture<S, Req, M> {
 
 impl<S: Service<Req>, Req, M> fmt::Debug for PointFuture<S, Req, M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let refused = match &self.stage {
-            Stage::Refused(r) => Some(r),
+        let refused = match self.stage {
+            Stage::Refused(reason) => Some(refused(self.point, reason, self.retry_after)),
             _ => None,
         };
         f.debug_struct("PointFuture")
@@ -286,6 +293,15 @@ impl<S: Service<Req>, Req, M> fmt::Debug for PointFuture<S, Req, M> {
             .field("running", &self.stage.is_running())
             .field("refused", &refused)
             .finish_non_exhaustive()
+    }
+}
+
+/// The answer of a call on `point` refused for `reason`.
+fn refused(point: &Point, reason: Reason, retry_after: Option<Duration>) -> Refused {
+    Refused {
+        point: point.name(),
+        reason,
+        retry_after,
     }
 }
 
@@ -336,7 +352,9 @@ where
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Err(d)) => {
                         *this.waiting = None;
-                        *this.stage = Stage::Refused(refusal(point, d, *this.retry_after));
+                        let refused = refusal(point, d, *this.retry_after);
+                        *this.retry_after = refused.retry_after;
+                        *this.stage = Stage::Refused(refused.reason);
                     }
                     Poll::Ready(Ok(())) => {
                         let Some(waiting) = this.waiting.take() else {
@@ -361,11 +379,11 @@ where
             }
             Stage::Refused(_) | Stage::Done => {}
         }
-        if let Stage::Refused(refused) = *this.stage {
+        if let Stage::Refused(reason) = *this.stage {
             *this.stage = Stage::Done;
             // For a `RetryLayer` above: a refused attempt is not retried.
             crate::__private::mark_downgraded();
-            return Poll::Ready(M::refused(refused));
+            return Poll::Ready(M::refused(refused(point, reason, *this.retry_after)));
         }
         let inner = this
             .inner
@@ -410,10 +428,10 @@ where
         *this.deadline = None;
         Permit::end_in(point, this.permit, Outcome::TimedOut);
         crate::__private::mark_downgraded();
-        Poll::Ready(M::refused(Refused {
-            point: point.name(),
-            reason: Reason::Deadline,
-            retry_after: *this.retry_after,
-        }))
+        Poll::Ready(M::refused(refused(
+            point,
+            Reason::Deadline,
+            *this.retry_after,
+        )))
     }
 }

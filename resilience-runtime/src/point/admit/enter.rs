@@ -760,7 +760,7 @@ impl Point {
             None => self.hang_table(),
         };
         // The table is on the timeline: sweeps are coarser than its resolution.
-        let slot = table.register(now).map_or(NO_HANG, |s| s);
+        let slot = table.register_slot(now);
         if !self.sweeping.is_armed() {
             self.arm_sweep();
         }

@@ -42,7 +42,8 @@ pub struct Permit<'a> {
     pub(in crate::point) key: Option<crate::keys::KeyHold<'a>>,
 }
 
-pub(in crate::point) const NO_HANG: u32 = u32::MAX;
+/// No hung-call slot (the table's own "no slot").
+pub(in crate::point) const NO_HANG: u32 = crate::point::state::hang::NO_SLOT;
 
 /// Writes `permit` into the caller's empty slot and returns it there, to be
 /// completed in place.

@@ -40,6 +40,8 @@ const CHUNK: usize = 4;
 const CHUNKS: usize = (OWNED_LANES + SHARED_LANES) / CHUNK;
 /// A slot whose call was counted as timed out by a sweep.
 const SWEPT: u64 = u64::MAX;
+/// No slot: the call is not registered (the table is full), or has no timeout.
+pub(crate) const NO_SLOT: u32 = u32::MAX;
 
 #[repr(align(64))]
 #[derive(Debug)]
@@ -59,7 +61,7 @@ pub(crate) struct HangTable {
 }
 
 /// The number of the thread that holds hung-call slot `slot` of an owned lane (the
-/// lane's own number), or `None` for a shared slot (or [`NO_HANG`](crate::point::admit::permit::NO_HANG)).
+/// lane's own number), or `None` for a shared slot (or [`NO_SLOT`]).
 #[inline]
 pub(crate) fn owner_of(slot: u32) -> Option<u32> {
     let lane = slot / LANE as u32;
@@ -98,10 +100,22 @@ impl HangTable {
     }
 
     /// Registers a call that started at `start` (non-zero); returns its slot, or `None`
-    /// if the table is full. In line: the first slot of the thread's own lane, free
-    /// unless the thread has another timed call of the point in flight.
-    #[inline]
+    /// if the table is full (the tests' and models' view of
+    /// [`register_slot`](Self::register_slot)).
+    #[cfg(any(test, loom))]
     pub(crate) fn register(&self, start: u64) -> Option<u32> {
+        match self.register_slot(start) {
+            NO_SLOT => None,
+            slot => Some(slot),
+        }
+    }
+
+    /// [`register`](Self::register) for the hot path: the slot, or [`NO_SLOT`] if the
+    /// table is full (one number, as the permit keeps it). In line: the first slot of
+    /// the thread's own lane, free unless the thread has another timed call of the
+    /// point in flight.
+    #[inline]
+    pub(crate) fn register_slot(&self, start: u64) -> u32 {
         // `UNKNOWN` and lanes past the owned ones fail the test.
         let lane = crate::lane::fast_lane();
         if (lane as usize) < OWNED_LANES {
@@ -109,18 +123,19 @@ impl HangTable {
                 let first = &own.0[0];
                 if first.load(Ordering::Relaxed) == 0 {
                     first.store(start, Ordering::Relaxed);
-                    return Some(lane * LANE as u32);
+                    return lane * LANE as u32;
                 }
             }
         }
         self.register_slow(start)
     }
 
-    /// The rest of [`register`](Self::register), out of line.
+    /// The rest of [`register_slot`](Self::register_slot), out of line.
     #[cold]
     #[inline(never)]
-    fn register_slow(&self, start: u64) -> Option<u32> {
+    fn register_slow(&self, start: u64) -> u32 {
         self.register_as(crate::lane::thread_lane(), start)
+            .unwrap_or(NO_SLOT)
     }
 
     #[inline]
