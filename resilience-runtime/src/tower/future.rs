@@ -338,52 +338,55 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let point = *this.point;
-        match *this.stage {
-            Stage::Running | Stage::Deadline => {}
-            Stage::Timed(ns) => {
-                *this.deadline = Some(deadline_in(ns));
-                *this.stage = Stage::Deadline;
-            }
-            Stage::Waiting => {
-                let Some(waiting) = this.waiting.as_mut() else {
-                    unreachable!("a waiting call carries its wait");
-                };
-                match Pin::new(&mut waiting.wait).poll(cx) {
-                    Poll::Pending => return Poll::Pending,
-                    Poll::Ready(Err(d)) => {
-                        *this.waiting = None;
-                        let refused = refusal(point, d, *this.retry_after);
-                        *this.retry_after = refused.retry_after;
-                        *this.stage = Stage::Refused(refused.reason);
-                    }
-                    Poll::Ready(Ok(())) => {
-                        let Some(waiting) = this.waiting.take() else {
-                            unreachable!("matched above");
-                        };
-                        let Waiting {
-                            mut wait,
-                            mut service,
-                            request,
-                        } = *waiting;
-                        *this.permit = wait.take_permit();
-                        this.inner.set(Some(service.call(request)));
-                        *this.stage = match Stage::running(point) {
-                            Stage::Timed(ns) => {
-                                *this.deadline = Some(deadline_in(ns));
-                                Stage::Deadline
-                            }
-                            running => running,
-                        };
+        // A running call (the common case) goes straight to its inner future.
+        if !matches!(*this.stage, Stage::Running) {
+            match *this.stage {
+                Stage::Running | Stage::Deadline => {}
+                Stage::Timed(ns) => {
+                    *this.deadline = Some(deadline_in(ns));
+                    *this.stage = Stage::Deadline;
+                }
+                Stage::Waiting => {
+                    let Some(waiting) = this.waiting.as_mut() else {
+                        unreachable!("a waiting call carries its wait");
+                    };
+                    match Pin::new(&mut waiting.wait).poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(Err(d)) => {
+                            *this.waiting = None;
+                            let refused = refusal(point, d, *this.retry_after);
+                            *this.retry_after = refused.retry_after;
+                            *this.stage = Stage::Refused(refused.reason);
+                        }
+                        Poll::Ready(Ok(())) => {
+                            let Some(waiting) = this.waiting.take() else {
+                                unreachable!("matched above");
+                            };
+                            let Waiting {
+                                mut wait,
+                                mut service,
+                                request,
+                            } = *waiting;
+                            *this.permit = wait.take_permit();
+                            this.inner.set(Some(service.call(request)));
+                            *this.stage = match Stage::running(point) {
+                                Stage::Timed(ns) => {
+                                    *this.deadline = Some(deadline_in(ns));
+                                    Stage::Deadline
+                                }
+                                running => running,
+                            };
+                        }
                     }
                 }
+                Stage::Refused(_) | Stage::Done => {}
             }
-            Stage::Refused(_) | Stage::Done => {}
-        }
-        if let Stage::Refused(reason) = *this.stage {
-            *this.stage = Stage::Done;
-            // For a `RetryLayer` above: a refused attempt is not retried.
-            crate::__private::mark_downgraded();
-            return Poll::Ready(M::refused(refused(point, reason, *this.retry_after)));
+            if let Stage::Refused(reason) = *this.stage {
+                *this.stage = Stage::Done;
+                // For a `RetryLayer` above: a refused attempt is not retried.
+                crate::__private::mark_downgraded();
+                return Poll::Ready(M::refused(refused(point, reason, *this.retry_after)));
+            }
         }
         let inner = this
             .inner
