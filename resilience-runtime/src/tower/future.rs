@@ -9,7 +9,7 @@ use crate::keys::KeyArg;
 use crate::point::admit::permit::Outcome;
 use crate::point::admit::queue::{Admission, WaitFuture};
 use crate::sync::Arc;
-use crate::{Permit, Point, Reason};
+use crate::{Downgraded, Permit, Point, Reason};
 use pin_project_lite::pin_project;
 use std::fmt;
 use std::future::Future;
@@ -251,9 +251,9 @@ impl<S: Service<Req>, Req, M> PointFuture<S, Req, M> {
         let (inner, stage) = match point.enter_async_keyed_in(&mut permit, None, key) {
             Admission::Ready(Ok(())) => (Some(service.call(request)), Stage::running(point)),
             Admission::Ready(Err(d)) => {
-                let refused = refusal(point, d, retry_after);
-                retry_after = refused.retry_after;
-                (None, Stage::Refused(refused.reason))
+                let stage;
+                (stage, retry_after) = refused_stage(point, d, retry_after);
+                (None, stage)
             }
             Admission::Wait(wait) => {
                 // The service made ready goes with the call; a clone takes its place
@@ -294,6 +294,19 @@ impl<S: Service<Req>, Req, M> fmt::Debug for PointFuture<S, Req, M> {
             .field("refused", &refused)
             .finish_non_exhaustive()
     }
+}
+
+/// The stage of a call on `point` refused as `d` says, with the refusal's
+/// `Retry-After`: an open breaker's wait when it knows one, else the layer's
+/// `retry_after`.
+#[inline]
+fn refused_stage(
+    point: &'static Point,
+    d: Downgraded,
+    retry_after: Option<Duration>,
+) -> (Stage, Option<Duration>) {
+    let refused = refusal(point, d, retry_after);
+    (Stage::Refused(refused.reason), refused.retry_after)
 }
 
 /// The answer of a call on `point` refused for `reason`.
@@ -354,9 +367,8 @@ where
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Err(d)) => {
                             *this.waiting = None;
-                            let refused = refusal(point, d, *this.retry_after);
-                            *this.retry_after = refused.retry_after;
-                            *this.stage = Stage::Refused(refused.reason);
+                            (*this.stage, *this.retry_after) =
+                                refused_stage(point, d, *this.retry_after);
                         }
                         Poll::Ready(Ok(())) => {
                             let Some(waiting) = this.waiting.take() else {
