@@ -2,11 +2,12 @@
 //! manual clock, a full queue, cancellation, policy changes while calls wait, and the
 //! bound under many threads and tasks; and the same queue under an adaptive limit.
 
-use resilience_runtime::adaptive::GradientConfig;
+#[path = "support/one_at_a_time.rs"]
+mod one_at_a_time;
+
+use one_at_a_time::gradient_pinned_at_one_with_queue;
 use resilience_runtime::config::Format;
-use resilience_runtime::{
-    AdaptiveLimit, Clock, ManualClock, Permit, Point, Policy, QueueStats, Reason, Registry,
-};
+use resilience_runtime::{Clock, ManualClock, Permit, Point, Policy, QueueStats, Reason, Registry};
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,15 +32,25 @@ fn bulkhead(n: u64, waiting: u64, wait: Duration) -> Policy {
 /// (min = max = initial) with a queue.
 fn gradient_queue(name: &str, waiting: u64, wait: Duration) -> (ManualClock, &'static Point) {
     let (manual, registry) = manual_registry();
-    // The least limit is 1 by default.
-    let gradient = GradientConfig::builder().initial_limit(1).max_limit(1);
-    let policy = Policy::builder()
-        .adaptive(AdaptiveLimit::Gradient(gradient.build().unwrap()))
-        .queue(waiting, wait)
-        .build()
+    registry
+        .set_policy(name, gradient_pinned_at_one_with_queue(waiting, wait))
         .unwrap();
-    registry.set_policy(name, policy).unwrap();
     (manual, registry.point(name).unwrap())
+}
+
+/// A point of its own registry (on a manual clock) under [`bulkhead`]`(n, waiting,
+/// wait)`, with the registry (for the tests that change the policy later).
+fn bulkhead_point(
+    name: &str,
+    n: u64,
+    waiting: u64,
+    wait: Duration,
+) -> (ManualClock, &'static Registry, &'static Point) {
+    let (manual, registry) = manual_registry();
+    registry
+        .set_policy(name, bulkhead(n, waiting, wait))
+        .unwrap();
+    (manual, registry, registry.point(name).unwrap())
 }
 
 fn queue(point: &Point) -> QueueStats {
@@ -57,11 +68,7 @@ fn until_waiting(point: &Point, n: u64) {
 
 #[test]
 fn waiters_are_served_first_in_first_out() {
-    let (_manual, registry) = manual_registry();
-    registry
-        .set_policy("q.fifo", bulkhead(1, 8, Duration::from_secs(60)))
-        .unwrap();
-    let point = registry.point("q.fifo").unwrap();
+    let (_, _, point) = bulkhead_point("q.fifo", 1, 8, Duration::from_secs(60));
     let held = point.enter().unwrap();
     let order = Arc::new(Mutex::new(Vec::new()));
     let mut threads = Vec::new();
@@ -105,11 +112,7 @@ fn waits_out_100ms(manual: &ManualClock, point: &'static Point) {
 
 #[test]
 fn a_wait_runs_out_on_the_manual_clock() {
-    let (manual, registry) = manual_registry();
-    registry
-        .set_policy("q.timeout", bulkhead(1, 8, Duration::from_millis(100)))
-        .unwrap();
-    let point = registry.point("q.timeout").unwrap();
+    let (manual, _, point) = bulkhead_point("q.timeout", 1, 8, Duration::from_millis(100));
     let held = point.enter().unwrap();
     waits_out_100ms(&manual, point);
     let q = queue(point);
@@ -138,11 +141,7 @@ impl FinishOk for Permit<'_> {
 
 #[test]
 fn a_full_queue_refuses_at_once() {
-    let (_manual, registry) = manual_registry();
-    registry
-        .set_policy("q.full", bulkhead(1, 1, Duration::from_secs(60)))
-        .unwrap();
-    let point = registry.point("q.full").unwrap();
+    let (_, _, point) = bulkhead_point("q.full", 1, 1, Duration::from_secs(60));
     let held = point.enter().unwrap();
     let waiter = std::thread::spawn(move || point.enter().map(Permit::finish_ok));
     until_waiting(point, 1);
@@ -162,11 +161,7 @@ fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
 
 #[test]
 fn a_cancelled_async_waiter_leaves_and_never_takes_a_slot() {
-    let (_manual, registry) = manual_registry();
-    registry
-        .set_policy("q.cancel", bulkhead(1, 8, Duration::from_secs(60)))
-        .unwrap();
-    let point = registry.point("q.cancel").unwrap();
+    let (_, _, point) = bulkhead_point("q.cancel", 1, 8, Duration::from_secs(60));
     let held = point.enter().unwrap();
     let mut first = Box::pin(point.enter_async());
     let mut second = Box::pin(point.enter_async());
@@ -193,11 +188,7 @@ fn a_cancelled_async_waiter_leaves_and_never_takes_a_slot() {
 
 #[test]
 fn a_woken_waiter_dropped_at_once_passes_its_wake_on() {
-    let (_manual, registry) = manual_registry();
-    registry
-        .set_policy("q.pass_on", bulkhead(1, 8, Duration::from_secs(60)))
-        .unwrap();
-    let point = registry.point("q.pass_on").unwrap();
+    let (_, _, point) = bulkhead_point("q.pass_on", 1, 8, Duration::from_secs(60));
     let held = point.enter().unwrap();
     let mut first = Box::pin(point.enter_async());
     let mut second = Box::pin(point.enter_async());
@@ -216,12 +207,8 @@ fn a_woken_waiter_dropped_at_once_passes_its_wake_on() {
 
 #[test]
 fn policy_changes_wake_waiters_to_ask_again() {
-    let (_manual, registry) = manual_registry();
     let name = "q.change";
-    registry
-        .set_policy(name, bulkhead(1, 8, Duration::from_secs(60)))
-        .unwrap();
-    let point = registry.point(name).unwrap();
+    let (_manual, registry, point) = bulkhead_point(name, 1, 8, Duration::from_secs(60));
     let held = point.enter().unwrap();
     let mut waiters: Vec<_> = (0..3).map(|_| Box::pin(point.enter_async())).collect();
     for w in &mut waiters {
@@ -273,11 +260,7 @@ fn policy_changes_wake_waiters_to_ask_again() {
 
 #[test]
 fn new_calls_queue_behind_waiters() {
-    let (_manual, registry) = manual_registry();
-    registry
-        .set_policy("q.behind", bulkhead(1, 8, Duration::from_secs(60)))
-        .unwrap();
-    let point = registry.point("q.behind").unwrap();
+    let (_, _, point) = bulkhead_point("q.behind", 1, 8, Duration::from_secs(60));
     let held = point.enter().unwrap();
     let mut waiter = Box::pin(point.enter_async());
     assert!(poll_once(&mut waiter).is_pending());
@@ -432,11 +415,7 @@ fn the_bound_holds_under_many_threads_and_swaps() {
 
 #[test]
 fn try_enter_never_waits() {
-    let (_manual, registry) = manual_registry();
-    registry
-        .set_policy("q.try", bulkhead(1, 8, Duration::from_secs(60)))
-        .unwrap();
-    let point = registry.point("q.try").unwrap();
+    let (_, _, point) = bulkhead_point("q.try", 1, 8, Duration::from_secs(60));
     let held = point.try_enter().unwrap();
     assert_eq!(point.try_enter().unwrap_err().reason(), Reason::Concurrency);
     assert_eq!(queue(point).waiting, 0, "nobody queued");

@@ -4,6 +4,10 @@
 //! readiness contract, retries with a budget, hedging; then the bounds at 1 to 64
 //! tasks while the policy changes under the calls.
 
+#[path = "support/one_at_a_time.rs"]
+mod one_at_a_time;
+
+use one_at_a_time::gradient_pinned_at_one_with_queue;
 use resilience_runtime::breaker::ClassicConfig;
 use resilience_runtime::retry::{Backoff, BudgetConfig, Retry, RetryPolicy};
 use resilience_runtime::tower::{GuardError, PointLayer, RetryLayer, Retryable};
@@ -203,17 +207,7 @@ async fn the_queue_waits_in_order_and_times_out() {
 #[tokio::test(start_paused = true)]
 async fn an_adaptive_limit_with_a_queue_waits_in_the_response_future() {
     let r = registry();
-    // At most one call (the least limit is 1 by default).
-    let gradient = resilience_runtime::adaptive::GradientConfig::builder()
-        .initial_limit(1)
-        .max_limit(1);
-    let policy = Policy::builder()
-        .adaptive(resilience_runtime::AdaptiveLimit::Gradient(
-            gradient.build().unwrap(),
-        ))
-        .queue(2, 100 * MS)
-        .build()
-        .unwrap();
+    let policy = gradient_pinned_at_one_with_queue(2, 100 * MS);
     let p = point(r, "queue.adaptive", policy);
     three_calls_one_after_the_other(p).await;
     let q = p.stats().queue.unwrap();
