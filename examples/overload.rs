@@ -7,12 +7,14 @@
 //! * `tower`: tower's `ConcurrencyLimitLayer(8)` under a `LoadShedLayer` (503 when full);
 //! * `queue`: a [`PointLayer`] of `max_concurrency(8)` with a bounded queue (8 waiting,
 //!   at most 100 ms);
+//! * `newest-first`: the same limit with a deeper queue (32 waiting, at most 150 ms)
+//!   served newest first, a full queue refusing its oldest waiter;
 //! * `adaptive`: a [`PointLayer`] of the gradient limit (the defaults);
 //! * `gradient`: a [`PointLayer`] of the gradient limit with `critical_reserve(0.5)`,
 //!   under a [`PriorityLayer`] that reads the `x-priority` header;
-//! * `gradient-queue`: the same with a short queue (8 waiting, at most 20 ms) for the
-//!   calls the limit has no room for: they wait outside the backend, critical ones
-//!   first.
+//! * `gradient-queue`: the same with the `newest-first` row's queue for the calls the
+//!   limit has no room for: they wait outside the backend, critical ones first, then
+//!   the newest.
 //!
 //! The client is open loop: arrivals are a seeded Poisson process at the row's rate,
 //! whatever the answers; each request's latency counts from its scheduled arrival (so
@@ -35,9 +37,10 @@
 //! Options: `--warmup SECS` and `--secs SECS` (default 2 and 3 per row), `--svg PATH`
 //! (write the chart), `--smoke` (4x only, 0.5 s + 1 s per row, a backend of 4 slots
 //! so that a debug build on a busy host keeps up with its 800 requests/s, then checks
-//! that every protection beats none on goodput and that the priority row serves most
-//! critical requests; exits with an error otherwise). `OVERLOAD_ONLY=ROW` (`none`, `tower`,
-//! `queue`, `adaptive`, `gradient`, `gradient-queue`) runs one protection only. Loopback only;
+//! that every protection beats none on goodput, that the newest-first queue's median
+//! is below the oldest-first one's and that the priority rows serve most critical
+//! requests; exits with an error otherwise). `OVERLOAD_ONLY=ROW` (`none`, `tower`,
+//! `queue`, `newest-first`, `adaptive`, `gradient`, `gradient-queue`) runs one protection only. Loopback only;
 //! `scripts/overload.sh` runs the full version.
 
 use axum::error_handling::HandleErrorLayer;
@@ -47,7 +50,7 @@ use axum::routing::get;
 use axum::{BoxError, Router};
 use resilience_runtime::adaptive::GradientConfig;
 use resilience_runtime::tower::{PointLayer, PriorityLayer};
-use resilience_runtime::{registry, AdaptiveLimit, Policy};
+use resilience_runtime::{registry, AdaptiveLimit, Policy, QueueOrder};
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,8 +83,10 @@ const GIVE_UP: Duration = Duration::from_secs(1);
 const CRITICAL_SHARE: f64 = 0.2;
 /// The gradient rows' share of the limit kept for critical requests.
 const CRITICAL_RESERVE: f64 = 0.5;
-/// The longest a request waits in the `gradient-queue` row's queue.
-const GRADIENT_QUEUE_WAIT: Duration = Duration::from_millis(20);
+/// The queue of the `newest-first` and `gradient-queue` rows, served newest first: 4
+/// waiters per slot of the backend, each for at most 150 ms.
+const NEWEST_QUEUE_PER_SLOT: u64 = 4;
+const NEWEST_QUEUE_WAIT: Duration = Duration::from_millis(150);
 
 /// The protections compared, in table order.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -89,16 +94,18 @@ enum Protection {
     None,
     Tower,
     Queue,
+    NewestFirst,
     Adaptive,
     Gradient,
     GradientQueue,
 }
 
 impl Protection {
-    const ALL: [Protection; 6] = [
+    const ALL: [Protection; 7] = [
         Protection::None,
         Protection::Tower,
         Protection::Queue,
+        Protection::NewestFirst,
         Protection::Adaptive,
         Protection::Gradient,
         Protection::GradientQueue,
@@ -110,11 +117,17 @@ impl Protection {
             Protection::None => "none".into(),
             Protection::Tower => format!("tower ConcurrencyLimit({n}) + LoadShed"),
             Protection::Queue => format!("PointLayer max_concurrency({n}) + queue({n}, 100 ms)"),
+            Protection::NewestFirst => format!(
+                "PointLayer max_concurrency({n}) + queue({}, {} ms) newest first",
+                NEWEST_QUEUE_PER_SLOT * n as u64,
+                NEWEST_QUEUE_WAIT.as_millis()
+            ),
             Protection::Adaptive => "PointLayer gradient".into(),
             Protection::Gradient => "PointLayer gradient + priorities".into(),
             Protection::GradientQueue => format!(
-                "PointLayer gradient + priorities + queue({n}, {} ms)",
-                GRADIENT_QUEUE_WAIT.as_millis()
+                "PointLayer gradient + priorities + queue({}, {} ms) newest first",
+                NEWEST_QUEUE_PER_SLOT * n as u64,
+                NEWEST_QUEUE_WAIT.as_millis()
             ),
         }
     }
@@ -124,6 +137,7 @@ impl Protection {
             Protection::None => "none",
             Protection::Tower => "tower",
             Protection::Queue => "queue",
+            Protection::NewestFirst => "newest-first",
             Protection::Adaptive => "adaptive",
             Protection::Gradient => "gradient",
             Protection::GradientQueue => "gradient-queue",
@@ -178,6 +192,15 @@ fn router(
             registry().set_policy(row, policy)?;
             route.route_layer(PointLayer::new(row)?.respond())
         }
+        Protection::NewestFirst => {
+            let policy = Policy::builder()
+                .max_concurrency(slots() as u64)
+                .queue(NEWEST_QUEUE_PER_SLOT * slots() as u64, NEWEST_QUEUE_WAIT)
+                .queue_order(QueueOrder::NewestFirst)
+                .build()?;
+            registry().set_policy(row, policy)?;
+            route.route_layer(PointLayer::new(row)?.respond())
+        }
         Protection::Adaptive => {
             let policy = Policy::builder()
                 .adaptive(AdaptiveLimit::Gradient(GradientConfig::default()))
@@ -191,7 +214,9 @@ fn router(
                 .build()?;
             let mut policy = Policy::builder().adaptive(AdaptiveLimit::Gradient(gradient));
             if protection == Protection::GradientQueue {
-                policy = policy.queue(slots() as u64, GRADIENT_QUEUE_WAIT);
+                policy = policy
+                    .queue(NEWEST_QUEUE_PER_SLOT * slots() as u64, NEWEST_QUEUE_WAIT)
+                    .queue_order(QueueOrder::NewestFirst);
             }
             let policy = policy.build()?;
             registry().set_policy(row, policy)?;
@@ -454,10 +479,11 @@ fn table(results: &[(Protection, Vec<Row>)]) -> String {
 /// A chart of goodput (left) and p50 latency (right) against the offered load, one
 /// line per protection, as a standalone SVG.
 fn svg(results: &[(Protection, Vec<Row>)]) -> String {
-    const COLORS: [&str; 6] = [
-        "#9e9e9e", "#e69f00", "#0072b2", "#cc79a7", "#009e73", "#d55e00",
+    const COLORS: [&str; 7] = [
+        "#9e9e9e", "#e69f00", "#0072b2", "#56b4e9", "#cc79a7", "#009e73", "#d55e00",
     ];
-    let (w, h) = (760.0, 350.0);
+    // The legend below the panels, one protection a line.
+    let (w, h) = (760.0, 300.0 + 18.0 * results.len() as f64 + 10.0);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -543,10 +569,7 @@ fn svg(results: &[(Protection, Vec<Row>)]) -> String {
     // Legend.
     for (k, (p, _)) in results.iter().enumerate() {
         let color = COLORS[k % COLORS.len()];
-        let (x, y) = (
-            40.0 + (k % 2) as f64 * 360.0,
-            top + ph + 40.0 + (k / 2) as f64 * 18.0,
-        );
+        let (x, y) = (40.0, top + ph + 40.0 + k as f64 * 18.0);
         let _ = writeln!(
             out,
             r##"<rect x="{x}" y="{}" width="14" height="4" fill="{color}"/><text x="{}" y="{}">{}</text>"##,
@@ -655,6 +678,7 @@ fn check(results: &[(Protection, Vec<Row>)]) -> Result<(), String> {
     for p in [
         Protection::Tower,
         Protection::Queue,
+        Protection::NewestFirst,
         Protection::Adaptive,
         Protection::Gradient,
         Protection::GradientQueue,
@@ -668,6 +692,17 @@ fn check(results: &[(Protection, Vec<Row>)]) -> Result<(), String> {
                 none.goodput
             ));
         }
+    }
+    // Newest first serves most requests at once where the full first-in-first-out
+    // queue makes each wait nearly its length.
+    let (fifo, newest) = (at(Protection::Queue), at(Protection::NewestFirst));
+    if newest.p50 >= fifo.p50 {
+        return Err(format!(
+            "{}: p50 {:?} at 4x, not below the oldest-first queue's {:?}",
+            Protection::NewestFirst.label(),
+            newest.p50,
+            fifo.p50
+        ));
     }
     for p in [Protection::Gradient, Protection::GradientQueue] {
         let g = at(p);

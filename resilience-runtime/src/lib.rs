@@ -190,7 +190,7 @@ pub use point::state::durations::{measure_durations, measuring_durations};
 pub use point::Point;
 pub use policy::{
     AdaptiveLimit, BreakerError, BreakerPolicy, ClusterLimit, Delay, ExceptionRate, Policy,
-    PolicyBuilder, PolicyError, QueueConfig, Timeouts, TokenBucketConfig, WarmUpConfig,
+    PolicyBuilder, PolicyError, QueueConfig, QueueOrder, Timeouts, TokenBucketConfig, WarmUpConfig,
     WindowConfig, MAX_CALL_TIMEOUT, MAX_CONCURRENCY, MAX_QUEUE, MAX_WINDOW_BUCKETS,
 };
 pub use registry::{init_registry, registry, Registry, RetireError, DEFAULT_MAX_UNDECLARED_POINTS};

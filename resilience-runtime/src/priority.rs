@@ -12,8 +12,9 @@
 //! never held back, so the pass path does not even read it):
 //!
 //! - **the concurrency queue** ([`PolicyBuilder::queue`](crate::PolicyBuilder::queue))
-//!   serves higher tiers first (first in first out within a tier), and a call that
-//!   finds the queue full evicts the newest waiter of a lower tier (which is refused
+//!   serves higher tiers first (first in first out within a tier, or newest first
+//!   with [`QueueOrder::NewestFirst`](crate::QueueOrder::NewestFirst)), and a call that
+//!   finds the queue full evicts the last waiter of a lower tier (which is refused
 //!   with [`Reason::QueueFull`](crate::Reason::QueueFull));
 //! - **the gradient adaptive limit** keeps a share of its capacity for critical calls
 //!   ([`GradientConfig::critical_reserve`](crate::adaptive::GradientConfig::critical_reserve)):

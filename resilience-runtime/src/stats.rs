@@ -263,7 +263,9 @@ pub struct QueueStats {
     /// Calls refused at once because the queue was full ([`Reason::QueueFull`]).
     pub full: u64,
     /// Waiters taken out of a full queue by a call of a higher tier
-    /// ([`Priority`](crate::priority::Priority)), refused with [`Reason::QueueFull`].
+    /// ([`Priority`](crate::priority::Priority)) or, in a queue served
+    /// [newest first](crate::QueueOrder::NewestFirst), of the same tier; refused with
+    /// [`Reason::QueueFull`].
     pub evicted: u64,
     /// The total time waited by the waits that ended.
     pub wait: Duration,

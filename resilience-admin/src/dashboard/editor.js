@@ -32,10 +32,11 @@ const FORM_SECTIONS = [
   },
   {
     legend: "queue",
-    hint: "with max_concurrency or an adaptive limit: a call that finds every slot taken (or the adaptive limit reached) waits for one, first in first out; at most max_waiting wait (beyond: queue_full), each for at most max_wait (then: queue_timeout)",
+    hint: "with max_concurrency or an adaptive limit: a call that finds every slot taken (or the adaptive limit reached) waits for one; at most max_waiting wait (beyond: queue_full), each for at most max_wait (then: queue_timeout); order oldest_first (first in first out) or newest_first (the last come is served first, and a full queue refuses its oldest waiter to make room)",
     fields: [
       ["queue.max_waiting", "int"],
       ["queue.max_wait", "dur"],
+      ["queue.order", "str", "oldest_first"],
     ],
   },
   { legend: "shadow", hint: "dry run: rules are counted, calls never downgraded", fields: [["shadow", "bool3"]] },
@@ -547,8 +548,9 @@ function showRetrySummary(settings) {
   slot.dataset.retry = s.values === null ? "" : JSON.stringify(s.values);
 }
 
-// What the stored queue of the point does (both of its fields are required). The
-// data attribute holds the stored section with the point's max_concurrency.
+// What the stored queue of the point does (max_waiting and max_wait are required, the
+// order is oldest first unless set). The data attribute holds the stored section with
+// the point's max_concurrency.
 function queueSummary(settings) {
   const q = settings && settings.queue;
   const limit = settings && settings.max_concurrency;
@@ -567,7 +569,10 @@ function queueSummary(settings) {
     const when = unlimited ? "every slot is" : Number(limit) === 1 ? "the only slot is" : "all " + limit + " slots are";
     text = "Stored: when " + when + " taken" + (adaptive ? " or the adaptive limit reached" : "") + ", up to " + waits + " for one, each for at most " + q.max_wait + ".";
   }
-  return { text, values: { max_waiting: q.max_waiting, max_wait: q.max_wait, max_concurrency: limit === undefined ? null : limit } };
+  if (q.order === "newest_first") {
+    text += " Newest first: the last come is served first, and a full queue refuses its oldest waiter.";
+  }
+  return { text, values: { max_waiting: q.max_waiting, max_wait: q.max_wait, order: q.order, max_concurrency: limit === undefined ? null : limit } };
 }
 
 function showQueueSummary(settings) {

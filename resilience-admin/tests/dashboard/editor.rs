@@ -68,6 +68,7 @@ const PLAIN_FIELDS: &[&str] = &[
     "call_timeout",
     "queue.max_waiting",
     "queue.max_wait",
+    "queue.order",
     "shadow",
     "exception_rate.rate",
     "exception_rate.min_visits",
@@ -168,6 +169,8 @@ fn value_of(rng: &mut Rng, section: &str, algorithm: &str, field: &str) -> Value
         ("", _, "call_timeout") => rng.millis(1, 999),
         ("", _, "queue.max_waiting") => rng.int(1, 1_000_000),
         ("", _, "queue.max_wait") => rng.millis(1, 999),
+        // The default, "oldest_first", is not written back: only the other is stored.
+        ("", _, "queue.order") => json!("newest_first"),
         ("", _, "shadow") => json!(rng.chance(50)),
         ("", _, "exception_rate.rate") => rng.hundredths(0, 100),
         ("", _, "exception_rate.min_visits") => rng.int(1, 500),
@@ -753,8 +756,9 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
 }
 
 /// The fields added with the runtime's token wait, warm-up and critical reserve: some
-/// case of the random round trip has each (and the breaker's fleet quorum).
-const NEWER_FIELDS: [&str; 9] = [
+/// case of the random round trip has each (and the breaker's fleet quorum, the queue's
+/// order).
+const NEWER_FIELDS: [&str; 10] = [
     "token_bucket.max_wait",
     "warm_up.period",
     "warm_up.cold_factor",
@@ -764,6 +768,7 @@ const NEWER_FIELDS: [&str; 9] = [
     "keys.overrides",
     "breaker.quorum.open_at",
     "breaker.quorum.action",
+    "queue.order",
 ];
 
 #[test]
@@ -1408,9 +1413,10 @@ fn the_form_saves_a_queue_and_shows_the_runtimes_errors() {
         layout,
         json!({"legend": "queue", "before": "Rules",
                "fields": [["queue.max_waiting", "int", "", "max_waiting"],
-                          ["queue.max_wait", "dur", "", "max_wait"]],
+                          ["queue.max_wait", "dur", "", "max_wait"],
+                          ["queue.order", "str", "oldest_first", "order"]],
                "summary": "Stored: no queue.",
-               "slots": ["queue.max_waiting", "queue.max_wait", "queue"]})
+               "slots": ["queue.max_waiting", "queue.max_wait", "queue.order", "queue"]})
     );
     let validate = |policy: Value| {
         let r = post_json(
@@ -1505,7 +1511,7 @@ fn the_form_saves_a_queue_and_shows_the_runtimes_errors() {
         ),
         json!(true)
     );
-    assert_eq!(stored(addr), (version, want));
+    assert_eq!(stored(addr), (version, want.clone()));
     // The summary of other stored queues.
     assert_eq!(
         browser.js(
@@ -1521,6 +1527,49 @@ fn the_form_saves_a_queue_and_shows_the_runtimes_errors() {
             "Stored: when all 2 slots are taken or the adaptive limit reached, up to 1 call waits for one, each for at most 1s."
         ])
     );
+
+    // The order: a name the runtime does not know is its error at the field; newest
+    // first is stored, summarised and kept by an edit of another field.
+    browser.type_into("#f-queue-max_waiting", "4");
+    browser.type_into("#f-queue-order", "lifo");
+    browser.click("#save");
+    let msg = browser.wait(
+        "document.querySelector('.field-error[data-field=\"queue.order\"]').textContent",
+        "the order's problem",
+    );
+    let problem = validate(json!({"points": {"order.create": {"max_visits": 5,
+        "max_concurrency": 2, "queue": {"max_waiting": 4, "max_wait": "1s", "order": "lifo"}}}}));
+    assert_eq!(problem["field"], "queue.order", "{problem}");
+    assert_eq!(msg, problem["message"], "the runtime's own message");
+    assert_eq!(stored(addr), (version, want));
+    browser.type_into("#f-queue-order", "newest_first");
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    let newest = json!({"points": {"order.create": {"max_visits": 5, "max_concurrency": 2,
+        "queue": {"max_waiting": 4, "max_wait": "1s", "order": "newest_first"}}}});
+    assert_eq!(stored(addr), (version, newest));
+    browser.reload();
+    browser.open_point("order.create", version);
+    assert_eq!(browser.text_of("#f-queue-order"), "newest_first");
+    assert_eq!(
+        browser.text_of("#queue-summary"),
+        "Stored: when all 2 slots are taken, up to 4 calls wait for one, each for at most 1s. \
+         Newest first: the last come is served first, and a full queue refuses its oldest waiter."
+    );
+    browser.type_into("#f-max_visits", "6");
+    browser.click("#save");
+    version += 1;
+    browser.wait(
+        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+        "the saved version",
+    );
+    let edited = json!({"points": {"order.create": {"max_visits": 6, "max_concurrency": 2,
+        "queue": {"max_waiting": 4, "max_wait": "1s", "order": "newest_first"}}}});
+    assert_eq!(stored(addr), (version, edited));
 }
 
 /// The token bucket's wait, the warm-up and the gradient limit's critical reserve, as

@@ -7,7 +7,7 @@ use super::node::Node;
 use super::report::{unknown_key_message, Reporter};
 use super::{keys, retry, sections, PointConfig, PolicyFile};
 use crate::error::check_point_name;
-use crate::policy::{Policy, PolicyBuilder, WindowConfig};
+use crate::policy::{Policy, PolicyBuilder, QueueOrder, WindowConfig};
 use crate::sources::{Section, Sections};
 use std::collections::HashSet;
 
@@ -296,7 +296,9 @@ fn check_exception_rate(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> Pol
 }
 
 fn check_queue(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuilder {
-    let Some([max_waiting, max_wait]) = r.section("queue", v, ["max_waiting", "max_wait"]) else {
+    let Some([max_waiting, max_wait, order]) =
+        r.section("queue", v, ["max_waiting", "max_wait", "order"])
+    else {
         return b;
     };
     let max_waiting = r
@@ -305,8 +307,22 @@ fn check_queue(r: &mut Reporter<'_>, v: &Node, b: PolicyBuilder) -> PolicyBuilde
     let max_wait = r
         .required("queue.max_wait", max_wait)
         .and_then(|v| r.duration("queue.max_wait", v));
-    match (max_waiting, max_wait) {
-        (Some(n), Some(d)) => b.queue(n, d),
+    let order = match order {
+        None => Some(QueueOrder::OldestFirst),
+        Some(v) => r.string("queue.order", v).and_then(|name| {
+            let order = QueueOrder::from_name(&name);
+            if order.is_none() {
+                r.push(
+                    "queue.order",
+                    ProblemKind::WrongType,
+                    format!("must be \"oldest_first\" or \"newest_first\", got {name:?}"),
+                );
+            }
+            order
+        }),
+    };
+    match (max_waiting, max_wait, order) {
+        (Some(n), Some(d), Some(order)) => b.queue(n, d).queue_order(order),
         _ => b,
     }
 }

@@ -10,7 +10,7 @@
 //! [points."order.create"]
 //! max_visits = 1000
 //! max_concurrency = 64
-//! queue = { max_waiting = 100, max_wait = "50ms" }  # wait for a slot, FIFO
+//! queue = { max_waiting = 100, max_wait = "50ms" }  # wait for a slot, oldest first
 //! timeouts = { threshold = "250ms", max_count = 20 }
 //! call_timeout = "200ms"             # deadline of `timeout = "..."` async fns
 //! delay = { duration = "10s", retry_interval = "1s" }
@@ -121,6 +121,7 @@
 //! | `max_concurrency` | integer 0..=4194304 | at most this many calls in flight; never waits |
 //! | `queue.max_waiting` | integer 1..=1000000, required | with `max_concurrency` or `adaptive`: calls that may wait for a slot (or for the adaptive limit's room) at once |
 //! | `queue.max_wait` | duration, 0 < it <= `"1h"`, required | the longest a call waits for a slot |
+//! | `queue.order` | `"oldest_first"` (default) \| `"newest_first"` | which waiter of a tier a freed slot goes to; newest first, a full queue refuses its oldest waiter to make room (see [`QueueOrder`](crate::QueueOrder)) |
 //! | `max_exceptions` | integer ≥ 0 | downgrade once the window holds this many exceptions |
 //! | `downgrade_percentage` | integer 0..=100, default 100 | probability that a tripped rule really downgrades |
 //! | `exception_rate.rate` | number 0.0..=1.0, required | downgrade when exceptions / admitted visits ≥ rate |
@@ -244,7 +245,7 @@ pub use watch::{PolicyWatcher, WatchOptions, WatchOptionsBuilder, WatchStatus};
 use crate::adaptive::{AdaptiveConfig, GradientConfig};
 use crate::breaker::{ClassicConfig, SreConfig};
 use crate::error::PointNameError;
-use crate::policy::{AdaptiveLimit, BreakerPolicy};
+use crate::policy::{AdaptiveLimit, BreakerPolicy, QueueOrder};
 use crate::registry::Registry;
 use crate::sources::{Section, Source};
 use crate::sync::Arc;
@@ -929,6 +930,9 @@ struct PointOut {
 struct QueueOut {
     max_waiting: u64,
     max_wait: String,
+    /// Written only when not the default (`oldest_first`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    order: Option<&'static str>,
 }
 
 /// A cluster-wide limit: `algorithm`, its fields, and `batch` unless it is the default.
@@ -1248,6 +1252,7 @@ impl PointOut {
             queue: p.queue().filter(|_| rules).map(|q| QueueOut {
                 max_waiting: q.max_waiting,
                 max_wait: text(q.max_wait),
+                order: (q.order != QueueOrder::OldestFirst).then(|| q.order.as_str()),
             }),
             exception_rate: p
                 .exception_rate()

@@ -24,6 +24,7 @@
 //! | [`warm_up(period, cold_factor)`](PolicyBuilder::warm_up) | `warm_up.period`, `warm_up.cold_factor` | with `token_bucket`: a cold point admits `rate / cold_factor` calls a second at first, climbing to `rate` over about `period` of sustained traffic (Sentinel's `WarmUpController`); idle time makes it cold again; refused as `token_bucket`, never waits | `period` 1 s..=1 h; `cold_factor` in (1, 100] (files: default 3); needs `token_bucket` | none |
 //! | [`max_concurrency(n)`](PolicyBuilder::max_concurrency) | `max_concurrency` | `n` calls already in flight; never waits | 0..=[`MAX_CONCURRENCY`] (4 194 304); `0` = kill switch | `concurrentThreshold` |
 //! | [`queue(max_waiting, max_wait)`](PolicyBuilder::queue) | `queue.max_waiting`, `queue.max_wait` | with `max_concurrency` or `adaptive`: a call finding every slot taken (or the adaptive limit reached) waits, first in first out, for at most `max_wait`; refused with `queue_full` when `max_waiting` already wait, `queue_timeout` when its wait runs out | `max_waiting` 1..=[`MAX_QUEUE`] (1 000 000); `max_wait` more than zero, at most 1 h; needs `max_concurrency` or `adaptive` | none |
+//! | [`queue_order(order)`](PolicyBuilder::queue_order) | `queue.order` | not a rule: the queue serves its waiters oldest first (default) or [newest first](QueueOrder::NewestFirst), a full queue then refusing its oldest waiter (`queue_full`) to make room | `"oldest_first"`, `"newest_first"`; needs `queue` | none |
 //! | [`timeouts(threshold, n)`](PolicyBuilder::timeouts) | `timeouts.threshold`, `timeouts.max_count` | the window holds `n` calls slower than `threshold` | `threshold` more than zero | `timeoutThreshold`, `timeoutCountThreshold` |
 //! | [`max_exceptions(n)`](PolicyBuilder::max_exceptions) | `max_exceptions` | the window holds `n` exceptions | any | `exceptionThreshold` |
 //! | [`exception_rate(rate, min_visits)`](PolicyBuilder::exception_rate) | `exception_rate.rate`, `exception_rate.min_visits` | `exceptions / (visits - downgrades) >= rate` once `visits > min_visits` (the asking call counted) | `rate` 0.0..=1.0; `min_visits` any (files: default 0) | `exceptionRateThreshold` (as a fraction), `exceptionRateStart` |
@@ -53,7 +54,7 @@
 //! | token bucket, waiting | the bound `capacity + rate * t` holds over the times calls run; waiting calls run in arrival order (the reservation is the take's compare-and-swap) |
 //! | warm-up | the passes of each second never exceed that second's warm-up limit, exactly (one compare-and-swap counts and checks); the bucket's bound holds as well |
 //! | concurrency | at most `n` in flight, always: probes, calls spared by `downgrade_percentage` and calls admitted during a policy change included |
-//! | queue | still at most `n` in flight, exactly (a waiter takes its slot by the same compare-and-swap); at most `max_waiting` waiting; a freed slot wakes one waiter, the oldest; a new call never passes a waiting one; a cancelled or timed-out waiter never takes a slot |
+//! | queue | still at most `n` in flight, exactly (a waiter takes its slot by the same compare-and-swap); at most `max_waiting` waiting; a freed slot wakes one waiter, the oldest (newest first: the newest) of the highest tier; a new call never passes a waiting one (newest first: it passes those of its tier); a cancelled or timed-out waiter never takes a slot |
 //! | timeouts | no call is admitted once the window holds `n`; calls already admitted add at most their own; a hung call counts once, as soon as its threshold passes |
 //! | exceptions | as for timeouts: at most `n - 1 + m` exceptions when at most `m` calls can be between their check and their end |
 //! | exception rate | as for timeouts |
@@ -95,8 +96,8 @@ pub(crate) use cluster::{check_period as cluster_period, MAX_PERIOD_MS};
 pub(crate) use cluster::{parse_redis_url, RedisUrl};
 pub use cluster::{ClusterLimit, DEFAULT_BATCH};
 pub use rules::{
-    Delay, ExceptionRate, QueueConfig, Timeouts, TokenBucketConfig, WarmUpConfig, WindowConfig,
-    MAX_QUEUE,
+    Delay, ExceptionRate, QueueConfig, QueueOrder, Timeouts, TokenBucketConfig, WarmUpConfig,
+    WindowConfig, MAX_QUEUE,
 };
 
 use crate::adaptive::{AdaptiveConfig, GradientConfig};
@@ -201,6 +202,7 @@ impl Policy {
                 cluster: None,
                 keys: None,
             },
+            queue_order: None,
         }
     }
 
@@ -322,6 +324,9 @@ impl Policy {
 #[must_use]
 pub struct PolicyBuilder {
     policy: Policy,
+    /// The order [`queue_order`](Self::queue_order) asked for, applied to the queue by
+    /// [`build`](Self::build) (which rejects it without a queue).
+    queue_order: Option<QueueOrder>,
 }
 
 pub use crate::limit::MAX_CONCURRENCY;
@@ -381,8 +386,8 @@ impl PolicyBuilder {
     /// (a waiter is admitted by the same compare-and-swap as any call); at most
     /// `max_waiting` calls waiting; a freed slot wakes one waiter, the oldest, and a
     /// new call never passes a waiting one (while calls wait, a new call queues behind
-    /// them); a waiter that is cancelled or times out leaves the queue and never takes
-    /// a slot. A woken waiter asks every rule again, as a new call would (a token
+    /// them; [`queue_order`](Self::queue_order) can serve the newest first instead); a
+    /// waiter that is cancelled or times out leaves the queue and never takes a slot. A woken waiter asks every rule again, as a new call would (a token
     /// bucket is asked only once a slot is free).
     ///
     /// ```
@@ -411,7 +416,51 @@ impl PolicyBuilder {
         self.policy.queue = Some(QueueConfig {
             max_waiting,
             max_wait,
+            order: QueueOrder::OldestFirst,
         });
+        self
+    }
+
+    /// The order in which the [`queue`](Self::queue)'s waiters get a freed slot,
+    /// within a priority tier: [`QueueOrder::OldestFirst`] (the default, first in
+    /// first out) or [`QueueOrder::NewestFirst`] (last in first out, a full queue
+    /// dropping its oldest waiter for a new call). Policy-file key `queue.order`.
+    /// [`build`](Self::build) rejects an order without a queue (field `queue.order`).
+    ///
+    /// Under sustained overload, newest first keeps the latency of the calls served
+    /// near the service time where first in first out makes every call wait nearly
+    /// the whole queue (the guide's [overload](crate::guide::overload) chapter
+    /// measures both). Its bounds are the queue's, but not its order: a new call may
+    /// pass every waiter of its tier, and a waiter may be refused
+    /// ([`Reason::QueueFull`](crate::Reason::QueueFull)) before its `max_wait` when
+    /// newer calls fill the queue.
+    ///
+    /// ```
+    /// use resilience_runtime::{registry, Policy, QueueOrder, Reason};
+    /// use std::time::Duration;
+    ///
+    /// let policy = Policy::builder()
+    ///     .max_concurrency(1)
+    ///     .queue(1, Duration::from_secs(5))
+    ///     .queue_order(QueueOrder::NewestFirst)
+    ///     .build()?;
+    /// registry().set_policy("docs.queue_order", policy)?;
+    /// let point = registry().point("docs.queue_order")?;
+    /// let held = point.enter()?;
+    /// let old = std::thread::spawn(move || point.enter().map(|p| p.finish(false)));
+    /// while point.stats().queue.map_or(0, |q| q.waiting) == 0 {
+    ///     std::thread::yield_now();
+    /// }
+    /// // The queue is full: a new call takes the oldest waiter's place.
+    /// let new = std::thread::spawn(move || point.enter().map(|p| p.finish(false)));
+    /// assert_eq!(old.join().unwrap().unwrap_err().reason(), Reason::QueueFull);
+    /// held.finish(false); // the newest waiter gets the slot
+    /// assert!(new.join().unwrap().is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use = "a setter returns the changed builder"]
+    pub fn queue_order(mut self, order: QueueOrder) -> Self {
+        self.queue_order = Some(order);
         self
     }
 
@@ -737,7 +786,7 @@ impl PolicyBuilder {
     /// assert_eq!(err.fields(), ["exception_rate.rate"]);
     /// ```
     pub fn build(self) -> Result<Policy, PolicyError> {
-        let p = self.policy;
+        let mut p = self.policy;
         let mut errors = Vec::new();
         let mut fail = |field: &'static str, message: String| {
             errors.push(FieldError { field, message });
@@ -749,6 +798,14 @@ impl PolicyBuilder {
                     format!("must be at most {MAX_CONCURRENCY}, got {max}"),
                 );
             }
+        }
+        match (self.queue_order, &mut p.queue) {
+            (Some(order), Some(q)) => q.order = order,
+            (Some(_), None) => fail(
+                "queue.order",
+                "needs `queue`: the order is that of the queue's waiters".into(),
+            ),
+            (None, _) => {}
         }
         if let Some(q) = p.queue {
             if p.max_concurrency.is_none() && p.adaptive.is_none() {

@@ -14,17 +14,61 @@ pub struct ExceptionRate {
 }
 
 /// The queue of the concurrency rule (a bulkhead): when every slot is taken, up to
-/// `max_waiting` calls wait, first in first out, at most `max_wait` each, for a slot
-/// (see [`PolicyBuilder::queue`](super::PolicyBuilder::queue)).
+/// `max_waiting` calls wait, at most `max_wait` each, for a slot, served in `order`
+/// (see [`PolicyBuilder::queue`](super::PolicyBuilder::queue) and
+/// [`PolicyBuilder::queue_order`](super::PolicyBuilder::queue_order)).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct QueueConfig {
     /// Calls that may wait at once (1 ..= 1 000 000); one more is refused at once
-    /// ([`Reason::QueueFull`](crate::Reason::QueueFull)).
+    /// ([`Reason::QueueFull`](crate::Reason::QueueFull)), or, newest first, takes
+    /// the place of the oldest waiter.
     pub max_waiting: u64,
     /// The longest a call waits (> 0, at most an hour); then it is refused
     /// ([`Reason::QueueTimeout`](crate::Reason::QueueTimeout)).
     pub max_wait: Duration,
+    /// Which waiter a freed slot goes to within a tier (oldest first unless set).
+    pub order: QueueOrder,
+}
+
+/// Which waiter of the queue a freed slot goes to, within a priority tier (a higher
+/// tier is always served first). Policy-file key `queue.order`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QueueOrder {
+    /// First in first out (`"oldest_first"`, the default): a call finding the queue
+    /// full is refused ([`Reason::QueueFull`](crate::Reason::QueueFull)), unless a
+    /// waiter of a lower tier makes room.
+    #[default]
+    OldestFirst,
+    /// Last in first out (`"newest_first"`): the call that came last is served first,
+    /// and a call finding the queue full takes the place of the oldest waiter of its
+    /// own or a lower tier, which is refused
+    /// ([`Reason::QueueFull`](crate::Reason::QueueFull), counted as evicted).
+    ///
+    /// Under sustained overload a first-in-first-out queue stays full and every call
+    /// waits nearly its whole length; newest first serves most calls at once and lets
+    /// the oldest, which are the likeliest to be late for their callers already, run
+    /// out (Facebook's "adaptive LIFO" for the same reason). The bounds are those of
+    /// the queue: at most `max_waiting` waiting, each at most `max_wait`.
+    NewestFirst,
+}
+
+impl QueueOrder {
+    /// The name of the order in policy files: `"oldest_first"` or `"newest_first"`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            QueueOrder::OldestFirst => "oldest_first",
+            QueueOrder::NewestFirst => "newest_first",
+        }
+    }
+
+    /// The order named `name` in policy files (see [`as_str`](Self::as_str)).
+    pub fn from_name(name: &str) -> Option<QueueOrder> {
+        [QueueOrder::OldestFirst, QueueOrder::NewestFirst]
+            .into_iter()
+            .find(|o| o.as_str() == name)
+    }
 }
 
 /// Sentinel's warm-up for the token bucket (see [`PolicyBuilder::warm_up`](super::PolicyBuilder::warm_up)).

@@ -1,7 +1,8 @@
 //! Concurrency: `max_concurrency(n)` never has more than `n` calls in flight (the
 //! callers' own count and `peak_concurrency`): plain, while the policy is swapped, and
 //! with a delay rule whose probes arrive while the limit is still full, and with a
-//! queue whose waiters take the freed slots while the policy is swapped. Through
+//! queue whose waiters take the freed slots while the policy is swapped (served oldest
+//! first, and newest first while the order changes). Through
 //! `enter`/`finish`, a sync `#[downgrade]` fn and an `async fn` with `#[downgrade]`.
 //!
 //! With a classic breaker offering more half-open probes than the limit has slots
@@ -14,7 +15,9 @@
 use crate::support::*;
 use resilience_runtime::breaker::ClassicConfig;
 use resilience_runtime::retry::Backoff;
-use resilience_runtime::{downgrade, registry, BreakerPolicy, BreakerState, Point, Policy, Reason};
+use resilience_runtime::{
+    downgrade, registry, BreakerPolicy, BreakerState, Point, Policy, QueueOrder, Reason,
+};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,6 +46,9 @@ enum ConcMode {
     /// `max_concurrency(n).queue(16, 20 ms)`: a call finding every slot taken waits
     /// for one (parked), swapped with the same plus `max_visits(u64::MAX / 2)`.
     Queue,
+    /// The same queue served newest first, swapped with the same queue oldest first
+    /// plus `max_visits(u64::MAX / 2)`: the waiters' order changes while they wait.
+    NewestFirst,
 }
 
 /// `max_concurrency(n)`: at most `n` calls in flight, as the callers count them and as
@@ -77,6 +83,19 @@ fn concurrency_case(
                 Load::calls(threads, BRIEF),
             )
         }
+        ConcMode::NewestFirst => {
+            let queued = plain.queue(16, Duration::from_millis(20));
+            (
+                queued
+                    .clone()
+                    .queue_order(QueueOrder::NewestFirst)
+                    .build()
+                    .unwrap(),
+                queued.max_visits(u64::MAX / 2).build().unwrap(),
+                format!("max_concurrency({n}).queue(16, 20ms).queue_order(NewestFirst)"),
+                Load::calls(threads, BRIEF),
+            )
+        }
         ConcMode::Delay => {
             let p = plain
                 .delay(Duration::from_secs(1), Some(RETRY))
@@ -90,7 +109,10 @@ fn concurrency_case(
             )
         }
     };
-    let swap = matches!(mode, ConcMode::Swap | ConcMode::Queue);
+    let swap = matches!(
+        mode,
+        ConcMode::Swap | ConcMode::Queue | ConcMode::NewestFirst
+    );
     let case = Case::new(rule, shape, threads, swap);
     reg.set_policy(name, policy.clone()).unwrap();
     let p = reg.point(name).unwrap();
@@ -185,6 +207,11 @@ fn concurrency_is_never_exceeded_by_delay_probes() {
 #[test]
 fn concurrency_is_never_exceeded_by_queue_waiters_while_the_policy_is_swapped() {
     concurrency_enter(ConcMode::Queue);
+}
+
+#[test]
+fn concurrency_is_never_exceeded_by_newest_first_waiters_while_the_order_changes() {
+    concurrency_enter(ConcMode::NewestFirst);
 }
 
 type MacroTable<F> = [(&'static [(F, &'static str); 6], u64, ConcMode); 6];

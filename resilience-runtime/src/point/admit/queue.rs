@@ -1,14 +1,18 @@
 //! The concurrency rule's queue (a bulkhead that waits): when every slot is taken, a
-//! call waits, first in first out, for a slot or its deadline. Under an adaptive limit
-//! the same queue holds the calls the limit has no room for.
+//! call waits for a slot or its deadline, served first in first out or newest first
+//! (`QueueOrder`). Under an adaptive limit the same queue holds the calls the limit
+//! has no room for.
 //!
 //! # Protocol
 //!
-//! A waiter is an entry in the point's list, under one mutex. It asks for a slot by
-//! entering the point again (every rule asked again, the slot taken by the same
-//! compare-and-swap as any call), always under the list's lock, and only while it is
-//! the oldest waiter or has been woken. A call that frees a slot sees the waiting
-//! count (`Flow::release`) and, under the lock, wakes the oldest waiter not yet woken.
+//! A waiter is an entry in the point's list, under one mutex, which is kept in
+//! serving order: higher tiers first, and within a tier the oldest first or, newest
+//! first, the newest. It asks for a slot by entering the point again (every rule asked
+//! again, the slot taken by the same compare-and-swap as any call), always under the
+//! list's lock, and only while it is the first waiter or has been woken. A call that
+//! frees a slot sees the waiting count (`Flow::release`) and, under the lock, wakes
+//! the first waiter not yet woken. Nothing here depends on which waiter is first: a
+//! new call that goes in front of the others looks for a slot as it joins.
 //! Because retries and wakes are serialised by the lock, and the count is published
 //! before a waiter's first look (`Flow::wait_begin`), a freed slot is never missed:
 //! either the waiter's look sees it, or the releaser sees the waiter and wakes it after
@@ -27,8 +31,11 @@
 //! read-modify-write of the word without releasing anything (`Flow::given_back`) and
 //! wakes a waiter it sees (loom models `models/flow.rs`, both ways).
 //!
-//! While calls wait, a new call queues behind them (the entry checks the count), so a
-//! new call never passes a waiting one.
+//! While calls wait, a new call joins the queue (the entry checks the count) instead
+//! of taking a slot: oldest first, it queues behind them and never passes a waiting
+//! one; newest first, it goes in front of its tier, and a full queue makes room by
+//! refusing its last waiter (the oldest of the lowest tier) when that one's tier is
+//! not higher than the new call's.
 
 use crate::error::{Downgraded, Reason};
 use crate::point::admit::attempt::{Entry, KEY_HELD, NO_WAIT, TOKEN_HELD, WAITER};
@@ -98,7 +105,7 @@ impl WaitQueue {
         self.waiters.lock().recover()
     }
 
-    /// Wakes the oldest waiter not yet woken, with the list locked.
+    /// Wakes the first waiter (in serving order) not yet woken, with the list locked.
     fn wake_one_locked(list: &VecDeque<Arc<Waiter>>) {
         if let Some(w) = list
             .iter()
@@ -155,7 +162,7 @@ impl Point {
         })
     }
 
-    /// A slot was freed while calls wait: wakes the oldest one not yet woken.
+    /// A slot was freed while calls wait: wakes the first one not yet woken.
     #[cold]
     #[inline(never)]
     pub(in crate::point) fn wake_waiter(&self) {
@@ -234,8 +241,8 @@ pub(in crate::point) struct Wait<'p> {
 
 impl<'p> Wait<'p> {
     /// Queues a call, or refuses it at once ([`Reason::QueueFull`], counted) when the
-    /// queue is full. A policy changed since the call's entry to one without a queue
-    /// refuses it for concurrency.
+    /// queue is full and no waiter makes room for it. A policy changed since the call's
+    /// entry to one without a queue refuses it for concurrency.
     fn begin(
         point: &'p Point,
         wake: Wake,
@@ -256,11 +263,16 @@ impl<'p> Wait<'p> {
         });
         {
             let mut list = queue.lock();
+            let newest_first = c.queue_newest_first();
             if list.len() as u64 >= c.queue_max() {
-                // The newest waiter of the lowest tier, if lower than this call, makes
-                // room; else this call is refused.
+                // The last waiter makes room if its tier is lower than this call's or,
+                // newest first, the same (it is then the oldest of its tier); else this
+                // call is refused.
                 match list.back() {
-                    Some(last) if last.priority < priority => {
+                    Some(last)
+                        if last.priority < priority
+                            || (newest_first && last.priority == priority) =>
+                    {
                         let victim = list.pop_back().unwrap_or_else(|| unreachable!());
                         victim.evicted.store(true, Ordering::Release);
                         victim.wake();
@@ -275,10 +287,11 @@ impl<'p> Wait<'p> {
                     }
                 }
             }
-            // Higher tiers first, arrival order within a tier.
+            // Higher tiers first; within a tier, behind its waiters or, newest first,
+            // in front of them.
             let at = list
                 .iter()
-                .position(|w| w.priority < priority)
+                .position(|w| w.priority < priority || (newest_first && w.priority == priority))
                 .unwrap_or(list.len());
             list.insert(at, waiter.clone());
             point.flow.wait_begin();
@@ -295,7 +308,7 @@ impl<'p> Wait<'p> {
         })
     }
 
-    /// Asks for a slot if this waiter is the oldest or was woken: `Some` when the wait
+    /// Asks for a slot if this waiter is the first or was woken: `Some` when the wait
     /// is over (admitted, or refused by a rule: counted there), `None` to wait on.
     fn try_admit(
         &mut self,
@@ -310,8 +323,8 @@ impl<'p> Wait<'p> {
         }
         let mut list = self.queue.lock();
         let woken = self.waiter.notified.swap(false, Ordering::AcqRel);
-        let oldest = list.front().is_some_and(|w| Arc::ptr_eq(w, &self.waiter));
-        if !woken && !oldest {
+        let first = list.front().is_some_and(|w| Arc::ptr_eq(w, &self.waiter));
+        if !woken && !first {
             return None;
         }
         let entered = match self.point.enter_once(slot, WAITER | self.flags, key) {

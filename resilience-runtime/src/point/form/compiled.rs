@@ -89,6 +89,8 @@ const _: () = assert!(NOT_PLAIN & (R_VISITS | R_TOKENS | R_CONCURRENCY | R_RATE)
 /// The queue word's wait field (see [`Compiled::queue`]).
 const QUEUE_WAIT_BITS: u32 = 42;
 const QUEUE_WAIT_MASK: u64 = (1 << QUEUE_WAIT_BITS) - 1;
+/// The queue word's order bit (see [`Compiled::queue`]).
+const QUEUE_NEWEST_BIT: u32 = 63;
 
 /// A slot leaked when made and freed only with its point (never moved: a call that
 /// read an older policy may still use it), compared by address: two compiled forms are equal
@@ -143,8 +145,9 @@ pub(in crate::point) struct Compiled {
     /// deadline of a call of an `async fn` with `timeout = "..."`. No rule bit: it
     /// changes nothing in admission, only what `Point::call_timeout` answers.
     pub(in crate::point) call_timeout_ns: u64,
-    /// The queue (with `R_QUEUE`): calls that may wait (the high 22 bits) and the
-    /// longest wait in timeline nanoseconds (the low 42 bits, up to 73 minutes).
+    /// The queue (with `R_QUEUE`): newest first (bit 63), calls that may wait (bits
+    /// 42-62) and the longest wait in timeline nanoseconds (the low 42 bits, up to 73
+    /// minutes).
     pub(in crate::point) queue: u64,
     /// How long a call may wait for its token (with `R_TOKENS`; 0: it may not), in
     /// the unit of the other thresholds.
@@ -301,8 +304,10 @@ impl Compiled {
         if let (Some(q), false, true) = (p.queue, p.shadow, limited) {
             c.rules |= R_QUEUE;
             // Validated: at most 10^6 waiting (20 bits) and an hour (42 bits).
-            c.queue =
-                q.max_waiting << QUEUE_WAIT_BITS | nanos(q.max_wait).clamp(1, QUEUE_WAIT_MASK);
+            let newest = u64::from(q.order == crate::policy::QueueOrder::NewestFirst);
+            c.queue = newest << QUEUE_NEWEST_BIT
+                | q.max_waiting << QUEUE_WAIT_BITS
+                | nanos(q.max_wait).clamp(1, QUEUE_WAIT_MASK);
         }
         if let Some(v) = p.max_exceptions {
             c.rules |= R_EXCEPTIONS;
@@ -348,7 +353,12 @@ impl Compiled {
 
     /// Calls that may wait in the queue (with `R_QUEUE`).
     pub(in crate::point) fn queue_max(&self) -> u64 {
-        self.queue >> QUEUE_WAIT_BITS
+        (self.queue & !(1 << QUEUE_NEWEST_BIT)) >> QUEUE_WAIT_BITS
+    }
+
+    /// Whether the queue serves its newest waiter first (with `R_QUEUE`).
+    pub(in crate::point) fn queue_newest_first(&self) -> bool {
+        self.queue >> QUEUE_NEWEST_BIT == 1
     }
 
     /// The longest wait in the queue, in timeline nanoseconds (with `R_QUEUE`).
