@@ -387,8 +387,9 @@ impl PolicyBuilder {
     /// `max_waiting` calls waiting; a freed slot wakes one waiter, the oldest, and a
     /// new call never passes a waiting one (while calls wait, a new call queues behind
     /// them; [`queue_order`](Self::queue_order) can serve the newest first instead); a
-    /// waiter that is cancelled or times out leaves the queue and never takes a slot. A woken waiter asks every rule again, as a new call would (a token
-    /// bucket is asked only once a slot is free).
+    /// waiter that is cancelled or times out leaves the queue and never takes a slot.
+    /// A woken waiter asks every rule again, as a new call would (a token bucket is
+    /// asked only once a slot is free).
     ///
     /// ```
     /// use resilience_runtime::{registry, Policy, Reason};
