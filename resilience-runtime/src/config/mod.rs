@@ -121,7 +121,7 @@
 //! | `max_concurrency` | integer 0..=4194304 | at most this many calls in flight; never waits |
 //! | `queue.max_waiting` | integer 1..=1000000, required | with `max_concurrency` or `adaptive`: calls that may wait for a slot (or for the adaptive limit's room) at once |
 //! | `queue.max_wait` | duration, 0 < it <= `"1h"`, required | the longest a call waits for a slot |
-//! | `queue.order` | `"oldest_first"` (default) \| `"newest_first"` | which waiter of a tier a freed slot goes to; newest first, a full queue refuses its oldest waiter to make room (see [`QueueOrder`](crate::QueueOrder)) |
+//! | `queue.order` | `"oldest_first"` (default) \| `"newest_first"` | which waiter of a tier a freed slot goes to; newest first, a full queue refuses its oldest waiter to make room (see [`QueueOrder`]) |
 //! | `max_exceptions` | integer ≥ 0 | downgrade once the window holds this many exceptions |
 //! | `downgrade_percentage` | integer 0..=100, default 100 | probability that a tripped rule really downgrades |
 //! | `exception_rate.rate` | number 0.0..=1.0, required | downgrade when exceptions / admitted visits ≥ rate |
