@@ -4,12 +4,13 @@
 
 #[path = "support/one_at_a_time.rs"]
 mod one_at_a_time;
+#[path = "support/queue_stress.rs"]
+mod queue_stress;
 
 use one_at_a_time::gradient_pinned_at_one_with_queue;
 use resilience_runtime::config::Format;
 use resilience_runtime::{Clock, ManualClock, Permit, Point, Policy, QueueStats, Reason, Registry};
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -334,82 +335,14 @@ fn the_bound_holds_under_many_threads_and_swaps() {
             .set_policy(name, bulkhead(4, 16, Duration::from_millis(20)))
             .unwrap();
         let point = registry.point(name).unwrap();
-        let inside = Arc::new(AtomicU64::new(0));
-        let most = Arc::new(AtomicU64::new(0));
-        let ran = Arc::new(AtomicU64::new(0));
-        let refused = Arc::new(AtomicU64::new(0));
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let swapper = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let mut i = 0u32;
-                while !stop.load(Ordering::Relaxed) {
-                    let n = if i.is_multiple_of(2) { 2 } else { 4 };
-                    registry
-                        .set_policy(name, bulkhead(n, 16, Duration::from_millis(20)))
-                        .unwrap();
-                    i += 1;
-                    std::thread::sleep(Duration::from_micros(300));
-                }
-            })
-        };
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                let (inside, most, ran, refused) =
-                    (inside.clone(), most.clone(), ran.clone(), refused.clone());
-                std::thread::spawn(move || {
-                    for _ in 0..100 {
-                        match point.enter() {
-                            Ok(p) => {
-                                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
-                                most.fetch_max(now, Ordering::SeqCst);
-                                std::thread::sleep(Duration::from_micros(50));
-                                inside.fetch_sub(1, Ordering::SeqCst);
-                                ran.fetch_add(1, Ordering::Relaxed);
-                                p.finish(false);
-                            }
-                            Err(_) => {
-                                refused.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                })
-            })
-            .collect();
-        for w in workers {
-            w.join().unwrap();
-        }
-        stop.store(true, Ordering::Relaxed);
-        swapper.join().unwrap();
-        assert!(
-            most.load(Ordering::SeqCst) <= 4,
-            "{threads}: {most:?} in the body"
-        );
-        let s = point.stats();
-        let q = s.queue.unwrap_or_default();
-        let (ran, refused) = (ran.load(Ordering::Relaxed), refused.load(Ordering::Relaxed));
-        assert_eq!(ran + refused, threads * 100, "{threads}");
-        assert_eq!(s.totals.passes, ran, "{threads}");
-        assert_eq!(s.totals.downgrades, refused, "{threads}");
-        assert_eq!((s.concurrency, q.waiting), (0, 0), "{threads}: {q:?}");
-        assert!(s.peak_concurrency <= 4, "{threads}");
-        assert_eq!(q.cancelled, 0);
-        if threads >= 8 {
-            assert!(
-                q.admitted > 0,
-                "{threads}: calls waited and got slots: {q:?}"
-            );
-        }
-        let by_reason = s.totals.downgrades_by_reason;
-        assert_eq!(
-            by_reason.get(Reason::QueueFull)
-                + by_reason.get(Reason::QueueTimeout)
-                + by_reason.get(Reason::Concurrency),
-            refused,
-            "{threads}"
-        );
-        assert_eq!(q.full, by_reason.get(Reason::QueueFull));
-        assert_eq!(q.timed_out, by_reason.get(Reason::QueueTimeout));
+        let seen = queue_stress::drive(point, threads, move |i| {
+            let n = if i.is_multiple_of(2) { 2 } else { 4 };
+            registry
+                .set_policy(name, bulkhead(n, 16, Duration::from_millis(20)))
+                .unwrap();
+        });
+        let (s, q) = queue_stress::check_books(point, threads, 4, &seen);
+        assert_eq!(q.full, s.totals.downgrades_by_reason.get(Reason::QueueFull));
     }
 }
 

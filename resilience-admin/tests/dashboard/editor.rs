@@ -546,6 +546,14 @@ fn history(addr: SocketAddr) -> Vec<Value> {
 }
 
 impl Browser {
+    /// Waits until the form shows `version` as the stored one (after a save).
+    fn saved(&self, version: u64) {
+        self.wait(
+            &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
+            "the saved version",
+        );
+    }
+
     /// Reloads the page (the token stays in the tab's session storage).
     fn reload(&self) {
         self.cmd("POST", "/refresh", Some(&json!({})));
@@ -693,10 +701,7 @@ fn the_form_edits_exactly_one_field_of_random_policies_of_every_section() {
         }
         browser.click("#save");
         version += 1;
-        browser.wait(
-            &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
-            "the saved version",
-        );
+        browser.saved(version);
         assert!(
             browser
                 .text_of("#form-message")
@@ -830,10 +835,7 @@ fn the_form_switches_algorithms_and_turns_sections_off() {
     browser.type_into("#f-cluster-quota", "100");
     browser.click("#save");
     version += 1;
-    browser.wait(
-        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
-        "the saved version",
-    );
+    browser.saved(version);
     assert_eq!(
         stored(addr).1,
         json!({"points": {"order.create": {"max_visits": 5, "adaptive": "off",
@@ -849,10 +851,7 @@ fn the_form_switches_algorithms_and_turns_sections_off() {
     browser.choose("#f-breaker-algorithm", "");
     browser.click("#save");
     version += 1;
-    browser.wait(
-        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
-        "the saved version",
-    );
+    browser.saved(version);
     let h = history(addr);
     let fields: Vec<_> = h[0]["diff"]
         .as_array()
@@ -1292,10 +1291,7 @@ fn the_form_saves_a_retry_section_and_shows_the_runtimes_errors() {
     }
     browser.click("#save");
     version += 1;
-    browser.wait(
-        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
-        "the saved version",
-    );
+    browser.saved(version);
     let mut want = doc.clone();
     want["points"]["order.create"]["retry"] = retry_entered();
     assert_eq!(stored(addr), (version, want.clone()));
@@ -1374,10 +1370,7 @@ fn the_form_saves_a_retry_section_and_shows_the_runtimes_errors() {
     }
     browser.click("#save");
     version += 1;
-    browser.wait(
-        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
-        "the saved version",
-    );
+    browser.saved(version);
     want["points"]["order.create"]["retry"]
         .as_object_mut()
         .unwrap()
@@ -1452,10 +1445,7 @@ fn the_form_saves_a_queue_and_shows_the_runtimes_errors() {
     browser.type_into("#f-max_concurrency", "2");
     browser.click("#save");
     version += 1;
-    browser.wait(
-        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
-        "the saved version",
-    );
+    browser.saved(version);
     let want = json!({"points": {"order.create": {"max_visits": 5, "max_concurrency": 2,
         "queue": {"max_waiting": 4, "max_wait": "1s"}}}});
     assert_eq!(stored(addr), (version, want.clone()));
@@ -1545,10 +1535,7 @@ fn the_form_saves_a_queue_and_shows_the_runtimes_errors() {
     browser.type_into("#f-queue-order", "newest_first");
     browser.click("#save");
     version += 1;
-    browser.wait(
-        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
-        "the saved version",
-    );
+    browser.saved(version);
     let newest = json!({"points": {"order.create": {"max_visits": 5, "max_concurrency": 2,
         "queue": {"max_waiting": 4, "max_wait": "1s", "order": "newest_first"}}}});
     assert_eq!(stored(addr), (version, newest));
@@ -1563,10 +1550,7 @@ fn the_form_saves_a_queue_and_shows_the_runtimes_errors() {
     browser.type_into("#f-max_visits", "6");
     browser.click("#save");
     version += 1;
-    browser.wait(
-        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
-        "the saved version",
-    );
+    browser.saved(version);
     let edited = json!({"points": {"order.create": {"max_visits": 6, "max_concurrency": 2,
         "queue": {"max_waiting": 4, "max_wait": "1s", "order": "newest_first"}}}});
     assert_eq!(stored(addr), (version, edited));
@@ -1662,10 +1646,7 @@ fn the_form_saves_token_waits_warm_ups_and_critical_reserves() {
     }
     browser.click("#save");
     version += 1;
-    browser.wait(
-        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
-        "the saved version",
-    );
+    browser.saved(version);
     let want = json!({"points": {"order.create": {"max_visits": 5,
         "token_bucket": {"rate": 2.5, "capacity": 1, "max_wait": "200ms"},
         "warm_up": {"period": "10s", "cold_factor": 4.5},
@@ -1875,10 +1856,7 @@ fn the_form_edits_a_keys_section_with_overrides_that_reach_a_client() {
     browser.click("#keys-override-add");
     browser.click("#save");
     version += 1;
-    browser.wait(
-        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
-        "the saved version",
-    );
+    browser.saved(version);
     let keys = json!({"limit": 10, "period": "1m", "burst": 20, "max_concurrency": 3,
         "max_keys": 1024, "overrides": {"old": {"limit": 2, "burst": 5, "max_concurrency": 4},
         "slow": {"max_concurrency": 1}, "vip-42": 1000}});
@@ -2029,10 +2007,7 @@ fn the_form_edits_a_keys_section_with_overrides_that_reach_a_client() {
     browser.click("#keys-override-rows .override-row:nth-child(1) .o-remove");
     browser.click("#save");
     version += 1;
-    browser.wait(
-        &format!("document.querySelector('#policy-version').dataset.version === '{version}'"),
-        "the saved version",
-    );
+    browser.saved(version);
     want["points"]["api.get"]["keys"]["overrides"]
         .as_object_mut()
         .unwrap()
@@ -2088,13 +2063,7 @@ fn a_save_after_a_conflict_keeps_the_newer_versions_overrides() {
         "the conflict",
     );
     browser.click("#save");
-    browser.wait(
-        &format!(
-            "document.querySelector('#policy-version').dataset.version === '{}'",
-            version + 1
-        ),
-        "the saved version",
-    );
+    browser.saved(version + 1);
     let mut want = newer.clone();
     // The stored form of an override of the limit alone is its number.
     want["points"]["p"]["keys"]["overrides"] = json!({"new": 9, "old": 4, "same": 7});
