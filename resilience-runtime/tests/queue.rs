@@ -4,15 +4,14 @@
 
 #[path = "support/one_at_a_time.rs"]
 mod one_at_a_time;
-#[path = "support/queue_stress.rs"]
-mod queue_stress;
+#[path = "support/queues.rs"]
+mod queues;
 
 use one_at_a_time::gradient_pinned_at_one_with_queue;
+use queues::{four_waiters_served, poll_once, queue, until_waiting};
 use resilience_runtime::config::Format;
-use resilience_runtime::{Clock, ManualClock, Permit, Point, Policy, QueueStats, Reason, Registry};
-use std::future::Future;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use resilience_runtime::{Clock, ManualClock, Permit, Point, Policy, Reason, Registry};
+use std::task::Poll;
 use std::time::Duration;
 
 fn manual_registry() -> (ManualClock, &'static Registry) {
@@ -54,47 +53,10 @@ fn bulkhead_point(
     (manual, registry, registry.point(name).unwrap())
 }
 
-fn queue(point: &Point) -> QueueStats {
-    point.stats().queue.unwrap_or_default()
-}
-
-/// Spins until `n` calls wait on `point`.
-fn until_waiting(point: &Point, n: u64) {
-    let t0 = std::time::Instant::now();
-    while queue(point).waiting != n {
-        assert!(t0.elapsed() < Duration::from_secs(10), "never {n} waiting");
-        std::thread::yield_now();
-    }
-}
-
 #[test]
 fn waiters_are_served_first_in_first_out() {
     let (_, _, point) = bulkhead_point("q.fifo", 1, 8, Duration::from_secs(60));
-    let held = point.enter().unwrap();
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut threads = Vec::new();
-    for i in 0..4u64 {
-        let order = order.clone();
-        threads.push(std::thread::spawn(move || {
-            let permit = point.enter().unwrap();
-            order.lock().unwrap().push(i);
-            permit.finish(false);
-        }));
-        // Each waiter is queued before the next arrives.
-        until_waiting(point, i + 1);
-    }
-    held.finish(false);
-    for t in threads {
-        t.join().unwrap();
-    }
-    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3]);
-    let q = queue(point);
-    assert_eq!((q.admitted, q.waiting, q.peak_waiting), (4, 0, 4));
-    let s = point.stats();
-    assert_eq!(
-        (s.totals.passes, s.totals.downgrades, s.concurrency),
-        (5, 0, 0)
-    );
+    assert_eq!(four_waiters_served(point), [0, 1, 2, 3]);
 }
 
 /// A call on `point` (whose room is held, with a `max_wait` of 100 ms) waits on its
@@ -153,11 +115,6 @@ fn a_full_queue_refuses_at_once() {
     held.finish(false);
     waiter.join().unwrap().unwrap();
     assert_eq!(queue(point).admitted, 1);
-}
-
-fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
-    let mut cx = Context::from_waker(Waker::noop());
-    std::pin::Pin::new(f).poll(&mut cx)
 }
 
 #[test]
@@ -335,13 +292,13 @@ fn the_bound_holds_under_many_threads_and_swaps() {
             .set_policy(name, bulkhead(4, 16, Duration::from_millis(20)))
             .unwrap();
         let point = registry.point(name).unwrap();
-        let seen = queue_stress::drive(point, threads, move |i| {
+        let seen = queues::drive(point, threads, move |i| {
             let n = if i.is_multiple_of(2) { 2 } else { 4 };
             registry
                 .set_policy(name, bulkhead(n, 16, Duration::from_millis(20)))
                 .unwrap();
         });
-        let (s, q) = queue_stress::check_books(point, threads, 4, &seen);
+        let (s, q) = queues::check_books(point, threads, 4, &seen);
         assert_eq!(q.full, s.totals.downgrades_by_reason.get(Reason::QueueFull));
     }
 }

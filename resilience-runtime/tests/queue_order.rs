@@ -3,17 +3,14 @@
 //! still first; the order in code and in policy files (read, checked, written back);
 //! and the queue's bounds under 1 to 64 threads while the order and the limit change.
 
-#[path = "support/queue_stress.rs"]
-mod queue_stress;
+#[path = "support/queues.rs"]
+mod queues;
 
+use queues::{four_waiters_served, poll_once, queue};
 use resilience_runtime::config::{Format, PolicyFile};
 use resilience_runtime::priority::{self, Priority};
-use resilience_runtime::{
-    Clock, ManualClock, Point, Policy, QueueOrder, QueueStats, Reason, Registry,
-};
-use std::future::Future;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use resilience_runtime::{Clock, ManualClock, Point, Policy, QueueOrder, Reason, Registry};
+use std::task::Poll;
 use std::time::Duration;
 
 fn newest_first(n: u64, waiting: u64, wait: Duration) -> Policy {
@@ -38,52 +35,10 @@ fn point_with(name: &str, policy: Policy) -> &'static Point {
     registry.point(name).unwrap()
 }
 
-fn queue(point: &Point) -> QueueStats {
-    point.stats().queue.unwrap_or_default()
-}
-
-/// Spins until `n` calls wait on `point`.
-fn until_waiting(point: &Point, n: u64) {
-    let t0 = std::time::Instant::now();
-    while queue(point).waiting != n {
-        assert!(t0.elapsed() < Duration::from_secs(10), "never {n} waiting");
-        std::thread::yield_now();
-    }
-}
-
-fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
-    let mut cx = Context::from_waker(Waker::noop());
-    std::pin::Pin::new(f).poll(&mut cx)
-}
-
 #[test]
 fn newest_first_serves_the_last_waiter_first() {
     let point = point_with("qo.lifo", newest_first(1, 8, Duration::from_secs(60)));
-    let held = point.enter().unwrap();
-    let order = Arc::new(Mutex::new(Vec::new()));
-    let mut threads = Vec::new();
-    for i in 0..4u64 {
-        let order = order.clone();
-        threads.push(std::thread::spawn(move || {
-            let permit = point.enter().unwrap();
-            order.lock().unwrap().push(i);
-            permit.finish(false);
-        }));
-        // Each waiter is queued before the next arrives.
-        until_waiting(point, i + 1);
-    }
-    held.finish(false);
-    for t in threads {
-        t.join().unwrap();
-    }
-    assert_eq!(*order.lock().unwrap(), [3, 2, 1, 0]);
-    let q = queue(point);
-    assert_eq!((q.admitted, q.waiting, q.peak_waiting), (4, 0, 4));
-    let s = point.stats();
-    assert_eq!(
-        (s.totals.passes, s.totals.downgrades, s.concurrency),
-        (5, 0, 0)
-    );
+    assert_eq!(four_waiters_served(point), [3, 2, 1, 0]);
 }
 
 /// A full queue served newest first refuses its oldest waiter for a new call (counted
@@ -259,14 +214,14 @@ fn the_bounds_hold_under_many_threads_while_the_order_changes() {
             .set_policy(name, newest_first(4, 16, wait))
             .unwrap();
         let point = registry.point(name).unwrap();
-        let seen = queue_stress::drive(point, threads, move |i| {
+        let seen = queues::drive(point, threads, move |i| {
             let orders = [QueueOrder::NewestFirst, QueueOrder::OldestFirst];
             let n = if i.is_multiple_of(3) { 2 } else { 4 };
             registry
                 .set_policy(name, ordered(n, 16, wait, orders[i % 2]))
                 .unwrap();
         });
-        let (s, q) = queue_stress::check_books(point, threads, 4, &seen);
+        let (s, q) = queues::check_books(point, threads, 4, &seen);
         assert!(q.peak_waiting <= 16, "{threads}: {q:?}");
         assert_eq!(
             q.full + q.evicted,

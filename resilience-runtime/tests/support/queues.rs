@@ -1,11 +1,64 @@
-//! Many threads through a point with a queue while its policy changes (shared by the
-//! queue tests and the queue-order tests): the run, and the books every such run must
+//! What the queue tests and the queue-order tests share: a point's queue counts,
+//! waiting for waiters, the order four waiters are served in, and many threads through
+//! a point with a queue while its policy changes, with the books every such run must
 //! balance.
 
 use resilience_runtime::{Point, PointStats, QueueStats, Reason};
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
+
+pub(crate) fn queue(point: &Point) -> QueueStats {
+    point.stats().queue.unwrap_or_default()
+}
+
+/// Spins until `n` calls wait on `point`.
+pub(crate) fn until_waiting(point: &Point, n: u64) {
+    let t0 = std::time::Instant::now();
+    while queue(point).waiting != n {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never {n} waiting");
+        std::thread::yield_now();
+    }
+}
+
+pub(crate) fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+    let mut cx = Context::from_waker(Waker::noop());
+    std::pin::Pin::new(f).poll(&mut cx)
+}
+
+/// On `point` (one slot, a queue of at least 4, waits that do not run out), holds the
+/// slot while calls 0 to 3 queue one after the other, frees it, and returns the order
+/// the calls ran in, after checking that all four waited and ran and nothing is left.
+pub(crate) fn four_waiters_served(point: &'static Point) -> Vec<u64> {
+    let held = point.enter().unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..4u64 {
+        let order = order.clone();
+        threads.push(std::thread::spawn(move || {
+            let permit = point.enter().unwrap();
+            order.lock().unwrap().push(i);
+            permit.finish(false);
+        }));
+        // Each waiter is queued before the next arrives.
+        until_waiting(point, i + 1);
+    }
+    held.finish(false);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let q = queue(point);
+    assert_eq!((q.admitted, q.waiting, q.peak_waiting), (4, 0, 4));
+    let s = point.stats();
+    assert_eq!(
+        (s.totals.passes, s.totals.downgrades, s.concurrency),
+        (5, 0, 0)
+    );
+    let order = order.lock().unwrap().clone();
+    order
+}
 
 /// What the callers saw.
 pub(crate) struct Seen {
