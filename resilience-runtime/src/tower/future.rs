@@ -341,6 +341,76 @@ impl Drop for CallOnUnwind<'_> {
     }
 }
 
+impl<S, Req, M> PointFuture<S, Req, M>
+where
+    S: Service<Req>,
+    M: RefusalMode<S::Response, S::Error>,
+{
+    /// A poll of a call that is not simply running: a wait to go on with, a deadline
+    /// to arm, a refusal to answer. `None` when the call now runs (its inner future is
+    /// polled next).
+    #[cold]
+    #[inline(never)]
+    fn advance(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Option<Poll<Result<S::Response, M::Error>>> {
+        let mut this = self.project();
+        let point = *this.point;
+        match *this.stage {
+            Stage::Running | Stage::Deadline => {}
+            Stage::Timed(ns) => {
+                *this.deadline = Some(deadline_in(ns));
+                *this.stage = Stage::Deadline;
+            }
+            Stage::Waiting => {
+                let Some(waiting) = this.waiting.as_mut() else {
+                    unreachable!("a waiting call carries its wait");
+                };
+                match Pin::new(&mut waiting.wait).poll(cx) {
+                    Poll::Pending => return Some(Poll::Pending),
+                    Poll::Ready(Err(d)) => {
+                        *this.waiting = None;
+                        (*this.stage, *this.retry_after) =
+                            refused_stage(point, d, *this.retry_after);
+                    }
+                    Poll::Ready(Ok(())) => {
+                        let Some(waiting) = this.waiting.take() else {
+                            unreachable!("matched above");
+                        };
+                        let Waiting {
+                            mut wait,
+                            mut service,
+                            request,
+                        } = *waiting;
+                        *this.permit = wait.take_permit();
+                        this.inner.set(Some(service.call(request)));
+                        *this.stage = match Stage::running(point) {
+                            Stage::Timed(ns) => {
+                                *this.deadline = Some(deadline_in(ns));
+                                Stage::Deadline
+                            }
+                            running => running,
+                        };
+                    }
+                }
+            }
+            Stage::Refused(_) | Stage::Done => {}
+        }
+        if let Stage::Refused(reason) = *this.stage {
+            *this.stage = Stage::Done;
+            // For a `RetryLayer` above: a refused attempt is not retried.
+            crate::__private::mark_downgraded();
+            return Some(Poll::Ready(M::refused(refused(
+                point,
+                reason,
+                *this.retry_after,
+            ))));
+        }
+        None
+    }
+}
+
 impl<S, Req, M> Future for PointFuture<S, Req, M>
 where
     S: Service<Req>,
@@ -348,58 +418,16 @@ where
 {
     type Output = Result<S::Response, M::Error>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        let point = *this.point;
-        // A running call (the common case) goes straight to its inner future.
-        if !matches!(*this.stage, Stage::Running) {
-            match *this.stage {
-                Stage::Running | Stage::Deadline => {}
-                Stage::Timed(ns) => {
-                    *this.deadline = Some(deadline_in(ns));
-                    *this.stage = Stage::Deadline;
-                }
-                Stage::Waiting => {
-                    let Some(waiting) = this.waiting.as_mut() else {
-                        unreachable!("a waiting call carries its wait");
-                    };
-                    match Pin::new(&mut waiting.wait).poll(cx) {
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(Err(d)) => {
-                            *this.waiting = None;
-                            (*this.stage, *this.retry_after) =
-                                refused_stage(point, d, *this.retry_after);
-                        }
-                        Poll::Ready(Ok(())) => {
-                            let Some(waiting) = this.waiting.take() else {
-                                unreachable!("matched above");
-                            };
-                            let Waiting {
-                                mut wait,
-                                mut service,
-                                request,
-                            } = *waiting;
-                            *this.permit = wait.take_permit();
-                            this.inner.set(Some(service.call(request)));
-                            *this.stage = match Stage::running(point) {
-                                Stage::Timed(ns) => {
-                                    *this.deadline = Some(deadline_in(ns));
-                                    Stage::Deadline
-                                }
-                                running => running,
-                            };
-                        }
-                    }
-                }
-                Stage::Refused(_) | Stage::Done => {}
-            }
-            if let Stage::Refused(reason) = *this.stage {
-                *this.stage = Stage::Done;
-                // For a `RetryLayer` above: a refused attempt is not retried.
-                crate::__private::mark_downgraded();
-                return Poll::Ready(M::refused(refused(point, reason, *this.retry_after)));
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // A running call (the common case) goes straight to its inner future; the
+        // other stages are out of line, so that this path stays small.
+        if !matches!(self.stage, Stage::Running) {
+            if let Some(answer) = self.as_mut().advance(cx) {
+                return answer;
             }
         }
+        let mut this = self.project();
+        let point = *this.point;
         let inner = this
             .inner
             .as_mut()
