@@ -8,7 +8,7 @@
 #
 #   scripts/overload.sh                 the table (release build), and the chart in
 #                                       target/overload.svg
-#   scripts/overload.sh --smoke         4x only, ~10 s, with checks (debug build)
+#   scripts/overload.sh --smoke         4x only, ~30 s, with checks (debug build)
 #   scripts/overload.sh -- --secs 5     more time per row (arguments after -- go to the
 #                                       example)
 set -euo pipefail
