@@ -17,19 +17,20 @@
 //!   the newest (and a latency tolerance of 1.15: the queue absorbs the bursts, so
 //!   the limit can sit closer to the backend's concurrency).
 //!
-//! The client is open loop: arrivals are a seeded Poisson process at the row's rate,
-//! whatever the answers, and every protection meets the same arrivals at a given load
-//! (one seed per load, so the rows differ by their protection only); each request's latency counts from its scheduled arrival (so
-//! a slow client cannot hide queueing), and a request unanswered after 1 s is given up
-//! (counted at 1 s). Each row starts a fresh server and point, runs a warm-up at the
-//! row's rate (cold start under overload), then measures.
+//! The client is open loop: arrivals are a seeded Poisson process at the row's
+//! rate, whatever the answers, and every protection meets the same arrivals at a
+//! given load (one seed per load, so the rows differ by their protection only);
+//! each request's latency counts from its scheduled arrival (so a slow client
+//! cannot hide queueing), and a request unanswered after 1 s is given up (counted
+//! at 1 s). Each row starts a fresh server and point, runs a warm-up at the row's
+//! rate (cold start under overload), then measures.
 //!
-//! For each row: the requests offered per second (a Poisson count: 1x offers somewhat
-//! more or less than 400), goodput (200 answers within the 200 ms objective, per second), p50 and
-//! p99 latency of the 200 answers, the share of requests refused, the critical tier's
-//! success (critical requests answered 200 within the objective, of those sent) and
-//! the mean number of requests in the handler (the backend's flight: served plus
-//! waiting for it).
+//! For each row: the requests offered per second (a Poisson count: 1x offers
+//! somewhat more or less than 400), goodput (200 answers within the 200 ms
+//! objective, per second), p50 and p99 latency of the 200 answers, the share of
+//! requests refused, the critical tier's success (critical requests answered 200
+//! within the objective, of those sent) and the mean number of requests in the
+//! handler (the backend's flight: served plus waiting for it).
 //!
 //! ```sh
 //! cargo run --release -p examples --example overload            # the full table
@@ -37,15 +38,16 @@
 //! cargo run -p examples --example overload -- --smoke           # 4x only, short, with checks
 //! ```
 //!
-//! Options: `--warmup SECS` and `--secs SECS` (default 2 and 3 per row), `--svg PATH`
-//! (write the chart), `--smoke` (4x only, 3 s + 1 s per row, a backend of 4 slots
-//! so that a debug build on a busy host keeps up with its 800 requests/s, then checks
-//! that every protection beats none on goodput, that the newest-first queue's median
-//! is below the oldest-first one's, that the gradient rows, started at a limit of 20,
-//! have settled to at most twice the backend's slots in flight, and that the
-//! priority rows serve most critical requests; exits with an error otherwise). `OVERLOAD_ONLY=ROW` (`none`, `tower`,
-//! `queue`, `newest-first`, `adaptive`, `gradient`, `gradient-queue`) runs one protection only. Loopback only;
-//! `scripts/overload.sh` runs the full version.
+//! Options: `--warmup SECS` and `--secs SECS` (default 2 and 3 per row),
+//! `--svg PATH` (write the chart), `--smoke` (4x only, 3 s + 1 s per row, a backend
+//! of 4 slots so that a debug build on a busy host keeps up with its 800 requests/s,
+//! then checks that every protection beats none on goodput, that the newest-first
+//! queue's median is below the oldest-first one's, that the gradient rows, started
+//! at a limit of 20, have settled to at most twice the backend's slots in flight,
+//! and that the priority rows serve most critical requests; exits with an error
+//! otherwise). `OVERLOAD_ONLY=ROW` (`none`, `tower`, `queue`, `newest-first`,
+//! `adaptive`, `gradient`, `gradient-queue`) runs one protection only. Loopback
+//! only; `scripts/overload.sh` runs the full version.
 
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::State;
