@@ -724,7 +724,8 @@ fn check(results: &[(Protection, Vec<Row>)]) -> Result<(), String> {
     }
     // The gradient limit finds the backend's concurrency over real HTTP: started at
     // 20, it has come down near the 4 slots by the end of the warm-up (about 1.2x to
-    // 1.7x of them in a debug build; the limit it replaced kept 3.5x to 4.6x).
+    // 1.7x of them in a debug build; the limit it replaced kept 3.5x to 4.6x of 8 in
+    // the guide's release run).
     for p in [
         Protection::Adaptive,
         Protection::Gradient,
