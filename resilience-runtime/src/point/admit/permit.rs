@@ -365,8 +365,13 @@ impl<'a> Permit<'a> {
             if self.start == 0 && meta as u32 == NO_HANG {
                 // Untimed and never registered as hung: only the outcome is counted.
                 self.point.count_untracked_end(outcome);
+            } else if outcome == Outcome::Ok {
+                // The common end, settled by a copy that knows it (a caller such as
+                // tower's future, whose outcome is only known at run time, would
+                // otherwise test every other outcome on every call).
+                self.settle_ok();
             } else {
-                let _ = self.settle(outcome);
+                self.settle_any(outcome);
             }
             if self.point.flow.release(self.meta.slot()) {
                 self.point.wake_waiter();
@@ -429,10 +434,22 @@ impl<'a> Permit<'a> {
         self.point.count_untracked_end(outcome);
     }
 
+    /// [`settle`](Self::settle) for a call that completed well.
+    #[inline(never)]
+    fn settle_ok(&self) {
+        let _ = self.settle(Outcome::Ok);
+    }
+
+    /// [`settle`](Self::settle) for any other end.
+    #[inline(never)]
+    fn settle_any(&self, outcome: Outcome) {
+        let _ = self.settle(outcome);
+    }
+
     /// Counts the exception, measures the call, frees its hung-call slot and counts a
     /// timeout; returns whether the call failed (exception or timeout) and how long it
     /// took (in the unit of `start`; 0 when not measured).
-    #[inline]
+    #[inline(always)]
     pub(in crate::point) fn settle(&self, outcome: Outcome) -> (bool, u64) {
         let p = self.point;
         let mut failed = outcome == Outcome::Exception;
