@@ -2,16 +2,23 @@
 //! a plain function, one relaxed atomic increment, governor's `check()` and failsafe's
 //! `call`. Run with `cargo bench -p resilience-runtime --bench hot_path`.
 //!
-//! Targets (ratios within one run, those of the exactness work): no policy <= 2.5x the
-//! atomic increment; all five strategies <= 1.8x governor and <= 1/3 of failsafe; 2 threads on one point <= 8x
-//! the single-thread cost per call; flat in the number of points, buckets and listeners.
-//! `downgrade_all_five_fine_thresholds` shows the cost when thresholds are short enough
-//! to need the tick counter instead of the cached timeline. After the yardsticks, the
-//! targets' ratios are also printed as measured interleaved (see `ratios`; the two
-//! threads' ratio from rounds of one batch alone and one batch on two threads), which
-//! holds up better on a noisy host than ratios of rows measured seconds apart; they run
-//! before the scaling rows register 100 000 timed points, whose hung-call sweeps would
-//! otherwise run in the background.
+//! Two sets of ratios are printed, both measured interleaved (the median over short
+//! rounds of the ratio within a round, which holds up better on a noisy host than
+//! ratios of rows measured seconds apart):
+//!
+//! - `ratios`, the exactness work's targets: no policy <= 2.5x the atomic increment;
+//!   all five strategies <= 1.8x governor and <= 1/3 of failsafe; 2 threads on one
+//!   point <= 8x the single-thread cost per call (from rounds of one batch alone and
+//!   one batch on two threads).
+//! - `bounds`, the tighter bounds of the pay-for-what-you-use work, each row against
+//!   its peer (the `bounds` function lists them): no policy <= 2.0x the atomic
+//!   increment, all five <= 1.5x governor, and the single-rule and tower rows.
+//!
+//! Both run after the criterion rows of the yardsticks and before the scaling rows,
+//! which register 100 000 timed points whose hung-call sweeps would otherwise run in
+//! the background and show the cost flat in the number of points, buckets and
+//! listeners. `downgrade_all_five_fine_thresholds` shows the cost when thresholds are
+//! short enough to need the tick counter instead of the cached timeline.
 
 // `criterion_group!` generates undocumented public functions.
 #![allow(missing_docs)]
