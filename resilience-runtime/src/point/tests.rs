@@ -813,3 +813,61 @@ fn a_breaker_only_call_reports_every_outcome_to_its_breaker() {
         assert_eq!(window(p), expected, "after {outcome:?}");
     }
 }
+
+/// A timed call under a policy of the plain rules alone ends by `settle_ok` when it
+/// went well and by `settle_any` otherwise (the outcome known only at run time, as in
+/// tower's future): each end, in time and past the threshold, counts as its own, and
+/// every one gives its concurrency slot back.
+#[test]
+fn a_timed_call_on_a_plain_policy_counts_every_way_it_ends() {
+    use super::admit::permit::Outcome;
+    let (manual, registry) = manual_registry();
+    registry
+        .set_policy(
+            "unit.plain_timed",
+            crate::Policy::builder()
+                .max_concurrency(1)
+                .timeouts(Duration::from_millis(100), u64::MAX / 2)
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    let p = registry.point("unit.plain_timed").unwrap();
+    let mut expected = (0, 0, 0);
+    for late in [false, true] {
+        for (outcome, exception, timeout, cancelled) in [
+            (Outcome::Ok, 0, 0, 0),
+            (Outcome::Exception, 1, 0, 0),
+            (Outcome::Cancelled, 0, 0, 1),
+            (Outcome::TimedOut, 0, 1, 0),
+        ] {
+            let mut slot = None;
+            p.enter_in(&mut slot).unwrap();
+            let permit = slot.as_ref().expect("a timed call holds a permit");
+            assert_eq!(
+                permit.meta.bits() & Meta::EXTRA,
+                0,
+                "the plain path's permit"
+            );
+            assert_ne!(permit.start, 0, "a timed permit");
+            // With `max_concurrency(1)`, a second call finds the slot taken.
+            assert!(p.enter().is_err(), "the slot is held while the call runs");
+            manual.advance(Duration::from_millis(if late { 150 } else { 50 }));
+            // The outcome read at run time, not folded by the compiler.
+            Permit::end_in(p, &mut slot, std::hint::black_box(outcome));
+            assert!(slot.is_none());
+            let late_timeout = u64::from(late && outcome != Outcome::TimedOut);
+            expected = (
+                expected.0 + exception,
+                expected.1 + timeout + late_timeout,
+                expected.2 + cancelled,
+            );
+            let t = p.stats().totals;
+            assert_eq!(
+                (t.exceptions, t.timeouts, t.cancelled),
+                expected,
+                "after {outcome:?}, late: {late}"
+            );
+        }
+    }
+}
