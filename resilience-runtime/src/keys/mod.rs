@@ -86,9 +86,9 @@ pub use policy::{
     MAX_KEYS, MAX_KEY_OVERRIDES, MAX_OVERRIDE_LEN,
 };
 pub(crate) use rule::{Refusal, Rule};
-pub(crate) use table::KeyHold;
 pub(crate) use table::{admit_key, KeyTable, OverrideCell};
 pub use table::{HotKeyStats, KeyClusterStats, KeyTableStats};
+pub(crate) use table::{KeyHold, HOLD_CODE_BITS};
 pub(crate) use text::KeyText;
 pub use text::KEY_TEXT_MAX;
 

@@ -312,13 +312,44 @@ impl<'a> KeyHold<'a> {
         }
     }
 
-    pub(crate) fn in_override(cell: &'a OverrideCell) -> KeyHold<'a> {
+    pub(crate) fn in_override(cell: &'a OverrideCell, fp: u64) -> KeyHold<'a> {
         KeyHold {
-            fp: 0,
+            fp,
             at: HoldAt::Override(cell),
         }
     }
+
+    /// The hold as two numbers, without giving it back: its key's fingerprint and
+    /// where it holds, a code of [`HOLD_CODE_BITS`] bits (0: under its key's override;
+    /// else its place in the table). Whoever takes them gives the slot back with
+    /// [`in_table_code`](Self::in_table_code) or [`in_override`](Self::in_override) of
+    /// the same table or override (a permit keeps them in two of its words' bits).
+    pub(crate) fn into_parts(self) -> (u64, u32) {
+        let code = match self.at {
+            HoldAt::Override(_) => 0,
+            HoldAt::Table(_, Place::Sketch) => 1,
+            HoldAt::Table(_, Place::Entry(n)) => 2 + u32::from(n),
+        };
+        let fp = self.fp;
+        std::mem::forget(self);
+        (fp, code)
+    }
+
+    /// The hold in `table` that [`into_parts`](Self::into_parts) gave `(fp, code)`
+    /// for (`code` not 0).
+    pub(crate) fn in_table_code(table: &'a KeyTable, fp: u64, code: u32) -> KeyHold<'a> {
+        debug_assert_ne!(code, 0, "an override's hold");
+        let place = match code {
+            1 => Place::Sketch,
+            n => Place::Entry((n - 2) as u16),
+        };
+        KeyHold::in_table(table, fp, place)
+    }
 }
+
+/// The bits of a hold's code (see [`KeyHold::into_parts`]): 0, 1 and 2 + a `u16`.
+pub(crate) const HOLD_CODE_BITS: u32 = 17;
+const _: () = assert!((2 + u16::MAX as u64) >> HOLD_CODE_BITS == 0);
 
 impl Drop for KeyHold<'_> {
     fn drop(&mut self) {
@@ -343,7 +374,7 @@ pub(crate) fn admit_key<'a>(
 ) -> Result<Option<KeyHold<'a>>, Refusal> {
     if let Some((cell, rule)) = over {
         cell.admit(rule, now)?;
-        return Ok(rule.holds().then(|| KeyHold::in_override(cell)));
+        return Ok(rule.holds().then(|| KeyHold::in_override(cell, fp)));
     }
     let place = table.admit(fp, rule, now, text)?;
     Ok(place.map(|p| KeyHold::in_table(table, fp, p)))

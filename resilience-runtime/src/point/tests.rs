@@ -461,13 +461,95 @@ fn the_duration_unit_follows_the_shortest_threshold() {
 }
 
 #[test]
-fn a_permit_is_twelve_words_and_its_result_no_larger() {
-    // Nine for the call, three for its key's slot (hot keys' `max_concurrency`).
-    assert_eq!(std::mem::size_of::<Permit<'static>>(), 96);
+fn a_permit_is_eight_words_and_its_result_no_larger() {
+    // The point, the start, the form (through which the call's end reaches the
+    // timeout, the breaker, the adaptive limit and the key's table or override), the
+    // probed delay, the meta word, the breaker's and the adaptive limit's records of
+    // the call, and its key's fingerprint: one cache line.
+    assert_eq!(std::mem::size_of::<Permit<'static>>(), 64);
     assert_eq!(
         std::mem::size_of::<Result<Permit<'static>, Downgraded>>(),
-        96
+        64
     );
+}
+
+/// A permit keeps its key's slot as two numbers (the key's fingerprint, and where
+/// the slot is in its meta word) and rebuilds the hold from its form when the call
+/// ends: every place a slot can be (under the key's override, in a tracked entry, in
+/// the sketch of the keys past `max_keys`) is given back however the call ends, on
+/// each entry that attaches a key (keys alone, with the plain rules, with a breaker).
+#[test]
+fn a_key_slot_goes_back_from_every_place_however_the_call_ends() {
+    use crate::keys::{KeyOverride, KeyPolicy};
+    let (_manual, registry) = manual_registry();
+    let keys = || {
+        KeyPolicy::builder()
+            .max_concurrency(1)
+            .max_keys(16)
+            .override_rule("vip", KeyOverride::builder().max_concurrency(1).build())
+            .build()
+            .unwrap()
+    };
+    let sre = crate::BreakerPolicy::Sre {
+        config: crate::breaker::SreConfig::default(),
+        slow_call: None,
+    };
+    let names: Vec<String> = std::iter::once("vip".to_string())
+        .chain((0..100).map(|i| format!("k{i}")))
+        .collect();
+    for (name, plain, breaker) in [
+        ("unit.key_lean", false, false),
+        ("unit.key_plain", true, false),
+        ("unit.key_breaker", true, true),
+    ] {
+        let mut policy = Policy::builder().keys(keys());
+        if plain {
+            policy = policy.max_concurrency(1_000).max_exceptions(u64::MAX / 2);
+        }
+        registry.set_policy(name, policy.build().unwrap()).unwrap();
+        if breaker {
+            registry.set_breaker(name, sre).unwrap();
+        }
+        let p = registry.point(name).unwrap();
+        // Failures would open the breaker, which then refuses calls before their keys.
+        let ends: &[&str] = if breaker {
+            &["ok", "cancelled"]
+        } else {
+            &["ok", "exception", "cancelled"]
+        };
+        for &end in ends {
+            // A sketch cell may be shared by two keys: a key whose cells are taken is
+            // refused, and only the others hold a slot.
+            let held: Vec<(&String, Permit<'_>)> = names
+                .iter()
+                .filter_map(|k| p.enter_key(k.as_str()).ok().map(|permit| (k, permit)))
+                .collect();
+            let codes: Vec<u32> = held.iter().map(|(_, q)| q.meta.key_code()).collect();
+            assert!(held.iter().all(|(_, q)| q.meta.has(Meta::KEY)), "{name}");
+            assert_eq!(codes[0], 0, "{name}: vip holds under its override");
+            assert!(codes.iter().any(|&c| c >= 2), "{name}: a tracked key");
+            assert!(codes.contains(&1), "{name}: a key in the sketch");
+            assert!(held.len() > 50, "{name}: {} keys held", held.len());
+            for (k, _) in &held {
+                assert!(
+                    p.enter_key(k.as_str()).is_err(),
+                    "{name}: {k} holds its slot"
+                );
+            }
+            for (_, permit) in held {
+                match end {
+                    "ok" => permit.finish(false),
+                    "exception" => permit.finish(true),
+                    _ => drop(permit),
+                }
+            }
+            // Every slot is back: each key runs again (and ends at once).
+            for k in &names {
+                let permit = p.enter_key(k.as_str());
+                assert!(permit.is_ok(), "{name}, after {end}: {k} was given back");
+            }
+        }
+    }
 }
 
 /// A point with a timeout rule and no traffic has no hung-call table and no sweep;

@@ -593,7 +593,7 @@ impl Point {
             permit.attach_probe(until);
         }
         if let Some(hold) = key_hold {
-            permit.attach_key(hold);
+            permit.attach_key(c, hold);
         }
         Entry::Admitted
     }
@@ -617,7 +617,7 @@ impl Point {
     #[inline(never)]
     pub(in crate::point) fn refuse<'p>(
         &'p self,
-        c: &Compiled,
+        c: &'static Compiled,
         reason: Reason,
         start: u64,
         fine: bool,
@@ -655,10 +655,7 @@ impl Point {
             if let BreakerImpl::Sre(sre) = &b.imp {
                 if sre.accepts_surely(self.clock.now_ns()) {
                     self.pass_untracked();
-                    fill(
-                        slot,
-                        Permit::with_breaker(self, BreakerCall { slot: b.0, word: 0 }),
-                    );
+                    fill(slot, Permit::with_breaker(self, c));
                     return Ok(());
                 }
             }
@@ -681,7 +678,7 @@ impl Point {
                 permit.start = self.stamp(fine, now);
             }
             match self.breaker_admit(c.rules, breaker, now) {
-                Some(call) => permit.attach_breaker(call),
+                Some(call) => permit.attach_breaker(c, call),
                 None => {
                     std::mem::forget(permit);
                     return Err(self.downgrade(Reason::BreakerOpen, now, false));
@@ -847,7 +844,7 @@ impl Point {
     /// no free slot is downgraded for concurrency. A shadow policy runs every call.
     pub(in crate::point) fn trip<'p>(
         &'p self,
-        c: &Compiled,
+        c: &'static Compiled,
         reason: Reason,
         start: u64,
         fine: bool,
@@ -861,7 +858,7 @@ impl Point {
     /// whatever it is.
     pub(in crate::point) fn trip_keyed<'p>(
         &'p self,
-        c: &Compiled,
+        c: &'static Compiled,
         reason: Reason,
         key: Option<&KeyArg<'_>>,
         start: u64,

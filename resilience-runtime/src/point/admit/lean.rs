@@ -122,15 +122,14 @@ impl Point {
         let mut permit = Permit::untracked(self);
         permit.start = start;
         permit.meta = permit.meta.with_fine(fine);
-        if kept.adaptive.is_some() {
-            permit.adaptive = kept.adaptive;
-            permit.meta = permit.meta.with_extra(true);
+        if let Some(a) = kept.adaptive {
+            permit.attach_adaptive(c, a);
         }
         if let Some(b) = kept.breaker {
-            permit.attach_breaker(b);
+            permit.attach_breaker(c, b);
         }
         if let Some(k) = key_hold {
-            permit.attach_key(k);
+            permit.attach_key(c, k);
         }
         fill(slot, permit);
         Entry::Admitted

@@ -28,18 +28,26 @@ pub struct Permit<'a> {
     pub(in crate::point) point: &'a Point,
     /// Start of a timed call (ticks or timeline, see `meta`), else 0.
     pub(in crate::point) start: u64,
-    /// The timeout rule's threshold in the unit of `start`, or 0 without one.
-    pub(in crate::point) timeout: u64,
+    /// The compiled form the call was admitted under, for what the call's end needs
+    /// of it (the timeout rule's threshold, the breaker's and the adaptive limit's
+    /// slots, the key's table or override; see `meta`), or `None` when it needs
+    /// nothing. Forms are kept as long as their point, which outlives the permit.
+    pub(in crate::point) form: Option<&'static Compiled>,
     /// The end of the delay this call probes, else 0.
     pub(in crate::point) probe_of: u64,
-    /// The in-flight slot, the unit of `start` and the hung-call slot, in one word.
+    /// The in-flight slot, the unit of `start`, the hung-call slot and which of the
+    /// words below and of the form's parts the call has, in one word.
     pub(in crate::point) meta: Meta,
-    /// The breaker's record of this call, if the point has a breaker.
-    pub(in crate::point) breaker: Option<BreakerCall>,
-    /// The adaptive limiter's record of this call.
-    pub(in crate::point) adaptive: Option<AdaptiveCall>,
-    /// The call's slot under its key's concurrency limit, given back at the end.
-    pub(in crate::point) key: Option<crate::keys::KeyHold<'a>>,
+    /// The breaker's record of this call (with [`Meta::BREAKER`]; the breaker is the
+    /// form's).
+    pub(in crate::point) breaker_word: u64,
+    /// The start of the call on the adaptive limit's clock (with [`Meta::ADAPTIVE`];
+    /// the limit is the form's).
+    pub(in crate::point) adaptive_start: u64,
+    /// The fingerprint of the call's key, whose slot under the key's concurrency
+    /// limit the call holds (with [`Meta::KEY`]; where it holds is in `meta`, the
+    /// key's table or override is the form's), given back at the end.
+    pub(in crate::point) key_fp: u64,
 }
 
 /// No hung-call slot (the table's own "no slot").
@@ -77,7 +85,10 @@ pub(in crate::point) fn place<'a>(
 /// whole stalls the CPU's store forwarding): the hung-call slot in the low 32 bits, the
 /// in-flight slot in bits 32-33, the unit of `start` in bit 34, whether the permit has
 /// a breaker call, an adaptive flight or a probe in bit 35 (so that completion tells
-/// the common calls from one word), and bit 63 always set.
+/// the common calls from one word), whether it was judged by an SRE breaker alone in
+/// bit 36, whether the permit has a breaker call, an adaptive flight and a key's slot
+/// in bits 37, 38 and 39, where the key's slot is (its hold's code) in bits 40-56,
+/// and bit 63 always set.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(in crate::point) struct Meta(std::num::NonZeroU64);
 
@@ -90,6 +101,28 @@ impl Meta {
     /// Set with [`EXTRA`](Self::EXTRA) by [`Permit::with_breaker`] alone: an untimed
     /// call that only an SRE breaker judged, completed by one counter of the breaker.
     pub(in crate::point) const SRE_ONLY: u64 = 1 << 36;
+    /// [`Permit::breaker_word`] is the call's record with the form's breaker.
+    pub(in crate::point) const BREAKER: u64 = 1 << 37;
+    /// [`Permit::adaptive_start`] is the call's start with the form's adaptive limit.
+    pub(in crate::point) const ADAPTIVE: u64 = 1 << 38;
+    /// [`Permit::key_fp`] is the key of a slot the call holds.
+    pub(in crate::point) const KEY: u64 = 1 << 39;
+    /// Where the key's slot is: the hold's code ([`KeyHold::into_parts`]).
+    ///
+    /// [`KeyHold::into_parts`]: crate::keys::KeyHold::into_parts
+    const KEY_SHIFT: u32 = 40;
+    const KEY_MASK: u64 = ((1 << crate::keys::HOLD_CODE_BITS) - 1) << Self::KEY_SHIFT;
+
+    /// The code of the key's hold (see [`KEY`](Self::KEY)).
+    #[inline]
+    pub(in crate::point) fn key_code(self) -> u32 {
+        ((self.bits() & Self::KEY_MASK) >> Self::KEY_SHIFT) as u32
+    }
+
+    #[inline]
+    pub(in crate::point) fn has(self, bit: u64) -> bool {
+        self.bits() & bit != 0
+    }
 
     #[inline]
     pub(in crate::point) fn extra(self) -> bool {
@@ -170,7 +203,7 @@ impl fmt::Debug for Permit<'_> {
         f.debug_struct("Permit")
             .field("point", &self.point.name)
             .field("probe", &(self.probe_of != 0))
-            .field("breaker", &self.breaker.is_some())
+            .field("breaker", &self.meta.has(Meta::BREAKER))
             .finish_non_exhaustive()
     }
 }
@@ -203,13 +236,30 @@ impl Outcome {
 }
 
 impl<'a> Permit<'a> {
+    /// A permit of `point` with nothing but its meta word: no start, form, probe,
+    /// breaker, adaptive flight or key.
+    #[inline(always)]
+    fn bare(point: &'a Point, meta: Meta) -> Permit<'a> {
+        Permit {
+            point,
+            start: 0,
+            form: None,
+            probe_of: 0,
+            meta,
+            breaker_word: 0,
+            adaptive_start: 0,
+            key_fp: 0,
+        }
+    }
+
     /// The permit of a call admitted under the policy `c`, holding `slot`, with
-    /// every field known (written once, in the caller's slot).
+    /// every field known (written once, in the caller's slot). `adaptive` and
+    /// `breaker` are the calls of `c`'s own adaptive limit and breaker.
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     pub(in crate::point) fn governed(
         point: &'a Point,
-        c: &Compiled,
+        c: &'static Compiled,
         start: u64,
         fine: bool,
         slot: Slot,
@@ -217,34 +267,93 @@ impl<'a> Permit<'a> {
         adaptive: Option<AdaptiveCall>,
         breaker: Option<BreakerCall>,
     ) -> Permit<'a> {
+        debug_assert!(
+            adaptive.is_none_or(|a| c.adaptive.is_some_and(|s| std::ptr::eq(s.0, a.slot)))
+        );
+        debug_assert!(breaker.is_none_or(|b| c.breaker.is_some_and(|s| std::ptr::eq(s.0, b.slot))));
+        let with = |on: bool, bit: u64| if on { bit | Meta::EXTRA } else { 0 };
+        let bits =
+            with(adaptive.is_some(), Meta::ADAPTIVE) | with(breaker.is_some(), Meta::BREAKER);
         Permit {
             point,
             start,
-            timeout: c.timeout,
+            form: Some(c),
             probe_of: 0,
-            meta: Meta::new(slot, fine)
-                .with_hang(hang)
-                .with_extra(adaptive.is_some() || breaker.is_some()),
-            breaker,
-            adaptive,
-            key: None,
+            meta: Meta::from_bits(Meta::new(slot, fine).with_hang(hang).bits() | bits),
+            breaker_word: breaker.map_or(0, |b| b.word),
+            adaptive_start: adaptive.map_or(0, |a| a.start),
+            key_fp: 0,
         }
     }
 
-    /// Gives the permit its breaker call. With [`attach_probe`](Self::attach_probe)
-    /// and the governed entry's constructor, the only writers of the fields that
-    /// [`Meta::EXTRA`] stands for, so the bit always follows them.
+    /// Gives the permit its breaker call, one of `c`'s breaker. With
+    /// [`attach_adaptive`](Self::attach_adaptive), [`attach_probe`](Self::attach_probe),
+    /// [`attach_key`](Self::attach_key) and the governed entry's constructor, the only
+    /// writers of the fields that [`Meta::EXTRA`] stands for, so the bit always
+    /// follows them.
     #[inline]
-    pub(in crate::point) fn attach_breaker(&mut self, call: BreakerCall) {
-        self.breaker = Some(call);
-        self.meta = self.meta.with_extra(true);
+    pub(in crate::point) fn attach_breaker(&mut self, c: &'static Compiled, call: BreakerCall) {
+        debug_assert!(c.breaker.is_some_and(|s| std::ptr::eq(s.0, call.slot)));
+        debug_assert!(
+            self.form.is_none_or(|f| std::ptr::eq(f, c)),
+            "one form per permit"
+        );
+        debug_assert_eq!(c.timeout, 0, "only a governed permit is timed");
+        self.form = Some(c);
+        self.breaker_word = call.word;
+        self.meta = Meta::from_bits(self.meta.bits() | Meta::BREAKER | Meta::EXTRA);
     }
 
-    /// Gives the permit its key's slot, given back when the call ends.
+    /// Gives the permit its flight under `c`'s adaptive limit.
     #[inline]
-    pub(in crate::point) fn attach_key(&mut self, hold: crate::keys::KeyHold<'a>) {
-        self.key = Some(hold);
-        self.meta = self.meta.with_extra(true);
+    pub(in crate::point) fn attach_adaptive(&mut self, c: &'static Compiled, call: AdaptiveCall) {
+        debug_assert!(c.adaptive.is_some_and(|s| std::ptr::eq(s.0, call.slot)));
+        debug_assert!(
+            self.form.is_none_or(|f| std::ptr::eq(f, c)),
+            "one form per permit"
+        );
+        debug_assert_eq!(c.timeout, 0, "only a governed permit is timed");
+        self.form = Some(c);
+        self.adaptive_start = call.start;
+        self.meta = Meta::from_bits(self.meta.bits() | Meta::ADAPTIVE | Meta::EXTRA);
+    }
+
+    /// Gives the permit its key's slot, taken under `c`'s `keys` section, given back
+    /// when the call ends.
+    #[inline]
+    pub(in crate::point) fn attach_key(
+        &mut self,
+        c: &'static Compiled,
+        hold: crate::keys::KeyHold<'static>,
+    ) {
+        debug_assert!(c.keys.is_some());
+        debug_assert!(
+            self.form.is_none_or(|f| std::ptr::eq(f, c)),
+            "one form per permit"
+        );
+        self.form = Some(c);
+        let (fp, code) = hold.into_parts();
+        self.key_fp = fp;
+        self.meta = Meta::from_bits(
+            self.meta.bits() & !Meta::KEY_MASK
+                | u64::from(code) << Meta::KEY_SHIFT
+                | Meta::KEY
+                | Meta::EXTRA,
+        );
+    }
+
+    /// Gives back the slot the call holds under its key, if any.
+    fn release_key(&mut self) {
+        if !self.meta.has(Meta::KEY) {
+            return;
+        }
+        self.meta = Meta::from_bits(self.meta.bits() & !Meta::KEY);
+        let form = self.form.and_then(|c| c.keys);
+        match form.and_then(|k| k.0.hold(self.key_fp, self.meta.key_code())) {
+            // Dropped: the slot goes back.
+            Some(hold) => drop(hold),
+            None => debug_assert!(false, "a key's hold without its form's table or override"),
+        }
     }
 
     /// Makes the permit the probe of the delay period ending at `until`.
@@ -256,48 +365,60 @@ impl<'a> Permit<'a> {
 
     #[inline]
     pub(in crate::point) fn untracked(point: &'a Point) -> Permit<'a> {
-        Permit {
-            point,
-            start: 0,
-            timeout: 0,
-            probe_of: 0,
-            meta: Meta::new(Slot::None, false),
-            breaker: None,
-            adaptive: None,
-            key: None,
-        }
+        Permit::bare(point, Meta::new(Slot::None, false))
     }
 
     /// The permit of an untimed call holding a slot of the flow word, and nothing
     /// else (see [`Point::enter_counted`]).
     #[inline(always)]
     pub(in crate::point) fn counted(point: &'a Point, slot: Slot) -> Permit<'a> {
-        Permit {
+        Permit::bare(point, Meta::new(slot, false))
+    }
+
+    /// The permit of an untimed call that only `c`'s breaker judged, closed (an SRE
+    /// breaker's call records nothing on the way in).
+    #[inline(always)]
+    pub(in crate::point) fn with_breaker(point: &'a Point, c: &'static Compiled) -> Permit<'a> {
+        debug_assert!(c.breaker.is_some() && c.timeout == 0);
+        let mut permit = Permit::bare(
             point,
-            start: 0,
-            timeout: 0,
-            probe_of: 0,
-            meta: Meta::new(slot, false),
-            breaker: None,
-            adaptive: None,
-            key: None,
+            Meta::from_bits(
+                Meta::new(Slot::None, false).bits() | Meta::EXTRA | Meta::SRE_ONLY | Meta::BREAKER,
+            ),
+        );
+        permit.form = Some(c);
+        permit
+    }
+
+    /// The timeout rule's threshold for this call in the unit of `start`, or 0. A
+    /// form with a timeout rule has the flow rules, so only a governed permit has
+    /// one (the lean and breaker-only entries attach forms without it).
+    #[inline(always)]
+    pub(in crate::point) fn timeout(&self) -> u64 {
+        self.form.map_or(0, |c| c.timeout)
+    }
+
+    /// The breaker's record of this call, if it has one.
+    #[inline(always)]
+    pub(in crate::point) fn breaker(&self) -> Option<BreakerCall> {
+        match (self.form, self.meta.has(Meta::BREAKER)) {
+            (Some(c), true) => c.breaker.map(|slot| BreakerCall {
+                slot: slot.0,
+                word: self.breaker_word,
+            }),
+            _ => None,
         }
     }
 
-    /// The permit of an untimed call that only its breaker judged.
-    #[inline(always)]
-    pub(in crate::point) fn with_breaker(point: &'a Point, call: BreakerCall) -> Permit<'a> {
-        Permit {
-            point,
-            start: 0,
-            timeout: 0,
-            probe_of: 0,
-            meta: Meta::from_bits(
-                Meta::new(Slot::None, false).bits() | Meta::EXTRA | Meta::SRE_ONLY,
-            ),
-            breaker: Some(call),
-            adaptive: None,
-            key: None,
+    /// The adaptive limit's record of this call, if it has one.
+    #[inline]
+    pub(in crate::point) fn adaptive(&self) -> Option<AdaptiveCall> {
+        match (self.form, self.meta.has(Meta::ADAPTIVE)) {
+            (Some(c), true) => c.adaptive.map(|slot| AdaptiveCall {
+                slot: slot.0,
+                start: self.adaptive_start,
+            }),
+            _ => None,
         }
     }
 
@@ -345,10 +466,10 @@ impl<'a> Permit<'a> {
     pub(in crate::point) fn complete(&mut self, outcome: Outcome) {
         debug_assert_eq!(
             self.meta.extra(),
-            self.breaker.is_some()
-                || self.adaptive.is_some()
+            self.meta.has(Meta::BREAKER)
+                || self.meta.has(Meta::ADAPTIVE)
                 || self.probe_of != 0
-                || self.key.is_some(),
+                || self.meta.has(Meta::KEY),
             "the extra bit follows the permit's fields"
         );
         let meta = self.meta.bits();
@@ -380,7 +501,7 @@ impl<'a> Permit<'a> {
         }
         if meta & Meta::SRE_ONLY != 0 && outcome == Outcome::Ok {
             // An untimed call only an SRE breaker judged, done well: its success.
-            if let Some(BreakerCall { slot, .. }) = self.breaker {
+            if let Some(slot) = self.form.and_then(|c| c.breaker.map(|s| s.0)) {
                 if let BreakerImpl::Sre(b) = &slot.imp {
                     return b.record_admitted(crate::breaker::Outcome::Success);
                 }
@@ -410,17 +531,20 @@ impl<'a> Permit<'a> {
     #[inline(never)]
     pub(in crate::point) fn complete_tracked(&mut self, outcome: Outcome) {
         if self.meta.bits() & Meta::SRE_ONLY != 0 && outcome != Outcome::Cancelled {
-            if let Some(BreakerCall { slot, .. }) = self.breaker {
+            if let Some(BreakerCall { slot, .. }) = self.breaker() {
                 if let BreakerImpl::Sre(b) = &slot.imp {
                     b.record_admitted(sre_outcome(outcome != Outcome::Ok));
                     return self.point.count_untracked_end(outcome);
                 }
             }
         }
-        if self.meta.slot() != Slot::None || self.adaptive.is_some() || self.key.is_some() {
+        if self.meta.slot() != Slot::None
+            || self.meta.has(Meta::ADAPTIVE)
+            || self.meta.has(Meta::KEY)
+        {
             return self.complete_slow(outcome);
         }
-        match self.breaker {
+        match self.breaker() {
             None => {}
             // An untimed call of a breaker-only point: one counter of the breaker.
             Some(BreakerCall { slot, word: 0 }) if outcome != Outcome::Cancelled => {
@@ -481,7 +605,10 @@ impl<'a> Permit<'a> {
         if outcome == Outcome::Cancelled {
             p.count_cancelled();
         }
-        let late = outcome == Outcome::TimedOut || (self.timeout != 0 && elapsed > self.timeout);
+        let late = outcome == Outcome::TimedOut || {
+            let timeout = self.timeout();
+            timeout != 0 && elapsed > timeout
+        };
         let hang = self.meta.hang();
         let swept = hang != NO_HANG
             && p.hang
@@ -499,15 +626,15 @@ impl<'a> Permit<'a> {
 
     pub(in crate::point) fn complete_slow(&mut self, outcome: Outcome) {
         // The key's slot first: the call is over for its key whatever follows.
-        drop(self.key.take());
+        self.release_key();
         let p = self.point;
         let (failed, elapsed) = self.settle(outcome);
-        if let Some(call) = self.breaker.take() {
+        if let Some(call) = self.breaker() {
             p.breaker_outcome(call, outcome, failed, elapsed, self.meta.fine());
         }
         // A latency sample only from calls that completed well; failures and
         // cancellations just leave the flight.
-        if let Some(a) = self.adaptive.take() {
+        if let Some(a) = self.adaptive() {
             a.end(outcome == Outcome::Ok && !failed);
         }
         if self.meta.slot() == Slot::None {

@@ -58,6 +58,19 @@ impl KeyForm {
         self.overrides.get(self.index.get(fp)?)
     }
 
+    /// The hold a call of key `fp` took under this form, from the parts its permit
+    /// kept ([`KeyHold::into_parts`]): the form is immutable, so the key's override
+    /// (code 0) or table is the one [`admit`](Self::admit) found. `None` never happens
+    /// (a hold's table or override is there as long as its form).
+    pub(in crate::point) fn hold(&'static self, fp: u64, code: u32) -> Option<KeyHold<'static>> {
+        match code {
+            0 => self
+                .override_of(fp)
+                .map(|o| KeyHold::in_override(o.cell, fp)),
+            _ => Some(KeyHold::in_table_code(self.table.made()?, fp, code)),
+        }
+    }
+
     /// The key's step at `now`: its slot, if its rule counts calls in flight, or
     /// [`Refusal::Wait`] (with `may_wait` and the section's `max_wait`: the key's
     /// next token is reserved, the call comes back after that wait with `held`).
@@ -115,7 +128,7 @@ impl KeyForm {
         let decided = if let Some(o) = self.override_of(key.fp) {
             o.cell
                 .admit_with(&ask_rule(&o.rule), now, || ask(true, o.lease.as_ref()))
-                .map(|()| o.rule.holds().then(|| KeyHold::in_override(o.cell)))
+                .map(|()| o.rule.holds().then(|| KeyHold::in_override(o.cell, key.fp)))
         } else {
             let table: &'static KeyTable = self.table.get();
             let text = key.text;
