@@ -294,28 +294,18 @@ impl<'a> Permit<'a> {
     #[inline]
     pub(in crate::point) fn attach_breaker(&mut self, c: &'static Compiled, call: BreakerCall) {
         debug_assert!(c.breaker.is_some_and(|s| std::ptr::eq(s.0, call.slot)));
-        debug_assert!(
-            self.form.is_none_or(|f| std::ptr::eq(f, c)),
-            "one form per permit"
-        );
         debug_assert_eq!(c.timeout, 0, "only a governed permit is timed");
-        self.form = Some(c);
         self.breaker_word = call.word;
-        self.meta = Meta::from_bits(self.meta.bits() | Meta::BREAKER | Meta::EXTRA);
+        self.attach_form(c, Meta::BREAKER);
     }
 
     /// Gives the permit its flight under `c`'s adaptive limit.
     #[inline]
     pub(in crate::point) fn attach_adaptive(&mut self, c: &'static Compiled, call: AdaptiveCall) {
         debug_assert!(c.adaptive.is_some_and(|s| std::ptr::eq(s.0, call.slot)));
-        debug_assert!(
-            self.form.is_none_or(|f| std::ptr::eq(f, c)),
-            "one form per permit"
-        );
         debug_assert_eq!(c.timeout, 0, "only a governed permit is timed");
-        self.form = Some(c);
         self.adaptive_start = call.start;
-        self.meta = Meta::from_bits(self.meta.bits() | Meta::ADAPTIVE | Meta::EXTRA);
+        self.attach_form(c, Meta::ADAPTIVE);
     }
 
     /// Gives the permit its key's slot, taken under `c`'s `keys` section, given back
@@ -327,19 +317,22 @@ impl<'a> Permit<'a> {
         hold: crate::keys::KeyHold<'static>,
     ) {
         debug_assert!(c.keys.is_some());
+        let (fp, code) = hold.into_parts();
+        self.key_fp = fp;
+        self.meta = Meta::from_bits(self.meta.bits() & !Meta::KEY_MASK);
+        self.attach_form(c, Meta::KEY | u64::from(code) << Meta::KEY_SHIFT);
+    }
+
+    /// Points the permit at `c` (the one form a permit has) and sets `bits` and
+    /// [`Meta::EXTRA`] in its meta word.
+    #[inline]
+    fn attach_form(&mut self, c: &'static Compiled, bits: u64) {
         debug_assert!(
             self.form.is_none_or(|f| std::ptr::eq(f, c)),
             "one form per permit"
         );
         self.form = Some(c);
-        let (fp, code) = hold.into_parts();
-        self.key_fp = fp;
-        self.meta = Meta::from_bits(
-            self.meta.bits() & !Meta::KEY_MASK
-                | u64::from(code) << Meta::KEY_SHIFT
-                | Meta::KEY
-                | Meta::EXTRA,
-        );
+        self.meta = Meta::from_bits(self.meta.bits() | bits | Meta::EXTRA);
     }
 
     /// Gives back the slot the call holds under its key, if any.
