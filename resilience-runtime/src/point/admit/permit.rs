@@ -28,10 +28,13 @@ pub struct Permit<'a> {
     pub(in crate::point) point: &'a Point,
     /// Start of a timed call (ticks or timeline, see `meta`), else 0.
     pub(in crate::point) start: u64,
+    /// The timeout rule's threshold in the unit of `start`, or 0 without one: the
+    /// form's, copied, so that a timed call's end reads it without following `form`.
+    pub(in crate::point) timeout: u64,
     /// The compiled form the call was admitted under, for what the call's end needs
-    /// of it (the timeout rule's threshold, the breaker's and the adaptive limit's
-    /// slots, the key's table or override; see `meta`), or `None` when it needs
-    /// nothing. Forms are kept as long as their point, which outlives the permit.
+    /// of it (the breaker's and the adaptive limit's slots, the key's table or
+    /// override; see `meta`), or `None` when it needs nothing. Forms are kept as
+    /// long as their point, which outlives the permit.
     pub(in crate::point) form: Option<&'static Compiled>,
     /// The end of the delay this call probes, else 0.
     pub(in crate::point) probe_of: u64,
@@ -243,6 +246,7 @@ impl<'a> Permit<'a> {
         Permit {
             point,
             start: 0,
+            timeout: 0,
             form: None,
             probe_of: 0,
             meta,
@@ -277,6 +281,7 @@ impl<'a> Permit<'a> {
         Permit {
             point,
             start,
+            timeout: c.timeout,
             form: Some(c),
             probe_of: 0,
             meta: Meta::from_bits(Meta::new(slot, fine).with_hang(hang).bits() | bits),
@@ -294,7 +299,6 @@ impl<'a> Permit<'a> {
     #[inline]
     pub(in crate::point) fn attach_breaker(&mut self, c: &'static Compiled, call: BreakerCall) {
         debug_assert!(c.breaker.is_some_and(|s| std::ptr::eq(s.0, call.slot)));
-        debug_assert_eq!(c.timeout, 0, "only a governed permit is timed");
         self.breaker_word = call.word;
         self.attach_form(c, Meta::BREAKER);
     }
@@ -303,7 +307,6 @@ impl<'a> Permit<'a> {
     #[inline]
     pub(in crate::point) fn attach_adaptive(&mut self, c: &'static Compiled, call: AdaptiveCall) {
         debug_assert!(c.adaptive.is_some_and(|s| std::ptr::eq(s.0, call.slot)));
-        debug_assert_eq!(c.timeout, 0, "only a governed permit is timed");
         self.adaptive_start = call.start;
         self.attach_form(c, Meta::ADAPTIVE);
     }
@@ -372,7 +375,7 @@ impl<'a> Permit<'a> {
     /// breaker's call records nothing on the way in).
     #[inline(always)]
     pub(in crate::point) fn with_breaker(point: &'a Point, c: &'static Compiled) -> Permit<'a> {
-        debug_assert!(c.breaker.is_some() && c.timeout == 0);
+        debug_assert!(c.breaker.is_some());
         let mut permit = Permit::bare(
             point,
             Meta::from_bits(
@@ -381,14 +384,6 @@ impl<'a> Permit<'a> {
         );
         permit.form = Some(c);
         permit
-    }
-
-    /// The timeout rule's threshold for this call in the unit of `start`, or 0. A
-    /// form with a timeout rule has the flow rules, so only a governed permit has
-    /// one (the lean and breaker-only entries attach forms without it).
-    #[inline(always)]
-    pub(in crate::point) fn timeout(&self) -> u64 {
-        self.form.map_or(0, |c| c.timeout)
     }
 
     /// The breaker's record of this call, if it has one.
@@ -598,10 +593,7 @@ impl<'a> Permit<'a> {
         if outcome == Outcome::Cancelled {
             p.count_cancelled();
         }
-        let late = outcome == Outcome::TimedOut || {
-            let timeout = self.timeout();
-            timeout != 0 && elapsed > timeout
-        };
+        let late = outcome == Outcome::TimedOut || (self.timeout != 0 && elapsed > self.timeout);
         let hang = self.meta.hang();
         let swept = hang != NO_HANG
             && p.hang
