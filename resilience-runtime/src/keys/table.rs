@@ -415,4 +415,35 @@ mod tests {
             assert_eq!(top, all[..n], "n = {n}");
         }
     }
+
+    #[test]
+    fn a_hold_comes_back_whole_from_its_parts() {
+        let t = KeyTable::new(256);
+        let places = [
+            Place::Sketch,
+            Place::Entry(0),
+            Place::Entry(1),
+            Place::Entry(u16::MAX),
+        ];
+        for (i, place) in places.into_iter().enumerate() {
+            let fp = 0x9e37_79b9_7f4a_7c15 ^ i as u64;
+            let (got_fp, code) = KeyHold::in_table(&t, fp, place).into_parts();
+            assert_eq!(got_fp, fp);
+            assert!(
+                code != 0 && code >> HOLD_CODE_BITS == 0,
+                "{place:?}: {code}"
+            );
+            let back = KeyHold::in_table_code(&t, fp, code);
+            assert!(
+                matches!(back.at, HoldAt::Table(_, p) if p == place),
+                "{place:?}"
+            );
+            assert_eq!(back.fp, fp);
+            // Not a real hold: nothing to give back.
+            std::mem::forget(back);
+        }
+        let cell = OverrideCell::new("vip");
+        let (fp, code) = KeyHold::in_override(&cell, 42).into_parts();
+        assert_eq!((fp, code), (42, 0), "an override's hold is code 0");
+    }
 }
