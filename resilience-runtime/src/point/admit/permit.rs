@@ -128,16 +128,6 @@ impl Meta {
     }
 
     #[inline]
-    pub(in crate::point) fn extra(self) -> bool {
-        self.bits() & Self::EXTRA != 0
-    }
-
-    #[inline]
-    pub(in crate::point) fn with_extra(self, extra: bool) -> Meta {
-        Meta::from_bits(self.bits() & !Self::EXTRA | if extra { Self::EXTRA } else { 0 })
-    }
-
-    #[inline]
     pub(in crate::point) fn from_bits(bits: u64) -> Meta {
         match std::num::NonZeroU64::new(bits | Self::SET) {
             Some(n) => Meta(n),
@@ -293,9 +283,9 @@ impl<'a> Permit<'a> {
 
     /// Gives the permit its breaker call, one of `c`'s breaker. With
     /// [`attach_adaptive`](Self::attach_adaptive), [`attach_probe`](Self::attach_probe),
-    /// [`attach_key`](Self::attach_key) and the governed entry's constructor, the only
-    /// writers of the fields that [`Meta::EXTRA`] stands for, so the bit always
-    /// follows them.
+    /// [`attach_key`](Self::attach_key), [`with_breaker`](Self::with_breaker) and the
+    /// governed entry's constructor, the only writers of the fields that
+    /// [`Meta::EXTRA`] stands for, so the bit always follows them.
     #[inline]
     pub(in crate::point) fn attach_breaker(&mut self, c: &'static Compiled, call: BreakerCall) {
         debug_assert!(c.breaker.is_some_and(|s| std::ptr::eq(s.0, call.slot)));
@@ -356,7 +346,7 @@ impl<'a> Permit<'a> {
     #[inline]
     pub(in crate::point) fn attach_probe(&mut self, until: u64) {
         self.probe_of = until;
-        self.meta = self.meta.with_extra(true);
+        self.meta = Meta::from_bits(self.meta.bits() | Meta::EXTRA);
     }
 
     #[inline]
@@ -376,13 +366,8 @@ impl<'a> Permit<'a> {
     #[inline(always)]
     pub(in crate::point) fn with_breaker(point: &'a Point, c: &'static Compiled) -> Permit<'a> {
         debug_assert!(c.breaker.is_some());
-        let mut permit = Permit::bare(
-            point,
-            Meta::from_bits(
-                Meta::new(Slot::None, false).bits() | Meta::EXTRA | Meta::SRE_ONLY | Meta::BREAKER,
-            ),
-        );
-        permit.form = Some(c);
+        let mut permit = Permit::bare(point, Meta::new(Slot::None, false));
+        permit.attach_form(c, Meta::SRE_ONLY | Meta::BREAKER);
         permit
     }
 
@@ -453,7 +438,7 @@ impl<'a> Permit<'a> {
     #[inline(always)]
     pub(in crate::point) fn complete(&mut self, outcome: Outcome) {
         debug_assert_eq!(
-            self.meta.extra(),
+            self.meta.has(Meta::EXTRA),
             self.meta.has(Meta::BREAKER)
                 || self.meta.has(Meta::ADAPTIVE)
                 || self.probe_of != 0
