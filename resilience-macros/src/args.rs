@@ -411,11 +411,22 @@ fn crate_path(input: ParseStream<'_>) -> syn::Result<Path> {
     })
 }
 
+/// The next expression, seen through the invisible groups that a `macro_rules!`
+/// fragment (`$name:literal`, `$f:path`, `$e:expr`) wraps its tokens in, so that an
+/// attribute written inside a declarative macro reads as one written by hand.
+fn bare_expr(input: ParseStream<'_>) -> syn::Result<Expr> {
+    let mut expr = input.parse::<Expr>()?;
+    while let Expr::Group(group) = expr {
+        expr = *group.expr;
+    }
+    Ok(expr)
+}
+
 /// A string literal without suffix; anything else is an error at that token.
 fn string_literal(input: ParseStream<'_>, example: &str) -> syn::Result<LitStr> {
     // Parse a whole expression so that `point = a::b` or `point = 1 + 2` is
     // reported as one span rather than as a confusing follow-up error.
-    match input.parse::<Expr>()? {
+    match bare_expr(input)? {
         Expr::Lit(syn::ExprLit {
             attrs,
             lit: Lit::Str(lit),
@@ -439,7 +450,7 @@ fn string_literal(input: ParseStream<'_>, example: &str) -> syn::Result<LitStr> 
 /// A path to a function, kept exactly as the user wrote it: `f`,
 /// `Self::f`, `module::f`, `f::<T>`, `<T as Trait>::f`.
 fn function_path(input: ParseStream<'_>, example: &str) -> syn::Result<ExprPath> {
-    match input.parse::<Expr>()? {
+    match bare_expr(input)? {
         Expr::Path(path) if path.attrs.is_empty() => Ok(path),
         Expr::Closure(closure) => Err(syn::Error::new_spanned(
             closure,
@@ -734,7 +745,7 @@ const MAX_ATTEMPTS: u32 = 100;
 
 /// `3`: an integer literal in 1..=100.
 fn attempts(input: ParseStream<'_>) -> syn::Result<u32> {
-    match input.parse::<Expr>()? {
+    match bare_expr(input)? {
         Expr::Lit(syn::ExprLit {
             lit: Lit::Int(lit), ..
         }) => match lit.base10_parse::<u32>() {
@@ -753,7 +764,7 @@ fn attempts(input: ParseStream<'_>) -> syn::Result<u32> {
 
 /// `2.0`: a float (or integer) literal, finite and at least 1.
 fn multiplier(input: ParseStream<'_>) -> syn::Result<f64> {
-    let (value, span) = match input.parse::<Expr>()? {
+    let (value, span) = match bare_expr(input)? {
         Expr::Lit(syn::ExprLit {
             lit: Lit::Float(lit),
             ..
@@ -861,6 +872,55 @@ mod tests {
         let (args, errors) = parse(tokens);
         assert!(errors.is_empty(), "unexpected errors: {errors:?}");
         args
+    }
+
+    /// What `$x:literal`, `$x:path` or `$x:expr` hands on: the tokens in a group with
+    /// no delimiter.
+    fn invisible(tokens: TokenStream) -> TokenStream {
+        proc_macro2::Group::new(proc_macro2::Delimiter::None, tokens).into_token_stream()
+    }
+
+    #[test]
+    fn arguments_from_a_declarative_macro_read_as_written_by_hand() {
+        let (point, fallback, timeout) = (
+            invisible(quote!("orders::get")),
+            invisible(quote!(Self::cached)),
+            invisible(quote!("200ms")),
+        );
+        let args = parse_ok(quote!(point = #point, fallback = #fallback, timeout = #timeout));
+        assert_eq!(args.point.unwrap().value.value(), "orders::get");
+        assert_eq!(
+            args.fallback.unwrap().value.to_token_stream().to_string(),
+            quote!(Self::cached).to_string()
+        );
+        assert_eq!(args.timeout.unwrap().value.nanos, 200_000_000);
+
+        let (attempts, multiplier, retry_if) = (
+            invisible(quote!(4)),
+            invisible(quote!(1.5)),
+            invisible(invisible(quote!(is_transient))),
+        );
+        let (args, errors) = RetryArgs::parse(quote!(
+            attempts = #attempts,
+            multiplier = #multiplier,
+            retry_if = #retry_if,
+        ));
+        assert!(errors.is_none(), "{errors:?}");
+        assert_eq!(args.attempts.unwrap().value, 4);
+        assert!((args.multiplier.unwrap().value - 1.5).abs() < f64::EPSILON);
+        assert_eq!(
+            args.retry_if.unwrap().value.to_token_stream().to_string(),
+            "is_transient"
+        );
+
+        // What is wrong by hand is wrong through a macro, with the same message.
+        let number = invisible(quote!(42));
+        let (args, errors) = parse(quote!(point = #number));
+        assert_eq!(
+            errors,
+            ["expected a string literal, e.g. `point = \"orders::get\"`"]
+        );
+        assert!(args.point.is_none());
     }
 
     #[test]

@@ -127,6 +127,40 @@ fn is_exception_selects_counted_errors() {
     );
 }
 
+/// A family of guarded functions made by a declarative macro: its fragments reach the
+/// attribute wrapped in invisible groups, and read as if written by hand.
+macro_rules! guarded_lookup {
+    ($name:ident, $point:literal, $fallback:path) => {
+        #[downgrade(point = $point, fallback = $fallback)]
+        fn $name(x: u32, label: &str) -> Result<String, AppError> {
+            Ok(format!("real {x} {label}"))
+        }
+    };
+}
+
+guarded_lookup!(lookup_a, "t.macro_rules.a", fb);
+guarded_lookup!(lookup_b, "t.macro_rules.b", self::fb);
+
+#[test]
+fn an_attribute_inside_a_declarative_macro_works_as_written_by_hand() {
+    set("t.macro_rules.a", Policy::observe());
+    kill("t.macro_rules.b");
+    assert_eq!(lookup_a(1, "a").unwrap(), "real 1 a");
+    assert_eq!(lookup_b(2, "b").unwrap(), "fallback 2 b");
+    assert_eq!(
+        registry().stats("t.macro_rules.a").unwrap().totals.visits,
+        1
+    );
+    assert_eq!(
+        registry()
+            .stats("t.macro_rules.b")
+            .unwrap()
+            .totals
+            .downgrades,
+        1
+    );
+}
+
 #[downgrade(point = "t.panics", default)]
 fn panics(flag: bool) -> u32 {
     if flag {

@@ -61,6 +61,33 @@ fn retries_until_success() {
     assert_eq!((s.calls, s.attempts, s.retries, s.exhausted), (1, 3, 2, 0));
 }
 
+static MADE: AtomicU32 = AtomicU32::new(0);
+
+/// `#[retry]` from a declarative macro: its fragments reach the attribute wrapped in
+/// invisible groups, and read as if written by hand.
+macro_rules! retried {
+    ($name:ident, $point:literal, $attempts:literal, $retry_if:path) => {
+        #[retry(point = $point, attempts = $attempts, base = "1ms", retry_if = $retry_if)]
+        fn $name() -> Result<u32, AppError> {
+            if MADE.fetch_add(1, Ordering::SeqCst) < 3 {
+                Err(AppError::Busy)
+            } else {
+                Ok(7)
+            }
+        }
+    };
+}
+
+retried!(made_by_a_macro, "rm.macro_rules", 4, is_transient);
+
+#[test]
+fn an_attribute_inside_a_declarative_macro_works_as_written_by_hand() {
+    assert_eq!(made_by_a_macro(), Ok(7));
+    assert_eq!(MADE.load(Ordering::SeqCst), 4);
+    let s = retry_stats("rm.macro_rules");
+    assert_eq!((s.calls, s.attempts, s.retries), (1, 4, 3));
+}
+
 static ALWAYS: AtomicU32 = AtomicU32::new(0);
 
 #[retry(
