@@ -953,3 +953,45 @@ fn a_timed_call_on_a_plain_policy_counts_every_way_it_ends() {
         }
     }
 }
+
+/// The end of a timed call that completed well, settled without a call in the common
+/// case (a threshold on the timeline, durations not measured): at its threshold it is
+/// in time, a nanosecond past it late (one timeout), and either way its hung-call slot
+/// goes back, so a sweep long after finds nothing to mark.
+#[test]
+fn a_timed_call_ending_well_is_late_only_past_its_threshold_and_frees_its_hang_slot() {
+    let (manual, registry) = manual_registry();
+    registry
+        .set_policy(
+            "unit.timed_ok",
+            crate::Policy::builder()
+                .max_concurrency(4)
+                .timeouts(Duration::from_secs(1), u64::MAX / 2)
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    let p = registry.point("unit.timed_ok").unwrap();
+    for (ran, timeouts) in [
+        (1_000_000_000, 0),
+        (1_000_000_001, 1),
+        (5, 1),
+        (2_000_000_000, 2),
+    ] {
+        let mut slot = None;
+        p.enter_in(&mut slot).unwrap();
+        let permit = slot.as_ref().expect("a timed call holds a permit");
+        assert!(!permit.meta.fine(), "a threshold on the timeline");
+        assert_ne!(permit.meta.hang(), NO_HANG, "registered as a possible hang");
+        manual.advance(Duration::from_nanos(ran));
+        Permit::finish_in(p, &mut slot, false);
+        assert_eq!(p.stats().totals.timeouts, timeouts, "after {ran} ns");
+    }
+    let table = p.hang.get().expect("made by the first timed call");
+    assert_eq!(
+        table.sweep(u64::MAX / 2, 1),
+        0,
+        "every call gave its hung-call slot back"
+    );
+    assert_eq!(p.flow.inflight(), 0);
+}

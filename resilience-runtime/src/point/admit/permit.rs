@@ -531,9 +531,36 @@ impl<'a> Permit<'a> {
         self.point.count_untracked_end(outcome);
     }
 
-    /// [`settle`](Self::settle) for a call that completed well.
+    /// [`settle`](Self::settle) for a call that completed well. The common case (a
+    /// start on the timeline, durations not measured, the call in time) is settled
+    /// here without a call or a spill; the rest by `settle`.
     #[inline(never)]
     fn settle_ok(&self) {
+        let p = self.point;
+        if let (false, false, Some(now)) = (
+            self.meta.fine(),
+            crate::point::state::durations::measuring_durations(),
+            p.clock.now_ns_without_call(),
+        ) {
+            let elapsed = now.saturating_sub(self.start);
+            if self.timeout == 0 || elapsed <= self.timeout {
+                // In time: only its hung-call slot goes back (if a sweep marked it, the
+                // sweep counted the timeout already).
+                let hang = self.meta.hang();
+                if hang != NO_HANG {
+                    if let Some(table) = p.hang.get() {
+                        let _ = table.unregister(hang, false);
+                    }
+                }
+                return;
+            }
+        }
+        self.settle_ok_rest();
+    }
+
+    /// [`settle`](Self::settle) for a call that completed well, any case.
+    #[inline(never)]
+    fn settle_ok_rest(&self) {
         let _ = self.settle(Outcome::Ok);
     }
 
