@@ -71,11 +71,11 @@ impl ItemFn {
             let body = if input.peek(Token![;]) {
                 Body::Missing(input.parse()?)
             } else {
-                match input.parse::<TokenTree>()? {
-                    TokenTree::Group(group) if group.delimiter() == Delimiter::Brace => {
-                        Body::Block(group)
+                match brace_group(input.parse::<TokenTree>()?) {
+                    Ok(group) => Body::Block(group),
+                    Err(other) => {
+                        return Err(syn::Error::new(other.span(), "expected a function body"))
                     }
-                    other => return Err(syn::Error::new(other.span(), "expected a function body")),
                 }
             };
             Ok(ItemFn {
@@ -87,6 +87,23 @@ impl ItemFn {
             })
         };
         parser.parse2(tokens)
+    }
+}
+
+/// The `{ ... }` of a body, also when it comes as a `macro_rules!` fragment
+/// (`$body:block`), which wraps it in an invisible group; anything else is
+/// given back.
+fn brace_group(tree: TokenTree) -> Result<Group, TokenTree> {
+    match tree {
+        TokenTree::Group(group) if group.delimiter() == Delimiter::Brace => Ok(group),
+        TokenTree::Group(group) if group.delimiter() == Delimiter::None => {
+            let mut inner = group.stream().into_iter();
+            match (inner.next(), inner.next()) {
+                (Some(only), None) => brace_group(only).map_err(|_| TokenTree::Group(group)),
+                _ => Err(TokenTree::Group(group)),
+            }
+        }
+        other => Err(other),
     }
 }
 
@@ -210,6 +227,28 @@ mod tests {
         assert!(item.sig.unsafety.is_some());
         assert!(item.sig.generics.where_clause.is_some());
         assert!(matches!(item.body, Body::Block(_)));
+    }
+
+    #[test]
+    fn a_body_from_a_declarative_macro() {
+        // `$body:block`: the braces inside an invisible group, maybe nested.
+        let invisible =
+            |tokens: TokenStream| Group::new(Delimiter::None, tokens).into_token_stream();
+        let body = invisible(invisible(quote!({ x + 1 })));
+        let item = parse(quote!(fn get(x: u8) -> u8 #body)).unwrap();
+        let Body::Block(block) = &item.body else {
+            panic!("a body")
+        };
+        assert_eq!(block.delimiter(), Delimiter::Brace);
+        assert_eq!(block.stream().to_string(), "x + 1");
+
+        // An invisible group that holds anything else is no body.
+        for not_a_body in [invisible(quote!(x + 1)), invisible(quote!({ x } { y }))] {
+            let err = parse(quote!(fn get(x: u8) -> u8 #not_a_body))
+                .err()
+                .unwrap();
+            assert_eq!(err.to_string(), "expected a function body");
+        }
     }
 
     #[test]

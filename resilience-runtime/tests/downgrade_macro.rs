@@ -130,16 +130,30 @@ fn is_exception_selects_counted_errors() {
 /// A family of guarded functions made by a declarative macro: its fragments reach the
 /// attribute wrapped in invisible groups, and read as if written by hand.
 macro_rules! guarded_lookup {
-    ($name:ident, $point:literal, $fallback:path) => {
+    (
+        $vis:vis fn $name:ident($($arg:ident: $t:ty),*) -> $ret:ty $body:block,
+        $point:literal,
+        $fallback:path
+    ) => {
         #[downgrade(point = $point, fallback = $fallback)]
-        fn $name(x: u32, label: &str) -> Result<String, AppError> {
-            Ok(format!("real {x} {label}"))
-        }
+        $vis fn $name($($arg: $t),*) -> $ret $body
     };
 }
 
-guarded_lookup!(lookup_a, "t.macro_rules.a", fb);
-guarded_lookup!(lookup_b, "t.macro_rules.b", self::fb);
+guarded_lookup!(
+    fn lookup_a(x: u32, label: &str) -> Result<String, AppError> {
+        Ok(format!("real {x} {label}"))
+    },
+    "t.macro_rules.a",
+    fb
+);
+guarded_lookup!(
+    pub(crate) fn lookup_b(x: u32, label: &str) -> Result<String, AppError> {
+        Ok(format!("real {x} {label}"))
+    },
+    "t.macro_rules.b",
+    self::fb
+);
 
 #[test]
 fn an_attribute_inside_a_declarative_macro_works_as_written_by_hand() {

@@ -66,19 +66,24 @@ static MADE: AtomicU32 = AtomicU32::new(0);
 /// `#[retry]` from a declarative macro: its fragments reach the attribute wrapped in
 /// invisible groups, and read as if written by hand.
 macro_rules! retried {
-    ($name:ident, $point:literal, $attempts:literal, $retry_if:path) => {
+    ($name:ident -> $ret:ty $body:block, $point:literal, $attempts:literal, $retry_if:path) => {
         #[retry(point = $point, attempts = $attempts, base = "1ms", retry_if = $retry_if)]
-        fn $name() -> Result<u32, AppError> {
-            if MADE.fetch_add(1, Ordering::SeqCst) < 3 {
-                Err(AppError::Busy)
-            } else {
-                Ok(7)
-            }
-        }
+        fn $name() -> $ret $body
     };
 }
 
-retried!(made_by_a_macro, "rm.macro_rules", 4, is_transient);
+retried!(
+    made_by_a_macro -> Result<u32, AppError> {
+        if MADE.fetch_add(1, Ordering::SeqCst) < 3 {
+            Err(AppError::Busy)
+        } else {
+            Ok(7)
+        }
+    },
+    "rm.macro_rules",
+    4,
+    is_transient
+);
 
 #[test]
 fn an_attribute_inside_a_declarative_macro_works_as_written_by_hand() {
