@@ -47,11 +47,7 @@ static THREAD: AtomicPtr<std::thread::Thread> = AtomicPtr::new(std::ptr::null_mu
 /// one [`PERIOD`] old.
 #[inline]
 pub(crate) fn now() -> u64 {
-    let t = NOW.load(Ordering::Relaxed);
-    if t != 0 {
-        return t;
-    }
-    uncached()
+    cached().unwrap_or_else(uncached)
 }
 
 /// [`now`] when the cache holds a reading: one load, no call (a caller on a hot path

@@ -542,8 +542,7 @@ impl<'a> Permit<'a> {
             crate::point::state::durations::measuring_durations(),
             p.clock.now_ns_without_call(),
         ) {
-            let elapsed = now.saturating_sub(self.start);
-            if self.timeout == 0 || elapsed <= self.timeout {
+            if !self.ran_past_timeout(now.saturating_sub(self.start)) {
                 // In time: only its hung-call slot goes back (if a sweep marked it, the
                 // sweep counted the timeout already).
                 let hang = self.meta.hang();
@@ -556,6 +555,13 @@ impl<'a> Permit<'a> {
             }
         }
         self.settle_ok_rest();
+    }
+
+    /// Whether a call that ran `elapsed` (in the unit of `start`) is late for the
+    /// timeout rule: strictly past its threshold.
+    #[inline(always)]
+    fn ran_past_timeout(&self, elapsed: u64) -> bool {
+        self.timeout != 0 && elapsed > self.timeout
     }
 
     /// [`settle`](Self::settle) for a call that completed well, any case.
@@ -605,7 +611,7 @@ impl<'a> Permit<'a> {
         if outcome == Outcome::Cancelled {
             p.count_cancelled();
         }
-        let late = outcome == Outcome::TimedOut || (self.timeout != 0 && elapsed > self.timeout);
+        let late = outcome == Outcome::TimedOut || self.ran_past_timeout(elapsed);
         let hang = self.meta.hang();
         let swept = hang != NO_HANG
             && p.hang
