@@ -380,6 +380,8 @@ fn bounds(_: &mut Criterion) {
     let closed_breaker = || {
         let _ = black_box(guarded_breaker(black_box(7)));
     };
+    // The tower rows join with the `tower` feature.
+    #[cfg_attr(not(feature = "tower"), allow(unused_mut))]
     let mut candidates: Vec<(&str, &dyn Fn())> = vec![
         ("atomic increment", &atomic),
         ("governor check", &governor),
