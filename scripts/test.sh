@@ -13,10 +13,10 @@ cargo clippy --workspace --all-targets --all-features -- -D warnings
 for features in "" redis redis-tls config heartbeat heartbeat-tls prometheus metrics opentelemetry tower tonic tracing macros tokio testing; do
     cargo clippy -q -p resilience-runtime --no-default-features --features "$features" -- -D warnings
 done
-# Its tests and benches build with the default features as well: what a contributor's
-# `cargo test -p resilience-runtime` compiles (a test needing a feature names it in
+# Every crate's tests and benches build with the default features as well: what a
+# contributor's `cargo test -p <crate>` compiles (a test needing a feature names it in
 # Cargo.toml's `required-features`).
-cargo clippy -q -p resilience-runtime --all-targets -- -D warnings
+cargo clippy -q --workspace --all-targets -- -D warnings
 
 echo "== cargo test (unit, integration, doc and trybuild ui tests)"
 # With every feature (as docs.rs builds it) every intra-doc link is checked; the
