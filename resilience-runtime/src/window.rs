@@ -123,6 +123,18 @@ impl<const K: usize> Ring<K> {
     /// called only when a bucket boundary was crossed.
     #[inline]
     pub(crate) fn base(&self, now: u64, read: impl FnOnce() -> [u64; K]) -> [u64; K] {
+        self.base_of(now, read, [true; K])
+    }
+
+    /// [`base`](Self::base) of the counters marked in `want` alone, the others 0: a
+    /// caller that knows which it needs (a constant, once in line) loads no other.
+    #[inline(always)]
+    pub(crate) fn base_of(
+        &self,
+        now: u64,
+        read: impl FnOnce() -> [u64; K],
+        want: [bool; K],
+    ) -> [u64; K] {
         if now >= self.next_boundary.load(Ordering::Acquire) {
             self.rotate(now / self.width_ns, read);
         }
@@ -131,7 +143,13 @@ impl<const K: usize> Ring<K> {
             // whose slot is `(h + 1) % buckets`.
             let published = self.published.load(Ordering::Acquire);
             let slot = &self.slots[(published & SLOT_MASK) as usize];
-            let base = slot.0.each_ref().map(|c| c.load(Ordering::Relaxed));
+            let base = std::array::from_fn(|i| {
+                if want[i] {
+                    slot.0[i].load(Ordering::Relaxed)
+                } else {
+                    0
+                }
+            });
             // Pairs with the rotation's release fence: a value written after a newer
             // window was published shows that rotation's count here.
             atomic::fence(Ordering::Acquire);

@@ -21,7 +21,7 @@ pub(crate) enum Entry {
     /// Admitted: its permit, if it has one, is in the caller's slot.
     Admitted,
     /// Refused for this reason (counted and reported already).
-    Refused(crate::Reason),
+    Refused(RefusedFor),
     /// The point's token is reserved for the call: it may run after this many
     /// nanoseconds, holding it ([`TOKEN_HELD`]).
     WaitToken(u64),
@@ -39,7 +39,39 @@ impl Entry {
     pub(in crate::point) fn of(entered: Result<(), crate::Downgraded>) -> Entry {
         match entered {
             Ok(()) => Entry::Admitted,
-            Err(d) => Entry::Refused(d.reason()),
+            Err(d) => Entry::refused(d.reason()),
         }
+    }
+
+    /// Refused for `reason`.
+    #[inline(always)]
+    pub(in crate::point) fn refused(reason: crate::Reason) -> Entry {
+        Entry::Refused(RefusedFor::new(reason))
+    }
+}
+
+/// The reason of a refusal, a word wide: with it every payload of an [`Entry`] is one
+/// word in the same place, so that an `Entry` is a pair of words, which a function
+/// returns in two registers rather than through memory (the hot path's return).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RefusedFor(u64);
+
+impl RefusedFor {
+    #[inline(always)]
+    pub(in crate::point) fn new(reason: crate::Reason) -> RefusedFor {
+        RefusedFor(reason.index() as u64)
+    }
+
+    /// The reason.
+    #[inline]
+    pub(crate) fn reason(self) -> crate::Reason {
+        // Only `new` makes one, from a reason's own index.
+        crate::Reason::from_index(self.0 as u8).unwrap_or(crate::Reason::Deadline)
+    }
+}
+
+impl std::fmt::Debug for RefusedFor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.reason().fmt(f)
     }
 }

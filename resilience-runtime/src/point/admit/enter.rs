@@ -26,9 +26,9 @@ use crate::point::admit::health::{self, Health};
 use crate::point::admit::permit::{fill, place, Outcome, Permit, NO_HANG};
 use crate::point::admit::taken::Taken;
 use crate::point::form::compiled::{
-    Compiled, Leaked, ACTIVE, COUNTED, NOT_PLAIN, R_ADAPTIVE, R_BREAKER, R_BREAKER_TIMED,
-    R_CONCURRENCY, R_DELAY, R_EXCEPTIONS, R_FINE, R_FLOW, R_QUEUE, R_RATE, R_SHADOW, R_TIMEOUTS,
-    R_TOKENS, R_VISITS, R_WARM,
+    Compiled, Leaked, ACTIVE, COUNTED, MAY_ALL, MAY_BASIC, MAY_PLAIN, NOT_PLAIN, R_ADAPTIVE,
+    R_BREAKER, R_BREAKER_TIMED, R_CONCURRENCY, R_DELAY, R_EXCEPTIONS, R_FINE, R_FLOW, R_QUEUE,
+    R_RATE, R_SHADOW, R_TIMEOUTS, R_TOKENS, R_VISITS, R_WARM,
 };
 use crate::point::form::keys::KeyArg;
 use crate::point::form::slots::{
@@ -156,7 +156,7 @@ impl Point {
             Entry::Admitted => Ok(()),
             Entry::Refused(reason) => Err(Downgraded {
                 point: self.name,
-                reason,
+                reason: reason.reason(),
             }),
             // A call that may not wait is never told to.
             wait => unreachable!("{wait:?} for a call that may not wait"),
@@ -251,7 +251,7 @@ impl Point {
                 Entry::Refused(reason) => {
                     return Err(Downgraded {
                         point: self.name,
-                        reason,
+                        reason: reason.reason(),
                     })
                 }
                 Entry::WaitQueue => return self.wait_blocking(slot, flags | TOKEN_HELD, key),
@@ -316,14 +316,14 @@ impl Point {
         key: &KeyArg<'_>,
     ) -> Entry {
         if c.rules & NOT_PLAIN == 0 {
-            self.enter_policy::<true>(c, slot, flags, Some(key))
+            self.enter_policy::<MAY_PLAIN>(c, slot, flags, Some(key))
         } else {
-            self.enter_policy::<false>(c, slot, flags, Some(key))
+            self.enter_policy::<MAY_ALL>(c, slot, flags, Some(key))
         }
     }
 
-    /// A point with a policy: the plain rules alone take a leaner instance of the
-    /// same code, without the words and branches of the others.
+    /// A point with a policy: SDS's five rules alone, or the plain rules alone, take a
+    /// leaner instance of the same code, without the words and branches of the others.
     #[inline(never)]
     pub(in crate::point) fn enter_governed<'p>(
         &'p self,
@@ -331,10 +331,12 @@ impl Point {
         slot: &mut Option<Permit<'p>>,
         flags: u8,
     ) -> Entry {
-        if c.rules & NOT_PLAIN == 0 {
-            self.enter_policy::<true>(c, slot, flags, None)
+        if c.rules & !MAY_BASIC == 0 {
+            self.enter_policy::<MAY_BASIC>(c, slot, flags, None)
+        } else if c.rules & NOT_PLAIN == 0 {
+            self.enter_policy::<MAY_PLAIN>(c, slot, flags, None)
         } else {
-            self.enter_policy::<false>(c, slot, flags, None)
+            self.enter_policy::<MAY_ALL>(c, slot, flags, None)
         }
     }
 
@@ -350,7 +352,7 @@ impl Point {
         slot: &mut Option<Permit<'p>>,
     ) -> Entry {
         let now = self.clock.now_ns();
-        let (_, limits) = self.window_limits(c, now);
+        let (_, limits) = self.window_limits(c, now, COUNTED);
         match self.flow.admit(limits) {
             Ok(entry) => {
                 self.note_peak(entry.inflight);
@@ -367,8 +369,9 @@ impl Point {
         }
     }
 
-    /// Enters under the policy `c` (with [`ACTIVE`]). With `PLAIN`, it has none of the
-    /// [`NOT_PLAIN`] rules.
+    /// Enters under the policy `c` (with [`ACTIVE`]), whose rule bits are all in `MAY`
+    /// ([`MAY_ALL`], [`MAY_PLAIN`], [`MAY_BASIC`]): one code, whose instance for fewer
+    /// rules has the stages of the others compiled out, not tested on each call.
     ///
     /// The rules are asked in SDS order on what the call sees (the visits and the
     /// calls in flight read once, before any token is taken); the call is then
@@ -377,26 +380,29 @@ impl Point {
     /// bounds hold exactly under any number of threads. Only an admitted call counts a
     /// pass and holds a slot: nothing is taken and given back.
     #[inline(always)]
-    pub(in crate::point) fn enter_policy<'p, const PLAIN: bool>(
+    pub(in crate::point) fn enter_policy<'p, const MAY: u64>(
         &'p self,
         c: &'static Compiled,
         slot: &mut Option<Permit<'p>>,
         flags: u8,
         key: Option<&KeyArg<'_>>,
     ) -> Entry {
-        debug_assert!(c.rules & ACTIVE != 0 && (!PLAIN || c.rules & NOT_PLAIN == 0));
+        debug_assert!(c.rules & ACTIVE != 0 && c.rules & !MAY == 0);
+        // The instance's rules: a bit outside `MAY` is known clear, its stage gone.
+        let rules = c.rules & MAY;
+        let plain = MAY & NOT_PLAIN == 0;
         // One timeline reading per call; the tick counter only when some threshold is
         // too short for the timeline.
         let now = self.clock.now_ns();
-        if let (false, Some(reason)) = (PLAIN, c.forced()) {
+        if let (false, Some(reason)) = (plain, c.forced()) {
             // A forced refusal (`testing`): before any rule, counted as the reason's.
-            return Entry::Refused(self.downgrade(reason, now, false).reason);
+            return Entry::refused(self.downgrade(reason, now, false).reason);
         }
-        let fine = !PLAIN && c.rules & R_FINE != 0;
+        let fine = rules & R_FINE != 0;
         let stamp = self.stamp(fine, now);
-        let (base, limits) = self.window_limits(c, now);
+        let (base, limits) = self.window_limits(c, now, MAY);
         // Timed for a rule, or for the per-second durations.
-        let timed = c.rules & (R_TIMEOUTS | R_BREAKER_TIMED) != 0;
+        let timed = rules & (R_TIMEOUTS | R_BREAKER_TIMED) != 0;
         let start = if timed || crate::point::state::durations::measuring_durations() {
             stamp
         } else {
@@ -408,7 +414,7 @@ impl Point {
 
         // Inside a delay, only the probe may go on to the rules (shadow policies never
         // start a real delay: that state would outlive the dry run).
-        if !PLAIN && c.rules & (R_DELAY | R_SHADOW) == R_DELAY {
+        if rules & (R_DELAY | R_SHADOW) == R_DELAY {
             let until = self.delay.until();
             if delay::in_delay(now, until) {
                 match self.delay.claim(now, until, c.retry_ns) {
@@ -429,9 +435,9 @@ impl Point {
             if passes >= limits.passes {
                 break 'chain Some(Reason::Visits);
             }
-            if c.rules & R_TOKENS != 0 && flags & TOKEN_HELD == 0 {
+            if rules & R_TOKENS != 0 && flags & TOKEN_HELD == 0 {
                 // A warm-up refusal takes no token, and never waits.
-                if c.rules & R_WARM != 0 && !self.warm_passes(c, now) {
+                if rules & R_WARM != 0 && !self.warm_passes(c, now) {
                     break 'chain Some(Reason::TokenBucket);
                 }
                 if !self.take_token(c, stamp) {
@@ -454,7 +460,7 @@ impl Point {
             }
             // With a queue, a call waits when every slot is taken or (a new call)
             // others already wait. Its token is taken: it waits holding it.
-            if c.rules & R_QUEUE != 0
+            if rules & R_QUEUE != 0
                 && flags & NO_WAIT == 0
                 && (inflight >= limits.inflight
                     || (flags & WAITER == 0 && self.flow.waiting() != 0))
@@ -467,42 +473,41 @@ impl Point {
             }
             // A probe asks whether the dependency recovered: it obeys every limit
             // but not the health rules whose trip the delay stands for.
-            if c.rules & (R_TIMEOUTS | R_EXCEPTIONS | R_RATE) != 0
-                && (PLAIN || taken.probe.is_none())
+            if rules & (R_TIMEOUTS | R_EXCEPTIONS | R_RATE) != 0 && (plain || taken.probe.is_none())
             {
                 let count = |counter: &AtomicU64, i: usize| {
                     counter.load(Ordering::Relaxed).saturating_sub(base[i])
                 };
                 let h = Health {
                     passes,
-                    downgrades: if c.rules & R_RATE != 0 {
+                    downgrades: if rules & R_RATE != 0 {
                         count(&self.counters.downgrades, window::DOWNGRADES)
                     } else {
                         0
                     },
                     exceptions: count(&self.counters.exceptions, window::EXCEPTIONS),
-                    timeouts: if c.rules & R_TIMEOUTS != 0 {
+                    timeouts: if rules & R_TIMEOUTS != 0 {
                         count(&self.counters.timeouts, window::TIMEOUTS)
                     } else {
                         0
                     },
                 };
-                if let Some(reason) = health::trips(h, c) {
+                if let Some(reason) = health::trips(h, c, rules) {
                     break 'chain Some(reason);
                 }
             }
-            if let (false, Some(cluster)) = (PLAIN, c.cluster) {
+            if let (false, Some(cluster)) = (plain, c.cluster) {
                 if !cluster.admits() {
                     break 'chain Some(cluster.reason);
                 }
             }
-            if !PLAIN && c.rules & R_ADAPTIVE != 0 {
+            if rules & R_ADAPTIVE != 0 {
                 match self.adaptive_admit(c) {
                     Some(call) => taken.adaptive = Some(call),
                     // With a queue, a call the limit has no room for waits for a call
                     // to end, as for a slot (the limit's room is freed before the
                     // slot, so the release that wakes it comes after).
-                    None if c.rules & R_QUEUE != 0 && flags & NO_WAIT == 0 => {
+                    None if rules & R_QUEUE != 0 && flags & NO_WAIT == 0 => {
                         taken.give_back();
                         return Entry::WaitQueue;
                     }
@@ -517,12 +522,12 @@ impl Point {
             return Entry::of(place(self.refuse(c, reason, start, fine, now), slot));
         }
         // The breaker comes last: calls downgraded by a rule never reach it.
-        if let (false, Some(b)) = (PLAIN, c.breaker) {
+        if let (false, Some(b)) = (plain, c.breaker) {
             match self.breaker_admit(c.rules, b, now) {
                 Some(call) => taken.breaker = Some(call),
                 None => {
                     taken.give_back();
-                    return Entry::Refused(self.downgrade(Reason::BreakerOpen, now, false).reason);
+                    return Entry::refused(self.downgrade(Reason::BreakerOpen, now, false).reason);
                 }
             }
         }
@@ -531,7 +536,7 @@ impl Point {
         if let (Some(key), Some(form)) = (key, c.keys) {
             // A dry run never waits, nor a call that may not, nor one that already
             // waited in the queue for its slot (its key refuses it at once).
-            let may_wait = flags & (NO_WAIT | WAITER) == 0 && c.rules & R_SHADOW == 0;
+            let may_wait = flags & (NO_WAIT | WAITER) == 0 && rules & R_SHADOW == 0;
             match form.0.admit(key, now, flags & KEY_HELD != 0, may_wait) {
                 Ok(hold) => key_hold = hold,
                 Err(refusal) => {
@@ -550,7 +555,7 @@ impl Point {
             }
         }
         // The commit: the visits and concurrency limits checked again, exactly.
-        let admitted = if c.rules & (R_VISITS | R_CONCURRENCY) != 0 {
+        let admitted = if rules & (R_VISITS | R_CONCURRENCY) != 0 {
             self.flow.admit(limits)
         } else {
             Ok(self.flow.admit_unlimited())
@@ -562,7 +567,7 @@ impl Point {
                 taken.give_back();
                 let reason = match refused {
                     Refused::Visits => Reason::Visits,
-                    Refused::Concurrency if c.rules & R_QUEUE != 0 && flags & NO_WAIT == 0 => {
+                    Refused::Concurrency if rules & R_QUEUE != 0 && flags & NO_WAIT == 0 => {
                         return Entry::WaitQueue;
                     }
                     Refused::Concurrency => Reason::Concurrency,
@@ -600,10 +605,24 @@ impl Point {
 
     /// Observes the cycle at `now` and reads the window's base counts, with the
     /// flow word's limits on them (without its rule, a threshold is `NO_LIMIT`).
+    /// Only the counts the rules in `may` (a constant) look at are read: the
+    /// passes always, the others for the health rules.
     #[inline(always)]
-    fn window_limits(&self, c: &'static Compiled, now: u64) -> ([u64; window::TRACKED], Limits) {
+    fn window_limits(
+        &self,
+        c: &'static Compiled,
+        now: u64,
+        may: u64,
+    ) -> ([u64; window::TRACKED], Limits) {
         self.observe_cycle(now);
-        let base = c.ring().base(now, || self.counters.tracked(&self.flow));
+        let mut want = [false; window::TRACKED];
+        want[window::PASSES] = true;
+        want[window::DOWNGRADES] = may & R_RATE != 0;
+        want[window::EXCEPTIONS] = may & (R_EXCEPTIONS | R_RATE) != 0;
+        want[window::TIMEOUTS] = may & R_TIMEOUTS != 0;
+        let base = c
+            .ring()
+            .base_of(now, || self.counters.tracked(&self.flow), want);
         let limits = Limits {
             from: base[window::PASSES],
             passes: c.max_visits,

@@ -23,8 +23,13 @@ pub(in crate::point) struct Health {
 }
 
 /// The first health rule of `c` that refuses a call seeing `h`, in SDS order.
+/// `rules` are `c`'s rule bits as the caller knows them (see [`MAY_ALL`]): a bit
+/// it knows clear costs no test.
+///
+/// [`MAY_ALL`]: crate::point::form::compiled::MAY_ALL
 #[inline]
-pub(in crate::point) fn trips(h: Health, c: &Compiled) -> Option<Reason> {
+pub(in crate::point) fn trips(h: Health, c: &Compiled, rules: u64) -> Option<Reason> {
+    debug_assert_eq!(rules & !c.rules, 0, "rule bits the form does not have");
     // Without its rule, a threshold is `NO_LIMIT`, which no count reaches.
     if h.timeouts >= c.timeout_count {
         return Some(Reason::Timeouts);
@@ -32,7 +37,7 @@ pub(in crate::point) fn trips(h: Health, c: &Compiled) -> Option<Reason> {
     if h.exceptions >= c.max_exceptions {
         return Some(Reason::Exceptions);
     }
-    if c.rules & R_RATE != 0 {
+    if rules & R_RATE != 0 {
         // The asking call's own visit and pass count, as SDS counts them
         // (`exceptions / (visits - downgrades)` once `visits > min_visits`).
         let visits = h.passes.saturating_add(h.downgrades).saturating_add(1);
@@ -95,7 +100,7 @@ mod tests {
             if let Some(n) = e { c.rules |= R_EXCEPTIONS; c.max_exceptions = n; }
             if let Some((r, m)) = rate { c.rules |= R_RATE; c.rate = r; c.rate_floor = m; }
             let want = reference(h, t, e, rate);
-            let got = trips(h, &c);
+            let got = trips(h, &c, c.rules);
             // The rate rule's product and the reference's quotient may differ in the
             // last bit of a float exactly at the threshold; allow that edge only.
             if got != want {
@@ -113,6 +118,9 @@ mod tests {
             max_exceptions: 0,
             ..Compiled::default()
         };
-        assert_eq!(trips(Health::default(), &c), Some(Reason::Exceptions));
+        assert_eq!(
+            trips(Health::default(), &c, c.rules),
+            Some(Reason::Exceptions)
+        );
     }
 }

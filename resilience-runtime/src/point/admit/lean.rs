@@ -44,7 +44,7 @@ impl Point {
         let now = self.clock.now_ns();
         if let Some(reason) = c.forced() {
             // A forced refusal (`testing`): before any stage.
-            return Entry::Refused(self.downgrade(reason, now, false).reason);
+            return Entry::refused(self.downgrade(reason, now, false).reason);
         }
         let fine = c.rules & R_FINE != 0;
         let mut taken = Taken::new(self, fine);
@@ -89,7 +89,7 @@ impl Point {
                 Some(call) => taken.breaker = Some(call),
                 None => {
                     taken.give_back();
-                    return Entry::Refused(self.downgrade(Reason::BreakerOpen, now, false).reason);
+                    return Entry::refused(self.downgrade(Reason::BreakerOpen, now, false).reason);
                 }
             }
         }
@@ -157,6 +157,6 @@ impl Point {
             }
             return Entry::Admitted;
         }
-        Entry::Refused(self.downgrade_keyed(reason, key, now, false).reason)
+        Entry::refused(self.downgrade_keyed(reason, key, now, false).reason)
     }
 }

@@ -332,7 +332,7 @@ impl<'p> Wait<'p> {
             Entry::Admitted => Ok(()),
             Entry::Refused(reason) => Err(Downgraded {
                 point: self.point.name,
-                reason,
+                reason: reason.reason(),
             }),
             // A waiter holds its tokens (`TOKEN_HELD`, `KEY_HELD`): never told to wait
             // for one again; if it were, it is refused as for its key.
@@ -515,7 +515,7 @@ impl Point {
         let mut flags = TOKEN_HELD;
         let stage = match entry {
             Entry::Admitted => return Admission::Ready(Ok(())),
-            Entry::Refused(reason) => return self.refused(reason),
+            Entry::Refused(reason) => return self.refused(reason.reason()),
             Entry::WaitQueue => Stage::Queue(None),
             Entry::WaitToken(ns) => Stage::Token { ns },
             Entry::WaitKey(ns) => {
@@ -658,7 +658,7 @@ impl std::future::Future for WaitFuture<'_, '_> {
                         Entry::Refused(reason) => {
                             return this.finish(Err(Downgraded {
                                 point: this.point.name,
-                                reason,
+                                reason: reason.reason(),
                             }))
                         }
                         // Holding its tokens, a call is never told to wait for them

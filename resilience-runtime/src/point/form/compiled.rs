@@ -86,6 +86,19 @@ pub(in crate::point) const NOT_PLAIN: u64 =
 
 const _: () = assert!(NOT_PLAIN & (R_VISITS | R_TOKENS | R_CONCURRENCY | R_RATE) == 0);
 
+/// The rule bits an instance of [`Point::enter_policy`] may meet (its `MAY`): every
+/// one. An instance for fewer rules is the same code with the stages of the others
+/// known absent, so compiled out.
+pub(in crate::point) const MAY_ALL: u64 = u64::MAX;
+
+/// The plain rules' instance: none of [`NOT_PLAIN`].
+pub(in crate::point) const MAY_PLAIN: u64 = !NOT_PLAIN;
+
+/// The basic rules' instance: the plain rules without a warm-up, a queue or the
+/// exception-rate rule (the visits, concurrency, token bucket, exceptions and
+/// timeouts rules, SDS's five, in any mix).
+pub(in crate::point) const MAY_BASIC: u64 = MAY_PLAIN & !(R_WARM | R_QUEUE | R_RATE);
+
 /// The queue word's wait field (see [`Compiled::queue`]).
 const QUEUE_WAIT_BITS: u32 = 42;
 const QUEUE_WAIT_MASK: u64 = (1 << QUEUE_WAIT_BITS) - 1;

@@ -144,7 +144,9 @@ impl Flow {
             decide(Flow::since(cur, limits.from), inflight, limits)?;
             if inflight >= SPILL_AT {
                 // Only without a concurrency limit (limits are at most 2^22).
-                return self.admit_spilled(cur, limits);
+                // The limits go as words: a struct passed by reference to a call
+                // would be written to memory on the common path too.
+                return self.admit_spilled(cur, limits.from, limits.passes, limits.inflight);
             }
             match self.word.compare_exchange_weak(
                 cur,
@@ -183,7 +185,19 @@ impl Flow {
     /// [`admit`](Self::admit) past [`SPILL_AT`] calls in flight: the pass goes into the
     /// word (still under the pass limit), the slot into the spill counter.
     #[cold]
-    fn admit_spilled(&self, mut cur: u64, limits: Limits) -> Result<Entry, Refused> {
+    #[inline(never)]
+    fn admit_spilled(
+        &self,
+        mut cur: u64,
+        from: u64,
+        passes: u64,
+        inflight: u64,
+    ) -> Result<Entry, Refused> {
+        let limits = Limits {
+            from,
+            passes,
+            inflight,
+        };
         loop {
             decide(Flow::since(cur, limits.from), 0, limits)?;
             match self.word.compare_exchange_weak(
