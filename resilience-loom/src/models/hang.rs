@@ -99,6 +99,33 @@ fn a_sweep_racing_an_on_time_return_agrees_with_it() {
     });
 }
 
+/// The hot path's on-time return (`free_at`: one store, not asking whether a sweep
+/// marked the slot) racing one sweep: the sweep counts the call at most once, and the
+/// slot is free afterwards whichever came first, so no later sweep counts it again.
+#[test]
+fn an_on_time_return_frees_its_slot_with_one_store() {
+    let _serial = serial();
+    check_branches(BRANCHES, || {
+        new_execution();
+        let t = Arc::new(HangTable::new());
+        let call = {
+            let t = t.clone();
+            thread::spawn(move || {
+                let (slot, at) = t.register_slot_at(START);
+                assert_ne!(slot, crate::hang::NO_SLOT, "room");
+                HangTable::free_at(at.expect("the slot of a registered call"));
+            })
+        };
+        let sweep = {
+            let t = t.clone();
+            thread::spawn(move || t.sweep(LATE, THRESHOLD))
+        };
+        call.join().unwrap();
+        assert!(sweep.join().unwrap() <= 1);
+        assert_eq!(t.sweep(u64::MAX - 1, 0), 0, "its slot was freed");
+    });
+}
+
 /// Two threads each register two calls, in flight while a sweep (with a threshold
 /// none of them passed) runs: every call gets its own slot (the owned lanes are filled
 /// with a plain load and a store, so two live threads in one lane could take the same

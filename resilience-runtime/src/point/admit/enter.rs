@@ -766,17 +766,18 @@ impl Point {
     /// Registers an admitted call with a timeout in the hung-call table: its slot there,
     /// or [`NO_HANG`]. The table is made by the first timed call, and the sweep runs
     /// only while timed calls come (see `cycle`).
+    /// With the slot's index, the slot itself (`None` with [`NO_HANG`]).
     #[inline]
-    pub(in crate::point) fn hang_slot(&self, timeout: u64, now: u64) -> u32 {
+    pub(in crate::point) fn hang_slot(&self, timeout: u64, now: u64) -> (u32, Option<&AtomicU64>) {
         if timeout == 0 {
-            return NO_HANG;
+            return (NO_HANG, None);
         }
         let table = match self.hang.get() {
             Some(table) => table,
             None => self.hang_table(),
         };
         // The table is on the timeline: sweeps are coarser than its resolution.
-        let slot = table.register_slot(now);
+        let slot = table.register_slot_at(now);
         if !self.sweeping.is_armed() {
             self.arm_sweep();
         }

@@ -7,8 +7,9 @@ use crate::point::form::compiled::Compiled;
 use crate::point::form::slots::{sre_outcome, AdaptiveCall, BreakerCall, BreakerImpl};
 use crate::point::state::delay::ProbeEnd;
 use crate::point::state::flow::Slot;
+use crate::point::state::hang::HangTable;
 use crate::point::Point;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 use crate::Downgraded;
 use std::fmt;
 use std::mem::ManuallyDrop;
@@ -28,9 +29,9 @@ pub struct Permit<'a> {
     pub(in crate::point) point: &'a Point,
     /// Start of a timed call (ticks or timeline, see `meta`), else 0.
     pub(in crate::point) start: u64,
-    /// The timeout rule's threshold in the unit of `start`, or 0 without one: the
-    /// form's, copied, so that a timed call's end reads it without following `form`.
-    pub(in crate::point) timeout: u64,
+    /// The call's slot in the point's hung-call table (its number is in `meta`), if
+    /// it has one: freed at the end without looking it up again.
+    pub(in crate::point) hang_at: Option<&'a AtomicU64>,
     /// The compiled form the call was admitted under, for what the call's end needs
     /// of it (the breaker's and the adaptive limit's slots, the key's table or
     /// override; see `meta`), or `None` when it needs nothing. Forms are kept as
@@ -236,7 +237,7 @@ impl<'a> Permit<'a> {
         Permit {
             point,
             start: 0,
-            timeout: 0,
+            hang_at: None,
             form: None,
             probe_of: 0,
             meta,
@@ -257,7 +258,7 @@ impl<'a> Permit<'a> {
         start: u64,
         fine: bool,
         slot: Slot,
-        hang: u32,
+        (hang, hang_at): (u32, Option<&'a AtomicU64>),
         adaptive: Option<AdaptiveCall>,
         breaker: Option<BreakerCall>,
     ) -> Permit<'a> {
@@ -271,7 +272,7 @@ impl<'a> Permit<'a> {
         Permit {
             point,
             start,
-            timeout: c.timeout,
+            hang_at,
             form: Some(c),
             probe_of: 0,
             meta: Meta::from_bits(Meta::new(slot, fine).with_hang(hang).bits() | bits),
@@ -545,11 +546,8 @@ impl<'a> Permit<'a> {
             if !self.ran_past_timeout(now.saturating_sub(self.start)) {
                 // In time: only its hung-call slot goes back (if a sweep marked it, the
                 // sweep counted the timeout already).
-                let hang = self.meta.hang();
-                if hang != NO_HANG {
-                    if let Some(table) = p.hang.get() {
-                        let _ = table.unregister(hang, false);
-                    }
+                if let Some(at) = self.hang_at {
+                    HangTable::free_at(at);
                 }
                 return;
             }
@@ -561,7 +559,9 @@ impl<'a> Permit<'a> {
     /// timeout rule: strictly past its threshold.
     #[inline(always)]
     fn ran_past_timeout(&self, elapsed: u64) -> bool {
-        self.timeout != 0 && elapsed > self.timeout
+        // Without the rule the form's threshold is 0 (and so is it without a form).
+        let timeout = self.form.map_or(0, |c| c.timeout);
+        timeout != 0 && elapsed > timeout
     }
 
     /// [`settle`](Self::settle) for a call that completed well, any case.
@@ -612,11 +612,9 @@ impl<'a> Permit<'a> {
             p.count_cancelled();
         }
         let late = outcome == Outcome::TimedOut || self.ran_past_timeout(elapsed);
-        let hang = self.meta.hang();
-        let swept = hang != NO_HANG
-            && p.hang
-                .get()
-                .is_some_and(|t| t.unregister(hang, late || outcome == Outcome::Cancelled));
+        let swept = self
+            .hang_at
+            .is_some_and(|at| HangTable::unregister_at(at, late || outcome == Outcome::Cancelled));
         if swept {
             // A sweep saw it hang and counted the timeout already.
             failed = true;

@@ -101,21 +101,23 @@ impl HangTable {
 
     /// Registers a call that started at `start` (non-zero); returns its slot, or `None`
     /// if the table is full (the tests' and models' view of
-    /// [`register_slot`](Self::register_slot)).
+    /// [`register_slot_at`](Self::register_slot_at)).
     #[cfg(any(test, loom))]
     pub(crate) fn register(&self, start: u64) -> Option<u32> {
-        match self.register_slot(start) {
+        match self.register_slot_at(start).0 {
             NO_SLOT => None,
             slot => Some(slot),
         }
     }
 
-    /// [`register`](Self::register) for the hot path: the slot, or [`NO_SLOT`] if the
-    /// table is full (one number, as the permit keeps it). In line: the first slot of
-    /// the thread's own lane, free unless the thread has another timed call of the
-    /// point in flight.
+    /// [`register`](Self::register) for the hot path: the slot's number, or [`NO_SLOT`]
+    /// if the table is full, with the slot itself, which frees it
+    /// ([`unregister_at`](Self::unregister_at), [`free_at`](Self::free_at)) without
+    /// looking it up again (`None` with `NO_SLOT`). In line: the first slot of the
+    /// thread's own lane, free unless the thread has another timed call of the point
+    /// in flight.
     #[inline]
-    pub(crate) fn register_slot(&self, start: u64) -> u32 {
+    pub(crate) fn register_slot_at(&self, start: u64) -> (u32, Option<&AtomicU64>) {
         // `UNKNOWN` and lanes past the owned ones fail the test.
         let lane = crate::lane::fast_lane();
         if (lane as usize) < OWNED_LANES {
@@ -123,19 +125,21 @@ impl HangTable {
                 let first = &own.0[0];
                 if first.load(Ordering::Relaxed) == 0 {
                     first.store(start, Ordering::Relaxed);
-                    return lane * LANE as u32;
+                    return (lane * LANE as u32, Some(first));
                 }
             }
         }
         self.register_slow(start)
     }
 
-    /// The rest of [`register_slot`](Self::register_slot), out of line.
+    /// The rest of [`register_slot_at`](Self::register_slot_at), out of line.
     #[cold]
     #[inline(never)]
-    fn register_slow(&self, start: u64) -> u32 {
-        self.register_as(crate::lane::thread_lane(), start)
-            .unwrap_or(NO_SLOT)
+    fn register_slow(&self, start: u64) -> (u32, Option<&AtomicU64>) {
+        match self.register_as(crate::lane::thread_lane(), start) {
+            Some(slot) => (slot, self.slot(slot)),
+            None => (NO_SLOT, None),
+        }
     }
 
     #[inline]
@@ -178,19 +182,37 @@ impl HangTable {
     /// load and a store do: a sweep that marks it between the two has counted the call
     /// once (it was in flight past the threshold at the sweep's reading) and the call
     /// does not count it again.
-    #[inline]
+    #[cfg(any(test, loom))]
     pub(crate) fn unregister(&self, slot: u32, late: bool) -> bool {
         let Some(slot) = self.slot(slot) else {
             // Never: a registered slot's chunk stays until the table goes.
             debug_assert!(false, "slot {slot} of a chunk never made");
             return false;
         };
+        HangTable::unregister_at(slot, late)
+    }
+
+    /// [`unregister`](Self::unregister) of the slot [`register_slot_at`] gave.
+    ///
+    /// [`register_slot_at`]: Self::register_slot_at
+    #[inline]
+    pub(crate) fn unregister_at(slot: &AtomicU64, late: bool) -> bool {
         if late {
             return slot.swap(0, Ordering::AcqRel) == SWEPT;
         }
         let swept = slot.load(Ordering::Acquire) == SWEPT;
-        slot.store(0, Ordering::Release);
+        HangTable::free_at(slot);
         swept
+    }
+
+    /// Frees the slot [`register_slot_at`] gave of a call that ended within its
+    /// threshold, when the caller does not ask whether a sweep counted it (a sweep
+    /// that marked it counted the call's timeout once, and only then): one store.
+    ///
+    /// [`register_slot_at`]: Self::register_slot_at
+    #[inline]
+    pub(crate) fn free_at(slot: &AtomicU64) {
+        slot.store(0, Ordering::Release);
     }
 
     /// Marks every call older than `threshold` at `now`; returns how many were newly
