@@ -28,7 +28,7 @@ use crate::point::admit::taken::Taken;
 use crate::point::form::compiled::{
     Compiled, Leaked, ACTIVE, COUNTED, MAY_ALL, MAY_BASIC, MAY_PLAIN, NOT_PLAIN, R_ADAPTIVE,
     R_BREAKER, R_BREAKER_TIMED, R_CONCURRENCY, R_DELAY, R_EXCEPTIONS, R_FINE, R_FLOW, R_QUEUE,
-    R_RATE, R_SHADOW, R_TIMEOUTS, R_TOKENS, R_VISITS, R_WARM,
+    R_RATE, R_SHADOW, R_TIMEOUTS, R_VISITS, R_WARM,
 };
 use crate::point::form::keys::KeyArg;
 use crate::point::form::slots::{
@@ -331,8 +331,9 @@ impl Point {
         slot: &mut Option<Permit<'p>>,
         flags: u8,
     ) -> Entry {
-        if c.rules & !MAY_BASIC == 0 {
-            self.enter_policy::<MAY_BASIC>(c, slot, flags, None)
+        if c.rules & !MAY_BASIC == 0 && flags == 0 {
+            // A call's first look (no flags), in line with the constant.
+            self.enter_policy::<MAY_BASIC>(c, slot, 0, None)
         } else if c.rules & NOT_PLAIN == 0 {
             self.enter_policy::<MAY_PLAIN>(c, slot, flags, None)
         } else {
@@ -435,12 +436,13 @@ impl Point {
             if passes >= limits.passes {
                 break 'chain Some(Reason::Visits);
             }
-            if rules & R_TOKENS != 0 && flags & TOKEN_HELD == 0 {
+            // The bucket is there exactly with `R_TOKENS`: its test is the rule's.
+            if let (Some(bucket), 0) = (c.bucket, flags & TOKEN_HELD) {
                 // A warm-up refusal takes no token, and never waits.
                 if rules & R_WARM != 0 && !self.warm_passes(c, now) {
                     break 'chain Some(Reason::TokenBucket);
                 }
-                if !self.take_token(c, stamp) {
+                if !bucket.take(stamp) {
                     // A bucket that waits reserves the call's token if it is close
                     // enough (one due at once is simply taken).
                     let wait = (c.token_wait != 0 && flags & NO_WAIT == 0)
@@ -941,10 +943,7 @@ impl Point {
     /// Takes a token from the policy's bucket at `stamp` (in the bucket's unit).
     #[inline]
     pub(in crate::point) fn take_token(&self, c: &Compiled, stamp: u64) -> bool {
-        match c.bucket {
-            Some(b) => b.cell.try_take(&b.gcra, b.at(stamp).0, 1),
-            None => false,
-        }
+        c.bucket.is_some_and(|b| b.take(stamp))
     }
 
     /// The warm-up before the token bucket (with `R_WARM`) lets the call through at

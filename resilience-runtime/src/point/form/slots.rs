@@ -150,6 +150,12 @@ impl BucketSlot {
             (now, 0)
         }
     }
+
+    /// Takes one token for a call at `stamp` (the bucket's unit), if there is one.
+    #[inline(always)]
+    pub(in crate::point) fn take(&self, stamp: u64) -> bool {
+        self.cell.try_take(&self.gcra, self.at(stamp).0, 1)
+    }
 }
 
 /// The token buckets of a point: the last one in use and every one it has had.
