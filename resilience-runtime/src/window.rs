@@ -39,7 +39,9 @@ struct Slot<const K: usize>([AtomicU64; K]);
 #[derive(Debug)]
 pub(crate) struct Ring<const K: usize = TRACKED> {
     pub(crate) width_ns: u64,
-    pub(crate) buckets: u64,
+    /// The number of slots: private, as the pass path's unchecked slot index rests on
+    /// it (see [`base_of`](Self::base_of)).
+    buckets: u64,
     /// Where the tick after the newest published one begins: the pass path compares
     /// against it instead of dividing.
     next_boundary: AtomicU64,
@@ -76,6 +78,11 @@ impl<const K: usize> Ring<K> {
         };
         ring.publish(tick);
         ring
+    }
+
+    /// The number of buckets.
+    pub(crate) fn buckets(&self) -> u64 {
+        self.buckets
     }
 
     /// Empties the window (used when a ring is reused after a geometry change): every
@@ -142,7 +149,11 @@ impl<const K: usize> Ring<K> {
             // The oldest tick of the window ending at tick `h` is `h - (buckets - 1)`,
             // whose slot is `(h + 1) % buckets`.
             let published = self.published.load(Ordering::Acquire);
-            let slot = &self.slots[(published & SLOT_MASK) as usize];
+            let i = (published & SLOT_MASK) as usize;
+            debug_assert!(i < self.slots.len());
+            // SAFETY: `publish`, the only writer of `published`, stores a slot
+            // `(tick + 1) % buckets`, and `slots` has `buckets` elements (`new`).
+            let slot = unsafe { self.slots.get_unchecked(i) };
             let base = std::array::from_fn(|i| {
                 if want[i] {
                     slot.0[i].load(Ordering::Relaxed)

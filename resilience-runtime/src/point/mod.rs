@@ -273,7 +273,7 @@ pub struct Point {
     /// The retry section in force (see `retry_settings`).
     retry: retry::retry_settings::RetryCell,
     /// In-flight timed calls, created by the first timed call.
-    hang: crate::sync::OnceLock<HangTable>,
+    hang: state::chunks::OnceBox<HangTable>,
     /// Durations of the calls, created by the first measured one that ends.
     durations: crate::sync::OnceLock<state::durations::Durations>,
     // Written by failed calls only: ahead of the flow word.
@@ -371,7 +371,7 @@ impl Point {
             seconds: Mutex::new(None),
             retry: retry::retry_settings::RetryCell::new(std::ptr::null_mut()),
             queue: crate::sync::OnceLock::new(),
-            hang: crate::sync::OnceLock::new(),
+            hang: state::chunks::OnceBox::new(),
             durations: crate::sync::OnceLock::new(),
         }
     }

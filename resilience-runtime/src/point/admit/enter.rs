@@ -300,9 +300,23 @@ impl Point {
         } else if c.rules & !COUNTED == 0 && !crate::point::state::durations::measuring_durations()
         {
             self.enter_counted(c, slot)
+        } else if c.rules & !MAY_BASIC == 0 && flags == 0 {
+            // SDS's five rules, a call's first look (the flags are a constant there).
+            self.enter_basic(c, slot)
         } else {
             self.enter_governed(c, slot, flags)
         }
+    }
+
+    /// [`enter_policy`](Self::enter_policy) of a call's first look (no flags) under a
+    /// policy of SDS's five rules alone ([`MAY_BASIC`]): their leanest instance.
+    #[inline(never)]
+    pub(in crate::point) fn enter_basic<'p>(
+        &'p self,
+        c: &'static Compiled,
+        slot: &mut Option<Permit<'p>>,
+    ) -> Entry {
+        self.enter_policy::<MAY_BASIC>(c, slot, 0, None)
     }
 
     /// [`enter_governed`](Self::enter_governed) of a call with a key under a policy
@@ -322,8 +336,9 @@ impl Point {
         }
     }
 
-    /// A point with a policy: SDS's five rules alone, or the plain rules alone, take a
-    /// leaner instance of the same code, without the words and branches of the others.
+    /// A point with a policy: the plain rules alone take a leaner instance of the same
+    /// code, without the words and branches of the others (and a call's first look
+    /// under SDS's five rules alone the leanest, [`enter_basic`](Self::enter_basic)).
     #[inline(never)]
     pub(in crate::point) fn enter_governed<'p>(
         &'p self,
@@ -331,10 +346,7 @@ impl Point {
         slot: &mut Option<Permit<'p>>,
         flags: u8,
     ) -> Entry {
-        if c.rules & !MAY_BASIC == 0 && flags == 0 {
-            // A call's first look (no flags), in line with the constant.
-            self.enter_policy::<MAY_BASIC>(c, slot, 0, None)
-        } else if c.rules & NOT_PLAIN == 0 {
+        if c.rules & NOT_PLAIN == 0 {
             self.enter_policy::<MAY_PLAIN>(c, slot, flags, None)
         } else {
             self.enter_policy::<MAY_ALL>(c, slot, flags, None)

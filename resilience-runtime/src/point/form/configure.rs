@@ -335,14 +335,14 @@ impl Point {
         let buckets = w.buckets;
         if let Some(r) = rings
             .last()
-            .filter(|r| r.width_ns == width && r.buckets == buckets)
+            .filter(|r| r.width_ns == width && r.buckets() == buckets)
         {
             return r;
         }
         let now = self.clock.now_ns();
         let ring: &'static Ring = match rings
             .iter()
-            .position(|r| r.width_ns == width && r.buckets == buckets)
+            .position(|r| r.width_ns == width && r.buckets() == buckets)
         {
             Some(i) => {
                 // A new geometry restarts the window; totals are kept.

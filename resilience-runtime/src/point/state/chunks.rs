@@ -64,6 +64,34 @@ impl<T, const N: usize> Chunks<T, N> {
     }
 }
 
+/// One block made on first use ([`Chunks`] of one): read with a load and a test,
+/// where a `OnceLock` of a box reads its state and then its pointer.
+pub(crate) struct OnceBox<T>(Chunks<T, 1>);
+
+impl<T> OnceBox<T> {
+    pub(crate) fn new() -> Self {
+        OnceBox(Chunks::new())
+    }
+
+    /// The block, if it was made.
+    #[inline]
+    pub(crate) fn get(&self) -> Option<&T> {
+        self.0.get(0)
+    }
+
+    /// The block, made now with `make` if no call made it before.
+    #[cold]
+    pub(crate) fn get_or_init(&self, make: impl FnOnce() -> T) -> &T {
+        self.0.get_or_make(0, make)
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for OnceBox<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("OnceBox").field(&self.get()).finish()
+    }
+}
+
 impl<T, const N: usize> Drop for Chunks<T, N> {
     fn drop(&mut self) {
         for cell in self.0.iter() {

@@ -57,7 +57,7 @@ struct Chunk([Lane; CHUNK]);
 /// out by [`register`](Self::register) always names a chunk that was made.
 #[derive(Debug)]
 pub(crate) struct HangTable {
-    chunks: Box<Chunks<Chunk, CHUNKS>>,
+    chunks: Chunks<Chunk, CHUNKS>,
 }
 
 /// The number of the thread that holds hung-call slot `slot` of an owned lane (the
@@ -71,7 +71,7 @@ pub(crate) fn owner_of(slot: u32) -> Option<u32> {
 impl HangTable {
     pub(crate) fn new() -> HangTable {
         HangTable {
-            chunks: Box::new(Chunks::new()),
+            chunks: Chunks::new(),
         }
     }
 
@@ -246,9 +246,10 @@ impl HangTable {
         (hung, pending)
     }
 
-    /// The pointer array and the chunks made.
+    /// The table (its pointer array, made with the table by the point's first timed
+    /// call) and the chunks made.
     pub(crate) fn heap_bytes(&self) -> usize {
-        std::mem::size_of::<Chunks<Chunk, CHUNKS>>() + self.chunks.heap_bytes()
+        std::mem::size_of::<HangTable>() + self.chunks.heap_bytes()
     }
 }
 
