@@ -100,6 +100,8 @@ impl Meta {
     pub(in crate::point) const SET: u64 = 1 << 63;
     pub(in crate::point) const SLOT_SHIFT: u32 = 32;
     pub(in crate::point) const SLOT_MASK: u64 = 0b11 << Self::SLOT_SHIFT;
+    /// [`SLOT_MASK`](Self::SLOT_MASK)'s bits of a slot in the flow word.
+    pub(in crate::point) const WORD: u64 = 1 << Self::SLOT_SHIFT;
     pub(in crate::point) const FINE: u64 = 1 << 34;
     pub(in crate::point) const EXTRA: u64 = 1 << 35;
     /// Set with [`EXTRA`](Self::EXTRA) by [`Permit::with_breaker`] alone: an untimed
@@ -447,27 +449,26 @@ impl<'a> Permit<'a> {
             "the extra bit follows the permit's fields"
         );
         let meta = self.meta.bits();
-        if meta & (Meta::SLOT_MASK | Meta::EXTRA) == 0 {
-            // Without policy or breaker only exceptions, cancellations and timeouts
-            // are counted, and a duration if the call was timed for the series.
-            if self.start != 0 {
-                return self.end_timed_untracked(outcome);
+        if meta & (Meta::SLOT_MASK | Meta::EXTRA) == Meta::WORD {
+            // The common call under a policy alone: its slot in the flow word, given
+            // back without looking at which it is.
+            self.settle_plain(outcome, meta);
+            if self.point.flow.release(Slot::Word) {
+                self.point.wake_waiter();
             }
-            self.point.count_untracked_end(outcome);
             return;
         }
         if meta & Meta::EXTRA == 0 {
-            if self.start == 0 && meta as u32 == NO_HANG {
-                // Untimed and never registered as hung: only the outcome is counted.
-                self.point.count_untracked_end(outcome);
-            } else if outcome == Outcome::Ok {
-                // The common end, settled by a copy that knows it (a caller such as
-                // tower's future, whose outcome is only known at run time, would
-                // otherwise test every other outcome on every call).
-                self.settle_ok();
-            } else {
-                self.settle_any(outcome);
+            if meta & Meta::SLOT_MASK == 0 {
+                // Without policy or breaker only exceptions, cancellations and timeouts
+                // are counted, and a duration if the call was timed for the series.
+                if self.start != 0 {
+                    return self.end_timed_untracked(outcome);
+                }
+                return self.point.count_untracked_end(outcome);
             }
+            // Its slot in the spill counter.
+            self.settle_plain(outcome, meta);
             if self.point.flow.release(self.meta.slot()) {
                 self.point.wake_waiter();
             }
@@ -482,6 +483,23 @@ impl<'a> Permit<'a> {
             }
         }
         self.complete_tracked(outcome);
+    }
+
+    /// Settles a call with nothing extra (no breaker, adaptive flight, probe or key)
+    /// but its slot, which the caller gives back.
+    #[inline(always)]
+    fn settle_plain(&self, outcome: Outcome, meta: u64) {
+        if self.start == 0 && meta as u32 == NO_HANG {
+            // Untimed and never registered as hung: only the outcome is counted.
+            self.point.count_untracked_end(outcome);
+        } else if outcome == Outcome::Ok {
+            // The common end, settled by a copy that knows it (a caller such as
+            // tower's future, whose outcome is only known at run time, would
+            // otherwise test every other outcome on every call).
+            self.settle_ok();
+        } else {
+            self.settle_any(outcome);
+        }
     }
 
     /// The end of a call without policy or breaker timed for the per-second durations
