@@ -260,6 +260,27 @@ mod tests {
         assert_eq!(sums(&ring, 100 * S, cum)[PASSES], 0);
     }
 
+    /// `base_of` reads the counts asked for exactly as `base` does, and 0 for the others.
+    #[test]
+    fn a_base_of_some_counts_matches_the_whole_base() {
+        let ring = Ring::new(4, S, 0, [0; TRACKED]);
+        let mut cum = [0u64; TRACKED];
+        for tick in 0..12u64 {
+            cum = std::array::from_fn(|i| cum[i] + (tick + 1) * (i as u64 + 1));
+            let now = tick * S + S / 3;
+            let whole = ring.base(now, || cum);
+            let want = [true, false, true, true, false];
+            let some = ring.base_of(now, || cum, want);
+            for i in 0..TRACKED {
+                assert_eq!(
+                    some[i],
+                    if want[i] { whole[i] } else { 0 },
+                    "tick {tick}, count {i}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn gap_shorter_than_the_window_keeps_old_buckets() {
         let ring = Ring::new(10, S, 0, [0; TRACKED]);

@@ -75,3 +75,22 @@ impl std::fmt::Debug for RefusedFor {
         self.reason().fmt(f)
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::Reason;
+
+    /// Every reason, refusal or not, comes back out of the word it is carried in.
+    #[test]
+    fn a_refusal_carries_its_reason_in_a_word() {
+        for reason in Reason::ALL.into_iter().chain([Reason::Deadline]) {
+            assert_eq!(RefusedFor::new(reason).reason(), reason);
+            assert_eq!(
+                Entry::refused(reason),
+                Entry::Refused(RefusedFor::new(reason))
+            );
+        }
+        assert_eq!(std::mem::size_of::<Entry>(), 16, "two words");
+    }
+}

@@ -4,7 +4,8 @@
 //! took; `queue` is the concurrency rule's waiting room; `health` decides the health
 //! rules; `permit` and `pending` complete a call; `report` counts and tells refusals and
 //! breaker changes; `call`, `key_entry` and `breaker_wait` are the manual entries; `force`
-//! forces states for tests; `quorum` moves a breaker for its fleet quorum.
+//! forces states for tests; `quorum` moves a breaker for its fleet quorum; the tests of
+//! `instances` check that the entry's copies for fewer rules decide as the full one.
 
 pub(in crate::point) mod attempt;
 #[cfg(feature = "tower")]
@@ -14,6 +15,8 @@ pub(in crate::point) mod enter;
 #[cfg(feature = "testing")]
 pub(in crate::point) mod force;
 pub(in crate::point) mod health;
+#[cfg(all(test, not(loom)))]
+mod instances;
 pub(in crate::point) mod key_entry;
 pub(in crate::point) mod lean;
 pub(crate) mod pending;
