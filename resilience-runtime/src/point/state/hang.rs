@@ -3,8 +3,10 @@
 //!
 //! Each point with a timeout rule gets a table of in-flight call slots holding start
 //! times on the timeline. Each live thread owns one cache line of slots: it claims a
-//! free one with a load and a store, and a call frees its slot with a load and a store
-//! (or one swap if it ran past the threshold), wherever it ends. Threads beyond the
+//! free one with a load and a store, and a call frees its slot, wherever it ends, with
+//! one store if it ended well within its threshold (its permit holds the slot's
+//! address), else with a load and a store (one swap if it ran past the threshold) that
+//! tell whether a sweep counted it. Threads beyond the
 //! owned lanes, and calls that find their lane full, claim shared slots by
 //! compare-and-swap. A recurring timer of the process-wide timing wheel (`chores`)
 //! sweeps the table every quarter of the threshold (between 10 ms and 1 s) and marks
@@ -12,9 +14,9 @@
 //! it returns, sees the mark and is not counted again. Points without a timeout rule
 //! never touch any of this.
 //!
-//! The lanes are allocated four at a time (a chunk of 256 bytes), by the first call
-//! that needs one: a point called from one thread holds 128 bytes of chunk pointers
-//! and one chunk, not all 4 KiB.
+//! The table (its 128 bytes of chunk pointers) is made by the point's first timed call,
+//! and the lanes four at a time (a chunk of 256 bytes), by the first call that needs
+//! one: a point called from one thread holds the table and one chunk, not all 4 KiB.
 //!
 //! When more calls are in flight than the table has room for, the extra calls are not
 //! registered and are measured when they return, as before.
