@@ -34,6 +34,30 @@ const THRESHOLD: u64 = 50;
 /// A sweep time at which a call started at [`START`] is past the threshold.
 const LATE: u64 = START + THRESHOLD + 1;
 
+/// Runs `call` on a thread of its own with a new table while `sweeps` sweeps past
+/// [`START`]'s threshold run on others: what the call returned, how many calls the
+/// sweeps counted, and the table (to check it after).
+fn race_sweeps<R: Send + 'static>(
+    sweeps: usize,
+    call: impl FnOnce(&HangTable) -> R + Send + 'static,
+) -> (R, u64, Arc<HangTable>) {
+    new_execution();
+    let t = Arc::new(HangTable::new());
+    let caller = {
+        let t = t.clone();
+        thread::spawn(move || call(&t))
+    };
+    let sweepers: Vec<_> = (0..sweeps)
+        .map(|_| {
+            let t = t.clone();
+            thread::spawn(move || t.sweep(LATE, THRESHOLD))
+        })
+        .collect();
+    let answer = caller.join().unwrap();
+    let counted = sweepers.into_iter().map(|s| s.join().unwrap()).sum();
+    (answer, counted, t)
+}
+
 /// A call on its own thread registers, runs late and returns (`unregister(slot,
 /// true)`: it measured itself as over the threshold) while two sweeps past its
 /// threshold run on other threads. It counts itself as a timeout unless a sweep
@@ -42,26 +66,12 @@ const LATE: u64 = START + THRESHOLD + 1;
 fn a_late_call_is_counted_once() {
     let _serial = serial();
     check_branches(BRANCHES, || {
-        new_execution();
-        let t = Arc::new(HangTable::new());
-        let call = {
-            let t = t.clone();
-            thread::spawn(move || {
-                let slot = t.register(START).expect("room");
-                // Late by its own measure: counts itself unless a sweep did.
-                u64::from(!t.unregister(slot, true))
-            })
-        };
-        let sweeps: Vec<_> = (0..2)
-            .map(|_| {
-                let t = t.clone();
-                thread::spawn(move || t.sweep(LATE, THRESHOLD))
-            })
-            .collect();
-        let mut counted = call.join().unwrap();
-        for s in sweeps {
-            counted += s.join().unwrap();
-        }
+        let (itself, sweeps, t) = race_sweeps(2, |t| {
+            let slot = t.register(START).expect("room");
+            // Late by its own measure: counts itself unless a sweep did.
+            u64::from(!t.unregister(slot, true))
+        });
+        let counted = itself + sweeps;
         assert_eq!(counted, 1, "a late call counted {counted} times");
         assert_eq!(t.sweep(u64::MAX - 1, 0), 0, "its slot was freed");
     });
@@ -75,21 +85,10 @@ fn a_late_call_is_counted_once() {
 fn a_sweep_racing_an_on_time_return_agrees_with_it() {
     let _serial = serial();
     check_branches(BRANCHES, || {
-        new_execution();
-        let t = Arc::new(HangTable::new());
-        let call = {
-            let t = t.clone();
-            thread::spawn(move || {
-                let slot = t.register(START).expect("room");
-                t.unregister(slot, false)
-            })
-        };
-        let sweep = {
-            let t = t.clone();
-            thread::spawn(move || t.sweep(LATE, THRESHOLD))
-        };
-        let swept = call.join().unwrap();
-        let counted = sweep.join().unwrap();
+        let (swept, counted, t) = race_sweeps(1, |t| {
+            let slot = t.register(START).expect("room");
+            t.unregister(slot, false)
+        });
         assert!(counted <= 1);
         // A mark the call sees is the sweep's count; a sweep that marks it between the
         // call's load and store counts it without the call knowing (it was in flight
@@ -106,22 +105,12 @@ fn a_sweep_racing_an_on_time_return_agrees_with_it() {
 fn an_on_time_return_frees_its_slot_with_one_store() {
     let _serial = serial();
     check_branches(BRANCHES, || {
-        new_execution();
-        let t = Arc::new(HangTable::new());
-        let call = {
-            let t = t.clone();
-            thread::spawn(move || {
-                let (slot, at) = t.register_slot_at(START);
-                assert_ne!(slot, crate::hang::NO_SLOT, "room");
-                HangTable::free_at(at.expect("the slot of a registered call"));
-            })
-        };
-        let sweep = {
-            let t = t.clone();
-            thread::spawn(move || t.sweep(LATE, THRESHOLD))
-        };
-        call.join().unwrap();
-        assert!(sweep.join().unwrap() <= 1);
+        let ((), counted, t) = race_sweeps(1, |t| {
+            let (slot, at) = t.register_slot_at(START);
+            assert_ne!(slot, crate::hang::NO_SLOT, "room");
+            HangTable::free_at(at.expect("the slot of a registered call"));
+        });
+        assert!(counted <= 1);
         assert_eq!(t.sweep(u64::MAX - 1, 0), 0, "its slot was freed");
     });
 }
