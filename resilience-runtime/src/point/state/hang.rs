@@ -34,6 +34,7 @@ const OWNED_LANES: usize = 32;
 /// calls that find their own lane full.
 const SHARED_LANES: usize = 32;
 /// Slots per point.
+#[cfg(any(test, loom))]
 const SLOTS: usize = (OWNED_LANES + SHARED_LANES) * LANE;
 /// Lanes per chunk: a table allocates its lanes a chunk at a time, on the first call
 /// that needs one, so a point called from one thread holds one chunk, not all 64 lanes.
@@ -93,7 +94,8 @@ impl HangTable {
         &self.chunks.get_or_make(lane / CHUNK, make).0[lane % CHUNK]
     }
 
-    #[inline]
+    /// Slot number `index` (the tests' and models' view; calls keep the slot itself).
+    #[cfg(any(test, loom))]
     fn slot(&self, index: u32) -> Option<&AtomicU64> {
         // Masked into range: slot numbers come from `register`, so this changes
         // nothing but spares the bounds check.
@@ -138,29 +140,37 @@ impl HangTable {
     #[cold]
     #[inline(never)]
     fn register_slow(&self, start: u64) -> (u32, Option<&AtomicU64>) {
-        match self.register_as(crate::lane::thread_lane(), start) {
-            Some(slot) => (slot, self.slot(slot)),
+        match self.claim_as(crate::lane::thread_lane(), start) {
+            Some((slot, at)) => (slot, Some(at)),
             None => (NO_SLOT, None),
         }
     }
 
-    #[inline]
+    /// [`claim_as`](Self::claim_as)'s slot number alone (the tests' view).
+    #[cfg(all(test, not(loom)))]
     fn register_as(&self, lane: u32, start: u64) -> Option<u32> {
+        self.claim_as(lane, start).map(|(slot, _)| slot)
+    }
+
+    /// Claims a slot for a call that started at `start`, on the thread of lane `lane`:
+    /// its number and the slot itself, or `None` if the table is full.
+    #[inline]
+    fn claim_as(&self, lane: u32, start: u64) -> Option<(u32, &AtomicU64)> {
         if (lane as usize) < OWNED_LANES {
             for (i, slot) in self.lane_or_make(lane as usize).0.iter().enumerate() {
                 // Only this thread writes a start into its lane; others only free
                 // slots (store 0) or mark them swept, so a free slot stays free.
                 if slot.load(Ordering::Relaxed) == 0 {
                     slot.store(start, Ordering::Relaxed);
-                    return Some((lane as usize * LANE + i) as u32);
+                    return Some(((lane as usize * LANE + i) as u32, slot));
                 }
             }
         }
-        self.register_shared(lane, start)
+        self.claim_shared(lane, start)
     }
 
     #[cold]
-    fn register_shared(&self, lane: u32, start: u64) -> Option<u32> {
+    fn claim_shared(&self, lane: u32, start: u64) -> Option<(u32, &AtomicU64)> {
         let first = lane as usize % SHARED_LANES;
         for l in 0..SHARED_LANES {
             let index = OWNED_LANES + (first + l) % SHARED_LANES;
@@ -170,7 +180,7 @@ impl HangTable {
                         .compare_exchange(0, start, Ordering::Relaxed, Ordering::Relaxed)
                         .is_ok()
                 {
-                    return Some((index * LANE + i) as u32);
+                    return Some(((index * LANE + i) as u32, slot));
                 }
             }
         }
