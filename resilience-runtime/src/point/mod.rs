@@ -22,8 +22,9 @@
 //!   word has, `lean` those of a policy without it; both answer with an
 //!   `attempt::Entry` (admitted, refused, or wait for a token or in the `queue`), and
 //!   `taken` gives back what a call took when a later stage stops it. `health` decides
-//!   the health rules, `permit` and `pending` complete a call, `report` counts and
-//!   tells refusals and breaker changes; `call`, `key_entry` and `breaker_wait` are the
+//!   the health rules, `permit` and `pending` complete a call (a permit boxes the
+//!   records of the stages only some policies use in `extras`, from `spares`), `report`
+//!   counts and tells refusals and breaker changes; `call`, `key_entry` and `breaker_wait` are the
 //!   manual entries, `force` the states forced by tests.
 //! - [`observe`]: the 10 s cycle and the hung-call sweep (`cycle`), the per-second
 //!   series (`seconds`), statistics and memory (`snapshot`), the background timers

@@ -513,3 +513,147 @@ fn keyed_async_downgrade_fns_keep_every_key_within_its_limits() {
     }
     v.conclude();
 }
+
+// ---- permits ended on another thread -------------------------------------------------
+
+/// Per-key concurrency with a classic breaker on the point, each permit entered on its
+/// caller's thread and ended on another: the permit's records (the key's fingerprint
+/// and the breaker's ticket, boxed) travel with it. No key ever has more calls in
+/// flight than its limit; every slot comes back; the breaker saw every outcome of a
+/// call that returned, each once, and no cancelled one.
+fn handed_off(swap: bool) {
+    use resilience_runtime::breaker::ClassicConfig;
+    use resilience_runtime::BreakerPolicy;
+    const KEYS: usize = 6;
+    const ROUNDS: usize = 120;
+    let v = Verdicts::default();
+    for threads in THREADS {
+        let (reg, _clock) = manual_registry();
+        let case = Case::new(
+            "keys: max_concurrency 2, a classic breaker, ended on another thread",
+            Shape::Enter,
+            threads,
+            swap,
+        );
+        let section = KeyPolicy::builder()
+            .max_concurrency(2)
+            .max_keys(64)
+            .build()
+            .unwrap();
+        let (plain, other) = policies(section);
+        let name = "keys.handed_off";
+        reg.set_policy(name, plain.clone()).unwrap();
+        // Opens only if every call in its window failed: never, here.
+        let classic = ClassicConfig::builder().failure_rate(1.0).build().unwrap();
+        reg.set_breaker(name, BreakerPolicy::Classic(classic))
+            .unwrap();
+        let p = reg.point(name).unwrap();
+        let counts = KeyCounts::new(KEYS);
+        let (ok, failed) = (AtomicU64::new(0), AtomicU64::new(0));
+        let names: Vec<String> = (0..KEYS).map(|k| format!("user-{k}")).collect();
+        let stop = AtomicBool::new(false);
+        let start = Barrier::new(threads + 1);
+        std::thread::scope(|s| {
+            let swapper = s.spawn(|| {
+                start.wait();
+                while swap && !stop.load(Ordering::Relaxed) {
+                    reg.set_policy(name, other.clone()).unwrap();
+                    reg.set_policy(name, plain.clone()).unwrap();
+                }
+            });
+            let mut ends = Vec::new();
+            for t in 0..threads {
+                // At most a call or two of each caller in flight: most calls are admitted.
+                let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, usize, _)>(1);
+                let (counts, names, start, ok, failed) = (&counts, &names, &start, &ok, &failed);
+                // The finisher: ends the caller's permits, in order, on its own thread.
+                ends.push(s.spawn(move || {
+                    for (k, n, permit) in rx {
+                        std::thread::yield_now();
+                        counts.inflight[k].fetch_sub(1, Ordering::SeqCst);
+                        match n % 8 {
+                            // Never the first end of a caller: a success comes first.
+                            7 => {
+                                failed.fetch_add(1, Ordering::Relaxed);
+                                resilience_runtime::Permit::finish(permit, true);
+                            }
+                            3 => drop(permit), // a cancelled call
+                            _ => {
+                                ok.fetch_add(1, Ordering::Relaxed);
+                                resilience_runtime::Permit::finish(permit, false);
+                            }
+                        }
+                    }
+                }));
+                ends.push(s.spawn(move || {
+                    start.wait();
+                    let mut n = 0;
+                    for r in 0..ROUNDS {
+                        for i in 0..KEYS {
+                            let k = (i + t * 7 + r) % KEYS;
+                            match p.enter_key(names[k].as_str()) {
+                                Ok(permit) => {
+                                    counts.admitted[k].fetch_add(1, Ordering::Relaxed);
+                                    let now = counts.inflight[k].fetch_add(1, Ordering::SeqCst) + 1;
+                                    counts.max_inflight[k].fetch_max(now, Ordering::Relaxed);
+                                    tx.send((k, n, permit)).unwrap();
+                                    n += 1;
+                                }
+                                Err(d) if d.reason() == Reason::HotKey => {
+                                    counts.refused.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Err(_) => {
+                                    counts.other.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                        }
+                    }
+                    // Dropping `tx` ends the finisher.
+                }));
+            }
+            for end in ends {
+                end.join().unwrap();
+            }
+            stop.store(true, Ordering::Relaxed);
+            swapper.join().unwrap();
+        });
+        books(&v, &case, p, &counts, (KEYS * ROUNDS * threads) as u64);
+        for (k, m) in counts.max_inflight.iter().enumerate() {
+            let max = m.load(Ordering::Relaxed);
+            v.check(max <= 2, || {
+                format!("{case}: key {k} had {max} calls in flight, limit 2")
+            });
+        }
+        let b = p.stats().breaker.expect("a breaker");
+        let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+        v.check(
+            b.window_successes == ok && b.window_failures == failed,
+            || {
+                format!(
+                    "{case}: {ok} ok and {failed} failed calls, the breaker saw {} and {}",
+                    b.window_successes, b.window_failures
+                )
+            },
+        );
+        // Every slot came back: each key admits its full limit again, held at once.
+        let held: Vec<_> = (0..KEYS)
+            .flat_map(|k| [k, k])
+            .map(|k| p.enter_key(names[k].as_str()))
+            .collect();
+        let back = held.iter().filter(|r| r.is_ok()).count();
+        v.check(back == 2 * KEYS, || {
+            format!("{case}: {back} of {} slots back after the run", 2 * KEYS)
+        });
+    }
+    v.conclude();
+}
+
+#[test]
+fn a_permit_ended_on_another_thread_gives_back_its_key_and_reports_to_its_breaker() {
+    handed_off(false);
+}
+
+#[test]
+fn a_permit_ended_on_another_thread_keeps_its_records_while_the_policy_is_swapped() {
+    handed_off(true);
+}

@@ -23,7 +23,8 @@ use crate::clock::Instant;
 use crate::keys::Refusal;
 use crate::point::admit::attempt::{Entry, KEY_HELD, NO_WAIT, TOKEN_HELD, WAITER};
 use crate::point::admit::health::{self, Health};
-use crate::point::admit::permit::{fill, place, Outcome, Permit, NO_HANG};
+use crate::point::admit::meta::NO_HANG;
+use crate::point::admit::permit::{fill, place, Outcome, Permit};
 use crate::point::admit::taken::Taken;
 use crate::point::form::compiled::{
     Compiled, Leaked, ACTIVE, COUNTED, MAY_ALL, MAY_BASIC, MAY_PLAIN, NOT_PLAIN, R_ADAPTIVE,
@@ -609,7 +610,7 @@ impl Point {
             ),
         );
         if let Some((until, _)) = kept.probe {
-            permit.attach_probe(until);
+            permit.attach_probe(c, until);
         }
         if let Some(hold) = key_hold {
             permit.attach_key(c, hold);

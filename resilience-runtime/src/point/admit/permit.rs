@@ -2,6 +2,8 @@
 //! duration measured, the slot given back, the breaker, adaptive limiter and delay
 //! told. A permit is written once in the caller's slot and completed there.
 
+use super::extras::{Records, Tail};
+use super::meta::{Meta, NO_HANG};
 use crate::clock::Instant;
 use crate::point::form::compiled::Compiled;
 use crate::point::form::slots::{sre_outcome, AdaptiveCall, BreakerCall, BreakerImpl};
@@ -33,29 +35,16 @@ pub struct Permit<'a> {
     /// it has one: freed at the end without looking it up again.
     pub(in crate::point) hang_at: Option<&'a AtomicU64>,
     /// The compiled form the call was admitted under, for what the call's end needs
-    /// of it (the breaker's and the adaptive limit's slots, the key's table or
-    /// override; see `meta`), or `None` when it needs nothing. Forms are kept as
-    /// long as their point, which outlives the permit.
-    pub(in crate::point) form: Option<&'static Compiled>,
-    /// The end of the delay this call probes, else 0.
-    pub(in crate::point) probe_of: u64,
+    /// of it (the timeout, the breaker's and the adaptive limit's slots, the key's
+    /// table or override; see `meta`), or none when it needs nothing. Forms are kept
+    /// as long as their point, which outlives the permit. A call with records of the
+    /// stages only some policies use (a probe, a classic breaker's ticket, an
+    /// adaptive start, a key) has them boxed here with its form (see `extras`).
+    pub(in crate::point) tail: Tail,
     /// The in-flight slot, the unit of `start`, the hung-call slot and which of the
-    /// words below and of the form's parts the call has, in one word.
+    /// form's parts and of the records the call has, in one word.
     pub(in crate::point) meta: Meta,
-    /// The breaker's record of this call (with [`Meta::BREAKER`]; the breaker is the
-    /// form's).
-    pub(in crate::point) breaker_word: u64,
-    /// The start of the call on the adaptive limit's clock (with [`Meta::ADAPTIVE`];
-    /// the limit is the form's).
-    pub(in crate::point) adaptive_start: u64,
-    /// The fingerprint of the call's key, whose slot under the key's concurrency
-    /// limit the call holds (with [`Meta::KEY`]; where it holds is in `meta`, the
-    /// key's table or override is the form's), given back at the end.
-    pub(in crate::point) key_fp: u64,
 }
-
-/// No hung-call slot (the table's own "no slot").
-pub(in crate::point) const NO_HANG: u32 = crate::point::state::hang::NO_SLOT;
 
 /// Writes `permit` into the caller's empty slot and returns it there, to be
 /// completed in place.
@@ -84,121 +73,11 @@ pub(in crate::point) fn place<'a>(
     Ok(())
 }
 
-/// The small fields of a [`Permit`] packed in one word, so that a permit is always
-/// written and read in whole words (a byte written next to a word that is then read
-/// whole stalls the CPU's store forwarding): the hung-call slot in the low 32 bits, the
-/// in-flight slot in bits 32-33, the unit of `start` in bit 34, whether the permit has
-/// a breaker call, an adaptive flight or a probe in bit 35 (so that completion tells
-/// the common calls from one word), whether it was judged by an SRE breaker alone in
-/// bit 36, whether the permit has a breaker call, an adaptive flight and a key's slot
-/// in bits 37, 38 and 39, where the key's slot is (its hold's code) in bits 40-56,
-/// and bit 63 always set.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(in crate::point) struct Meta(std::num::NonZeroU64);
-
-impl Meta {
-    pub(in crate::point) const SET: u64 = 1 << 63;
-    pub(in crate::point) const SLOT_SHIFT: u32 = 32;
-    pub(in crate::point) const SLOT_MASK: u64 = 0b11 << Self::SLOT_SHIFT;
-    /// [`SLOT_MASK`](Self::SLOT_MASK)'s bits of a slot in the flow word.
-    pub(in crate::point) const WORD: u64 = 1 << Self::SLOT_SHIFT;
-    pub(in crate::point) const FINE: u64 = 1 << 34;
-    pub(in crate::point) const EXTRA: u64 = 1 << 35;
-    /// Set with [`EXTRA`](Self::EXTRA) by [`Permit::with_breaker`] alone: an untimed
-    /// call that only an SRE breaker judged, completed by one counter of the breaker.
-    pub(in crate::point) const SRE_ONLY: u64 = 1 << 36;
-    /// [`Permit::breaker_word`] is the call's record with the form's breaker.
-    pub(in crate::point) const BREAKER: u64 = 1 << 37;
-    /// [`Permit::adaptive_start`] is the call's start with the form's adaptive limit.
-    pub(in crate::point) const ADAPTIVE: u64 = 1 << 38;
-    /// [`Permit::key_fp`] is the key of a slot the call holds.
-    pub(in crate::point) const KEY: u64 = 1 << 39;
-    /// Where the key's slot is: the hold's code ([`KeyHold::into_parts`]).
-    ///
-    /// [`KeyHold::into_parts`]: crate::keys::KeyHold::into_parts
-    const KEY_SHIFT: u32 = 40;
-    const KEY_MASK: u64 = ((1 << crate::keys::HOLD_CODE_BITS) - 1) << Self::KEY_SHIFT;
-
-    /// The code of the key's hold (see [`KEY`](Self::KEY)).
-    #[inline]
-    pub(in crate::point) fn key_code(self) -> u32 {
-        ((self.bits() & Self::KEY_MASK) >> Self::KEY_SHIFT) as u32
-    }
-
-    #[inline]
-    pub(in crate::point) fn has(self, bit: u64) -> bool {
-        self.bits() & bit != 0
-    }
-
-    #[inline]
-    pub(in crate::point) fn from_bits(bits: u64) -> Meta {
-        match std::num::NonZeroU64::new(bits | Self::SET) {
-            Some(n) => Meta(n),
-            None => unreachable!("bit 63 is set"),
-        }
-    }
-
-    #[inline]
-    pub(in crate::point) fn new(slot: Slot, fine: bool) -> Meta {
-        Meta::from_bits(u64::from(NO_HANG))
-            .with_slot(slot)
-            .with_fine(fine)
-    }
-
-    #[inline]
-    pub(in crate::point) fn bits(self) -> u64 {
-        self.0.get()
-    }
-
-    #[inline]
-    pub(in crate::point) fn hang(self) -> u32 {
-        self.bits() as u32
-    }
-
-    #[inline]
-    pub(in crate::point) fn with_hang(self, hang: u32) -> Meta {
-        Meta::from_bits(self.bits() & !u64::from(u32::MAX) | u64::from(hang))
-    }
-
-    #[inline]
-    pub(in crate::point) fn slot(self) -> Slot {
-        match (self.bits() & Self::SLOT_MASK) >> Self::SLOT_SHIFT {
-            0 => Slot::None,
-            1 => Slot::Word,
-            _ => Slot::Spill,
-        }
-    }
-
-    #[inline]
-    pub(in crate::point) fn with_slot(self, slot: Slot) -> Meta {
-        let code: u64 = match slot {
-            Slot::None => 0,
-            Slot::Word => 1,
-            Slot::Spill => 2,
-        };
-        Meta::from_bits(self.bits() & !Self::SLOT_MASK | code << Self::SLOT_SHIFT)
-    }
-
-    #[inline]
-    pub(in crate::point) fn fine(self) -> bool {
-        self.bits() & Self::FINE != 0
-    }
-
-    #[inline]
-    pub(in crate::point) fn with_fine(self, fine: bool) -> Meta {
-        Meta::from_bits(if fine {
-            self.bits() | Self::FINE
-        } else {
-            self.bits() & !Self::FINE
-        })
-    }
-}
-
 impl fmt::Debug for Permit<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Permit")
             .field("point", &self.point.name)
-            .field("probe", &(self.probe_of != 0))
+            .field("probe", &(self.tail.records().probe_of != 0))
             .field("breaker", &self.meta.has(Meta::BREAKER))
             .finish_non_exhaustive()
     }
@@ -240,12 +119,8 @@ impl<'a> Permit<'a> {
             point,
             start: 0,
             hang_at: None,
-            form: None,
-            probe_of: 0,
+            tail: Tail::NONE,
             meta,
-            breaker_word: 0,
-            adaptive_start: 0,
-            key_fp: 0,
         }
     }
 
@@ -268,20 +143,20 @@ impl<'a> Permit<'a> {
             adaptive.is_none_or(|a| c.adaptive.is_some_and(|s| std::ptr::eq(s.0, a.slot)))
         );
         debug_assert!(breaker.is_none_or(|b| c.breaker.is_some_and(|s| std::ptr::eq(s.0, b.slot))));
-        let with = |on: bool, bit: u64| if on { bit | Meta::EXTRA } else { 0 };
-        let bits =
-            with(adaptive.is_some(), Meta::ADAPTIVE) | with(breaker.is_some(), Meta::BREAKER);
-        Permit {
+        let mut permit = Permit {
             point,
             start,
             hang_at,
-            form: Some(c),
-            probe_of: 0,
-            meta: Meta::from_bits(Meta::new(slot, fine).with_hang(hang).bits() | bits),
-            breaker_word: breaker.map_or(0, |b| b.word),
-            adaptive_start: adaptive.map_or(0, |a| a.start),
-            key_fp: 0,
+            tail: Tail::of(c),
+            meta: Meta::new(slot, fine).with_hang(hang),
+        };
+        if let Some(a) = adaptive {
+            permit.attach_adaptive(c, a);
         }
+        if let Some(b) = breaker {
+            permit.attach_breaker(c, b);
+        }
+        permit
     }
 
     /// Gives the permit its breaker call, one of `c`'s breaker. With
@@ -292,7 +167,11 @@ impl<'a> Permit<'a> {
     #[inline]
     pub(in crate::point) fn attach_breaker(&mut self, c: &'static Compiled, call: BreakerCall) {
         debug_assert!(c.breaker.is_some_and(|s| std::ptr::eq(s.0, call.slot)));
-        self.breaker_word = call.word;
+        if let BreakerImpl::Classic(_) = &call.slot.imp {
+            self.tail.records_mut(c).ticket = call.word;
+        } else {
+            debug_assert_eq!(call.word, call.slot.slow_or_zero(self.meta.fine()));
+        }
         self.attach_form(c, Meta::BREAKER);
     }
 
@@ -300,7 +179,7 @@ impl<'a> Permit<'a> {
     #[inline]
     pub(in crate::point) fn attach_adaptive(&mut self, c: &'static Compiled, call: AdaptiveCall) {
         debug_assert!(c.adaptive.is_some_and(|s| std::ptr::eq(s.0, call.slot)));
-        self.adaptive_start = call.start;
+        self.tail.records_mut(c).adaptive_start = call.start;
         self.attach_form(c, Meta::ADAPTIVE);
     }
 
@@ -314,41 +193,40 @@ impl<'a> Permit<'a> {
     ) {
         debug_assert!(c.keys.is_some());
         let (fp, code) = hold.into_parts();
-        self.key_fp = fp;
-        self.meta = Meta::from_bits(self.meta.bits() & !Meta::KEY_MASK);
-        self.attach_form(c, Meta::KEY | u64::from(code) << Meta::KEY_SHIFT);
+        self.tail.records_mut(c).key_fp = fp;
+        self.tail.set_form(c);
+        self.meta = self.meta.with_key(code);
     }
 
     /// Points the permit at `c` (the one form a permit has) and sets `bits` and
     /// [`Meta::EXTRA`] in its meta word.
     #[inline]
     fn attach_form(&mut self, c: &'static Compiled, bits: u64) {
-        debug_assert!(
-            self.form.is_none_or(|f| std::ptr::eq(f, c)),
-            "one form per permit"
-        );
-        self.form = Some(c);
+        self.tail.set_form(c);
         self.meta = Meta::from_bits(self.meta.bits() | bits | Meta::EXTRA);
     }
 
-    /// Gives back the slot the call holds under its key, if any.
-    fn release_key(&mut self) {
+    /// Gives back the slot the call holds under its key, if any (its fingerprint in
+    /// `records`).
+    fn release_key(&mut self, records: &Records) {
         if !self.meta.has(Meta::KEY) {
             return;
         }
         self.meta = Meta::from_bits(self.meta.bits() & !Meta::KEY);
-        let form = self.form.and_then(|c| c.keys);
-        match form.and_then(|k| k.0.hold(self.key_fp, self.meta.key_code())) {
+        let form = self.tail.form().and_then(|c| c.keys);
+        match form.and_then(|k| k.0.hold(records.key_fp, self.meta.key_code())) {
             // Dropped: the slot goes back.
             Some(hold) => drop(hold),
             None => debug_assert!(false, "a key's hold without its form's table or override"),
         }
     }
 
-    /// Makes the permit the probe of the delay period ending at `until`.
+    /// Makes the permit, admitted under `c`, the probe of the delay period ending at
+    /// `until`.
     #[inline]
-    pub(in crate::point) fn attach_probe(&mut self, until: u64) {
-        self.probe_of = until;
+    pub(in crate::point) fn attach_probe(&mut self, c: &'static Compiled, until: u64) {
+        debug_assert_ne!(until, 0);
+        self.tail.records_mut(c).probe_of = until;
         self.meta = Meta::from_bits(self.meta.bits() | Meta::EXTRA);
     }
 
@@ -374,25 +252,30 @@ impl<'a> Permit<'a> {
         permit
     }
 
-    /// The breaker's record of this call, if it has one.
+    /// The breaker's record of this call, if it has one (a classic breaker's ticket
+    /// from `records`; an SRE breaker's slow-call threshold from its slot).
     #[inline(always)]
-    pub(in crate::point) fn breaker(&self) -> Option<BreakerCall> {
-        match (self.form, self.meta.has(Meta::BREAKER)) {
+    pub(in crate::point) fn breaker(&self, records: &Records) -> Option<BreakerCall> {
+        match (self.tail.form(), self.meta.has(Meta::BREAKER)) {
             (Some(c), true) => c.breaker.map(|slot| BreakerCall {
                 slot: slot.0,
-                word: self.breaker_word,
+                word: match &slot.0.imp {
+                    BreakerImpl::Sre(_) => slot.0.slow_or_zero(self.meta.fine()),
+                    BreakerImpl::Classic(_) => records.ticket,
+                },
             }),
             _ => None,
         }
     }
 
-    /// The adaptive limit's record of this call, if it has one.
+    /// The adaptive limit's record of this call, if it has one (its start from
+    /// `records`).
     #[inline]
-    pub(in crate::point) fn adaptive(&self) -> Option<AdaptiveCall> {
-        match (self.form, self.meta.has(Meta::ADAPTIVE)) {
+    pub(in crate::point) fn adaptive(&self, records: &Records) -> Option<AdaptiveCall> {
+        match (self.tail.form(), self.meta.has(Meta::ADAPTIVE)) {
             (Some(c), true) => c.adaptive.map(|slot| AdaptiveCall {
                 slot: slot.0,
-                start: self.adaptive_start,
+                start: records.adaptive_start,
             }),
             _ => None,
         }
@@ -444,7 +327,7 @@ impl<'a> Permit<'a> {
             self.meta.has(Meta::EXTRA),
             self.meta.has(Meta::BREAKER)
                 || self.meta.has(Meta::ADAPTIVE)
-                || self.probe_of != 0
+                || self.tail.records().probe_of != 0
                 || self.meta.has(Meta::KEY),
             "the extra bit follows the permit's fields"
         );
@@ -476,7 +359,7 @@ impl<'a> Permit<'a> {
         }
         if meta & Meta::SRE_ONLY != 0 && outcome == Outcome::Ok {
             // An untimed call only an SRE breaker judged, done well: its success.
-            if let Some(slot) = self.form.and_then(|c| c.breaker.map(|s| s.0)) {
+            if let Some(slot) = self.tail.form().and_then(|c| c.breaker.map(|s| s.0)) {
                 if let BreakerImpl::Sre(b) = &slot.imp {
                     return b.record_admitted(crate::breaker::Outcome::Success);
                 }
@@ -522,8 +405,10 @@ impl<'a> Permit<'a> {
     /// The rest of [`complete`](Self::complete), out of line.
     #[inline(never)]
     pub(in crate::point) fn complete_tracked(&mut self, outcome: Outcome) {
+        // The records out of their box (freed now: nothing below can unwind).
+        let records = self.tail.unbox();
         if self.meta.bits() & Meta::SRE_ONLY != 0 && outcome != Outcome::Cancelled {
-            if let Some(BreakerCall { slot, .. }) = self.breaker() {
+            if let Some(BreakerCall { slot, .. }) = self.breaker(&records) {
                 if let BreakerImpl::Sre(b) = &slot.imp {
                     b.record_admitted(sre_outcome(outcome != Outcome::Ok));
                     return self.point.count_untracked_end(outcome);
@@ -534,18 +419,18 @@ impl<'a> Permit<'a> {
             || self.meta.has(Meta::ADAPTIVE)
             || self.meta.has(Meta::KEY)
         {
-            return self.complete_slow(outcome);
+            return self.complete_slow(outcome, &records);
         }
-        match self.breaker() {
+        match self.breaker(&records) {
             None => {}
             // An untimed call of a breaker-only point: one counter of the breaker.
             Some(BreakerCall { slot, word: 0 }) if outcome != Outcome::Cancelled => {
                 match &slot.imp {
                     BreakerImpl::Sre(b) => b.record_admitted(sre_outcome(outcome != Outcome::Ok)),
-                    BreakerImpl::Classic(_) => return self.complete_slow(outcome),
+                    BreakerImpl::Classic(_) => return self.complete_slow(outcome, &records),
                 }
             }
-            Some(_) => return self.complete_slow(outcome),
+            Some(_) => return self.complete_slow(outcome, &records),
         }
         self.point.count_untracked_end(outcome);
     }
@@ -578,7 +463,7 @@ impl<'a> Permit<'a> {
     #[inline(always)]
     fn ran_past_timeout(&self, elapsed: u64) -> bool {
         // Without the rule the form's threshold is 0 (and so is it without a form).
-        let timeout = self.form.map_or(0, |c| c.timeout);
+        let timeout = self.tail.form().map_or(0, |c| c.timeout);
         timeout != 0 && elapsed > timeout
     }
 
@@ -643,23 +528,25 @@ impl<'a> Permit<'a> {
         (failed, elapsed)
     }
 
-    pub(in crate::point) fn complete_slow(&mut self, outcome: Outcome) {
+    /// The rest of [`complete_tracked`](Self::complete_tracked), with the call's
+    /// `records` out of their box.
+    pub(in crate::point) fn complete_slow(&mut self, outcome: Outcome, records: &Records) {
         // The key's slot first: the call is over for its key whatever follows.
-        self.release_key();
+        self.release_key(records);
         let p = self.point;
         let (failed, elapsed) = self.settle(outcome);
-        if let Some(call) = self.breaker() {
+        if let Some(call) = self.breaker(records) {
             p.breaker_outcome(call, outcome, failed, elapsed, self.meta.fine());
         }
         // A latency sample only from calls that completed well; failures and
         // cancellations just leave the flight.
-        if let Some(a) = self.adaptive() {
+        if let Some(a) = self.adaptive(records) {
             a.end(outcome == Outcome::Ok && !failed);
         }
         if self.meta.slot() == Slot::None {
             return;
         }
-        if self.probe_of != 0 {
+        if records.probe_of != 0 {
             let end = match outcome {
                 Outcome::Ok if !failed => ProbeEnd::Succeeded,
                 Outcome::Cancelled => ProbeEnd::Cancelled,
@@ -667,7 +554,7 @@ impl<'a> Permit<'a> {
             };
             let retry_ns = p.compiled().retry_ns;
             p.delay
-                .probe_ended(self.probe_of, p.clock.now_ns(), end, retry_ns);
+                .probe_ended(records.probe_of, p.clock.now_ns(), end, retry_ns);
         }
         if p.flow.release(self.meta.slot()) {
             p.wake_waiter();

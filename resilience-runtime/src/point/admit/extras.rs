@@ -1,0 +1,207 @@
+//! What a permit keeps for the stages only some policies use: the delay a probe
+//! ends, a classic breaker's ticket, the adaptive limit's start and the key's
+//! fingerprint.
+//!
+//! A permit has one word for the form its call entered under ([`Tail`]). A call that
+//! has any of these records has that word point instead at a box that holds the form
+//! and them, made when the first record is written and freed when the call ends. A
+//! call whose policy uses none of these stages (the five rules, a `#[breaker]` on an
+//! SRE breaker, no policy at all) has no space for them in its permit and writes none
+//! of them; the calls that use them pay for the box (see `spares` for what that costs).
+//!
+//! Guarantee kept here: a [`Tail`] is empty, the address of a form (which lives as
+//! long as its point), or the address of a box it owns, told apart by the word's low
+//! bit; the box is freed once, by [`Tail::unbox`] or by the tail's drop, never read
+//! after.
+
+use super::spares;
+use crate::point::form::compiled::Compiled;
+
+/// The records of one call for the stages only some policies use (0: none).
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub(in crate::point) struct Records {
+    /// The end of the delay this call probes.
+    pub(in crate::point) probe_of: u64,
+    /// A classic breaker's ticket taken apart (`epoch << 1 | probe`), with
+    /// [`Meta::BREAKER`](super::meta::Meta::BREAKER) on a classic breaker. An SRE
+    /// breaker records nothing on the way in: its slow-call threshold is its slot's.
+    pub(in crate::point) ticket: u64,
+    /// The start of the call on the adaptive limit's clock, with
+    /// [`Meta::ADAPTIVE`](super::meta::Meta::ADAPTIVE).
+    pub(in crate::point) adaptive_start: u64,
+    /// The fingerprint of the key whose slot the call holds, with
+    /// [`Meta::KEY`](super::meta::Meta::KEY).
+    pub(in crate::point) key_fp: u64,
+}
+
+/// A call's form with its records: what a boxed [`Tail`] points at.
+#[derive(Debug)]
+pub(in crate::point) struct Extras {
+    pub(in crate::point) form: &'static Compiled,
+    pub(in crate::point) records: Records,
+}
+
+/// The low bit of a [`Tail`] that holds a box (forms and boxes are 8-byte aligned).
+const BOXED: usize = 1;
+
+/// A permit's form, or a box of its [`Extras`] (which holds the form), in one word.
+pub(in crate::point) struct Tail(*const ());
+
+// SAFETY: a tail is a shared reference to a form (`Compiled` is `Sync`) or an owned
+// box of plain data and such a reference: sending or sharing it is sending or
+// sharing those.
+unsafe impl Send for Tail {}
+// SAFETY: as above; a shared tail is only read.
+unsafe impl Sync for Tail {}
+
+const _: () = assert!(std::mem::align_of::<Compiled>() > BOXED);
+const _: () = assert!(std::mem::align_of::<Extras>() > BOXED);
+
+impl Tail {
+    /// No form.
+    pub(in crate::point) const NONE: Tail = Tail(std::ptr::null());
+
+    /// The form `c`, without records.
+    #[inline(always)]
+    pub(in crate::point) fn of(c: &'static Compiled) -> Tail {
+        Tail(Tail::word_of(c))
+    }
+
+    /// The word of an unboxed tail with form `c`. (Tails are changed by their word:
+    /// assigning a whole tail would drop the old one, box included.)
+    #[inline(always)]
+    fn word_of(c: &'static Compiled) -> *const () {
+        std::ptr::from_ref(c).cast()
+    }
+
+    #[inline(always)]
+    fn boxed(&self) -> Option<*mut Extras> {
+        (self.0.addr() & BOXED != 0).then(|| self.0.map_addr(|a| a & !BOXED).cast_mut().cast())
+    }
+
+    /// The form, boxed or not.
+    #[inline(always)]
+    pub(in crate::point) fn form(&self) -> Option<&'static Compiled> {
+        match self.boxed() {
+            // SAFETY: the box is this tail's, alive until `unbox` or drop.
+            Some(b) => Some(unsafe { &*b }.form),
+            // SAFETY: an unboxed tail is null or the address of a form, which lives as
+            // long as its point, and the point outlives every permit.
+            None => unsafe { self.0.cast::<Compiled>().as_ref() },
+        }
+    }
+
+    /// The call's records (all 0 when it has none).
+    #[inline]
+    pub(in crate::point) fn records(&self) -> Records {
+        match self.boxed() {
+            // SAFETY: as in `form`.
+            Some(b) => unsafe { &*b }.records,
+            None => Records::default(),
+        }
+    }
+
+    /// The records, to write, of a call under `c`: the tail is boxed first if it
+    /// was not (a tail has one form: `c`, or none yet).
+    #[inline]
+    pub(in crate::point) fn records_mut(&mut self, c: &'static Compiled) -> &mut Records {
+        let b = match self.boxed() {
+            Some(b) => b,
+            None => {
+                debug_assert!(
+                    self.form().is_none_or(|f| std::ptr::eq(f, c)),
+                    "one form per permit"
+                );
+                let b = spares::take(Extras {
+                    form: c,
+                    records: Records::default(),
+                });
+                self.0 = b.cast_const().cast::<()>().map_addr(|a| a | BOXED);
+                b
+            }
+        };
+        // SAFETY: the box is this tail's, and `&mut self` borrows it exclusively.
+        &mut unsafe { &mut *b }.records
+    }
+
+    /// Points an empty tail at `c`; a tail with a form keeps it (it is `c`).
+    #[inline(always)]
+    pub(in crate::point) fn set_form(&mut self, c: &'static Compiled) {
+        debug_assert!(
+            self.form().is_none_or(|f| std::ptr::eq(f, c)),
+            "one form per permit"
+        );
+        if self.0.is_null() {
+            self.0 = Tail::word_of(c);
+        }
+    }
+
+    /// Frees the box, if any, and returns its records; the tail keeps the form.
+    #[inline]
+    pub(in crate::point) fn unbox(&mut self) -> Records {
+        match self.boxed() {
+            Some(b) => {
+                // SAFETY: the box is this tail's; the tail stops pointing at it below,
+                // so it is freed once.
+                let extras = unsafe { spares::give_back(b) };
+                self.0 = Tail::word_of(extras.form);
+                extras.records
+            }
+            None => Records::default(),
+        }
+    }
+}
+
+impl Drop for Tail {
+    fn drop(&mut self) {
+        // A permit unboxes its tail when it completes; this only frees the box of one
+        // forgotten before that.
+        self.unbox();
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::point::form::compiled::EMPTY;
+
+    #[test]
+    fn a_tail_is_one_word_and_keeps_its_form_boxed_or_not() {
+        assert_eq!(std::mem::size_of::<Tail>(), 8);
+        let c: &'static Compiled = &EMPTY;
+        let mut tail = Tail::NONE;
+        assert!(tail.form().is_none());
+        tail.set_form(c);
+        assert!(tail.form().is_some_and(|f| std::ptr::eq(f, c)));
+        assert_eq!(tail.records(), Records::default());
+        tail.records_mut(c).key_fp = 7;
+        tail.records_mut(c).probe_of = 9;
+        assert!(
+            tail.form().is_some_and(|f| std::ptr::eq(f, c)),
+            "boxed, the form stays"
+        );
+        let records = tail.records();
+        assert_eq!((records.key_fp, records.probe_of), (7, 9));
+        assert_eq!(tail.unbox(), records);
+        assert!(
+            tail.form().is_some_and(|f| std::ptr::eq(f, c)),
+            "unboxed, the form stays"
+        );
+        assert_eq!(tail.unbox(), Records::default(), "the box was freed once");
+    }
+
+    #[test]
+    fn a_dropped_tail_gives_its_box_back() {
+        let c: &'static Compiled = &EMPTY;
+        let before = spares::held();
+        let mut tail = Tail::of(c);
+        tail.records_mut(c).ticket = 3;
+        assert_eq!(
+            spares::held(),
+            before.saturating_sub(1),
+            "a spare was taken"
+        );
+        drop(tail);
+        assert_eq!(spares::held(), before.max(1), "and given back");
+    }
+}
