@@ -91,6 +91,21 @@ impl Tail {
         }
     }
 
+    /// The form of a tail that is not boxed, read without testing that it is not.
+    ///
+    /// # Safety
+    /// The tail is not boxed: a permit's tail is boxed only by
+    /// [`records_mut`](Self::records_mut), which the permit reaches only while setting
+    /// [`Meta::EXTRA`](super::meta::Meta::EXTRA), and that bit is never cleared, so a
+    /// permit without it has an unboxed tail.
+    #[inline(always)]
+    pub(in crate::point) unsafe fn form_unboxed(&self) -> Option<&'static Compiled> {
+        debug_assert!(self.boxed().is_none(), "a boxed tail read as unboxed");
+        // SAFETY: unboxed (the caller's promise), so null or the address of a form,
+        // which lives as long as its point, and the point outlives every permit.
+        unsafe { self.0.cast::<Compiled>().as_ref() }
+    }
+
     /// The call's records (all 0 when it has none).
     #[inline]
     pub(in crate::point) fn records(&self) -> Records {

@@ -369,7 +369,8 @@ impl<'a> Permit<'a> {
     }
 
     /// Settles a call with nothing extra (no breaker, adaptive flight, probe or key)
-    /// but its slot, which the caller gives back.
+    /// but its slot, which the caller gives back: no [`Meta::EXTRA`], so its tail is not
+    /// boxed.
     #[inline(always)]
     fn settle_plain(&self, outcome: Outcome, meta: u64) {
         if self.start == 0 && meta as u32 == NO_HANG {
@@ -446,7 +447,10 @@ impl<'a> Permit<'a> {
             crate::point::state::durations::measuring_durations(),
             p.clock.now_ns_without_call(),
         ) {
-            if !self.ran_past_timeout(now.saturating_sub(self.start)) {
+            // SAFETY: settle_ok is only reached for a permit without `Meta::EXTRA`
+            // (through `settle_plain`), whose tail is not boxed.
+            let form = unsafe { self.tail.form_unboxed() };
+            if !past_timeout(form, now.saturating_sub(self.start)) {
                 // In time: only its hung-call slot goes back (if a sweep marked it, the
                 // sweep counted the timeout already).
                 if let Some(at) = self.hang_at {
@@ -462,9 +466,7 @@ impl<'a> Permit<'a> {
     /// timeout rule: strictly past its threshold.
     #[inline(always)]
     fn ran_past_timeout(&self, elapsed: u64) -> bool {
-        // Without the rule the form's threshold is 0 (and so is it without a form).
-        let timeout = self.tail.form().map_or(0, |c| c.timeout);
-        timeout != 0 && elapsed > timeout
+        past_timeout(self.tail.form(), elapsed)
     }
 
     /// [`settle`](Self::settle) for a call that completed well, any case.
@@ -560,6 +562,15 @@ impl<'a> Permit<'a> {
             p.wake_waiter();
         }
     }
+}
+
+/// Whether a call under `form` that ran `elapsed` (in the unit of its start) is late
+/// for the timeout rule: strictly past its threshold. Without the rule the form's
+/// threshold is 0 (and so is it without a form).
+#[inline(always)]
+fn past_timeout(form: Option<&'static Compiled>, elapsed: u64) -> bool {
+    let timeout = form.map_or(0, |c| c.timeout);
+    timeout != 0 && elapsed > timeout
 }
 
 impl Drop for Permit<'_> {
