@@ -204,24 +204,35 @@ thread_local! {
 
 /// Counts one call of the point with [`key`] `id` on this thread. Returns `false`
 /// (nothing counted) when `id` is out of range or the thread's locals are already torn
-/// down; the caller then counts the call itself.
-#[inline]
+/// down; the caller then counts the call itself. (The engine calls its two halves,
+/// [`add_to_existing`] in line and [`add_one_slow`] out of its hot path.)
+#[cfg(test)]
 pub(crate) fn add_one(id: u32) -> bool {
+    add_to_existing(id) || add_one_slow(id)
+}
+
+/// [`add_one`] into a cell this thread already has; `false` (nothing counted) when it
+/// has none, and the caller goes the cold way ([`add_one_slow`]), out of its hot path.
+#[inline]
+pub(crate) fn add_to_existing(id: u32) -> bool {
     // SAFETY: `MINE_FAST` is `EMPTY` or points into `MINE`, which outlives it (its
     // drop resets the pointer first), and only this thread uses it.
     let table = unsafe { &*MINE_FAST.get() };
-    if let Some(cell) = table.existing(id) {
-        // Only this thread writes this cell: no read-modify-write needed.
-        cell.store(cell.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-        return true;
+    match table.existing(id) {
+        Some(cell) => {
+            // Only this thread writes this cell: no read-modify-write needed.
+            cell.store(cell.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            true
+        }
+        None => false,
     }
-    add_one_slow(id)
 }
 
 /// The first count of a thread, or of a block of 256 points on it.
+/// Returns `false` as [`add_one`] does.
 #[cold]
 #[inline(never)]
-fn add_one_slow(id: u32) -> bool {
+pub(crate) fn add_one_slow(id: u32) -> bool {
     if id >= MAX_IDS {
         return false;
     }
