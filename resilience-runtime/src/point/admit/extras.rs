@@ -74,6 +74,12 @@ impl Tail {
         std::ptr::from_ref(c).cast()
     }
 
+    /// Whether the tail holds a box of records.
+    #[inline(always)]
+    pub(in crate::point) fn is_boxed(&self) -> bool {
+        self.0.addr() & BOXED != 0
+    }
+
     #[inline(always)]
     fn boxed(&self) -> Option<*mut Extras> {
         (self.0.addr() & BOXED != 0).then(|| self.0.map_addr(|a| a & !BOXED).cast_mut().cast())
@@ -100,7 +106,7 @@ impl Tail {
     /// permit without it has an unboxed tail.
     #[inline(always)]
     pub(in crate::point) unsafe fn form_unboxed(&self) -> Option<&'static Compiled> {
-        debug_assert!(self.boxed().is_none(), "a boxed tail read as unboxed");
+        debug_assert!(!self.is_boxed(), "a boxed tail read as unboxed");
         // SAFETY: unboxed (the caller's promise), so null or the address of a form,
         // which lives as long as its point, and the point outlives every permit.
         unsafe { self.0.cast::<Compiled>().as_ref() }

@@ -358,7 +358,12 @@ impl<'a> Permit<'a> {
             return;
         }
         if meta & Meta::SRE_ONLY != 0 && outcome == Outcome::Ok {
-            // An untimed call only an SRE breaker judged, done well: its success.
+            // An untimed call only an SRE breaker judged, done well: its success. Such
+            // a permit has no records, so no box to free.
+            debug_assert!(
+                !self.tail.is_boxed(),
+                "an SRE breaker's call has no records"
+            );
             if let Some(slot) = self.tail.form().and_then(|c| c.breaker.map(|s| s.0)) {
                 if let BreakerImpl::Sre(b) = &slot.imp {
                     return b.record_admitted(crate::breaker::Outcome::Success);
@@ -406,7 +411,8 @@ impl<'a> Permit<'a> {
     /// The rest of [`complete`](Self::complete), out of line.
     #[inline(never)]
     pub(in crate::point) fn complete_tracked(&mut self, outcome: Outcome) {
-        // The records out of their box (freed now: nothing below can unwind).
+        // The records out of their box, freed now: before anything below could unwind
+        // (a breaker's listener), and once.
         let records = self.tail.unbox();
         if self.meta.bits() & Meta::SRE_ONLY != 0 && outcome != Outcome::Cancelled {
             if let Some(BreakerCall { slot, .. }) = self.breaker(&records) {
