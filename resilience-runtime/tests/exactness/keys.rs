@@ -16,7 +16,7 @@
 
 use crate::support::*;
 use resilience_runtime::keys::{KeyOverride, KeyPolicy};
-use resilience_runtime::{Point, Policy, Reason, Registry};
+use resilience_runtime::{Permit, Point, Policy, Reason, Registry};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::Duration;
@@ -53,77 +53,147 @@ impl KeyCounts {
     }
 }
 
-/// `threads` threads each call every key `rounds` times (key names from `name_of`),
-/// holding each admitted call for a few yields; with `swap`, another thread swaps the
-/// point's policy between `policies` meanwhile.
-#[allow(clippy::too_many_arguments)]
-fn run(
-    reg: &'static Registry,
-    name: &str,
-    (plain, other): (Policy, Policy),
+/// How the callers of [`run`] call: `threads` threads each call every key `rounds`
+/// times (key names from `name_of`), holding each admitted call for a few yields;
+/// with `swap`, another thread swaps the point's policy between the two policies
+/// meanwhile; with `elsewhere`, each caller hands its permits, in order, to a thread
+/// of its own that ends them.
+struct Calls {
     keys: usize,
     name_of: fn(usize) -> String,
     threads: usize,
     rounds: usize,
     swap: bool,
-) -> (&'static Point, KeyCounts) {
+    elsewhere: bool,
+}
+
+impl Calls {
+    fn new(keys: usize, name_of: fn(usize) -> String, threads: usize, rounds: usize) -> Calls {
+        Calls {
+            keys,
+            name_of,
+            threads,
+            rounds,
+            swap: false,
+            elsewhere: false,
+        }
+    }
+
+    fn swap(self, swap: bool) -> Calls {
+        Calls { swap, ..self }
+    }
+
+    fn elsewhere(self) -> Calls {
+        Calls {
+            elsewhere: true,
+            ..self
+        }
+    }
+
+    fn total(&self) -> u64 {
+        (self.keys * self.rounds * self.threads) as u64
+    }
+}
+
+/// How the admitted calls ended: finished well, or with an exception (the others
+/// were cancelled).
+#[derive(Default)]
+struct Ends {
+    ok: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// Ends a caller's `n`th admitted call, of key `k`, after `hold` yields: every fifth
+/// is cancelled (the first among them), every eighth fails, the others finish well.
+fn end(counts: &KeyCounts, ends: &Ends, k: usize, n: usize, hold: usize, permit: Permit<'_>) {
+    for _ in 0..hold {
+        std::thread::yield_now();
+    }
+    counts.inflight[k].fetch_sub(1, Ordering::SeqCst);
+    if n % 5 == 0 {
+        drop(permit); // a cancelled call
+    } else if n % 8 == 7 {
+        ends.failed.fetch_add(1, Ordering::Relaxed);
+        permit.finish(true);
+    } else {
+        ends.ok.fetch_add(1, Ordering::Relaxed);
+        permit.finish(false);
+    }
+}
+
+/// Runs `calls` on point `name` of `reg` under `plain` (swapped with `other`).
+fn run(
+    reg: &'static Registry,
+    name: &str,
+    (plain, other): (Policy, Policy),
+    calls: &Calls,
+) -> (&'static Point, KeyCounts, Ends) {
     reg.set_policy(name, plain.clone()).unwrap();
     let p = reg.point(name).unwrap();
-    let counts = KeyCounts::new(keys);
-    let names: Vec<String> = (0..keys).map(name_of).collect();
+    let counts = KeyCounts::new(calls.keys);
+    let ends = Ends::default();
+    let names: Vec<String> = (0..calls.keys).map(calls.name_of).collect();
     let stop = AtomicBool::new(false);
-    let start = Barrier::new(threads + 1);
+    let start = Barrier::new(calls.threads + 1);
     std::thread::scope(|s| {
         let swapper = s.spawn(|| {
             start.wait();
-            while swap && !stop.load(Ordering::Relaxed) {
+            while calls.swap && !stop.load(Ordering::Relaxed) {
                 reg.set_policy(name, other.clone()).unwrap();
                 reg.set_policy(name, plain.clone()).unwrap();
             }
         });
-        let callers: Vec<_> = (0..threads)
-            .map(|t| {
-                let (counts, names, start) = (&counts, &names, &start);
-                s.spawn(move || {
-                    start.wait();
-                    for r in 0..rounds {
-                        for i in 0..keys {
-                            // Threads walk the keys from different places.
-                            let k = (i + t * 7 + r) % keys;
-                            match p.enter_key(names[k].as_str()) {
-                                Ok(permit) => {
-                                    counts.admitted[k].fetch_add(1, Ordering::Relaxed);
-                                    let n = counts.inflight[k].fetch_add(1, Ordering::SeqCst) + 1;
-                                    counts.max_inflight[k].fetch_max(n, Ordering::Relaxed);
-                                    for _ in 0..(t % 3) {
-                                        std::thread::yield_now();
-                                    }
-                                    counts.inflight[k].fetch_sub(1, Ordering::SeqCst);
-                                    if (r + i) % 5 == 0 {
-                                        drop(permit); // a cancelled call
-                                    } else {
-                                        permit.finish(false);
-                                    }
+        let mut callers = Vec::new();
+        for t in 0..calls.threads {
+            let (counts, ends, names, start) = (&counts, &ends, &names, &start);
+            // The ending thread of a caller that hands its permits on: at most a call
+            // or two of the caller's in flight, so that most calls are admitted.
+            let to = calls.elsewhere.then(|| {
+                let (to, from) = std::sync::mpsc::sync_channel::<(usize, usize, Permit<'_>)>(1);
+                callers.push(s.spawn(move || {
+                    for (k, n, permit) in from {
+                        end(counts, ends, k, n, 1, permit);
+                    }
+                }));
+                to
+            });
+            callers.push(s.spawn(move || {
+                start.wait();
+                let mut n = 0;
+                for r in 0..calls.rounds {
+                    for i in 0..calls.keys {
+                        // Threads walk the keys from different places.
+                        let k = (i + t * 7 + r) % calls.keys;
+                        match p.enter_key(names[k].as_str()) {
+                            Ok(permit) => {
+                                counts.admitted[k].fetch_add(1, Ordering::Relaxed);
+                                let now = counts.inflight[k].fetch_add(1, Ordering::SeqCst) + 1;
+                                counts.max_inflight[k].fetch_max(now, Ordering::Relaxed);
+                                match &to {
+                                    Some(to) => to.send((k, n, permit)).unwrap(),
+                                    None => end(counts, ends, k, n, t % 3, permit),
                                 }
-                                Err(d) if d.reason() == Reason::HotKey => {
-                                    counts.refused.fetch_add(1, Ordering::Relaxed);
-                                }
-                                Err(_) => {
-                                    counts.other.fetch_add(1, Ordering::Relaxed);
-                                }
+                                n += 1;
+                            }
+                            Err(d) if d.reason() == Reason::HotKey => {
+                                counts.refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(_) => {
+                                counts.other.fetch_add(1, Ordering::Relaxed);
                             }
                         }
                     }
-                })
-            })
-            .collect();
+                }
+                // Dropping `to` ends the caller's ending thread.
+            }));
+        }
         for c in callers {
             c.join().unwrap();
         }
         stop.store(true, Ordering::Relaxed);
         swapper.join().unwrap();
     });
-    (p, counts)
+    (p, counts, ends)
 }
 
 fn books(v: &Verdicts, case: &Case, p: &'static Point, c: &KeyCounts, calls: u64) {
@@ -185,17 +255,9 @@ fn frozen_tracked(swap: bool) {
             .build()
             .unwrap();
         let rounds = 30;
-        let (p, c) = run(
-            reg,
-            "keys.tracked",
-            policies(keys),
-            12,
-            key_name,
-            threads,
-            rounds,
-            swap,
-        );
-        books(&v, &case, p, &c, (12 * rounds * threads) as u64);
+        let calls = Calls::new(12, key_name, threads, rounds).swap(swap);
+        let (p, c, _) = run(reg, "keys.tracked", policies(keys), &calls);
+        books(&v, &case, p, &c, calls.total());
         for (k, a) in c.admitted.iter().enumerate() {
             let calls = (rounds * threads) as u64;
             let want = match k {
@@ -242,17 +304,9 @@ fn frozen_untracked(swap: bool) {
             .unwrap();
         let rounds = 8;
         let n = 160;
-        let (p, c) = run(
-            reg,
-            "keys.untracked",
-            policies(keys),
-            n,
-            |i| format!("u{i}"),
-            threads,
-            rounds,
-            swap,
-        );
-        books(&v, &case, p, &c, (n * rounds * threads) as u64);
+        let calls = Calls::new(n, |i| format!("u{i}"), threads, rounds).swap(swap);
+        let (p, c, _) = run(reg, "keys.untracked", policies(keys), &calls);
+        books(&v, &case, p, &c, calls.total());
         for (k, a) in c.admitted.iter().enumerate() {
             let got = a.load(Ordering::Relaxed);
             v.check(got <= 3, || {
@@ -307,17 +361,9 @@ fn concurrency(swap: bool, max_keys: u64, keys: usize, rounds: usize) {
                 .build()
                 .unwrap()
         };
-        let (p, c) = run(
-            reg,
-            "keys.conc",
-            policies(section()),
-            keys,
-            key_name,
-            threads,
-            rounds,
-            swap,
-        );
-        books(&v, &case, p, &c, (keys * rounds * threads) as u64);
+        let calls = Calls::new(keys, key_name, threads, rounds).swap(swap);
+        let (p, c, _) = run(reg, "keys.conc", policies(section()), &calls);
+        books(&v, &case, p, &c, calls.total());
         for (k, m) in c.max_inflight.iter().enumerate() {
             let max = m.load(Ordering::Relaxed);
             let limit = match k {
@@ -525,7 +571,6 @@ fn handed_off(swap: bool) {
     use resilience_runtime::breaker::ClassicConfig;
     use resilience_runtime::BreakerPolicy;
     const KEYS: usize = 6;
-    const ROUNDS: usize = 120;
     let v = Verdicts::default();
     for threads in THREADS {
         let (reg, _clock) = manual_registry();
@@ -540,84 +585,17 @@ fn handed_off(swap: bool) {
             .max_keys(64)
             .build()
             .unwrap();
-        let (plain, other) = policies(section);
         let name = "keys.handed_off";
-        reg.set_policy(name, plain.clone()).unwrap();
-        // Opens only if every call in its window failed: never, here.
+        // Opens only if every call in its window failed: never, as a caller's first
+        // outcome is a success (see `end`).
         let classic = ClassicConfig::builder().failure_rate(1.0).build().unwrap();
         reg.set_breaker(name, BreakerPolicy::Classic(classic))
             .unwrap();
-        let p = reg.point(name).unwrap();
-        let counts = KeyCounts::new(KEYS);
-        let (ok, failed) = (AtomicU64::new(0), AtomicU64::new(0));
-        let names: Vec<String> = (0..KEYS).map(|k| format!("user-{k}")).collect();
-        let stop = AtomicBool::new(false);
-        let start = Barrier::new(threads + 1);
-        std::thread::scope(|s| {
-            let swapper = s.spawn(|| {
-                start.wait();
-                while swap && !stop.load(Ordering::Relaxed) {
-                    reg.set_policy(name, other.clone()).unwrap();
-                    reg.set_policy(name, plain.clone()).unwrap();
-                }
-            });
-            let mut ends = Vec::new();
-            for t in 0..threads {
-                // At most a call or two of each caller in flight: most calls are admitted.
-                let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, usize, _)>(1);
-                let (counts, names, start, ok, failed) = (&counts, &names, &start, &ok, &failed);
-                // The finisher: ends the caller's permits, in order, on its own thread.
-                ends.push(s.spawn(move || {
-                    for (k, n, permit) in rx {
-                        std::thread::yield_now();
-                        counts.inflight[k].fetch_sub(1, Ordering::SeqCst);
-                        match n % 8 {
-                            // Never the first end of a caller: a success comes first.
-                            7 => {
-                                failed.fetch_add(1, Ordering::Relaxed);
-                                resilience_runtime::Permit::finish(permit, true);
-                            }
-                            3 => drop(permit), // a cancelled call
-                            _ => {
-                                ok.fetch_add(1, Ordering::Relaxed);
-                                resilience_runtime::Permit::finish(permit, false);
-                            }
-                        }
-                    }
-                }));
-                ends.push(s.spawn(move || {
-                    start.wait();
-                    let mut n = 0;
-                    for r in 0..ROUNDS {
-                        for i in 0..KEYS {
-                            let k = (i + t * 7 + r) % KEYS;
-                            match p.enter_key(names[k].as_str()) {
-                                Ok(permit) => {
-                                    counts.admitted[k].fetch_add(1, Ordering::Relaxed);
-                                    let now = counts.inflight[k].fetch_add(1, Ordering::SeqCst) + 1;
-                                    counts.max_inflight[k].fetch_max(now, Ordering::Relaxed);
-                                    tx.send((k, n, permit)).unwrap();
-                                    n += 1;
-                                }
-                                Err(d) if d.reason() == Reason::HotKey => {
-                                    counts.refused.fetch_add(1, Ordering::Relaxed);
-                                }
-                                Err(_) => {
-                                    counts.other.fetch_add(1, Ordering::Relaxed);
-                                }
-                            }
-                        }
-                    }
-                    // Dropping `tx` ends the finisher.
-                }));
-            }
-            for end in ends {
-                end.join().unwrap();
-            }
-            stop.store(true, Ordering::Relaxed);
-            swapper.join().unwrap();
-        });
-        books(&v, &case, p, &counts, (KEYS * ROUNDS * threads) as u64);
+        let calls = Calls::new(KEYS, key_name, threads, 120)
+            .swap(swap)
+            .elsewhere();
+        let (p, counts, ends) = run(reg, name, policies(section), &calls);
+        books(&v, &case, p, &counts, calls.total());
         for (k, m) in counts.max_inflight.iter().enumerate() {
             let max = m.load(Ordering::Relaxed);
             v.check(max <= 2, || {
@@ -625,9 +603,12 @@ fn handed_off(swap: bool) {
             });
         }
         let b = p.stats().breaker.expect("a breaker");
-        let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+        let ok = ends.ok.load(Ordering::Relaxed);
+        let failed = ends.failed.load(Ordering::Relaxed);
+        // One caller is admitted nearly every time, so failures come; with more, how
+        // many calls are admitted is up to the scheduler.
         v.check(
-            b.window_successes == ok && b.window_failures == failed,
+            b.window_successes == ok && b.window_failures == failed && (threads > 1 || failed > 0),
             || {
                 format!(
                     "{case}: {ok} ok and {failed} failed calls, the breaker saw {} and {}",
@@ -638,7 +619,7 @@ fn handed_off(swap: bool) {
         // Every slot came back: each key admits its full limit again, held at once.
         let held: Vec<_> = (0..KEYS)
             .flat_map(|k| [k, k])
-            .map(|k| p.enter_key(names[k].as_str()))
+            .map(|k| p.enter_key(key_name(k).as_str()))
             .collect();
         let back = held.iter().filter(|r| r.is_ok()).count();
         v.check(back == 2 * KEYS, || {
