@@ -110,7 +110,7 @@ fn end(counts: &KeyCounts, ends: &Ends, k: usize, n: usize, hold: usize, permit:
         std::thread::yield_now();
     }
     counts.inflight[k].fetch_sub(1, Ordering::SeqCst);
-    if n % 5 == 0 {
+    if n.is_multiple_of(5) {
         drop(permit); // a cancelled call
     } else if n % 8 == 7 {
         ends.failed.fetch_add(1, Ordering::Relaxed);
