@@ -133,10 +133,10 @@ impl Tail {
                     self.form().is_none_or(|f| std::ptr::eq(f, c)),
                     "one form per permit"
                 );
-                let b = spares::take(Extras {
+                let b = Box::into_raw(spares::take(Extras {
                     form: c,
                     records: Records::default(),
-                });
+                }));
                 self.0 = b.cast_const().cast::<()>().map_addr(|a| a | BOXED);
                 b
             }
@@ -162,9 +162,10 @@ impl Tail {
     pub(in crate::point) fn unbox(&mut self) -> Records {
         match self.boxed() {
             Some(b) => {
-                // SAFETY: the box is this tail's; the tail stops pointing at it below,
-                // so it is freed once.
-                let extras = unsafe { spares::give_back(b) };
+                // SAFETY: the box is this tail's (from `Box::into_raw` in
+                // `records_mut`); the tail stops pointing at it below, so it is taken
+                // back once.
+                let extras = spares::give_back(unsafe { Box::from_raw(b) });
                 self.0 = Tail::word_of(extras.form);
                 extras.records
             }
@@ -189,6 +190,11 @@ mod tests {
     #[test]
     fn a_tail_is_one_word_and_keeps_its_form_boxed_or_not() {
         assert_eq!(std::mem::size_of::<Tail>(), 8);
+        assert_eq!(
+            std::mem::size_of::<Extras>(),
+            40,
+            "the box's size the guide states"
+        );
         let c: &'static Compiled = &EMPTY;
         let mut tail = Tail::NONE;
         assert!(tail.form().is_none());

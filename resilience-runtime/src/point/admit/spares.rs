@@ -27,10 +27,10 @@ thread_local! {
     };
 }
 
-/// A box holding `extras`: a spare of this thread's, else a new one. The caller owns
-/// it and gives it back with [`give_back`].
+/// A box holding `extras`: a spare of this thread's, else a new one. Give it back
+/// with [`give_back`].
 #[inline]
-pub(in crate::point) fn take(extras: Extras) -> *mut Extras {
+pub(in crate::point) fn take(extras: Extras) -> Box<Extras> {
     let spare = SPARE
         .try_with(|s| {
             let n = s.len.get().checked_sub(1)?;
@@ -42,21 +42,16 @@ pub(in crate::point) fn take(extras: Extras) -> *mut Extras {
     match spare {
         Some(mut b) => {
             *b = extras;
-            Box::into_raw(b)
+            b
         }
-        None => Box::into_raw(Box::new(extras)),
+        None => Box::new(extras),
     }
 }
 
-/// Gives back a box from [`take`] and returns what it held: kept as one of this
-/// thread's spares, or freed if it has enough (or is exiting).
-///
-/// # Safety
-/// `b` came from [`take`] and was not given back since; it is not used after.
+/// Gives back a box and returns what it held: kept as one of this thread's spares,
+/// or freed if it has enough (or is exiting).
 #[inline]
-pub(in crate::point) unsafe fn give_back(b: *mut Extras) -> Extras {
-    // SAFETY: the caller's promise: `b` is a box from `take`, owned by the caller.
-    let b = unsafe { Box::from_raw(b) };
+pub(in crate::point) fn give_back(b: Box<Extras>) -> Extras {
     let extras = Extras {
         form: b.form,
         records: b.records,
@@ -95,49 +90,44 @@ mod tests {
         }
     }
 
+    fn address(b: &Extras) -> *const Extras {
+        b
+    }
+
     #[test]
     fn a_box_given_back_is_the_next_one_taken_on_its_thread() {
         let a = take(extras(1));
-        // SAFETY: `a` is from `take`, given back once.
-        let held = unsafe { give_back(a) };
-        assert_eq!(held.records.key_fp, 1);
+        let at = address(&a);
+        assert_eq!(give_back(a).records.key_fp, 1);
         let b = take(extras(2));
-        assert_eq!(a, b, "the spare is reused");
-        // SAFETY: `b` is from `take`, given back once.
-        assert_eq!(
-            unsafe { give_back(b) }.records.key_fp,
-            2,
-            "and holds the new records"
-        );
+        assert_eq!(address(&b), at, "the spare is reused");
+        assert_eq!(give_back(b).records.key_fp, 2, "and holds the new records");
     }
 
     #[test]
     fn a_thread_keeps_at_most_its_spares_and_takes_from_them_first() {
         let boxes: Vec<_> = (0..SPARES as u64 + 5).map(|i| take(extras(i))).collect();
-        for b in &boxes {
-            // SAFETY: each is from `take`, given back once.
-            unsafe { give_back(*b) };
+        let given: Vec<_> = boxes.iter().map(|b| address(b)).collect();
+        for b in boxes {
+            give_back(b);
         }
         assert_eq!(held(), SPARES, "the boxes past the spares were freed");
         let again: Vec<_> = (0..SPARES as u64).map(|i| take(extras(i))).collect();
         assert_eq!(held(), 0);
         for b in again {
-            assert!(boxes.contains(&b), "a spare is one of the boxes given back");
-            // SAFETY: from `take`, given back once.
-            unsafe { give_back(b) };
+            assert!(
+                given.contains(&address(&b)),
+                "a spare is one of the boxes given back"
+            );
+            give_back(b);
         }
     }
 
     #[test]
     fn a_box_taken_on_one_thread_is_a_spare_of_the_thread_that_gives_it_back() {
-        struct Sent(*mut Extras);
-        // SAFETY: the box is moved to the other thread, which alone uses it.
-        unsafe impl Send for Sent {}
-        let sent = std::thread::spawn(|| Sent(take(extras(5)))).join().unwrap();
+        let sent = std::thread::spawn(|| take(extras(5))).join().unwrap();
         let before = held();
-        // SAFETY: from `take` on the other thread, given back once, here.
-        let back = unsafe { give_back(sent.0) };
-        assert_eq!(back.records.key_fp, 5);
+        assert_eq!(give_back(sent).records.key_fp, 5);
         assert_eq!(held(), (before + 1).min(SPARES));
     }
 }
