@@ -30,7 +30,7 @@ impl Meta {
     /// call that only an SRE breaker judged, completed by one counter of the breaker.
     pub(in crate::point) const SRE_ONLY: u64 = 1 << 36;
     /// The call has a record with the form's breaker (a classic breaker's ticket is
-    /// in the permit's [`Records`](super::extras::Records)).
+    /// in the permit's [`Records`](super::records::Records)).
     pub(in crate::point) const BREAKER: u64 = 1 << 37;
     /// The call's records hold its start with the form's adaptive limit.
     pub(in crate::point) const ADAPTIVE: u64 = 1 << 38;

@@ -3,7 +3,7 @@
 //! without it) answer with an `attempt::Entry`; `taken` gives back what a refused call
 //! took; `queue` is the concurrency rule's waiting room; `health` decides the health
 //! rules; `permit` and `pending` complete a call, `meta` packs a permit's small fields
-//! in one word, `extras` boxes the records of the stages only some policies use (a
+//! in one word, `extras` boxes the `records` of the stages only some policies use (a
 //! probe, a classic breaker's ticket, an adaptive start, a key) and `spares` keeps a
 //! few such boxes per thread; `report` counts and tells refusals and breaker changes;
 //! `call`, `key_entry` and `breaker_wait` are the manual entries; `force` forces
@@ -29,6 +29,7 @@ pub(crate) mod permit;
 pub(crate) mod queue;
 #[cfg(feature = "heartbeat")]
 pub(crate) mod quorum;
+pub(in crate::point) mod records;
 pub(in crate::point) mod report;
 mod spares;
 pub(in crate::point) mod taken;

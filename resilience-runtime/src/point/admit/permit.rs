@@ -2,8 +2,9 @@
 //! duration measured, the slot given back, the breaker, adaptive limiter and delay
 //! told. A permit is written once in the caller's slot and completed there.
 
-use super::extras::{Records, Tail};
+use super::extras::Tail;
 use super::meta::{Meta, NO_HANG};
+use super::records::Records;
 use crate::clock::Instant;
 use crate::point::form::compiled::Compiled;
 use crate::point::form::slots::{sre_outcome, AdaptiveCall, BreakerCall, BreakerImpl};

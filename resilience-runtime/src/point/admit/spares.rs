@@ -7,7 +7,7 @@
 //! at most the calls in flight with records plus `SPARES` per thread, and a thread's
 //! spares are freed when it exits. Plain thread-local cells: no atomics, no locks.
 
-use super::extras::Extras;
+use super::records::Extras;
 use std::cell::Cell;
 
 /// The most spare boxes a thread keeps.
@@ -76,7 +76,7 @@ pub(in crate::point) fn held() -> usize {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::point::admit::extras::Records;
+    use crate::point::admit::records::Records;
     use crate::point::form::compiled::{Compiled, EMPTY};
 
     fn extras(key_fp: u64) -> Extras {
