@@ -59,7 +59,8 @@ impl Tail {
 
     #[inline(always)]
     fn boxed(&self) -> Option<*mut Extras> {
-        (self.0.addr() & BOXED != 0).then(|| self.0.map_addr(|a| a & !BOXED).cast_mut().cast())
+        self.is_boxed()
+            .then(|| self.0.map_addr(|a| a & !BOXED).cast_mut().cast())
     }
 
     /// The form, boxed or not.
@@ -153,8 +154,8 @@ impl Tail {
 
 impl Drop for Tail {
     fn drop(&mut self) {
-        // A permit unboxes its tail when it completes; this only frees the box of one
-        // forgotten before that.
+        // A permit unboxes its tail when it completes, so this frees a box only for
+        // a tail dropped on its own (the tests) or a permit that never completed.
         self.unbox();
     }
 }
