@@ -62,6 +62,15 @@ impl RefusedFor {
         RefusedFor(reason.index() as u64)
     }
 
+    /// The refusal as a caller of point `point` sees it.
+    #[inline]
+    pub(in crate::point) fn downgraded(self, point: &'static str) -> crate::Downgraded {
+        crate::Downgraded {
+            point,
+            reason: self.reason(),
+        }
+    }
+
     /// The reason.
     #[inline]
     pub(crate) fn reason(self) -> crate::Reason {
@@ -86,6 +95,8 @@ mod tests {
     fn a_refusal_carries_its_reason_in_a_word() {
         for reason in Reason::ALL.into_iter().chain([Reason::Deadline]) {
             assert_eq!(RefusedFor::new(reason).reason(), reason);
+            let d = RefusedFor::new(reason).downgraded("unit.refused");
+            assert_eq!((d.point(), d.reason()), ("unit.refused", reason));
             assert_eq!(
                 Entry::refused(reason),
                 Entry::Refused(RefusedFor::new(reason))

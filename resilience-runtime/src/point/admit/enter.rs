@@ -155,10 +155,7 @@ impl Point {
         }
         match self.enter_once(slot, NO_WAIT, key) {
             Entry::Admitted => Ok(()),
-            Entry::Refused(reason) => Err(Downgraded {
-                point: self.name,
-                reason: reason.reason(),
-            }),
+            Entry::Refused(reason) => Err(reason.downgraded(self.name)),
             // A call that may not wait is never told to.
             wait => unreachable!("{wait:?} for a call that may not wait"),
         }
@@ -249,12 +246,7 @@ impl Point {
         loop {
             let ns = match entry {
                 Entry::Admitted => return Ok(()),
-                Entry::Refused(reason) => {
-                    return Err(Downgraded {
-                        point: self.name,
-                        reason: reason.reason(),
-                    })
-                }
+                Entry::Refused(reason) => return Err(reason.downgraded(self.name)),
                 Entry::WaitQueue => return self.wait_blocking(slot, flags | TOKEN_HELD, key),
                 Entry::WaitToken(ns) => {
                     flags |= TOKEN_HELD;

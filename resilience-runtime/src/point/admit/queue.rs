@@ -330,10 +330,7 @@ impl<'p> Wait<'p> {
         let entered = match self.point.enter_once(slot, WAITER | self.flags, key) {
             Entry::WaitQueue => return None,
             Entry::Admitted => Ok(()),
-            Entry::Refused(reason) => Err(Downgraded {
-                point: self.point.name,
-                reason: reason.reason(),
-            }),
+            Entry::Refused(reason) => Err(reason.downgraded(self.point.name)),
             // A waiter holds its tokens (`TOKEN_HELD`, `KEY_HELD`): never told to wait
             // for one again; if it were, it is refused as for its key.
             Entry::WaitToken(_) | Entry::WaitKey(_) => {
@@ -656,10 +653,7 @@ impl std::future::Future for WaitFuture<'_, '_> {
                             this.stage = Stage::Token { ns };
                         }
                         Entry::Refused(reason) => {
-                            return this.finish(Err(Downgraded {
-                                point: this.point.name,
-                                reason: reason.reason(),
-                            }))
+                            return this.finish(Err(reason.downgraded(this.point.name)))
                         }
                         // Holding its tokens, a call is never told to wait for them
                         // again; if it were, it is refused as for its key.
